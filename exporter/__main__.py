@@ -1,0 +1,5 @@
+"""Allow ``python -m exporter``."""
+
+from exporter.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,268 @@
+"""Composition root: builds the store, sources, scheduler and outputs, and runs them.
+
+Lifecycle: SIGTERM/SIGINT stop in order (stop scheduling and cancel polls, stop
+workers, stop HTTP, flush push outputs) well within 5 s. SIGHUP reloads the
+config; an invalid new config is logged reason by reason and the old one keeps
+running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import ssl
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from exporter import __version__, log
+from exporter.config import Config, load_config
+from exporter.errors import ConfigError
+from exporter.outputs.base import Output
+from exporter.outputs.http import Endpoints, HttpServer, ListenError
+from exporter.outputs.prometheus import Exposition
+from exporter.outputs.registry import build_outputs
+from exporter.scheduler import Scheduler
+from exporter.sources.base import Source
+from exporter.sources.registry import build_sources
+from exporter.store import Store
+
+SHUTDOWN_BUDGET_SECONDS = 4.0
+OUTPUT_FLUSH_SECONDS = 1.5
+
+SourceBuilder = Callable[[Config], Sequence[Source]]
+
+
+@dataclass
+class Runtime:
+    """The parts rebuilt on a reload: sources, their scheduler, push outputs."""
+
+    config: Config
+    sources: list[Source]
+    scheduler: Scheduler
+    outputs: list[Output] = field(default_factory=list)
+
+
+class StartupError(Exception):
+    """The daemon cannot start (listener, certificates); the message is one line.
+
+    ``status`` is the exit status: 2 for configuration problems, 1 otherwise.
+    """
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class App:
+    """The running daemon."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        config_path: str | None = None,
+        overrides: Mapping[str, str] | None = None,
+        source_builder: SourceBuilder = build_sources,
+    ) -> None:
+        self.config = config
+        self.config_path = config_path
+        self.overrides = dict(overrides or {})
+        self.source_builder = source_builder
+        self.store = Store()
+        self.exposition = Exposition(self.store)
+        self.runtime: Runtime | None = None
+        self.http: HttpServer | None = None
+        self.started_at = time.time()
+        self._stop = asyncio.Event()
+        self._reloading = asyncio.Lock()
+        self._log = log.get()
+
+    # -- state for the HTTP handlers (called on HTTP threads; read-only) ---
+
+    def ready(self) -> tuple[bool, list[str]]:
+        """Ready once every enabled source finished its first poll, however it ended."""
+        pending = [
+            r.name for r in self.store.records() if r.snapshot is None and r.unavailable is None
+        ]
+        return not pending and self.runtime is not None, pending
+
+    def status(self) -> dict[str, Any]:
+        """The /status document."""
+        runtime = self.runtime
+        now = time.monotonic()
+        sources: dict[str, Any] = {}
+        by_name = {s.name: s for s in runtime.sources} if runtime else {}
+        schedules = runtime.scheduler.schedules if runtime else {}
+        for record in self.store.records():
+            snap = record.snapshot
+            sched = schedules.get(record.name)
+            if record.unavailable is not None:
+                state, reason = "unavailable", "unavailable"
+            elif snap is None:
+                state, reason = "pending", ""
+            else:
+                reason = record.down_reason(now)
+                state = "ok" if not reason else ("stale" if reason == "stale" else "failing")
+            entry: dict[str, Any] = {
+                "state": state,
+                "reason": reason,
+                "last_error": (
+                    record.unavailable
+                    if record.unavailable is not None
+                    else (sched.last_detail if sched and sched.last_reason else "")
+                ),
+                "last_success": record.last_success,
+                "last_duration": snap.duration if snap else None,
+                "next_poll": sched.next_poll if sched else None,
+                "polling": sched.polling if sched else False,
+                "consecutive_failures": sched.consecutive_failures if sched else 0,
+                "polls": record.polls,
+                "errors": dict(record.errors),
+                "worker_restarts": record.restarts,
+                "series": len(snap.readings) if snap else 0,
+            }
+            source = by_name.get(record.name)
+            if source is not None:
+                try:
+                    entry.update(source.status())
+                except Exception as exc:
+                    entry["status_error"] = repr(exc)
+            sources[record.name] = entry
+        outputs = {}
+        for output in runtime.outputs if runtime else []:
+            try:
+                outputs[output.name] = output.status()
+            except Exception as exc:
+                outputs[output.name] = {"status_error": repr(exc)}
+        ready, pending = self.ready()
+        return {
+            "version": __version__,
+            "pid": os.getpid(),
+            "started_at": self.started_at,
+            "ready": ready,
+            "pending": pending,
+            "listen": self.http.url if self.http else None,
+            "sources": sources,
+            "outputs": outputs,
+        }
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def _endpoints(self) -> Endpoints:
+        return Endpoints(self.exposition, self.ready, self.status)
+
+    def _make_http(self, config: Config) -> HttpServer:
+        try:
+            return HttpServer(config.web, self._endpoints())
+        except ListenError as exc:
+            raise StartupError(str(exc)) from None
+        except (ssl.SSLError, OSError) as exc:
+            raise StartupError(f"web.tls: cannot load certificate or key: {exc}", 2) from None
+
+    async def _start_runtime(self, config: Config) -> Runtime:
+        sources = list(self.source_builder(config))
+        scheduler = Scheduler(self.store, sources)
+        await scheduler.start()
+        outputs = build_outputs(config, self.store)
+        for output in outputs:
+            try:
+                await output.start()
+            except Exception as exc:
+                self._log.error("output start failed", output=output.name, error=repr(exc))
+        return Runtime(config, sources, scheduler, outputs)
+
+    async def _stop_runtime(self, runtime: Runtime, *, flush: bool) -> None:
+        await runtime.scheduler.stop()
+        for output in runtime.outputs:
+            try:
+                await asyncio.wait_for(
+                    output.stop(OUTPUT_FLUSH_SECONDS if flush else 0.2),
+                    timeout=OUTPUT_FLUSH_SECONDS + 0.5,
+                )
+            except Exception as exc:
+                self._log.warning("output stop failed", output=output.name, error=repr(exc))
+
+    def request_stop(self) -> None:
+        """Ask the daemon to shut down (signal handlers and tests)."""
+        self._stop.set()
+
+    async def run(self) -> int:
+        """Run until SIGTERM/SIGINT; returns the exit status."""
+        loop = asyncio.get_running_loop()
+        self.http = self._make_http(self.config)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(self.reload()))
+        try:
+            self.runtime = await self._start_runtime(self.config)
+            self.http.start()
+            host, port = self.http.address
+            self._log.info(
+                "listening",
+                address=f"{host}:{port}",
+                url=self.http.url,
+                version=__version__,
+                sources=[s.name for s in self.runtime.sources],
+            )
+            await self._stop.wait()
+        finally:
+            await self.shutdown()
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(sig)
+        return 0
+
+    async def shutdown(self) -> None:
+        """Ordered shutdown: polls and workers, then HTTP, then a final flush of outputs."""
+        started = time.monotonic()
+        self._log.info("shutting down")
+        runtime, self.runtime = self.runtime, None
+        if runtime is not None:
+            await runtime.scheduler.stop()
+        if self.http is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.http.stop)
+            self.http = None
+        if runtime is not None:
+            remaining = max(0.2, SHUTDOWN_BUDGET_SECONDS - (time.monotonic() - started))
+            for output in runtime.outputs:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(
+                        output.stop(min(OUTPUT_FLUSH_SECONDS, remaining)), timeout=remaining
+                    )
+        self._log.info("stopped", seconds=round(time.monotonic() - started, 3))
+
+    async def reload(self) -> bool:
+        """Re-read the config; keep the old one running when the new one is invalid."""
+        async with self._reloading:
+            try:
+                new = load_config(self.config_path, os.environ, self.overrides)
+            except ConfigError as exc:
+                for problem in exc.problems:
+                    self._log.error("reload rejected", problem=problem)
+                return False
+            new_http = None
+            if new.web != self.config.web:
+                try:
+                    new_http = self._make_http(new)
+                except StartupError as exc:
+                    self._log.error("reload rejected", problem=str(exc))
+                    return False
+            log.configure(new.log.level, new.log.format)
+            old = self.runtime
+            if old is not None:
+                await self._stop_runtime(old, flush=True)
+            self.runtime = await self._start_runtime(new)
+            kept = {s.name for s in self.runtime.sources}
+            for name in self.store.names():
+                if name not in kept:
+                    self.store.unregister(name)
+            if new_http is not None and self.http is not None:
+                old_http, self.http = self.http, new_http
+                new_http.start()
+                await asyncio.get_running_loop().run_in_executor(None, old_http.stop)
+            self.config = new
+            self._log.info("config reloaded", sources=sorted(kept))
+            return True

@@ -1,0 +1,213 @@
+"""Device families shared by every vendor backend (NVIDIA and AMD use the same names).
+
+Every device series carries exactly the identity labels ``device`` (index as a
+string) and ``uuid``, plus at most one dimension label (sensor, clock, ...).
+Everything else about a device lives in ``accel_device_info``.
+Vendor-only quantities live in ``nvidia.py`` and ``amd.py``.
+"""
+
+from __future__ import annotations
+
+from exporter.catalog.spec import Kind, MetricSpec
+
+ID = ("device", "uuid")
+
+INFO_LABELS = (
+    "vendor",
+    "device",
+    "uuid",
+    "model",
+    "pci_bus_id",
+    "serial",
+    "vbios",
+    "driver_version",
+    "cuda_driver_version",
+    "mig_mode",
+    "compute_partition",
+    "memory_partition",
+)
+
+ROWS = (
+    MetricSpec(
+        "accel_device_info",
+        Kind.INFO,
+        "Identity of an accelerator; always 1. Join on uuid. Labels a vendor lacks are empty.",
+        INFO_LABELS,
+    ),
+    MetricSpec(
+        "accel_device_up",
+        Kind.GAUGE,
+        "1 when the device answered its last poll, 0 when lost, hung or erroring.",
+        ID,
+    ),
+    MetricSpec(
+        "accel_device_down_reason_info",
+        Kind.INFO,
+        "Why a device is down (gpu_lost, timeout, ...); present only while accel_device_up is 0.",
+        (*ID, "reason"),
+    ),
+    MetricSpec(
+        "accel_devices",
+        Kind.GAUGE,
+        "Number of accelerators the vendor library enumerated.",
+        ("vendor",),
+    ),
+    MetricSpec(
+        "accel_utilization_ratio",
+        Kind.GAUGE,
+        "Share of the last sample period the device was busy running kernels, 0..1.",
+        ID,
+        unit="ratio",
+    ),
+    MetricSpec(
+        "accel_memory_bandwidth_utilization_ratio",
+        Kind.GAUGE,
+        "Share of the last sample period the memory controller was busy, 0..1.",
+        ID,
+        unit="ratio",
+    ),
+    MetricSpec(
+        "accel_encoder_utilization_ratio",
+        Kind.GAUGE,
+        "Video encoder busy share, 0..1.",
+        ID,
+        unit="ratio",
+    ),
+    MetricSpec(
+        "accel_decoder_utilization_ratio",
+        Kind.GAUGE,
+        "Video decoder busy share, 0..1.",
+        ID,
+        unit="ratio",
+    ),
+    MetricSpec(
+        "accel_memory_total_bytes",
+        Kind.GAUGE,
+        "Device memory (VRAM / framebuffer) installed.",
+        ID,
+        unit="bytes",
+    ),
+    MetricSpec("accel_memory_used_bytes", Kind.GAUGE, "Device memory in use.", ID, unit="bytes"),
+    MetricSpec("accel_memory_free_bytes", Kind.GAUGE, "Device memory free.", ID, unit="bytes"),
+    MetricSpec(
+        "accel_memory_reserved_bytes",
+        Kind.GAUGE,
+        "Device memory reserved by the driver and firmware.",
+        ID,
+        unit="bytes",
+    ),
+    MetricSpec(
+        "accel_temperature_celsius",
+        Kind.GAUGE,
+        "Temperature of a device sensor.",
+        (*ID, "sensor"),
+        unit="celsius",
+    ),
+    MetricSpec("accel_power_watts", Kind.GAUGE, "Power draw of the device.", ID, unit="watts"),
+    MetricSpec(
+        "accel_power_limit_watts",
+        Kind.GAUGE,
+        "Power limit currently enforced on the device.",
+        ID,
+        unit="watts",
+    ),
+    MetricSpec(
+        "accel_energy_joules_total",
+        Kind.COUNTER,
+        "Energy consumed by the device since the driver was loaded.",
+        ID,
+        unit="joules",
+    ),
+    MetricSpec(
+        "accel_clock_hertz",
+        Kind.GAUGE,
+        "Current clock frequency of a clock domain.",
+        (*ID, "clock"),
+        unit="hertz",
+    ),
+    MetricSpec(
+        "accel_clock_max_hertz",
+        Kind.GAUGE,
+        "Maximum clock frequency of a clock domain.",
+        (*ID, "clock"),
+        unit="hertz",
+    ),
+    MetricSpec(
+        "accel_fan_speed_ratio",
+        Kind.GAUGE,
+        "Fan speed as a share of its maximum, 0..1.",
+        (*ID, "fan"),
+        unit="ratio",
+    ),
+    MetricSpec(
+        "accel_performance_state",
+        Kind.GAUGE,
+        "Performance state (P-state: 0 is maximum performance, 15 minimum).",
+        ID,
+    ),
+    MetricSpec(
+        "accel_pcie_tx_bytes_per_second",
+        Kind.GAUGE,
+        "PCIe transmit throughput over the driver's last sample window.",
+        ID,
+        unit="bytes_per_second",
+    ),
+    MetricSpec(
+        "accel_pcie_rx_bytes_per_second",
+        Kind.GAUGE,
+        "PCIe receive throughput over the driver's last sample window.",
+        ID,
+        unit="bytes_per_second",
+    ),
+    MetricSpec("accel_pcie_replays_total", Kind.COUNTER, "PCIe link replay events.", ID),
+    MetricSpec("accel_pcie_link_generation", Kind.GAUGE, "Current PCIe link generation.", ID),
+    MetricSpec("accel_pcie_link_width", Kind.GAUGE, "Current PCIe link width (lanes).", ID),
+    MetricSpec("accel_pcie_link_max_generation", Kind.GAUGE, "Maximum PCIe link generation.", ID),
+    MetricSpec("accel_pcie_link_max_width", Kind.GAUGE, "Maximum PCIe link width (lanes).", ID),
+    MetricSpec(
+        "accel_clock_throttle_active",
+        Kind.GAUGE,
+        "1 while the named clock throttle (clock event) reason is active, else 0.",
+        (*ID, "reason"),
+    ),
+    MetricSpec(
+        "accel_clock_violation_seconds_total",
+        Kind.COUNTER,
+        "Time the device spent throttled for the named reason.",
+        (*ID, "reason"),
+        unit="seconds",
+    ),
+    MetricSpec(
+        "accel_ecc_errors_total",
+        Kind.COUNTER,
+        "ECC memory errors by type; counter is volatile (since driver load) or aggregate (lifetime)"
+        " on NVIDIA, empty on AMD.",
+        (*ID, "type", "counter"),
+    ),
+    MetricSpec(
+        "accel_processes",
+        Kind.GAUGE,
+        "Processes running on the device.",
+        ID,
+    ),
+    MetricSpec(
+        "accel_process_memory_bytes",
+        Kind.GAUGE,
+        "Device memory used by one process (only with processes: true).",
+        (*ID, "pid"),
+        unit="bytes",
+    ),
+    MetricSpec(
+        "accel_device_events_total",
+        Kind.COUNTER,
+        "Device event notifications received by the worker, by event type.",
+        (*ID, "event"),
+    ),
+    MetricSpec(
+        "accel_device_event_last_timestamp_seconds",
+        Kind.GAUGE,
+        "Unix time the worker last received an event of this type.",
+        (*ID, "event"),
+        unit="seconds",
+    ),
+)

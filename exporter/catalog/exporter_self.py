@@ -1,0 +1,62 @@
+"""Families about the daemon itself: build, per-source health, workers."""
+
+from __future__ import annotations
+
+from exporter.catalog.spec import Kind, MetricSpec
+
+# Poll durations range from sub-millisecond (/proc) to the RAS deadline (tens of seconds).
+POLL_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+ROWS = (
+    MetricSpec(
+        "accel_exporter_build_info",
+        Kind.INFO,
+        "Build of the running accel-exporter; always 1.",
+        ("version", "python"),
+    ),
+    MetricSpec(
+        "accel_exporter_source_up",
+        Kind.GAUGE,
+        "1 when the source's last poll succeeded and its data is fresh, else 0.",
+        ("source",),
+    ),
+    MetricSpec(
+        "accel_exporter_source_down_reason_info",
+        Kind.INFO,
+        "Why a source is down (reason is a short snake_case code); present only while down.",
+        ("source", "reason"),
+    ),
+    MetricSpec(
+        "accel_exporter_source_unavailable_info",
+        Kind.INFO,
+        "An enabled: auto source that cannot run on this machine, with the reason; not an error.",
+        ("source", "reason"),
+    ),
+    MetricSpec(
+        "accel_exporter_source_poll_duration_seconds",
+        Kind.HISTOGRAM,
+        "Wall time of each poll of a source, successful or not.",
+        ("source",),
+        unit="seconds",
+        buckets=POLL_DURATION_BUCKETS,
+    ),
+    MetricSpec(
+        "accel_exporter_source_last_success_timestamp_seconds",
+        Kind.GAUGE,
+        "Unix time of the source's last successful poll.",
+        ("source",),
+        unit="seconds",
+    ),
+    MetricSpec(
+        "accel_exporter_source_errors_total",
+        Kind.COUNTER,
+        "Failed polls of a source, by reason.",
+        ("source", "reason"),
+    ),
+    MetricSpec(
+        "accel_exporter_worker_restarts_total",
+        Kind.COUNTER,
+        "Times a source's worker process was killed or died and was started again.",
+        ("source",),
+    ),
+)

@@ -1,0 +1,31 @@
+"""Host families read from /proc by the host source."""
+
+from __future__ import annotations
+
+from exporter.catalog.spec import Kind, MetricSpec
+
+ROWS = (
+    MetricSpec(
+        "accel_host_cpu_ratio",
+        Kind.GAUGE,
+        "Share of all CPU time spent in each mode over the last host poll interval, 0..1.",
+        ("mode",),
+        unit="ratio",
+    ),
+    MetricSpec("accel_host_cpus", Kind.GAUGE, "Number of online logical CPUs in /proc/stat."),
+    MetricSpec(
+        "accel_host_memory_total_bytes",
+        Kind.GAUGE,
+        "MemTotal from /proc/meminfo.",
+        unit="bytes",
+    ),
+    MetricSpec(
+        "accel_host_memory_available_bytes",
+        Kind.GAUGE,
+        "MemAvailable from /proc/meminfo.",
+        unit="bytes",
+    ),
+    MetricSpec("accel_host_load1", Kind.GAUGE, "1-minute load average from /proc/loadavg."),
+    MetricSpec("accel_host_load5", Kind.GAUGE, "5-minute load average from /proc/loadavg."),
+    MetricSpec("accel_host_load15", Kind.GAUGE, "15-minute load average from /proc/loadavg."),
+)

@@ -1,0 +1,190 @@
+"""Command line: ``accel-exporter [flags] [run|once|probe|config ...]``.
+
+Every config key is also a flag (``--web.listen-address``,
+``--sources.host.interval``), generated from the schema, so the YAML file,
+``ACCEL_EXPORTER_*`` variables and flags always agree on names.
+Exit status 2 means the configuration (or the command line) is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from exporter import __version__, log
+from exporter.config import leaves, load_config
+from exporter.config.loader import describe_type, format_default
+from exporter.errors import ConfigError
+
+EXIT_CONFIG = 2
+
+SourceBuilder = Callable[[Any], Sequence[Any]]
+OVERRIDE_PREFIX = "override:"
+
+# Extra subcommands contributed by other modules: name -> (help, add_arguments, run).
+# run(args, config_loader) -> exit status. Kept as data so adding one touches no parser code.
+SubcommandRun = Callable[[argparse.Namespace, Callable[[], Any]], int]
+EXTRA_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], SubcommandRun]] = {}
+
+
+def _config_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config.file",
+        dest="config_file",
+        metavar="FILE",
+        default=argparse.SUPPRESS,
+        help="YAML config file (optional; defaults are built in)",
+    )
+    group = parser.add_argument_group(
+        "configuration overrides",
+        "every config key as a flag; also settable as ACCEL_EXPORTER_<SECTION>__<KEY>",
+    )
+    for leaf in leaves():
+        group.add_argument(
+            leaf.flag,
+            dest=OVERRIDE_PREFIX + leaf.dotted,
+            metavar=describe_type(leaf.type).split(" ")[0].upper().strip("'"),
+            default=argparse.SUPPRESS,
+            help=f"(default {format_default(leaf.default, leaf.type)})",
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser, subcommands included."""
+    common = argparse.ArgumentParser(add_help=False)
+    _config_flags(common)
+    parser = argparse.ArgumentParser(
+        prog="accel-exporter",
+        description="Accelerator and NCCL/RCCL job-health exporter (Prometheus and OTLP).",
+        parents=[common],
+    )
+    parser.add_argument("--version", action="version", version=f"accel-exporter {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.add_parser("run", parents=[common], help="run the daemon (default)")
+    once = sub.add_parser(
+        "once", parents=[common], help="poll every enabled source once and print the result"
+    )
+    once.add_argument("--format", choices=("prom", "json"), default="prom")
+    sub.add_parser(
+        "probe", parents=[common], help="show whether each source can run on this machine"
+    )
+    config = sub.add_parser("config", help="check or show configuration")
+    config_sub = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    check = config_sub.add_parser("check", help="validate a config file; exit 2 if invalid")
+    check.add_argument("file")
+    config_sub.add_parser(
+        "show", parents=[common], help="print the effective configuration (secrets redacted)"
+    )
+    for name, (help_text, add_arguments, _) in EXTRA_COMMANDS.items():
+        extra = sub.add_parser(name, parents=[common], help=help_text)
+        add_arguments(extra)
+    return parser
+
+
+def overrides_from(args: argparse.Namespace) -> dict[str, str]:
+    """Dotted config key -> text, for every override flag given."""
+    return {
+        key[len(OVERRIDE_PREFIX) :]: value
+        for key, value in vars(args).items()
+        if key.startswith(OVERRIDE_PREFIX)
+    }
+
+
+def _config_errors(problems: Sequence[str]) -> int:
+    for problem in problems:
+        print(f"accel-exporter: config error: {problem}", file=sys.stderr)
+    return EXIT_CONFIG
+
+
+def _show(config: Any) -> int:
+    import dataclasses
+
+    import yaml
+
+    def redact(value: Any, key: str = "") -> Any:
+        if isinstance(value, dict):
+            secret = key in ("users", "headers")
+            return {k: ("[redacted]" if secret else redact(v, k)) for k, v in value.items()}
+        return value
+
+    print(yaml.safe_dump(redact(dataclasses.asdict(config)), sort_keys=False), end="")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None, source_builder: SourceBuilder | None = None) -> int:
+    """Entry point of the ``accel-exporter`` console script.
+
+    ``source_builder`` replaces the registry's sources (tests add their own).
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    command = args.command or "run"
+
+    if command == "config" and args.config_command == "check":
+        try:
+            load_config(args.file, env={})
+        except ConfigError as exc:
+            return _config_errors(exc.problems)
+        print(f"{args.file}: ok")
+        return 0
+
+    path = getattr(args, "config_file", None)
+    overrides = overrides_from(args)
+
+    def load() -> Any:
+        return load_config(path, os.environ, overrides)
+
+    try:
+        config = load()
+    except ConfigError as exc:
+        return _config_errors(exc.problems)
+    log.configure(config.log.level, config.log.format)
+
+    if command == "config":
+        return _show(config)
+    if command == "once":
+        from exporter.commands import once
+
+        return once.run(config, args.format)
+    if command == "probe":
+        from exporter.commands import probe
+
+        return probe.run(config)
+    if command in EXTRA_COMMANDS:
+        return EXTRA_COMMANDS[command][2](args, load)
+    return _run(config, path, overrides, source_builder)
+
+
+def _run(
+    config: Any,
+    path: str | None,
+    overrides: dict[str, str],
+    source_builder: SourceBuilder | None,
+) -> int:
+    from exporter.app import App, StartupError
+    from exporter.sources.registry import build_sources
+
+    async def go() -> int:
+        app = App(
+            config,
+            config_path=path,
+            overrides=overrides,
+            source_builder=source_builder or build_sources,
+        )
+        return await app.run()
+
+    try:
+        return asyncio.run(go())
+    except StartupError as exc:
+        print(f"accel-exporter: {exc}", file=sys.stderr)
+        return exc.status
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Subcommands other than ``run``: each module has one ``main``-like entry point."""

@@ -1,0 +1,86 @@
+"""``accel-exporter once``: poll every enabled source once and print the result."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any, TextIO
+
+from exporter.config import Config
+from exporter.model import HistogramValue, Snapshot
+from exporter.outputs.prometheus import Exposition
+from exporter.scheduler import poll_once
+from exporter.sources.base import Source
+from exporter.sources.registry import build_sources
+from exporter.store import Store
+
+
+async def poll_all(sources: list[Source]) -> list[tuple[Snapshot, bool]]:
+    """Start, poll once and close every source; (snapshot, unavailable) per source."""
+    results = []
+    try:
+        for source in sources:
+            await source.start()
+        for source in sources:
+            await source.wait_ready(getattr(source.config, "bootstrap_timeout", source.timeout))
+            results.append(await poll_once(source))
+    finally:
+        for source in sources:
+            try:
+                await asyncio.wait_for(source.close(), timeout=5)
+            except Exception as exc:
+                print(f"accel-exporter: closing {source.name} failed: {exc!r}", file=sys.stderr)
+    return results
+
+
+def _json(results: list[tuple[Snapshot, bool]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for snap, unavailable in results:
+        readings = []
+        for r in snap.readings:
+            value: Any = r.value
+            if isinstance(value, HistogramValue):
+                value = {"bounds": value.bounds, "counts": value.counts, "sum": value.total}
+            readings.append({"metric": r.metric, "labels": list(r.labels), "value": value})
+        out[snap.source] = {
+            "ok": snap.ok,
+            "unavailable": unavailable,
+            "reason": snap.outcome.reason,
+            "detail": snap.outcome.detail,
+            "duration_seconds": snap.duration,
+            "readings": readings,
+        }
+    return out
+
+
+def run(config: Config, fmt: str, out: TextIO = sys.stdout) -> int:
+    """Exit 0 only when every enabled source succeeded (unavailable auto sources excepted)."""
+    results = asyncio.run(poll_all(build_sources(config)))
+    if fmt == "json":
+        json.dump(_json(results), out, indent=2, sort_keys=True)
+        out.write("\n")
+    else:
+        store = Store()
+        for snap, unavailable in results:
+            store.register(snap.source)
+            if unavailable:
+                store.mark_unavailable(snap.source, snap.outcome.detail)
+            else:
+                store.put(snap)
+        body, _ = Exposition(store, process_metrics=False).render(None, None)
+        out.write(body.decode())
+    failed = False
+    for snap, unavailable in results:
+        if unavailable:
+            print(
+                f"accel-exporter: {snap.source}: unavailable: {snap.outcome.detail}",
+                file=sys.stderr,
+            )
+        elif not snap.ok:
+            failed = True
+            print(
+                f"accel-exporter: {snap.source}: {snap.outcome.reason}: {snap.outcome.detail}",
+                file=sys.stderr,
+            )
+    return 1 if failed else 0

@@ -1,0 +1,38 @@
+"""``accel-exporter probe``: can each source run on this machine, and if not, why."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import TextIO
+
+from exporter.commands.once import poll_all
+from exporter.config import Config
+from exporter.sources.registry import FACTORIES, section
+
+
+def run(config: Config, out: TextIO = sys.stdout) -> int:
+    """Print one line per source; always exit 0 (it reports, it does not judge)."""
+    enabled = {name: section(config, name).enabled for name in FACTORIES}
+    sources = [FACTORIES[name](config) for name, on in enabled.items() if on is not False]
+    results = {
+        snap.source: (snap, unavailable) for snap, unavailable in asyncio.run(poll_all(sources))
+    }
+    width = max(len(name) for name in FACTORIES)
+    for name, on in enabled.items():
+        switch = "auto" if on == "auto" else ("on" if on else "off")
+        if on is False:
+            line = f"{name:<{width}}  {switch:<4}  disabled"
+        else:
+            snap, unavailable = results[name]
+            if unavailable:
+                line = f"{name:<{width}}  {switch:<4}  unavailable  {snap.outcome.detail}"
+            elif snap.ok:
+                line = f"{name:<{width}}  {switch:<4}  ok           {len(snap.readings)} series"
+            else:
+                line = (
+                    f"{name:<{width}}  {switch:<4}  error        "
+                    f"{snap.outcome.reason}: {snap.outcome.detail}"
+                )
+        out.write(line.rstrip() + "\n")
+    return 0

@@ -1,0 +1,36 @@
+"""``host:port`` parsing shared by the web listener and the RAS client."""
+
+from __future__ import annotations
+
+
+def split_host_port(text: str, *, default_port: int | None = None) -> tuple[str, int]:
+    """Split ``host:port``, ``[v6]:port`` or ``:port``; ValueError naming what is wrong."""
+    raw = text.strip()
+    if not raw:
+        raise ValueError("empty address")
+    if raw.startswith("["):
+        end = raw.find("]")
+        if end < 0:
+            raise ValueError(f"unclosed '[' in {text!r}")
+        host, rest = raw[1:end], raw[end + 1 :]
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"expected ':port' after ']' in {text!r}")
+        port_text = rest[1:] if rest else ""
+    elif raw.count(":") > 1:
+        raise ValueError(f"IPv6 addresses must be bracketed: {text!r} -> [addr]:port")
+    elif ":" in raw:
+        host, port_text = raw.rsplit(":", 1)
+    else:
+        host, port_text = raw, ""
+    if not port_text:
+        if default_port is None:
+            raise ValueError(f"missing port in {text!r}")
+        return host, default_port
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"invalid port {port_text!r} in {text!r}")
+    return host, int(port_text)
+
+
+def parse_listen_address(text: str) -> tuple[str, int]:
+    """Host (empty = every interface) and port for the HTTP listener."""
+    return split_host_port(text)

@@ -1,0 +1,434 @@
+"""YAML file + environment + flags -> one validated :class:`Config`.
+
+Precedence: flags over environment over file over defaults. Every problem is
+collected and reported at once, each naming its key and where it came from
+(``file:line``, the environment variable, or the flag).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Union, get_args, get_origin
+
+import yaml
+
+from exporter.config.durations import format_duration, parse_duration
+from exporter.config.schema import Config
+from exporter.errors import ConfigError
+
+ENV_PREFIX = "ACCEL_EXPORTER_"
+
+Path = tuple[str, ...]
+
+
+class _Invalid:
+    """Marker for a value that failed conversion (a problem was recorded)."""
+
+
+INVALID = _Invalid()
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """A configurable key: its dotted path and type (for flags and docs)."""
+
+    path: Path
+    type: Any
+    default: Any
+
+    @property
+    def dotted(self) -> str:
+        """``web.listen_address``."""
+        return ".".join(self.path)
+
+    @property
+    def flag(self) -> str:
+        """``--web.listen-address``."""
+        return "--" + ".".join(part.replace("_", "-") for part in self.path)
+
+    @property
+    def env(self) -> str:
+        """``ACCEL_EXPORTER_WEB__LISTEN_ADDRESS``."""
+        return ENV_PREFIX + "__".join(part.upper() for part in self.path)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls, include_extras=True)
+
+
+def _is_dataclass_type(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if len(args) < len(get_args(tp)):
+            return (args[0] if len(args) == 1 else Union[tuple(args)]), True  # noqa: UP007
+    return tp, False
+
+
+def leaves(cls: type = Config, prefix: Path = ()) -> Iterator[Leaf]:
+    """Every configurable key under ``cls``, depth first, in declaration order."""
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        tp, _ = _unwrap_optional(hints[f.name])
+        path = (*prefix, f.name)
+        if _is_dataclass_type(tp):
+            yield from leaves(tp, path)
+        else:
+            default: Any
+            if f.default is not dataclasses.MISSING:
+                default = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                default = f.default_factory()
+            else:
+                default = None
+            yield Leaf(path, hints[f.name], default)
+
+
+def describe_type(tp: Any) -> str:
+    """A short human name for a field type (used in errors and docs)."""
+    tp, optional = _unwrap_optional(tp)
+    origin = get_origin(tp)
+    if origin is typing.Annotated:
+        kind = get_args(tp)[1]
+        name = {"duration": "duration", "file": "file path", "secret": "string"}[kind]
+    elif origin is Literal:
+        name = " | ".join(repr(a) if isinstance(a, str) else str(a).lower() for a in get_args(tp))
+    elif origin in (Union, types.UnionType):
+        name = " | ".join(describe_type(a) for a in get_args(tp))
+    elif origin is list:
+        name = f"list of {describe_type(get_args(tp)[0])}"
+    elif origin is dict:
+        name = f"mapping of {describe_type(get_args(tp)[1])}"
+    elif _is_dataclass_type(tp):
+        name = "mapping"
+    else:
+        name = getattr(tp, "__name__", str(tp))
+    return name + (" or null" if optional else "")
+
+
+def format_default(value: Any, tp: Any) -> str:
+    """Render a default the way a user would write it in YAML."""
+    inner, _ = _unwrap_optional(tp)
+    if get_origin(inner) is typing.Annotated and get_args(inner)[1] == "duration":
+        return format_duration(value) if isinstance(value, float) else "derived"
+    if value is None:
+        return "derived"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, dict)):
+        return yaml.safe_dump(value, default_flow_style=True).strip()
+    return str(value)
+
+
+class _Problems:
+    """Collects problems with the best known origin of each key."""
+
+    def __init__(self, origins: dict[Path, str]) -> None:
+        self.origins = origins
+        self.items: list[str] = []
+
+    def add(self, path: Path, message: str) -> None:
+        key = ".".join(path) or "(top level)"
+        origin = ""
+        for cut in range(len(path), -1, -1):
+            if path[:cut] in self.origins:
+                origin = self.origins[path[:cut]]
+                break
+        self.items.append(f"{origin + ': ' if origin else ''}{key}: {message}")
+
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+def _convert(value: Any, tp: Any, path: Path, problems: _Problems) -> Any:
+    tp_inner, optional = _unwrap_optional(tp)
+    if value is None or (isinstance(value, str) and optional and value.lower() in ("null", "~")):
+        if optional:
+            return None
+        if _is_dataclass_type(tp_inner):
+            value = {}
+        else:
+            problems.add(path, f"needs a value ({describe_type(tp)})")
+            return INVALID
+    tp = tp_inner
+    origin = get_origin(tp)
+
+    if origin is typing.Annotated:
+        base, kind = get_args(tp)
+        if kind == "duration":
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                problems.add(path, "must be a duration like 250ms, 15s or 1m")
+                return INVALID
+            if not isinstance(value, str):
+                problems.add(path, f"duration {value} needs a unit (e.g. {value}s or {value}ms)")
+                return INVALID
+            try:
+                return parse_duration(value)
+            except ValueError as exc:
+                problems.add(path, str(exc))
+                return INVALID
+        text = _convert(value, base, path, problems)
+        unreadable = (
+            isinstance(text, str)
+            and text
+            and not (os.path.isfile(text) and os.access(text, os.R_OK))
+        )
+        if kind == "file" and unreadable:
+            problems.add(path, f"cannot read file {text!r}")
+            return INVALID
+        return text
+
+    if origin is Literal:
+        options = get_args(tp)
+        if value in options and type(value) in {type(o) for o in options}:
+            return value
+        problems.add(path, f"must be one of {describe_type(tp)}, not {value!r}")
+        return INVALID
+
+    if origin in (Union, types.UnionType):
+        for arg in get_args(tp):
+            scratch = _Problems({})
+            out = _convert(value, arg, path, scratch)
+            if out is not INVALID:
+                return out
+        problems.add(path, f"must be {describe_type(tp)}, not {value!r}")
+        return INVALID
+
+    if origin is list:
+        if isinstance(value, str):
+            value = _parse_text_collection(value, list, path, problems)
+            if value is INVALID:
+                return INVALID
+        if not isinstance(value, list):
+            problems.add(path, f"must be a list, not {type(value).__name__}")
+            return INVALID
+        (item_tp,) = get_args(tp)
+        items = [_convert(v, item_tp, (*path, str(i)), problems) for i, v in enumerate(value)]
+        return INVALID if any(i is INVALID for i in items) else items
+
+    if origin is dict:
+        if isinstance(value, str):
+            value = _parse_text_collection(value, dict, path, problems)
+            if value is INVALID:
+                return INVALID
+        if not isinstance(value, dict):
+            problems.add(path, f"must be a mapping, not {type(value).__name__}")
+            return INVALID
+        _, val_tp = get_args(tp)
+        out_map = {}
+        for k, v in value.items():
+            out_map[str(k)] = _convert(v, val_tp, (*path, str(k)), problems)
+        return INVALID if any(v is INVALID for v in out_map.values()) else out_map
+
+    if _is_dataclass_type(tp):
+        return _convert_dataclass(value, tp, path, problems)
+
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        problems.add(path, f"must be true or false, not {value!r}")
+        return INVALID
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
+        problems.add(path, f"must be an integer, not {value!r}")
+        return INVALID
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value.strip())
+            except ValueError:
+                pass
+        problems.add(path, f"must be a number, not {value!r}")
+        return INVALID
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        problems.add(path, f"must be a string, not {type(value).__name__} {value!r} (quote it)")
+        return INVALID
+    raise TypeError(f"config schema uses unsupported type {tp!r} at {'.'.join(path)}")
+
+
+def _parse_text_collection(text: str, kind: type, path: Path, problems: _Problems) -> Any:
+    stripped = text.strip()
+    if kind is list and not stripped.startswith("["):
+        return [part.strip() for part in stripped.split(",") if part.strip()]
+    try:
+        value = yaml.safe_load(stripped) if stripped else kind()
+    except yaml.YAMLError as exc:
+        problems.add(path, f"cannot parse {text!r}: {exc}")
+        return INVALID
+    return kind() if value is None else value
+
+
+def _convert_dataclass(value: Any, cls: type, path: Path, problems: _Problems) -> Any:
+    if not isinstance(value, dict):
+        problems.add(path, f"must be a mapping, not {type(value).__name__}")
+        return INVALID
+    hints = _hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs: dict[str, Any] = {}
+    bad = False
+    for key, item in value.items():
+        key = str(key)
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problems.add((*path, key), f"unknown key{hint}")
+            bad = True
+            continue
+        converted = _convert(item, hints[key], (*path, key), problems)
+        if converted is INVALID:
+            bad = True
+        else:
+            kwargs[key] = converted
+    # Cross-field checks still run on the keys that did convert, so that one
+    # mistake does not hide another; failed keys keep their defaults here.
+    failed = {str(k) for k in value if str(k) not in kwargs}
+    instance = cls(**kwargs)
+    check = getattr(instance, "check", None)
+    for key, message in check() if check is not None else []:
+        if key.split(".")[0] not in failed:
+            problems.add((*path, *key.split(".")), message)
+            bad = True
+    if bad:
+        return INVALID
+    resolved = getattr(instance, "resolved", None)
+    return resolved() if resolved is not None else instance
+
+
+def _marks(node: yaml.Node, path: Path, origins: dict[Path, str], filename: str) -> None:
+    origins[path] = f"{filename}:{node.start_mark.line + 1}"
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            child = (*path, key)
+            _marks(value_node, child, origins, filename)
+            origins[child] = f"{filename}:{key_node.start_mark.line + 1}"
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _marks(item, (*path, str(i)), origins, filename)
+
+
+def read_yaml(path: str) -> tuple[dict[str, Any], dict[Path, str]]:
+    """Parse a config file into plain data plus ``file:line`` for every key."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read config file: {exc.strerror or exc}"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"{path}: config file is not UTF-8 text: {exc.reason}"]) from None
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
+        raise ConfigError([f"{where}: invalid YAML: {exc.problem or exc.context}"]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{path}: invalid YAML: {exc}"]) from None
+    origins: dict[Path, str] = {}
+    if node is not None:
+        _marks(node, (), origins, path)
+    if data is None:
+        return {}, origins
+    if not isinstance(data, dict):
+        raise ConfigError([f"{path}: the config file must be a mapping of sections"])
+    return data, origins
+
+
+def _schema_path(parts: list[str]) -> tuple[Path | None, str]:
+    """Resolve lower-case key parts against the schema; (path, "") or (None, reason)."""
+    tp: Any = Config
+    path: list[str] = []
+    for i, part in enumerate(parts):
+        tp, _ = _unwrap_optional(tp)
+        if _is_dataclass_type(tp):
+            hints = _hints(tp)
+            if part not in hints:
+                return None, f"unknown key {'.'.join([*path, part])}"
+            tp = hints[part]
+        elif get_origin(tp) is dict:
+            tp = get_args(tp)[1]
+        else:
+            return None, f"{'.'.join(path)} has no key {'.'.join(parts[i:])}"
+        path.append(part)
+    return tuple(path), ""
+
+
+def _set(data: dict[str, Any], path: Path, value: Any) -> None:
+    node = data
+    for part in path[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[path[-1]] = value
+
+
+def load_config(
+    path: str | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> Config:
+    """Build the validated config; raise :class:`ConfigError` listing every problem.
+
+    ``overrides`` maps dotted keys (``web.listen_address``) to text, as flags give them.
+    """
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    origins: dict[Path, str] = {}
+    if path:
+        data, origins = read_yaml(path)
+    early: list[str] = []
+    for name in sorted(env):
+        if not name.startswith(ENV_PREFIX) or "__" not in name[len(ENV_PREFIX) :]:
+            continue
+        parts = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
+        key, why = _schema_path(parts)
+        if key is None:
+            early.append(f"env {name}: {why}")
+            continue
+        _set(data, key, env[name])
+        origins[key] = f"env {name}"
+    for dotted, text in (overrides or {}).items():
+        key, why = _schema_path(dotted.split("."))
+        flag = "--" + dotted.replace("_", "-")
+        if key is None:
+            early.append(f"flag {flag}: {why}")
+            continue
+        _set(data, key, text)
+        origins[key] = f"flag {flag}"
+    problems = _Problems(origins)
+    problems.items.extend(early)
+    config = _convert(data, Config, (), problems)
+    if problems.items or config is INVALID:
+        raise ConfigError(problems.items or ["invalid configuration"])
+    assert isinstance(config, Config)
+    return config

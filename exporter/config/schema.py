@@ -1,0 +1,316 @@
+"""The typed shape of the configuration, with its defaults.
+
+The loader walks these dataclasses to validate YAML, environment variables and
+flags, so adding a key here is all it takes to make it configurable everywhere.
+Field types the loader understands: ``bool``, ``int``, ``float``, ``str``,
+:data:`Duration`, :data:`FilePath`, ``Literal``, ``X | None``, unions of a bool
+and ``Literal["auto"]``, ``list[...]``, ``dict[str, ...]`` and nested dataclasses.
+
+A dataclass may define ``check() -> list[tuple[str, str]]`` (field, problem) for
+rules across fields, and ``resolved()`` to fill defaults that depend on others.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Annotated, Literal, Union
+
+# Seconds, written as "250ms", "15s", "1m" in files, env and flags.
+Duration = Annotated[float, "duration"]
+# A path that must exist and be readable when set.
+FilePath = Annotated[str, "file"]
+# A string never logged nor shown (password hashes, tokens).
+Secret = Annotated[str, "secret"]
+
+Enabled = Union[bool, Literal["auto"]]  # noqa: UP007 (a runtime alias, read by the loader)
+
+MIN_INTERVAL = 0.1
+
+
+@dataclass(frozen=True)
+class TLSConfig:
+    """Serve HTTPS; with ``client_ca_file`` clients must present a certificate it signed."""
+
+    cert_file: FilePath = ""
+    key_file: FilePath = ""
+    client_ca_file: FilePath = ""
+    min_version: Literal["TLS1.2", "TLS1.3"] = "TLS1.2"
+
+    def check(self) -> list[tuple[str, str]]:
+        """cert_file and key_file come together."""
+        if not self.cert_file or not self.key_file:
+            return [("cert_file", "tls needs both cert_file and key_file")]
+        return []
+
+
+@dataclass(frozen=True)
+class BasicAuthConfig:
+    """HTTP basic auth: user name -> bcrypt hash of the password."""
+
+    users: dict[str, Secret] = field(default_factory=dict)
+
+    def check(self) -> list[tuple[str, str]]:
+        """Every value must be a bcrypt hash, never a plain password."""
+        out = []
+        if not self.users:
+            out.append(("users", "basic_auth needs at least one user"))
+        for name, hashed in self.users.items():
+            if not (hashed.startswith(("$2a$", "$2b$", "$2y$")) and len(hashed) == 60):
+                out.append(
+                    (f"users.{name}", "is not a bcrypt hash (use htpasswd -nBC 10 or bcrypt)")
+                )
+        return out
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    """The HTTP server for /metrics, /status, /healthz, /readyz."""
+
+    listen_address: str = ":9842"
+    tls: TLSConfig | None = None
+    basic_auth: BasicAuthConfig | None = None
+    # Concurrent requests beyond this get 503 instead of queueing without bound.
+    max_requests: int = 40
+    # A client that sends nothing for this long is disconnected.
+    read_timeout: Duration = 10.0
+
+    def check(self) -> list[tuple[str, str]]:
+        """The address must parse, the limits be positive."""
+        from exporter.config.addresses import parse_listen_address
+
+        out = []
+        try:
+            parse_listen_address(self.listen_address)
+        except ValueError as exc:
+            out.append(("listen_address", str(exc)))
+        if self.max_requests < 1:
+            out.append(("max_requests", "must be at least 1"))
+        if self.read_timeout <= 0:
+            out.append(("read_timeout", "must be positive"))
+        return out
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Log level and format (auto: console on a TTY, JSON otherwise)."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["auto", "json", "console"] = "auto"
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """What every source has: a switch and its timing.
+
+    ``timeout`` defaults to the interval (capped at 30 s); ``stale_after`` to
+    three intervals. Data older than ``stale_after`` is not exported.
+    """
+
+    enabled: Enabled = True
+    interval: Duration = 15.0
+    timeout: Duration | None = None
+    stale_after: Duration | None = None
+
+    def check(self) -> list[tuple[str, str]]:
+        """Intervals of at least 100 ms, positive timeouts, stale_after >= interval."""
+        out = []
+        if self.interval < MIN_INTERVAL:
+            out.append(("interval", f"must be at least {int(MIN_INTERVAL * 1000)}ms"))
+        if self.timeout is not None and self.timeout <= 0:
+            out.append(("timeout", "must be positive"))
+        if self.stale_after is not None and self.stale_after < self.interval:
+            out.append(("stale_after", "must be at least the interval"))
+        return out
+
+    def resolved(self) -> SourceConfig:
+        """Fill timeout and stale_after from the interval (for display and dumps)."""
+        return dataclasses.replace(self, timeout=self.poll_timeout, stale_after=self.stale_seconds)
+
+    @property
+    def poll_timeout(self) -> float:
+        """Deadline of one poll: ``timeout``, else the interval capped at 30 s."""
+        return self.timeout if self.timeout is not None else min(self.interval, 30.0)
+
+    @property
+    def stale_seconds(self) -> float:
+        """Age after which data is dropped: ``stale_after``, else three intervals."""
+        stale = self.stale_after if self.stale_after is not None else 3 * self.interval
+        return max(stale, self.interval)
+
+
+@dataclass(frozen=True)
+class HostSourceConfig(SourceConfig):
+    """Host CPU, memory and load from /proc."""
+
+    interval: Duration = 5.0
+    proc_path: str = "/proc"
+
+
+@dataclass(frozen=True)
+class DeviceSourceConfig(SourceConfig):
+    """A vendor device backend run in a worker process."""
+
+    enabled: Enabled = "auto"
+    interval: Duration = 5.0
+    # Inventory, ECC, retired pages, remapped rows, link state: slow to read, slow to change.
+    slow_interval: Duration = 60.0
+    # Time allowed for the worker to load the library and enumerate devices.
+    bootstrap_timeout: Duration = 30.0
+    # Per-process series (pid label): off by default for cardinality.
+    processes: bool = False
+    events: bool = True
+
+    def check(self) -> list[tuple[str, str]]:
+        """The slow interval cannot be shorter than the fast one."""
+        out = super().check()
+        if self.slow_interval < self.interval:
+            out.append(("slow_interval", "must be at least interval"))
+        if self.bootstrap_timeout <= 0:
+            out.append(("bootstrap_timeout", "must be positive"))
+        return out
+
+
+@dataclass(frozen=True)
+class CclRasSourceConfig(SourceConfig):
+    """NCCL/RCCL RAS service client (every NCCL process listens on port 28028)."""
+
+    enabled: Enabled = "auto"
+    addresses: list[str] = field(default_factory=lambda: ["localhost:28028"])
+    interval: Duration = 30.0
+    timeout: Duration | None = 15.0
+    format: Literal["auto", "json", "text"] = "auto"
+    verbose: bool = True
+    rank_series: Literal["local", "all", "none"] = "local"
+    stall_polls: int = 3
+    role: Literal["auto", "reporter", "follower"] = "auto"
+    follower_interval: Duration = 300.0
+    max_response_bytes: int = 32 * 1024 * 1024
+    monitor: Enabled = "auto"
+
+    def check(self) -> list[tuple[str, str]]:
+        """Sane addresses and counts."""
+        out = super().check()
+        if not self.addresses:
+            out.append(("addresses", "needs at least one host:port"))
+        if self.stall_polls < 1:
+            out.append(("stall_polls", "must be at least 1"))
+        if self.follower_interval < self.interval:
+            out.append(("follower_interval", "must be at least interval"))
+        if self.max_response_bytes < 4096:
+            out.append(("max_response_bytes", "must be at least 4096"))
+        return out
+
+
+@dataclass(frozen=True)
+class CclInspectorSourceConfig(SourceConfig):
+    """NCCL/RCCL Inspector profiler plugin output (one JSONL file per process)."""
+
+    enabled: Enabled = "auto"
+    dir: str = "/var/run/nccl-inspector"
+    interval: Duration = 15.0
+    # Bus bandwidth above this is flagged as implausible (RCCL 2.28.3 reports 10x too high).
+    link_peak_bytes_per_second: float = 1.0e12
+    max_line_bytes: int = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class CudaCheckpointSourceConfig(SourceConfig):
+    """CUDA checkpoint state of GPU processes (read-only; needs driver r570+)."""
+
+    enabled: Enabled = False
+    interval: Duration = 30.0
+    proc_path: str = "/proc"
+
+
+@dataclass(frozen=True)
+class SourcesConfig:
+    """Every source the daemon knows."""
+
+    host: HostSourceConfig = field(default_factory=HostSourceConfig)
+    nvml: DeviceSourceConfig = field(default_factory=DeviceSourceConfig)
+    amdsmi: DeviceSourceConfig = field(default_factory=DeviceSourceConfig)
+    ccl_ras: CclRasSourceConfig = field(default_factory=CclRasSourceConfig)
+    ccl_inspector: CclInspectorSourceConfig = field(default_factory=CclInspectorSourceConfig)
+    cuda_checkpoint: CudaCheckpointSourceConfig = field(default_factory=CudaCheckpointSourceConfig)
+
+
+@dataclass(frozen=True)
+class K8sEnrichConfig:
+    """Kubernetes pod attribution from the kubelet pod-resources API."""
+
+    enabled: Enabled = "auto"
+    socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    interval: Duration = 15.0
+    timeout: Duration = 5.0
+    resource_names: list[str] = field(default_factory=lambda: ["nvidia.com/gpu", "amd.com/gpu"])
+    # Regexes of extra resource names (e.g. MIG profiles nvidia.com/mig-1g.10gb).
+    resource_patterns: list[str] = field(default_factory=lambda: [r"^nvidia\.com/mig-.*$"])
+    max_message_bytes: int = 64 * 1024 * 1024
+    # Stamp namespace/pod/container onto device series (off: join on accel_device_workload_info).
+    stamp_device_series: bool = False
+    pod_label_allowlist: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SlurmEnrichConfig:
+    """Slurm job attribution from process cgroups and environments, or prolog files."""
+
+    enabled: Enabled = "auto"
+    mode: Literal["proc", "files"] = "proc"
+    proc_path: str = "/proc"
+    files_dir: str = "/run/accel-exporter/slurm"
+    interval: Duration = 15.0
+
+
+@dataclass(frozen=True)
+class EnrichConfig:
+    """Enrichers attach workload identity to devices and processes."""
+
+    k8s: K8sEnrichConfig = field(default_factory=K8sEnrichConfig)
+    slurm: SlurmEnrichConfig = field(default_factory=SlurmEnrichConfig)
+
+
+@dataclass(frozen=True)
+class OtlpOutputConfig:
+    """OTLP metrics push (off by default). Standard OTEL_EXPORTER_OTLP_* env vars also apply."""
+
+    enabled: bool = False
+    endpoint: str = ""
+    protocol: Literal["grpc", "http/protobuf"] = "grpc"
+    interval: Duration = 30.0
+    timeout: Duration = 10.0
+    headers: dict[str, Secret] = field(default_factory=dict)
+    compression: Literal["none", "gzip"] = "gzip"
+    insecure: bool = False
+    certificate_file: FilePath = ""
+    client_certificate_file: FilePath = ""
+    client_key_file: FilePath = ""
+    temporality: Literal["cumulative", "delta"] = "cumulative"
+
+    def check(self) -> list[tuple[str, str]]:
+        """Positive timings."""
+        out = []
+        if self.interval < MIN_INTERVAL:
+            out.append(("interval", f"must be at least {int(MIN_INTERVAL * 1000)}ms"))
+        if self.timeout <= 0:
+            out.append(("timeout", "must be positive"))
+        return out
+
+
+@dataclass(frozen=True)
+class OutputsConfig:
+    """Push outputs (Prometheus pull is always on, in ``web``)."""
+
+    otlp: OtlpOutputConfig = field(default_factory=OtlpOutputConfig)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole, validated configuration."""
+
+    web: WebConfig = field(default_factory=WebConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    sources: SourcesConfig = field(default_factory=SourcesConfig)
+    enrich: EnrichConfig = field(default_factory=EnrichConfig)
+    outputs: OutputsConfig = field(default_factory=OutputsConfig)

@@ -1,0 +1,49 @@
+"""Errors the daemon converts vendor and runtime faults into.
+
+Each carries a short snake_case ``reason`` (exported as a label) and a human
+``detail`` (logged and shown in ``/status``). Sources raise these; the scheduler
+turns them into ``up 0`` plus the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from exporter.model import Reading
+
+
+class ExporterError(Exception):
+    """Base class of every error the daemon raises on purpose."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail or reason
+
+
+class SourceError(ExporterError):
+    """A poll failed; ``readings`` may hold what is still true (e.g. devices marked down)."""
+
+    def __init__(self, reason: str, detail: str = "", readings: Sequence[Reading] = ()) -> None:
+        super().__init__(reason, detail)
+        self.readings = tuple(readings)
+
+
+class SourceUnavailable(SourceError):
+    """The source cannot run on this machine (library or driver missing).
+
+    With ``enabled: auto`` this is a normal state, not a failure: the source is
+    reported unavailable and probed again later.
+    """
+
+
+class WorkerError(SourceError):
+    """A worker process missed a deadline, crashed, or answered garbage."""
+
+
+class ConfigError(ExporterError):
+    """The configuration is invalid; ``problems`` lists every problem found."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("invalid_config", "; ".join(problems))
+        self.problems = list(problems)

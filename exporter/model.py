@@ -1,0 +1,101 @@
+"""Plain data passed from sources to the store and from the store to outputs.
+
+Nothing here does I/O. Snapshots are immutable so that a renderer can read one
+while the scheduler swaps in the next without any lock held across I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Union
+
+LabelValues = tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramValue:
+    """A cumulative histogram: upper bounds (without +Inf), cumulative counts, sum.
+
+    ``counts`` has one entry per bound plus one for +Inf, each cumulative, so
+    ``counts[-1]`` is the total observation count.
+    """
+
+    bounds: tuple[float, ...]
+    counts: tuple[int, ...]
+    total: float
+
+    def __post_init__(self) -> None:
+        if len(self.counts) != len(self.bounds) + 1:
+            raise ValueError("histogram needs one count per bound plus +Inf")
+
+    @property
+    def count(self) -> int:
+        """Total number of observations."""
+        return self.counts[-1]
+
+
+Value = Union[float, HistogramValue]  # noqa: UP007 (runtime alias; Python 3.10)
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One sample of one catalog family: family name, label values in catalog order, value."""
+
+    metric: str
+    labels: LabelValues
+    value: Value
+
+
+def gauge(metric: str, value: float, *labels: str) -> Reading:
+    """Build a scalar reading; a small convenience for sources."""
+    return Reading(metric, tuple(labels), float(value))
+
+
+def is_number(value: object) -> bool:
+    """True for a finite int or float that is not a bool (bools are not readings)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a poll ended: ``ok`` plus a short snake_case reason and a human detail."""
+
+    ok: bool
+    reason: str = ""
+    detail: str = ""
+
+
+OK = Outcome(True)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The result of one poll of one source, replaced atomically in the store.
+
+    ``completed_at`` is wall-clock seconds (for export), ``completed_mono`` the
+    monotonic clock (for staleness, immune to clock steps).
+    """
+
+    source: str
+    readings: tuple[Reading, ...]
+    outcome: Outcome
+    started_at: float
+    completed_at: float
+    completed_mono: float
+    duration: float
+    stale_after: float
+    extra_status: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when the poll that made this snapshot succeeded."""
+        return self.outcome.ok
+
+
+def readings_tuple(items: Sequence[Reading]) -> tuple[Reading, ...]:
+    """Freeze a list of readings."""
+    return tuple(items)

@@ -1,0 +1,75 @@
+"""HTTP basic auth with bcrypt hashes, and the TLS context for the listener."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import ssl
+import threading
+
+import bcrypt
+
+from exporter.config.schema import BasicAuthConfig, TLSConfig
+
+
+class BasicAuth:
+    """Checks ``Authorization: Basic`` headers against bcrypt hashes.
+
+    bcrypt is deliberately slow (tens to hundreds of milliseconds), so a
+    successful check is remembered by a salted digest of the credentials: a
+    scrape every few seconds then costs a dictionary lookup, not a bcrypt run.
+    Failed checks are never cached, so a wrong password always costs the full
+    bcrypt time.
+    """
+
+    def __init__(self, config: BasicAuthConfig) -> None:
+        self._users = {name: hashed.encode() for name, hashed in config.users.items()}
+        self._salt = bcrypt.gensalt()
+        self._verified: set[bytes] = set()
+        self._lock = threading.Lock()
+        # A hash to burn time against for unknown users, so user names cannot be probed by timing.
+        self._dummy = bcrypt.hashpw(b"unknown-user", bcrypt.gensalt(rounds=10))
+
+    def check(self, header: str | None) -> bool:
+        """True when ``header`` carries a known user and that user's password."""
+        if not header or not header.startswith("Basic "):
+            return False
+        try:
+            decoded = base64.b64decode(header[6:].strip(), validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        user, sep, password = decoded.partition(":")
+        if not sep:
+            return False
+        key = hashlib.sha256(self._salt + decoded.encode()).digest()
+        with self._lock:
+            if key in self._verified:
+                return True
+        hashed = self._users.get(user)
+        if hashed is None:
+            bcrypt.checkpw(password.encode(), self._dummy)
+            return False
+        try:
+            ok = bcrypt.checkpw(password.encode(), hashed)
+        except ValueError:
+            return False
+        if ok:
+            with self._lock:
+                if len(self._verified) > 1024:
+                    self._verified.clear()
+                self._verified.add(key)
+        return ok
+
+
+def tls_context(config: TLSConfig) -> ssl.SSLContext:
+    """Server-side TLS context; client certificates required when a CA is given."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = (
+        ssl.TLSVersion.TLSv1_3 if config.min_version == "TLS1.3" else ssl.TLSVersion.TLSv1_2
+    )
+    ctx.load_cert_chain(config.cert_file, config.key_file)
+    if config.client_ca_file:
+        ctx.load_verify_locations(cafile=config.client_ca_file)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx

@@ -1,0 +1,189 @@
+"""Prometheus exposition built from the catalog and the store, cached per store view.
+
+Render is pure: it reads a :class:`~exporter.store.View` and nothing else. The
+bytes for each (view, format, compression) are built once and then served to
+every scrape until the store changes, so a scrape costs little more than a
+socket write no matter how many clients ask at once.
+"""
+
+from __future__ import annotations
+
+import gzip
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.process_collector import ProcessCollector
+
+from exporter import log
+from exporter.catalog import CATALOG, Kind, MetricSpec
+from exporter.model import HistogramValue, Reading
+from exporter.store import Store, View
+
+# Process metrics (RSS, CPU) change continuously; refreshing them this often
+# keeps the exposition cacheable between store changes.
+PROCESS_REFRESH_SECONDS = 5.0
+
+
+def _bound(value: float) -> str:
+    return "+Inf" if value == float("inf") else repr(float(value))
+
+
+def family(spec: MetricSpec, readings: Sequence[Reading]) -> Metric:
+    """One prometheus_client family for a catalog row and its readings."""
+    unit = spec.unit
+    labels = list(spec.labels)
+    fam: Metric
+    if spec.kind is Kind.COUNTER:
+        fam = CounterMetricFamily(spec.family_name, spec.help, labels=labels, unit=unit)
+        for r in readings:
+            fam.add_metric(list(r.labels), _scalar(r))
+    elif spec.kind is Kind.HISTOGRAM:
+        fam = HistogramMetricFamily(spec.name, spec.help, labels=labels, unit=unit)
+        for r in readings:
+            hist = r.value
+            assert isinstance(hist, HistogramValue)
+            buckets = [(_bound(b), c) for b, c in zip(hist.bounds, hist.counts, strict=False)]
+            buckets.append(("+Inf", hist.counts[-1]))
+            fam.add_metric(list(r.labels), buckets, hist.total)
+    else:
+        fam = GaugeMetricFamily(spec.name, spec.help, labels=labels, unit=unit)
+        for r in readings:
+            fam.add_metric(list(r.labels), _scalar(r))
+    return fam
+
+
+def _scalar(reading: Reading) -> float:
+    value = reading.value
+    assert not isinstance(value, HistogramValue), reading.metric
+    return value
+
+
+def families(view: View, names: Iterable[str] | None = None) -> Iterator[Metric]:
+    """Families for every catalog row with readings, in catalog order.
+
+    A row that fails to render is skipped and logged; it never breaks the scrape.
+    """
+    wanted = set(names) if names is not None else None
+    for name, spec in CATALOG.items():
+        if wanted is not None and name not in wanted and spec.family_name not in wanted:
+            continue
+        readings = view.readings(name)
+        if not readings:
+            continue
+        try:
+            yield family(spec, readings)
+        except Exception as exc:
+            log.get(output="prometheus").error("family render failed", metric=name, error=repr(exc))
+
+
+class StoreCollector:
+    """prometheus_client collector over the store (registered on our own registry)."""
+
+    def __init__(self, store: Store, names: Iterable[str] | None = None) -> None:
+        self.store = store
+        self.names = list(names) if names is not None else None
+
+    def describe(self) -> list[Metric]:
+        """Nothing: describing would make the registry call collect() at registration."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """Families for the current store view."""
+        yield from families(self.store.view(), self.names)
+
+
+class Exposition:
+    """Serves exposition bytes, rebuilt only when the store view changes."""
+
+    def __init__(
+        self,
+        store: Store,
+        process_metrics: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self._clock = clock
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(StoreCollector(store))
+        self._process = CollectorRegistry(auto_describe=False) if process_metrics else None
+        if self._process is not None:
+            ProcessCollector(registry=self._process)
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[object, ...], bytes] = {}
+        self._cache_key: tuple[object, ...] | None = None
+
+    def _registries(self, names: Sequence[str] | None) -> CollectorRegistry:
+        if names is None:
+            return self.registry
+        reg = CollectorRegistry(auto_describe=False)
+        reg.register(StoreCollector(self.store, names))
+        return reg
+
+    def render(
+        self, accept: str | None, accept_encoding: str | None, names: Sequence[str] | None = None
+    ) -> tuple[bytes, dict[str, str]]:
+        """Body and headers for one scrape (content negotiation as prometheus_client does)."""
+        encoder, content_type = choose_encoder(accept or "")
+        use_gzip = _gzip_accepted(accept_encoding)
+        headers = {"Content-Type": content_type}
+        if use_gzip:
+            headers["Content-Encoding"] = "gzip"
+        if names is not None:
+            body = encoder(self._registries(names))
+            return (gzip.compress(body, 6) if use_gzip else body), headers
+        view = self.store.view()
+        bucket = int(self._clock() // PROCESS_REFRESH_SECONDS)
+        state_key = (view.key, bucket)
+        key = (content_type, use_gzip)
+        with self._lock:
+            if self._cache_key != state_key:
+                self._cache.clear()
+                self._cache_key = state_key
+            cached = self._cache.get(key)
+            if cached is None:
+                plain = self._cache.get((content_type, False))
+                if plain is None:
+                    plain = self._encode(encoder)
+                    self._cache[(content_type, False)] = plain
+                cached = gzip.compress(plain, 6) if use_gzip else plain
+                self._cache[key] = cached
+        return cached, headers
+
+    def _encode(self, encoder: Callable[[CollectorRegistry], bytes]) -> bytes:
+        if self._process is None:
+            return encoder(self.registry)
+        merged = CollectorRegistry(auto_describe=False)
+        merged.register(_Chain(self.registry, self._process))
+        return encoder(merged)
+
+
+class _Chain:
+    """Collects several registries as one (so OpenMetrics gets a single # EOF)."""
+
+    def __init__(self, *registries: CollectorRegistry) -> None:
+        self.registries = registries
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        for registry in self.registries:
+            yield from registry.collect()
+
+
+def _gzip_accepted(header: str | None) -> bool:
+    for part in (header or "").split(","):
+        token = part.split(";")[0].strip().lower()
+        if token == "gzip":
+            q = [p.strip() for p in part.split(";")[1:] if p.strip().startswith("q=")]
+            return not q or q[0] not in ("q=0", "q=0.0", "q=0.00", "q=0.000")
+    return False

@@ -1,0 +1,225 @@
+"""One asyncio task per source: staggered, jittered, deadline-bound, backing off.
+
+Polls of one source never overlap (each task awaits its own poll). A source that
+raises, hangs or times out produces a failed snapshot for itself and nothing
+else: other tasks keep their schedule and the HTTP server never waits on a poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from exporter import log
+from exporter.errors import SourceError, SourceUnavailable
+from exporter.model import OK, Outcome, Reading, Snapshot
+from exporter.sources.base import Source
+from exporter.store import Store, validate
+
+# After this many consecutive failures the delay stops growing.
+BACKOFF_CAP_FACTOR = 8
+BACKOFF_CAP_SECONDS = 300.0
+# Unavailable auto sources (no library yet) are probed again this often:
+# a driver installed after the daemon started (GPU operator) is picked up.
+UNAVAILABLE_REPROBE_SECONDS = 60.0
+# First polls are spread over at most this long, so /metrics is complete quickly.
+FIRST_POLL_SPREAD_SECONDS = 0.5
+JITTER_FRACTION = 0.05
+STOP_GRACE_SECONDS = 2.0
+
+
+@dataclass
+class Schedule:
+    """Per-source scheduling state shown in /status."""
+
+    index: int
+    next_poll: float | None = None
+    consecutive_failures: int = 0
+    polling: bool = False
+    last_reason: str = ""
+    last_detail: str = ""
+    last_duration: float | None = None
+
+
+def backoff_delay(interval: float, failures: int) -> float:
+    """Delay before the next poll after ``failures`` consecutive failures."""
+    if failures <= 1:
+        return interval
+    cap = max(interval, min(interval * BACKOFF_CAP_FACTOR, BACKOFF_CAP_SECONDS))
+    return float(min(interval * 2 ** (failures - 1), cap))
+
+
+async def poll_once(source: Source) -> tuple[Snapshot, bool]:
+    """Poll a source under its deadline; (snapshot, unavailable).
+
+    Never raises except for cancellation: every failure becomes a snapshot.
+    """
+    logger = log.get(source=source.name)
+    started_wall = time.time()
+    started = time.monotonic()
+    readings: Sequence[Reading] = ()
+    outcome = OK
+    unavailable = False
+    try:
+        readings = await asyncio.wait_for(source.poll(), timeout=source.timeout)
+    except SourceUnavailable as exc:
+        unavailable = source.auto
+        outcome = Outcome(False, "unavailable", exc.detail)
+        readings = exc.readings
+    except SourceError as exc:
+        outcome = Outcome(False, exc.reason, exc.detail)
+        readings = exc.readings
+    except asyncio.TimeoutError:
+        outcome = Outcome(False, "timeout", f"poll exceeded its {source.timeout:g}s deadline")
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        logger.error("poll raised", error=repr(exc), traceback=traceback.format_exc(limit=8))
+        outcome = Outcome(False, "exception", repr(exc)[:500])
+    duration = time.monotonic() - started
+    good, bad = validate(readings)
+    if bad:
+        logger.warning("readings dropped", count=len(bad), examples=bad[:3])
+    snapshot = Snapshot(
+        source=source.name,
+        readings=tuple(good),
+        outcome=outcome,
+        started_at=started_wall,
+        completed_at=time.time(),
+        completed_mono=time.monotonic(),
+        duration=duration,
+        stale_after=source.stale_after,
+    )
+    return snapshot, unavailable
+
+
+class Scheduler:
+    """Runs every source on its own timer and writes snapshots to the store."""
+
+    def __init__(
+        self,
+        store: Store,
+        sources: Sequence[Source],
+        rng: random.Random | None = None,
+        on_snapshot: Callable[[Snapshot], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.sources = list(sources)
+        self._rng = rng or random.Random()
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._on_snapshot = on_snapshot
+        self.schedules = {s.name: Schedule(i) for i, s in enumerate(self.sources)}
+
+    async def start(self) -> None:
+        """Start every source and its polling task."""
+        for source in self.sources:
+            self.store.register(source.name)
+        for source in self.sources:
+            try:
+                await asyncio.wait_for(source.start(), timeout=source.timeout)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a source that cannot start still gets polled (and fails)
+                log.get(source=source.name).error("source start failed", error=repr(exc))
+            self._tasks[source.name] = asyncio.create_task(
+                self._run(source), name=f"source-{source.name}"
+            )
+
+    async def stop(self) -> None:
+        """Cancel polls (hung ones included), then close every source under a deadline."""
+        for task in self._tasks.values():
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks.values()), timeout=STOP_GRACE_SECONDS)
+        self._tasks.clear()
+        closes = [asyncio.create_task(self._close(s)) for s in self.sources]
+        if closes:
+            await asyncio.wait(closes, timeout=STOP_GRACE_SECONDS)
+
+    async def _close(self, source: Source) -> None:
+        try:
+            await asyncio.wait_for(source.close(), timeout=STOP_GRACE_SECONDS)
+        except Exception as exc:
+            log.get(source=source.name).warning("source close failed", error=repr(exc))
+
+    def _first_delay(self, index: int) -> float:
+        count = max(len(self.sources), 1)
+        return FIRST_POLL_SPREAD_SECONDS * index / count
+
+    def _phase(self, index: int, interval: float) -> float:
+        return interval * index / max(len(self.sources), 1)
+
+    async def _run(self, source: Source) -> None:
+        schedule = self.schedules[source.name]
+        logger = log.get(source=source.name)
+        anchor = time.monotonic()
+        await asyncio.sleep(self._first_delay(schedule.index))
+        while True:
+            started = time.monotonic()
+            schedule.polling = True
+            try:
+                snapshot, unavailable = await poll_once(source)
+            finally:
+                schedule.polling = False
+            self._record(source, snapshot, unavailable, schedule, logger)
+            interval = source.interval()
+            if unavailable:
+                delay = max(interval, UNAVAILABLE_REPROBE_SECONDS)
+            elif schedule.consecutive_failures:
+                delay = backoff_delay(interval, schedule.consecutive_failures)
+            else:
+                delay = interval
+            # Healthy sources stay on their phase grid so that they never fire together.
+            phase = self._phase(schedule.index, interval)
+            if schedule.consecutive_failures == 0 and not unavailable:
+                # The next grid point between half and one and a half intervals away.
+                ticks = math.floor((started + 0.5 * interval - anchor - phase) / interval) + 1
+                target = anchor + phase + ticks * interval
+            else:
+                target = started + delay
+            target += self._rng.uniform(0, JITTER_FRACTION * interval)
+            wait = max(0.0, target - time.monotonic())
+            schedule.next_poll = time.time() + wait
+            await asyncio.sleep(wait)
+
+    def _record(
+        self, source: Source, snapshot: Snapshot, unavailable: bool, schedule: Schedule, logger: Any
+    ) -> None:
+        schedule.last_duration = snapshot.duration
+        was_failing = schedule.consecutive_failures > 0
+        if unavailable:
+            if schedule.last_reason != "unavailable":
+                logger.info("source unavailable", reason=snapshot.outcome.detail)
+            self.store.mark_unavailable(
+                source.name, snapshot.outcome.detail, restarts=source.restarts
+            )
+            schedule.consecutive_failures = 0
+            schedule.last_reason = "unavailable"
+            schedule.last_detail = snapshot.outcome.detail
+        else:
+            self.store.put(snapshot, restarts=source.restarts)
+            if snapshot.ok:
+                if was_failing or schedule.last_reason == "unavailable":
+                    logger.info("source recovered", after_failures=schedule.consecutive_failures)
+                schedule.consecutive_failures = 0
+                schedule.last_reason = ""
+                schedule.last_detail = ""
+            else:
+                schedule.consecutive_failures += 1
+                level = logger.warning if not was_failing else logger.debug
+                level(
+                    "poll failed",
+                    reason=snapshot.outcome.reason,
+                    detail=snapshot.outcome.detail,
+                    consecutive_failures=schedule.consecutive_failures,
+                )
+                schedule.last_reason = snapshot.outcome.reason
+                schedule.last_detail = snapshot.outcome.detail
+        if self._on_snapshot is not None:
+            self._on_snapshot(snapshot)

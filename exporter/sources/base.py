@@ -1,0 +1,119 @@
+"""What a source is: something the scheduler polls on its own timer.
+
+A source turns one poll into readings, or raises :class:`~exporter.errors.SourceError`
+with a reason. It never touches the store or an output; the scheduler does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from exporter.config.schema import SourceConfig
+from exporter.errors import SourceError
+from exporter.model import Reading
+
+T = TypeVar("T")
+
+
+class Source:
+    """Base class of every source; subclasses implement :meth:`poll`.
+
+    ``config`` must be resolved (timeout and stale_after filled in).
+    ``auto`` is True when the source was enabled with ``enabled: auto``, so that
+    an unavailable library is a normal state rather than a failure.
+    """
+
+    name: str = "source"
+
+    def __init__(self, name: str, config: SourceConfig) -> None:
+        self.name = name
+        self.config = config
+        self.auto = config.enabled == "auto"
+
+    @property
+    def timeout(self) -> float:
+        """Deadline of one poll, seconds."""
+        return self.config.poll_timeout
+
+    @property
+    def stale_after(self) -> float:
+        """Age after which this source's data is no longer exported."""
+        return self.config.stale_seconds
+
+    def interval(self) -> float:
+        """Seconds between polls; a source may change it (e.g. a RAS follower)."""
+        return self.config.interval
+
+    @property
+    def restarts(self) -> int:
+        """Worker restarts so far (sources without a worker: 0)."""
+        return 0
+
+    async def start(self) -> None:
+        """Start background work (long-lived streams, event readers). Default: nothing."""
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Wait until the source could answer a poll (e.g. its worker bootstrapped)."""
+
+    async def poll(self) -> Sequence[Reading]:
+        """Read the source once. Raise SourceError (or a subclass) on failure."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """Release everything: tasks, sockets, worker processes."""
+
+    def status(self) -> dict[str, Any]:
+        """Extra fields for /status (worker pid, role, ...)."""
+        return {}
+
+
+class BlockingCall:
+    """Runs a blocking function on its own daemon thread, one call at a time.
+
+    ``asyncio.to_thread`` would queue a second call behind a hung one and its
+    executor threads are joined at interpreter exit, so a hung /proc read could
+    block shutdown. Here a call that is still running makes the next one fail
+    fast with reason ``busy``, and a hung thread never delays exit.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        # True from the start of a call until its thread has handed back a result,
+        # even if the awaiting poll was cancelled by its deadline meanwhile.
+        self._busy = False
+
+    async def __call__(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` in a thread and await its result."""
+        if self._busy:
+            raise SourceError("busy", "the previous poll is still running")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+
+        def deliver(ok: bool, value: Any) -> None:
+            self._busy = False
+            if future.done():
+                return
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+
+        def run() -> None:
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # handed to the awaiting coroutine
+                outcome: tuple[bool, Any] = (False, exc)
+            else:
+                outcome = (True, result)
+            # The loop may have closed while this call was hung; nobody is waiting then.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(deliver, *outcome)
+
+        thread = threading.Thread(target=run, name=f"poll-{self.name}", daemon=True)
+        self._busy = True
+        thread.start()
+        return await future

@@ -1,0 +1,228 @@
+"""A vendor device backend seen from the daemon: a worker process behind a source.
+
+The worker (``exporter.backends.<vendor>``) answers ``poll`` with per-device
+status and readings. This class checks the answer against the inventory the
+worker announced at bootstrap, adds the identity families (info, up, count),
+and keeps slow fields (read every ``slow_interval``) between slow polls. When
+the worker fails, every known device is exported ``up 0`` with the reason and
+its identity stays visible, so alerts can still say which GPU is gone.
+
+Wire shapes (all JSON):
+
+inventory  ``{"vendor": str, "devices": [{"device": str, "uuid": str, "info": {label: str}}]}``
+poll args  ``{"slow": bool, "processes": bool, "events": bool}``
+poll reply ``{"devices": [{"uuid": str, "up": bool, "reason": str}],
+              "readings": [[metric, [label, ...], number], ...],
+              "slow_readings": [...] (only when slow was asked)}``
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from exporter.catalog.device import INFO_LABELS
+from exporter.config.schema import DeviceSourceConfig
+from exporter.errors import SourceError, WorkerError
+from exporter.model import Reading, is_number
+from exporter.sources.base import Source
+from exporter.workers.runner import WorkerRunner
+
+# Share of the poll deadline given to the worker call, so the runner's own
+# deadline (which kills the worker with reason "timeout") fires first.
+CALL_SHARE = 0.85
+
+
+@dataclass(frozen=True)
+class DeviceId:
+    """Identity of one device as announced in the inventory."""
+
+    device: str
+    uuid: str
+    info: tuple[tuple[str, str], ...]
+
+
+class ShapeError(Exception):
+    """A worker reply does not have the agreed shape."""
+
+
+def parse_inventory(raw: Mapping[str, Any]) -> tuple[str, list[DeviceId]]:
+    """Validate an inventory; ShapeError naming the first problem."""
+    vendor = raw.get("vendor")
+    devices = raw.get("devices")
+    if not isinstance(vendor, str) or not isinstance(devices, list):
+        raise ShapeError("inventory needs a vendor string and a devices list")
+    out = []
+    seen: set[str] = set()
+    for i, item in enumerate(devices):
+        if not isinstance(item, dict):
+            raise ShapeError(f"inventory device {i} is not an object")
+        device, uuid, info = item.get("device"), item.get("uuid"), item.get("info", {})
+        if not isinstance(device, str) or not isinstance(uuid, str) or not isinstance(info, dict):
+            raise ShapeError(f"inventory device {i} needs string device and uuid")
+        if uuid in seen:
+            raise ShapeError(f"inventory lists uuid {uuid} twice")
+        seen.add(uuid)
+        unknown = set(info) - set(INFO_LABELS)
+        if unknown:
+            raise ShapeError(f"inventory device {i} has unknown info labels {sorted(unknown)}")
+        out.append(DeviceId(device, uuid, tuple((k, str(v)) for k, v in sorted(info.items()))))
+    return vendor, out
+
+
+def parse_readings(raw: Any, where: str) -> list[Reading]:
+    """``[[metric, [labels], value], ...]`` -> readings; ShapeError on any malformed entry."""
+    if not isinstance(raw, list):
+        raise ShapeError(f"{where} is not a list")
+    out = []
+    for i, item in enumerate(raw):
+        if (
+            not isinstance(item, list)
+            or len(item) != 3
+            or not isinstance(item[0], str)
+            or not isinstance(item[1], list)
+            or not all(isinstance(v, str) for v in item[1])
+            or not is_number(item[2])
+        ):
+            raise ShapeError(f"{where}[{i}] is not [metric, [labels], finite number]")
+        out.append(Reading(item[0], tuple(item[1]), float(item[2])))
+    return out
+
+
+class DeviceSource(Source):
+    """Polls a device backend running in a worker process."""
+
+    def __init__(
+        self,
+        name: str,
+        config: DeviceSourceConfig,
+        backend: str,
+        *,
+        backend_config: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(name, config)
+        self.device_config = config
+        self.runner = WorkerRunner(
+            name,
+            backend,
+            dict(backend_config or {}),
+            bootstrap_timeout=config.bootstrap_timeout,
+            env=env,
+        )
+        self._vendor = ""
+        self._devices: list[DeviceId] = []
+        self._inventory_raw: dict[str, Any] | None = None
+        self._slow: list[Reading] = []
+        self._next_slow = 0.0
+
+    @property
+    def restarts(self) -> int:
+        """Worker restarts so far."""
+        return self.runner.state.restarts
+
+    async def start(self) -> None:
+        """Start the worker supervisor; bootstrap proceeds in the background."""
+        await self.runner.start()
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Wait for the first bootstrap to end (ready, unavailable or failed)."""
+        await self.runner.settled(timeout)
+
+    async def close(self) -> None:
+        """Stop and reap the worker."""
+        await self.runner.stop()
+
+    def status(self) -> dict[str, Any]:
+        """Worker state plus the devices known."""
+        return {**self.runner.status(), "vendor": self._vendor, "devices": len(self._devices)}
+
+    def _identity(self) -> list[Reading]:
+        out = [Reading("accel_devices", (self._vendor,), float(len(self._devices)))]
+        for dev in self._devices:
+            info = dict(dev.info)
+            info.update(vendor=self._vendor, device=dev.device, uuid=dev.uuid)
+            out.append(
+                Reading("accel_device_info", tuple(info.get(k, "") for k in INFO_LABELS), 1.0)
+            )
+        return out
+
+    def _all_down(self, reason: str) -> list[Reading]:
+        out = self._identity() if self._devices else []
+        for dev in self._devices:
+            out.append(Reading("accel_device_up", (dev.device, dev.uuid), 0.0))
+            out.append(
+                Reading("accel_device_down_reason_info", (dev.device, dev.uuid, reason), 1.0)
+            )
+        return out
+
+    async def poll(self) -> Sequence[Reading]:
+        """One poll: wait for the worker if it is starting, ask it, check the answer."""
+        deadline = time.monotonic() + self.timeout * CALL_SHARE
+        try:
+            inventory = await self.runner.ready(timeout=max(0.0, deadline - time.monotonic()))
+            if inventory is not self._inventory_raw:
+                self._vendor, self._devices = parse_inventory(inventory)
+                self._inventory_raw = inventory
+                self._slow = []
+                self._next_slow = 0.0
+            slow = time.monotonic() >= self._next_slow
+            reply = await self.runner.call(
+                "poll",
+                {
+                    "slow": slow,
+                    "processes": self.device_config.processes,
+                    "events": self.device_config.events,
+                },
+                timeout=max(0.05, deadline - time.monotonic()),
+            )
+            readings = self._check_reply(reply, slow)
+        except ShapeError as exc:
+            await self.runner.invalidate("protocol_error", str(exc))
+            raise SourceError(
+                "protocol_error", str(exc), self._all_down("protocol_error")
+            ) from None
+        except WorkerError as exc:
+            raise type(exc)(exc.reason, exc.detail, self._all_down(exc.reason)) from None
+        if slow:
+            self._next_slow = time.monotonic() + self.device_config.slow_interval
+        return readings
+
+    def _check_reply(self, reply: Any, slow: bool) -> list[Reading]:
+        if not isinstance(reply, dict):
+            raise ShapeError("poll reply is not an object")
+        devices = reply.get("devices")
+        if not isinstance(devices, list):
+            raise ShapeError("poll reply has no devices list")
+        if len(devices) != len(self._devices):
+            raise ShapeError(
+                f"asked about {len(self._devices)} devices, the worker answered for {len(devices)}"
+            )
+        known = {dev.uuid: dev for dev in self._devices}
+        out = self._identity()
+        seen: set[str] = set()
+        down: set[tuple[str, ...]] = set()
+        for i, item in enumerate(devices):
+            if not isinstance(item, dict) or not isinstance(item.get("uuid"), str):
+                raise ShapeError(f"devices[{i}] needs a uuid")
+            dev = known.get(item["uuid"])
+            if dev is None or dev.uuid in seen:
+                raise ShapeError(f"devices[{i}] uuid {item['uuid']!r} is not in the inventory")
+            seen.add(dev.uuid)
+            up = item.get("up") is True
+            out.append(Reading("accel_device_up", (dev.device, dev.uuid), 1.0 if up else 0.0))
+            if not up:
+                reason = str(item.get("reason") or "error")
+                out.append(
+                    Reading("accel_device_down_reason_info", (dev.device, dev.uuid, reason), 1.0)
+                )
+            if not up:
+                down.add((dev.device, dev.uuid))
+        out.extend(parse_readings(reply.get("readings", []), "readings"))
+        if slow:
+            self._slow = parse_readings(reply.get("slow_readings", []), "slow_readings")
+        # Slow fields read before a device went down must not outlive it.
+        out.extend(r for r in self._slow if r.labels[:2] not in down)
+        return out

@@ -1,0 +1,275 @@
+"""The snapshot store: the latest snapshot of every source, swapped atomically.
+
+Sources write (from the event loop), outputs read (from HTTP threads and the
+OTel export thread). Writers hold the lock only to swap a reference and update
+a few counters; readers hold it only to copy references. Nothing holds it
+across I/O. A snapshot older than its ``stale_after`` is left out of views, so
+its series disappear instead of lying.
+"""
+
+from __future__ import annotations
+
+import platform
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from exporter import __version__
+from exporter.catalog import CATALOG, Kind
+from exporter.catalog.exporter_self import POLL_DURATION_BUCKETS
+from exporter.model import HistogramValue, Reading, Snapshot, is_number
+
+
+class HistogramAccumulator:
+    """Counts observations into fixed buckets; :meth:`value` gives the cumulative form."""
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self._counts = [0] * (len(self.bounds) + 1)
+        self._sum = 0.0
+
+    def observe(self, value: float) -> None:
+        """Add one observation."""
+        for i, bound in enumerate(self.bounds):
+            if value <= bound:
+                self._counts[i] += 1
+                break
+        else:
+            self._counts[-1] += 1
+        self._sum += value
+
+    def value(self) -> HistogramValue:
+        """Cumulative counts, as exposition formats want them."""
+        running = 0
+        cumulative = []
+        for count in self._counts:
+            running += count
+            cumulative.append(running)
+        return HistogramValue(self.bounds, tuple(cumulative), self._sum)
+
+
+@dataclass
+class SourceRecord:
+    """Everything the store knows about one source (mutated only under the store lock)."""
+
+    name: str
+    snapshot: Snapshot | None = None
+    last_success: float | None = None
+    errors: dict[str, int] = field(default_factory=dict)
+    durations: HistogramAccumulator = field(
+        default_factory=lambda: HistogramAccumulator(POLL_DURATION_BUCKETS)
+    )
+    polls: int = 0
+    restarts: int = 0
+    unavailable: str | None = None
+
+    def copy(self) -> SourceRecordView:
+        """An immutable copy for readers."""
+        return SourceRecordView(
+            name=self.name,
+            snapshot=self.snapshot,
+            last_success=self.last_success,
+            errors=tuple(sorted(self.errors.items())),
+            durations=self.durations.value(),
+            polls=self.polls,
+            restarts=self.restarts,
+            unavailable=self.unavailable,
+        )
+
+
+@dataclass(frozen=True)
+class SourceRecordView:
+    """Read-only copy of a :class:`SourceRecord`."""
+
+    name: str
+    snapshot: Snapshot | None
+    last_success: float | None
+    errors: tuple[tuple[str, int], ...]
+    durations: HistogramValue
+    polls: int
+    restarts: int
+    unavailable: str | None
+
+    def fresh(self, now_mono: float) -> bool:
+        """True when there is a snapshot younger than its stale_after."""
+        snap = self.snapshot
+        return snap is not None and now_mono - snap.completed_mono <= snap.stale_after
+
+    def down_reason(self, now_mono: float) -> str:
+        """Why the source is down, or empty when it is up (or has not polled yet)."""
+        snap = self.snapshot
+        if snap is None:
+            return ""
+        if not snap.outcome.ok:
+            return snap.outcome.reason or "error"
+        return "" if self.fresh(now_mono) else "stale"
+
+
+class View:
+    """What one render sees: fresh snapshots plus the daemon's own readings."""
+
+    def __init__(self, key: tuple[object, ...], readings: Iterable[Reading]) -> None:
+        self.key = key
+        grouped: dict[str, dict[tuple[str, ...], Reading]] = {}
+        for reading in readings:
+            # Later sources win on an exact duplicate series rather than emitting it twice.
+            grouped.setdefault(reading.metric, {})[reading.labels] = reading
+        self._by_metric = {name: list(series.values()) for name, series in grouped.items()}
+
+    def readings(self, metric: str) -> list[Reading]:
+        """Every reading of one family (empty when none)."""
+        return self._by_metric.get(metric, [])
+
+    def metrics(self) -> list[str]:
+        """Names of the families that have readings."""
+        return list(self._by_metric)
+
+
+class Store:
+    """Latest snapshot per source, staleness, and per-source poll statistics."""
+
+    def __init__(
+        self,
+        mono: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._mono = mono
+        self._wall = wall
+        self._lock = threading.Lock()
+        self._records: dict[str, SourceRecord] = {}
+        self._internal: dict[str, tuple[Reading, ...]] = {}
+        self._generation = 0
+        self._view: View | None = None
+
+    @property
+    def generation(self) -> int:
+        """Bumped on every change."""
+        return self._generation
+
+    def register(self, source: str) -> None:
+        """Make a source known before its first poll (it shows in /status)."""
+        with self._lock:
+            self._records.setdefault(source, SourceRecord(source))
+            self._generation += 1
+
+    def unregister(self, source: str) -> None:
+        """Forget a source (after a reload removed it)."""
+        with self._lock:
+            self._records.pop(source, None)
+            self._generation += 1
+
+    def names(self) -> list[str]:
+        """Registered sources, in registration order."""
+        with self._lock:
+            return list(self._records)
+
+    def put(self, snapshot: Snapshot, *, restarts: int | None = None) -> None:
+        """Swap in a source's newest snapshot and account for the poll."""
+        with self._lock:
+            record = self._records.setdefault(snapshot.source, SourceRecord(snapshot.source))
+            record.snapshot = snapshot
+            record.unavailable = None
+            record.polls += 1
+            record.durations.observe(snapshot.duration)
+            if snapshot.ok:
+                record.last_success = snapshot.completed_at
+            else:
+                reason = snapshot.outcome.reason or "error"
+                record.errors[reason] = record.errors.get(reason, 0) + 1
+            if restarts is not None:
+                record.restarts = restarts
+            self._generation += 1
+
+    def mark_unavailable(self, source: str, reason: str, *, restarts: int | None = None) -> None:
+        """Record that an ``enabled: auto`` source cannot run here; drops its data."""
+        with self._lock:
+            record = self._records.setdefault(source, SourceRecord(source))
+            record.snapshot = None
+            record.unavailable = reason
+            if restarts is not None:
+                record.restarts = restarts
+            self._generation += 1
+
+    def publish(self, name: str, readings: Sequence[Reading]) -> None:
+        """Set readings that belong to the daemon itself (no staleness, no source health)."""
+        with self._lock:
+            self._internal[name] = tuple(readings)
+            self._generation += 1
+
+    def records(self) -> list[SourceRecordView]:
+        """Copies of every source record, for /status and checks."""
+        with self._lock:
+            return [record.copy() for record in self._records.values()]
+
+    def view(self) -> View:
+        """The current view; rebuilt only when the data or the set of fresh sources changed."""
+        now = self._mono()
+        with self._lock:
+            records = [record.copy() for record in self._records.values()]
+            internal = list(self._internal.values())
+            generation = self._generation
+            cached = self._view
+        key = (generation, tuple(r.fresh(now) for r in records))
+        if cached is not None and cached.key == key:
+            return cached
+        readings: list[Reading] = list(_self_readings(records, now))
+        for items in internal:
+            readings.extend(items)
+        for record in records:
+            if record.snapshot is not None and record.fresh(now):
+                readings.extend(record.snapshot.readings)
+        view = View(key, readings)
+        with self._lock:
+            self._view = view
+        return view
+
+
+def _self_readings(records: Sequence[SourceRecordView], now: float) -> Iterable[Reading]:
+    yield Reading("accel_exporter_build_info", (__version__, platform.python_version()), 1.0)
+    for record in records:
+        name = (record.name,)
+        yield Reading("accel_exporter_worker_restarts_total", name, float(record.restarts))
+        for reason, count in record.errors:
+            yield Reading("accel_exporter_source_errors_total", (record.name, reason), float(count))
+        if record.unavailable is not None:
+            yield Reading(
+                "accel_exporter_source_unavailable_info", (record.name, record.unavailable), 1.0
+            )
+            continue
+        if record.snapshot is None:
+            continue
+        reason = record.down_reason(now)
+        yield Reading("accel_exporter_source_up", name, 0.0 if reason else 1.0)
+        if reason:
+            yield Reading("accel_exporter_source_down_reason_info", (record.name, reason), 1.0)
+        yield Reading("accel_exporter_source_poll_duration_seconds", name, record.durations)
+        if record.last_success is not None:
+            yield Reading(
+                "accel_exporter_source_last_success_timestamp_seconds", name, record.last_success
+            )
+
+
+def validate(readings: Iterable[Reading]) -> tuple[list[Reading], list[str]]:
+    """Split readings into those that match the catalog and descriptions of the rest."""
+    good: list[Reading] = []
+    bad: list[str] = []
+    for reading in readings:
+        row = CATALOG.get(reading.metric)
+        if row is None:
+            bad.append(f"{reading.metric}: not in the catalog")
+        elif len(reading.labels) != len(row.labels):
+            bad.append(
+                f"{reading.metric}: {len(reading.labels)} label values for {len(row.labels)} labels"
+            )
+        elif (row.kind is Kind.HISTOGRAM) != isinstance(reading.value, HistogramValue):
+            bad.append(f"{reading.metric}: value does not match kind {row.kind.value}")
+        elif not all(isinstance(v, str) for v in reading.labels):
+            bad.append(f"{reading.metric}: label values must be strings")
+        elif not isinstance(reading.value, HistogramValue) and not is_number(reading.value):
+            bad.append(
+                f"{reading.metric}{list(reading.labels)}: value {reading.value!r} is not finite"
+            )
+        else:
+            good.append(reading)
+    return good, bad

@@ -1,0 +1,1 @@
+"""Worker processes for blocking vendor libraries: wire protocol, child loop, parent runner."""
