@@ -271,7 +271,16 @@ def _convert(value: Any, tp: Any, path: Path, problems: _Problems) -> Any:
 
 def _parse_text_collection(text: str, kind: type, path: Path, problems: _Problems) -> Any:
     stripped = text.strip()
-    if kind is list and not stripped.startswith("["):
+    if kind is list:
+        # A YAML flow list ("[a, b]") or a comma-separated one ("a, b"); an item like
+        # "[::1]:28028" also starts with "[", so fall back to commas when YAML disagrees.
+        if stripped.startswith("[") and stripped.endswith("]"):
+            try:
+                parsed = yaml.safe_load(stripped)
+            except yaml.YAMLError:
+                parsed = None
+            if isinstance(parsed, list):
+                return parsed
         return [part.strip() for part in stripped.split(",") if part.strip()]
     try:
         value = yaml.safe_load(stripped) if stripped else kind()
