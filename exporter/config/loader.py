@@ -116,6 +116,26 @@ def describe_type(tp: Any) -> str:
     return name + (" or null" if optional else "")
 
 
+def _annotation(tp: Any) -> str:
+    inner, _ = _unwrap_optional(tp)
+    origin = get_origin(inner)
+    if origin is dict:
+        return _annotation(get_args(inner)[1])
+    if origin is typing.Annotated:
+        return str(get_args(inner)[1])
+    return ""
+
+
+def is_duration(tp: Any) -> bool:
+    """True for :data:`~exporter.config.schema.Duration` fields (optional or not)."""
+    return _annotation(tp) == "duration"
+
+
+def is_secret(tp: Any) -> bool:
+    """True for fields holding secrets (or mappings of them)."""
+    return _annotation(tp) == "secret"
+
+
 def format_default(value: Any, tp: Any) -> str:
     """Render a default the way a user would write it in YAML."""
     inner, _ = _unwrap_optional(tp)
@@ -311,6 +331,12 @@ def _convert_dataclass(value: Any, cls: type, path: Path, problems: _Problems) -
             bad = True
         else:
             kwargs[key] = converted
+    # Sections left out still go through conversion, so their derived defaults
+    # (timeouts, stale_after) are filled in exactly as for sections written out.
+    for f in dataclasses.fields(cls):
+        inner, optional = _unwrap_optional(hints[f.name])
+        if f.name not in value and not optional and _is_dataclass_type(inner):
+            kwargs[f.name] = _convert({}, inner, (*path, f.name), problems)
     # Cross-field checks still run on the keys that did convert, so that one
     # mistake does not hide another; failed keys keep their defaults here.
     failed = {str(k) for k in value if str(k) not in kwargs}
