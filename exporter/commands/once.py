@@ -17,14 +17,27 @@ from exporter.store import Store
 
 
 async def poll_all(sources: list[Source]) -> list[tuple[Snapshot, bool]]:
-    """Start, poll once and close every source; (snapshot, unavailable) per source."""
+    """Start, poll once and close every source; (snapshot, unavailable) per source.
+
+    Sources are polled in order into a scratch store, so an enricher polled after
+    the device sources sees their data as it would in the daemon.
+    """
     results = []
+    store = Store()
+    for source in sources:
+        store.register(source.name)
+        source.attach(store)
     try:
         for source in sources:
             await source.start()
         for source in sources:
             await source.wait_ready(getattr(source.config, "bootstrap_timeout", source.timeout))
-            results.append(await poll_once(source))
+            snapshot, unavailable = await poll_once(source)
+            if unavailable:
+                store.mark_unavailable(source.name, snapshot.outcome.detail)
+            else:
+                store.put(snapshot)
+            results.append((snapshot, unavailable))
     finally:
         for source in sources:
             try:
