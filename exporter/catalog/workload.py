@@ -1,7 +1,72 @@
-"""Workload attribution (Kubernetes, Slurm) and CUDA checkpoint families."""
+"""Workload attribution (Kubernetes, Slurm) and CUDA checkpoint families.
+
+Attribution is exported as join metrics (``*_info`` of value 1) rather than as
+labels on every device series, so a busy node's pod churn does not multiply the
+device series; PromQL joins them on ``uuid`` (and ``pid``).
+"""
 
 from __future__ import annotations
 
-from exporter.catalog.spec import MetricSpec
+from exporter.catalog.device import ID
+from exporter.catalog.spec import Kind, MetricSpec
 
-ROWS: tuple[MetricSpec, ...] = ()
+WORKLOAD_LABELS = ("namespace", "pod", "container")
+PROCESS_WORKLOAD_LABELS = (
+    *ID,
+    "pid",
+    *WORKLOAD_LABELS,
+    "pod_uid",
+    "container_id",
+    "job_id",
+    "user",
+)
+
+# The states of cuCheckpointProcessGetState, in CUprocessState order.
+CHECKPOINT_STATES = (
+    "running",
+    "locked",
+    "checkpointed",
+    "failed",
+    "checkpointing",
+    "restoring",
+)
+
+ROWS = (
+    MetricSpec(
+        "accel_device_workload_info",
+        Kind.INFO,
+        "A Kubernetes container the kubelet assigned this device to; always 1. Join on uuid.",
+        (*ID, *WORKLOAD_LABELS),
+    ),
+    MetricSpec(
+        "accel_process_workload_info",
+        Kind.INFO,
+        "The workload a process on a device belongs to (pod from its cgroup, Slurm job from its"
+        " cgroup or environment); labels not known are empty; always 1.",
+        PROCESS_WORKLOAD_LABELS,
+    ),
+    MetricSpec(
+        "accel_device_job_info",
+        Kind.INFO,
+        "A Slurm job running on this device; always 1. Join on uuid.",
+        (*ID, "job_id", "user", "partition"),
+    ),
+    MetricSpec(
+        "accel_workload_attribution_errors_total",
+        Kind.COUNTER,
+        "Attribution lookups that failed, by reason; the affected labels are left out.",
+        ("reason",),
+    ),
+    MetricSpec(
+        "accel_process_checkpoint_state",
+        Kind.GAUGE,
+        "CUDA checkpoint state of a GPU process, one-hot: 1 for the current state, else 0.",
+        ("uuid", "pid", "state"),
+    ),
+    MetricSpec(
+        "accel_process_checkpoint_query_errors_total",
+        Kind.COUNTER,
+        "CUDA checkpoint state queries that failed, by reason (not_permitted, ...).",
+        ("reason",),
+    ),
+)

@@ -20,14 +20,27 @@ def _host(config: Config) -> Source:
     return HostSource("host", config.sources.host)
 
 
+def _workload(config: Config) -> Source:
+    from exporter.sources.workload import WorkloadSource
+
+    return WorkloadSource("workload", config.enrich)
+
+
 FACTORIES: dict[str, Factory] = {
     "host": _host,
+    # Enrichers come last: they read what the sources above reported.
+    "workload": _workload,
+}
+
+# Sources whose section is not sources.<name>.
+SECTIONS: dict[str, Callable[[Config], SourceConfig]] = {
+    "workload": lambda config: config.enrich,
 }
 
 
 def section(config: Config, name: str) -> SourceConfig:
     """The config section of a source."""
-    value = getattr(config.sources, name)
+    value = SECTIONS[name](config) if name in SECTIONS else getattr(config.sources, name)
     assert isinstance(value, SourceConfig)
     return value
 

@@ -1,0 +1,144 @@
+"""Attribution through the real daemon: device data in the store, fake kubelet, fake /proc."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.kubelet import FakeContainer, FakeKubelet, FakePod
+from tests.helpers.daemon import value
+from tests.helpers.fakeproc import CID, POD_UID, FakeProc, k8s_v2_systemd, slurm_v2
+
+G0, G1 = "GPU-00000000-1111-2222-3333-444444444444", "GPU-55555555-6666-7777-8888-999999999999"
+
+
+@pytest.fixture
+def sock_dir():
+    # Unix socket paths are limited to 107 bytes; pytest's tmp_path can be longer.
+    with tempfile.TemporaryDirectory(prefix="k8s-") as name:
+        yield Path(name)
+
+
+def test_attribution_on_metrics(daemon_factory, tmp_path, sock_dir):
+    proc = FakeProc(tmp_path / "proc")
+    proc.add(100, cgroup=k8s_v2_systemd())
+    proc.add(
+        200,
+        cgroup=slurm_v2("31337"),
+        environ={"SLURM_JOB_USER": "alice", "SLURM_JOB_PARTITION": "a100"},
+    )
+    devices = tmp_path / "devices.json"
+    devices.write_text(
+        json.dumps(
+            {
+                "devices": [["0", G0, "00000000:17:00.0"], ["1", G1, "00000000:2A:00.0"]],
+                "processes": [["0", G0, 100], ["1", G1, 200], ["1", G1, 999]],
+            }
+        )
+    )
+    with FakeKubelet(str(sock_dir / "kubelet.sock")) as kubelet:
+        kubelet.pods = [
+            FakePod("ml", "train-0", [FakeContainer("trainer", {"nvidia.com/gpu": [G0]})]),
+            FakePod("ml", "idle", [FakeContainer("c", {"nvidia.com/gpu": ["nvidia1"]})]),
+        ]
+        d = daemon_factory(
+            {
+                "enrich": {
+                    "interval": "500ms",
+                    "proc_path": str(tmp_path / "proc"),
+                    "k8s": {"socket": kubelet.socket_path, "interval": "1s"},
+                }
+            },
+            extra_sources="tests.helpers.devices:build",
+            env={"ACCEL_TEST_DEVICES": str(devices)},
+        )
+        d.wait_metric(
+            "accel_process_workload_info",
+            1,
+            device="0",
+            uuid=G0,
+            pid="100",
+            namespace="ml",
+            pod="train-0",
+            container="trainer",
+            pod_uid=POD_UID,
+            container_id=f"containerd://{CID}",
+            job_id="",
+            user="",
+        )
+        text = d.metrics()
+        assert (
+            value(
+                text,
+                "accel_device_workload_info",
+                device="0",
+                uuid=G0,
+                namespace="ml",
+                pod="train-0",
+                container="trainer",
+            )
+            == 1
+        )
+        assert (
+            value(
+                text,
+                "accel_device_workload_info",
+                device="1",
+                uuid=G1,
+                namespace="ml",
+                pod="idle",
+                container="c",
+            )
+            == 1
+        )
+        assert (
+            value(
+                text,
+                "accel_device_job_info",
+                device="1",
+                uuid=G1,
+                job_id="31337",
+                user="alice",
+                partition="a100",
+            )
+            == 1
+        )
+        assert value(text, "accel_workload_attribution_errors_total", reason="pid_exited") >= 1
+        assert value(text, "accel_exporter_source_up", source="workload") == 1
+        status = d.status()["sources"]["workload"]
+        assert status["k8s"] == "ok" and status["k8s_assignments"] == 2
+
+        # The kubelet goes away (its socket with it): once a kubelet answered, that is a
+        # failure even with enabled: auto; the last answer is kept for a while.
+        kubelet.stop()
+        d.wait_metric(
+            "accel_exporter_source_down_reason_info",
+            1,
+            source="workload",
+            reason="kubelet_socket_missing",
+            timeout=30,
+        )
+        text = d.metrics()
+        assert (
+            value(
+                text,
+                "accel_device_job_info",
+                device="1",
+                uuid=G1,
+                job_id="31337",
+                user="alice",
+                partition="a100",
+            )
+            == 1
+        )
+        promtool = shutil.which("promtool")
+        assert promtool, "promtool is required (apt-get install prometheus)"
+        check = subprocess.run(
+            [promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=30
+        )
+        assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
