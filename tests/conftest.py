@@ -9,6 +9,9 @@ from typing import Any
 import pytest
 
 from tests.helpers.daemon import Daemon
+from tests.helpers.native import compile_shared
+
+FAKES = Path(__file__).resolve().parent / "fakes"
 
 
 @pytest.fixture
@@ -24,3 +27,11 @@ def daemon_factory(tmp_path: Path) -> Iterator[Any]:
     yield make
     for d in started:
         d.__exit__()
+
+
+@pytest.fixture(scope="session")
+def fake_libcuda_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding the fake ``libcuda.so.1`` (point LD_LIBRARY_PATH at it)."""
+    out = tmp_path_factory.mktemp("fake-cuda")
+    compile_shared(FAKES / "cuda" / "fake_cuda.c", "libcuda.so.1", out)
+    return out

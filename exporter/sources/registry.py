@@ -20,6 +20,12 @@ def _host(config: Config) -> Source:
     return HostSource("host", config.sources.host)
 
 
+def _cuda_checkpoint(config: Config) -> Source:
+    from exporter.sources.checkpoint import CheckpointSource
+
+    return CheckpointSource("cuda_checkpoint", config.sources.cuda_checkpoint)
+
+
 def _workload(config: Config) -> Source:
     from exporter.sources.workload import WorkloadSource
 
@@ -29,6 +35,7 @@ def _workload(config: Config) -> Source:
 FACTORIES: dict[str, Factory] = {
     "host": _host,
     # Enrichers come last: they read what the sources above reported.
+    "cuda_checkpoint": _cuda_checkpoint,
     "workload": _workload,
 }
 
