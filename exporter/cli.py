@@ -31,6 +31,13 @@ SubcommandRun = Callable[[argparse.Namespace, Callable[[], Any]], int]
 EXTRA_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], SubcommandRun]] = {}
 
 
+def _builtin_extras() -> None:
+    """The subcommands that live in their own packages: health checks."""
+    from exporter.checks.command import COMMAND as check
+
+    EXTRA_COMMANDS.setdefault("check", check)
+
+
 def _config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config.file",
@@ -55,6 +62,7 @@ def _config_flags(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser, subcommands included."""
+    _builtin_extras()
     common = argparse.ArgumentParser(add_help=False)
     _config_flags(common)
     parser = argparse.ArgumentParser(
