@@ -32,10 +32,12 @@ EXTRA_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], 
 
 
 def _builtin_extras() -> None:
-    """The subcommands that live in their own packages: health checks."""
+    """The subcommands that live in their own packages: health checks, run recording."""
     from exporter.checks.command import COMMAND as check
+    from exporter.record.command import COMMAND as record
 
     EXTRA_COMMANDS.setdefault("check", check)
+    EXTRA_COMMANDS.setdefault("record", record)
 
 
 def _config_flags(parser: argparse.ArgumentParser) -> None:
@@ -67,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     _config_flags(common)
     parser = argparse.ArgumentParser(
         prog="accel-exporter",
+        # Abbreviations would make a subcommand's --out ambiguous with --outputs.*.
+        allow_abbrev=False,
         description="Accelerator and NCCL/RCCL job-health exporter (Prometheus and OTLP).",
         parents=[common],
     )
