@@ -7,6 +7,8 @@ device series; PromQL joins them on ``uuid`` (and ``pid``).
 
 from __future__ import annotations
 
+import dataclasses
+
 from exporter.catalog.device import ID
 from exporter.catalog.spec import Kind, MetricSpec
 
@@ -70,3 +72,24 @@ ROWS = (
         ("reason",),
     ),
 )
+
+
+def stampable(spec: MetricSpec) -> bool:
+    """Whether workload labels may be stamped onto this family (opt-in, Prometheus only).
+
+    Device series only: identity labels first, not an info family, not per
+    process (those join on pid), and no label of the same name already.
+    """
+    return (
+        spec.labels[: len(ID)] == ID
+        and spec.kind is not Kind.INFO
+        and "pid" not in spec.labels
+        and not set(WORKLOAD_LABELS) & set(spec.labels)
+    )
+
+
+def stamped(spec: MetricSpec, labels: tuple[str, ...]) -> MetricSpec:
+    """The row with ``labels`` (a subset of WORKLOAD_LABELS) appended."""
+    if not stampable(spec) or not set(labels) <= set(WORKLOAD_LABELS):
+        raise ValueError(f"{spec.name} cannot carry {labels}")
+    return dataclasses.replace(spec, labels=(*spec.labels, *labels))

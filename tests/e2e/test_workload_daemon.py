@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.fakes.kubelet import FakeContainer, FakeKubelet, FakePod
 from tests.helpers.daemon import value
@@ -142,3 +144,53 @@ def test_attribution_on_metrics(daemon_factory, tmp_path, sock_dir):
             [promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=30
         )
         assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
+
+
+def test_stamping_device_series_is_opt_in_and_reloadable(daemon_factory, tmp_path, sock_dir):
+    devices = tmp_path / "devices.json"
+    devices.write_text(
+        json.dumps(
+            {
+                "devices": [["0", G0, "00000000:17:00.0"], ["1", G1, "00000000:2A:00.0"]],
+                "utilization": [["0", G0, 0.75], ["1", G1, 0.5]],
+            }
+        )
+    )
+    with FakeKubelet(str(sock_dir / "kubelet.sock")) as kubelet:
+        kubelet.pods = [FakePod("ml", "train-0", [FakeContainer("t", {"nvidia.com/gpu": [G0]})])]
+        config = {
+            "enrich": {
+                "interval": "300ms",
+                "proc_path": str(tmp_path),
+                "k8s": {
+                    "socket": kubelet.socket_path,
+                    "stamp_device_series": True,
+                    "pod_label_allowlist": ["namespace", "pod"],
+                },
+            }
+        }
+        d = daemon_factory(
+            config,
+            extra_sources="tests.helpers.devices:build",
+            env={"ACCEL_TEST_DEVICES": str(devices)},
+        )
+        d.wait_metric(
+            "accel_utilization_ratio", 0.75, device="0", uuid=G0, namespace="ml", pod="train-0"
+        )
+        text = d.metrics()
+        assert (
+            value(text, "accel_utilization_ratio", device="1", uuid=G1, namespace="", pod="") == 0.5
+        )
+        check = subprocess.run(
+            [shutil.which("promtool") or "promtool", "check", "metrics"],
+            input=text.encode(),
+            capture_output=True,
+            timeout=30,
+        )
+        assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
+
+        # Turned off by a reload: the plain series come back.
+        config["enrich"]["k8s"]["stamp_device_series"] = False
+        d.config_file.write_text(yaml.safe_dump(config))
+        d.signal(signal.SIGHUP)
+        d.wait_metric("accel_utilization_ratio", 0.75, device="0", uuid=G0)

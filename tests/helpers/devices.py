@@ -26,9 +26,14 @@ def process(device: str, uuid: str, pid: int, used: float = 1e9) -> Reading:
 
 
 def readings(spec: dict[str, Any]) -> list[Reading]:
-    """``{"devices": [[device, uuid, pci], ...], "processes": [[device, uuid, pid], ...]}``."""
+    """``{"devices": [[device, uuid, pci], ...], "processes": [[device, uuid, pid], ...],
+    "utilization": [[device, uuid, ratio], ...]}``."""
     out = [info(*d) for d in spec.get("devices", [])]
     out += [process(d, u, int(p)) for d, u, p in spec.get("processes", [])]
+    out += [
+        Reading("accel_utilization_ratio", (d, u), float(v))
+        for d, u, v in spec.get("utilization", [])
+    ]
     return out
 
 
