@@ -226,24 +226,16 @@ def _convert(value: Any, tp: Any, path: Path, problems: _Problems) -> Any:
         return INVALID
 
     if origin is list:
-        if isinstance(value, str):
-            value = _parse_text_collection(value, list, path, problems)
-            if value is INVALID:
-                return INVALID
-        if not isinstance(value, list):
-            problems.add(path, f"must be a list, not {type(value).__name__}")
+        value = _collection(value, list, path, problems)
+        if value is INVALID:
             return INVALID
         (item_tp,) = get_args(tp)
         items = [_convert(v, item_tp, (*path, str(i)), problems) for i, v in enumerate(value)]
         return INVALID if any(i is INVALID for i in items) else items
 
     if origin is dict:
-        if isinstance(value, str):
-            value = _parse_text_collection(value, dict, path, problems)
-            if value is INVALID:
-                return INVALID
-        if not isinstance(value, dict):
-            problems.add(path, f"must be a mapping, not {type(value).__name__}")
+        value = _collection(value, dict, path, problems)
+        if value is INVALID:
             return INVALID
         _, val_tp = get_args(tp)
         out_map = {}
@@ -287,6 +279,19 @@ def _convert(value: Any, tp: Any, path: Path, problems: _Problems) -> Any:
         problems.add(path, f"must be a string, not {type(value).__name__} {value!r} (quote it)")
         return INVALID
     raise TypeError(f"config schema uses unsupported type {tp!r} at {'.'.join(path)}")
+
+
+def _collection(value: Any, kind: type, path: Path, problems: _Problems) -> Any:
+    """A list or dict from YAML, or parsed from env/flag text; INVALID otherwise."""
+    if isinstance(value, str):
+        value = _parse_text_collection(value, kind, path, problems)
+        if value is INVALID:
+            return INVALID
+    if not isinstance(value, kind):
+        noun = "a list" if kind is list else "a mapping"
+        problems.add(path, f"must be {noun}, not {type(value).__name__}")
+        return INVALID
+    return value
 
 
 def _parse_text_collection(text: str, kind: type, path: Path, problems: _Problems) -> Any:
