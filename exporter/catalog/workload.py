@@ -41,6 +41,13 @@ ROWS = (
         (*ID, *WORKLOAD_LABELS),
     ),
     MetricSpec(
+        "accel_mig_workload_info",
+        Kind.INFO,
+        "A Kubernetes container the kubelet assigned this MIG device to; always 1."
+        " Join on uuid and gpu_instance with the accel_mig_* series.",
+        (*ID, "gpu_instance", "compute_instance", *WORKLOAD_LABELS),
+    ),
+    MetricSpec(
         "accel_process_workload_info",
         Kind.INFO,
         "The workload a process on a device belongs to (pod from its cgroup, Slurm job from its"

@@ -75,19 +75,29 @@ class Result:
 
 
 def device_workloads(
-    index: DeviceIndex, assignments: Sequence[Assignment], errors: Counter[str]
+    index: DeviceIndex, assignments: Sequence[Assignment], result: Result
 ) -> dict[str, set[Container]]:
-    """UUID -> the containers holding that device (unmatched IDs are counted)."""
+    """UUID -> the containers holding that device (or a MIG device of it).
+
+    MIG assignments also add accel_mig_workload_info rows; unmatched IDs are counted.
+    """
     out: dict[str, set[Container]] = {}
     unknown: set[str] = set()
+    migs: set[tuple[str, ...]] = set()
     for item in assignments:
         dev = index.resolve(item.device_id)
         if dev is None:
             unknown.add(item.device_id)
             continue
-        out.setdefault(dev.uuid, set()).add((item.namespace, item.pod, item.container))
+        owner = (item.namespace, item.pod, item.container)
+        out.setdefault(dev.uuid, set()).add(owner)
+        mig = index.mig(item.device_id)
+        if mig is not None:
+            migs.add((dev.device, dev.uuid, mig.gpu_instance, mig.compute_instance, *owner))
+    for labels in sorted(migs):
+        result.readings.append(Reading("accel_mig_workload_info", labels, 1.0))
     if unknown:
-        errors["unknown_device"] += len(unknown)
+        result.errors["unknown_device"] += len(unknown)
     return out
 
 
@@ -161,7 +171,7 @@ def attribute(inputs: Inputs, memory: PodMemory) -> Result:
 
     held: dict[str, set[Container]] = {}
     if inputs.k8s and inputs.assignments is not None:
-        held = device_workloads(index, inputs.assignments, errors)
+        held = device_workloads(index, inputs.assignments, result)
         for dev in index.devices:
             for namespace, pod, container in sorted(held.get(dev.uuid, ())):
                 result.readings.append(

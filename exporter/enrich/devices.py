@@ -37,6 +37,16 @@ class DeviceRef:
     pci_bus_id: str = ""
 
 
+@dataclass(frozen=True)
+class MigRef:
+    """A MIG device: its own UUID, its parent GPU's UUID, and its instance IDs."""
+
+    mig_uuid: str
+    parent_uuid: str
+    gpu_instance: str
+    compute_instance: str
+
+
 def normalise_pci(bus_id: str) -> str | None:
     """``0000:17:00.0`` and ``00000000:17:00.0`` -> ``0000:17:00.0``; None if not a bus ID."""
     match = _PCI.match(bus_id.strip())
@@ -53,7 +63,7 @@ class DeviceIndex:
         self,
         devices: Iterable[DeviceRef],
         processes: Iterable[tuple[str, int]] = (),
-        mig_parents: Iterable[tuple[str, str]] = (),
+        migs: Iterable[MigRef] = (),
     ) -> None:
         self.devices = sorted(set(devices), key=lambda d: (d.vendor, _index_key(d.device), d.uuid))
         self._by_uuid = {d.uuid.lower(): d for d in self.devices}
@@ -69,10 +79,12 @@ class DeviceIndex:
                 self._by_index[dev.device] = DeviceRef("", "")
             else:
                 self._by_index[dev.device] = dev
-        for mig_uuid, parent in mig_parents:
-            found = self._by_uuid.get(parent.lower())
+        self._migs: dict[str, MigRef] = {}
+        for mig in migs:
+            found = self._by_uuid.get(mig.parent_uuid.lower())
             if found is not None:
-                self._by_uuid[mig_uuid.lower()] = found
+                self._by_uuid[mig.mig_uuid.lower()] = found
+                self._migs[mig.mig_uuid.lower()] = mig
         pids: dict[str, set[int]] = {}
         for uuid, pid in processes:
             if uuid.lower() in self._by_uuid:
@@ -81,9 +93,17 @@ class DeviceIndex:
 
     @classmethod
     def from_readings(
-        cls, info: Iterable[Reading], processes: Iterable[Reading] = ()
+        cls,
+        info: Iterable[Reading],
+        processes: Iterable[Reading] = (),
+        migs: Iterable[Reading] = (),
     ) -> DeviceIndex:
-        """Build from ``accel_device_info`` and ``accel_process_memory_bytes`` readings."""
+        """Build from the device sources' readings.
+
+        ``info``: accel_device_info; ``processes``: accel_process_memory_bytes;
+        ``migs``: accel_mig_device_info (device, uuid, gpu_instance,
+        compute_instance, mig_uuid).
+        """
         devices = []
         for reading in info:
             labels = reading.labels
@@ -101,7 +121,12 @@ class DeviceIndex:
         for reading in processes:
             if len(reading.labels) >= 3 and reading.labels[2].isdigit():
                 pairs.append((reading.labels[1], int(reading.labels[2])))
-        return cls(devices, pairs)
+        mig_refs = [
+            MigRef(r.labels[4], r.labels[1], r.labels[2], r.labels[3])
+            for r in migs
+            if len(r.labels) == 5 and r.labels[4]
+        ]
+        return cls(devices, pairs, mig_refs)
 
     def resolve(self, device_id: str) -> DeviceRef | None:
         """The device a device plugin's ID names, or None."""
@@ -122,6 +147,10 @@ class DeviceIndex:
             dev = self._by_index.get(index)
             return dev if dev is not None and dev.uuid else None
         return None
+
+    def mig(self, device_id: str) -> MigRef | None:
+        """The MIG device a device plugin's ID names (MIG UUID form only), or None."""
+        return self._migs.get(device_id.strip().split("::", 1)[0].lower())
 
     def by_uuid(self, uuid: str) -> DeviceRef | None:
         """The device with this UUID (or the parent of this MIG UUID)."""

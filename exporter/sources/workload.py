@@ -137,6 +137,7 @@ class WorkloadSource(Source):
         index = DeviceIndex.from_readings(
             view.readings("accel_device_info") if view is not None else (),
             view.readings("accel_process_memory_bytes") if view is not None else (),
+            view.readings("accel_mig_device_info") if view is not None else (),
         )
         kubelet_problem, kubelet_detail = await self._refresh_kubelet()
         pids = sorted({pid for found in index.processes.values() for pid in found})

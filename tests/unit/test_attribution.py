@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from exporter.enrich.attribution import Inputs, PodMemory, attribute
 from exporter.enrich.cgroup import CgroupIdentity
-from exporter.enrich.devices import DeviceIndex, DeviceRef
+from exporter.enrich.devices import DeviceIndex, DeviceRef, MigRef
 from exporter.enrich.errors import AttributionError
 from exporter.enrich.pod_resources import Assignment
 from exporter.enrich.procfs import ProcessFacts
@@ -184,3 +184,24 @@ def test_switches():
     no_slurm = attribute(Inputs(index, facts, assignments, slurm=False), PodMemory())
     assert rows(no_slurm, "accel_device_job_info") == []
     assert process_rows(no_slurm)["1"] == ("ns", "a", "main", UID_A, "c", "", "")
+
+
+def test_mig_assignments():
+    index = DeviceIndex(
+        [G0],
+        [(G0.uuid, 1), (G0.uuid, 2)],
+        [MigRef("MIG-a", G0.uuid, "1", "0"), MigRef("MIG-b", G0.uuid, "2", "0")],
+    )
+    assignments = [
+        Assignment("ns", "p1", "c", "nvidia.com/mig-1g.10gb", "MIG-a"),
+        Assignment("ns", "p2", "c", "nvidia.com/mig-1g.10gb", "MIG-b"),
+    ]
+    result = attribute(Inputs(index, {}, assignments), PodMemory())
+    assert rows(result, "accel_mig_workload_info") == [
+        ("0", G0.uuid, "1", "0", "ns", "p1", "c"),
+        ("0", G0.uuid, "2", "0", "ns", "p2", "c"),
+    ]
+    assert rows(result, "accel_device_workload_info") == [
+        ("0", G0.uuid, "ns", "p1", "c"),
+        ("0", G0.uuid, "ns", "p2", "c"),
+    ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.catalog.device import INFO_LABELS
-from exporter.enrich.devices import DeviceIndex, DeviceRef, normalise_pci
+from exporter.enrich.devices import DeviceIndex, DeviceRef, MigRef, normalise_pci
 from exporter.model import Reading
 
 GPU0 = DeviceRef("0", "GPU-aaaaaaaa-0000-0000-0000-000000000000", "nvidia", "00000000:17:00.0")
@@ -17,7 +17,7 @@ def index():
     return DeviceIndex(
         [GPU0, GPU1],
         processes=[(GPU0.uuid, 10), (GPU0.uuid, 11), (GPU1.uuid.upper(), 12), ("GPU-unknown", 13)],
-        mig_parents=[("MIG-11111111-2222-3333-4444-555555555555", GPU1.uuid)],
+        migs=[MigRef("MIG-11111111-2222-3333-4444-555555555555", GPU1.uuid, "1", "0")],
     )
 
 
@@ -83,3 +83,25 @@ def test_from_readings():
 )
 def test_normalise_pci(raw, expected):
     assert normalise_pci(raw) == expected
+
+
+def test_mig_lookup(index):
+    mig = index.mig("MIG-11111111-2222-3333-4444-555555555555::1")
+    assert mig == MigRef("MIG-11111111-2222-3333-4444-555555555555", GPU1.uuid, "1", "0")
+    assert index.mig(GPU1.uuid) is None
+
+
+def test_migs_from_readings():
+    info = dict.fromkeys(INFO_LABELS, "")
+    info.update(vendor="nvidia", device="1", uuid=GPU1.uuid)
+    index = DeviceIndex.from_readings(
+        [Reading("accel_device_info", tuple(info[k] for k in INFO_LABELS), 1.0)],
+        migs=[
+            Reading("accel_mig_device_info", ("1", GPU1.uuid, "2", "0", "MIG-abc"), 1.0),
+            Reading("accel_mig_device_info", ("1", GPU1.uuid, "3", "0", ""), 1.0),
+            Reading("accel_mig_device_info", ("9", "GPU-unknown", "1", "0", "MIG-zzz"), 1.0),
+        ],
+    )
+    assert index.resolve("MIG-abc").uuid == GPU1.uuid
+    assert index.mig("MIG-abc").gpu_instance == "2"
+    assert index.resolve("MIG-zzz") is None
