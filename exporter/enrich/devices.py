@@ -25,6 +25,9 @@ _PCI = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.
 _NODE_NAME = re.compile(r"^nvidia(\d+)$")
 _INDEX = re.compile(r"^(\d+)(?::\d+)?$")
 _INFO_AT = {name: i for i, name in enumerate(INFO_LABELS)}
+# Per-process families (labels device, uuid, pid) a device source may report; a
+# process appears in any of them (memory can be "not available" for some).
+PROCESS_FAMILIES = ("accel_process_memory_bytes", "accel_process_sm_utilization_ratio")
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,8 @@ class Recorder:
         self.tail = PhaseTail(str(self.out / PHASE_FILE))
         self._counters: dict[tuple[str, tuple[str, ...]], float] = {}
         self._failing: set[str] = set()
+        # Sources that delivered a good sample: their later new counters are events.
+        self._sampled: set[str] = set()
         self._down: set[str] = set()
 
     # -- sampling ----------------------------------------------------------
@@ -113,7 +115,8 @@ class Recorder:
                     self.run_log.write("event", when, event="device_up", uuid=reading.labels[1])
             elif reading.metric in EVENT_COUNTERS and isinstance(reading.value, float):
                 key = (reading.metric, reading.labels)
-                before = self._counters.get(key)
+                # A series that appears after the source's first sample counted from zero.
+                before = self._counters.get(key, 0.0 if name in self._sampled else None)
                 self._counters[key] = reading.value
                 if before is not None and reading.value > before:
                     self.run_log.write(
@@ -124,6 +127,8 @@ class Recorder:
                         kind=reading.labels[2],
                         count=reading.value - before,
                     )
+        if snapshot.ok:
+            self._sampled.add(name)
 
     def _sample(self, snapshots: list[Snapshot]) -> None:
         assert self.run_log is not None and self.stats is not None

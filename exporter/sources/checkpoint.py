@@ -20,6 +20,7 @@ from typing import Any
 
 from exporter.catalog.workload import CHECKPOINT_STATES
 from exporter.config.schema import CudaCheckpointSourceConfig
+from exporter.enrich.devices import PROCESS_FAMILIES
 from exporter.errors import SourceUnavailable, WorkerError
 from exporter.model import Reading
 from exporter.sources.base import Source, StoreReader
@@ -90,7 +91,8 @@ class CheckpointSource(Source):
         out: dict[int, set[str]] = {}
         if self._store is None:
             return out
-        for reading in self._store.view().readings("accel_process_memory_bytes"):
+        view = self._store.view()
+        for reading in (r for name in PROCESS_FAMILIES for r in view.readings(name)):
             _, uuid, pid = reading.labels[:3]
             if pid.isdigit():
                 out.setdefault(int(pid), set()).add(uuid)

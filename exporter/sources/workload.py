@@ -23,7 +23,7 @@ from exporter import log
 from exporter.config.schema import EnrichConfig
 from exporter.enrich.attribution import Inputs, PodMemory, attribute
 from exporter.enrich.cgroup import CgroupIdentity
-from exporter.enrich.devices import DeviceIndex
+from exporter.enrich.devices import PROCESS_FAMILIES, DeviceIndex
 from exporter.enrich.errors import AttributionError
 from exporter.enrich.pod_resources import Assignment, list_assignments, resource_filter
 from exporter.enrich.procfs import ProcessFacts, ProcReader
@@ -58,7 +58,7 @@ class WorkloadSource(Source):
         # Once a kubelet answered, its socket vanishing is a restart, not "no Kubernetes".
         self._kubelet_seen = False
         self._k8s_state = "pending" if config.k8s.enabled is not False else "disabled"
-        self._counts: dict[str, int] = {}
+        self._counts: dict[str, Any] = {}
 
     def attach(self, store: StoreReader) -> None:
         """Keep the store to read the device sources' data from."""
@@ -136,7 +136,7 @@ class WorkloadSource(Source):
         view = self._store.view() if self._store is not None else None
         index = DeviceIndex.from_readings(
             view.readings("accel_device_info") if view is not None else (),
-            view.readings("accel_process_memory_bytes") if view is not None else (),
+            [r for name in PROCESS_FAMILIES for r in view.readings(name)] if view else (),
             view.readings("accel_mig_device_info") if view is not None else (),
         )
         kubelet_problem, kubelet_detail = await self._refresh_kubelet()
@@ -167,6 +167,14 @@ class WorkloadSource(Source):
             "processes_seen": len(pids),
             "pods_learned": len(self._memory.pods),
         }
+        counted = 0.0
+        for reading in view.readings("accel_processes") if view is not None else ():
+            counted += reading.value if isinstance(reading.value, float) else 0.0
+        if counted and not pids:
+            self._counts["hint"] = (
+                f"the device sources count {counted:g} GPU processes but list none: set"
+                " sources.<nvml|amdsmi>.processes: true for per-process and Slurm attribution"
+            )
         readings = list(result.readings)
         readings.extend(
             Reading("accel_workload_attribution_errors_total", (reason,), float(count))

@@ -143,3 +143,13 @@ def test_slow_kubelet_keeps_the_last_answer(setup):
 def test_without_device_data_nothing_is_exported(tmp_path):
     source = make(Store(), str(tmp_path / "absent.sock"), str(tmp_path))
     assert asyncio.run(source.poll()) == []
+
+
+def test_hint_when_processes_are_counted_but_not_listed(tmp_path):
+    from exporter.model import Reading
+
+    store = Store()
+    store.put(snapshot("nvml", [info("0", G0), Reading("accel_processes", ("0", G0), 2.0)]))
+    source = make(store, str(tmp_path / "absent.sock"), str(tmp_path))
+    asyncio.run(source.poll())
+    assert "processes: true" in source.status()["hint"]
