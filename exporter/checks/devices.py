@@ -8,7 +8,7 @@ work the same for NVIDIA and AMD wherever the family exists.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from exporter.checks.nagios import Perf, Result, Status, worst
@@ -79,6 +79,44 @@ def _missing(what: str, missing_ok: bool) -> Result:
     return Result(Status.UNKNOWN, f"no {what} reported (not supported, or no data)")
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What a per-device check concludes about one device."""
+
+    status: Status
+    perf: list[Perf]
+    note: str = ""
+
+
+def _per_device(
+    samples: Samples,
+    judge: Callable[[Device], Verdict | None],
+    what: str,
+    calm: str,
+    missing_ok: bool,
+    head: Callable[[list[Verdict]], str] = lambda verdicts: f"{len(verdicts)} GPUs",
+) -> Result:
+    """Judge every device that reports the quantity; UNKNOWN (or OK) when none does.
+
+    The text is ``head`` plus the notes of the devices that are not OK, or ``calm``.
+    """
+    verdicts = [v for v in (judge(dev) for dev in devices(samples)) if v is not None]
+    if not verdicts:
+        return _missing(what, missing_ok)
+    notes = [v.note for v in verdicts if v.note]
+    text = head(verdicts) + ("; " + ", ".join(notes) if notes else f", {calm}")
+    perf = [item for v in verdicts for item in v.perf]
+    return Result(worst([v.status for v in verdicts]), text, perf)
+
+
+def _level(value: float, warn: float | None, crit: float | None) -> Status:
+    if crit is not None and value >= crit:
+        return Status.CRITICAL
+    if warn is not None and value >= warn:
+        return Status.WARNING
+    return Status.OK
+
+
 def gpu_count(samples: Samples, expected: int, vendor: str = "") -> Result:
     """CRITICAL when fewer than ``expected`` devices are present or up; WARNING when more."""
     found = devices(samples, vendor)
@@ -115,28 +153,25 @@ def gpu_count(samples: Samples, expected: int, vendor: str = "") -> Result:
 def temperature(
     samples: Samples, warn: float, crit: float, sensor: str = "gpu", missing_ok: bool = False
 ) -> Result:
-    """The hottest device's ``sensor`` against the thresholds (>= warn, >= crit)."""
+    """Each device's ``sensor`` against the thresholds (at or above warn, crit)."""
     readings = _by_uuid(samples.get("accel_temperature_celsius", sensor=sensor))
-    statuses, perf, hot = [], [], []
-    for dev in devices(samples):
+
+    def judge(dev: Device) -> Verdict | None:
         values = readings.get(dev.uuid)
         if not values:
-            continue
+            return None
         value = max(v for _, v in values)
-        status = (
-            Status.CRITICAL if value >= crit else Status.WARNING if value >= warn else Status.OK
-        )
-        statuses.append(status)
-        if status is not Status.OK:
-            hot.append(f"{dev.label} {value:g}C")
-        perf.append(Perf(f"{dev.label}_{sensor}", value, warn=f"{warn:g}", crit=f"{crit:g}"))
-    if not perf:
-        return _missing(f"{sensor} temperature", missing_ok)
-    hottest = max(p.value for p in perf)
-    text = f"hottest {sensor} sensor {hottest:g}C over {len(perf)} GPUs"
-    if hot:
-        text += "; at or above threshold: " + ", ".join(hot)
-    return Result(worst(statuses), text, perf)
+        status = _level(value, warn, crit)
+        note = f"{dev.label} {value:g}C" if status is not Status.OK else ""
+        perf = Perf(f"{dev.label}_{sensor}", value, warn=f"{warn:g}", crit=f"{crit:g}")
+        return Verdict(status, [perf], note)
+
+    def head(verdicts: list[Verdict]) -> str:
+        hottest = max(p.value for v in verdicts for p in v.perf)
+        return f"hottest {sensor} sensor {hottest:g}C over {len(verdicts)} GPUs"
+
+    what = f"{sensor} temperature"
+    return _per_device(samples, judge, what, "none at a threshold", missing_ok, head)
 
 
 def ecc(
@@ -156,11 +191,11 @@ def ecc(
         for labels, value in samples.get("accel_ecc_errors_total")
         if labels.get("counter", "") in (counter, "")
     )
-    statuses, perf, notes = [], [], []
-    for dev in devices(samples):
+
+    def judge(dev: Device) -> Verdict | None:
         values = per_device.get(dev.uuid)
         if not values:
-            continue
+            return None
         sums = {"uncorrected": 0.0, "corrected": 0.0, "deferred": 0.0}
         for labels, value in values:
             kind = labels.get("type", "")
@@ -169,28 +204,29 @@ def ecc(
             )
             if key in sums:
                 sums[key] += value
-        status = Status.OK
+        perf = [
+            Perf(f"{dev.label}_uncorrected", sums["uncorrected"], crit=f"{crit_uncorrected:g}"),
+            Perf(
+                f"{dev.label}_corrected",
+                sums["corrected"],
+                warn="" if warn_corrected is None else f"{warn_corrected:g}",
+            ),
+        ]
         if sums["uncorrected"] >= crit_uncorrected:
-            status = Status.CRITICAL
-            notes.append(f"{dev.label} {sums['uncorrected']:g} uncorrectable")
-        elif sums["deferred"] > 0 or (
-            warn_corrected is not None and sums["corrected"] >= warn_corrected
+            note = f"{dev.label} {sums['uncorrected']:g} uncorrectable"
+            return Verdict(Status.CRITICAL, perf, note)
+        if (
+            sums["deferred"] > 0
+            or _level(sums["corrected"], warn_corrected, None) is Status.WARNING
         ):
-            status = Status.WARNING
-            notes.append(
-                f"{dev.label} {sums['corrected']:g} correctable, {sums['deferred']:g} deferred"
-            )
-        statuses.append(status)
-        perf.append(
-            Perf(f"{dev.label}_uncorrected", sums["uncorrected"], crit=f"{crit_uncorrected:g}")
-        )
-        warn = "" if warn_corrected is None else f"{warn_corrected:g}"
-        perf.append(Perf(f"{dev.label}_corrected", sums["corrected"], warn=warn))
-    if not perf:
-        return _missing("ECC counters", missing_ok)
-    text = f"{len(perf) // 2} GPUs, {counter} counters"
-    text += "; " + ", ".join(notes) if notes else ", no uncorrectable errors"
-    return Result(worst(statuses), text, perf)
+            note = f"{dev.label} {sums['corrected']:g} correctable, {sums['deferred']:g} deferred"
+            return Verdict(Status.WARNING, perf, note)
+        return Verdict(Status.OK, perf)
+
+    def head(verdicts: list[Verdict]) -> str:
+        return f"{len(verdicts)} GPUs, {counter} counters"
+
+    return _per_device(samples, judge, "ECC counters", "no uncorrectable errors", missing_ok, head)
 
 
 def _flags(samples: Samples, name: str) -> dict[str, float]:
@@ -202,25 +238,22 @@ def row_remap(samples: Samples, missing_ok: bool = False) -> Result:
     failure = _flags(samples, "accel_remapped_rows_failure")
     pending = _flags(samples, "accel_remapped_rows_pending")
     rows = _by_uuid(samples.get("accel_remapped_rows"))
-    statuses, perf, notes = [], [], []
-    for dev in devices(samples):
+
+    def judge(dev: Device) -> Verdict | None:
         if dev.uuid not in failure and dev.uuid not in pending and dev.uuid not in rows:
-            continue
+            return None
+        perf = [
+            Perf(f"{dev.label}_{labels.get('type', '')}", value, minimum=0)
+            for labels, value in sorted(rows.get(dev.uuid, []), key=lambda x: x[0].get("type", ""))
+        ]
         if failure.get(dev.uuid, 0) >= 1:
-            statuses.append(Status.CRITICAL)
-            notes.append(f"{dev.label} remapping failed")
-        elif pending.get(dev.uuid, 0) >= 1:
-            statuses.append(Status.WARNING)
-            notes.append(f"{dev.label} remapping pending a GPU reset")
-        else:
-            statuses.append(Status.OK)
-        for labels, value in sorted(rows.get(dev.uuid, []), key=lambda x: x[0].get("type", "")):
-            perf.append(Perf(f"{dev.label}_{labels.get('type', '')}", value, minimum=0))
-    if not statuses:
-        return _missing("row remapping data", missing_ok)
-    text = f"{len(statuses)} GPUs"
-    text += "; " + ", ".join(notes) if notes else ", no pending or failed remappings"
-    return Result(worst(statuses), text, perf)
+            return Verdict(Status.CRITICAL, perf, f"{dev.label} remapping failed")
+        if pending.get(dev.uuid, 0) >= 1:
+            return Verdict(Status.WARNING, perf, f"{dev.label} remapping pending a GPU reset")
+        return Verdict(Status.OK, perf)
+
+    calm = "no pending or failed remappings"
+    return _per_device(samples, judge, "row remapping data", calm, missing_ok)
 
 
 def retired_pages(
@@ -229,28 +262,21 @@ def retired_pages(
     """Retired pages per GPU (a board can retire 64) against thresholds; pending warns."""
     pages = _by_uuid(samples.get("accel_retired_pages"))
     pending = _flags(samples, "accel_retired_pages_pending")
-    statuses, perf, notes = [], [], []
-    for dev in devices(samples):
+
+    def judge(dev: Device) -> Verdict | None:
         if dev.uuid not in pages and dev.uuid not in pending:
-            continue
+            return None
         total = sum(v for _, v in pages.get(dev.uuid, []))
-        status = (
-            Status.CRITICAL if total >= crit else Status.WARNING if total >= warn else Status.OK
-        )
-        if status is not Status.OK:
-            notes.append(f"{dev.label} {total:g} pages retired")
+        status = _level(total, warn, crit)
+        notes = [f"{dev.label} {total:g} pages retired"] if status is not Status.OK else []
         if pending.get(dev.uuid, 0) >= 1:
             status = worst([status, Status.WARNING])
             notes.append(f"{dev.label} retirement pending a reboot")
-        statuses.append(status)
-        perf.append(
-            Perf(f"{dev.label}_retired", total, warn=f"{warn:g}", crit=f"{crit:g}", minimum=0)
-        )
-    if not statuses:
-        return _missing("retired page data", missing_ok)
-    text = f"{len(statuses)} GPUs"
-    text += "; " + ", ".join(notes) if notes else ", no pages near the retirement limit"
-    return Result(worst(statuses), text, perf)
+        perf = Perf(f"{dev.label}_retired", total, warn=f"{warn:g}", crit=f"{crit:g}", minimum=0)
+        return Verdict(status, [perf], ", ".join(notes))
+
+    calm = "no pages near the retirement limit"
+    return _per_device(samples, judge, "retired page data", calm, missing_ok)
 
 
 def xid(

@@ -23,8 +23,8 @@ from exporter.config.schema import CudaCheckpointSourceConfig
 from exporter.enrich.devices import PROCESS_FAMILIES
 from exporter.errors import SourceUnavailable, WorkerError
 from exporter.model import Reading
-from exporter.sources.base import Source, StoreReader
-from exporter.workers.runner import WorkerRunner
+from exporter.sources.base import StoreReader
+from exporter.sources.worker import WorkerSource
 
 BACKEND = "exporter.backends.cuda_checkpoint:CudaCheckpointBackend"
 # Share of the poll deadline given to the worker call, so the runner's own
@@ -32,7 +32,7 @@ BACKEND = "exporter.backends.cuda_checkpoint:CudaCheckpointBackend"
 CALL_SHARE = 0.85
 
 
-class CheckpointSource(Source):
+class CheckpointSource(WorkerSource):
     """Polls the checkpoint-state worker for every candidate process."""
 
     def __init__(
@@ -41,15 +41,15 @@ class CheckpointSource(Source):
         config: CudaCheckpointSourceConfig,
         env: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(name, config)
-        self.checkpoint = config
-        self.runner = WorkerRunner(
+        super().__init__(
             name,
+            config,
             BACKEND,
             {"proc_path": config.proc_path},
             bootstrap_timeout=config.bootstrap_timeout,
             env=env,
         )
+        self.checkpoint = config
         self._store: StoreReader | None = None
         # pid -> the devices it was last seen on; kept while the driver knows the pid.
         self._devices: dict[int, tuple[str, ...]] = {}
@@ -57,31 +57,14 @@ class CheckpointSource(Source):
         self._errors: Counter[str] = Counter()
         self._queried = 0
 
-    @property
-    def restarts(self) -> int:
-        """Worker restarts so far."""
-        return self.runner.state.restarts
-
     def attach(self, store: StoreReader) -> None:
         """Keep the store to read the GPU processes from."""
         self._store = store
 
-    async def start(self) -> None:
-        """Start the worker supervisor."""
-        await self.runner.start()
-
-    async def wait_ready(self, timeout: float) -> None:
-        """Wait for the first bootstrap to end."""
-        await self.runner.settled(timeout)
-
-    async def close(self) -> None:
-        """Stop and reap the worker."""
-        await self.runner.stop()
-
     def status(self) -> dict[str, Any]:
         """Worker state, driver version, candidates and restore thread IDs."""
         return {
-            **self.runner.status(),
+            **super().status(),
             "driver_version": self.runner.state.inventory.get("driver_version"),
             "candidates_queried": self._queried,
             "restore_thread_ids": {str(pid): tid for pid, tid in self._restore_tids.items()},

@@ -17,6 +17,7 @@ from tests.helpers.daemon import value
 from tests.helpers.fakeproc import CID, POD_UID, FakeProc, k8s_v2_systemd, slurm_v2
 
 G0, G1 = "GPU-00000000-1111-2222-3333-444444444444", "GPU-55555555-6666-7777-8888-999999999999"
+JOB = {"device": "1", "uuid": G1, "job_id": "31337", "user": "alice", "partition": "a100"}
 
 
 @pytest.fixture
@@ -98,18 +99,7 @@ def test_attribution_on_metrics(daemon_factory, tmp_path, sock_dir):
             )
             == 1
         )
-        assert (
-            value(
-                text,
-                "accel_device_job_info",
-                device="1",
-                uuid=G1,
-                job_id="31337",
-                user="alice",
-                partition="a100",
-            )
-            == 1
-        )
+        assert value(text, "accel_device_job_info", **JOB) == 1
         assert value(text, "accel_workload_attribution_errors_total", reason="pid_exited") >= 1
         assert value(text, "accel_exporter_source_up", source="workload") == 1
         status = d.status()["sources"]["workload"]
@@ -126,18 +116,7 @@ def test_attribution_on_metrics(daemon_factory, tmp_path, sock_dir):
             timeout=30,
         )
         text = d.metrics()
-        assert (
-            value(
-                text,
-                "accel_device_job_info",
-                device="1",
-                uuid=G1,
-                job_id="31337",
-                user="alice",
-                partition="a100",
-            )
-            == 1
-        )
+        assert value(text, "accel_device_job_info", **JOB) == 1
         promtool = shutil.which("promtool")
         assert promtool, "promtool is required (apt-get install prometheus)"
         check = subprocess.run(

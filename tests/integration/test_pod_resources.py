@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import tempfile
@@ -14,6 +13,7 @@ import pytest
 from exporter.enrich.errors import AttributionError
 from exporter.enrich.pod_resources import Assignment, list_assignments, resource_filter
 from tests.fakes.kubelet import FakeContainer, FakeKubelet, FakePod
+from tests.helpers.privileges import NOBODY, run_as
 
 WANTED = resource_filter(["nvidia.com/gpu", "amd.com/gpu"], [r"^nvidia\.com/mig-.*$"])
 MiB = 1024 * 1024
@@ -105,30 +105,16 @@ def test_large_replies(kubelet):
 
 
 def connect_as_nobody(path: str) -> str:
-    """The client's failure reason when run by an unprivileged user (forked child)."""
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
+    """The client's failure reason when an unprivileged user runs it."""
+
+    def connect() -> str:
         try:
-            os.close(rfd)
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-            try:
-                list_assignments(path, 2.0, 64 * MiB, WANTED)
-                reason = "ok"
-            except AttributionError as exc:
-                reason = exc.reason
-            os.write(wfd, json.dumps(reason).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(wfd)
-    with os.fdopen(rfd, "rb") as fh:
-        data = fh.read()
-    os.waitpid(pid, 0)
-    return str(json.loads(data))
+            list_assignments(path, 2.0, 64 * MiB, WANTED)
+        except AttributionError as exc:
+            return exc.reason
+        return "ok"
+
+    return str(run_as(NOBODY, connect))
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another user")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 from exporter.enrich.errors import AttributionError
 from exporter.enrich.procfs import ProcReader, parse_environ, user_name
 from tests.helpers.fakeproc import POD_UID, FakeProc, k8s_v2_systemd, slurm_v2
+from tests.helpers.privileges import NOBODY, run_as
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -95,39 +95,19 @@ def test_user_name():
     assert user_name(None) == ""
 
 
-NOBODY = 65534
+def read_as_nobody(root: Path) -> dict[str, dict[str, str]]:
+    def read() -> dict[str, dict[str, str]]:
+        reader = ProcReader(str(root))
+        out: dict[str, dict[str, str]] = {}
+        for p in (40, 41):
+            try:
+                f = reader.facts(p, always)
+                out[str(p)] = {"job": f.cgroup.job_id, "env_error": f.env_error}
+            except AttributionError as exc:
+                out[str(p)] = {"error": exc.reason}
+        return out
 
-
-def read_as(uid: int, root: Path) -> dict[str, dict[str, str]]:
-    """Run ProcReader in a forked child that dropped to ``uid`` (the interpreter
-    lives under /root, so a fresh process as another user could not even start)."""
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never return into pytest
-        code = 1
-        try:
-            os.close(rfd)
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            reader = ProcReader(str(root))
-            out: dict[str, dict[str, str]] = {}
-            for p in (40, 41):
-                try:
-                    f = reader.facts(p, always)
-                    out[str(p)] = {"job": f.cgroup.job_id, "env_error": f.env_error}
-                except AttributionError as exc:
-                    out[str(p)] = {"error": exc.reason}
-            os.write(wfd, json.dumps(out).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(wfd)
-    with os.fdopen(rfd, "rb") as fh:
-        data = fh.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    return dict(json.loads(data))
+    return dict(run_as(NOBODY, read))
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another user")
@@ -150,6 +130,6 @@ def check_permissions(root: Path) -> None:
             os.chmod(d / name, 0o644)
         os.chmod(d / "environ", 0o600)  # as the kernel does for other users' environ
     os.chmod(root / "proc" / "41" / "cgroup", 0o600)
-    out = read_as(NOBODY, root / "proc")
+    out = read_as_nobody(root / "proc")
     assert out["40"] == {"job": "40", "env_error": "permission_denied"}
     assert out["41"] == {"error": "permission_denied"}
