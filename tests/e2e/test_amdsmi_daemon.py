@@ -94,7 +94,7 @@ def _python_children(d: Daemon) -> list[int]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"exporter.workers.child" in cmd:
+        if b"exporter.workers" in cmd:
             out.append(pid)
     return out
 
