@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typing
+from pathlib import Path
 
 import pytest
 
@@ -10,7 +11,8 @@ from exporter.backends import amdsmi_events, amdsmi_fields
 from exporter.backends.amdsmi_fields import U16_MAX, U32_MAX, U64_MAX, number, pcie_generation
 from exporter.catalog import amd
 from exporter.catalog.device import ID
-from exporter.config import schema
+from exporter.config import load_config, schema
+from exporter.errors import ConfigError
 
 
 @pytest.mark.parametrize(
@@ -61,3 +63,16 @@ def test_amd_rows_carry_identity_plus_at_most_one_dimension() -> None:
         assert row.name.startswith("accel_amd_")
         assert row.labels[:2] == ID
         assert len(row.labels) <= 3, row.name
+
+
+def test_event_types_config_names_the_key_of_a_bad_value(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("sources:\n  amdsmi:\n    event_types: [vmfault, page_fault_start]\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(str(cfg), env={})
+    assert "sources.amdsmi.event_types" in str(info.value)
+    assert "page_fault_start" in str(info.value)
+    good = load_config(
+        None, env={"ACCEL_EXPORTER_SOURCES__AMDSMI__EVENT_TYPES": "[gpu_post_reset]"}
+    )
+    assert good.sources.amdsmi.event_types == ["gpu_post_reset"]
