@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.fakes.amdsmi import expected, state
 from tests.fakes.amdsmi.build import env_for
 from tests.fakes.amdsmi.state import FakeAmdSmi
 from tests.helpers.daemon import REPO, Daemon, samples, value
+from tests.helpers.promtool import check_metrics
 
 CONFIG = {
     "sources": {
@@ -58,14 +56,7 @@ def test_eight_gpu_node_exact_values_and_valid_exposition(
         assert value(got, "accel_temperature_celsius", sensor="edge", **me) is None
         assert value(got, "accel_amd_mm_activity_ratio", **me) is None
     assert value(got, "accel_exporter_source_up", source="amdsmi") == 1
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.fail("promtool is required (apt-get install prometheus)")
-    result = subprocess.run(
-        [promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=30
-    )
-    assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
-    assert result.stdout.decode().strip() == "" and result.stderr.decode().strip() == ""
+    check_metrics(text)
 
 
 def test_lost_gpu_is_down_with_reason_and_the_rest_unaffected(
