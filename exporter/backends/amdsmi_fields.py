@@ -151,9 +151,10 @@ class DeviceReader:
             if status not in UNSUPPORTED:
                 self.failures.append(Failure(name, status))
             return None
-        except (api.AmdSmiException, ValueError, TypeError, KeyError, IndexError) as exc:
+        except Exception as exc:
             # The wrapper parses strings and structs (int(serial, 16), enum
-            # lookups): a malformed answer loses that field only.
+            # lookups, ctypes conversions): whatever it raises on a malformed
+            # answer or a version mismatch loses that field only.
             self.failures.append(Failure(name, "bad_value", f"{type(exc).__name__}: {exc}"))
             return None
         self.successes += 1
