@@ -28,9 +28,9 @@ from exporter.backends.amdsmi_fields import (
     status_name,
 )
 from exporter.backends.base import BackendError, BackendUnavailable
+from exporter.config.schema import AMD_DEFAULT_EVENTS
 
 SOURCE = "amdsmi"
-DEFAULT_EVENTS = ("vmfault", "thermal_throttle", "gpu_pre_reset", "gpu_post_reset")
 # amdsmi_init statuses that mean "no usable AMD GPU driver here" rather than a fault.
 NO_DRIVER = frozenset({"driver_not_loaded", "no_drv", "file_not_found", "directory_not_found"})
 
@@ -106,6 +106,28 @@ class AmdSmiBackend:
                 ) from None
             raise BackendError("init_failed", f"amdsmi_init failed: {status}") from None
         try:
+            self._enumerate()
+        except BackendError:
+            with contextlib.suppress(api.AmdSmiException):
+                api.amdsmi_shut_down()
+            raise
+        if self.config.get("events", True):
+            self.events = EventWatcher(
+                api,
+                [Watched(g.handle, g.device, g.uuid) for g in self.gpus],
+                self.config.get("event_types") or AMD_DEFAULT_EVENTS,
+                SOURCE,
+            )
+            self.events.start()
+        self._log.info("amdsmi ready", devices=len(self.gpus), version=self._lib_version())
+        return {
+            "vendor": "amd",
+            "devices": [{"device": g.device, "uuid": g.uuid, "info": g.info} for g in self.gpus],
+        }
+
+    def _enumerate(self) -> None:
+        api = self.api
+        try:
             handles = api.amdsmi_get_processor_handles()
         except api.AmdSmiLibraryException as exc:
             status = status_name(self._names, int(exc.get_error_code()))
@@ -116,19 +138,6 @@ class AmdSmiBackend:
         self._dedupe_uuids()
         if not self.gpus:
             raise BackendUnavailable("no_devices", "amdsmi found no AMD GPU")
-        if self.config.get("events", True):
-            self.events = EventWatcher(
-                api,
-                [Watched(g.handle, g.device, g.uuid) for g in self.gpus],
-                self.config.get("event_types") or DEFAULT_EVENTS,
-                SOURCE,
-            )
-            self.events.start()
-        self._log.info("amdsmi ready", devices=len(self.gpus), version=self._lib_version())
-        return {
-            "vendor": "amd",
-            "devices": [{"device": g.device, "uuid": g.uuid, "info": g.info} for g in self.gpus],
-        }
 
     def _lib_version(self) -> str:
         try:

@@ -187,13 +187,20 @@ AmdEvent = Literal[
 ]
 
 
+# The notifications that say something about health; the others can fire very often.
+AMD_DEFAULT_EVENTS: tuple[AmdEvent, ...] = (
+    "vmfault",
+    "thermal_throttle",
+    "gpu_pre_reset",
+    "gpu_post_reset",
+)
+
+
 @dataclass(frozen=True)
 class AmdSmiSourceConfig(DeviceSourceConfig):
     """AMD GPUs through amdsmi; ``event_types`` picks the event notifications counted."""
 
-    event_types: list[AmdEvent] = field(
-        default_factory=lambda: ["vmfault", "thermal_throttle", "gpu_pre_reset", "gpu_post_reset"]
-    )
+    event_types: list[AmdEvent] = field(default_factory=lambda: list(AMD_DEFAULT_EVENTS))
 
 
 @dataclass(frozen=True)
