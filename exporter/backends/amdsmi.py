@@ -57,11 +57,19 @@ def load_amdsmi() -> Any:
         raise BackendUnavailable(
             "library_missing", f"the amdsmi Python package is not installed ({exc})"
         ) from None
-    except (KeyError, OSError, AttributeError) as exc:
+    except (KeyError, OSError) as exc:
         raise BackendUnavailable(
             "library_missing",
             "amdsmi cannot load libamd_smi.so (install amd-smi-lib, or set ROCM_PATH): "
             f"{type(exc).__name__}: {exc}",
+        ) from None
+    except AttributeError as exc:
+        # The wrapper binds every C function at import: a missing one means the
+        # pip package is newer than the installed library.
+        raise BackendUnavailable(
+            "library_mismatch",
+            "libamd_smi.so lacks a function the amdsmi package binds; install the amdsmi "
+            f"package of the ROCm release on this node: {exc}",
         ) from None
 
 

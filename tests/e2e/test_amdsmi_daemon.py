@@ -16,6 +16,8 @@ from tests.fakes.amdsmi.state import FakeAmdSmi
 from tests.helpers.daemon import REPO, Daemon, samples, value
 from tests.helpers.promtool import check_metrics
 
+FAKES = REPO / "tests" / "fakes" / "amdsmi"
+
 CONFIG = {
     "sources": {
         "host": {"enabled": False},
@@ -173,3 +175,18 @@ def test_probe_with_the_library_but_no_driver(amdsmi_root: Path) -> None:
     probe = cli("probe", env=env_for(amdsmi_root, {}))  # no FAKE_AMDSMI_STATE: no amdgpu
     line = next(x for x in probe.stdout.splitlines() if x.startswith("amdsmi"))
     assert line.split()[1:3] == ["auto", "unavailable"] and "driver_not_loaded" in line
+
+
+def test_probe_with_a_library_older_than_the_package(tmp_path: Path) -> None:
+    # A libamd_smi.so without one of the functions the wrapper binds at import.
+    stubs = tmp_path / "stubs.c"
+    subprocess.run([sys.executable, str(FAKES / "gen_stubs.py"), str(stubs)], check=True)
+    lines = [x for x in stubs.read_text().splitlines() if " amdsmi_get_gpu_activity(" not in x]
+    stubs.write_text("\n".join(lines) + "\n")
+    (tmp_path / "old" / "lib").mkdir(parents=True)
+    lib = tmp_path / "old" / "lib" / "libamd_smi.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(stubs)], check=True)
+    probe = cli("probe", env=env_for(tmp_path / "old", {}))
+    line = next(x for x in probe.stdout.splitlines() if x.startswith("amdsmi"))
+    assert line.split()[1:3] == ["auto", "unavailable"]
+    assert "amdsmi_get_gpu_activity" in line and "ROCm release" in line
