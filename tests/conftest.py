@@ -13,6 +13,8 @@ from tests.helpers.native import compile_shared
 
 FAKES = Path(__file__).resolve().parent / "fakes"
 
+pytest_plugins = ["tests.fakes.amdsmi.fixtures"]
+
 
 @pytest.fixture
 def daemon_factory(tmp_path: Path) -> Iterator[Any]:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from exporter.config.schema import Config, SourceConfig
 from exporter.sources.base import Source
+from exporter.sources.device import DeviceSource
 from exporter.sources.host import HostSource
 
 Factory = Callable[[Config], Source]
@@ -18,6 +19,16 @@ Factory = Callable[[Config], Source]
 
 def _host(config: Config) -> Source:
     return HostSource("host", config.sources.host)
+
+
+def _amdsmi(config: Config) -> Source:
+    cfg = config.sources.amdsmi
+    return DeviceSource(
+        "amdsmi",
+        cfg,
+        "exporter.backends.amdsmi:AmdSmiBackend",
+        backend_config={"events": cfg.events, "event_types": list(cfg.event_types)},
+    )
 
 
 def _cuda_checkpoint(config: Config) -> Source:
@@ -34,6 +45,7 @@ def _workload(config: Config) -> Source:
 
 FACTORIES: dict[str, Factory] = {
     "host": _host,
+    "amdsmi": _amdsmi,
     # Enrichers come last: they read what the sources above reported.
     "cuda_checkpoint": _cuda_checkpoint,
     "workload": _workload,
