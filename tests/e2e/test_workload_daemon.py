@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import shutil
 import signal
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -15,6 +13,7 @@ import yaml
 from tests.fakes.kubelet import FakeContainer, FakeKubelet, FakePod
 from tests.helpers.daemon import value
 from tests.helpers.fakeproc import CID, POD_UID, FakeProc, k8s_v2_systemd, slurm_v2
+from tests.helpers.promtool import check_metrics
 
 G0, G1 = "GPU-00000000-1111-2222-3333-444444444444", "GPU-55555555-6666-7777-8888-999999999999"
 JOB = {"device": "1", "uuid": G1, "job_id": "31337", "user": "alice", "partition": "a100"}
@@ -117,12 +116,7 @@ def test_attribution_on_metrics(daemon_factory, tmp_path, sock_dir):
         )
         text = d.metrics()
         assert value(text, "accel_device_job_info", **JOB) == 1
-        promtool = shutil.which("promtool")
-        assert promtool, "promtool is required (apt-get install prometheus)"
-        check = subprocess.run(
-            [promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=30
-        )
-        assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
+        check_metrics(text)
 
 
 def test_stamping_device_series_is_opt_in_and_reloadable(daemon_factory, tmp_path, sock_dir):
@@ -160,13 +154,7 @@ def test_stamping_device_series_is_opt_in_and_reloadable(daemon_factory, tmp_pat
         assert (
             value(text, "accel_utilization_ratio", device="1", uuid=G1, namespace="", pod="") == 0.5
         )
-        check = subprocess.run(
-            [shutil.which("promtool") or "promtool", "check", "metrics"],
-            input=text.encode(),
-            capture_output=True,
-            timeout=30,
-        )
-        assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
+        check_metrics(text)
 
         # Turned off by a reload: the plain series come back.
         config["enrich"]["k8s"]["stamp_device_series"] = False
