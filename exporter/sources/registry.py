@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from exporter.config.schema import Config, SourceConfig
 from exporter.sources.base import Source
+from exporter.sources.ccl_ras import CclRasSource
 from exporter.sources.host import HostSource
 
 Factory = Callable[[Config], Source]
@@ -20,8 +21,13 @@ def _host(config: Config) -> Source:
     return HostSource("host", config.sources.host)
 
 
+def _ccl_ras(config: Config) -> Source:
+    return CclRasSource("ccl_ras", config.sources.ccl_ras)
+
+
 FACTORIES: dict[str, Factory] = {
     "host": _host,
+    "ccl_ras": _ccl_ras,
 }
 
 
