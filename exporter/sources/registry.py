@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from exporter.config.schema import Config, SourceConfig
 from exporter.sources.base import Source
+from exporter.sources.ccl_inspector import CclInspectorSource
 from exporter.sources.ccl_ras import CclRasSource
 from exporter.sources.host import HostSource
 
@@ -25,9 +26,14 @@ def _ccl_ras(config: Config) -> Source:
     return CclRasSource("ccl_ras", config.sources.ccl_ras)
 
 
+def _ccl_inspector(config: Config) -> Source:
+    return CclInspectorSource("ccl_inspector", config.sources.ccl_inspector)
+
+
 FACTORIES: dict[str, Factory] = {
     "host": _host,
     "ccl_ras": _ccl_ras,
+    "ccl_inspector": _ccl_inspector,
 }
 
 
