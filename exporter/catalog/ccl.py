@@ -131,7 +131,8 @@ RAS_ROWS = (
     MetricSpec(
         "accel_ccl_ras_query_duration_seconds",
         Kind.HISTOGRAM,
-        "Wall time of RAS queries from connect to the end of the report, failed ones included.",
+        "Wall time of RAS queries from connect to the end of the report, failed ones included "
+        "(refused connections are not queries).",
         _A,
         unit="seconds",
         buckets=QUERY_BUCKETS,
@@ -224,7 +225,7 @@ INSPECTOR_ROWS = (
         "accel_ccl_inspector_lines_total",
         Kind.COUNTER,
         "Inspector lines read, by outcome (used, not_kernel_gpu, zero_time, implausible, "
-        "malformed, other).",
+        "duplicate, malformed, other).",
         ("outcome",),
     ),
     MetricSpec(

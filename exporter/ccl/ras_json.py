@@ -7,9 +7,10 @@ derived here from the ranks so that both formats fill the same model.
 
 NCCL 2.28.7 and 2.28.9 omit the comma after ``"nvml_dev": N`` inside
 ``missing_ranks`` objects, so their document is invalid exactly when a rank is
-missing. :func:`repair_missing_commas` puts back a comma between a value that
-ends a line and a ``"key":`` that starts the next one; that never changes a
-valid pretty-printed document, and is tried only after a strict parse failed.
+missing. The repair puts the comma back - first exactly there, then, if the
+document is still invalid, between any value that ends a line and a
+``"key":`` that starts the next one. Neither changes a valid pretty-printed
+document, and both are tried only after a strict parse failed.
 """
 
 from __future__ import annotations
@@ -32,85 +33,127 @@ from exporter.ccl.ras_model import (
     is_error_result,
 )
 
-# A line ending in a JSON value (digit, closing quote, true/false/null) followed
-# by a line that starts a new key: the only place a comma can be missing.
+# The exact 2.28.7/2.28.9 defect: `"nvml_dev": N` ends its line in a missing_ranks
+# object and the next line opens "status". A literal prefix keeps this cheap.
+_NVML_WITHOUT_COMMA = re.compile(r'("nvml_dev": -?\d+)([ \t]*\r?\n[ \t]*"status"[ \t]*:)')
+# Any line ending in a JSON value (digit, closing quote, true/false/null) followed
+# by a line that starts a new key: the general form, tried when the exact one was
+# not enough (a build with the defect elsewhere).
 _MISSING_COMMA = re.compile(r'(?<=[0-9"el])([ \t]*\r?\n[ \t]*"[^"\n]*"[ \t]*:)')
 # HIP runtime versions are major*10,000,000 + minor*100,000 + patch; CUDA's are
 # major*1000 + minor*10. A version this large can only come from RCCL.
 _HIP_VERSION_FLOOR = 1_000_000
 
 
+def _exact_repair(text: str) -> str:
+    return _NVML_WITHOUT_COMMA.sub(r"\1,\2", text)
+
+
+def _general_repair(text: str) -> str:
+    return _MISSING_COMMA.sub(r",\1", text)
+
+
 def repair_missing_commas(text: str) -> str:
     """Insert the commas NCCL 2.28.7/2.28.9 leave out before a following key."""
-    return _MISSING_COMMA.sub(r",\1", text)
+    return _general_repair(_exact_repair(text))
+
+
+def _strict(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 def _loads(text: str) -> Any:
     try:
-        return json.loads(text)
-    except RecursionError:
-        raise RasParseError("invalid JSON: nested too deeply") from None
-    except ValueError as first:
-        repaired = repair_missing_commas(text)
+        return _strict(text)
+    except ValueError as exc:
+        error: ValueError = exc
+    for repair in (_exact_repair, _general_repair):
+        repaired = repair(text)
         if repaired == text:
-            raise RasParseError(f"invalid JSON: {first}") from None
+            continue
+        text = repaired
         try:
-            return json.loads(repaired)
-        except (ValueError, RecursionError) as exc:
-            raise RasParseError(f"invalid JSON (also after comma repair): {exc}") from None
+            return _strict(text)
+        except ValueError as exc:
+            error = exc
+    raise RasParseError(f"invalid JSON: {error}")
+
+
+_MISSING = object()
 
 
 class _Fields:
-    """Typed access to one JSON object, naming the path in every error."""
+    """Typed access to one JSON object; errors name the object's path.
 
-    def __init__(self, value: Any, path: str) -> None:
-        if not isinstance(value, dict):
-            raise RasParseError(f"{path}: expected an object, got {type(value).__name__}")
+    The path is built only when an error needs it: a 4,096-rank report has
+    tens of thousands of objects and formatting every path would dominate.
+    """
+
+    __slots__ = ("key", "parent", "value")
+
+    def __init__(self, value: Any, parent: _Fields | None = None, key: str | int = "$") -> None:
         self.value: dict[str, Any] = value
-        self.path = path
+        self.parent = parent
+        self.key = key
+        if type(value) is not dict:
+            raise RasParseError(f"{self.path}: expected an object, got {type(value).__name__}")
+
+    @property
+    def path(self) -> str:
+        """``$.communicators[0].ranks[3]`` style location of this object."""
+        if self.parent is None:
+            return str(self.key)
+        step = f"[{self.key}]" if isinstance(self.key, int) else f".{self.key}"
+        return self.parent.path + step
 
     def _get(self, key: str, default: Any) -> Any:
-        if key not in self.value:
-            if default is _REQUIRED:
-                raise RasParseError(f"{self.path}: missing key {key!r}")
-            return default
-        return self.value[key]
+        value = self.value.get(key, default)
+        if value is _MISSING:
+            raise RasParseError(f"{self.path}: missing key {key!r}")
+        return value
 
-    def get_int(self, key: str, default: Any = None) -> int:
-        value = self._get(key, _REQUIRED if default is None else default)
-        if isinstance(value, bool) or not isinstance(value, int):
+    def get_int(self, key: str, default: Any = _MISSING) -> int:
+        value = self._get(key, default)
+        if type(value) is not int:
             raise RasParseError(f"{self.path}.{key}: expected an integer, got {value!r}")
         return value
 
-    def get_bool(self, key: str, default: Any = None) -> bool:
-        value = self._get(key, _REQUIRED if default is None else default)
-        if not isinstance(value, bool):
+    def get_bool(self, key: str, default: Any = _MISSING) -> bool:
+        value = self._get(key, default)
+        if type(value) is not bool:
             raise RasParseError(f"{self.path}.{key}: expected true or false, got {value!r}")
         return value
 
-    def get_str(self, key: str, default: Any = None) -> str:
-        value = self._get(key, _REQUIRED if default is None else default)
-        if not isinstance(value, str):
+    def get_str(self, key: str, default: Any = _MISSING) -> str:
+        value = self._get(key, default)
+        if type(value) is not str:
             raise RasParseError(f"{self.path}.{key}: expected a string, got {value!r}")
         return value
 
-    def get_number(self, key: str, default: Any = None) -> float:
-        value = self._get(key, _REQUIRED if default is None else default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+    def get_number(self, key: str, default: Any = _MISSING) -> float:
+        value = self._get(key, default)
+        if type(value) not in (int, float):
             raise RasParseError(f"{self.path}.{key}: expected a number, got {value!r}")
         return float(value)
 
     def get_list(self, key: str) -> list[Any]:
         value = self._get(key, [])
-        if not isinstance(value, list):
+        if type(value) is not list:
             raise RasParseError(f"{self.path}.{key}: expected a list, got {type(value).__name__}")
         return value
 
-    def get_obj(self, key: str) -> _Fields:
-        return _Fields(self._get(key, _REQUIRED), f"{self.path}.{key}")
+    def get_obj(self, key: str, default: Any = _MISSING) -> _Fields:
+        return _Fields(self._get(key, default), self, key)
 
-
-_REQUIRED = object()
+    def items(self, key: str) -> list[_Fields]:
+        """The objects of the list at ``key``."""
+        entries = self.get_list(key)
+        owner = _Fields.__new__(_Fields)
+        owner.value, owner.parent, owner.key = {}, self, key
+        return [_Fields(entry, owner, i) for i, entry in enumerate(entries)]
 
 
 def _hash(text: str, path: str) -> int:
@@ -136,19 +179,14 @@ def _ref(item: _Fields) -> RankRef:
 
 
 def _counts(item: _Fields) -> dict[str, int]:
-    counts = item.value.get("collective_counts", {})
-    if not isinstance(counts, dict):
-        raise RasParseError(f"{item.path}.collective_counts: expected an object")
-    out: dict[str, int] = {}
-    for name, value in counts.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise RasParseError(f"{item.path}.collective_counts.{name}: expected a count")
-        out[name] = value
-    return out
+    counts = item.get_obj("collective_counts", {})
+    for name, value in counts.value.items():
+        if type(value) is not int or value < 0:
+            raise RasParseError(f"{counts.path}.{name}: expected a count, got {value!r}")
+    return counts.value
 
 
-def _rank(value: Any, path: str) -> Rank:
-    item = _Fields(value, path)
+def _rank(item: _Fields) -> Rank:
     status = item.get_obj("status")
     return Rank(
         ref=_ref(item),
@@ -161,9 +199,8 @@ def _rank(value: Any, path: str) -> Rank:
     )
 
 
-def _missing(value: Any, path: str) -> MissingRank:
-    item = _Fields(value, path)
-    status = _Fields(item.value.get("status", {}), f"{path}.status")
+def _missing(item: _Fields) -> MissingRank:
+    status = item.get_obj("status", {})
     return MissingRank(
         ref=_ref(item),
         unresponsive=status.get_bool("unresponsive", True),
@@ -171,13 +208,9 @@ def _missing(value: Any, path: str) -> MissingRank:
     )
 
 
-def _communicator(value: Any, path: str) -> Communicator:
-    item = _Fields(value, path)
-    ranks = tuple(_rank(r, f"{path}.ranks[{i}]") for i, r in enumerate(item.get_list("ranks")))
-    missing = tuple(
-        _missing(m, f"{path}.missing_ranks[{i}]")
-        for i, m in enumerate(item.get_list("missing_ranks"))
-    )
+def _communicator(item: _Fields) -> Communicator:
+    ranks = tuple(_rank(r) for r in item.items("ranks"))
+    missing = tuple(_missing(m) for m in item.items("missing_ranks"))
     statuses = {r.status for r in ranks}
     if any(not m.unresponsive for m in missing):
         statuses.add("NOCOMM")
@@ -187,7 +220,7 @@ def _communicator(value: Any, path: str) -> Communicator:
             names.setdefault(name, []).append(count)
     hosts = {r.ref.host for r in ranks if r.ref.host} | {m.ref.host for m in missing if m.ref.host}
     return Communicator(
-        hash=_hash(item.get_str("hash"), f"{path}.hash"),
+        hash=_hash(item.get_str("hash"), f"{item.path}.hash"),
         size=item.get_int("size", len(ranks) + len(missing)),
         status=max(statuses, key=STATUS_RANK.__getitem__) if statuses else "",
         nodes=len(hosts) or None,
@@ -264,14 +297,11 @@ def _optional(value: int) -> int | None:
 def parse_json(text: str) -> RasReport:
     """Parse a JSON report, repairing the 2.28.7/2.28.9 missing commas; RasParseError if not one."""
     document = _loads(text)
-    root = _Fields(document, "$")
+    root = _Fields(document)
     if "communicators" not in root.value or "nccl_version" not in root.value:
         raise RasParseError("$: not a RAS report (no 'nccl_version' or 'communicators')")
-    comms = tuple(
-        _communicator(c, f"$.communicators[{i}]")
-        for i, c in enumerate(root.get_list("communicators"))
-    )
-    ras = _Fields(root.value.get("ras", {}), "$.ras")
+    comms = tuple(_communicator(c) for c in root.items("communicators"))
+    ras = root.get_obj("ras", {})
     runtime = _optional(root.get_int("cuda_runtime_version", -1))
     derived = _derive(comms)
     return RasReport(

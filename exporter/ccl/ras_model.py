@@ -25,16 +25,6 @@ STATUS_RANK = {name: i for i, name in enumerate(STATUSES)}
 # ncclResult_t values that are not errors.
 NCCL_SUCCESS = 0
 NCCL_IN_PROGRESS = 7
-RESULT_NAMES = {
-    0: "Success",
-    1: "Unhandled CUDA error",
-    2: "System error",
-    3: "Internal error",
-    4: "Invalid argument",
-    5: "Invalid usage",
-    6: "Remote process error",
-    7: "NCCL operation in progress",
-}
 
 
 class RasParseError(ValueError):

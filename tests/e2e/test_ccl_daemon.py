@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,6 +9,7 @@ import pytest
 from tests.helpers.daemon import samples, value
 from tests.helpers.fake_ras import ThreadedFakeRas, free_port
 from tests.helpers.inspector_lines import coll_line
+from tests.helpers.promtool import check_metrics
 from tests.helpers.ras_reports import make_job
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rcclras"
@@ -44,16 +43,6 @@ def state(text, address):
         if name == "accel_ccl_job_state" and dict(labels)["address"] == address and v == 1
     ]
     return on[0] if len(on) == 1 else None
-
-
-def promtool_ok(text):
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.fail("promtool is required (apt-get install prometheus)")
-    result = subprocess.run(
-        [promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=30
-    )
-    assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
 
 
 def rss_kib(pid):
@@ -118,7 +107,7 @@ def test_every_release_family_through_the_daemon(daemon_factory):
         assert value(text, "accel_ccl_ras_up", address=idle) == 0
         assert value(text, "accel_exporter_source_up", source="ccl_ras") == 1
         assert value(text, "accel_exporter_source_up", source="host") == 1
-        promtool_ok(text)
+        check_metrics(text)
         # MONITOR only where the release has it (2.29+).
         d.wait_for(lambda: s29.monitoring, what="monitor connected")
         assert not s289.monitoring and not s26.monitoring
@@ -193,7 +182,7 @@ def test_faults_leave_the_daemon_and_other_sources_alone(daemon_factory, fault, 
         text = d.metrics()
         assert value(text, "accel_exporter_source_up", source="ccl_ras") == 0
         assert value(text, "accel_ccl_ras_up", address=server.address) == 0
-        promtool_ok(text)
+        check_metrics(text)
         # Repeated 50 MB answers, stalls or resets do not accumulate memory.
         assert rss_kib(d.pid) < baseline + 100 * 1024
 
@@ -261,5 +250,5 @@ def test_inspector_through_the_daemon_with_a_gigabyte_file(daemon_factory, tmp_p
     )
     assert value(text, "accel_ccl_inspector_skipped_bytes_total") >= (1 << 30) - (8 << 20)
     assert value(text, "accel_exporter_source_up", source="ccl_inspector") == 1
-    promtool_ok(text)
+    check_metrics(text)
     assert rss_kib(d.pid) < 200 * 1024
