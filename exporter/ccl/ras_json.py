@@ -40,6 +40,8 @@ _NVML_WITHOUT_COMMA = re.compile(r'("nvml_dev": -?\d+)([ \t]*\r?\n[ \t]*"status"
 # by a line that starts a new key: the general form, tried when the exact one was
 # not enough (a build with the defect elsewhere).
 _MISSING_COMMA = re.compile(r'(?<=[0-9"el])([ \t]*\r?\n[ \t]*"[^"\n]*"[ \t]*:)')
+MAX_COLLECTIVE_NAMES = 16
+_COLLECTIVE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
 # HIP runtime versions are major*10,000,000 + minor*100,000 + patch; CUDA's are
 # major*1000 + minor*10. A version this large can only come from RCCL.
 _HIP_VERSION_FLOOR = 1_000_000
@@ -180,9 +182,14 @@ def _ref(item: _Fields) -> RankRef:
 
 def _counts(item: _Fields) -> dict[str, int]:
     counts = item.get_obj("collective_counts", {})
+    # The names become label values: only a handful of identifiers are accepted.
+    if len(counts.value) > MAX_COLLECTIVE_NAMES:
+        raise RasParseError(f"{counts.path}: more than {MAX_COLLECTIVE_NAMES} collective types")
     for name, value in counts.value.items():
         if type(value) is not int or value < 0:
             raise RasParseError(f"{counts.path}.{name}: expected a count, got {value!r}")
+        if not _COLLECTIVE_NAME.match(name):
+            raise RasParseError(f"{counts.path}: {name[:40]!r} is not a collective name")
     return counts.value
 
 

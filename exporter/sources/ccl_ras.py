@@ -61,6 +61,7 @@ LOCAL_REFRESH_SECONDS = 60.0
 # Event types are upper-case words from NCCL; more distinct ones than this are "OTHER".
 MAX_EVENT_TYPES = 32
 BAD_STATES = frozenset({"unreachable", "error"})
+MAX_VERSION_CHARS = 64
 
 
 @dataclass
@@ -290,7 +291,9 @@ class CclRasSource(Source):
         out.append(Reading("accel_ccl_ras_reporter", (label,), 1.0 if reporter else 0.0))
         if report is None:
             return out
-        out.append(Reading("accel_ccl_job_info", (label, report.library, report.version), 1.0))
+        # The version is the server's text: keep a label value of sane length.
+        version = report.version[:MAX_VERSION_CHARS]
+        out.append(Reading("accel_ccl_job_info", (label, report.library, version), 1.0))
         if reporter:
             out.extend(ras_readings.job_readings(label, report))
             if entry.progress.last_progress is not None:

@@ -173,6 +173,10 @@ def test_both_formats_agree_on_the_same_job():
         lambda d: d["communicators"][0]["ranks"][0].__delitem__("status"),
         lambda d: d.__delitem__("nccl_version"),
         lambda d: d.__setitem__("ras", []),
+        lambda d: d["communicators"][0]["ranks"][0]["collective_counts"].__setitem__("a b", 1),
+        lambda d: d["communicators"][0]["ranks"][0].__setitem__(
+            "collective_counts", {f"C{i}": 0 for i in range(17)}
+        ),
     ],
 )
 def test_wrong_shapes_are_parse_errors(mutate):
