@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 from exporter.config.schema import Config, SourceConfig
 from exporter.sources.base import Source
+from exporter.sources.ccl_inspector import CclInspectorSource
+from exporter.sources.ccl_ras import CclRasSource
 from exporter.sources.device import DeviceSource
 from exporter.sources.host import HostSource
 
@@ -31,6 +33,14 @@ def _amdsmi(config: Config) -> Source:
     )
 
 
+def _ccl_ras(config: Config) -> Source:
+    return CclRasSource("ccl_ras", config.sources.ccl_ras)
+
+
+def _ccl_inspector(config: Config) -> Source:
+    return CclInspectorSource("ccl_inspector", config.sources.ccl_inspector)
+
+
 def _cuda_checkpoint(config: Config) -> Source:
     from exporter.sources.checkpoint import CheckpointSource
 
@@ -46,6 +56,8 @@ def _workload(config: Config) -> Source:
 FACTORIES: dict[str, Factory] = {
     "host": _host,
     "amdsmi": _amdsmi,
+    "ccl_ras": _ccl_ras,
+    "ccl_inspector": _ccl_inspector,
     # Enrichers come last: they read what the sources above reported.
     "cuda_checkpoint": _cuda_checkpoint,
     "workload": _workload,
