@@ -82,19 +82,23 @@ def wait(predicate, timeout: float = 10.0) -> None:
         time.sleep(0.01)
 
 
-def test_exports_are_counted_in_the_store_and_status():
-    store = store_with_data()
-    exporter = Recorder()
+def drive(store: Store, exporter: MetricExporter, until, **kw: Any) -> OtlpOutput:
+    """Start an output, wait (off the loop) until ``until()``, stop it; the stopped output."""
 
-    async def go():
-        out = make(store, exporter)
+    async def go() -> OtlpOutput:
+        out = make(store, exporter, **kw)
         await out.start()
-        assert counts(store) == {"success": 0.0, "failure": 0.0}  # published before any export
-        await asyncio.to_thread(wait, lambda: len(exporter.batches) >= 3)
+        await asyncio.to_thread(wait, until)
         await out.stop(2.0)
         return out
 
-    out = asyncio.run(go())
+    return asyncio.run(go())
+
+
+def test_exports_are_counted_in_the_store_and_status():
+    store = store_with_data()
+    exporter = Recorder()
+    out = drive(store, exporter, lambda: len(exporter.batches) >= 3)
     assert counts(store)["success"] == len(exporter.batches) >= 3
     status = out.status()
     assert status["state"] == "stopped" and status["last_success"] is not None
@@ -106,16 +110,8 @@ def test_failures_are_logged_once_then_sparingly_and_recovery_once():
     store = store_with_data()
     results = [MetricExportResult.FAILURE] * 6 + [MetricExportResult.SUCCESS]
     exporter = Recorder(*results)
-
-    async def go():
-        out = make(store, exporter, log_every=3600.0)
-        await out.start()
-        await asyncio.to_thread(wait, lambda: counts(store).get("success", 0) >= 1)
-        await out.stop(2.0)
-        return out
-
     with capture_logs() as logs:
-        out = asyncio.run(go())
+        out = drive(store, exporter, lambda: counts(store)["success"] >= 1, log_every=3600.0)
     failed = [e for e in logs if e["event"].startswith("otlp export fail")]
     assert len(failed) == 1
     assert failed[0]["error"] == "collector said 503"
@@ -127,16 +123,8 @@ def test_failures_are_logged_once_then_sparingly_and_recovery_once():
 def test_a_failure_after_the_log_interval_is_logged_again_with_a_count():
     store = store_with_data()
     exporter = Recorder(MetricExportResult.FAILURE)
-
-    async def go():
-        out = make(store, exporter, log_every=0.25)
-        await out.start()
-        await asyncio.to_thread(wait, lambda: counts(store).get("failure", 0) >= 8)
-        await out.stop(1.0)
-        return out
-
     with capture_logs() as logs:
-        out = asyncio.run(go())
+        out = drive(store, exporter, lambda: counts(store)["failure"] >= 8, log_every=0.25)
     failed = [e for e in logs if e["event"].startswith("otlp export fail")]
     assert 2 <= len(failed) < counts(store)["failure"]
     assert failed[1]["event"] == "otlp export failing" and failed[1]["failures"] >= 1
@@ -152,6 +140,8 @@ def test_stop_flushes_exactly_once():
         await out.start()
         await asyncio.sleep(0.2)
         assert exporter.batches == []
+        # Published before any export, so the series exist from the start.
+        assert counts(store) == {"success": 0.0, "failure": 0.0}
         await out.stop(2.0)
 
     asyncio.run(go())
@@ -244,15 +234,7 @@ def test_an_exporter_that_raises_counts_as_a_failure_and_the_thread_goes_on():
             raise RuntimeError("exporter bug")
 
     exporter = Raising()
-
-    async def go():
-        out = make(store, exporter)
-        await out.start()
-        await asyncio.to_thread(wait, lambda: len(exporter.batches) >= 3)
-        await out.stop(1.0)
-        return out
-
-    out = asyncio.run(go())
+    out = drive(store, exporter, lambda: len(exporter.batches) >= 3)
     assert counts(store)["failure"] >= 3
     assert "exporter bug" in out.status()["last_error"]
 
