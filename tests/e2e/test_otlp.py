@@ -7,6 +7,7 @@ store stands still and every later export must carry exactly what /metrics shows
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -244,5 +245,26 @@ def test_sigterm_flushes_once(daemon_factory, protocol):
         (final,) = receiver.requests
         values, _ = points(final.request)
         assert values[series("accel.device.up", **GPU2)] == 0.0
+    finally:
+        receiver.close()
+
+
+def test_sighup_reload_keeps_pushing_and_the_counter_climbing(daemon_factory):
+    receiver = HttpReceiver()
+    try:
+        d = daemon_factory(otlp(receiver.endpoint, "http/protobuf"))
+        d.wait_for(lambda: exports(d, "success") >= 3, what="three exports")
+        d.signal(signal.SIGHUP)
+        seen = [exports(d, "success")]
+        deadline = time.monotonic() + 20
+        while not any(e.get("event") == "config reloaded" for e in d.events):
+            assert time.monotonic() < deadline, "no reload"
+            seen.append(exports(d, "success"))
+            time.sleep(0.05)
+        reloaded = time.time()
+        receiver.wait(lambda r: r.at > reloaded + 0.05)  # the new output pushes
+        seen.append(exports(d, "success"))
+        assert seen == sorted(seen) and seen[-1] > seen[0]  # continued, never back to zero
+        assert sum(e.get("event") == "otlp push started" for e in d.events) == 2
     finally:
         receiver.close()
