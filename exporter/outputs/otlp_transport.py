@@ -13,7 +13,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
+import requests
 from opentelemetry.sdk.metrics.export import MetricExporter
 
 from exporter import log
@@ -65,6 +67,7 @@ def build_exporter(settings: OtlpSettings) -> MetricExporter:
 
     return HttpExporter(
         endpoint=settings.endpoint,
+        session=PinnedVerifySession() if settings.certificate_file else None,
         certificate_file=settings.certificate_file or None,
         client_key_file=settings.client_key_file or None,
         client_certificate_file=settings.client_certificate_file or None,
@@ -74,6 +77,25 @@ def build_exporter(settings: OtlpSettings) -> MetricExporter:
         if settings.compression == "gzip"
         else Compression.NoCompression,
     )
+
+
+class PinnedVerifySession(requests.Session):
+    """A requests session whose own CA file the environment cannot replace.
+
+    requests lets ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE`` override a session's
+    ``verify`` (psf/requests#3829), and many container images set them: the
+    configured ``certificate_file`` would then be silently ignored and a private
+    collector CA rejected. Proxies and the rest of the environment still apply.
+    """
+
+    def merge_environment_settings(
+        self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any
+    ) -> Any:
+        """The usual merge, except that the session's own ``verify`` stays."""
+        merged = super().merge_environment_settings(url, proxies, stream, verify, cert)
+        if verify is None:
+            merged["verify"] = self.verify
+        return merged
 
 
 class SdkLogCapture(logging.Handler):

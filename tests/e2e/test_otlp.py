@@ -15,9 +15,16 @@ from typing import Any
 import pytest
 
 from exporter.catalog.otel import INSTRUMENTS
+from tests.e2e.test_tls_auth import pki  # noqa: F401 (a fixture: the test CA and certificates)
 from tests.helpers.daemon import Daemon, value
 from tests.helpers.otlp_compare import EXPECTED_KIND, expected, points, resource
-from tests.helpers.otlp_receiver import GrpcReceiver, HttpReceiver, SilentServer, free_port
+from tests.helpers.otlp_receiver import (
+    GrpcReceiver,
+    HttpReceiver,
+    SilentServer,
+    Tls,
+    free_port,
+)
 
 FIXED = "tests.helpers.fixed_sources:sources"
 EXPORTS = "accel.exporter.otlp.exports"
@@ -43,8 +50,8 @@ def otlp(endpoint: str, protocol: str, **extra: Any) -> dict[str, Any]:
     }
 
 
-def receiver_for(protocol: str) -> HttpReceiver | GrpcReceiver:
-    return HttpReceiver() if protocol == "http/protobuf" else GrpcReceiver()
+def receiver_for(protocol: str, tls: Tls | None = None) -> HttpReceiver | GrpcReceiver:
+    return HttpReceiver(tls=tls) if protocol == "http/protobuf" else GrpcReceiver(tls=tls)
 
 
 def series(name: str, **attributes: str) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -271,5 +278,31 @@ def test_sighup_reload_keeps_pushing_and_the_counter_climbing(daemon_factory):
         seen.append(exports(d, "success"))
         assert seen == sorted(seen) and seen[-1] > seen[0]  # continued, never back to zero
         assert sum(e.get("event") == "otlp push started" for e in d.events) == 2
+    finally:
+        receiver.close()
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_mutual_tls_to_the_collector(daemon_factory, pki, protocol):  # noqa: F811
+    tls = Tls(str(pki / "server.pem"), str(pki / "server.key"), client_ca=str(pki / "ca.pem"))
+    receiver = receiver_for(protocol, tls)
+    try:
+        # The CA comes from the environment, the client certificate from the config file.
+        # REQUESTS_CA_BUNDLE (set in many images) must not replace the configured CA.
+        env = {
+            "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE": str(pki / "ca.pem"),
+            "REQUESTS_CA_BUNDLE": str(pki / "client.pem"),
+        }
+        config = otlp(
+            receiver.endpoint,
+            protocol,
+            client_certificate_file=str(pki / "client.pem"),
+            client_key_file=str(pki / "client.key"),
+        )
+        d = daemon_factory(config, env=env)
+        receiver.wait()  # the server requires a client certificate signed by the CA
+        status = d.status()["outputs"]["otlp"]
+        assert status["secure"] is True
+        assert status["origins"]["certificate_file"] == "env OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE"
     finally:
         receiver.close()

@@ -10,17 +10,28 @@ from __future__ import annotations
 
 import gzip
 import socket
+import ssl
 import threading
 import time
 import zlib
 from concurrent import futures
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc as service_grpc
+
+
+@dataclass(frozen=True)
+class Tls:
+    """Server certificate and key; with ``client_ca`` clients must present a certificate."""
+
+    cert: str
+    key: str
+    client_ca: str = ""
 
 
 @dataclass
@@ -75,9 +86,10 @@ class _Receiver:
 class HttpReceiver(_Receiver):
     """OTLP/HTTP (protobuf) at ``/v1/metrics``."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, tls: Tls | None = None) -> None:
         super().__init__()
         receiver = self
+        self.scheme = "https" if tls else "http"
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -114,13 +126,20 @@ class HttpReceiver(_Receiver):
 
         self._server = ThreadingHTTPServer((host, port), Handler)
         self._server.daemon_threads = True
+        if tls is not None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(tls.cert, tls.key)
+            if tls.client_ca:
+                ctx.load_verify_locations(tls.client_ca)
+                ctx.verify_mode = ssl.CERT_REQUIRED
+            self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def close(self) -> None:
         self._server.shutdown()
@@ -131,9 +150,10 @@ class HttpReceiver(_Receiver):
 class GrpcReceiver(_Receiver):
     """OTLP/gRPC: the real MetricsService on an insecure loopback port."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, tls: Tls | None = None) -> None:
         super().__init__()
         receiver = self
+        self.scheme = "https" if tls else "http"
 
         class Service(service_grpc.MetricsServiceServicer):  # type: ignore[misc]
             def Export(self, request: Any, context: Any) -> Any:
@@ -146,14 +166,23 @@ class GrpcReceiver(_Receiver):
 
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         service_grpc.add_MetricsServiceServicer_to_server(Service(), self._server)
-        self.port = self._server.add_insecure_port(f"127.0.0.1:{port}")
+        address = f"127.0.0.1:{port}"
+        if tls is None:
+            self.port = self._server.add_insecure_port(address)
+        else:
+            credentials = grpc.ssl_server_credentials(
+                [(Path(tls.key).read_bytes(), Path(tls.cert).read_bytes())],
+                root_certificates=Path(tls.client_ca).read_bytes() if tls.client_ca else None,
+                require_client_auth=bool(tls.client_ca),
+            )
+            self.port = self._server.add_secure_port(address, credentials)
         if self.port == 0:
             raise OSError(f"cannot listen on 127.0.0.1:{port}")
         self._server.start()
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def close(self) -> None:
         self._server.stop(grace=None).wait(5)
