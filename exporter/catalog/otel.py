@@ -67,11 +67,19 @@ class Override:
     constants: tuple[tuple[str, str], ...] = ()
     attributes: tuple[tuple[str, str], ...] = ()
     semconv: bool = False
+    # For an instrument several families share (each row's help describes only itself).
+    description: str = ""
 
 
-def _hw(name: str, instrument: Instrument | None = None, **constants: str) -> Override:
+def _hw(
+    name: str, instrument: Instrument | None = None, description: str = "", **constants: str
+) -> Override:
     keys = {k.replace("__", "."): v for k, v in constants.items()}
-    return Override(name, instrument, None, tuple(keys.items()), (), True)
+    return Override(name, instrument, None, tuple(keys.items()), (), True, description)
+
+
+_GPU_TASK = "Fraction of time the GPU spent in a task (hw.gpu.task), 0..1."
+_PCIE = "PCIe throughput by direction over the driver's last sample window."
 
 
 # The hardware conventions (semantic-conventions docs/hardware/gpu.md and common.md).
@@ -79,9 +87,13 @@ def _hw(name: str, instrument: Instrument | None = None, **constants: str) -> Ov
 # hw.errors is not used for ECC: our counter label (volatile/aggregate) would double count.
 # hw.gpu.io counts bytes; our PCIe figures are rates, so they stay accel.*.
 _SEMCONV = {
-    "accel_utilization_ratio": _hw("hw.gpu.utilization", hw__gpu__task="general"),
-    "accel_encoder_utilization_ratio": _hw("hw.gpu.utilization", hw__gpu__task="encoder"),
-    "accel_decoder_utilization_ratio": _hw("hw.gpu.utilization", hw__gpu__task="decoder"),
+    "accel_utilization_ratio": _hw("hw.gpu.utilization", None, _GPU_TASK, hw__gpu__task="general"),
+    "accel_encoder_utilization_ratio": _hw(
+        "hw.gpu.utilization", None, _GPU_TASK, hw__gpu__task="encoder"
+    ),
+    "accel_decoder_utilization_ratio": _hw(
+        "hw.gpu.utilization", None, _GPU_TASK, hw__gpu__task="decoder"
+    ),
     "accel_memory_total_bytes": _hw("hw.gpu.memory.limit", Instrument.UPDOWNCOUNTER),
     "accel_memory_used_bytes": _hw("hw.gpu.memory.usage", Instrument.UPDOWNCOUNTER),
     "accel_power_watts": _hw("hw.power", hw__type="gpu"),
@@ -113,10 +125,14 @@ _NAMED = {
     "accel_clock_max_hertz": Override("accel.clock.speed.limit"),
     "accel_fan_speed_ratio": Override("accel.fan.speed_ratio"),
     "accel_pcie_tx_bytes_per_second": Override(
-        "accel.pcie.throughput", constants=(("network.io.direction", "transmit"),)
+        "accel.pcie.throughput",
+        constants=(("network.io.direction", "transmit"),),
+        description=_PCIE,
     ),
     "accel_pcie_rx_bytes_per_second": Override(
-        "accel.pcie.throughput", constants=(("network.io.direction", "receive"),)
+        "accel.pcie.throughput",
+        constants=(("network.io.direction", "receive"),),
+        description=_PCIE,
     ),
     "accel_pcie_replays_total": Override("accel.pcie.replays", unit="{replay}"),
     "accel_pcie_link_width": Override("accel.pcie.link.width", unit="{lane}"),
@@ -144,6 +160,7 @@ class OtelMetric:
     keys: tuple[str, ...]
     constants: tuple[tuple[str, str], ...]
     semconv: bool
+    description: str
 
     def attributes(self, labels: Iterable[str]) -> dict[str, str]:
         """The data point attributes for one reading's label values."""
@@ -189,6 +206,7 @@ def mapping(row: MetricSpec, overrides: Mapping[str, Override] = OVERRIDES) -> O
         keys=tuple(renames.get(label, label) for label in row.labels),
         constants=override.constants if override else (),
         semconv=bool(override and override.semconv),
+        description=(override.description if override else "") or row.help,
     )
 
 
@@ -229,6 +247,8 @@ def problems(
         }
         if len(shapes) != 1:
             out.append(f"{name}: merged families disagree on instrument, unit or attribute keys")
+        if len({m.description for m in members}) != 1:
+            out.append(f"{name}: merged families need one shared description")
         tags = [m.constants for m in members]
         if not all(tags) or len(set(tags)) != len(tags):
             out.append(f"{name}: merged families need distinct constant attributes")

@@ -231,7 +231,7 @@ class HistogramBridge:
         temporality = _DELTA if self.delta else _CUMULATIVE
         return Metric(
             name=self.metric.name,
-            description=self.metric.row.help,
+            description=self.metric.description,
             unit=self.metric.unit,
             data=HistogramData(data_points=points, aggregation_temporality=temporality),
         )
@@ -272,13 +272,12 @@ class Pipeline:
                 continue
             rebase = head.instrument is Instrument.COUNTER and prefs[ObservableCounter] is _DELTA
             callback = self._callback(members, rebase)
-            description = head.row.help if len(members) == 1 else ""
             create = {
                 Instrument.GAUGE: meter.create_observable_gauge,
                 Instrument.COUNTER: meter.create_observable_counter,
                 Instrument.UPDOWNCOUNTER: meter.create_observable_up_down_counter,
             }[head.instrument]
-            create(name, callbacks=[callback], unit=head.unit, description=description)
+            create(name, callbacks=[callback], unit=head.unit, description=head.description)
 
     def _mark(self, key: SeriesKey) -> None:
         self._seen.add(key)

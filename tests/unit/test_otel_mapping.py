@@ -137,6 +137,17 @@ def rows(*names: str, labels=("device", "uuid")) -> dict[str, MetricSpec]:
             },
             "disagree",
         ),
+        (
+            {
+                "accel_a": MetricSpec("accel_a", Kind.GAUGE, "A.", ("device", "uuid")),
+                "accel_b": MetricSpec("accel_b", Kind.GAUGE, "B.", ("device", "uuid")),
+            },
+            {
+                "accel_a": Override("accel.x", constants=(("k", "1"),)),
+                "accel_b": Override("accel.x", constants=(("k", "2"),)),
+            },
+            "one shared description",
+        ),
         (rows("accel_a"), {"accel_a": Override("9bad name")}, "not a valid"),
         (rows("accel_a"), {"accel_a": Override("accel.a", unit="b y")}, "UCUM"),
         (
