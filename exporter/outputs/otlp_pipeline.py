@@ -240,13 +240,7 @@ class HistogramBridge:
 class Pipeline:
     """MeterProvider + catalog instruments + the histogram bridges; one collect per export."""
 
-    def __init__(
-        self,
-        resource: Resource,
-        temporality: str,
-        instruments: dict[str, tuple[OtelMetric, ...]] | None = None,
-    ) -> None:
-        groups = dict(INSTRUMENTS) if instruments is None else instruments
+    def __init__(self, resource: Resource, temporality: str) -> None:
         prefs = preferences(temporality)
         self._reader = _HandOffReader(prefs)
         self._resource = resource
@@ -265,7 +259,7 @@ class Pipeline:
         self._live = 0
         self._base = _CounterBase()
         self._bridges: list[HistogramBridge] = []
-        for name, members in groups.items():
+        for name, members in INSTRUMENTS.items():
             head = members[0]
             if head.instrument is Instrument.HISTOGRAM:
                 self._bridges.append(HistogramBridge(head, prefs[Histogram] is _DELTA))
