@@ -44,7 +44,7 @@ def metrics_md() -> str:
         rows = module.ROWS
         if not rows:
             continue
-        out += [f"## {title}", "", "| name | type | unit | labels | help |", "|---|" * 5]
+        out += [f"## {title}", "", "| name | type | unit | labels | help |", "|" + "---|" * 5]
         for row in rows:
             labels = ", ".join(f"`{lb}`" for lb in row.labels)
             text = row.help.replace("|", PIPE)
@@ -69,7 +69,7 @@ def config_md() -> str:
         "prints the effective configuration.",
         "",
         "| key | type | default | environment | flag |",
-        "|---|" * 5,
+        "|" + "---|" * 5,
     ]
     for leaf in leaves():
         default = format_default(leaf.default, leaf.type).replace("|", PIPE) or '""'
