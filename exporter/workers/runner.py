@@ -45,6 +45,17 @@ class WorkerState:
     inventory: dict[str, Any] = field(default_factory=dict)
 
 
+def _close_transport(proc: asyncio.subprocess.Process) -> None:
+    """Close the pipes now, on the loop that owns them.
+
+    Left to the garbage collector, an asyncio subprocess transport closes
+    itself in ``__del__``, possibly after its loop has closed, which raises.
+    """
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        transport.close()
+
+
 def restart_delay(failures: int) -> float:
     """Backoff before the next start after ``failures`` consecutive bad lives."""
     return float(min(RESTART_BASE_SECONDS * 2 ** max(failures - 1, 0), RESTART_CAP_SECONDS))
@@ -213,6 +224,7 @@ class WorkerRunner:
                 self._fail("crashed", f"worker exited with {how}")
             self._proc = None
             self.state.pid = None
+            _close_transport(proc)
             self._dead.set()
 
     async def _drain_stderr(self, proc: asyncio.subprocess.Process) -> None:
@@ -271,6 +283,7 @@ class WorkerRunner:
             await proc.wait()
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)  # anything the worker forked
+            _close_transport(proc)
         for task in self._aux:
             task.cancel()
         for task in self._aux:

@@ -195,11 +195,17 @@ def test_bootstrap_deadline_kills(ctl):
         await r.start()
         try:
             loop = asyncio.get_running_loop()
-            end = loop.time() + 15
+            end = loop.time() + 30
+            while r.pid is None and loop.time() < end:
+                await asyncio.sleep(0.01)
+            first = r.pid
+            assert first is not None
             while r.state.last_reason != "bootstrap_timeout" and loop.time() < end:
                 await asyncio.sleep(0.05)
             assert r.state.last_reason == "bootstrap_timeout"
-            assert not any(alive(p) for p in children_of(os.getpid()))
+            # The hung worker is gone; at most its successor (also hanging) is alive.
+            assert not alive(first)
+            assert len([p for p in children_of(os.getpid()) if alive(p)]) <= 1
         finally:
             ctl("ok")
             await r.stop()
