@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from exporter.config.schema import Config, SourceConfig
 from exporter.sources.base import Source
+from exporter.sources.device import DeviceSource
 from exporter.sources.host import HostSource
 
 Factory = Callable[[Config], Source]
@@ -20,8 +21,19 @@ def _host(config: Config) -> Source:
     return HostSource("host", config.sources.host)
 
 
+def _nvml(config: Config) -> Source:
+    nvml = config.sources.nvml
+    return DeviceSource(
+        "nvml",
+        nvml,
+        "exporter.backends.nvml:NvmlBackend",
+        backend_config={"events": nvml.events, "processes": nvml.processes},
+    )
+
+
 FACTORIES: dict[str, Factory] = {
     "host": _host,
+    "nvml": _nvml,
 }
 
 
