@@ -12,6 +12,7 @@ thread and forwarded on each poll.
 from __future__ import annotations
 
 import contextlib
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +21,7 @@ from exporter.backends import nvml_support as nv
 from exporter.backends.base import BackendError, BackendUnavailable
 from exporter.backends.nvml_device import DeviceDown, DeviceReader, Gpu
 from exporter.backends.nvml_events import EventWatcher
-from exporter.backends.nvml_support import Emitter
+from exporter.backends.nvml_support import Emitter, Wire
 
 # uuid placeholder of a GPU that failed to identify itself at bootstrap, + index.
 UNIDENTIFIED = "unidentified-"
@@ -88,6 +89,10 @@ class NvmlBackend:
             watcher = EventWatcher(n, known)
             if watcher.start():
                 self.events = watcher
+        # Everything loaded so far (pynvml's classes and constants) lives as long as
+        # the worker: keep it out of the cyclic collector's full passes, which the
+        # polls (allocating only acyclic lists) would otherwise keep triggering.
+        gc.freeze()
         self._log.info("nvml ready", devices=len(self.gpus), enumerated=count, driver=driver_text)
         return {"vendor": "nvidia", "devices": devices}
 
@@ -151,8 +156,8 @@ class NvmlBackend:
     def poll(self, *, slow: bool, processes: bool, events: bool) -> dict[str, Any]:
         """Read every GPU once; one lost GPU never costs the others their readings."""
         devices = []
-        readings: list[list[Any]] = []
-        slow_readings: list[list[Any]] = []
+        readings: list[Wire] = []
+        slow_readings: list[Wire] = []
         for gpu in self.gpus:
             reason, fast_out, slow_out = self._poll_gpu(gpu, slow, processes)
             devices.append({"uuid": gpu.uuid, "up": not reason, "reason": reason})
@@ -168,11 +173,14 @@ class NvmlBackend:
 
     def _poll_gpu(
         self, gpu: Gpu, slow: bool, processes: bool
-    ) -> tuple[str, list[list[Any]], list[list[Any]]]:
+    ) -> tuple[str, list[Wire], list[Wire]]:
         """(down reason or "", fast readings, slow readings) of one GPU."""
         assert self.reader is not None
-        fast_out = Emitter((gpu.device, gpu.uuid))
-        slow_out = Emitter((gpu.device, gpu.uuid))
+        if not gpu.base_labels:
+            gpu.base_labels = [gpu.device, gpu.uuid]
+        # Label lists are shared across polls: the cached ones embed base_labels.
+        fast_out = Emitter(gpu.base_labels, gpu.label_cache)
+        slow_out = Emitter(gpu.base_labels, gpu.label_cache)
         gpu.tried = gpu.failed = 0
         reason, detail = gpu.unidentified, "not identified when the worker started"
         if not reason:

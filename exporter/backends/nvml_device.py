@@ -18,6 +18,68 @@ from exporter import log
 from exporter.backends import nvml_support as nv
 from exporter.backends.nvml_support import Emitter
 
+# (pynvml function, extra arguments, family, dimension label, scale to base units,
+# largest valid value): the calls that read one number each.
+Scalar = tuple[str, tuple[int, ...], str, str, float, float]
+BoundScalar = tuple[Any, tuple[int, ...], str, str, float, float]
+ANY = float("inf")
+FAST_SCALARS: tuple[Scalar, ...] = (
+    ("nvmlDeviceGetPowerUsage", (), "accel_power_watts", "", 1e-3, ANY),  # mW
+    ("nvmlDeviceGetEnforcedPowerLimit", (), "accel_power_limit_watts", "", 1e-3, ANY),
+    ("nvmlDeviceGetTotalEnergyConsumption", (), "accel_energy_joules_total", "", 1e-3, ANY),  # mJ
+    *(
+        ("nvmlDeviceGetClockInfo", (clock,), "accel_clock_hertz", name, 1e6, ANY)  # MHz
+        for clock, name in nv.CLOCKS
+    ),
+    ("nvmlDeviceGetPerformanceState", (), "accel_performance_state", "", 1.0, 15),  # 32: unknown
+    # KB/s of 1024 bytes
+    ("nvmlDeviceGetPcieThroughput", (0,), "accel_pcie_tx_bytes_per_second", "", 1024.0, ANY),
+    ("nvmlDeviceGetPcieThroughput", (1,), "accel_pcie_rx_bytes_per_second", "", 1024.0, ANY),
+    ("nvmlDeviceGetPcieReplayCounter", (), "accel_pcie_replays_total", "", 1.0, ANY),
+    ("nvmlDeviceGetCurrPcieLinkGeneration", (), "accel_pcie_link_generation", "", 1.0, ANY),
+    ("nvmlDeviceGetCurrPcieLinkWidth", (), "accel_pcie_link_width", "", 1.0, ANY),
+)
+SLOW_SCALARS: tuple[Scalar, ...] = (
+    *(
+        ("nvmlDeviceGetMaxClockInfo", (clock,), "accel_clock_max_hertz", name, 1e6, ANY)
+        for clock, name in nv.CLOCKS
+    ),
+    ("nvmlDeviceGetMaxPcieLinkGeneration", (), "accel_pcie_link_max_generation", "", 1.0, ANY),
+    ("nvmlDeviceGetMaxPcieLinkWidth", (), "accel_pcie_link_max_width", "", 1.0, ANY),
+    ("nvmlDeviceGetRetiredPagesPendingStatus", (), "accel_retired_pages_pending", "", 1.0, 1),
+)
+MEMORY = (
+    "accel_memory_total_bytes",
+    "accel_memory_used_bytes",
+    "accel_memory_free_bytes",
+    "accel_memory_reserved_bytes",
+)
+MIG_MEMORY = (
+    "accel_mig_memory_total_bytes",
+    "accel_mig_memory_used_bytes",
+    "accel_mig_memory_free_bytes",
+    "",
+)
+# Field id -> (family, dimension label or "" for the NVLink link in scopeId, scale to base units).
+FIELD_SPECS: dict[int, tuple[str, str, float]] = {
+    nv.FI_MEMORY_TEMP: ("accel_temperature_celsius", "memory", 1.0),
+    nv.FI_NVLINK_THROUGHPUT_DATA_TX: ("accel_nvlink_tx_bytes_total", "", 1024.0),  # KiB
+    nv.FI_NVLINK_THROUGHPUT_DATA_RX: ("accel_nvlink_rx_bytes_total", "", 1024.0),
+    **{
+        fid: ("accel_clock_violation_seconds_total", name, 1e-9)  # nanoseconds
+        for fid, name in nv.VIOLATION_FIELDS
+    },
+}
+
+
+@dataclass(frozen=True)
+class FieldPlan:
+    """One GPU's nvmlDeviceGetFieldValues request and, entry by entry, where answers go."""
+
+    links: tuple[int, ...]
+    wanted: list[tuple[int, int] | int]
+    targets: list[tuple[str, list[str], float]]
+
 
 class DeviceDown(Exception):
     """The device stopped answering (lost, reset required, driver gone)."""
@@ -38,7 +100,7 @@ class MigDevice:
     handle: Any
 
 
-@dataclass
+@dataclass(slots=True)
 class Gpu:
     """One enumerated GPU and what the reader remembers about it between polls."""
 
@@ -55,6 +117,12 @@ class Gpu:
     unidentified: str = ""
     # The reason it was down at the last poll ("" when up), to log changes only.
     down: str = ""
+    # Label lists shared by this GPU's readings across polls (see Emitter).
+    label_cache: dict[tuple[str, ...], list[str]] = field(default_factory=dict)
+    field_plan: FieldPlan | None = None
+    # Per-GPU forms of the reader's static tables (label lists bound), by table name.
+    plans: dict[str, list[Any]] = field(default_factory=dict)
+    base_labels: list[str] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
     # Per poll: calls tried and calls that failed (not merely absent).
     tried: int = 0
@@ -73,27 +141,26 @@ class Gpu:
         try:
             return fn(*args)
         except self.nvml.NVMLError as exc:
-            return self._failed(getattr(fn, "__name__", "nvml"), int(exc.value), str(exc))
+            return self.failure(getattr(fn, "__name__", "nvml"), int(exc.value), str(exc))
         except self.nvml.NVMLLibraryMismatchError:
             return None  # an unversioned symbol this driver lacks: the field is absent
 
     def fail(self, name: str, exc: Any) -> None:
         """Account for an NVMLError caught by the caller (after a fallback decision)."""
         self.tried += 1
-        self._failed(name, int(exc.value), str(exc))
+        self.failure(name, int(exc.value), str(exc))
 
-    def status(self, name: str, code: int, detail: str = "") -> None:
-        """Account for a per-entry status (field values, GPM metrics) like a call's."""
-        self.tried += 1
-        if code:
-            self._failed(name, code, detail or nv.reason_of(code))
+    def status(self, name: str, code: int) -> None:
+        """Account for a failed per-entry status (field values, GPM metrics) like a call's."""
+        self.failure(name, code, nv.reason_of(code))
 
-    def _failed(self, name: str, code: int, detail: str) -> None:
+    def failure(self, name: str, code: int, detail: str) -> None:
+        """Classify a failed call: absent (nothing), failed (counted), or DeviceDown."""
+        if code in nv.ABSENT:  # the common case (no fans, no ECC, ...): cheap
+            return None
         reason = nv.reason_of(code)
         if code in nv.DEVICE_FATAL:
             raise DeviceDown(reason, f"{name}: {detail}")
-        if code in nv.ABSENT:
-            return None
         self.failed += 1
         self.last_failure = reason
         self.errors[reason] = self.errors.get(reason, 0) + 1
@@ -120,6 +187,31 @@ class DeviceReader:
         self._memory_v2 = True
         self._temperature_v = True
         self._event_reasons = True
+        self._tables = {"fast": self._bind(FAST_SCALARS), "slow": self._bind(SLOW_SCALARS)}
+
+    def _bind(self, table: tuple[Scalar, ...]) -> list[BoundScalar]:
+        return [(getattr(self.nvml, fn), *rest) for fn, *rest in table]
+
+    def _scalars(self, gpu: Gpu, out: Emitter, table: str) -> None:
+        """One call per row: the common shape, kept tight since it runs ~15 times a GPU."""
+        plan = gpu.plans.get(table)
+        if plan is None:  # the rows with this GPU's label lists, built once
+            plan = gpu.plans[table] = [
+                (fn, args, metric, out.labels_for(extra) if extra else out.labels, scale, most)
+                for fn, args, metric, extra, scale, most in self._tables[table]
+            ]
+        handle = gpu.handle
+        append = out.out.append
+        error = self.nvml.NVMLError
+        gpu.tried += len(plan)
+        for fn, args, metric, labels, scale, most in plan:
+            try:
+                value = fn(handle, *args)
+            except error as exc:
+                gpu.failure(fn.__name__, int(exc.value), str(exc))
+                continue
+            if value not in nv.SENTINELS and value <= most:
+                append((metric, labels, value * scale))
 
     # -- fast ---------------------------------------------------------------
 
@@ -128,53 +220,33 @@ class DeviceReader:
         n, h = self.nvml, gpu.handle
         util = gpu.call(n.nvmlDeviceGetUtilizationRates, h)
         if util is not None:
-            out.ratio("accel_utilization_ratio", util.gpu)
-            out.ratio("accel_memory_bandwidth_utilization_ratio", util.memory)
+            busy, memory = nv.UTILIZATION.unpack(bytes(util))
+            out.ratio("accel_utilization_ratio", busy)
+            out.ratio("accel_memory_bandwidth_utilization_ratio", memory)
         enc = gpu.call(n.nvmlDeviceGetEncoderUtilization, h)
         if enc is not None:
             out.ratio("accel_encoder_utilization_ratio", enc[0])
         dec = gpu.call(n.nvmlDeviceGetDecoderUtilization, h)
         if dec is not None:
             out.ratio("accel_decoder_utilization_ratio", dec[0])
-        self._memory(gpu, h, out, "accel_memory")
+        self._memory(gpu, h, out, MEMORY)
         out.add("accel_temperature_celsius", self._temperature(gpu), "gpu")
-        out.add("accel_power_watts", gpu.call(n.nvmlDeviceGetPowerUsage, h), scale=1e-3)
-        out.add(
-            "accel_power_limit_watts", gpu.call(n.nvmlDeviceGetEnforcedPowerLimit, h), scale=1e-3
-        )
-        out.add(
-            "accel_energy_joules_total",
-            gpu.call(n.nvmlDeviceGetTotalEnergyConsumption, h),
-            scale=1e-3,
-        )
-        for clock, name in nv.CLOCKS:
-            out.add(
-                "accel_clock_hertz", gpu.call(n.nvmlDeviceGetClockInfo, h, clock), name, scale=1e6
-            )
+        self._scalars(gpu, out, "fast")
         self._fans(gpu, h, out)
-        pstate = gpu.call(n.nvmlDeviceGetPerformanceState, h)
-        if pstate is not None and pstate != nv.PSTATE_UNKNOWN:
-            out.add("accel_performance_state", pstate)
-        # NVML reports PCIe throughput in KB/s of 1024 bytes.
-        out.add(
-            "accel_pcie_tx_bytes_per_second",
-            gpu.call(n.nvmlDeviceGetPcieThroughput, h, 0),
-            scale=1024,
-        )
-        out.add(
-            "accel_pcie_rx_bytes_per_second",
-            gpu.call(n.nvmlDeviceGetPcieThroughput, h, 1),
-            scale=1024,
-        )
-        out.add("accel_pcie_replays_total", gpu.call(n.nvmlDeviceGetPcieReplayCounter, h))
-        out.add("accel_pcie_link_generation", gpu.call(n.nvmlDeviceGetCurrPcieLinkGeneration, h))
-        out.add("accel_pcie_link_width", gpu.call(n.nvmlDeviceGetCurrPcieLinkWidth, h))
         self._throttle(gpu, h, out)
         self._field_values(gpu, h, out)
         self._processes(gpu, h, out, processes)
         self._mig_fast(gpu, out)
 
-    def _memory(self, gpu: Gpu, handle: Any, out: Emitter, prefix: str, *extra: str) -> None:
+    def _memory(
+        self,
+        gpu: Gpu,
+        handle: Any,
+        out: Emitter,
+        families: tuple[str, str, str, str],
+        labels: list[str] | None = None,
+    ) -> None:
+        """Total, used, free (and reserved, from memory v2) of a GPU or MIG device."""
         n = self.nvml
         mem = None
         if self._memory_v2:
@@ -188,15 +260,20 @@ class DeviceReader:
                 else:
                     gpu.fail("nvmlDeviceGetMemoryInfo_v2", exc)
                     return
-        if mem is None:
+        reserved: int | None = None
+        if mem is not None:
+            _version, total, reserved, free, used = nv.MEMORY_V2.unpack(bytes(mem))
+        else:
             mem = gpu.call(n.nvmlDeviceGetMemoryInfo, handle)
             if mem is None:
                 return
-        out.add(f"{prefix}_total_bytes", mem.total, *extra)
-        out.add(f"{prefix}_used_bytes", mem.used, *extra)
-        out.add(f"{prefix}_free_bytes", mem.free, *extra)
-        if hasattr(mem, "reserved") and not extra:
-            out.add(f"{prefix}_reserved_bytes", mem.reserved)
+            total, free, used = nv.MEMORY_V1.unpack(bytes(mem))
+        total_name, used_name, free_name, reserved_name = families
+        out.add(total_name, total, labels=labels)
+        out.add(used_name, used, labels=labels)
+        out.add(free_name, free, labels=labels)
+        if reserved_name:
+            out.add(reserved_name, reserved, labels=labels)
 
     def _temperature(self, gpu: Gpu) -> float | None:
         n = self.nvml
@@ -236,35 +313,48 @@ class DeviceReader:
             reasons = gpu.call(n.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
         if reasons is None or nv.is_sentinel(reasons):
             return
-        for bit, name in nv.THROTTLE_REASONS:
-            out.add("accel_clock_throttle_active", 1.0 if reasons & bit else 0.0, name)
+        plan = gpu.plans.get("throttle")
+        if plan is None:
+            plan = gpu.plans["throttle"] = [
+                (bit, out.labels_for(name)) for bit, name in nv.THROTTLE_REASONS
+            ]
+        append = out.out.append
+        for bit, labels in plan:
+            append(("accel_clock_throttle_active", labels, 1.0 if reasons & bit else 0.0))
+
+    def _field_plan(self, gpu: Gpu, out: Emitter) -> FieldPlan:
+        """The field-value request of a GPU and where each answer goes (per NVLink layout)."""
+        if gpu.field_plan is None or gpu.field_plan.links != gpu.active_links:
+            wanted: list[tuple[int, int] | int] = []
+            targets: list[tuple[str, list[str], float]] = []
+            for fid, (metric, extra, scale) in FIELD_SPECS.items():
+                if extra:
+                    wanted.append(fid)
+                    targets.append((metric, out.labels_for(extra), scale))
+                    continue
+                for link in gpu.active_links:
+                    wanted.append((fid, link))
+                    targets.append((metric, out.labels_for(str(link)), scale))
+            gpu.field_plan = FieldPlan(gpu.active_links, wanted, targets)
+        return gpu.field_plan
 
     def _field_values(self, gpu: Gpu, handle: Any, out: Emitter) -> None:
-        n = self.nvml
-        wanted: list[tuple[int, int] | int] = [nv.FI_MEMORY_TEMP]
-        wanted.extend(fid for fid, _ in nv.VIOLATION_FIELDS)
-        for link in gpu.active_links:
-            wanted.append((nv.FI_NVLINK_THROUGHPUT_DATA_TX, link))
-            wanted.append((nv.FI_NVLINK_THROUGHPUT_DATA_RX, link))
-        values = gpu.call(n.nvmlDeviceGetFieldValues, handle, wanted)
+        plan = self._field_plan(gpu, out)
+        values = gpu.call(self.nvml.nvmlDeviceGetFieldValues, handle, plan.wanted)
         if values is None:
             return
-        violations = dict(nv.VIOLATION_FIELDS)
-        for entry in values:
-            fid = int(entry.fieldId)
-            code = int(entry.nvmlReturn)
-            gpu.status(f"field {fid}", code)
+        gpu.tried += len(plan.wanted)
+        append = out.out.append
+        # ~40 entries per GPU per poll, answered in the order asked: decoded from
+        # the raw array in one tight loop (pynvml's struct attributes are slow).
+        statuses = nv.FIELD_STATUS.iter_unpack(bytes(values))
+        for (metric, labels, scale), (kind, code, raw) in zip(plan.targets, statuses, strict=True):
             if code:
+                gpu.status(metric, code)
                 continue
-            number = nv.field_number(entry)
-            if fid == nv.FI_MEMORY_TEMP:
-                out.add("accel_temperature_celsius", number, "memory")
-            elif fid in violations:
-                out.add("accel_clock_violation_seconds_total", number, violations[fid], scale=1e-9)
-            elif fid == nv.FI_NVLINK_THROUGHPUT_DATA_TX:
-                out.add("accel_nvlink_tx_bytes_total", number, str(entry.scopeId), scale=1024)
-            elif fid == nv.FI_NVLINK_THROUGHPUT_DATA_RX:
-                out.add("accel_nvlink_rx_bytes_total", number, str(entry.scopeId), scale=1024)
+            number = raw if kind == 3 else nv.union_value(kind, raw)
+            if number not in nv.SENTINELS:
+                append((metric, labels, number * scale))
 
     def _processes(self, gpu: Gpu, handle: Any, out: Emitter, per_process: bool) -> None:
         n = self.nvml
@@ -304,8 +394,8 @@ class DeviceReader:
 
     def _mig_fast(self, gpu: Gpu, out: Emitter) -> None:
         for mig in gpu.mig:
-            labels = (str(mig.gpu_instance), str(mig.compute_instance))
-            self._memory(gpu, mig.handle, out, "accel_mig_memory", *labels)
+            labels = out.labels_with(str(mig.gpu_instance), str(mig.compute_instance))
+            self._memory(gpu, mig.handle, out, MIG_MEMORY, labels)
         if gpu.gpm_supported:
             for gi in sorted({m.gpu_instance for m in gpu.mig}):
                 self._gpm(gpu, gi, out)
@@ -337,8 +427,10 @@ class DeviceReader:
         names = ("accel_mig_utilization_ratio", "accel_mig_memory_bandwidth_utilization_ratio")
         for metric, name in zip(result.metrics[:2], names, strict=False):
             code = int(metric.nvmlReturn)
-            gpu.status(f"gpm {metric.metricId}", code)
-            if not code:
+            gpu.tried += 1
+            if code:
+                gpu.status(f"gpm {metric.metricId}", code)
+            else:
                 out.ratio(name, metric.value, str(gi))
 
     # -- slow ---------------------------------------------------------------
@@ -346,30 +438,18 @@ class DeviceReader:
     def slow(self, gpu: Gpu, out: Emitter) -> None:
         """Max clocks and link, ECC, retired pages, remapped rows, NVLink state, MIG layout."""
         n, h = self.nvml, gpu.handle
-        for clock, name in nv.CLOCKS:
-            out.add(
-                "accel_clock_max_hertz",
-                gpu.call(n.nvmlDeviceGetMaxClockInfo, h, clock),
-                name,
-                scale=1e6,
-            )
-        out.add("accel_pcie_link_max_generation", gpu.call(n.nvmlDeviceGetMaxPcieLinkGeneration, h))
-        out.add("accel_pcie_link_max_width", gpu.call(n.nvmlDeviceGetMaxPcieLinkWidth, h))
+        self._scalars(gpu, out, "slow")
         for etype, tname in nv.ECC_TYPES:
             for counter, cname in nv.ECC_COUNTERS:
                 out.add(
                     "accel_ecc_errors_total",
                     gpu.call(n.nvmlDeviceGetTotalEccErrors, h, etype, counter),
-                    tname,
-                    cname,
+                    labels=out.labels_with(tname, cname),
                 )
         for cause, name in nv.RETIREMENT_CAUSES:
             pages = gpu.call(n.nvmlDeviceGetRetiredPages, h, cause)
             if pages is not None:
                 out.add("accel_retired_pages", len(pages), name)
-        out.add(
-            "accel_retired_pages_pending", gpu.call(n.nvmlDeviceGetRetiredPagesPendingStatus, h)
-        )
         rows = gpu.call(n.nvmlDeviceGetRemappedRows, h)
         if rows is not None:
             out.add("accel_remapped_rows", rows[0], "corrected")
@@ -384,9 +464,12 @@ class DeviceReader:
         values = gpu.call(n.nvmlDeviceGetFieldValues, h, [nv.FI_NVLINK_LINK_COUNT])
         count = 0
         if values is not None:
-            gpu.status("field 91", int(values[0].nvmlReturn))
-            if not values[0].nvmlReturn:
-                count = int(nv.field_number(values[0]))
+            _fid, _scope, code, number = nv.field_entries(values)[0]
+            gpu.tried += 1
+            if code:
+                gpu.status("field 91", code)
+            elif not nv.is_sentinel(number):
+                count = int(number)
         active = []
         for link in range(min(count, 64)):
             state = gpu.call(n.nvmlDeviceGetNvLinkState, h, link)
@@ -422,9 +505,7 @@ class DeviceReader:
             out.add(
                 "accel_mig_device_info",
                 1.0,
-                str(mig.gpu_instance),
-                str(mig.compute_instance),
-                mig.uuid,
+                labels=out.labels_with(str(mig.gpu_instance), str(mig.compute_instance), mig.uuid),
             )
         kept = {m.gpu_instance for m in found}
         for gi in [gi for gi in gpu.gpm_samples if gi not in kept]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from exporter import log
 from exporter.backends import nvml_support as nv
+from exporter.backends.nvml_support import Wire
 
 WAIT_MS = 500
 # After an error other than TIMEOUT, wait this long before trying again (no spin).
@@ -116,18 +117,18 @@ class EventWatcher:
             tally.count += 1
             tally.last = now
 
-    def readings(self) -> list[list[Any]]:
+    def readings(self) -> list[Wire]:
         """Counters and last-seen timestamps, as wire readings."""
         with self._lock:
             xid = [(k, Tally(t.count, t.last)) for k, t in self._xid.items()]
             events = [(k, Tally(t.count, t.last)) for k, t in self._events.items()]
-        out: list[list[Any]] = []
+        out: list[Wire] = []
         for key, tally in sorted(xid, key=lambda item: item[0]):
-            out.append(["accel_xid_errors_total", list(key), float(tally.count)])
-            out.append(["accel_xid_last_timestamp_seconds", list(key), tally.last])
+            out.append(("accel_xid_errors_total", list(key), float(tally.count)))
+            out.append(("accel_xid_last_timestamp_seconds", list(key), tally.last))
         for key, tally in sorted(events, key=lambda item: item[0]):
-            out.append(["accel_device_events_total", list(key), float(tally.count)])
-            out.append(["accel_device_event_last_timestamp_seconds", list(key), tally.last])
+            out.append(("accel_device_events_total", list(key), float(tally.count)))
+            out.append(("accel_device_event_last_timestamp_seconds", list(key), tally.last))
         return out
 
     def stop(self) -> None:

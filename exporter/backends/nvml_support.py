@@ -6,9 +6,8 @@ Sources: ``nvml.h`` (13.x) and nvidia-ml-py's ``pynvml.py``.
 
 from __future__ import annotations
 
-import math
+import struct
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 # nvmlReturn_t codes (nvml.h) -> the snake_case reason exported in labels.
@@ -127,11 +126,12 @@ def reason_of(code: int) -> str:
     return REASONS.get(code, f"nvml_error_{code}")
 
 
+SENTINELS = frozenset({U32_MAX, U64_MAX, -1})
+
+
 def is_sentinel(value: float) -> bool:
-    """True for NVML's "not available" encodings (all ones in 16, 32 or 64 bits, -1)."""
-    return value in (U32_MAX, U64_MAX, -1) or (
-        isinstance(value, float) and not math.isfinite(value)
-    )
+    """True for NVML's "not available" encodings (all ones in 32 or 64 bits, -1) and non-finite."""
+    return value in SENTINELS or value - value != 0  # inf - inf and nan - nan are nan
 
 
 def percent_ratio(value: float) -> float | None:
@@ -141,23 +141,50 @@ def percent_ratio(value: float) -> float | None:
     return value / 100.0
 
 
-def field_number(entry: Any) -> float:
-    """The number in an nvmlFieldValue_t, by its valueType."""
-    kind = entry.valueType
-    value = entry.value
-    if kind == 0:
-        return float(value.dVal)
+# nvmlFieldValue_t: fieldId, scopeId, timestamp, latencyUsec, valueType, nvmlReturn, value
+# (the 8-byte union read as an unsigned long long, then reinterpreted by valueType:
+# 0 double, 1 uint, 2 ulong (LP64), 3 ull, 4 sll, 5 sint, 6 ushort).
+FIELD_VALUE = struct.Struct("=IIqqIIQ")
+# The same entry, only (valueType, nvmlReturn, value): what a poll needs.
+FIELD_STATUS = struct.Struct("=24xIIQ")
+# nvmlUtilization_t {gpu, memory}; nvmlMemory_t {total, free, used};
+# nvmlMemory_v2_t {version, (pad), total, reserved, free, used}.
+UTILIZATION = struct.Struct("=II")
+MEMORY_V1 = struct.Struct("=QQQ")
+MEMORY_V2 = struct.Struct("=I4xQQQQ")
+_DOUBLE = struct.Struct("=d")
+_RAW = struct.Struct("=Q")
+
+
+def union_value(kind: int, raw: int) -> float:
+    """The number in an nvmlValue_t union given as its 64 raw bits."""
+    if kind == 2 or kind == 3:
+        return float(raw)
     if kind == 1:
-        return float(value.uiVal)
-    if kind == 2:
-        return float(value.ulVal)
+        return float(raw & U32_MAX)
+    if kind == 0:
+        return float(_DOUBLE.unpack(_RAW.pack(raw))[0])
     if kind == 4:
-        return float(value.sllVal)
+        return float(raw - (1 << 64) if raw >> 63 else raw)
     if kind == 5:
-        return float(value.siVal)
+        low = raw & U32_MAX
+        return float(low - (1 << 32) if low >> 31 else low)
     if kind == 6:
-        return float(value.usVal) if value.usVal != U16_MAX else float(U32_MAX)
-    return float(value.ullVal)
+        short = raw & U16_MAX
+        return float(U32_MAX if short == U16_MAX else short)  # all-ones: "not available"
+    return float(raw)
+
+
+def field_entries(values: Any) -> list[tuple[int, int, int, float]]:
+    """(fieldId, scopeId, nvmlReturn, number) of each entry of an nvmlFieldValue_t array.
+
+    Decoded from the array's bytes in one pass: pynvml's per-attribute access on
+    its structs costs more than the library call itself.
+    """
+    return [
+        (fid, scope, code, union_value(kind, raw))
+        for fid, scope, _ts, _latency, kind, code, raw in FIELD_VALUE.iter_unpack(bytes(values))
+    ]
 
 
 def text(value: Any) -> str:
@@ -172,30 +199,67 @@ def cuda_version(value: int) -> str:
     return f"{value // 1000}.{value % 1000 // 10}"
 
 
-@dataclass
+# One reading on the wire: (family, label values, value); JSON makes it an array.
+Wire = tuple[str, list[str], float]
+
+
 class Emitter:
-    """Collects wire readings ``[metric, [labels], value]`` for one device.
+    """Collects wire readings ``(metric, [labels], value)`` for one device.
 
     Values that are sentinels or not finite are dropped here, so no code path
-    can export "not available" as a number.
+    can export "not available" as a number. Label lists are shared between
+    readings through ``cache`` (kept by the caller across polls): readings are
+    only ever serialized, never changed.
     """
 
-    labels: tuple[str, ...]
-    out: list[list[Any]] = field(default_factory=list)
+    __slots__ = ("_cache", "labels", "out")
 
-    def add(self, metric: str, value: float | None, *extra: str, scale: float = 1.0) -> None:
-        """Add one reading, scaled; silently skipped when ``value`` is absent or a sentinel."""
-        if value is None or is_sentinel(value):
+    def __init__(
+        self, labels: Sequence[str], cache: dict[tuple[str, ...], list[str]] | None = None
+    ) -> None:
+        self.labels = labels if isinstance(labels, list) else list(labels)
+        self.out: list[Wire] = []
+        self._cache = cache if cache is not None else {}
+
+    def add(
+        self,
+        metric: str,
+        value: float | None,
+        extra: str = "",
+        *,
+        scale: float = 1.0,
+        labels: list[str] | None = None,
+    ) -> None:
+        """Add one reading, scaled; silently skipped when ``value`` is absent or a sentinel.
+
+        The labels are the device's, plus ``extra`` (one dimension) when given,
+        or exactly ``labels`` (from :meth:`labels_with`) for several dimensions.
+        """
+        if value is None or value in SENTINELS:
             return
-        number = float(value) * scale
-        if math.isfinite(number):
-            self.out.append([metric, [*self.labels, *extra], number])
+        number = value * scale
+        if number - number:  # inf or nan
+            return
+        if labels is None:
+            labels = self.labels_for(extra) if extra else self.labels
+        self.out.append((metric, labels, number))
 
-    def ratio(self, metric: str, percent: float | None, *extra: str) -> None:
+    def labels_for(self, extra: str) -> list[str]:
+        """The shared label list of this device plus one dimension value."""
+        key = (extra,)
+        labels = self._cache.get(key)
+        if labels is None:
+            labels = self._cache[key] = [*self.labels, extra]
+        return labels
+
+    def labels_with(self, *extra: str) -> list[str]:
+        """The shared label list of this device plus several dimension values."""
+        labels = self._cache.get(extra)
+        if labels is None:
+            labels = self._cache[extra] = [*self.labels, *extra]
+        return labels
+
+    def ratio(self, metric: str, percent: float | None, extra: str = "") -> None:
         """Add a percent as a 0..1 ratio (out-of-range values are dropped)."""
         if percent is not None:
-            self.add(metric, percent_ratio(percent), *extra)
-
-    def extend(self, readings: Sequence[list[Any]]) -> None:
-        """Add readings built elsewhere."""
-        self.out.extend(readings)
+            self.add(metric, percent_ratio(percent), extra)

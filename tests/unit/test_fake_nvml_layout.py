@@ -56,3 +56,13 @@ def test_state_mirror_matches_the_header(layout, cls):
 
 def test_unknown_names_are_refused(layout):
     assert layout("nvmlNoSuchThing_t") == -1
+
+
+def test_backend_struct_decoders_match_pynvml():
+    from exporter.backends import nvml_support as nv
+
+    assert nv.FIELD_VALUE.size == nv.FIELD_STATUS.size == ctypes.sizeof(pynvml.c_nvmlFieldValue_t)
+    assert nv.FIELD_STATUS.size - 16 == pynvml.c_nvmlFieldValue_t.valueType.offset
+    assert nv.UTILIZATION.size == ctypes.sizeof(pynvml.c_nvmlUtilization_t)
+    assert nv.MEMORY_V1.size == ctypes.sizeof(pynvml.c_nvmlMemory_t)
+    assert nv.MEMORY_V2.size == ctypes.sizeof(pynvml.c_nvmlMemory_v2_t)

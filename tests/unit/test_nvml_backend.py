@@ -20,6 +20,7 @@ import pytest
 from exporter.backends.base import BackendError, BackendUnavailable
 from exporter.backends.nvml import NvmlBackend
 from exporter.sources.device import parse_inventory, parse_readings
+from exporter.workers.protocol import decode, encode
 from tests.fakes.nvml import control
 from tests.fakes.nvml.control import FakeNvml, MigInstance, Process
 
@@ -69,6 +70,7 @@ def poll(b: NvmlBackend, *, slow: bool = True, processes: bool = False) -> dict[
 
 
 def values(reply: dict[str, Any]) -> dict[tuple[str, tuple[str, ...]], float]:
+    reply = decode(encode({"type": "result", "result": reply})[4:])["result"]  # as on the wire
     readings = parse_readings(reply["readings"], "readings")
     readings += parse_readings(reply.get("slow_readings", []), "slow_readings")
     out = {}
@@ -283,8 +285,15 @@ def test_mig_instances_memory_and_gpm_utilization(fake, backend):
     fake.set_mig(
         1,
         [
-            MigInstance(1, 0, memory_total=20 << 30, memory_used=5 << 30, util_percent=60,
-                        dram_percent=25, uuid="MIG-11111111-2222-3333-4444-555555555555"),
+            MigInstance(
+                1,
+                0,
+                memory_total=20 << 30,
+                memory_used=5 << 30,
+                util_percent=60,
+                dram_percent=25,
+                uuid="MIG-11111111-2222-3333-4444-555555555555",
+            ),
             MigInstance(2, 0, memory_total=10 << 30, memory_used=1 << 30, util_percent=10),
         ],
     )
@@ -293,8 +302,15 @@ def test_mig_instances_memory_and_gpm_utilization(fake, backend):
     assert dict(devices[1].info)["mig_mode"] == "enabled"
     first = values(poll(b))
     ident = ("1", fake.uuid(1))
-    assert first[("accel_mig_device_info",
-                  (*ident, "1", "0", "MIG-11111111-2222-3333-4444-555555555555"))] == 1
+    assert (
+        first[
+            (
+                "accel_mig_device_info",
+                (*ident, "1", "0", "MIG-11111111-2222-3333-4444-555555555555"),
+            )
+        ]
+        == 1
+    )
     assert first[("accel_mig_memory_used_bytes", (*ident, "1", "0"))] == 5 * 2**30
     assert first[("accel_mig_memory_total_bytes", (*ident, "2", "0"))] == 10 * 2**30
     assert ("accel_mig_utilization_ratio", (*ident, "1")) not in first  # needs two samples
@@ -318,7 +334,9 @@ def test_xid_events_are_counted_without_delaying_polls(fake, backend):
     fake.inject_event(0, control.EVENT_DOUBLE_BIT_ECC)
 
     def xid_count() -> float | None:
-        return values(poll(b, slow=False)).get(("accel_xid_errors_total", ("1", fake.uuid(1), "79")))
+        return values(poll(b, slow=False)).get(
+            ("accel_xid_errors_total", ("1", fake.uuid(1), "79"))
+        )
 
     deadline = time.monotonic() + 20
     while xid_count() != 2 and time.monotonic() < deadline:
