@@ -101,17 +101,25 @@ def _config_errors(problems: Sequence[str]) -> int:
 
 
 def _show(config: Any) -> int:
-    import dataclasses
-
+    """Print the effective config as YAML, durations spelled as written, secrets redacted."""
     import yaml
 
-    def redact(value: Any, key: str = "") -> Any:
-        if isinstance(value, dict):
-            secret = key in ("users", "headers")
-            return {k: ("[redacted]" if secret else redact(v, k)) for k, v in value.items()}
-        return value
+    from exporter.config.loader import is_duration, is_secret
 
-    print(yaml.safe_dump(redact(dataclasses.asdict(config)), sort_keys=False), end="")
+    tree: dict[str, Any] = {}
+    for leaf in leaves():
+        node: Any = config
+        for part in leaf.path:
+            node = getattr(node, part, None) if node is not None else None
+        if is_secret(leaf.type) and node:
+            node = {k: "[redacted]" for k in node} if isinstance(node, dict) else "[redacted]"
+        elif is_duration(leaf.type) and isinstance(node, float):
+            node = format_default(node, leaf.type)
+        branch = tree
+        for part in leaf.path[:-1]:
+            branch = branch.setdefault(part, {})
+        branch[leaf.path[-1]] = node
+    print(yaml.safe_dump(tree, sort_keys=False), end="")
     return 0
 
 

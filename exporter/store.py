@@ -78,6 +78,10 @@ class SourceRecord:
         )
 
 
+def _fresh(snap: Snapshot | None, now_mono: float) -> bool:
+    return snap is not None and now_mono - snap.completed_mono <= snap.stale_after
+
+
 @dataclass(frozen=True)
 class SourceRecordView:
     """Read-only copy of a :class:`SourceRecord`."""
@@ -93,8 +97,7 @@ class SourceRecordView:
 
     def fresh(self, now_mono: float) -> bool:
         """True when there is a snapshot younger than its stale_after."""
-        snap = self.snapshot
-        return snap is not None and now_mono - snap.completed_mono <= snap.stale_after
+        return _fresh(self.snapshot, now_mono)
 
     def down_reason(self, now_mono: float) -> str:
         """Why the source is down, or empty when it is up (or has not polled yet)."""
@@ -206,13 +209,13 @@ class Store:
         """The current view; rebuilt only when the data or the set of fresh sources changed."""
         now = self._mono()
         with self._lock:
+            # The key is cheap on purpose: every scrape computes it.
+            key = (self._generation, tuple(_fresh(r.snapshot, now) for r in self._records.values()))
+            cached = self._view
+            if cached is not None and cached.key == key:
+                return cached
             records = [record.copy() for record in self._records.values()]
             internal = list(self._internal.values())
-            generation = self._generation
-            cached = self._view
-        key = (generation, tuple(r.fresh(now) for r in records))
-        if cached is not None and cached.key == key:
-            return cached
         readings: list[Reading] = list(_self_readings(records, now))
         for items in internal:
             readings.extend(items)

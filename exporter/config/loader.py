@@ -116,6 +116,26 @@ def describe_type(tp: Any) -> str:
     return name + (" or null" if optional else "")
 
 
+def _annotation(tp: Any) -> str:
+    inner, _ = _unwrap_optional(tp)
+    origin = get_origin(inner)
+    if origin is dict:
+        return _annotation(get_args(inner)[1])
+    if origin is typing.Annotated:
+        return str(get_args(inner)[1])
+    return ""
+
+
+def is_duration(tp: Any) -> bool:
+    """True for :data:`~exporter.config.schema.Duration` fields (optional or not)."""
+    return _annotation(tp) == "duration"
+
+
+def is_secret(tp: Any) -> bool:
+    """True for fields holding secrets (or mappings of them)."""
+    return _annotation(tp) == "secret"
+
+
 def format_default(value: Any, tp: Any) -> str:
     """Render a default the way a user would write it in YAML."""
     inner, _ = _unwrap_optional(tp)
@@ -206,24 +226,16 @@ def _convert(value: Any, tp: Any, path: Path, problems: _Problems) -> Any:
         return INVALID
 
     if origin is list:
-        if isinstance(value, str):
-            value = _parse_text_collection(value, list, path, problems)
-            if value is INVALID:
-                return INVALID
-        if not isinstance(value, list):
-            problems.add(path, f"must be a list, not {type(value).__name__}")
+        value = _collection(value, list, path, problems)
+        if value is INVALID:
             return INVALID
         (item_tp,) = get_args(tp)
         items = [_convert(v, item_tp, (*path, str(i)), problems) for i, v in enumerate(value)]
         return INVALID if any(i is INVALID for i in items) else items
 
     if origin is dict:
-        if isinstance(value, str):
-            value = _parse_text_collection(value, dict, path, problems)
-            if value is INVALID:
-                return INVALID
-        if not isinstance(value, dict):
-            problems.add(path, f"must be a mapping, not {type(value).__name__}")
+        value = _collection(value, dict, path, problems)
+        if value is INVALID:
             return INVALID
         _, val_tp = get_args(tp)
         out_map = {}
@@ -269,9 +281,31 @@ def _convert(value: Any, tp: Any, path: Path, problems: _Problems) -> Any:
     raise TypeError(f"config schema uses unsupported type {tp!r} at {'.'.join(path)}")
 
 
+def _collection(value: Any, kind: type, path: Path, problems: _Problems) -> Any:
+    """A list or dict from YAML, or parsed from env/flag text; INVALID otherwise."""
+    if isinstance(value, str):
+        value = _parse_text_collection(value, kind, path, problems)
+        if value is INVALID:
+            return INVALID
+    if not isinstance(value, kind):
+        noun = "a list" if kind is list else "a mapping"
+        problems.add(path, f"must be {noun}, not {type(value).__name__}")
+        return INVALID
+    return value
+
+
 def _parse_text_collection(text: str, kind: type, path: Path, problems: _Problems) -> Any:
     stripped = text.strip()
-    if kind is list and not stripped.startswith("["):
+    if kind is list:
+        # A YAML flow list ("[a, b]") or a comma-separated one ("a, b"); an item like
+        # "[::1]:28028" also starts with "[", so fall back to commas when YAML disagrees.
+        if stripped.startswith("[") and stripped.endswith("]"):
+            try:
+                parsed = yaml.safe_load(stripped)
+            except yaml.YAMLError:
+                parsed = None
+            if isinstance(parsed, list):
+                return parsed
         return [part.strip() for part in stripped.split(",") if part.strip()]
     try:
         value = yaml.safe_load(stripped) if stripped else kind()
@@ -302,6 +336,12 @@ def _convert_dataclass(value: Any, cls: type, path: Path, problems: _Problems) -
             bad = True
         else:
             kwargs[key] = converted
+    # Sections left out still go through conversion, so their derived defaults
+    # (timeouts, stale_after) are filled in exactly as for sections written out.
+    for f in dataclasses.fields(cls):
+        inner, optional = _unwrap_optional(hints[f.name])
+        if f.name not in value and not optional and _is_dataclass_type(inner):
+            kwargs[f.name] = _convert({}, inner, (*path, f.name), problems)
     # Cross-field checks still run on the keys that did convert, so that one
     # mistake does not hide another; failed keys keep their defaults here.
     failed = {str(k) for k in value if str(k) not in kwargs}

@@ -120,6 +120,7 @@ class Exposition:
         self._lock = threading.Lock()
         self._cache: dict[tuple[object, ...], bytes] = {}
         self._cache_key: tuple[object, ...] | None = None
+        self._encoders: dict[str, tuple[Callable[[CollectorRegistry], bytes], str]] = {}
 
     def _registries(self, names: Sequence[str] | None) -> CollectorRegistry:
         if names is None:
@@ -132,7 +133,12 @@ class Exposition:
         self, accept: str | None, accept_encoding: str | None, names: Sequence[str] | None = None
     ) -> tuple[bytes, dict[str, str]]:
         """Body and headers for one scrape (content negotiation as prometheus_client does)."""
-        encoder, content_type = choose_encoder(accept or "")
+        negotiated = self._encoders.get(accept or "")
+        if negotiated is None:
+            negotiated = choose_encoder(accept or "")
+            if len(self._encoders) < 64:  # Accept headers come from a handful of scrapers
+                self._encoders[accept or ""] = negotiated
+        encoder, content_type = negotiated
         use_gzip = _gzip_accepted(accept_encoding)
         headers = {"Content-Type": content_type}
         if use_gzip:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -77,7 +78,7 @@ class BlockingCall:
     ``asyncio.to_thread`` would queue a second call behind a hung one and its
     executor threads are joined at interpreter exit, so a hung /proc read could
     block shutdown. Here a call that is still running makes the next one fail
-    fast with reason ``busy``, and a hung thread never delays exit.
+    fast with reason ``timeout``, and a hung thread never delays exit.
     """
 
     def __init__(self, name: str) -> None:
@@ -85,11 +86,14 @@ class BlockingCall:
         # True from the start of a call until its thread has handed back a result,
         # even if the awaiting poll was cancelled by its deadline meanwhile.
         self._busy = False
+        self._started = 0.0
 
     async def __call__(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` in a thread and await its result."""
         if self._busy:
-            raise SourceError("busy", "the previous poll is still running")
+            # Same reason as the poll that hung: the cause has not changed.
+            hung = time.monotonic() - self._started
+            raise SourceError("timeout", f"the previous poll has been hung for {hung:.0f}s")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
 
@@ -115,5 +119,6 @@ class BlockingCall:
 
         thread = threading.Thread(target=run, name=f"poll-{self.name}", daemon=True)
         self._busy = True
+        self._started = time.monotonic()
         thread.start()
         return await future

@@ -119,9 +119,11 @@ class HostSource(Source):
             now_times = await self._call(self._stat)
             taken = time.monotonic()
             previous = self._previous
-            if previous is None or taken - previous[0] < BASELINE_SECONDS / 2:
-                await asyncio.sleep(BASELINE_SECONDS)
-                previous = (taken, now_times)
+            baseline = min(BASELINE_SECONDS, 0.4 * self.timeout)
+            if previous is None or taken - previous[0] < baseline / 2:
+                # Saved before sleeping so that even a cancelled poll leaves a baseline.
+                previous = self._previous = (taken, now_times)
+                await asyncio.sleep(baseline)
                 now_times = await self._call(self._stat)
                 taken = time.monotonic()
             self._previous = (taken, now_times)

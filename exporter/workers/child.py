@@ -1,4 +1,4 @@
-"""The worker process: ``python -m exporter.workers.child``.
+"""The worker process loop, started as ``python -m exporter.workers``.
 
 It owns one backend (which loads a vendor library) and answers framed requests
 on stdin/stdout one at a time. Before anything else it moves the protocol
@@ -19,6 +19,8 @@ from typing import Any
 
 from exporter.backends.base import Backend, BackendError, BackendUnavailable
 from exporter.workers.protocol import ProtocolError, read_frame_fd, write_frame_fd
+
+__all__ = ["main", "protocol_out", "serve", "write_frame_fd"]
 
 PR_SET_PDEATHSIG = 1
 
@@ -135,7 +137,3 @@ def main() -> int:
         return 2
     except BrokenPipeError:
         return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

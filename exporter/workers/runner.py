@@ -141,7 +141,7 @@ class WorkerRunner:
             proc = await asyncio.create_subprocess_exec(
                 self.python,
                 "-m",
-                "exporter.workers.child",
+                "exporter.workers",
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,

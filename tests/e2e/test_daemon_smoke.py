@@ -18,7 +18,8 @@ def test_metrics_pass_promtool_and_host_is_up(daemon_factory):
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.fail("promtool is required (apt-get install prometheus)")
-    result = subprocess.run([promtool, "check", "metrics"], input=text.encode(),
-                            capture_output=True, timeout=30)
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=30
+    )
     assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
     assert result.stdout.decode().strip() == "" and result.stderr.decode().strip() == ""

@@ -132,7 +132,10 @@ class Daemon:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         env.update(self.env)
         self.proc = subprocess.Popen(
-            self.command(), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            self.command(),
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             cwd=str(REPO),
         )
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)
@@ -227,9 +230,15 @@ class Daemon:
         host, port = self.address
         return f"{self.scheme}://{host}:{port}"
 
-    def get(self, path: str, *, headers: Mapping[str, str] | None = None,
-            auth: tuple[str, str] | None = None, timeout: float = 10.0,
-            context: ssl.SSLContext | None = None) -> Response:
+    def get(
+        self,
+        path: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        auth: tuple[str, str] | None = None,
+        timeout: float = 10.0,
+        context: ssl.SSLContext | None = None,
+    ) -> Response:
         req = urllib.request.Request(self.url + path, headers=dict(headers or {}))
         if auth is not None:
             token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
@@ -248,8 +257,13 @@ class Daemon:
     def status(self) -> dict[str, Any]:
         return self.get("/status").json()  # type: ignore[no-any-return]
 
-    def wait_for(self, predicate: Callable[[], Any], timeout: float = 20.0,
-                 interval: float = 0.1, what: str = "condition") -> Any:
+    def wait_for(
+        self,
+        predicate: Callable[[], Any],
+        timeout: float = 20.0,
+        interval: float = 0.1,
+        what: str = "condition",
+    ) -> Any:
         deadline = time.monotonic() + timeout
         last: Any = None
         while time.monotonic() < deadline:
@@ -260,11 +274,13 @@ class Daemon:
             if last:
                 return last
             time.sleep(interval)
-        raise AssertionError(f"timed out waiting for {what}; last log lines:\n"
-                             + "\n".join(self.lines[-20:]))
+        raise AssertionError(
+            f"timed out waiting for {what}; last log lines:\n" + "\n".join(self.lines[-20:])
+        )
 
-    def wait_metric(self, name: str, expected: float | None = None, timeout: float = 20.0,
-                    **labels: str) -> float:
+    def wait_metric(
+        self, name: str, expected: float | None = None, timeout: float = 20.0, **labels: str
+    ) -> float:
         """Wait until a series exists (and equals ``expected`` when given); its value."""
 
         def check() -> tuple[float] | None:

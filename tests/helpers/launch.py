@@ -12,8 +12,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from exporter.cli import main  # noqa: E402
-from exporter.sources.registry import build_sources  # noqa: E402
+from exporter.cli import main
+from exporter.sources.registry import build_sources
 
 
 def run(argv: list[str]) -> int:

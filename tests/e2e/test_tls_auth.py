@@ -1,0 +1,145 @@
+"""TLS, client certificates and basic auth on the real listener."""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+import urllib.error
+import urllib.request
+
+import bcrypt
+import pytest
+
+from tests.helpers.daemon import Daemon
+
+
+def openssl(*args: str, cwd) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pki")
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        cwd=d,
+    )
+    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    for name, cn in (("server", "127.0.0.1"), ("client", "scraper")):
+        openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            f"/CN={cn}",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            cwd=d,
+        )
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            f"{name}.pem",
+            cwd=d,
+        )
+    return d
+
+
+def client_context(pki, with_cert: bool) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    if with_cert:
+        ctx.load_cert_chain(str(pki / "client.pem"), str(pki / "client.key"))
+    return ctx
+
+
+def test_tls_with_basic_auth(daemon_factory, pki):
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    d = daemon_factory(
+        {
+            "web": {
+                "tls": {"cert_file": str(pki / "server.pem"), "key_file": str(pki / "server.key")},
+                "basic_auth": {"users": {"prom": hashed}},
+            }
+        },
+        scheme="https",
+    )
+    ctx = client_context(pki, with_cert=False)
+    assert d.get("/metrics", context=ctx).status == 401
+    assert d.get("/metrics", context=ctx, auth=("prom", "wrong")).status == 401
+    assert d.get("/metrics", context=ctx, auth=("nobody", "s3cret")).status == 401
+    resp = d.get("/metrics", context=ctx, auth=("prom", "s3cret"))
+    assert resp.status == 200 and b"accel_exporter_build_info" in resp.body
+    assert d.get("/status", context=ctx).status == 401
+    # Probes need no credentials and reveal nothing.
+    assert d.get("/healthz", context=ctx).status == 200
+    # Plain HTTP on the TLS port is refused.
+    plain = d.url.replace("https://", "http://")
+    with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+        urllib.request.urlopen(plain + "/metrics", timeout=5).read()
+    for line in d.lines:
+        assert hashed not in line and "s3cret" not in line
+
+
+def test_client_certificate_required(daemon_factory, pki):
+    d = daemon_factory(
+        {
+            "web": {
+                "tls": {
+                    "cert_file": str(pki / "server.pem"),
+                    "key_file": str(pki / "server.key"),
+                    "client_ca_file": str(pki / "ca.pem"),
+                }
+            }
+        },
+        scheme="https",
+    )
+    assert d.get("/metrics", context=client_context(pki, with_cert=True)).status == 200
+    with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError, OSError)):
+        d.get("/metrics", context=client_context(pki, with_cert=False))
+    # A failed handshake does not hurt the next client.
+    assert d.get("/healthz", context=client_context(pki, with_cert=True)).status == 200
+
+
+def test_invalid_certificate_exits_2(daemon_factory, tmp_path):
+    (tmp_path / "bad.pem").write_text("not a certificate\n")
+    d = Daemon(
+        tmp_path,
+        {
+            "web": {
+                "tls": {
+                    "cert_file": str(tmp_path / "bad.pem"),
+                    "key_file": str(tmp_path / "bad.pem"),
+                }
+            }
+        },
+    )
+    with pytest.raises(RuntimeError, match="exited with 2"):
+        d.start()
+    assert any("web.tls: cannot load certificate or key" in line for line in d.lines)

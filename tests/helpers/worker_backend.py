@@ -1,0 +1,80 @@
+"""A device backend for worker tests that can hang, crash, exit, answer garbage or slowly.
+
+Runs inside the worker child. Reads the JSON control file at every request:
+``{"mode": "ok" | "hang" | "crash" | "exit" | "garbage" | "wrong_id" | "short" |
+"bad_reading" | "slow" | "fault" | "bootstrap_error" | "bootstrap_unavailable" |
+"bootstrap_hang", "delay": seconds, "value": number}``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import struct
+import time
+from typing import Any
+
+from exporter.backends.base import BackendError, BackendUnavailable
+from exporter.workers import child
+from tests.helpers.test_sources import control
+
+
+class MisbehavingBackend:
+    """Two fake devices whose behaviour the test controls."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.control_file = str(config["control"])
+        self.devices = int(config.get("devices", 2))
+
+    def bootstrap(self) -> dict[str, Any]:
+        mode = control(self.control_file).get("mode")
+        if mode == "bootstrap_error":
+            raise BackendError("init_failed", "the test asked bootstrap to fail")
+        if mode == "bootstrap_unavailable":
+            raise BackendUnavailable("library_not_found", "libfake.so.1: cannot open")
+        while control(self.control_file).get("mode") == "bootstrap_hang":
+            time.sleep(0.05)
+        return {
+            "vendor": "test",
+            "devices": [
+                {"device": str(i), "uuid": f"TEST-{i}", "info": {"model": "Test GPU"}}
+                for i in range(self.devices)
+            ],
+        }
+
+    def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        ctl = control(self.control_file)
+        mode = ctl.get("mode", "ok")
+        if mode == "hang":
+            while control(self.control_file).get("mode") == "hang":
+                time.sleep(0.05)
+            ctl = control(self.control_file)
+        elif mode == "crash":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        elif mode == "exit":
+            os._exit(3)
+        elif mode == "garbage":
+            os.write(child.protocol_out, struct.pack(">I", 12) + b"not json at!")
+            while True:
+                time.sleep(1)
+        elif mode == "wrong_id":
+            child.write_frame_fd(child.protocol_out, {"type": "result", "id": -1, "result": {}})
+            while True:
+                time.sleep(1)
+        elif mode == "slow":
+            time.sleep(float(ctl.get("delay", 0.3)))
+        elif mode == "fault":
+            raise BackendError("device_busy", "the test asked for a fault")
+        devices = [{"uuid": f"TEST-{i}", "up": True, "reason": ""} for i in range(self.devices)]
+        value = float(ctl.get("value", 42.0))
+        readings: list[list[Any]] = [
+            ["accel_power_watts", [str(i), f"TEST-{i}"], value + i] for i in range(self.devices)
+        ]
+        if mode == "short":
+            devices = devices[:-1]
+        if mode == "bad_reading":
+            readings.append(["accel_power_watts", ["0"], "NaN"])
+        return {"devices": devices, "readings": readings, "slow_readings": []}
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,247 @@
+"""The worker runner against a backend that hangs, crashes, exits or answers garbage."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from exporter.config.schema import DeviceSourceConfig
+from exporter.errors import SourceError, SourceUnavailable, WorkerError
+from exporter.sources.device import DeviceSource
+from exporter.workers import runner as runner_mod
+from exporter.workers.runner import WorkerRunner
+from tests.helpers.daemon import REPO, children_of
+
+BACKEND = "tests.helpers.worker_backend:MisbehavingBackend"
+
+
+@pytest.fixture(autouse=True)
+def fast_restarts(monkeypatch):
+    # Our own runner's backoff constants, not a binding: keeps respawn tests short.
+    monkeypatch.setattr(runner_mod, "RESTART_BASE_SECONDS", 0.2)
+
+
+@pytest.fixture
+def ctl(tmp_path):
+    path = tmp_path / "control.json"
+
+    def set_mode(mode: str, **extra) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"mode": mode, **extra}))
+        tmp.replace(path)
+
+    set_mode("ok")
+    set_mode.path = str(path)
+    return set_mode
+
+
+def make_runner(ctl, bootstrap_timeout: float = 10.0) -> WorkerRunner:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return WorkerRunner(
+        "t",
+        BACKEND,
+        {"control": ctl.path, "devices": 2},
+        bootstrap_timeout=bootstrap_timeout,
+        env=env,
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+async def wait_ready(runner: WorkerRunner, timeout: float = 15.0) -> dict:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        try:
+            return await runner.ready(timeout=0.5)
+        except WorkerError:
+            if loop.time() > end:
+                raise
+            await asyncio.sleep(0.1)
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, timeout=60))
+
+
+def test_bootstrap_and_call(ctl):
+    async def go():
+        r = make_runner(ctl)
+        await r.start()
+        try:
+            inv = await wait_ready(r)
+            assert [d["uuid"] for d in inv["devices"]] == ["TEST-0", "TEST-1"]
+            result = await r.call("poll", {}, timeout=5)
+            assert result["readings"][0] == ["accel_power_watts", ["0", "TEST-0"], 42.0]
+            assert r.pid in children_of(os.getpid())
+        finally:
+            await r.stop()
+        assert r.pid is None
+        assert not any(alive(p) for p in children_of(os.getpid()))
+
+    run(go())
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [
+        ("hang", "timeout"),
+        ("crash", "crashed"),
+        ("exit", "crashed"),
+        ("garbage", "protocol_error"),
+        ("wrong_id", "protocol_error"),
+    ],
+)
+def test_bad_worker_is_killed_reaped_and_respawned(ctl, mode, reason):
+    async def go():
+        r = make_runner(ctl)
+        await r.start()
+        try:
+            await wait_ready(r)
+            first = r.pid
+            assert first is not None
+            ctl(mode)
+            with pytest.raises(WorkerError) as info:
+                await r.call("poll", {}, timeout=1.0)
+            assert info.value.reason == reason
+            # Killed and reaped: the pid is gone, not a zombie.
+            assert not alive(first)
+            assert first not in children_of(os.getpid())
+            ctl("ok")
+            await wait_ready(r)
+            assert r.pid not in (None, first)
+            assert r.state.restarts == 1
+            result = await r.call("poll", {}, timeout=5)
+            assert result["devices"][0]["up"] is True
+            # One worker at a time: the count never grows.
+            assert len([p for p in children_of(os.getpid()) if alive(p)]) == 1
+        finally:
+            ctl("ok")
+            await r.stop()
+        assert not any(alive(p) for p in children_of(os.getpid()))
+
+    run(go())
+
+
+def test_fault_keeps_the_worker(ctl):
+    async def go():
+        r = make_runner(ctl)
+        await r.start()
+        try:
+            await wait_ready(r)
+            pid = r.pid
+            ctl("fault")
+            with pytest.raises(WorkerError) as info:
+                await r.call("poll", {}, timeout=5)
+            assert info.value.reason == "device_busy"
+            assert r.pid == pid and r.state.restarts == 0
+        finally:
+            await r.stop()
+
+    run(go())
+
+
+def test_bootstrap_error_fails_fast_and_retries(ctl):
+    async def go():
+        ctl("bootstrap_error")
+        r = make_runner(ctl)
+        await r.start()
+        try:
+            await r.settled(10)
+            with pytest.raises(WorkerError) as info:
+                await r.ready(timeout=0.1)
+            assert info.value.reason == "init_failed"
+            assert r.state.state == "backoff"
+            ctl("ok")
+            await wait_ready(r)
+            assert r.state.restarts == 0  # it never was ready before: not a restart
+        finally:
+            await r.stop()
+
+    run(go())
+
+
+def test_bootstrap_unavailable(ctl):
+    async def go():
+        ctl("bootstrap_unavailable")
+        r = make_runner(ctl)
+        await r.start()
+        try:
+            await r.settled(10)
+            with pytest.raises(SourceUnavailable) as info:
+                await r.ready(timeout=0.1)
+            assert "libfake" in info.value.detail
+            assert r.pid is None
+        finally:
+            await r.stop()
+
+    run(go())
+
+
+def test_bootstrap_deadline_kills(ctl):
+    async def go():
+        ctl("bootstrap_hang")
+        r = make_runner(ctl, bootstrap_timeout=1.0)
+        await r.start()
+        try:
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 15
+            while r.state.last_reason != "bootstrap_timeout" and loop.time() < end:
+                await asyncio.sleep(0.05)
+            assert r.state.last_reason == "bootstrap_timeout"
+            assert not any(alive(p) for p in children_of(os.getpid()))
+        finally:
+            ctl("ok")
+            await r.stop()
+
+    run(go())
+
+
+def device_source(ctl) -> DeviceSource:
+    cfg = DeviceSourceConfig(enabled=True, interval=1.0, timeout=2.0, bootstrap_timeout=10.0)
+    src = DeviceSource(
+        "testdev",
+        cfg,
+        BACKEND,
+        backend_config={"control": ctl.path, "devices": 2},
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+    return src
+
+
+@pytest.mark.parametrize("mode", ["short", "bad_reading"])
+def test_shape_mismatch_is_an_error_and_kills(ctl, mode):
+    async def go():
+        src = device_source(ctl)
+        await src.start()
+        try:
+            await src.wait_ready(10)
+            ok = await src.poll()
+            assert {r.metric for r in ok} >= {
+                "accel_device_up",
+                "accel_device_info",
+                "accel_power_watts",
+            }
+            pid = src.runner.pid
+            ctl(mode)
+            with pytest.raises(SourceError) as info:
+                await src.poll()
+            assert info.value.reason == "protocol_error"
+            assert not alive(pid)
+            down = {r.labels: r.value for r in info.value.readings if r.metric == "accel_device_up"}
+            assert down == {("0", "TEST-0"): 0.0, ("1", "TEST-1"): 0.0}
+        finally:
+            ctl("ok")
+            await src.close()
+
+    run(go())

@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import pytest
+
+from exporter.config import leaves, load_config
+from exporter.config.addresses import parse_listen_address, split_host_port
+from exporter.config.durations import format_duration, parse_duration
+from exporter.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("250ms", 0.25), ("15s", 15), ("1m", 60), ("1h30m", 5400), ("1.5s", 1.5), ("0s", 0)],
+)
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+    assert parse_duration(format_duration(seconds)) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "5", "s", "-1s", "1x", "1s2", "1 s", "ms"])
+def test_bad_durations(text):
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (":9842", ("", 9842)),
+        ("0.0.0.0:1", ("0.0.0.0", 1)),
+        ("[::1]:28028", ("::1", 28028)),
+        ("localhost:0", ("localhost", 0)),
+    ],
+)
+def test_addresses(text, expected):
+    assert parse_listen_address(text) == expected
+
+
+@pytest.mark.parametrize("text", ["::1:28028", "host", "host:x", "[::1", "[::1]x", "h:65536"])
+def test_bad_addresses(text):
+    with pytest.raises(ValueError):
+        split_host_port(text)
+
+
+def test_defaults_need_no_file():
+    config = load_config(None, env={})
+    assert config.web.listen_address == ":9842"
+    assert config.sources.host.enabled is True
+    assert config.sources.host.poll_timeout == 5.0
+    assert config.sources.host.stale_seconds == 15.0
+    assert config.sources.nvml.enabled == "auto"
+
+
+def test_every_leaf_is_settable_by_env_with_its_default(tmp_path):
+    # Writing each leaf's own default back through the env must be accepted:
+    # proves env names and text conversion exist for every key.
+    from exporter.config.loader import format_default
+
+    for leaf in leaves():
+        if leaf.default is None or leaf.dotted.startswith("web.tls") or "basic_auth" in leaf.dotted:
+            continue
+        text = format_default(leaf.default, leaf.type)
+        if isinstance(leaf.default, dict):
+            text = "{}"
+        load_config(None, env={leaf.env: text})
+
+
+def test_all_problems_at_once(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "web:\n  max_requests: 0\nsources:\n  nvml:\n    slow_interval: 1s\n"
+        "  ccl_ras:\n    stall_polls: 0\n    addresses: []\nwat: 1\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(str(cfg), env={})
+    text = "\n".join(info.value.problems)
+    assert "web.max_requests: must be at least 1" in text
+    assert "sources.nvml.slow_interval: must be at least interval" in text
+    assert "sources.ccl_ras.stall_polls: must be at least 1" in text
+    assert "sources.ccl_ras.addresses: needs at least one host:port" in text
+    assert f"{cfg}:9: wat: unknown key" in text
+    assert len(info.value.problems) == 5
+
+
+def test_list_and_dict_from_env():
+    config = load_config(
+        None,
+        env={
+            "ACCEL_EXPORTER_SOURCES__CCL_RAS__ADDRESSES": "[::1]:28028, 127.0.0.1:28029",
+            "ACCEL_EXPORTER_OUTPUTS__OTLP__HEADERS": "{x-token: abc}",
+            "ACCEL_EXPORTER_SOURCES__NVML__ENABLED": "false",
+        },
+    )
+    assert config.sources.ccl_ras.addresses == ["[::1]:28028", "127.0.0.1:28029"]
+    assert config.outputs.otlp.headers == {"x-token": "abc"}
+    assert config.sources.nvml.enabled is False
+
+
+def test_unrelated_env_is_ignored():
+    load_config(None, env={"ACCEL_EXPORTER_PHASE_FILE": "/tmp/x", "PATH": "/bin"})
+
+
+def test_stale_after_below_interval_is_rejected():
+    with pytest.raises(ConfigError, match="stale_after: must be at least the interval"):
+        load_config(None, env={"ACCEL_EXPORTER_SOURCES__HOST__STALE_AFTER": "1s"})

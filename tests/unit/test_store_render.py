@@ -1,0 +1,158 @@
+from __future__ import annotations
+
+import gzip
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.model import OK, HistogramValue, Outcome, Reading, Snapshot
+from exporter.outputs.prometheus import Exposition
+from exporter.store import HistogramAccumulator, Store, validate
+from tests.helpers.daemon import value
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def snap(
+    source: str,
+    readings,
+    clock: Clock,
+    ok: bool = True,
+    stale_after: float = 10.0,
+    reason: str = "",
+) -> Snapshot:
+    return Snapshot(
+        source,
+        tuple(readings),
+        OK if ok else Outcome(False, reason, reason),
+        started_at=1.0,
+        completed_at=2.0,
+        completed_mono=clock.now,
+        duration=0.01,
+        stale_after=stale_after,
+    )
+
+
+def test_histogram_accumulator_is_cumulative():
+    h = HistogramAccumulator((1.0, 2.0))
+    for v in (0.5, 1.5, 1.5, 5.0):
+        h.observe(v)
+    assert h.value() == HistogramValue((1.0, 2.0), (1, 3, 4), 8.5)
+
+
+def test_validate_rejects_what_the_catalog_does_not_allow():
+    good, bad = validate(
+        [
+            Reading("accel_host_load1", (), 1.0),
+            Reading("accel_nope", (), 1.0),
+            Reading("accel_host_cpu_ratio", (), 1.0),
+            Reading("accel_host_load5", (), float("nan")),
+            Reading("accel_exporter_source_poll_duration_seconds", ("x",), 1.0),
+        ]
+    )
+    assert [r.metric for r in good] == ["accel_host_load1"]
+    assert len(bad) == 4
+
+
+def test_stale_snapshots_are_not_rendered_and_source_goes_down():
+    clock = Clock()
+    store = Store(mono=clock)
+    store.put(snap("a", [Reading("accel_host_load1", (), 2.0)], clock, stale_after=5))
+    text = Exposition(store, process_metrics=False, clock=clock).render(None, None)[0].decode()
+    assert value(text, "accel_host_load1") == 2.0
+    assert value(text, "accel_exporter_source_up", source="a") == 1
+    clock.now += 6
+    text = Exposition(store, process_metrics=False, clock=clock).render(None, None)[0].decode()
+    assert value(text, "accel_host_load1") is None
+    assert value(text, "accel_exporter_source_up", source="a") == 0
+    assert value(text, "accel_exporter_source_down_reason_info", source="a", reason="stale") == 1
+
+
+def test_failed_poll_counts_errors_and_keeps_failure_readings():
+    clock = Clock()
+    store = Store(mono=clock)
+    store.put(snap("a", [Reading("accel_devices", ("x",), 0.0)], clock, ok=False, reason="timeout"))
+    store.put(snap("a", [], clock, ok=False, reason="timeout"))
+    store.put(snap("a", [Reading("accel_devices", ("x",), 3.0)], clock))
+    text = Exposition(store, process_metrics=False, clock=clock).render(None, None)[0].decode()
+    assert value(text, "accel_exporter_source_errors_total", source="a", reason="timeout") == 2
+    assert value(text, "accel_exporter_source_poll_duration_seconds_count", source="a") == 3
+    assert value(text, "accel_devices", vendor="x") == 3
+    assert value(text, "accel_exporter_source_last_success_timestamp_seconds", source="a") == 2.0
+
+
+def test_exposition_is_cached_per_view_and_negotiated():
+    clock = Clock()
+    store = Store(mono=clock)
+    store.put(snap("a", [Reading("accel_host_load1", (), 2.0)], clock))
+    expo = Exposition(store, process_metrics=False, clock=clock)
+    first, headers = expo.render(None, None)
+    assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert expo.render(None, None)[0] is first  # same bytes object: not re-rendered
+    zipped, zheaders = expo.render(None, "deflate, gzip;q=0.8")
+    assert zheaders["Content-Encoding"] == "gzip" and gzip.decompress(zipped) == first
+    assert "Content-Encoding" not in expo.render(None, "gzip;q=0")[1]
+    om, omh = expo.render("application/openmetrics-text; version=1.0.0", None)
+    assert omh["Content-Type"].startswith("application/openmetrics-text")
+    assert om.endswith(b"# EOF\n")
+    store.put(snap("a", [Reading("accel_host_load1", (), 3.0)], clock))
+    assert value(expo.render(None, None)[0].decode(), "accel_host_load1") == 3.0
+    only, _ = expo.render(None, None, names=["accel_host_load1"])
+    families = [f.name for f in text_string_to_metric_families(only.decode())]
+    assert families == ["accel_host_load1"]
+
+
+def test_duplicate_series_across_sources_render_once():
+    clock = Clock()
+    store = Store(mono=clock)
+    store.put(snap("a", [Reading("accel_host_load1", (), 1.0)], clock))
+    store.put(snap("b", [Reading("accel_host_load1", (), 2.0)], clock))
+    text = Exposition(store, process_metrics=False, clock=clock).render(None, None)[0].decode()
+    assert text.count("\naccel_host_load1 ") == 1
+
+
+def test_unavailable_source_exports_info_not_up():
+    clock = Clock()
+    store = Store(mono=clock)
+    store.register("nvml")
+    store.mark_unavailable("nvml", "libnvidia-ml.so.1 not found")
+    text = Exposition(store, process_metrics=False, clock=clock).render(None, None)[0].decode()
+    assert value(text, "accel_exporter_source_up", source="nvml") is None
+    assert (
+        value(
+            text,
+            "accel_exporter_source_unavailable_info",
+            source="nvml",
+            reason="libnvidia-ml.so.1 not found",
+        )
+        == 1
+    )
+
+
+def test_histogram_readings_render():
+    clock = Clock()
+    store = Store(mono=clock)
+    hist = HistogramValue((0.1, 1.0), (1, 2, 3), 4.5)
+    store.put(
+        snap("a", [Reading("accel_exporter_source_poll_duration_seconds", ("z",), hist)], clock)
+    )
+    text = Exposition(store, process_metrics=False, clock=clock).render(None, None)[0].decode()
+    assert (
+        value(text, "accel_exporter_source_poll_duration_seconds_bucket", source="z", le="1.0") == 2
+    )
+    assert (
+        value(text, "accel_exporter_source_poll_duration_seconds_bucket", source="z", le="+Inf")
+        == 3
+    )
+
+
+@pytest.mark.parametrize("bad", [HistogramValue((1.0,), (1, 2), 0.0)])
+def test_histogram_value_shape(bad):
+    with pytest.raises(ValueError):
+        HistogramValue((1.0, 2.0), (1,), 0.0)
