@@ -42,7 +42,7 @@ def worker_pids(d) -> set[int]:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"exporter.workers.child" in cmdline:
+        if b"-m\x00exporter.workers" in cmdline:
             out.add(pid)
     return out
 
@@ -61,10 +61,18 @@ def test_exact_values_on_metrics_and_promtool(daemon_factory, fake_nvml):
     assert value(s, "accel_devices", vendor="nvidia") == 2
     assert value(s, "accel_exporter_source_up", source="nvml") == 1
     info = dict(
-        vendor="nvidia", device="1", uuid=u1, model="NVIDIA H100 80GB HBM3",
-        pci_bus_id="00000000:24:00.0", serial="1654922001001", vbios="96.00.99.00.02",
-        driver_version="580.82.07", cuda_driver_version="12.8", mig_mode="disabled",
-        compute_partition="", memory_partition="",
+        vendor="nvidia",
+        device="1",
+        uuid=u1,
+        model="NVIDIA H100 80GB HBM3",
+        pci_bus_id="00000000:24:00.0",
+        serial="1654922001001",
+        vbios="96.00.99.00.02",
+        driver_version="580.82.07",
+        cuda_driver_version="12.8",
+        mig_mode="disabled",
+        compute_partition="",
+        memory_partition="",
     )
     assert value(s, "accel_device_info", **info) == 1
     one = {"device": "1", "uuid": u1}
@@ -75,14 +83,17 @@ def test_exact_values_on_metrics_and_promtool(daemon_factory, fake_nvml):
     assert value(s, "accel_pcie_rx_bytes_per_second", **one) == 1000 * 1024
     assert value(s, "accel_temperature_celsius", sensor="gpu", **one) == 71
     assert value(s, "accel_clock_hertz", clock="graphics", **one) == 1.755e9
-    assert value(s, "accel_clock_violation_seconds_total",
-                 reason="hw_power_brake_slowdown", **one) == 3.0
+    assert (
+        value(s, "accel_clock_violation_seconds_total", reason="hw_power_brake_slowdown", **one)
+        == 3.0
+    )
     assert value(s, "accel_ecc_errors_total", type="corrected", counter="aggregate", **one) == 17
     assert value(s, "accel_power_watts", device="0", uuid=u0) == 312.456
     # Only identity labels plus one dimension on device series; the rest is in the info metric.
     for (name, labels), _ in s.items():
-        if name.startswith("accel_") and not name.startswith(("accel_exporter", "accel_device_info",
-                                                              "accel_mig_")):
+        if name.startswith("accel_") and not name.startswith(
+            ("accel_exporter", "accel_device_info", "accel_mig_")
+        ):
             keys = {k for k, _ in labels}
             assert len(keys - {"device", "uuid"}) <= (2 if "ecc_errors" in name else 1), name
     promtool_ok(text)
@@ -121,14 +132,17 @@ def test_hung_call_kills_worker_and_recovers_after_release(daemon_factory, fake_
     s = samples(d.metrics())  # /metrics is still served while the call hangs
     for i, uuid in enumerate((u0, u1)):
         assert value(s, "accel_device_up", device=str(i), uuid=uuid) == 0
-        assert value(s, "accel_device_down_reason_info", device=str(i), uuid=uuid,
-                     reason="timeout") == 1
+        assert (
+            value(s, "accel_device_down_reason_info", device=str(i), uuid=uuid, reason="timeout")
+            == 1
+        )
     assert value(s, "accel_exporter_source_up", source="nvml") == 0
     assert value(s, "accel_exporter_source_down_reason_info", source="nvml", reason="timeout") == 1
     assert fake.hangs_entered >= 1
     # The hung worker was killed and a new one started; never more than one at a time.
-    d.wait_for(lambda: d.status()["sources"]["nvml"]["worker_restarts"] >= 1, 30,
-               what="a worker restart")
+    d.wait_for(
+        lambda: d.status()["sources"]["nvml"]["worker_restarts"] >= 1, 30, what="a worker restart"
+    )
     for _ in range(10):
         assert len(worker_pids(d)) <= 1
         d.wait_for(lambda: True, 0.2)
@@ -162,8 +176,9 @@ def test_sixteen_gpu_node(daemon_factory, fake_nvml):
 def test_xid_processes_and_mig_through_the_daemon(daemon_factory, fake_nvml):
     fake = fake_nvml(2)
     fake.set_processes(0, [Process(3131, used_memory=2 << 30, sm_util=80)])
-    fake.set_mig(1, [MigInstance(3, 1, memory_total=40 << 30, memory_used=9 << 30,
-                                 util_percent=45)])
+    fake.set_mig(
+        1, [MigInstance(3, 1, memory_total=40 << 30, memory_used=9 << 30, util_percent=45)]
+    )
     d = daemon_factory(nvml_config(processes=True), env=fake.env())
     u0, u1 = fake.uuid(0), fake.uuid(1)
     d.wait_metric("accel_device_up", 1, device="0", uuid=u0)
@@ -173,8 +188,17 @@ def test_xid_processes_and_mig_through_the_daemon(daemon_factory, fake_nvml):
     s = samples(d.metrics())
     assert value(s, "accel_xid_last_timestamp_seconds", device="0", uuid=u0, xid="79") > 0
     assert value(s, "accel_process_memory_bytes", device="0", uuid=u0, pid="3131") == 2 * 2**30
-    assert value(s, "accel_mig_memory_used_bytes", device="1", uuid=u1, gpu_instance="3",
-                 compute_instance="1") == 9 * 2**30
+    assert (
+        value(
+            s,
+            "accel_mig_memory_used_bytes",
+            device="1",
+            uuid=u1,
+            gpu_instance="3",
+            compute_instance="1",
+        )
+        == 9 * 2**30
+    )
     d.wait_metric("accel_mig_utilization_ratio", 0.45, device="1", uuid=u1, gpu_instance="3")
     promtool_ok(d.metrics())
 
@@ -182,11 +206,17 @@ def test_xid_processes_and_mig_through_the_daemon(daemon_factory, fake_nvml):
 def test_no_library_is_unavailable_with_reason(daemon_factory, tmp_path):
     empty = tmp_path / "no-driver"
     empty.mkdir()
-    d = daemon_factory({"sources": {"nvml": {"interval": "1s"}}},
-                       env={"LD_LIBRARY_PATH": str(empty)})
+    d = daemon_factory(
+        {"sources": {"nvml": {"interval": "1s"}}}, env={"LD_LIBRARY_PATH": str(empty)}
+    )
     d.wait_metric("accel_exporter_source_up", 1, source="host")
-    entry = d.wait_for(lambda: d.status()["sources"]["nvml"]["state"] == "unavailable"
-                       and d.status()["sources"]["nvml"], what="nvml unavailable")
+    entry = d.wait_for(
+        lambda: (
+            d.status()["sources"]["nvml"]["state"] == "unavailable"
+            and d.status()["sources"]["nvml"]
+        ),
+        what="nvml unavailable",
+    )
     assert "libnvidia-ml.so.1" in entry["last_error"]
     text = d.metrics()
     assert "accel_exporter_source_unavailable_info{" in text
@@ -197,8 +227,12 @@ def test_no_library_is_unavailable_with_reason(daemon_factory, tmp_path):
 def run_cli(args, env):
     full_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), **env}
     return subprocess.run(
-        [sys.executable, "-m", "exporter", *args], capture_output=True, text=True, timeout=120,
-        env=full_env, cwd=str(REPO),
+        [sys.executable, "-m", "exporter", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=full_env,
+        cwd=str(REPO),
     )
 
 

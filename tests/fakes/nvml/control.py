@@ -214,8 +214,20 @@ def build(dest: Path, cc: str | None = None) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     out = dest / LIBRARY_NAME
     cmd = [
-        compiler, "-shared", "-fPIC", "-O1", "-g", "-Wall", "-Werror", "-pthread",
-        f"-Wl,-soname,{LIBRARY_NAME}", "-I", str(HERE), "-o", str(out), str(SOURCE),
+        compiler,
+        "-shared",
+        "-fPIC",
+        "-O1",
+        "-g",
+        "-Wall",
+        "-Werror",
+        "-pthread",
+        f"-Wl,-soname,{LIBRARY_NAME}",
+        "-I",
+        str(HERE),
+        "-o",
+        str(out),
+        str(SOURCE),
     ]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
@@ -341,7 +353,9 @@ class FakeNvml:
             slot.memory_used = m.memory_used
             slot.util_percent = m.util_percent
             slot.dram_percent = m.dram_percent
-            slot.uuid = (m.uuid or f"MIG-{index:02d}{n:02d}aaaa-bbbb-cccc-dddd-eeeeeeeeeeee").encode()
+            slot.uuid = (
+                m.uuid or f"MIG-{index:02d}{n:02d}aaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
+            ).encode()
             slot.present = 1
         dev.mig_mode = 1
 
