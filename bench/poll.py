@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--polls", type=int, default=200)
     args = parser.parse_args(argv)
     sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
+    from exporter import log
+
+    log.configure("warning", "console", sys.stderr)  # stdout carries the JSON only
     names = BACKENDS if args.backend == "all" else (args.backend,)
     report = {name: run_backend(name, args.devices, args.polls) for name in names}
     json.dump(report, sys.stdout, indent=2, sort_keys=True)

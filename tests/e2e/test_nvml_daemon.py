@@ -265,3 +265,16 @@ def test_once_and_probe_with_and_without_library(fake_nvml, tmp_path):
     probe = run_cli(["probe", *flags], fake.env())
     line = next(ln for ln in probe.stdout.splitlines() if ln.startswith("nvml"))
     assert line.split()[1:3] == ["auto", "unavailable"] and "driver is not loaded" in line
+
+
+def test_probe_without_the_binding(fake_nvml, tmp_path):
+    # A pynvml that cannot be imported, found first on the path: as if nvidia-ml-py
+    # were not installed, while the library itself is there.
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "pynvml.py").write_text("raise ImportError('No module named pynvml')\n")
+    env = {**fake_nvml(1).env(), "PYTHONPATH": f"{shadow}:{REPO}"}
+    probe = run_cli(["probe", "--sources.host.enabled", "false"], env)
+    line = next(ln for ln in probe.stdout.splitlines() if ln.startswith("nvml"))
+    assert line.split()[1:3] == ["auto", "unavailable"]
+    assert "nvidia-ml-py is not installed" in line

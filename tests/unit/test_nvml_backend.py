@@ -65,6 +65,12 @@ def backend() -> Iterator[Any]:
         b.close()
 
 
+def started(backend, **config: Any) -> NvmlBackend:
+    b = backend(**config)
+    b.bootstrap()
+    return b
+
+
 def poll(b: NvmlBackend, *, slow: bool = True, processes: bool = False) -> dict[str, Any]:
     return b.handle("poll", {"slow": slow, "processes": processes, "events": True})
 
@@ -110,8 +116,7 @@ def test_poll_converts_units_exactly(fake, backend):
     dev.nvlink_active_mask = 0b101
     dev.ecc[1][1] = 4
     dev.clocks_event_reasons = 0x40
-    b = backend()
-    b.bootstrap()
+    b = started(backend)
     v = values(poll(b))
     ident = ("0", fake.uuid(0))
     assert v[("accel_utilization_ratio", ident)] == 0.73
@@ -150,8 +155,7 @@ def test_not_supported_and_sentinels_are_omitted_not_exported(fake, backend):
     fake.device(0).clock_mhz[2] = 0xFFFFFFFF
     fake.device(0).util_decoder = 0xFFFFFFFF
     fake.device(0).ecc_enabled = 0
-    b = backend()
-    b.bootstrap()
+    b = started(backend)
     reply = poll(b)
     assert [d["up"] for d in reply["devices"]] == [True, True]
     v = values(reply)
@@ -169,8 +173,7 @@ def test_not_supported_and_sentinels_are_omitted_not_exported(fake, backend):
 
 
 def test_lost_gpu_is_down_and_others_unaffected(fake, backend):
-    b = backend()
-    b.bootstrap()
+    b = started(backend)
     before = values(poll(b))
     fake.device(1).lost = 1
     calls = fake.device(1).calls
@@ -188,8 +191,7 @@ def test_lost_gpu_is_down_and_others_unaffected(fake, backend):
 
 def test_error_code_degrades_one_field_and_is_counted(fake, backend):
     fake.add_rule("nvmlDeviceGetTotalEnergyConsumption", device=1, error=control.UNKNOWN)
-    b = backend()
-    b.bootstrap()
+    b = started(backend)
     reply = poll(b)
     assert [d["up"] for d in reply["devices"]] == [True, True]
     v = values(reply)
@@ -203,8 +205,7 @@ def test_error_code_degrades_one_field_and_is_counted(fake, backend):
 
 def test_device_answering_nothing_is_down_with_the_error(fake, backend):
     fake.add_rule("*", device=0, error=control.UNKNOWN, after_calls=40)  # bootstrap succeeds
-    b = backend()
-    b.bootstrap()
+    b = started(backend)
     reply = poll(b)
     reply = poll(b)
     assert reply["devices"][0] == {"uuid": fake.uuid(0), "up": False, "reason": "unknown"}
@@ -212,8 +213,7 @@ def test_device_answering_nothing_is_down_with_the_error(fake, backend):
 
 
 def test_reset_required_is_device_fatal(fake, backend):
-    b = backend()
-    b.bootstrap()
+    b = started(backend)
     fake.add_rule("nvmlDeviceGetUtilizationRates", device=0, error=control.RESET_REQUIRED)
     reply = poll(b)
     assert reply["devices"][0]["reason"] == "reset_required"
@@ -245,8 +245,7 @@ def test_init_failures_are_unavailable_or_errors(fake, backend):
 def test_older_driver_falls_back_to_memory_v1_and_legacy_temperature(fake, backend):
     fake.add_rule("nvmlDeviceGetMemoryInfo_v2", error=13)  # FUNCTION_NOT_FOUND
     fake.add_rule("nvmlDeviceGetTemperatureV", error=13)
-    b = backend()
-    b.bootstrap()
+    b = started(backend)
     v = values(poll(b))
     ident = ("0", fake.uuid(0))
     assert ("accel_memory_reserved_bytes", ident) not in v
@@ -264,8 +263,7 @@ def test_processes_two_call_protocol_and_per_process_series(fake, backend):
             Process(6060, used_memory=1 << 20, graphics=True),
         ],
     )
-    b = backend()
-    b.bootstrap()
+    b = started(backend)
     counted = values(poll(b, processes=False))
     ident = ("0", fake.uuid(0))
     assert counted[("accel_processes", ident)] == 3
@@ -325,8 +323,7 @@ def test_mig_instances_memory_and_gpm_utilization(fake, backend):
 
 
 def test_xid_events_are_counted_without_delaying_polls(fake, backend):
-    b = backend(events=True)
-    b.bootstrap()
+    b = started(backend, events=True)
     assert b.events is not None and b.events.registered == 2
     fake.inject_xid(1, 79)
     fake.inject_xid(1, 79)
@@ -348,23 +345,21 @@ def test_xid_events_are_counted_without_delaying_polls(fake, backend):
     stamp = v[("accel_xid_last_timestamp_seconds", ("1", fake.uuid(1), "79"))]
     assert abs(stamp - time.time()) < 600
     # The event thread sits in nvmlEventSetWait (500 ms) all the time; polls do not wait for it.
-    started = time.monotonic()
+    began = time.monotonic()
     for _ in range(10):
         poll(b, slow=False)
-    per_poll = (time.monotonic() - started) / 10
+    per_poll = (time.monotonic() - began) / 10
     assert per_poll / (b.events.wait_ms / 1000) < 0.5
 
 
 def test_close_stops_the_event_thread(fake, backend):
-    b = backend(events=True)
-    b.bootstrap()
+    b = started(backend, events=True)
     assert any(t.name == "nvml-events" for t in threading.enumerate())
     b.close()
     assert not any(t.name == "nvml-events" and t.is_alive() for t in threading.enumerate())
 
 
 def test_unknown_operation_is_an_error(fake, backend):
-    b = backend()
-    b.bootstrap()
+    b = started(backend)
     with pytest.raises(BackendError):
         b.handle("reset", {})
