@@ -142,7 +142,7 @@ class Gpu:
             return fn(*args)
         except self.nvml.NVMLError as exc:
             return self.failure(getattr(fn, "__name__", "nvml"), int(exc.value), str(exc))
-        except self.nvml.NVMLLibraryMismatchError:
+        except getattr(self.nvml, "NVMLLibraryMismatchError", ()):
             return None  # an unversioned symbol this driver lacks: the field is absent
 
     def fail(self, name: str, exc: Any) -> None:
@@ -184,9 +184,13 @@ class DeviceReader:
 
     def __init__(self, nvml: Any) -> None:
         self.nvml = nvml
-        self._memory_v2 = True
-        self._temperature_v = True
-        self._event_reasons = True
+        # Newer entry points first; older nvidia-ml-py releases or drivers lack them.
+        self._memory_v2 = hasattr(nvml, "nvmlMemory_v2")
+        self._temperature_v = hasattr(nvml, "nvmlDeviceGetTemperatureV")
+        self._event_reasons = hasattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons")
+        self._has_gpm = hasattr(nvml, "nvmlGpmMigSampleGet") and hasattr(
+            nvml, "c_nvmlGpmMetricsGet_t"
+        )
         self._tables = {"fast": self._bind(FAST_SCALARS), "slow": self._bind(SLOW_SCALARS)}
 
     def _bind(self, table: tuple[Scalar, ...]) -> list[BoundScalar]:
@@ -499,7 +503,7 @@ class DeviceReader:
                 if gi is None or ci is None or uuid is None:
                     continue
                 found.append(MigDevice(int(gi), int(ci), nv.text(uuid), mh))
-            support = gpu.call(n.nvmlGpmQueryDeviceSupport, h)
+            support = gpu.call(n.nvmlGpmQueryDeviceSupport, h) if self._has_gpm else None
             gpu.gpm_supported = bool(support is not None and support.isSupportedDevice)
         for mig in found:
             out.add(
