@@ -151,6 +151,8 @@ def main(argv: Sequence[str] | None = None, source_builder: SourceBuilder | None
     except ConfigError as exc:
         return _config_errors(exc.problems)
     log.configure(config.log.level, config.log.format)
+    # Worker processes inherit the environment: they log at the daemon's level.
+    os.environ["ACCEL_EXPORTER_WORKER_LOG_LEVEL"] = config.log.level
 
     if command == "config":
         return _show(config)

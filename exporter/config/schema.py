@@ -171,6 +171,38 @@ class DeviceSourceConfig(SourceConfig):
         return out
 
 
+AmdEvent = Literal[
+    "vmfault",
+    "thermal_throttle",
+    "gpu_pre_reset",
+    "gpu_post_reset",
+    "migrate_start",
+    "migrate_end",
+    "page_fault_end",
+    "queue_eviction",
+    "queue_restore",
+    "unmap_from_gpu",
+    "process_start",
+    "process_end",
+]
+
+
+# The notifications that say something about health; the others can fire very often.
+AMD_DEFAULT_EVENTS: tuple[AmdEvent, ...] = (
+    "vmfault",
+    "thermal_throttle",
+    "gpu_pre_reset",
+    "gpu_post_reset",
+)
+
+
+@dataclass(frozen=True)
+class AmdSmiSourceConfig(DeviceSourceConfig):
+    """AMD GPUs through amdsmi; ``event_types`` picks the event notifications counted."""
+
+    event_types: list[AmdEvent] = field(default_factory=lambda: list(AMD_DEFAULT_EVENTS))
+
+
 @dataclass(frozen=True)
 class CclRasSourceConfig(SourceConfig):
     """NCCL/RCCL RAS service client (every NCCL process listens on port 28028)."""
@@ -187,12 +219,34 @@ class CclRasSourceConfig(SourceConfig):
     follower_interval: Duration = 300.0
     max_response_bytes: int = 32 * 1024 * 1024
     monitor: Enabled = "auto"
+    # This node's addresses, to tell local ranks and the reporter role; empty: read them
+    # from the kernel (plus the host of every non-loopback address above).
+    local_addresses: list[str] = field(default_factory=list)
 
     def check(self) -> list[tuple[str, str]]:
         """Sane addresses and counts."""
+        import ipaddress
+
+        from exporter.config.addresses import split_host_port
+
         out = super().check()
         if not self.addresses:
             out.append(("addresses", "needs at least one host:port"))
+        for i, address in enumerate(self.addresses):
+            try:
+                host, _ = split_host_port(address, default_port=28028)
+            except ValueError as exc:
+                out.append((f"addresses.{i}", str(exc)))
+                continue
+            if not host:
+                out.append((f"addresses.{i}", f"missing host in {address!r}"))
+        if len(set(self.addresses)) != len(self.addresses):
+            out.append(("addresses", "lists an address twice"))
+        for i, local in enumerate(self.local_addresses):
+            try:
+                ipaddress.ip_address(local.strip("[]"))
+            except ValueError:
+                out.append((f"local_addresses.{i}", f"{local!r} is not an IP address"))
         if self.stall_polls < 1:
             out.append(("stall_polls", "must be at least 1"))
         if self.follower_interval < self.interval:
@@ -212,6 +266,25 @@ class CclInspectorSourceConfig(SourceConfig):
     # Bus bandwidth above this is flagged as implausible (RCCL 2.28.3 reports 10x too high).
     link_peak_bytes_per_second: float = 1.0e12
     max_line_bytes: int = 1024 * 1024
+    # Per file and poll; a larger backlog is skipped (counted), keeping CPU per poll bounded.
+    max_read_bytes: int = 8 * 1024 * 1024
+    max_files: int = 256
+    # Communicators tracked at once; the least recently seen is forgotten beyond this.
+    max_comms: int = 64
+    # Only files <hostname>-pid<pid>.log of these host names (a shared directory); empty: all.
+    hostnames: list[str] = field(default_factory=list)
+
+    def check(self) -> list[tuple[str, str]]:
+        """Positive limits."""
+        out = super().check()
+        for key in ("max_line_bytes", "max_read_bytes", "max_files", "max_comms"):
+            if getattr(self, key) < 1:
+                out.append((key, "must be at least 1"))
+        if self.max_read_bytes < self.max_line_bytes:
+            out.append(("max_read_bytes", "must be at least max_line_bytes"))
+        if self.link_peak_bytes_per_second <= 0:
+            out.append(("link_peak_bytes_per_second", "must be positive"))
+        return out
 
 
 @dataclass(frozen=True)
@@ -229,7 +302,7 @@ class SourcesConfig:
 
     host: HostSourceConfig = field(default_factory=HostSourceConfig)
     nvml: DeviceSourceConfig = field(default_factory=DeviceSourceConfig)
-    amdsmi: DeviceSourceConfig = field(default_factory=DeviceSourceConfig)
+    amdsmi: AmdSmiSourceConfig = field(default_factory=AmdSmiSourceConfig)
     ccl_ras: CclRasSourceConfig = field(default_factory=CclRasSourceConfig)
     ccl_inspector: CclInspectorSourceConfig = field(default_factory=CclInspectorSourceConfig)
     cuda_checkpoint: CudaCheckpointSourceConfig = field(default_factory=CudaCheckpointSourceConfig)

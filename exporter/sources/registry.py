@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 from exporter.config.schema import Config, SourceConfig
 from exporter.sources.base import Source
+from exporter.sources.ccl_inspector import CclInspectorSource
+from exporter.sources.ccl_ras import CclRasSource
 from exporter.sources.device import DeviceSource
 from exporter.sources.host import HostSource
 
@@ -31,9 +33,30 @@ def _nvml(config: Config) -> Source:
     )
 
 
+def _amdsmi(config: Config) -> Source:
+    cfg = config.sources.amdsmi
+    return DeviceSource(
+        "amdsmi",
+        cfg,
+        "exporter.backends.amdsmi:AmdSmiBackend",
+        backend_config={"events": cfg.events, "event_types": list(cfg.event_types)},
+    )
+
+
+def _ccl_ras(config: Config) -> Source:
+    return CclRasSource("ccl_ras", config.sources.ccl_ras)
+
+
+def _ccl_inspector(config: Config) -> Source:
+    return CclInspectorSource("ccl_inspector", config.sources.ccl_inspector)
+
+
 FACTORIES: dict[str, Factory] = {
     "host": _host,
     "nvml": _nvml,
+    "amdsmi": _amdsmi,
+    "ccl_ras": _ccl_ras,
+    "ccl_inspector": _ccl_inspector,
 }
 
 

@@ -17,6 +17,7 @@ import sys
 import traceback
 from typing import Any
 
+from exporter import log
 from exporter.backends.base import Backend, BackendError, BackendUnavailable
 from exporter.workers.protocol import ProtocolError, read_frame_fd, write_frame_fd
 
@@ -130,6 +131,8 @@ def main() -> int:
     protocol_out = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    # JSON lines on stderr: the parent re-logs them with its own context.
+    log.configure(os.environ.get("ACCEL_EXPORTER_WORKER_LOG_LEVEL", "info"), "json", sys.stderr)
     try:
         return serve(0, protocol_out)
     except ProtocolError as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -219,20 +220,33 @@ class WorkerRunner:
         lines = 0
         while True:
             try:
-                line = await proc.stderr.readline()
+                raw = await proc.stderr.readline()
             except (ValueError, asyncio.LimitOverrunError):
                 continue
-            if not line:
+            if not raw:
                 return
             lines += 1
             if lines <= STDERR_LINES_PER_LIFE:
-                self._log.info(
-                    "worker output",
-                    pid=proc.pid,
-                    line=line.decode("utf-8", "replace").rstrip()[:500],
-                )
+                self._relay(raw.decode("utf-8", "replace").rstrip(), proc.pid)
             elif lines == STDERR_LINES_PER_LIFE + 1:
-                self._log.warning("worker output suppressed", pid=proc.pid)
+                self._log.warning("worker output suppressed", worker_pid=proc.pid)
+
+    def _relay(self, line: str, pid: int) -> None:
+        """Re-log a worker's structured line at its level; anything else as raw output."""
+        try:
+            event = json.loads(line) if line.startswith("{") else None
+        except ValueError:
+            event = None
+        if isinstance(event, dict) and isinstance(event.get("event"), str):
+            level = str(event.pop("level", "info"))
+            name = event.pop("event")
+            event.pop("timestamp", None)
+            event.pop("source", None)
+            emit = getattr(self._log, level, self._log.info)
+            emit(name, worker_pid=pid, **{str(k): v for k, v in event.items()})
+        else:
+            # Vendor libraries print to stdout/stderr; keep it, bounded.
+            self._log.info("worker output", worker_pid=pid, line=line[:500])
 
     async def _kill(self, reason: str, detail: str) -> None:
         """Kill the worker's process group, reap it, and record why."""

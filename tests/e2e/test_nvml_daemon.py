@@ -4,35 +4,25 @@ libnvidia-ml.so.1 found through LD_LIBRARY_PATH, as on a GPU node."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.fakes.nvml.control import MigInstance, Process
 from tests.helpers.daemon import REPO, samples, value
+from tests.helpers.promtool import check_metrics
+
+# The other sources that start on their own (enabled: auto), off so that only the
+# nvml worker and its series are present.
+OTHERS_OFF = {name: {"enabled": False} for name in ("host", "amdsmi", "ccl_ras", "ccl_inspector")}
+
+OTHERS_OFF_FLAGS = [
+    arg for name in OTHERS_OFF for arg in (f"--sources.{name.replace('_', '-')}.enabled", "false")
+]
 
 
 def nvml_config(**nvml):
-    return {
-        "sources": {
-            "host": {"enabled": False},
-            "nvml": {"interval": "1s", "slow_interval": "1s", **nvml},
-        }
-    }
-
-
-def promtool_ok(text: str) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.fail("promtool is required (apt-get install prometheus)")
-    result = subprocess.run(
-        [promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=60
-    )
-    out = result.stdout.decode() + result.stderr.decode()
-    assert result.returncode == 0 and out.strip() == "", out
+    return {"sources": {**OTHERS_OFF, "nvml": {"interval": "1s", "slow_interval": "1s", **nvml}}}
 
 
 def worker_pids(d) -> set[int]:
@@ -92,11 +82,11 @@ def test_exact_values_on_metrics_and_promtool(daemon_factory, fake_nvml):
     # Only identity labels plus one dimension on device series; the rest is in the info metric.
     for (name, labels), _ in s.items():
         if name.startswith("accel_") and not name.startswith(
-            ("accel_exporter", "accel_device_info", "accel_mig_")
+            ("accel_exporter", "accel_device_info", "accel_mig_", "accel_ccl_")
         ):
             keys = {k for k, _ in labels}
             assert len(keys - {"device", "uuid"}) <= (2 if "ecc_errors" in name else 1), name
-    promtool_ok(text)
+    check_metrics(text)
     # ECC growth shows at the next slow poll.
     dev.ecc[1][0] += 2
     d.wait_metric("accel_ecc_errors_total", 2, type="uncorrected", counter="volatile", **one)
@@ -170,7 +160,7 @@ def test_sixteen_gpu_node(daemon_factory, fake_nvml):
         assert value(s, "accel_power_watts", **ident) == (312456 + 1000 * i) / 1000
         assert value(s, "accel_nvlink_up", link="17", **ident) == 1
     assert len({dict(k[1])["pci_bus_id"] for k in s if k[0] == "accel_device_info"}) == 16
-    promtool_ok(text)
+    check_metrics(text)
 
 
 def test_xid_processes_and_mig_through_the_daemon(daemon_factory, fake_nvml):
@@ -200,7 +190,7 @@ def test_xid_processes_and_mig_through_the_daemon(daemon_factory, fake_nvml):
         == 9 * 2**30
     )
     d.wait_metric("accel_mig_utilization_ratio", 0.45, device="1", uuid=u1, gpu_instance="3")
-    promtool_ok(d.metrics())
+    check_metrics(d.metrics())
 
 
 def test_no_library_is_unavailable_with_reason(daemon_factory, tmp_path):
@@ -238,7 +228,7 @@ def run_cli(args, env):
 
 def test_once_and_probe_with_and_without_library(fake_nvml, tmp_path):
     fake = fake_nvml(2)
-    flags = ["--sources.host.enabled", "false"]
+    flags = OTHERS_OFF_FLAGS
     once = run_cli(["once", "--format", "json", *flags], fake.env())
     assert once.returncode == 0, once.stderr
     doc = json.loads(once.stdout)
@@ -274,7 +264,7 @@ def test_probe_without_the_binding(fake_nvml, tmp_path):
     shadow.mkdir()
     (shadow / "pynvml.py").write_text("raise ImportError('No module named pynvml')\n")
     env = {**fake_nvml(1).env(), "PYTHONPATH": f"{shadow}:{REPO}"}
-    probe = run_cli(["probe", "--sources.host.enabled", "false"], env)
+    probe = run_cli(["probe", *OTHERS_OFF_FLAGS], env)
     line = next(ln for ln in probe.stdout.splitlines() if ln.startswith("nvml"))
     assert line.split()[1:3] == ["auto", "unavailable"]
     assert "nvidia-ml-py is not installed" in line

@@ -1,0 +1,84 @@
+"""Readings for one RAS report (pure): job, communicator and rank series.
+
+Which series exist depends on the exporter's role for the job: the reporter
+exports job- and communicator-level series, every exporter exports the rank
+series its ``rank_series`` setting selects. Nothing here keeps state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from exporter.ccl.ras_model import ANY_COLLECTIVE, COLLECTIVES, Communicator, RankRef, RasReport
+from exporter.ccl.ras_state import REPORTED, STATES
+from exporter.model import Reading
+
+RankFilter = Callable[[RankRef], bool]
+
+
+def state_readings(address: str, state: str, reasons: list[str]) -> list[Reading]:
+    """``ras_up``, the one-hot state and the reasons it is not healthy."""
+    out = [Reading("accel_ccl_ras_up", (address,), 1.0 if state in REPORTED else 0.0)]
+    out.extend(
+        Reading("accel_ccl_job_state", (address, name), 1.0 if name == state else 0.0)
+        for name in STATES
+    )
+    out.extend(
+        Reading("accel_ccl_job_state_reason_info", (address, reason), 1.0)
+        for reason in dict.fromkeys(reasons)
+    )
+    return out
+
+
+def _skews(comm: Communicator, text: bool) -> dict[str, int]:
+    skews = comm.op_skew()
+    if not text or ANY_COLLECTIVE in skews:
+        return skews
+    # A text report names a communicator only for an error or warning and prints
+    # operation counts only where they differ: the collectives it does not list
+    # are in step.
+    return {name: skews.get(name, 0) for name in (*COLLECTIVES, *skews)}
+
+
+def job_readings(address: str, report: RasReport) -> list[Reading]:
+    """Job- and communicator-level series (exported by the reporter only)."""
+    a = (address,)
+    out: list[Reading] = []
+    if report.summary is not None:
+        out.append(Reading("accel_ccl_job_nodes", a, float(report.summary.nodes)))
+        out.append(Reading("accel_ccl_job_processes", a, float(report.summary.processes)))
+        out.append(Reading("accel_ccl_job_gpus", a, float(report.summary.gpus)))
+    out.append(Reading("accel_ccl_job_missing_processes", a, float(report.missing_process_count)))
+    out.append(Reading("accel_ccl_job_dead_processes", a, float(report.dead_process_count)))
+    out.append(Reading("accel_ccl_communicators", a, float(report.communicators_total)))
+    if report.collection_seconds is not None:
+        out.append(Reading("accel_ccl_ras_collection_seconds", a, report.collection_seconds))
+    text = report.format == "text"
+    for comm in report.communicators:
+        labels = (address, comm.hash_label)
+        if comm.size is not None:
+            out.append(Reading("accel_ccl_comm_ranks", labels, float(comm.size)))
+        out.append(Reading("accel_ccl_comm_missing_ranks", labels, float(comm.missing_count)))
+        for name, skew in _skews(comm, text).items():
+            out.append(Reading("accel_ccl_comm_op_skew", (*labels, name), float(skew)))
+    return out
+
+
+def rank_readings(address: str, report: RasReport, keep: RankFilter) -> list[Reading]:
+    """Per-rank operation counters for the ranks ``keep`` selects (JSON reports only)."""
+    out: list[Reading] = []
+    for comm in report.communicators:
+        label = comm.hash_label
+        for rank in comm.ranks:
+            if not keep(rank.ref):
+                continue
+            number = str(rank.ref.rank)
+            for name, count in rank.counts.items():
+                out.append(
+                    Reading(
+                        "accel_ccl_rank_collective_ops_total",
+                        (address, label, number, name),
+                        float(count),
+                    )
+                )
+    return out

@@ -1,0 +1,534 @@
+"""Parser for the text STATUS / VERBOSE STATUS report (every NCCL/RCCL release with RAS).
+
+The report is a banner, a job summary (one of three table shapes), the
+communicator group table, then ``Errors`` and ``Warnings`` sections made of
+blocks: a header at column 0 (``INCOMPLETE``, ``DEAD``, ``TIMEOUT`` or
+``#<group>-<i> (<hash>) INCOMPLETE|ERROR|MISMATCH``) followed by detail lines
+indented by two spaces. Blank lines separate blocks but are not relied on
+(NCCL omits some of them). Detail lines this parser does not know are counted
+in ``unparsed_lines`` rather than failing the report, so that a newer NCCL
+adding a line does not blind the exporter; a report without its banner, group
+table or ``Warnings`` section (cut short) is an error.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from exporter.ccl.ras_model import (
+    ANY_COLLECTIVE,
+    STATUSES,
+    Communicator,
+    Group,
+    JobSummary,
+    MissingRank,
+    Process,
+    RankRef,
+    RasParseError,
+    RasReport,
+)
+
+_BANNER = re.compile(r"^(NCCL|RCCL) version (\S+)(?: compiled with .*)?$")
+_RUNTIME = re.compile(r"^(?:CUDA|HIP) runtime version (-?\d+), (?:amdgpu )?driver version (-?\d+)$")
+_COMMUNICATORS = re.compile(r"^Communicators\.\.\.(?: \((\d+(?:\.\d+)?)s\))?$")
+_GROUP_ROW = re.compile(
+    r"^(\d+)\s+(\d+)\s+(\d+)\s+(\d+)(?:-(\d+))?\s+(\d+)\s+(\d+)\s+([A-Z]+)\s+([A-Z]+(?:,[A-Z]+)*)$"
+)
+_COMM_HEADER = re.compile(r"^#(\d+)-(\d+) \(([0-9a-fA-F]{1,16})\) (INCOMPLETE|ERROR|MISMATCH)$")
+_OUTLIER_NODE = re.compile(r"^Node (\S+) running process(?:es)? ([\d,]+)$")
+_PROCESS = re.compile(r"^Process (\d+) on node (\S+) managing GPUs? (.+)$")
+_WHERE = re.compile(r"^GPU (\d+)(?: \(NVML (\d+)\))? managed by process (\d+) on node (\S+)$")
+_NOT_FOUND = "[process information not found]"
+_COULD_NOT_FIND = re.compile(r"^\[could not find information on \d+ process(?:es)?\]$")
+
+_MISSING_PROCESSES = re.compile(r"^Missing communicator data from (\d+) job process(?:es)?$")
+_DEAD_PROCESSES = re.compile(r"^(\d+) job process(?:es are| is) considered dead\b.*$")
+_TIMEOUTS = re.compile(
+    r"^Encountered (\d+) communication timeouts? while gathering communicator data$"
+)
+_MISSING_RANKS = re.compile(r"^Missing communicator data from (\d+) ranks?$")
+_MISSING_LIST = re.compile(r"^The missing ranks?: ([\d,]+)$")
+_RANK_WHERE = re.compile(r"^Rank (\d+) -- (.+)$")
+_INIT_ERRORS = re.compile(r"^Initialization errors? on (\d+) ranks?$")
+_ASYNC_ERRORS = re.compile(r"^Asynchronous errors? on (\d+) ranks?$")
+_RANKS_REPORTED = re.compile(r"^(\d+) ranks reported (.+)$")
+_RANK_REPORTED = re.compile(r"^Rank (\d+) reported (.+?)(?: -- (.+))?$")
+_DIFFERENT_STATUS = "Communicator ranks have different status"
+_RANKS_STATUS = re.compile(r"^(\d+) ranks have status (\w+)$")
+_RANK_STATUS = re.compile(r"^Rank (\d+) has status (\w+)(?: -- (.+))?$")
+_UNKNOWN_LIST = re.compile(r"^The unknown ranks: ([\d,]+)$")
+_DIFFERENT_COUNTS = re.compile(r"^Communicator ranks have different (\w+) operation counts$")
+_RANKS_LAUNCHED = re.compile(r"^(\d+) ranks have launched up to operation (\d+)$")
+_RANKS_NONE = re.compile(r"^(\d+) ranks have not launched any operations$")
+_RANK_LAUNCHED = re.compile(r"^Rank (\d+) has launched up to operation (\d+)(?: -- (.+))?$")
+_RANK_NONE = re.compile(r"^Rank (\d+) has not launched any operations(?: -- (.+))?$")
+
+_SUMMARY_KINDS = {
+    "(total) per node per process (total) (total)": "consistent",
+    "(total) (total) (total)": "totals",
+    "per node per process": "nodes_processes_gpus",
+    "per node": "nodes_processes",
+    "per process": "processes_gpus",
+}
+_SUMMARY_WIDTHS = {
+    "consistent": 5,
+    "totals": 3,
+    "nodes_processes_gpus": 3,
+    "nodes_processes": 2,
+    "processes_gpus": 2,
+}
+_ERROR_WORDS = frozenset({"OK", "MISMATCH", "ERROR", "INCOMPLETE"})
+
+
+def _status_word(word: str) -> str:
+    # 2.24/2.25 said UNKNOWN for what 2.26+ calls NOCOMM.
+    return "NOCOMM" if word == "UNKNOWN" else word
+
+
+def _int_list(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part]
+
+
+def _where(rank: int, text: str | None) -> RankRef:
+    if text:
+        match = _WHERE.match(text)
+        if match:
+            cuda, nvml, pid, host = match.groups()
+            return RankRef(rank, host, int(pid), int(cuda), int(nvml if nvml else cuda))
+    return RankRef(rank)
+
+
+@dataclass
+class _CommAcc:
+    """What the Errors/Warnings blocks said about one communicator, while parsing."""
+
+    hash: int
+    group: int
+    label: str
+    kinds: set[str] = field(default_factory=set)
+    incomplete: int = 0
+    nocomm: int = 0
+    missing: dict[int, MissingRank] = field(default_factory=dict)
+    init_errors: int = 0
+    async_errors: int = 0
+    status_mismatch: bool = False
+    op_counts: dict[str, set[int]] = field(default_factory=dict)
+    # Which sub-list the next "Rank N -- ..." line belongs to.
+    context: str = ""
+    status_context: str = ""
+    collective: str = ""
+
+
+class _TextParser:
+    """Single pass over the lines; one instance per report."""
+
+    def __init__(self, text: str) -> None:
+        self.lines = [line.rstrip("\r") for line in text.split("\n")]
+        self.library = ""
+        self.version = ""
+        self.runtime: int | None = None
+        self.driver: int | None = None
+        self.summary_rows: dict[str, list[tuple[int, ...]]] = {}
+        self.summary_kind = ""
+        self.collection: float | None = None
+        self.comm_section_seen = False
+        self.comm_result_seen = False
+        self.groups: list[Group] = []
+        self.comms: dict[int, _CommAcc] = {}
+        self.missing_processes: list[Process] = []
+        self.missing_process_count = 0
+        self.dead_processes: list[Process] = []
+        self.dead_process_count = 0
+        self.timeouts = 0
+        self.warnings_seen = False
+        self.responding: set[str] = set()
+        self.missing_hosts: set[str] = set()
+        self.unparsed = 0
+        self.block = ""
+        self.comm: _CommAcc | None = None
+
+    # -- driver -------------------------------------------------------------------
+
+    def parse(self) -> RasReport:
+        index = self._banner()
+        section = "preamble"
+        while index < len(self.lines):
+            line = self.lines[index]
+            following = self.lines[index + 1] if index + 1 < len(self.lines) else ""
+            underlined = following.startswith("=") and set(following) == {"="}
+            stripped = line.strip()
+            comms = _COMMUNICATORS.match(stripped)
+            if stripped == "Job summary" and underlined:
+                section, index = "summary", index + 2
+                continue
+            if comms:
+                section = "communicators"
+                self.comm_section_seen = True
+                if comms.group(1) is not None:
+                    self.collection = float(comms.group(1))
+                index += 2 if underlined else 1
+                continue
+            if stripped in ("Errors", "Warnings") and underlined:
+                section = stripped.lower()
+                self.warnings_seen = self.warnings_seen or section == "warnings"
+                self.block, self.comm = "", None
+                index += 2
+                continue
+            if stripped:
+                self._line(section, line, stripped)
+            index += 1
+        return self._report()
+
+    def _banner(self) -> int:
+        index = 0
+        while index < len(self.lines) and not self.lines[index].strip():
+            index += 1
+        if index >= len(self.lines):
+            raise RasParseError("empty report")
+        match = _BANNER.match(self.lines[index].strip())
+        if not match:
+            raise RasParseError(
+                f"line {index + 1}: expected 'NCCL version ...' or 'RCCL version ...' banner"
+            )
+        self.library = match.group(1).lower()
+        self.version = match.group(2)
+        index += 1
+        if index < len(self.lines):
+            runtime = _RUNTIME.match(self.lines[index].strip())
+            if runtime:
+                self.runtime, self.driver = int(runtime.group(1)), int(runtime.group(2))
+                index += 1
+        return index
+
+    def _line(self, section: str, line: str, stripped: str) -> None:
+        handled = False
+        if section == "summary":
+            handled = self._summary(stripped)
+        elif section == "communicators":
+            handled = self._group(stripped)
+        elif section in ("errors", "warnings"):
+            handled = self._block(section, line, stripped)
+        if not handled:
+            self.unparsed += 1
+
+    # -- job summary ----------------------------------------------------------------
+
+    def _summary(self, stripped: str) -> bool:
+        words = " ".join(stripped.split())
+        if words in _SUMMARY_KINDS:
+            self.summary_kind = _SUMMARY_KINDS[words]
+            return True
+        if words in (
+            "Nodes Processes GPUs Processes GPUs",
+            "Nodes Processes GPUs",
+            "Nodes Processes",
+            "Processes GPUs",
+        ):
+            return True
+        if words.startswith("The outlier node"):
+            return True
+        node = _OUTLIER_NODE.match(words)
+        if node:
+            # The node is a RAS peer, alive or not: it says nothing about reachability.
+            return True
+        fields = words.split(" ")
+        if self.summary_kind and all(f.isdigit() for f in fields):
+            if len(fields) != _SUMMARY_WIDTHS[self.summary_kind]:
+                return False
+            self.summary_rows.setdefault(self.summary_kind, []).append(
+                tuple(int(f) for f in fields)
+            )
+            return True
+        return False
+
+    def _summary_result(self) -> JobSummary | None:
+        for kind, (nodes, processes, gpus) in (("consistent", (0, 3, 4)), ("totals", (0, 1, 2))):
+            rows = self.summary_rows.get(kind)
+            if rows:
+                row = rows[-1]
+                return JobSummary(nodes=row[nodes], processes=row[processes], gpus=row[gpus])
+        return None
+
+    # -- group table ------------------------------------------------------------------
+
+    def _group(self, stripped: str) -> bool:
+        if stripped == "No communicator data collected!":
+            self.comm_result_seen = True
+            return True
+        words = " ".join(stripped.split())
+        if words.startswith("Group Comms Nodes Ranks") or words.startswith("# in group"):
+            return True
+        match = _GROUP_ROW.match(words)
+        if not match:
+            return False
+        index, comms, nodes, low, high, per_comm, in_group, status, errors = match.groups()
+        status = _status_word(status)
+        error_set = frozenset(errors.split(","))
+        if status not in STATUSES or not error_set <= _ERROR_WORDS:
+            return False
+        self.comm_result_seen = True
+        self.groups.append(
+            Group(
+                index=int(index),
+                comms=int(comms),
+                nodes_per_comm=int(nodes),
+                ranks_per_node_min=int(low),
+                ranks_per_node_max=int(high if high is not None else low),
+                ranks_per_comm=int(per_comm),
+                ranks_in_group=int(in_group),
+                status=status,
+                errors=error_set - {"OK"},
+            )
+        )
+        return True
+
+    # -- Errors and Warnings blocks ---------------------------------------------------------
+
+    def _block(self, section: str, line: str, stripped: str) -> bool:
+        if not line.startswith(" "):
+            return self._block_header(section, stripped)
+        if self.comm is not None:
+            return self._comm_detail(self.comm, stripped)
+        if self.block == "INCOMPLETE":
+            return self._process_detail(stripped, dead=False)
+        if self.block == "DEAD":
+            return self._process_detail(stripped, dead=True)
+        if self.block == "TIMEOUT":
+            match = _TIMEOUTS.match(stripped)
+            if match:
+                self.timeouts += int(match.group(1))
+                return True
+        return False
+
+    def _block_header(self, section: str, stripped: str) -> bool:
+        self.comm = None
+        header = _COMM_HEADER.match(stripped)
+        if header:
+            group, member, hash_text, kind = header.groups()
+            value = int(hash_text, 16)
+            acc = self.comms.get(value)
+            if acc is None:
+                acc = _CommAcc(value, int(group), f"#{group}-{member}")
+                self.comms[value] = acc
+            acc.kinds.add(kind)
+            acc.context = kind
+            acc.status_context = ""
+            acc.collective = ""
+            self.block = kind
+            self.comm = acc
+            return True
+        if section == "errors" and stripped in ("INCOMPLETE", "DEAD"):
+            self.block = stripped
+            return True
+        if section == "warnings" and stripped == "TIMEOUT":
+            self.block = stripped
+            return True
+        self.block = ""
+        return False
+
+    def _process_detail(self, stripped: str, *, dead: bool) -> bool:
+        counter = (_DEAD_PROCESSES if dead else _MISSING_PROCESSES).match(stripped)
+        if counter:
+            if dead:
+                self.dead_process_count += int(counter.group(1))
+            else:
+                self.missing_process_count += int(counter.group(1))
+            return True
+        process = _PROCESS.match(stripped)
+        if process:
+            pid, host, gpus = process.groups()
+            entry = Process(host, int(pid), gpus)
+            (self.dead_processes if dead else self.missing_processes).append(entry)
+            self.missing_hosts.add(host)
+            return True
+        return bool(_COULD_NOT_FIND.match(stripped))
+
+    def _comm_detail(self, acc: _CommAcc, stripped: str) -> bool:
+        if acc.context == "INCOMPLETE":
+            return self._incomplete_detail(acc, stripped)
+        if acc.context == "ERROR":
+            return self._error_detail(acc, stripped)
+        return self._mismatch_detail(acc, stripped)
+
+    def _add_missing(self, acc: _CommAcc, ref: RankRef, *, unresponsive: bool) -> None:
+        acc.missing[ref.rank] = MissingRank(ref, unresponsive=unresponsive)
+        if ref.host:
+            (self.missing_hosts if unresponsive else self.responding).add(ref.host)
+
+    def _incomplete_detail(self, acc: _CommAcc, stripped: str) -> bool:
+        match = _MISSING_RANKS.match(stripped)
+        if match:
+            acc.incomplete += int(match.group(1))
+            return True
+        rank = _RANK_WHERE.match(stripped)
+        if rank:
+            self._add_missing(acc, _where(int(rank.group(1)), rank.group(2)), unresponsive=True)
+            return True
+        listed = _MISSING_LIST.match(stripped)
+        if listed:
+            for number in _int_list(listed.group(1)):
+                self._add_missing(acc, RankRef(number), unresponsive=True)
+            return True
+        return False
+
+    def _responding(self, rank: int, where: str | None) -> None:
+        ref = _where(rank, where)
+        if ref.host:
+            self.responding.add(ref.host)
+
+    def _error_detail(self, acc: _CommAcc, stripped: str) -> bool:
+        init = _INIT_ERRORS.match(stripped)
+        if init:
+            acc.init_errors += int(init.group(1))
+            return True
+        async_ = _ASYNC_ERRORS.match(stripped)
+        if async_:
+            acc.async_errors += int(async_.group(1))
+            return True
+        if _RANKS_REPORTED.match(stripped):
+            return True
+        reported = _RANK_REPORTED.match(stripped)
+        if reported:
+            self._responding(int(reported.group(1)), reported.group(3))
+            return True
+        rank = _RANK_WHERE.match(stripped)
+        if rank:
+            self._responding(int(rank.group(1)), rank.group(2))
+            return True
+        return False
+
+    def _mismatch_detail(self, acc: _CommAcc, stripped: str) -> bool:
+        if stripped == _DIFFERENT_STATUS:
+            acc.status_mismatch = True
+            acc.collective = ""
+            return True
+        counts = _DIFFERENT_COUNTS.match(stripped)
+        if counts:
+            name = counts.group(1)
+            acc.collective = ANY_COLLECTIVE if name == "collective" else name
+            acc.op_counts.setdefault(acc.collective, set())
+            return True
+        if acc.collective:
+            return self._count_detail(acc, acc.collective, stripped)
+        return self._status_detail(acc, stripped)
+
+    def _status_detail(self, acc: _CommAcc, stripped: str) -> bool:
+        several = _RANKS_STATUS.match(stripped)
+        if several:
+            acc.status_context = _status_word(several.group(2))
+            if acc.status_context == "NOCOMM":
+                acc.nocomm += int(several.group(1))
+            return True
+        single = _RANK_STATUS.match(stripped)
+        if single:
+            status = _status_word(single.group(2))
+            acc.status_context = ""
+            if status == "NOCOMM":
+                acc.nocomm += 1
+                self._add_missing(
+                    acc, _where(int(single.group(1)), single.group(3)), unresponsive=False
+                )
+            else:
+                self._responding(int(single.group(1)), single.group(3))
+            return True
+        unknown = _UNKNOWN_LIST.match(stripped)
+        if unknown:
+            for number in _int_list(unknown.group(1)):
+                self._add_missing(acc, RankRef(number), unresponsive=False)
+            return True
+        rank = _RANK_WHERE.match(stripped)
+        if rank:
+            if acc.status_context == "NOCOMM":
+                self._add_missing(
+                    acc, _where(int(rank.group(1)), rank.group(2)), unresponsive=False
+                )
+            else:
+                self._responding(int(rank.group(1)), rank.group(2))
+            return True
+        return False
+
+    def _count_detail(self, acc: _CommAcc, collective: str, stripped: str) -> bool:
+        values = acc.op_counts.setdefault(collective, set())
+        several = _RANKS_LAUNCHED.match(stripped)
+        if several:
+            values.add(int(several.group(2)))
+            return True
+        if _RANKS_NONE.match(stripped):
+            values.add(0)
+            return True
+        single = _RANK_LAUNCHED.match(stripped)
+        if single:
+            values.add(int(single.group(2)))
+            self._responding(int(single.group(1)), single.group(3))
+            return True
+        none = _RANK_NONE.match(stripped)
+        if none:
+            values.add(0)
+            self._responding(int(none.group(1)), none.group(2))
+            return True
+        rank = _RANK_WHERE.match(stripped)
+        if rank:
+            self._responding(int(rank.group(1)), rank.group(2))
+            return True
+        return False
+
+    # -- result ------------------------------------------------------------------------
+
+    def _communicator(self, acc: _CommAcc) -> Communicator:
+        group = next((g for g in self.groups if g.index == acc.group), None)
+        errors: set[str] = set(group.errors) if group else set()
+        errors |= acc.kinds
+        return Communicator(
+            hash=acc.hash,
+            size=group.ranks_per_comm if group else None,
+            status=group.status if group else "",
+            nodes=group.nodes_per_comm if group else None,
+            missing=tuple(acc.missing[r] for r in sorted(acc.missing)),
+            missing_count=acc.incomplete + acc.nocomm,
+            unresponsive_ranks=acc.incomplete,
+            op_range={name: (min(v), max(v)) for name, v in acc.op_counts.items() if v},
+            init_error_ranks=acc.init_errors,
+            async_error_ranks=acc.async_errors,
+            status_mismatch=acc.status_mismatch,
+            errors=frozenset(errors),
+            label=acc.label,
+        )
+
+    def _report(self) -> RasReport:
+        if not self.comm_section_seen:
+            raise RasParseError("report ends before the 'Communicators...' section")
+        if not self.comm_result_seen:
+            raise RasParseError("report has no communicator table (cut short?)")
+        if not self.warnings_seen:
+            raise RasParseError("report ends before its 'Warnings' section (cut short?)")
+        return RasReport(
+            format="text",
+            library=self.library,
+            version=self.version,
+            runtime_version=self.runtime,
+            driver_version=self.driver,
+            summary=self._summary_result(),
+            communicators_total=sum(g.comms for g in self.groups),
+            groups=tuple(self.groups),
+            communicators=tuple(self._communicator(acc) for acc in self.comms.values()),
+            missing_processes=tuple(self.missing_processes),
+            missing_process_count=self.missing_process_count,
+            dead_processes=tuple(self.dead_processes),
+            dead_process_count=self.dead_process_count,
+            timeouts=self.timeouts,
+            collection_seconds=self.collection,
+            responding_hosts=frozenset(self.responding),
+            missing_hosts=frozenset(self.missing_hosts),
+            unparsed_lines=self.unparsed,
+        )
+
+
+def parse_text(text: str) -> RasReport:
+    """Parse a text report; RasParseError when it is not one or was cut short."""
+    try:
+        return _TextParser(text).parse()
+    except RasParseError:
+        raise
+    except ValueError as exc:  # e.g. a number with more digits than int() accepts
+        raise RasParseError(f"unparsable number: {exc}") from None

@@ -1,0 +1,189 @@
+"""Follow the line-oriented files of a directory by per-file offsets (blocking I/O).
+
+Each call reads what every matching file gained since the previous call and
+hands over complete lines; a partial last line waits for its newline. A file
+that shrank was truncated (read again from the start), a file with a new
+inode under the same name was replaced (likewise), a vanished file is
+forgotten. Memory and work per call are bounded: at most ``max_read_bytes`` per
+file (an older backlog is skipped and counted), a partial line of at most
+``max_line_bytes`` (a longer one is dropped up to its newline, also counted),
+and at most ``max_files`` files (the most recently modified).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+BLOCK = 1024 * 1024
+
+
+@dataclass
+class _File:
+    identity: tuple[int, int]
+    offset: int = 0
+    partial: bytearray = field(default_factory=bytearray)
+    # True while dropping the rest of a line that was too long (or skipped into).
+    discarding: bool = False
+
+
+@dataclass
+class TailStats:
+    """What one call did."""
+
+    files: int = 0
+    lines: int = 0
+    bytes_read: int = 0
+    skipped_bytes: int = 0
+    truncations: int = 0
+    replaced: int = 0
+
+
+class DirectoryTail:
+    """Reads new complete lines from every file in ``directory`` whose name matches."""
+
+    def __init__(
+        self,
+        directory: str,
+        pattern: re.Pattern[str],
+        *,
+        max_line_bytes: int,
+        max_read_bytes: int,
+        max_files: int,
+    ) -> None:
+        self.directory = directory
+        self.pattern = pattern
+        self.max_line = max_line_bytes
+        self.max_read = max_read_bytes
+        self.max_files = max_files
+        self._files: dict[str, _File] = {}
+
+    @property
+    def following(self) -> list[str]:
+        """Names of the files followed after the last call."""
+        return sorted(self._files)
+
+    def _candidates(self) -> list[tuple[str, os.stat_result]]:
+        found: list[tuple[str, os.stat_result]] = []
+        try:
+            entries = os.scandir(self.directory)
+        except FileNotFoundError:
+            return []
+        with entries:
+            for entry in entries:
+                if not self.pattern.match(entry.name):
+                    continue
+                try:
+                    if not entry.is_file():
+                        continue
+                    found.append((entry.name, entry.stat()))
+                except OSError:
+                    continue
+        found.sort(key=lambda item: item[1].st_mtime, reverse=True)
+        return found[: self.max_files]
+
+    def read(self, on_line: Callable[[str, bytes], object]) -> TailStats:
+        """Hand every new complete line to ``on_line(file name, line)``; statistics.
+
+        Raises OSError when the directory itself cannot be listed (other than missing).
+        """
+        stats = TailStats()
+        candidates = self._candidates()
+        names = {name for name, _ in candidates}
+        for gone in set(self._files) - names:
+            del self._files[gone]
+        stats.files = len(candidates)
+        for name, st in candidates:
+            try:
+                self._read_file(name, st, on_line, stats)
+            except OSError:
+                # Removed between listing and reading, or unreadable: try again next time.
+                self._files.pop(name, None)
+        return stats
+
+    def _read_file(
+        self,
+        name: str,
+        st: os.stat_result,
+        on_line: Callable[[str, bytes], object],
+        stats: TailStats,
+    ) -> None:
+        identity = (st.st_dev, st.st_ino)
+        state = self._files.get(name)
+        if state is None or state.identity != identity:
+            if state is not None:
+                stats.replaced += 1
+            state = self._files[name] = _File(identity)
+        size = st.st_size
+        if size < state.offset:
+            stats.truncations += 1
+            state.offset, state.discarding = 0, False
+            state.partial.clear()
+        pending = size - state.offset
+        if pending > self.max_read:
+            skip = pending - self.max_read
+            stats.skipped_bytes += skip + len(state.partial)
+            state.offset += skip
+            state.partial.clear()
+            # Landing mid-line: the first (partial) line is not ours to parse.
+            state.discarding = True
+        if state.offset >= size:
+            return
+        with open(os.path.join(self.directory, name), "rb") as fh:
+            fh.seek(state.offset)
+            remaining = size - state.offset
+            while remaining > 0:
+                block = fh.read(min(BLOCK, remaining))
+                if not block:
+                    break
+                remaining -= len(block)
+                state.offset += len(block)
+                stats.bytes_read += len(block)
+                self._split(name, state, block, on_line, stats)
+
+    def _split(
+        self,
+        name: str,
+        state: _File,
+        block: bytes,
+        on_line: Callable[[str, bytes], object],
+        stats: TailStats,
+    ) -> None:
+        start = 0
+        while True:
+            end = block.find(b"\n", start)
+            if end < 0:
+                break
+            if state.discarding:
+                stats.skipped_bytes += len(state.partial) + end - start + 1
+                state.partial.clear()
+                state.discarding = False
+            elif state.partial:
+                state.partial += block[start:end]
+                line = bytes(state.partial)
+                state.partial.clear()
+                self._emit(name, line, on_line, stats)
+            else:
+                self._emit(name, block[start:end], on_line, stats)
+            start = end + 1
+        rest = block[start:]
+        if state.discarding:
+            stats.skipped_bytes += len(rest)
+        elif len(state.partial) + len(rest) > self.max_line:
+            stats.skipped_bytes += len(state.partial) + len(rest)
+            state.partial.clear()
+            state.discarding = True
+        else:
+            state.partial += rest
+
+    def _emit(
+        self, name: str, line: bytes, on_line: Callable[[str, bytes], object], stats: TailStats
+    ) -> None:
+        if len(line) > self.max_line:
+            stats.skipped_bytes += len(line) + 1
+            return
+        if line.strip():
+            stats.lines += 1
+            on_line(name, line)

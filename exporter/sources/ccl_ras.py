@@ -1,0 +1,399 @@
+"""NCCL/RCCL job health from the RAS service every NCCL process embeds.
+
+Each configured address is queried once per its own interval (one connection,
+one report), the report parsed off the event loop, and the job state tracked
+across polls (stall detection needs history). Every RAS query is a job-wide
+collective, so with ``role: auto`` only the job's *reporter* - the exporter on
+the node with the lowest address that has a responding rank - queries at
+``interval`` and exports job and communicator series; the others query at
+``follower_interval``, export their local ranks only, and take over when the
+reporter's node stops responding. A text report that names no node cannot
+elect anyone: the exporter then acts as reporter.
+
+No job on this node (connection refused) is the normal ``no_job`` state and
+the poll succeeds. The poll fails - so the scheduler backs off, sparing a
+struggling job further queries - only when every address is ``unreachable`` or
+in ``error``; the per-address series are exported either way.
+
+The optional MONITOR stream (NCCL 2.29.2+) runs as one long-lived task per
+address and feeds event counters; servers without MONITOR are asked again
+after ``follower_interval``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from exporter import log
+from exporter.catalog.ccl import QUERY_BUCKETS
+from exporter.ccl import ras_readings
+from exporter.ccl.hosts import local_addresses, normalize
+from exporter.ccl.ras_client import (
+    Endpoint,
+    QueryOptions,
+    RasClientError,
+    Resolver,
+    monitor,
+    query,
+    system_resolver,
+)
+from exporter.ccl.ras_events import MonitorEvent
+from exporter.ccl.ras_model import RasReport
+from exporter.ccl.ras_parse import RasParseError, parse_report
+from exporter.ccl.ras_state import ProgressTracker, StateMachine, classify, elect_reporter
+from exporter.config.schema import CclRasSourceConfig
+from exporter.errors import SourceError
+from exporter.model import Reading
+from exporter.sources.base import Source
+from exporter.store import HistogramAccumulator
+
+# Scheduler deadline beyond the query deadline: parsing a large report takes time too.
+PARSE_MARGIN_SECONDS = 10.0
+# This node's addresses are read again this often (interfaces come and go).
+LOCAL_REFRESH_SECONDS = 60.0
+# Event types are upper-case words from NCCL; more distinct ones than this are "OTHER".
+MAX_EVENT_TYPES = 32
+BAD_STATES = frozenset({"unreachable", "error"})
+MAX_VERSION_CHARS = 64
+
+
+@dataclass
+class _Address:
+    """Everything tracked for one RAS address between polls."""
+
+    endpoint: Endpoint
+    machine: StateMachine = field(default_factory=StateMachine)
+    progress: ProgressTracker = field(default_factory=lambda: ProgressTracker(1))
+    durations: HistogramAccumulator = field(
+        default_factory=lambda: HistogramAccumulator(QUERY_BUCKETS)
+    )
+    timeouts: int = 0
+    elected: bool | None = None
+    next_due: float = 0.0
+    queried: bool = False
+    readings: list[Reading] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    detail: str = ""
+    format: str = ""
+    peer: str = ""
+    version: str = ""
+    monitor_task: asyncio.Task[None] | None = None
+    monitor_up: bool = False
+    events: dict[str, int] = field(default_factory=dict)
+
+
+class CclRasSource(Source):
+    """Queries the RAS service at every configured address."""
+
+    def __init__(
+        self,
+        name: str,
+        config: CclRasSourceConfig,
+        *,
+        resolver: Resolver = system_resolver,
+        proc: str = "/proc",
+    ) -> None:
+        super().__init__(name, config)
+        self.ras = config
+        self.resolver = resolver
+        self.proc = proc
+        self._log = log.get(source=name)
+        self._addresses = [_Address(Endpoint.parse(text)) for text in config.addresses]
+        for entry in self._addresses:
+            entry.progress = ProgressTracker(config.stall_polls)
+        self._local: frozenset[str] = frozenset()
+        self._local_read = -LOCAL_REFRESH_SECONDS
+        self._rng = random.Random()
+
+    # -- timing -------------------------------------------------------------------------
+
+    @property
+    def timeout(self) -> float:
+        """The scheduler's deadline: the query deadline plus time to parse."""
+        return self.ras.poll_timeout + PARSE_MARGIN_SECONDS
+
+    @property
+    def stale_after(self) -> float:
+        """Long enough for a follower's slow cadence."""
+        return max(self.ras.stale_seconds, 3 * self.interval())
+
+    def _reporter(self, entry: _Address) -> bool:
+        if self.ras.role != "auto":
+            return self.ras.role == "reporter"
+        return entry.elected is not False
+
+    def _cadence(self, entry: _Address) -> float:
+        return self.ras.interval if self._reporter(entry) else self.ras.follower_interval
+
+    def interval(self) -> float:
+        """``interval`` while any address is (or may be) reported on, else ``follower_interval``."""
+        return min(self._cadence(entry) for entry in self._addresses)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start one MONITOR task per address unless ``monitor: false``."""
+        if self.ras.monitor is False:
+            return
+        for entry in self._addresses:
+            entry.monitor_task = asyncio.create_task(
+                self._monitor(entry), name=f"{self.name}-monitor-{entry.endpoint.label}"
+            )
+
+    async def close(self) -> None:
+        """Stop the MONITOR tasks."""
+        tasks = [e.monitor_task for e in self._addresses if e.monitor_task is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for entry in self._addresses:
+            entry.monitor_task = None
+            entry.monitor_up = False
+
+    # -- polling --------------------------------------------------------------------------
+
+    async def poll(self) -> Sequence[Reading]:
+        """Query every due address; fail only when every address is unreachable or in error."""
+        due = self._due(time.monotonic())
+        if due:
+            self._refresh_local(time.monotonic())
+            await asyncio.gather(*(self._query(entry) for entry in due))
+        readings: list[Reading] = []
+        for entry in self._addresses:
+            readings.extend(entry.readings)
+            readings.extend(self._address_counters(entry))
+        states = [entry.machine.state for entry in self._addresses]
+        if all(state in BAD_STATES for state in states):
+            first = self._addresses[0]
+            detail = "; ".join(f"{e.endpoint.label}: {e.detail}" for e in self._addresses)
+            raise SourceError(first.machine.state, detail, readings)
+        return readings
+
+    def _due(self, now: float) -> list[_Address]:
+        # The scheduler paces polls at interval(); only an address on a slower cadence
+        # (a follower next to an address we report on) waits for its own turn.
+        pace = self.interval()
+        slack = 0.5 * pace
+        return [
+            e
+            for e in self._addresses
+            if not e.queried or self._cadence(e) <= pace or e.next_due - slack <= now
+        ]
+
+    def _refresh_local(self, now: float) -> None:
+        if now - self._local_read < LOCAL_REFRESH_SECONDS and self._local:
+            return
+        self._local_read = now
+        if self.ras.local_addresses:
+            self._local = frozenset(normalize(a) for a in self.ras.local_addresses)
+            return
+        found = set(local_addresses(self.proc))
+        for entry in self._addresses:
+            # RAS bound to a pod or host IP (NCCL_RAS_ADDR): ranks behind it live there.
+            with contextlib.suppress(ValueError):
+                if not ipaddress.ip_address(normalize(entry.endpoint.host)).is_loopback:
+                    found.add(normalize(entry.endpoint.host))
+        self._local = frozenset(found)
+
+    async def _query(self, entry: _Address) -> None:
+        options = QueryOptions(
+            deadline=self.ras.poll_timeout,
+            format=self.ras.format,
+            verbose=self.ras.verbose,
+            max_bytes=self.ras.max_response_bytes,
+        )
+        started = time.monotonic()
+        report: RasReport | None = None
+        try:
+            response = await query(entry.endpoint, options, self.resolver)
+            entry.format, entry.peer = response.format, response.peer
+            loop = asyncio.get_running_loop()
+            report = await loop.run_in_executor(None, parse_report, response.body)
+        except RasClientError as exc:
+            state, reasons, entry.detail = exc.state, [exc.reason], exc.detail
+        except RasParseError as exc:
+            state, reasons, entry.detail = "error", ["parse_error"], str(exc)
+        else:
+            state, reasons = self._judge(entry, report)
+            entry.detail = ""
+        if state != "no_job":
+            entry.durations.observe(time.monotonic() - started)
+        else:
+            # The job is gone: a next one starts from scratch (and may have other nodes).
+            entry.progress.reset()
+            entry.elected = None
+        entry.queried = True
+        entry.next_due = time.monotonic() + self._cadence(entry)
+        self._enter(entry, state, reasons)
+        entry.readings = self._readings(entry, state, reasons, report)
+
+    def _judge(self, entry: _Address, report: RasReport) -> tuple[str, list[str]]:
+        stalled = entry.progress.observe(report, time.time())
+        entry.timeouts += report.timeouts
+        entry.version = f"{report.library} {report.version}"
+        if report.unparsed_lines:
+            self._log.debug(
+                "ras report lines not understood",
+                address=entry.endpoint.label,
+                lines=report.unparsed_lines,
+            )
+        elected = elect_reporter(report, self._local)
+        if elected is not None and elected != entry.elected and self.ras.role == "auto":
+            self._log.info(
+                "ras role changed",
+                address=entry.endpoint.label,
+                role="reporter" if elected else "follower",
+            )
+        if elected is not None:
+            entry.elected = elected
+        return classify(report, stalled)
+
+    def _enter(self, entry: _Address, state: str, reasons: list[str]) -> None:
+        entry.reasons = reasons
+        previous = entry.machine.move(state)
+        if previous is None:
+            return
+        level = (
+            self._log.warning if state in BAD_STATES | {"degraded", "stalled"} else self._log.info
+        )
+        level(
+            "ccl job state changed",
+            address=entry.endpoint.label,
+            previous=previous,
+            state=state,
+            reasons=reasons,
+            detail=entry.detail,
+        )
+
+    def _keep_rank(self, entry: _Address) -> ras_readings.RankFilter:
+        mode = self.ras.rank_series
+        if mode == "all" and self._reporter(entry):
+            return lambda ref: True
+        local = self._local
+        return lambda ref: bool(ref.host) and normalize(ref.host) in local
+
+    def _readings(
+        self, entry: _Address, state: str, reasons: list[str], report: RasReport | None
+    ) -> list[Reading]:
+        label = entry.endpoint.label
+        shown = reasons if state != "healthy" and state != "no_job" else []
+        out = ras_readings.state_readings(label, state, shown)
+        reporter = self._reporter(entry)
+        out.append(Reading("accel_ccl_ras_reporter", (label,), 1.0 if reporter else 0.0))
+        if report is None:
+            return out
+        # The version is the server's text: keep a label value of sane length.
+        version = report.version[:MAX_VERSION_CHARS]
+        out.append(Reading("accel_ccl_job_info", (label, report.library, version), 1.0))
+        if reporter:
+            out.extend(ras_readings.job_readings(label, report))
+            if entry.progress.last_progress is not None:
+                out.append(
+                    Reading(
+                        "accel_ccl_job_last_progress_timestamp_seconds",
+                        (label,),
+                        entry.progress.last_progress,
+                    )
+                )
+        if self.ras.rank_series != "none":
+            out.extend(ras_readings.rank_readings(label, report, self._keep_rank(entry)))
+        return out
+
+    def _address_counters(self, entry: _Address) -> list[Reading]:
+        label = (entry.endpoint.label,)
+        out: list[Reading] = []
+        if entry.durations.value().count:
+            out.append(
+                Reading("accel_ccl_ras_query_duration_seconds", label, entry.durations.value())
+            )
+        out.append(Reading("accel_ccl_ras_timeouts_total", label, float(entry.timeouts)))
+        for (old, new), count in sorted(entry.machine.transitions.items()):
+            out.append(
+                Reading("accel_ccl_job_state_transitions_total", (*label, old, new), float(count))
+            )
+        if entry.monitor_task is not None:
+            out.append(Reading("accel_ccl_ras_monitor_up", label, 1.0 if entry.monitor_up else 0.0))
+        for event, count in sorted(entry.events.items()):
+            out.append(Reading("accel_ccl_ras_events_total", (*label, event), float(count)))
+        return out
+
+    # -- MONITOR stream -----------------------------------------------------------------------
+
+    def _on_event(self, entry: _Address, event: MonitorEvent) -> None:
+        name = event.event
+        if name not in entry.events and len(entry.events) >= MAX_EVENT_TYPES:
+            name = "OTHER"
+        entry.events[name] = entry.events.get(name, 0) + 1
+        if event.event in ("PEER_DEAD", "PEER_TIMEOUT_DEAD", "PEER_UNRESPONSIVE"):
+            self._log.warning(
+                "ras event",
+                address=entry.endpoint.label,
+                event_type=event.event,
+                peer_host=event.host,
+                peer_pid=event.pid,
+            )
+
+    async def _monitor(self, entry: _Address) -> None:
+        label = entry.endpoint.label
+        unsupported_logged = False
+        while True:
+            delay = self.ras.interval
+            try:
+                malformed = await monitor(
+                    entry.endpoint,
+                    lambda event: self._on_event(entry, event),
+                    handshake_timeout=self.ras.poll_timeout,
+                    resolver=self.resolver,
+                    on_connected=lambda peer: self._monitor_connected(entry, peer),
+                )
+                if malformed:
+                    self._log.debug("ras monitor malformed events", address=label, count=malformed)
+            except RasClientError as exc:
+                if exc.reason == "unsupported":
+                    delay = self.ras.follower_interval
+                    if not unsupported_logged:
+                        unsupported_logged = True
+                        self._log.info("ras monitor unsupported (NCCL < 2.29.2)", address=label)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._log.error("ras monitor failed", address=label, error=repr(exc))
+            if entry.monitor_up:
+                self._log.info("ras monitor stream ended", address=label)
+            entry.monitor_up = False
+            await asyncio.sleep(delay * (1 + self._rng.uniform(0, 0.1)))
+
+    def _monitor_connected(self, entry: _Address, peer: str) -> None:
+        entry.monitor_up = True
+        self._log.info("ras monitor connected", address=entry.endpoint.label, peer=peer)
+
+    # -- /status ------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """Per address: state, reasons, role, format, which address answered, version."""
+        return {
+            "addresses": {
+                e.endpoint.label: {
+                    "state": e.machine.state or "pending",
+                    "reasons": list(e.reasons),
+                    "detail": e.detail,
+                    "role": "reporter" if self._reporter(e) else "follower",
+                    "format": e.format,
+                    "peer": e.peer,
+                    "version": e.version,
+                    "unchanged_polls": e.progress.unchanged,
+                    "monitor": e.monitor_up,
+                }
+                for e in self._addresses
+            },
+            "local_addresses": sorted(self._local),
+        }

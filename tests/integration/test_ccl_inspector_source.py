@@ -1,0 +1,165 @@
+"""The Inspector source on real files: growth, half-written lines, truncation, rotation, 1 GB."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import tracemalloc
+
+import pytest
+
+from exporter.config.schema import CclInspectorSourceConfig
+from exporter.errors import SourceError
+from exporter.sources.ccl_inspector import CclInspectorSource
+from exporter.store import validate
+from tests.helpers.inspector_lines import coll_line, p2p_line
+
+COMM = 0xABCDEF0123
+LABEL = f"{COMM:016x}"
+GIB = 1 << 30
+
+
+def make(tmp_path, **kwargs):
+    kwargs.setdefault("dir", str(tmp_path))
+    return CclInspectorSource("ccl_inspector", CclInspectorSourceConfig(**kwargs))
+
+
+def poll(source):
+    good, bad = validate(asyncio.run(source.poll()))
+    assert not bad, bad
+    return {(r.metric, r.labels): r.value for r in good}
+
+
+def used(values):
+    return values[("accel_ccl_inspector_lines_total", ("used",))]
+
+
+def lines(rank, first, count, **kwargs):
+    return b"".join(
+        coll_line(COMM, rank, "AllReduce", sn, 1 << 20, 100 + rank, **kwargs)
+        for sn in range(first, first + count)
+    )
+
+
+def test_missing_directory_is_normal(tmp_path):
+    values = poll(make(tmp_path / "nope"))
+    assert values[("accel_ccl_inspector_files", ())] == 0
+    assert used(values) == 0
+
+
+def test_a_file_where_the_directory_should_be_is_an_error(tmp_path):
+    target = tmp_path / "file"
+    target.write_text("x")
+    with pytest.raises(SourceError) as err:
+        asyncio.run(make(tmp_path, dir=str(target)).poll())
+    assert err.value.reason == "read_error"
+
+
+def test_growing_file_with_a_half_written_line(tmp_path):
+    path = tmp_path / "node-a-pid1000.log"
+    data = lines(0, 1, 3)
+    cut = len(lines(0, 1, 2)) + 40
+    path.write_bytes(data[:cut])
+    source = make(tmp_path)
+    assert used(poll(source)) == 2
+    with path.open("ab") as fh:
+        fh.write(data[cut:])
+    values = poll(source)
+    assert used(values) == 3
+    assert values[("accel_ccl_inspector_lines_total", ("malformed",))] == 0
+    hist = values[
+        ("accel_ccl_collective_bus_bandwidth_bytes_per_second", (LABEL, "AllReduce", "1048576"))
+    ]
+    assert hist.count == 3
+
+
+def test_truncation_rotation_removal_and_new_files(tmp_path):
+    a = tmp_path / "node-a-pid1000.log"
+    a.write_bytes(lines(0, 1, 5))
+    source = make(tmp_path)
+    assert used(poll(source)) == 5
+    # A new process with the same pid truncates the file ("w" mode) and starts over.
+    a.write_bytes(lines(0, 1, 2))
+    assert used(poll(source)) == 7
+    # Rotated away and recreated: a new inode under the old name is read from its start.
+    a.rename(tmp_path / "node-a-pid1000.log.1")
+    a.write_bytes(lines(0, 100, 3))
+    values = poll(source)
+    assert used(values) == 10 and values[("accel_ccl_inspector_files", ())] == 1
+    b = tmp_path / "node-a-pid1001.log"
+    b.write_bytes(lines(1, 100, 3) + p2p_line(COMM, 1, "Send", 1, 0, 4096, 10))
+    values = poll(source)
+    assert used(values) == 14 and values[("accel_ccl_inspector_files", ())] == 2
+    assert values[("accel_ccl_straggler_rank", (LABEL,))] in (0, 1)
+    a.unlink()
+    values = poll(source)
+    assert values[("accel_ccl_inspector_files", ())] == 1
+    assert source.status()["files"] == ["node-a-pid1001.log"]
+
+
+def test_hostnames_filter_and_foreign_files(tmp_path):
+    (tmp_path / "node-a-pid1.log").write_bytes(lines(0, 1, 1))
+    (tmp_path / "node-b.example.com-pid2.log").write_bytes(lines(1, 1, 1))
+    (tmp_path / "README").write_bytes(lines(2, 1, 1))
+    assert used(poll(make(tmp_path))) == 2
+    assert used(poll(make(tmp_path, hostnames=["node-b.example.com"]))) == 1
+
+
+def test_overlong_lines_are_skipped_and_counted(tmp_path):
+    path = tmp_path / "h-pid1.log"
+    path.write_bytes(lines(0, 1, 1) + b"{" + b"x" * 5000 + b"\n" + lines(0, 2, 1))
+    values = poll(make(tmp_path, max_line_bytes=1024, max_read_bytes=1 << 20))
+    assert used(values) == 2
+    assert values[("accel_ccl_inspector_skipped_bytes_total", ())] >= 5000
+
+
+def test_a_gigabyte_of_history_is_skipped_not_read(tmp_path):
+    path = tmp_path / "node-a-pid1000.log"
+    with path.open("wb") as fh:
+        fh.truncate(GIB)  # 1 GiB of history without a newline (sparse: quick to make)
+        fh.seek(GIB)
+        fh.write(b"\n" + lines(0, 1, 100))
+    source = make(tmp_path, max_read_bytes=4 << 20)
+    tracemalloc.start()
+    try:
+        started = time.monotonic()
+        values = poll(source)
+        elapsed = time.monotonic() - started
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert used(values) == 100
+    assert values[("accel_ccl_inspector_skipped_bytes_total", ())] >= GIB - (4 << 20)
+    assert peak < 32 << 20, peak
+    assert elapsed < 60
+
+
+def test_a_gigabyte_appended_while_following_keeps_memory_flat(tmp_path):
+    path = tmp_path / "node-a-pid1000.log"
+    path.write_bytes(lines(0, 1, 10))
+    source = make(tmp_path, max_read_bytes=2 << 20)
+    poll(source)
+    step = GIB // 8
+    peaks = []
+    sn = 11
+    tracemalloc.start()
+    try:
+        for _ in range(8):
+            with path.open("r+b") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.truncate(fh.tell() + step)  # most of the growth as a hole
+                fh.seek(0, os.SEEK_END)
+                chunk = lines(0, sn, 2000)
+                sn += 2000
+                fh.write(b"\n" + chunk)
+            tracemalloc.reset_peak()
+            values = poll(source)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+    finally:
+        tracemalloc.stop()
+    assert path.stat().st_size > GIB
+    assert used(values) > 8 * 1000
+    assert max(peaks) < 32 << 20, peaks
+    # No growth with history: the last poll needs no more memory than the first.
+    assert peaks[-1] < peaks[0] * 1.5 + (1 << 20), peaks

@@ -1,0 +1,312 @@
+"""The RAS source against fake servers: states, metrics, roles, stalls, faults."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from exporter.config.schema import CclRasSourceConfig
+from exporter.errors import SourceError
+from exporter.sources.ccl_ras import CclRasSource
+from exporter.store import validate
+from tests.helpers.fake_ras import FakeRasServer, free_port
+from tests.helpers.ras_reports import make_job
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, timeout=120))
+
+
+def table(readings):
+    good, bad = validate(readings)
+    assert not bad, bad
+    return {(r.metric, r.labels): r.value for r in good}
+
+
+def state_of(values, address):
+    on = [
+        labels[1]
+        for (metric, labels), v in values.items()
+        if metric == "accel_ccl_job_state" and labels[0] == address and v == 1.0
+    ]
+    assert len(on) == 1, on
+    return on[0]
+
+
+def config(addresses, **kwargs):
+    kwargs.setdefault("monitor", False)
+    kwargs.setdefault("interval", 0.1)
+    kwargs.setdefault("timeout", 5.0)
+    kwargs.setdefault("local_addresses", ["10.0.0.1"])
+    return CclRasSourceConfig(addresses=list(addresses), **kwargs)
+
+
+async def poll(source):
+    try:
+        return table(await source.poll()), None
+    except SourceError as exc:
+        return table(exc.readings), exc
+
+
+async def with_server(server, body, **kwargs):
+    await server.start()
+    source = CclRasSource("ccl_ras", config([server.address], **kwargs))
+    await source.start()
+    try:
+        return await body(source, server)
+    finally:
+        await source.close()
+        await server.stop()
+
+
+def test_healthy_json_reporter_exports_job_comm_and_local_rank_series():
+    job = make_job(2, 4, node_comms=True)
+
+    async def body(source, server):
+        values, error = await poll(source)
+        assert error is None
+        return values, server.address
+
+    values, a = run(with_server(FakeRasServer("2.29", job), body))
+    assert values[("accel_ccl_ras_up", (a,))] == 1
+    assert state_of(values, a) == "healthy"
+    assert values[("accel_ccl_job_info", (a, "nccl", "2.29.2"))] == 1
+    assert values[("accel_ccl_ras_reporter", (a,))] == 1
+    assert values[("accel_ccl_job_nodes", (a,))] == 2
+    assert values[("accel_ccl_job_processes", (a,))] == 8
+    assert values[("accel_ccl_job_gpus", (a,))] == 8
+    assert values[("accel_ccl_job_missing_processes", (a,))] == 0
+    assert values[("accel_ccl_communicators", (a,))] == 3
+    assert values[("accel_ccl_comm_ranks", (a, "3b2fe521bf43bc04"))] == 8
+    assert values[("accel_ccl_comm_ranks", (a, "0000000000100000"))] == 4
+    assert values[("accel_ccl_comm_op_skew", (a, "3b2fe521bf43bc04", "AllReduce"))] == 0
+    ranks = {
+        labels for (metric, labels) in values if metric == "accel_ccl_rank_collective_ops_total"
+    }
+    # Only ranks on 10.0.0.1 (this node), each with five collectives, on two communicators.
+    assert len(ranks) == 4 * 5 * 2
+    assert (
+        values[("accel_ccl_rank_collective_ops_total", (a, "3b2fe521bf43bc04", "0", "AllReduce"))]
+        == 100
+    )
+    assert (
+        "accel_ccl_rank_collective_ops_total",
+        (a, "3b2fe521bf43bc04", "4", "AllReduce"),
+    ) not in values
+    assert values[("accel_ccl_ras_query_duration_seconds", (a,))].count == 1
+
+
+@pytest.mark.parametrize("mode,expected", [("all", 8 * 5), ("none", 0), ("local", 4 * 5)])
+def test_rank_series_modes(mode, expected):
+    async def body(source, server):
+        values, _ = await poll(source)
+        return sum(1 for (m, _l) in values if m == "accel_ccl_rank_collective_ops_total")
+
+    assert (
+        run(with_server(FakeRasServer("2.29", make_job(2, 4)), body, rank_series=mode)) == expected
+    )
+
+
+def test_follower_exports_local_ranks_only_and_slows_down():
+    async def body(source, server):
+        values, _ = await poll(source)
+        return values, server.address, source.interval(), source.stale_after
+
+    values, a, interval, stale = run(
+        with_server(
+            FakeRasServer("2.29", make_job(2, 4)),
+            body,
+            local_addresses=["10.0.0.2"],
+            follower_interval=60.0,
+            rank_series="all",
+        )
+    )
+    assert values[("accel_ccl_ras_reporter", (a,))] == 0
+    assert ("accel_ccl_job_nodes", (a,)) not in values
+    assert ("accel_ccl_communicators", (a,)) not in values
+    ranks = {labels[2] for (m, labels) in values if m == "accel_ccl_rank_collective_ops_total"}
+    assert ranks == {"4", "5", "6", "7"}
+    assert state_of(values, a) == "healthy"
+    assert interval == 60.0 and stale >= 180.0
+
+
+def test_follower_takes_over_when_the_reporter_node_goes_missing():
+    job = make_job(2, 4)
+
+    async def body(source, server):
+        await poll(source)
+        assert source.interval() == 0.5
+        for pid in range(10000, 10004):
+            job.set_fate("10.0.0.1", pid, "missing")
+        values, _ = await poll(source)
+        return values, server.address, source.interval()
+
+    values, a, interval = run(
+        with_server(
+            FakeRasServer("2.29", job),
+            body,
+            local_addresses=["10.0.0.2"],
+            interval=0.1,
+            follower_interval=0.5,
+        )
+    )
+    assert values[("accel_ccl_ras_reporter", (a,))] == 1 and interval == 0.1
+    assert state_of(values, a) == "degraded"
+    assert values[("accel_ccl_job_missing_processes", (a,))] == 4
+
+
+def test_stall_detection_and_transitions():
+    job = make_job(1, 4)
+
+    async def body(source, server):
+        states = []
+        for i in range(5):
+            if i == 1:
+                job.advance(3)
+            values, _ = await poll(source)
+            states.append(state_of(values, server.address))
+        job.advance(1)
+        values, _ = await poll(source)
+        states.append(state_of(values, server.address))
+        return states, values, server.address
+
+    states, values, a = run(with_server(FakeRasServer("2.29", job), body, stall_polls=2))
+    # Polls 2 and 3 see the counts of poll 1 again: stalled from poll 3.
+    assert states == ["healthy", "healthy", "healthy", "stalled", "stalled", "healthy"]
+    assert values[("accel_ccl_job_state_transitions_total", (a, "healthy", "stalled"))] == 1
+    assert values[("accel_ccl_job_state_transitions_total", (a, "stalled", "healthy"))] == 1
+    assert values[("accel_ccl_job_last_progress_timestamp_seconds", (a,))] > 0
+
+
+def test_no_job_is_a_normal_state():
+    address = f"127.0.0.1:{free_port()}"
+
+    async def go():
+        source = CclRasSource("ccl_ras", config([address]))
+        return await poll(source)
+
+    values, error = run(go())
+    assert error is None
+    assert state_of(values, address) == "no_job"
+    assert values[("accel_ccl_ras_up", (address,))] == 0
+    assert ("accel_ccl_ras_query_duration_seconds", (address,)) not in values
+
+
+def test_job_ending_moves_to_no_job():
+    async def go():
+        server = await FakeRasServer("2.29", make_job(1, 2)).start()
+        source = CclRasSource("ccl_ras", config([server.address]))
+        first, _ = await poll(source)
+        await server.stop()
+        second, error = await poll(source)
+        return first, second, error, server.address
+
+    first, second, error, a = run(go())
+    assert state_of(first, a) == "healthy" and state_of(second, a) == "no_job" and error is None
+    assert second[("accel_ccl_job_state_transitions_total", (a, "healthy", "no_job"))] == 1
+    assert ("accel_ccl_job_info", (a, "nccl", "2.29.2")) not in second
+
+
+@pytest.mark.parametrize(
+    "fault,state,reason",
+    [
+        ("stall", "unreachable", "timeout"),
+        ("reset", "error", "connection_reset"),
+        ("garbage", "error", "parse_error"),
+        ("truncated", "error", "parse_error"),
+    ],
+)
+def test_faults_fail_the_poll_with_readings(fault, state, reason):
+    async def body(source, server):
+        return await poll(source)
+
+    values, error = run(
+        with_server(FakeRasServer("2.26", make_job(1, 2), fault=fault), body, timeout=1.0)
+    )
+    assert error is not None and error.reason == state
+    (a,) = {labels[0] for (m, labels) in values if m == "accel_ccl_ras_up"}
+    assert state_of(values, a) == state
+    assert values[("accel_ccl_job_state_reason_info", (a, reason))] == 1
+    assert values[("accel_ccl_ras_up", (a,))] == 0
+
+
+def test_one_bad_address_does_not_fail_the_others():
+    async def go():
+        good = await FakeRasServer("2.29", make_job(1, 2)).start()
+        bad = await FakeRasServer("2.29", make_job(1, 2), fault="stall").start()
+        idle = f"127.0.0.1:{free_port()}"
+        source = CclRasSource("ccl_ras", config([good.address, bad.address, idle], timeout=1.0))
+        try:
+            return await poll(source), (good.address, bad.address, idle)
+        finally:
+            await good.stop()
+            await bad.stop()
+
+    (values, error), (good, bad, idle) = run(go())
+    assert error is None
+    assert [state_of(values, a) for a in (good, bad, idle)] == ["healthy", "unreachable", "no_job"]
+
+
+def test_text_family_degraded_and_missing_comma_json():
+    job = make_job(2, 4)
+    job.set_fate("10.0.0.2", 10005, "dead")
+
+    async def body(source, server):
+        return (await poll(source))[0], server.address
+
+    for family in ("2.24", "2.26", "2.28.9"):
+        values, a = run(with_server(FakeRasServer(family, job), body))
+        assert state_of(values, a) == "degraded", family
+        assert values[("accel_ccl_job_dead_processes", (a,))] == 1
+        assert values[("accel_ccl_comm_missing_ranks", (a, "3b2fe521bf43bc04"))] == 1
+        assert values[("accel_ccl_job_state_reason_info", (a, "dead_processes"))] == 1
+
+
+def test_monitor_events_are_counted():
+    async def body(source, server):
+        for _ in range(500):
+            if server.monitoring:
+                break
+            await asyncio.sleep(0.01)
+        server.emit("PEER_DEAD")
+        server.emit("PEER_DEAD")
+        server.emit("PEER_NEW")
+        for _ in range(500):
+            values, _ = await poll(source)
+            if values.get(("accel_ccl_ras_events_total", (server.address, "PEER_NEW"))):
+                return values, server.address
+            await asyncio.sleep(0.01)
+        raise AssertionError("events not counted")
+
+    values, a = run(with_server(FakeRasServer("2.29", make_job(1, 2)), body, monitor=True))
+    assert values[("accel_ccl_ras_events_total", (a, "PEER_DEAD"))] == 2
+    assert values[("accel_ccl_ras_monitor_up", (a,))] == 1
+
+
+def test_follower_address_waits_for_its_turn_next_to_a_reported_one():
+    async def go():
+        mine = await FakeRasServer("2.29", make_job(1, 2, base_ip="10.0.0.1")).start()
+        theirs = await FakeRasServer("2.29", make_job(2, 2, base_ip="10.0.0.0")).start()
+        source = CclRasSource(
+            "ccl_ras",
+            config([mine.address, theirs.address], interval=0.1, follower_interval=0.6),
+        )
+        try:
+            await poll(source)
+            assert source.interval() == 0.1
+            for _ in range(3):
+                await asyncio.sleep(0.1)
+                await poll(source)
+            counts = (mine.reports, theirs.reports)
+            await asyncio.sleep(0.6)
+            values, _ = await poll(source)
+            return counts, (mine.reports, theirs.reports), values, theirs.address
+        finally:
+            await mine.stop()
+            await theirs.stop()
+
+    before, after, values, theirs = run(go())
+    assert before == (4, 1) and after == (5, 2)
+    # The follower's series are kept between its queries.
+    assert state_of(values, theirs) == "healthy"
