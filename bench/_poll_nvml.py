@@ -11,17 +11,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import statistics
-import time
-import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from _common import compare, first_complete_metrics
 
 from exporter.backends import nvml_support as nv
 from exporter.backends.nvml import NvmlBackend
 from tests.fakes.nvml.control import FakeNvml, build
-from tests.helpers.daemon import Daemon, samples, value
 
 
 def _bare_fast(n: Any, handles: list[Any], links: int) -> None:
@@ -73,58 +70,6 @@ def _bare_slow(n: Any, handles: list[Any], links: int) -> None:
     _bare_fast(n, handles, links)
 
 
-ROUNDS = 7
-
-
-def _cpu_pair(
-    through: Callable[[], Any], bare: Callable[[], Any], polls: int
-) -> tuple[float, float]:
-    """CPU seconds per call of each, interleaved in rounds; the minimum round of each.
-
-    The machine is shared: interleaving exposes both to the same background load,
-    and the minimum is the round least disturbed by it.
-    """
-    through()  # warm caches (function pointers, imports)
-    bare()
-    per_round = max(1, polls // ROUNDS)
-    best = [float("inf"), float("inf")]
-    for _ in range(ROUNDS):
-        for i, fn in enumerate((through, bare)):
-            started = time.process_time()
-            for _ in range(per_round):
-                fn()
-            best[i] = min(best[i], (time.process_time() - started) / per_round)
-    return best[0], best[1]
-
-
-def _calls(fake: FakeNvml, fn: Callable[[], Any]) -> int:
-    before = int(fake.state.calls)
-    fn()
-    return int(fake.state.calls) - before
-
-
-def _first_complete_metrics(fake: FakeNvml, devices: int, workdir: Path) -> float:
-    config = {"sources": {"host": {"enabled": False}, "nvml": {}}}
-    daemon = Daemon(workdir, config, env=fake.env())
-    started = time.monotonic()
-    daemon.start()
-    try:
-        while True:
-            with urllib.request.urlopen(daemon.url + "/metrics", timeout=10) as resp:
-                parsed = samples(resp.read().decode())
-            up = [
-                value(parsed, "accel_device_up", device=str(i), uuid=fake.uuid(i))
-                for i in range(devices)
-            ]
-            if all(v == 1 for v in up):
-                return time.monotonic() - started
-            if time.monotonic() - started > 60:
-                raise RuntimeError("the daemon did not serve complete metrics within 60 s")
-            time.sleep(0.01)
-    finally:
-        daemon.stop()
-
-
 def run(devices: int, polls: int, workdir: Path) -> dict[str, Any]:
     """Measure the nvml backend with ``devices`` fake GPUs."""
     lib = build(workdir / "lib")
@@ -149,20 +94,9 @@ def run(devices: int, polls: int, workdir: Path) -> dict[str, Any]:
         ("fast", fast, lambda: _bare_fast(n, handles, links)),
         ("slow", slow, lambda: _bare_slow(n, handles, links)),
     ):
-        calls, bare_calls = _calls(fake, through), _calls(fake, bare)
-        if calls != bare_calls:
-            raise RuntimeError(f"{name}: backend made {calls} NVML calls, bare loop {bare_calls}")
-        cpu, bare_cpu = _cpu_pair(through, bare, polls)
-        result[name] = {
-            "nvml_calls_per_poll": calls,
-            "cpu_seconds_per_poll": cpu,
-            "bare_cpu_seconds_per_poll": bare_cpu,
-            "ratio": cpu / bare_cpu,
-            "series_per_poll": sum(len(v) for k, v in through().items() if "readings" in k),
-        }
+        result[name] = compare(name, lambda: int(fake.state.calls), through, bare, polls)
     backend.close()
-    starts = [_first_complete_metrics(fake, devices, workdir) for _ in range(3)]
-    result["first_complete_metrics_seconds"] = statistics.median(starts)
-    result["first_complete_metrics_runs"] = starts
-    result["targets"] = {"fast_ratio_max": 1.5, "first_complete_metrics_seconds_max": 2.0}
+    config = {"sources": {"host": {"enabled": False}, "nvml": {}}}
+    ids = [(str(i), fake.uuid(i)) for i in range(devices)]
+    result.update(first_complete_metrics(workdir, config, fake.env(), ids))
     return result

@@ -10,14 +10,18 @@ amdsmi: ``_poll_amdsmi.py``) that defines exactly this function::
 It builds its fake vendor library in ``workdir``, then measures and returns a
 JSON-able dict with at least:
 
-    "fast": {"cpu_seconds_per_poll", "bare_cpu_seconds_per_poll", "ratio"}
+    "fast": {"cpu_seconds_per_poll", "bare_cpu_seconds_per_poll", "ratio",
+             "library_calls_per_poll", "series_per_poll"}
         CPU seconds of one fast poll through the backend, of the same vendor calls
         made bare in a loop, and their quotient (target <= 1.5);
     "slow": the same for a poll that includes the slow fields;
     "first_complete_metrics_seconds": daemon start to the first /metrics with every
         device up (target <= 2 s).
 
-A module that is missing is reported as such instead of failing the others.
+``bench/_common.py`` has the shared pieces: ``compare()`` (CPU of backend vs bare
+calls, interleaved rounds, minimum round; checks both make the same library calls)
+and ``first_complete_metrics()``. A module that is missing is reported as such
+instead of failing the others.
 """
 
 from __future__ import annotations

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 from tests.fakes.nvml.control import MigInstance, Process
 from tests.helpers.daemon import REPO, samples, value
@@ -23,18 +22,6 @@ OTHERS_OFF_FLAGS = [
 
 def nvml_config(**nvml):
     return {"sources": {**OTHERS_OFF, "nvml": {"interval": "1s", "slow_interval": "1s", **nvml}}}
-
-
-def worker_pids(d) -> set[int]:
-    out = set()
-    for pid in d.descendants():
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"-m\x00exporter.workers" in cmdline:
-            out.add(pid)
-    return out
 
 
 def test_exact_values_on_metrics_and_promtool(daemon_factory, fake_nvml):
@@ -115,7 +102,7 @@ def test_hung_call_kills_worker_and_recovers_after_release(daemon_factory, fake_
     d = daemon_factory(nvml_config(), env=fake.env())
     u0, u1 = fake.uuid(0), fake.uuid(1)
     d.wait_metric("accel_device_up", 1, device="0", uuid=u0)
-    first_worker = worker_pids(d)
+    first_worker = d.workers()
     assert len(first_worker) == 1
     rule = fake.add_rule("nvmlDeviceGetPowerUsage", device=1, hang=True)
     d.wait_metric("accel_device_up", 0, device="0", uuid=u0, timeout=30)
@@ -134,9 +121,9 @@ def test_hung_call_kills_worker_and_recovers_after_release(daemon_factory, fake_
         lambda: d.status()["sources"]["nvml"]["worker_restarts"] >= 1, 30, what="a worker restart"
     )
     for _ in range(10):
-        assert len(worker_pids(d)) <= 1
+        assert len(d.workers()) <= 1
         d.wait_for(lambda: True, 0.2)
-    assert not first_worker & worker_pids(d)
+    assert not first_worker & d.workers()
     fake.release(rule)
     d.wait_metric("accel_device_up", 1, device="1", uuid=u1, timeout=60)
     d.wait_metric("accel_exporter_source_up", 1, source="nvml", timeout=30)
