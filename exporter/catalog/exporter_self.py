@@ -59,4 +59,10 @@ ROWS = (
         "Times a source's worker process was killed or died and was started again.",
         ("source",),
     ),
+    MetricSpec(
+        "accel_exporter_otlp_exports_total",
+        Kind.COUNTER,
+        "OTLP export attempts by result: success, or failure (refused, unreachable, timed out).",
+        ("result",),
+    ),
 )

@@ -346,28 +346,45 @@ class EnrichConfig:
 
 @dataclass(frozen=True)
 class OtlpOutputConfig:
-    """OTLP metrics push (off by default). Standard OTEL_EXPORTER_OTLP_* env vars also apply."""
+    """OTLP metrics push (off by default).
+
+    A key left unset here falls back to the standard ``OTEL_EXPORTER_OTLP_METRICS_*``
+    and ``OTEL_EXPORTER_OTLP_*`` environment variables, then to the default
+    (see docs/otlp.md): explicit configuration wins, as the OpenTelemetry spec asks.
+    """
 
     enabled: bool = False
+    # Base URL (http/protobuf: /v1/metrics is appended unless already there) or gRPC target.
     endpoint: str = ""
-    protocol: Literal["grpc", "http/protobuf"] = "grpc"
-    interval: Duration = 30.0
-    timeout: Duration = 10.0
+    protocol: Literal["grpc", "http/protobuf"] | None = None
+    interval: Duration | None = None
+    timeout: Duration | None = None
     headers: dict[str, Secret] = field(default_factory=dict)
-    compression: Literal["none", "gzip"] = "gzip"
-    insecure: bool = False
+    compression: Literal["none", "gzip"] | None = None
+    # gRPC only, and only for an endpoint without http:// or https://.
+    insecure: bool | None = None
     certificate_file: FilePath = ""
     client_certificate_file: FilePath = ""
     client_key_file: FilePath = ""
-    temporality: Literal["cumulative", "delta"] = "cumulative"
+    temporality: Literal["cumulative", "delta"] | None = None
+    # Resource attributes that win over detection and OTEL_RESOURCE_ATTRIBUTES.
+    resource_attributes: dict[str, str] = field(default_factory=dict)
 
     def check(self) -> list[tuple[str, str]]:
-        """Positive timings."""
+        """Positive timings; when enabled, the settings merged with OTEL_* must be usable."""
         out = []
-        if self.interval < MIN_INTERVAL:
+        if self.interval is not None and self.interval < MIN_INTERVAL:
             out.append(("interval", f"must be at least {int(MIN_INTERVAL * 1000)}ms"))
-        if self.timeout <= 0:
+        if self.timeout is not None and self.timeout <= 0:
             out.append(("timeout", "must be positive"))
+        if self.enabled and not out:
+            import os
+
+            from exporter.config.otlp_env import resolve, sdk_missing
+
+            if sdk_missing():
+                out.append(("enabled", "needs the otlp extra: pip install 'accel-exporter[otlp]'"))
+            out.extend(resolve(self, os.environ).problems)
         return out
 
 

@@ -10,8 +10,18 @@ from exporter.store import Store
 
 Factory = Callable[[Config, Store], Output]
 
+
+def _otlp(config: Config, store: Store) -> Output:
+    # Imported here: the OpenTelemetry SDK is an optional extra, needed only when enabled.
+    from exporter.outputs.otlp import OtlpOutput
+
+    return OtlpOutput.from_config(config.outputs.otlp, store)
+
+
 # name -> (is it enabled in this config?, factory)
-FACTORIES: dict[str, tuple[Callable[[Config], bool], Factory]] = {}
+FACTORIES: dict[str, tuple[Callable[[Config], bool], Factory]] = {
+    "otlp": (lambda config: config.outputs.otlp.enabled, _otlp),
+}
 
 
 def build_outputs(config: Config, store: Store) -> list[Output]:

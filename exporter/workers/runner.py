@@ -45,6 +45,17 @@ class WorkerState:
     inventory: dict[str, Any] = field(default_factory=dict)
 
 
+def _close_transport(proc: asyncio.subprocess.Process) -> None:
+    """Close the pipes now, on the loop that owns them.
+
+    Left to the garbage collector, an asyncio subprocess transport closes
+    itself in ``__del__``, possibly after its loop has closed, which raises.
+    """
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        transport.close()
+
+
 def restart_delay(failures: int) -> float:
     """Backoff before the next start after ``failures`` consecutive bad lives."""
     return float(min(RESTART_BASE_SECONDS * 2 ** max(failures - 1, 0), RESTART_CAP_SECONDS))
@@ -213,6 +224,7 @@ class WorkerRunner:
                 self._fail("crashed", f"worker exited with {how}")
             self._proc = None
             self.state.pid = None
+            _close_transport(proc)
             self._dead.set()
 
     async def _drain_stderr(self, proc: asyncio.subprocess.Process) -> None:
@@ -257,28 +269,38 @@ class WorkerRunner:
         proc = self._proc
         self._proc = None
         self._ready.clear()
-        if proc is not None:
-            if graceful and proc.returncode is None and proc.stdin is not None:
-                # End of input asks the worker to release the library and exit.
-                with contextlib.suppress(Exception):
-                    proc.stdin.close()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(proc.wait(), timeout=STOP_GRACE_SECONDS)
-            if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-            # Reap, so no zombie is left; SIGKILL cannot be ignored.
-            await proc.wait()
+        try:
+            if proc is not None:
+                await self._end(proc, graceful=graceful)
+        finally:
+            # Also when cancelled mid-way (a daemon shutdown during a kill): the
+            # process has had SIGKILL, asyncio's child watcher reaps it, and the
+            # pipes are closed here rather than by the garbage collector.
+            if proc is not None:
+                if proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                _close_transport(proc)
+            for task in self._aux:
+                task.cancel()
+            self._aux = []
+            self.state.pid = None
+            self._dead.set()
+
+    async def _end(self, proc: asyncio.subprocess.Process, *, graceful: bool) -> None:
+        if graceful and proc.returncode is None and proc.stdin is not None:
+            # End of input asks the worker to release the library and exit.
+            with contextlib.suppress(Exception):
+                proc.stdin.close()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(proc.wait(), timeout=STOP_GRACE_SECONDS)
+        if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)  # anything the worker forked
-        for task in self._aux:
-            task.cancel()
-        for task in self._aux:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._aux = []
-        self.state.pid = None
-        self._dead.set()
+                os.killpg(proc.pid, signal.SIGKILL)
+        # Reap, so no zombie is left; SIGKILL cannot be ignored.
+        await proc.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # anything the worker forked
 
     def _kill_now(self, reason: str, detail: str) -> None:
         """Synchronous SIGKILL for use while being cancelled; the exit watcher reaps."""

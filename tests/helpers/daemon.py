@@ -145,7 +145,7 @@ class Daemon:
             if self.address is not None:
                 return self
             if self.proc.poll() is not None:
-                self._reader.join(timeout=2)
+                self._close_pipe()
                 raise RuntimeError(
                     f"daemon exited with {self.proc.returncode}:\n" + "\n".join(self.lines[-30:])
                 )
@@ -196,6 +196,7 @@ class Daemon:
     def stop(self, timeout: float = 10.0) -> tuple[int, float]:
         """SIGTERM, wait; returns (exit status, seconds taken). Kills on timeout."""
         if self.proc is None or self.proc.poll() is not None:
+            self._close_pipe()
             return (self.proc.returncode if self.proc else 0), 0.0
         self.descendants()
         started = time.monotonic()
@@ -206,9 +207,17 @@ class Daemon:
             self.proc.kill()
             code = self.proc.wait()
         elapsed = time.monotonic() - started
+        self._close_pipe()
+        return code, elapsed
+
+    def _close_pipe(self) -> None:
         if self._reader is not None:
             self._reader.join(timeout=2)
-        return code, elapsed
+        if self.proc is not None and self.proc.stderr is not None and not self._reader_alive():
+            self.proc.stderr.close()
+
+    def _reader_alive(self) -> bool:
+        return self._reader is not None and self._reader.is_alive()
 
     def leftover_children(self) -> set[int]:
         """Processes ever seen under the daemon that still exist (after stop)."""

@@ -195,15 +195,21 @@ def test_bootstrap_deadline_kills(ctl):
         await r.start()
         try:
             loop = asyncio.get_running_loop()
-            end = loop.time() + 15
+            end = loop.time() + 30
+            while r.pid is None and loop.time() < end:
+                await asyncio.sleep(0.01)
+            first = r.pid
+            assert first is not None
             # "backoff" is set once the killed worker has been reaped; last_reason
             # alone is set just before the kill, while the worker may still run.
             while (
                 r.state.last_reason != "bootstrap_timeout" or r.state.state != "backoff"
             ) and loop.time() < end:
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.02)
             assert r.state.last_reason == "bootstrap_timeout"
-            assert not any(alive(p) for p in children_of(os.getpid()))
+            # The hung worker is gone; at most its successor (also hanging) is alive.
+            assert not alive(first)
+            assert len([p for p in children_of(os.getpid()) if alive(p)]) <= 1
         finally:
             ctl("ok")
             await r.stop()

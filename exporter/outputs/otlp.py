@@ -1,0 +1,229 @@
+"""OTLP push output: exports the store's current view every interval, from its own thread.
+
+The export thread is the only one that touches the SDK exporter. A pass pins one
+store view, turns it into an OTLP batch (:mod:`exporter.outputs.otlp_pipeline`)
+and sends it; nothing is queued, so a collector that is down, slow or refusing
+costs one bounded export attempt per interval and no memory: the next pass
+sends fresh data instead of a backlog. Polls run on the event loop and /metrics
+on the HTTP threads, so neither ever waits for this thread. Results are counted
+and logged by :class:`~exporter.outputs.otlp_account.ExportAccount`.
+
+Shutdown flushes once: the thread finishes the export in flight, if any, then
+sends one last batch. Whatever is still running at the deadline is aborted
+(gRPC calls are cancelled, retry waits end) and, failing that, abandoned on its
+daemon thread, so the daemon's own shutdown deadline always holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+from opentelemetry.sdk.resources import Resource
+
+from exporter import log
+from exporter.config.otlp_env import OtlpSettings, resolve
+from exporter.config.schema import OtlpOutputConfig
+from exporter.errors import ConfigError
+from exporter.outputs.otlp_account import LOG_EVERY_SECONDS, ExportAccount
+from exporter.outputs.otlp_pipeline import Pipeline
+from exporter.outputs.otlp_resource import resource_attributes
+from exporter.outputs.otlp_transport import build_exporter, sdk_log_capture
+from exporter.store import Store
+
+# After the deadline, how long an aborted export may take to notice before it is abandoned.
+ABORT_GRACE_SECONDS = 0.25
+# What one failure keeps of the SDK's log lines about it.
+MAX_SDK_MESSAGES = 4
+MAX_ERROR_CHARS = 1000
+
+
+class OtlpOutput:
+    """The ``otlp`` push output."""
+
+    name = "otlp"
+
+    def __init__(
+        self,
+        settings: OtlpSettings,
+        store: Store,
+        resource: dict[str, str],
+        warnings: list[str] | None = None,
+        exporter_factory: Callable[[OtlpSettings], MetricExporter] = build_exporter,
+        log_every: float = LOG_EVERY_SECONDS,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.resource = Resource(resource)
+        self.account = ExportAccount(store, settings.endpoint, log_every)
+        self._exporter_factory = exporter_factory
+        self._warnings = list(warnings or ())
+        self._log = log.get(output="otlp")
+        self._exporter: MetricExporter | None = None
+        self._pipeline: Pipeline | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._done = threading.Event()
+        self._abort_lock = threading.Lock()
+        self._aborted = False
+        self._sdk_errors: list[str] = []
+        self._exporting = False
+        self._rebuilds = 0
+        self._state = "created"
+
+    @classmethod
+    def from_config(cls, config: OtlpOutputConfig, store: Store) -> OtlpOutput:
+        """Resolve ``outputs.otlp`` with the process environment (already validated by check)."""
+        resolution = resolve(config, os.environ)
+        if resolution.settings is None:
+            raise ConfigError(
+                [f"outputs.otlp.{key}: {message}" for key, message in resolution.problems]
+            )
+        attributes, warnings = resource_attributes(config.resource_attributes, os.environ)
+        return cls(resolution.settings, store, attributes, resolution.warnings + warnings)
+
+    # -- lifecycle (event loop) ------------------------------------------------
+
+    async def start(self) -> None:
+        """Build the exporter and the pipeline and start the export thread."""
+        for warning in self._warnings:
+            self._log.warning("otlp environment", problem=warning)
+        settings = self.settings
+        if settings.sdk_disabled:
+            self._state = "disabled"
+            self._log.info("otlp push off: OTEL_SDK_DISABLED is true")
+            return
+        self.account.resume()
+        try:
+            self._exporter = self._exporter_factory(settings)
+            self._pipeline = Pipeline(self.resource, settings.temporality)
+        except Exception as exc:  # e.g. a certificate file that vanished since the config check
+            self._state = "failed"
+            self.account.last_error = f"cannot start: {type(exc).__name__}: {exc}"
+            self._log.error(
+                "otlp push cannot start", endpoint=settings.endpoint, error=self.account.last_error
+            )
+            return
+        self._thread = threading.Thread(target=self._run, name="otlp-export", daemon=True)
+        self._state = "running"
+        self._thread.start()
+        self._log.info(
+            "otlp push started",
+            endpoint=settings.endpoint,
+            protocol=settings.protocol,
+            interval=settings.interval,
+            temporality=settings.temporality,
+            origins=dict(settings.origins),
+        )
+
+    async def stop(self, deadline: float) -> None:
+        """Flush once within ``deadline`` seconds, then release the exporter."""
+        if self._thread is None:
+            return
+        self._stopping.set()
+        if not await self._finished_within(deadline):
+            self._abort()
+            if not await self._finished_within(ABORT_GRACE_SECONDS):
+                self.account.detached.set()
+                self._state = "abandoned"
+                self._log.warning("otlp final flush abandoned at the deadline", deadline=deadline)
+                return
+        self._state = "stopped"
+
+    async def _finished_within(self, seconds: float) -> bool:
+        end = time.monotonic() + seconds
+        while not self._done.is_set() and time.monotonic() < end:
+            await asyncio.sleep(0.02)
+        return self._done.is_set()
+
+    def _abort(self) -> None:
+        """Shut the SDK exporter down once: cancels gRPC calls and ends retry waits."""
+        with self._abort_lock:
+            if self._aborted or self._exporter is None:
+                return
+            self._aborted = True
+        try:
+            self._exporter.shutdown(timeout_millis=100)
+        except Exception as exc:
+            self._log.debug("otlp exporter shutdown failed", error=repr(exc))
+
+    # -- export thread -----------------------------------------------------------
+
+    def _run(self) -> None:
+        capture = sdk_log_capture()
+        ident = threading.get_ident()
+        capture.listen(ident, self._note_sdk_error)
+        interval = self.settings.interval
+        try:
+            next_at = time.monotonic() + interval
+            while not self._stopping.wait(max(0.0, next_at - time.monotonic())):
+                self._export_once()
+                now = time.monotonic()
+                # Start times stay on the interval grid; ticks an export overran are skipped.
+                next_at += interval * max(1, math.ceil((now - next_at) / interval))
+            self._export_once()  # the final flush
+        finally:
+            capture.forget(ident)
+            self._abort()
+            if self._pipeline is not None:
+                self._pipeline.shutdown()
+            self._done.set()
+
+    def _note_sdk_error(self, message: str) -> None:
+        # The SDK logs each retry's cause, then a summary; the cause is the useful part.
+        if message not in self._sdk_errors and len(self._sdk_errors) < MAX_SDK_MESSAGES:
+            self._sdk_errors.append(message)
+
+    def _export_once(self) -> None:
+        exporter, pipeline = self._exporter, self._pipeline
+        assert exporter is not None and pipeline is not None
+        started = time.monotonic()
+        self._exporting = True
+        self._sdk_errors = []
+        try:
+            if pipeline.worn_out:
+                pipeline = self._rebuild(pipeline)
+            batch = pipeline.collect(self.store.view(), self.settings.timeout)
+            result = exporter.export(batch, timeout_millis=self.settings.timeout * 1000.0)
+            ok = result is MetricExportResult.SUCCESS
+            reported = " / ".join(self._sdk_errors)[:MAX_ERROR_CHARS]
+            error = "" if ok else (reported or "the exporter reported a failure")
+        except Exception as exc:  # a bug here must not end the export thread
+            ok, error = False, repr(exc)
+        finally:
+            self._exporting = False
+        self.account.record(ok, error, time.monotonic() - started)
+
+    def _rebuild(self, old: Pipeline) -> Pipeline:
+        old.shutdown()
+        self._pipeline = Pipeline(self.resource, self.settings.temporality)
+        self._rebuilds += 1
+        self._log.info("otlp pipeline rebuilt after series churn", rebuilds=self._rebuilds)
+        return self._pipeline
+
+    # -- /status -------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """What /status shows (header names only, never their values)."""
+        settings = self.settings
+        return {
+            "state": self._state,
+            "endpoint": settings.endpoint,
+            "protocol": settings.protocol,
+            "secure": settings.secure,
+            "interval": settings.interval,
+            "timeout": settings.timeout,
+            "compression": settings.compression,
+            "temporality": settings.temporality,
+            "headers": sorted(settings.headers),
+            "origins": dict(settings.origins),
+            "exporting": self._exporting,
+            "pipeline_rebuilds": self._rebuilds,
+            **self.account.status(),
+        }
