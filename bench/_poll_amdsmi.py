@@ -18,12 +18,8 @@ import argparse
 import contextlib
 import json
 import os
-import statistics
 import sys
 import tempfile
-import time
-import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +27,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from _common import compare, first_complete_metrics  # noqa: E402
+
 from exporter.backends.amdsmi import AmdSmiBackend  # noqa: E402
 from tests.fakes.amdsmi import build, state  # noqa: E402
 from tests.fakes.amdsmi.expected import uuid  # noqa: E402
-from tests.helpers.daemon import Daemon, samples, value  # noqa: E402
 
 
 def _bare_fast(a: Any, handles: list[Any]) -> None:
@@ -72,58 +69,6 @@ def _bare_slow(a: Any, handles: list[Any]) -> None:
         a.amdsmi_get_gpu_kfd_info(h)
 
 
-def _cpu(through: Callable[[], Any], bare: Callable[[], Any], polls: int) -> tuple[float, float]:
-    """CPU seconds per call of each, measured in alternating rounds.
-
-    Alternating keeps both sides under the same conditions (other load on the
-    machine, CPU frequency, heap growth), so their ratio is not biased by order.
-    """
-    through()
-    bare()
-    rounds = max(1, min(polls, 10))
-    per_round = max(1, polls // rounds)
-    spent = [0.0, 0.0]
-    for _ in range(rounds):
-        for side, fn in enumerate((through, bare)):
-            started = time.process_time()
-            for _ in range(per_round):
-                fn()
-            spent[side] += time.process_time() - started
-    n = rounds * per_round
-    return spent[0] / n, spent[1] / n
-
-
-def _calls(fake: state.FakeAmdSmi, fn: Callable[[], Any]) -> int:
-    before = int(fake.state.calls)
-    fn()
-    return int(fake.state.calls) - before
-
-
-def _first_complete_metrics(
-    fake: state.FakeAmdSmi, root: Path, devices: int, workdir: Path
-) -> float:
-    config = {"sources": {"host": {"enabled": False}, "amdsmi": {}}}
-    env = {**build.env_for(root, {}), **fake.env}
-    daemon = Daemon(workdir, config, env=env)
-    started = time.monotonic()
-    daemon.start()
-    try:
-        while True:
-            with urllib.request.urlopen(daemon.url + "/metrics", timeout=10) as resp:
-                parsed = samples(resp.read().decode())
-            up = [
-                value(parsed, "accel_device_up", device=str(i), uuid=uuid(fake.device(i)))
-                for i in range(devices)
-            ]
-            if all(v == 1 for v in up):
-                return time.monotonic() - started
-            if time.monotonic() - started > 60:
-                raise RuntimeError("the daemon did not serve complete metrics within 60 s")
-            time.sleep(0.01)
-    finally:
-        daemon.stop()
-
-
 def run(devices: int, polls: int, workdir: Path) -> dict[str, Any]:
     """Measure the amdsmi backend with ``devices`` fake MI300X GPUs."""
     root = build.build(workdir / "amdsmi")
@@ -147,23 +92,12 @@ def run(devices: int, polls: int, workdir: Path) -> dict[str, Any]:
         ("fast", fast, lambda: _bare_fast(api, handles)),
         ("slow", slow, lambda: _bare_slow(api, handles)),
     ):
-        calls, bare_calls = _calls(fake, through), _calls(fake, bare)
-        if calls != bare_calls:
-            raise RuntimeError(f"{name}: backend made {calls} amdsmi calls, bare loop {bare_calls}")
-        cpu, bare_cpu = _cpu(through, bare, polls)
-        reply = through()
-        result[name] = {
-            "amdsmi_calls_per_poll": calls,
-            "cpu_seconds_per_poll": cpu,
-            "bare_cpu_seconds_per_poll": bare_cpu,
-            "ratio": cpu / bare_cpu,
-            "series_per_poll": len(reply["readings"]) + len(reply.get("slow_readings", [])),
-        }
+        result[name] = compare(name, lambda: int(fake.state.calls), through, bare, polls)
     backend.close()
-    starts = [_first_complete_metrics(fake, root, devices, workdir) for _ in range(3)]
-    result["first_complete_metrics_seconds"] = statistics.median(starts)
-    result["first_complete_metrics_runs"] = starts
-    result["targets"] = {"fast_ratio_max": 1.5, "first_complete_metrics_seconds_max": 2.0}
+    config = {"sources": {"host": {"enabled": False}, "amdsmi": {}}}
+    env = {**build.env_for(root, {}), **fake.env}
+    ids = [(str(i), uuid(fake.device(i))) for i in range(devices)]
+    result.update(first_complete_metrics(workdir, config, env, ids))
     return result
 
 

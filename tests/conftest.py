@@ -32,6 +32,33 @@ def daemon_factory(tmp_path: Path) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
+def fake_nvml_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fake libnvidia-ml.so.1, compiled once per test run (tests/fakes/nvml)."""
+    from tests.fakes.nvml.control import build
+
+    return build(tmp_path_factory.mktemp("fake-nvml"))
+
+
+@pytest.fixture
+def fake_nvml(fake_nvml_lib: Path, tmp_path: Path) -> Iterator[Any]:
+    """``fake_nvml(devices=N)`` -> a FakeNvml with its own state file; faults are
+    cleared and hung calls released at teardown so nothing stays blocked."""
+    from tests.fakes.nvml.control import FakeNvml
+
+    made: list[FakeNvml] = []
+
+    def make(devices: int = 1) -> FakeNvml:
+        fake = FakeNvml.create(fake_nvml_lib, tmp_path / f"nvml-state-{len(made)}", devices)
+        made.append(fake)
+        return fake
+
+    yield make
+    for fake in made:
+        fake.clear_rules()
+        fake.release()
+
+
+@pytest.fixture(scope="session")
 def fake_libcuda_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory holding the fake ``libcuda.so.1`` (point LD_LIBRARY_PATH at it)."""
     out = tmp_path_factory.mktemp("fake-cuda")

@@ -1,7 +1,137 @@
-"""NVIDIA-only device families (NVLink, XID, MIG, retired pages, remapped rows, ...)."""
+"""NVIDIA-only device families (XID, NVLink, MIG, retired pages, remapped rows, ...).
+
+Shared device families (utilization, memory, power, clocks, ECC, ...) are in
+``device.py``. Series carry the identity labels ``device`` and ``uuid`` plus
+one bounded dimension; MIG series add ``gpu_instance``/``compute_instance``.
+"""
 
 from __future__ import annotations
 
-from exporter.catalog.spec import MetricSpec
+from exporter.catalog.device import ID
+from exporter.catalog.spec import Kind, MetricSpec
 
-ROWS: tuple[MetricSpec, ...] = ()
+MIG = (*ID, "gpu_instance", "compute_instance")
+
+ROWS = (
+    MetricSpec(
+        "accel_xid_errors_total",
+        Kind.COUNTER,
+        "XID errors reported by the NVIDIA driver through NVML events, by XID code"
+        " (counted since the worker started).",
+        (*ID, "xid"),
+    ),
+    MetricSpec(
+        "accel_xid_last_timestamp_seconds",
+        Kind.GAUGE,
+        "Unix time of the last XID error with this code (alert on changes of this).",
+        (*ID, "xid"),
+        unit="seconds",
+    ),
+    MetricSpec(
+        "accel_retired_pages",
+        Kind.GAUGE,
+        "Device memory pages retired by the driver, by cause (pre-Ampere; newer GPUs remap rows).",
+        (*ID, "cause"),
+    ),
+    MetricSpec(
+        "accel_retired_pages_pending",
+        Kind.GAUGE,
+        "1 when retired pages wait for a reboot or GPU reset to take effect.",
+        ID,
+    ),
+    MetricSpec(
+        "accel_remapped_rows",
+        Kind.GAUGE,
+        "Memory rows remapped after correctable or uncorrectable errors (Ampere and later).",
+        (*ID, "type"),
+    ),
+    MetricSpec(
+        "accel_remapped_rows_pending",
+        Kind.GAUGE,
+        "1 when a row remapping waits for a GPU reset.",
+        ID,
+    ),
+    MetricSpec(
+        "accel_remapped_rows_failure",
+        Kind.GAUGE,
+        "1 when a row remapping failed (the GPU should be serviced).",
+        ID,
+    ),
+    MetricSpec(
+        "accel_nvlink_up",
+        Kind.GAUGE,
+        "1 when the NVLink link is active, 0 when it is down.",
+        (*ID, "link"),
+    ),
+    MetricSpec(
+        "accel_nvlink_tx_bytes_total",
+        Kind.COUNTER,
+        "Data bytes transmitted over one NVLink link (payload, without protocol overhead).",
+        (*ID, "link"),
+        unit="bytes",
+    ),
+    MetricSpec(
+        "accel_nvlink_rx_bytes_total",
+        Kind.COUNTER,
+        "Data bytes received over one NVLink link (payload, without protocol overhead).",
+        (*ID, "link"),
+        unit="bytes",
+    ),
+    MetricSpec(
+        "accel_mig_device_info",
+        Kind.INFO,
+        "A MIG device (GPU instance and compute instance) of the GPU uuid; always 1.",
+        (*MIG, "mig_uuid"),
+    ),
+    MetricSpec(
+        "accel_mig_memory_total_bytes",
+        Kind.GAUGE,
+        "Device memory of a MIG GPU instance.",
+        MIG,
+        unit="bytes",
+    ),
+    MetricSpec(
+        "accel_mig_memory_used_bytes",
+        Kind.GAUGE,
+        "Device memory in use in a MIG GPU instance.",
+        MIG,
+        unit="bytes",
+    ),
+    MetricSpec(
+        "accel_mig_memory_free_bytes",
+        Kind.GAUGE,
+        "Device memory free in a MIG GPU instance.",
+        MIG,
+        unit="bytes",
+    ),
+    MetricSpec(
+        "accel_mig_utilization_ratio",
+        Kind.GAUGE,
+        "Share of time a MIG GPU instance ran work between two polls (GPM graphics"
+        " activity), 0..1.",
+        (*ID, "gpu_instance"),
+        unit="ratio",
+    ),
+    MetricSpec(
+        "accel_mig_memory_bandwidth_utilization_ratio",
+        Kind.GAUGE,
+        "DRAM bandwidth used by a MIG GPU instance between two polls (GPM), 0..1.",
+        (*ID, "gpu_instance"),
+        unit="ratio",
+    ),
+    MetricSpec(
+        "accel_process_sm_utilization_ratio",
+        Kind.GAUGE,
+        "SM utilization of one process over the driver's latest sample"
+        " (only with processes: true).",
+        (*ID, "pid"),
+        unit="ratio",
+    ),
+    MetricSpec(
+        "accel_nvml_field_errors_total",
+        Kind.COUNTER,
+        "NVML calls for a device that failed with an error other than not-supported, by reason"
+        " (the field is omitted; counted since the worker started).",
+        (*ID, "reason"),
+    ),
+)

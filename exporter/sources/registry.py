@@ -23,6 +23,16 @@ def _host(config: Config) -> Source:
     return HostSource("host", config.sources.host)
 
 
+def _nvml(config: Config) -> Source:
+    nvml = config.sources.nvml
+    return DeviceSource(
+        "nvml",
+        nvml,
+        "exporter.backends.nvml:NvmlBackend",
+        backend_config={"events": nvml.events, "processes": nvml.processes},
+    )
+
+
 def _amdsmi(config: Config) -> Source:
     cfg = config.sources.amdsmi
     return DeviceSource(
@@ -55,6 +65,7 @@ def _workload(config: Config) -> Source:
 
 FACTORIES: dict[str, Factory] = {
     "host": _host,
+    "nvml": _nvml,
     "amdsmi": _amdsmi,
     "ccl_ras": _ccl_ras,
     "ccl_inspector": _ccl_inspector,

@@ -21,6 +21,7 @@ FAKES = REPO / "tests" / "fakes" / "amdsmi"
 CONFIG = {
     "sources": {
         "host": {"enabled": False},
+        "nvml": {"enabled": False},  # its worker would be counted with amdsmi's
         "amdsmi": {
             "interval": "1s",
             "slow_interval": "1s",
@@ -80,23 +81,11 @@ def test_lost_gpu_is_down_with_reason_and_the_rest_unaffected(
     d.wait_metric("accel_utilization_ratio", amdsmi_fake.device(2).gfx_activity / 100, **lost)
 
 
-def _python_children(d: Daemon) -> list[int]:
-    out = []
-    for pid in d.descendants():
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"exporter.workers" in cmd:
-            out.append(pid)
-    return out
-
-
 def test_hung_call_kills_the_worker_and_values_return_after_release(
     daemon_factory: Any, amdsmi_env: dict[str, str], amdsmi_fake: FakeAmdSmi
 ) -> None:
     d = start(daemon_factory, amdsmi_env)
-    first_worker = _python_children(d)
+    first_worker = d.workers()
     assert len(first_worker) == 1
     slot = amdsmi_fake.rule("amdsmi_get_gpu_activity", hang=True, device=0)
     for i in range(8):
@@ -110,7 +99,7 @@ def test_hung_call_kills_the_worker_and_values_return_after_release(
     for i in range(8):
         d.wait_metric("accel_device_up", 1, timeout=40, **ident(amdsmi_fake, i))
     d.wait_metric("accel_utilization_ratio", 0.37, **ident(amdsmi_fake, 0))
-    workers = d.wait_for(lambda: _python_children(d) if len(_python_children(d)) == 1 else None)
+    workers = d.wait_for(lambda: d.workers() if len(d.workers()) == 1 else None)
     assert workers != first_worker  # the hung one was killed and reaped, one worker remains
 
 

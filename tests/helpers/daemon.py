@@ -177,6 +177,18 @@ class Daemon:
         self._seen_pids |= found
         return found
 
+    def workers(self) -> set[int]:
+        """PIDs of the worker processes (``python -m exporter.workers``) under the daemon."""
+        out = set()
+        for pid in self.descendants():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"-m\x00exporter.workers\x00" in cmdline:
+                out.add(pid)
+        return out
+
     def signal(self, sig: int) -> None:
         assert self.proc is not None
         self.proc.send_signal(sig)

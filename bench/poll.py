@@ -1,0 +1,71 @@
+"""Poll-cycle cost of the device backends, printed as JSON. Run by hand, never by CI:
+
+    .venv/bin/python bench/poll.py --backend nvml|amdsmi|all [--devices 8] [--polls 200]
+
+Each backend has a module ``bench/_poll_<backend>.py`` (nvml: ``_poll_nvml.py``;
+amdsmi: ``_poll_amdsmi.py``) that defines exactly this function::
+
+    def run(devices: int, polls: int, workdir: pathlib.Path) -> dict[str, Any]
+
+It builds its fake vendor library in ``workdir``, then measures and returns a
+JSON-able dict with at least:
+
+    "fast": {"cpu_seconds_per_poll", "bare_cpu_seconds_per_poll", "ratio",
+             "library_calls_per_poll", "series_per_poll"}
+        CPU seconds of one fast poll through the backend, of the same vendor calls
+        made bare in a loop, and their quotient (target <= 1.5);
+    "slow": the same for a poll that includes the slow fields;
+    "first_complete_metrics_seconds": daemon start to the first /metrics with every
+        device up (target <= 2 s).
+
+``bench/_common.py`` has the shared pieces: ``compare()`` (CPU of backend vs bare
+calls, interleaved rounds, minimum round; checks both make the same library calls)
+and ``first_complete_metrics()``. A module that is missing is reported as such
+instead of failing the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BACKENDS = ("nvml", "amdsmi")
+
+
+def run_backend(name: str, devices: int, polls: int) -> dict[str, Any]:
+    try:
+        module = importlib.import_module(f"_poll_{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"_poll_{name}":
+            return {"error": f"bench/_poll_{name}.py is not present"}
+        raise
+    with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as tmp:
+        result: dict[str, Any] = module.run(devices=devices, polls=polls, workdir=Path(tmp))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--backend", choices=(*BACKENDS, "all"), default="nvml")
+    parser.add_argument("--devices", type=int, default=8)
+    parser.add_argument("--polls", type=int, default=200)
+    args = parser.parse_args(argv)
+    sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
+    from exporter import log
+
+    log.configure("warning", "console", sys.stderr)  # stdout carries the JSON only
+    names = BACKENDS if args.backend == "all" else (args.backend,)
+    report = {name: run_backend(name, args.devices, args.polls) for name in names}
+    json.dump(report, sys.stdout, indent=2, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

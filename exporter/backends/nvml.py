@@ -1,0 +1,220 @@
+"""NVIDIA GPUs through nvidia-ml-py (``pynvml``), run inside a worker process.
+
+``bootstrap()`` loads libnvidia-ml.so.1, enumerates the GPUs and returns the
+inventory :class:`~exporter.sources.device.DeviceSource` expects; a missing
+binding, library or driver is :class:`BackendUnavailable` with the reason.
+``handle("poll", {"slow", "processes", "events"})`` reads every GPU: a GPU that
+is lost (GPU_IS_LOST) or answers nothing is reported down with a reason while
+the others are read as usual. XID and other events are tallied by a background
+thread and forwarded on each poll.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Callable
+from typing import Any
+
+from exporter import log
+from exporter.backends import nvml_support as nv
+from exporter.backends.base import BackendError, BackendUnavailable
+from exporter.backends.nvml_device import DeviceDown, DeviceReader, Gpu
+from exporter.backends.nvml_events import EventWatcher
+from exporter.backends.nvml_support import Emitter, Wire
+
+# uuid placeholder of a GPU that failed to identify itself at bootstrap, + index.
+UNIDENTIFIED = "unidentified-"
+
+_UNAVAILABLE = {
+    nv.LIBRARY_NOT_FOUND: "libnvidia-ml.so.1 could not be loaded (is the NVIDIA driver installed?)",
+    nv.DRIVER_NOT_LOADED: "the NVIDIA kernel driver is not loaded",
+}
+
+
+def _load() -> Any:
+    try:
+        import pynvml
+    except ImportError as exc:
+        raise BackendUnavailable(
+            "binding_missing",
+            f"nvidia-ml-py is not installed (pip install accel-exporter[nvidia]): {exc}",
+        ) from None
+    return pynvml
+
+
+class NvmlBackend:
+    """The ``nvml`` device backend (see the module docstring)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.nvml: Any = None
+        self.gpus: list[Gpu] = []
+        self.reader: DeviceReader | None = None
+        self.events: EventWatcher | None = None
+        self._log = log.get(source="nvml")
+
+    # -- bootstrap -------------------------------------------------------------
+
+    def bootstrap(self) -> dict[str, Any]:
+        """Initialise NVML and describe every GPU it enumerates."""
+        n = self.nvml = _load()
+        try:
+            n.nvmlInit()
+        except n.NVMLError as exc:
+            code = int(exc.value)
+            if code in _UNAVAILABLE:
+                raise BackendUnavailable(nv.reason_of(code), _UNAVAILABLE[code]) from None
+            raise BackendError(nv.reason_of(code), f"nvmlInit failed: {exc}") from None
+        driver = self._system(n.nvmlSystemGetDriverVersion)
+        cuda = self._system(n.nvmlSystemGetCudaDriverVersion_v2)
+        try:
+            count = int(n.nvmlDeviceGetCount())
+        except n.NVMLError as exc:
+            raise BackendError(
+                nv.reason_of(int(exc.value)), f"nvmlDeviceGetCount failed: {exc}"
+            ) from None
+        driver_text = info_text(driver)
+        cuda_text = nv.cuda_version(int(cuda)) if cuda is not None else ""
+        devices = []
+        for index in range(count):
+            gpu, info = self._describe(index)
+            info["driver_version"] = driver_text
+            info["cuda_driver_version"] = cuda_text
+            self.gpus.append(gpu)
+            devices.append({"device": gpu.device, "uuid": gpu.uuid, "info": info})
+        self.reader = DeviceReader(n)
+        if self.config.get("events", True):
+            known = [(g.device, g.uuid, g.handle) for g in self.gpus if g.handle is not None]
+            watcher = EventWatcher(n, known)
+            if watcher.start():
+                self.events = watcher
+        # Everything loaded so far (pynvml's classes and constants) lives as long as
+        # the worker: keep it out of the cyclic collector's full passes, which the
+        # polls (allocating only acyclic lists) would otherwise keep triggering.
+        gc.freeze()
+        self._log.info("nvml ready", devices=len(self.gpus), enumerated=count, driver=driver_text)
+        return {"vendor": "nvidia", "devices": devices}
+
+    def _system(self, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except self.nvml.NVMLError as exc:
+            self._log.warning(
+                "system query failed", call=fn.__name__, reason=nv.reason_of(int(exc.value))
+            )
+            return None
+
+    def _describe(self, index: int) -> tuple[Gpu, dict[str, str]]:
+        """A GPU and its info labels (a GPU that cannot be identified gets a placeholder uuid)."""
+        n = self.nvml
+        try:
+            handle = n.nvmlDeviceGetHandleByIndex(index)
+            uuid = nv.text(n.nvmlDeviceGetUUID(handle))
+        except n.NVMLError as exc:
+            # Keep the GPU in the inventory, down with the reason, so a GPU lost
+            # before the worker (re)started still shows as missing, not as absent.
+            reason = nv.reason_of(int(exc.value))
+            self._log.warning("device unidentified", device=index, reason=reason, detail=str(exc))
+            return Gpu(index, f"{UNIDENTIFIED}{index}", None, n, unidentified=reason), {}
+        gpu = Gpu(index, uuid, handle, n)
+
+        def label(fn: Callable[..., Any]) -> str:
+            try:
+                value = gpu.call(fn, handle)
+            except DeviceDown:
+                return ""
+            return nv.text(value) if value is not None else ""
+
+        pci = None
+        try:
+            pci = gpu.call(n.nvmlDeviceGetPciInfo, handle)
+            mig = gpu.call(n.nvmlDeviceGetMigMode, handle)
+        except DeviceDown:
+            mig = None
+        info = {
+            "model": label(n.nvmlDeviceGetName),
+            "pci_bus_id": nv.text(pci.busId) if pci is not None else "",
+            "serial": label(n.nvmlDeviceGetSerial),
+            "vbios": label(n.nvmlDeviceGetVbiosVersion),
+            "mig_mode": ("enabled" if mig[0] == 1 else "disabled") if mig is not None else "",
+        }
+        return gpu, info
+
+    # -- requests --------------------------------------------------------------
+
+    def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Answer ``poll``; anything else is an error."""
+        if op != "poll":
+            raise BackendError("unknown_op", f"the nvml backend has no operation {op!r}")
+        return self.poll(
+            slow=bool(args.get("slow")),
+            processes=bool(args.get("processes")),
+            events=bool(args.get("events", True)),
+        )
+
+    def poll(self, *, slow: bool, processes: bool, events: bool) -> dict[str, Any]:
+        """Read every GPU once; one lost GPU never costs the others their readings."""
+        devices = []
+        readings: list[Wire] = []
+        slow_readings: list[Wire] = []
+        for gpu in self.gpus:
+            reason, fast_out, slow_out = self._poll_gpu(gpu, slow, processes)
+            devices.append({"uuid": gpu.uuid, "up": not reason, "reason": reason})
+            if not reason:
+                readings.extend(fast_out)
+                slow_readings.extend(slow_out)
+        if events and self.events is not None:
+            readings.extend(self.events.readings())
+        reply: dict[str, Any] = {"devices": devices, "readings": readings}
+        if slow:
+            reply["slow_readings"] = slow_readings
+        return reply
+
+    def _poll_gpu(
+        self, gpu: Gpu, slow: bool, processes: bool
+    ) -> tuple[str, list[Wire], list[Wire]]:
+        """(down reason or "", fast readings, slow readings) of one GPU."""
+        assert self.reader is not None
+        if not gpu.base_labels:
+            gpu.base_labels = [gpu.device, gpu.uuid]
+        # Label lists are shared across polls: the cached ones embed base_labels.
+        fast_out = Emitter(gpu.base_labels, gpu.label_cache)
+        slow_out = Emitter(gpu.base_labels, gpu.label_cache)
+        gpu.tried = gpu.failed = 0
+        reason, detail = gpu.unidentified, "not identified when the worker started"
+        if not reason:
+            try:
+                # Slow first: it learns the NVLink and MIG layout the fast read uses.
+                if slow:
+                    self.reader.slow(gpu, slow_out)
+                self.reader.fast(gpu, fast_out, processes)
+            except DeviceDown as exc:
+                reason, detail = exc.reason, exc.detail
+            if not reason and gpu.tried and gpu.failed == gpu.tried:
+                reason, detail = gpu.last_failure, "every call failed"  # as good as down
+        if reason != gpu.down:
+            if reason:
+                self._log.warning("device down", device=gpu.index, reason=reason, detail=detail)
+            else:
+                self._log.info("device up", device=gpu.index)
+            gpu.down = reason
+        for why, count in sorted(gpu.errors.items()):
+            fast_out.add("accel_nvml_field_errors_total", count, why)
+        return reason, fast_out.out, slow_out.out
+
+    def close(self) -> None:
+        """Stop the event thread, free GPM samples and shut NVML down."""
+        if self.events is not None:
+            self.events.stop()
+            self.events = None
+        for gpu in self.gpus:
+            gpu.free_gpm()
+        if self.nvml is not None:
+            with contextlib.suppress(self.nvml.NVMLError):
+                self.nvml.nvmlShutdown()
+
+
+def info_text(value: Any) -> str:
+    """Printable text of an optional library string."""
+    return nv.text(value) if value is not None else ""

@@ -1,0 +1,517 @@
+"""Reading one NVIDIA GPU through pynvml: fast fields, slow fields, processes, MIG.
+
+Every library call goes through :meth:`Gpu.call`, which turns NVML errors into
+one of three outcomes: the field is absent (not supported on this SKU or not
+permitted: omitted, never exported as a number), the field failed (omitted and
+counted by reason), or the whole device is gone (:class:`DeviceDown`, e.g.
+GPU_IS_LOST), which ends the device's poll at once so a lost GPU costs one call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from exporter import log
+from exporter.backends import nvml_support as nv
+from exporter.backends.nvml_support import Emitter
+
+# (pynvml function, extra arguments, family, dimension label, scale to base units,
+# largest valid value): the calls that read one number each.
+Scalar = tuple[str, tuple[int, ...], str, str, float, float]
+BoundScalar = tuple[Any, tuple[int, ...], str, str, float, float]
+ANY = float("inf")
+FAST_SCALARS: tuple[Scalar, ...] = (
+    ("nvmlDeviceGetPowerUsage", (), "accel_power_watts", "", 1e-3, ANY),  # mW
+    ("nvmlDeviceGetEnforcedPowerLimit", (), "accel_power_limit_watts", "", 1e-3, ANY),
+    ("nvmlDeviceGetTotalEnergyConsumption", (), "accel_energy_joules_total", "", 1e-3, ANY),  # mJ
+    *(
+        ("nvmlDeviceGetClockInfo", (clock,), "accel_clock_hertz", name, 1e6, ANY)  # MHz
+        for clock, name in nv.CLOCKS
+    ),
+    ("nvmlDeviceGetPerformanceState", (), "accel_performance_state", "", 1.0, 15),  # 32: unknown
+    # KB/s of 1024 bytes
+    ("nvmlDeviceGetPcieThroughput", (0,), "accel_pcie_tx_bytes_per_second", "", 1024.0, ANY),
+    ("nvmlDeviceGetPcieThroughput", (1,), "accel_pcie_rx_bytes_per_second", "", 1024.0, ANY),
+    ("nvmlDeviceGetPcieReplayCounter", (), "accel_pcie_replays_total", "", 1.0, ANY),
+    ("nvmlDeviceGetCurrPcieLinkGeneration", (), "accel_pcie_link_generation", "", 1.0, ANY),
+    ("nvmlDeviceGetCurrPcieLinkWidth", (), "accel_pcie_link_width", "", 1.0, ANY),
+)
+SLOW_SCALARS: tuple[Scalar, ...] = (
+    *(
+        ("nvmlDeviceGetMaxClockInfo", (clock,), "accel_clock_max_hertz", name, 1e6, ANY)
+        for clock, name in nv.CLOCKS
+    ),
+    ("nvmlDeviceGetMaxPcieLinkGeneration", (), "accel_pcie_link_max_generation", "", 1.0, ANY),
+    ("nvmlDeviceGetMaxPcieLinkWidth", (), "accel_pcie_link_max_width", "", 1.0, ANY),
+    ("nvmlDeviceGetRetiredPagesPendingStatus", (), "accel_retired_pages_pending", "", 1.0, 1),
+)
+MEMORY = (
+    "accel_memory_total_bytes",
+    "accel_memory_used_bytes",
+    "accel_memory_free_bytes",
+    "accel_memory_reserved_bytes",
+)
+MIG_MEMORY = (
+    "accel_mig_memory_total_bytes",
+    "accel_mig_memory_used_bytes",
+    "accel_mig_memory_free_bytes",
+    "",
+)
+# Field id -> (family, dimension label or "" for the NVLink link in scopeId, scale to base units).
+FIELD_SPECS: dict[int, tuple[str, str, float]] = {
+    nv.FI_MEMORY_TEMP: ("accel_temperature_celsius", "memory", 1.0),
+    nv.FI_NVLINK_THROUGHPUT_DATA_TX: ("accel_nvlink_tx_bytes_total", "", 1024.0),  # KiB
+    nv.FI_NVLINK_THROUGHPUT_DATA_RX: ("accel_nvlink_rx_bytes_total", "", 1024.0),
+    **{
+        fid: ("accel_clock_violation_seconds_total", name, 1e-9)  # nanoseconds
+        for fid, name in nv.VIOLATION_FIELDS
+    },
+}
+
+
+@dataclass(frozen=True)
+class FieldPlan:
+    """One GPU's nvmlDeviceGetFieldValues request and, entry by entry, where answers go."""
+
+    links: tuple[int, ...]
+    wanted: list[tuple[int, int] | int]
+    targets: list[tuple[str, list[str], float]]
+
+
+class DeviceDown(Exception):
+    """The device stopped answering (lost, reset required, driver gone)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass
+class MigDevice:
+    """One MIG device (GPU instance + compute instance) found by the last slow poll."""
+
+    gpu_instance: int
+    compute_instance: int
+    uuid: str
+    handle: Any
+
+
+@dataclass(slots=True)
+class Gpu:
+    """One enumerated GPU and what the reader remembers about it between polls."""
+
+    index: int
+    uuid: str
+    handle: Any
+    nvml: Any
+    active_links: tuple[int, ...] = ()
+    mig: list[MigDevice] = field(default_factory=list)
+    gpm_supported: bool = False
+    gpm_samples: dict[int, Any] = field(default_factory=dict)
+    last_process_sample: int = 0
+    # Set when the GPU could not be identified at bootstrap: the reason it is down.
+    unidentified: str = ""
+    # The reason it was down at the last poll ("" when up), to log changes only.
+    down: str = ""
+    # Label lists shared by this GPU's readings across polls (see Emitter).
+    label_cache: dict[tuple[str, ...], list[str]] = field(default_factory=dict)
+    field_plan: FieldPlan | None = None
+    # Per-GPU forms of the reader's static tables (label lists bound), by table name.
+    plans: dict[str, list[Any]] = field(default_factory=dict)
+    base_labels: list[str] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+    # Per poll: calls tried and calls that failed (not merely absent).
+    tried: int = 0
+    failed: int = 0
+    last_failure: str = ""
+    _logged: set[tuple[str, str]] = field(default_factory=set)
+
+    @property
+    def device(self) -> str:
+        """The ``device`` label: the NVML index."""
+        return str(self.index)
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run one NVML call; None when the field is absent or failed; DeviceDown when lost."""
+        self.tried += 1
+        try:
+            return fn(*args)
+        except self.nvml.NVMLError as exc:
+            return self.failure(getattr(fn, "__name__", "nvml"), int(exc.value), str(exc))
+        except getattr(self.nvml, "NVMLLibraryMismatchError", ()):
+            return None  # an unversioned symbol this driver lacks: the field is absent
+
+    def fail(self, name: str, exc: Any) -> None:
+        """Account for an NVMLError caught by the caller (after a fallback decision)."""
+        self.tried += 1
+        self.failure(name, int(exc.value), str(exc))
+
+    def status(self, name: str, code: int) -> None:
+        """Account for a failed per-entry status (field values, GPM metrics) like a call's."""
+        self.failure(name, code, nv.reason_of(code))
+
+    def failure(self, name: str, code: int, detail: str) -> None:
+        """Classify a failed call: absent (nothing), failed (counted), or DeviceDown."""
+        if code in nv.ABSENT:  # the common case (no fans, no ECC, ...): cheap
+            return None
+        reason = nv.reason_of(code)
+        if code in nv.DEVICE_FATAL:
+            raise DeviceDown(reason, f"{name}: {detail}")
+        self.failed += 1
+        self.last_failure = reason
+        self.errors[reason] = self.errors.get(reason, 0) + 1
+        if (name, reason) not in self._logged:
+            self._logged.add((name, reason))
+            log.get(source="nvml").warning(
+                "field read failed", device=self.index, call=name, reason=reason, detail=detail
+            )
+        return None
+
+    def free_gpm(self) -> None:
+        """Release GPM samples (MIG utilization) held between polls."""
+        for sample in self.gpm_samples.values():
+            with contextlib.suppress(self.nvml.NVMLError):
+                self.nvml.nvmlGpmSampleFree(sample)
+        self.gpm_samples.clear()
+
+
+class DeviceReader:
+    """Reads GPUs; remembers which API generation the driver speaks."""
+
+    def __init__(self, nvml: Any) -> None:
+        self.nvml = nvml
+        # Newer entry points first; older nvidia-ml-py releases or drivers lack them.
+        self._memory_v2 = hasattr(nvml, "nvmlMemory_v2")
+        self._temperature_v = hasattr(nvml, "nvmlDeviceGetTemperatureV")
+        self._event_reasons = hasattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons")
+        self._has_gpm = hasattr(nvml, "nvmlGpmMigSampleGet") and hasattr(
+            nvml, "c_nvmlGpmMetricsGet_t"
+        )
+        self._tables = {"fast": self._bind(FAST_SCALARS), "slow": self._bind(SLOW_SCALARS)}
+
+    def _bind(self, table: tuple[Scalar, ...]) -> list[BoundScalar]:
+        return [(getattr(self.nvml, fn), *rest) for fn, *rest in table]
+
+    def _scalars(self, gpu: Gpu, out: Emitter, table: str) -> None:
+        """One call per row: the common shape, kept tight since it runs ~15 times a GPU."""
+        plan = gpu.plans.get(table)
+        if plan is None:  # the rows with this GPU's label lists, built once
+            plan = gpu.plans[table] = [
+                (fn, args, metric, out.labels_for(extra) if extra else out.labels, scale, most)
+                for fn, args, metric, extra, scale, most in self._tables[table]
+            ]
+        handle = gpu.handle
+        append = out.out.append
+        error = self.nvml.NVMLError
+        gpu.tried += len(plan)
+        for fn, args, metric, labels, scale, most in plan:
+            try:
+                value = fn(handle, *args)
+            except error as exc:
+                gpu.failure(fn.__name__, int(exc.value), str(exc))
+                continue
+            if value not in nv.SENTINELS and value <= most:
+                append((metric, labels, value * scale))
+
+    # -- fast ---------------------------------------------------------------
+
+    def fast(self, gpu: Gpu, out: Emitter, processes: bool) -> None:
+        """Utilization, memory, temperatures, power, clocks, PCIe, throttle, NVLink traffic."""
+        n, h = self.nvml, gpu.handle
+        util = gpu.call(n.nvmlDeviceGetUtilizationRates, h)
+        if util is not None:
+            busy, memory = nv.UTILIZATION.unpack(bytes(util))
+            out.ratio("accel_utilization_ratio", busy)
+            out.ratio("accel_memory_bandwidth_utilization_ratio", memory)
+        enc = gpu.call(n.nvmlDeviceGetEncoderUtilization, h)
+        if enc is not None:
+            out.ratio("accel_encoder_utilization_ratio", enc[0])
+        dec = gpu.call(n.nvmlDeviceGetDecoderUtilization, h)
+        if dec is not None:
+            out.ratio("accel_decoder_utilization_ratio", dec[0])
+        self._memory(gpu, h, out, MEMORY)
+        out.add("accel_temperature_celsius", self._temperature(gpu), "gpu")
+        self._scalars(gpu, out, "fast")
+        self._fans(gpu, h, out)
+        self._throttle(gpu, h, out)
+        self._field_values(gpu, h, out)
+        self._processes(gpu, h, out, processes)
+        self._mig_fast(gpu, out)
+
+    def _memory(
+        self,
+        gpu: Gpu,
+        handle: Any,
+        out: Emitter,
+        families: tuple[str, str, str, str],
+        labels: list[str] | None = None,
+    ) -> None:
+        """Total, used, free (and reserved, from memory v2) of a GPU or MIG device."""
+        n = self.nvml
+        mem = None
+        if self._memory_v2:
+            # v2 separates the driver's reservation from "used"; older drivers lack it.
+            try:
+                mem = n.nvmlDeviceGetMemoryInfo(handle, version=n.nvmlMemory_v2)
+                gpu.tried += 1
+            except n.NVMLError as exc:
+                if int(exc.value) in (nv.FUNCTION_NOT_FOUND, nv.ARGUMENT_VERSION_MISMATCH):
+                    self._memory_v2 = False
+                else:
+                    gpu.fail("nvmlDeviceGetMemoryInfo_v2", exc)
+                    return
+        reserved: int | None = None
+        if mem is not None:
+            _version, total, reserved, free, used = nv.MEMORY_V2.unpack(bytes(mem))
+        else:
+            mem = gpu.call(n.nvmlDeviceGetMemoryInfo, handle)
+            if mem is None:
+                return
+            total, free, used = nv.MEMORY_V1.unpack(bytes(mem))
+        total_name, used_name, free_name, reserved_name = families
+        out.add(total_name, total, labels=labels)
+        out.add(used_name, used, labels=labels)
+        out.add(free_name, free, labels=labels)
+        if reserved_name:
+            out.add(reserved_name, reserved, labels=labels)
+
+    def _temperature(self, gpu: Gpu) -> float | None:
+        n = self.nvml
+        if self._temperature_v:
+            try:
+                value: float = n.nvmlDeviceGetTemperatureV(gpu.handle, 0)
+                gpu.tried += 1
+                return value
+            except n.NVMLError as exc:
+                if int(exc.value) != nv.FUNCTION_NOT_FOUND:
+                    gpu.fail("nvmlDeviceGetTemperatureV", exc)
+                    return None
+                self._temperature_v = False  # a driver older than the V API
+        return gpu.call(n.nvmlDeviceGetTemperature, gpu.handle, 0)  # type: ignore[no-any-return]
+
+    def _fans(self, gpu: Gpu, handle: Any, out: Emitter) -> None:
+        n = self.nvml
+        count = gpu.call(n.nvmlDeviceGetNumFans, handle)
+        for fan in range(min(count or 0, 16)):
+            out.ratio(
+                "accel_fan_speed_ratio", gpu.call(n.nvmlDeviceGetFanSpeed_v2, handle, fan), str(fan)
+            )
+
+    def _throttle(self, gpu: Gpu, handle: Any, out: Emitter) -> None:
+        n = self.nvml
+        reasons = None
+        if self._event_reasons:
+            try:
+                reasons = n.nvmlDeviceGetCurrentClocksEventReasons(handle)
+                gpu.tried += 1
+            except n.NVMLError as exc:
+                if int(exc.value) != nv.FUNCTION_NOT_FOUND:
+                    gpu.fail("nvmlDeviceGetCurrentClocksEventReasons", exc)
+                    return
+                self._event_reasons = False
+        if reasons is None:
+            reasons = gpu.call(n.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
+        if reasons is None or nv.is_sentinel(reasons):
+            return
+        plan = gpu.plans.get("throttle")
+        if plan is None:
+            plan = gpu.plans["throttle"] = [
+                (bit, out.labels_for(name)) for bit, name in nv.THROTTLE_REASONS
+            ]
+        append = out.out.append
+        for bit, labels in plan:
+            append(("accel_clock_throttle_active", labels, 1.0 if reasons & bit else 0.0))
+
+    def _field_plan(self, gpu: Gpu, out: Emitter) -> FieldPlan:
+        """The field-value request of a GPU and where each answer goes (per NVLink layout)."""
+        if gpu.field_plan is None or gpu.field_plan.links != gpu.active_links:
+            wanted: list[tuple[int, int] | int] = []
+            targets: list[tuple[str, list[str], float]] = []
+            for fid, (metric, extra, scale) in FIELD_SPECS.items():
+                if extra:
+                    wanted.append(fid)
+                    targets.append((metric, out.labels_for(extra), scale))
+                    continue
+                for link in gpu.active_links:
+                    wanted.append((fid, link))
+                    targets.append((metric, out.labels_for(str(link)), scale))
+            gpu.field_plan = FieldPlan(gpu.active_links, wanted, targets)
+        return gpu.field_plan
+
+    def _field_values(self, gpu: Gpu, handle: Any, out: Emitter) -> None:
+        plan = self._field_plan(gpu, out)
+        values = gpu.call(self.nvml.nvmlDeviceGetFieldValues, handle, plan.wanted)
+        if values is None:
+            return
+        gpu.tried += len(plan.wanted)
+        append = out.out.append
+        # ~40 entries per GPU per poll, answered in the order asked: decoded from
+        # the raw array in one tight loop (pynvml's struct attributes are slow).
+        statuses = nv.FIELD_STATUS.iter_unpack(bytes(values))
+        for (metric, labels, scale), (kind, code, raw) in zip(plan.targets, statuses, strict=True):
+            if code:
+                gpu.status(metric, code)
+                continue
+            number = raw if kind == 3 else nv.union_value(kind, raw)
+            if number not in nv.SENTINELS:
+                append((metric, labels, number * scale))
+
+    def _processes(self, gpu: Gpu, handle: Any, out: Emitter, per_process: bool) -> None:
+        n = self.nvml
+        compute = gpu.call(n.nvmlDeviceGetComputeRunningProcesses_v3, handle)
+        graphics = gpu.call(n.nvmlDeviceGetGraphicsRunningProcesses_v3, handle)
+        if compute is None and graphics is None:
+            return
+        memory: dict[int, int | None] = {}
+        for proc in [*(compute or []), *(graphics or [])]:
+            used = proc.usedGpuMemory
+            known = memory.get(proc.pid)
+            # A process can be in both lists; its memory is the same allocation.
+            if used is None:
+                used = known
+            elif known is not None:
+                used = max(used, known)
+            memory[proc.pid] = used
+        out.add("accel_processes", len(memory))
+        if not per_process:
+            return
+        for pid, used in sorted(memory.items()):
+            out.add("accel_process_memory_bytes", used, str(pid))
+        try:
+            samples = n.nvmlDeviceGetProcessUtilization(handle, gpu.last_process_sample)
+            gpu.tried += 1
+        except n.NVMLError as exc:
+            samples = []
+            if int(exc.value) != nv.NOT_FOUND:  # NOT_FOUND: no sample since lastSeenTimeStamp
+                gpu.fail("nvmlDeviceGetProcessUtilization", exc)
+        latest: dict[int, Any] = {}
+        for sample in samples:
+            if sample.pid not in latest or sample.timeStamp > latest[sample.pid].timeStamp:
+                latest[sample.pid] = sample
+            gpu.last_process_sample = max(gpu.last_process_sample, int(sample.timeStamp))
+        for pid, sample in sorted(latest.items()):
+            out.ratio("accel_process_sm_utilization_ratio", sample.smUtil, str(pid))
+
+    def _mig_fast(self, gpu: Gpu, out: Emitter) -> None:
+        for mig in gpu.mig:
+            labels = out.labels_with(str(mig.gpu_instance), str(mig.compute_instance))
+            self._memory(gpu, mig.handle, out, MIG_MEMORY, labels)
+        if gpu.gpm_supported:
+            for gi in sorted({m.gpu_instance for m in gpu.mig}):
+                self._gpm(gpu, gi, out)
+
+    def _gpm(self, gpu: Gpu, gi: int, out: Emitter) -> None:
+        """Utilization of one GPU instance between this poll and the previous one."""
+        n = self.nvml
+        sample = gpu.call(n.nvmlGpmSampleAlloc)
+        if sample is None:
+            return
+        if gpu.call(n.nvmlGpmMigSampleGet, gpu.handle, gi, sample) is None:
+            gpu.call(n.nvmlGpmSampleFree, sample)
+            return
+        previous = gpu.gpm_samples.get(gi)
+        gpu.gpm_samples[gi] = sample
+        if previous is None:
+            return
+        request = n.c_nvmlGpmMetricsGet_t()
+        request.version = n.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = 2
+        request.sample1 = previous
+        request.sample2 = sample
+        request.metrics[0].metricId = nv.GPM_GRAPHICS_UTIL
+        request.metrics[1].metricId = nv.GPM_DRAM_BW_UTIL
+        result = gpu.call(n.nvmlGpmMetricsGet, request)
+        gpu.call(n.nvmlGpmSampleFree, previous)
+        if result is None:
+            return
+        names = ("accel_mig_utilization_ratio", "accel_mig_memory_bandwidth_utilization_ratio")
+        for metric, name in zip(result.metrics[:2], names, strict=False):
+            code = int(metric.nvmlReturn)
+            gpu.tried += 1
+            if code:
+                gpu.status(f"gpm {metric.metricId}", code)
+            else:
+                out.ratio(name, metric.value, str(gi))
+
+    # -- slow ---------------------------------------------------------------
+
+    def slow(self, gpu: Gpu, out: Emitter) -> None:
+        """Max clocks and link, ECC, retired pages, remapped rows, NVLink state, MIG layout."""
+        n, h = self.nvml, gpu.handle
+        self._scalars(gpu, out, "slow")
+        for etype, tname in nv.ECC_TYPES:
+            for counter, cname in nv.ECC_COUNTERS:
+                out.add(
+                    "accel_ecc_errors_total",
+                    gpu.call(n.nvmlDeviceGetTotalEccErrors, h, etype, counter),
+                    labels=out.labels_with(tname, cname),
+                )
+        for cause, name in nv.RETIREMENT_CAUSES:
+            pages = gpu.call(n.nvmlDeviceGetRetiredPages, h, cause)
+            if pages is not None:
+                out.add("accel_retired_pages", len(pages), name)
+        rows = gpu.call(n.nvmlDeviceGetRemappedRows, h)
+        if rows is not None:
+            out.add("accel_remapped_rows", rows[0], "corrected")
+            out.add("accel_remapped_rows", rows[1], "uncorrected")
+            out.add("accel_remapped_rows_pending", rows[2])
+            out.add("accel_remapped_rows_failure", rows[3])
+        self._nvlinks(gpu, out)
+        self._mig_layout(gpu, out)
+
+    def _nvlinks(self, gpu: Gpu, out: Emitter) -> None:
+        n, h = self.nvml, gpu.handle
+        values = gpu.call(n.nvmlDeviceGetFieldValues, h, [nv.FI_NVLINK_LINK_COUNT])
+        count = 0
+        if values is not None:
+            _fid, _scope, code, number = nv.field_entries(values)[0]
+            gpu.tried += 1
+            if code:
+                gpu.status("field 91", code)
+            elif not nv.is_sentinel(number):
+                count = int(number)
+        active = []
+        for link in range(min(count, 64)):
+            state = gpu.call(n.nvmlDeviceGetNvLinkState, h, link)
+            if state is None:
+                continue
+            out.add("accel_nvlink_up", 1.0 if state else 0.0, str(link))
+            if state:
+                active.append(link)
+        gpu.active_links = tuple(active)
+
+    def _mig_layout(self, gpu: Gpu, out: Emitter) -> None:
+        n, h = self.nvml, gpu.handle
+        mode = gpu.call(n.nvmlDeviceGetMigMode, h)
+        found: list[MigDevice] = []
+        if mode is not None and mode[0] == 1:
+            slots = gpu.call(n.nvmlDeviceGetMaxMigDeviceCount, h) or 0
+            for slot in range(slots):
+                try:
+                    mh = n.nvmlDeviceGetMigDeviceHandleByIndex(h, slot)
+                except n.NVMLError as exc:
+                    if int(exc.value) != nv.NOT_FOUND:  # NOT_FOUND: an empty slot
+                        gpu.fail("nvmlDeviceGetMigDeviceHandleByIndex", exc)
+                    continue
+                gi = gpu.call(n.nvmlDeviceGetGpuInstanceId, mh)
+                ci = gpu.call(n.nvmlDeviceGetComputeInstanceId, mh)
+                uuid = gpu.call(n.nvmlDeviceGetUUID, mh)
+                if gi is None or ci is None or uuid is None:
+                    continue
+                found.append(MigDevice(int(gi), int(ci), nv.text(uuid), mh))
+            support = gpu.call(n.nvmlGpmQueryDeviceSupport, h) if self._has_gpm else None
+            gpu.gpm_supported = bool(support is not None and support.isSupportedDevice)
+        for mig in found:
+            out.add(
+                "accel_mig_device_info",
+                1.0,
+                labels=out.labels_with(str(mig.gpu_instance), str(mig.compute_instance), mig.uuid),
+            )
+        kept = {m.gpu_instance for m in found}
+        for gi in [gi for gi in gpu.gpm_samples if gi not in kept]:
+            gpu.call(n.nvmlGpmSampleFree, gpu.gpm_samples.pop(gi))
+        gpu.mig = found

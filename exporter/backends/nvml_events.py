@@ -1,0 +1,145 @@
+"""NVML events (XID and friends) read on a background thread inside the worker.
+
+The thread blocks in ``nvmlEventSetWait`` with a short timeout and only ever
+touches its own counters under a lock that polls hold just long enough to copy
+them, so waiting for events never delays a poll. Counts are per (device, XID)
+with the wall time of the last one, forwarded as counters and timestamps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from exporter import log
+from exporter.backends import nvml_support as nv
+from exporter.backends.nvml_support import Wire
+
+WAIT_MS = 500
+# After an error other than TIMEOUT, wait this long before trying again (no spin).
+ERROR_PAUSE_SECONDS = 1.0
+
+
+@dataclass
+class Tally:
+    """How many events of one kind a device produced, and when the last one came."""
+
+    count: int = 0
+    last: float = 0.0
+
+
+def handle_address(handle: Any) -> int:
+    """A stable key for an nvmlDevice_t (the pointer value)."""
+    return int(ctypes.cast(handle, ctypes.c_void_p).value or 0)
+
+
+class EventWatcher:
+    """Registers for events on every GPU and tallies them on a daemon thread."""
+
+    def __init__(
+        self,
+        nvml: Any,
+        devices: Sequence[tuple[str, str, Any]],
+        *,
+        wait_ms: int = WAIT_MS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.nvml = nvml
+        self.wait_ms = wait_ms
+        self.clock = clock
+        self._ids = {handle_address(h): (device, uuid) for device, uuid, h in devices}
+        self._devices = list(devices)
+        self._lock = threading.Lock()
+        self._xid: dict[tuple[str, str, str], Tally] = {}
+        self._events: dict[tuple[str, str, str], Tally] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._set: Any = None
+        self._log = log.get(source="nvml")
+        self.registered = 0
+        self.wait_errors = 0
+
+    def start(self) -> bool:
+        """Create the event set, register each GPU, start the thread; False if impossible."""
+        n = self.nvml
+        try:
+            self._set = n.nvmlEventSetCreate()
+        except n.NVMLError as exc:
+            self._log.warning("events unavailable", reason=nv.reason_of(int(exc.value)))
+            return False
+        for device, _uuid, handle in self._devices:
+            try:
+                mask = n.nvmlDeviceGetSupportedEventTypes(handle) & nv.EVENT_MASK
+                if mask:
+                    n.nvmlDeviceRegisterEvents(handle, mask, self._set)
+                    self.registered += 1
+            except n.NVMLError as exc:
+                # One GPU without events (e.g. lost) must not cost the others theirs.
+                self._log.warning(
+                    "event registration failed", device=device, reason=nv.reason_of(int(exc.value))
+                )
+        self._thread = threading.Thread(target=self._run, name="nvml-events", daemon=True)
+        self._thread.start()
+        return True
+
+    def _run(self) -> None:
+        n = self.nvml
+        while not self._stop.is_set():
+            try:
+                data = n.nvmlEventSetWait(self._set, self.wait_ms)
+            except n.NVMLError as exc:
+                if int(exc.value) != nv.TIMEOUT:
+                    self.wait_errors += 1
+                    self._stop.wait(ERROR_PAUSE_SECONDS)
+                continue
+            self._record(data)
+
+    def _record(self, data: Any) -> None:
+        ids = self._ids.get(handle_address(data.device))
+        if ids is None:
+            return
+        kind = int(data.eventType)
+        if kind == nv.EVENT_XID:
+            key, table = (*ids, str(int(data.eventData))), self._xid
+        else:
+            name = dict(nv.EVENTS).get(kind)
+            if name is None:
+                return
+            key, table = (*ids, name), self._events
+        now = self.clock()
+        with self._lock:
+            tally = table.setdefault(key, Tally())
+            tally.count += 1
+            tally.last = now
+
+    def readings(self) -> list[Wire]:
+        """Counters and last-seen timestamps, as wire readings."""
+        with self._lock:
+            xid = [(k, Tally(t.count, t.last)) for k, t in self._xid.items()]
+            events = [(k, Tally(t.count, t.last)) for k, t in self._events.items()]
+        out: list[Wire] = []
+        for key, tally in sorted(xid, key=lambda item: item[0]):
+            out.append(("accel_xid_errors_total", list(key), float(tally.count)))
+            out.append(("accel_xid_last_timestamp_seconds", list(key), tally.last))
+        for key, tally in sorted(events, key=lambda item: item[0]):
+            out.append(("accel_device_events_total", list(key), float(tally.count)))
+            out.append(("accel_device_event_last_timestamp_seconds", list(key), tally.last))
+        return out
+
+    def stop(self) -> None:
+        """Stop the thread (it notices within one wait) and free the set."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout=self.wait_ms / 1000 * 2 + 1)
+            if thread.is_alive():
+                return  # a wait hung inside the driver: leave the set to process exit
+        if self._set is not None:
+            with contextlib.suppress(self.nvml.NVMLError):
+                self.nvml.nvmlEventSetFree(self._set)
+            self._set = None

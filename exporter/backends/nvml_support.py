@@ -1,0 +1,265 @@
+"""NVML facts the NVIDIA backend needs: error classes, field ids, bit tables, units.
+
+Pure data and small helpers, no library calls, so they can be tested alone.
+Sources: ``nvml.h`` (13.x) and nvidia-ml-py's ``pynvml.py``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+# nvmlReturn_t codes (nvml.h) -> the snake_case reason exported in labels.
+REASONS: dict[int, str] = {
+    1: "uninitialized",
+    2: "invalid_argument",
+    3: "not_supported",
+    4: "no_permission",
+    5: "already_initialized",
+    6: "not_found",
+    7: "insufficient_size",
+    8: "insufficient_power",
+    9: "driver_not_loaded",
+    10: "nvml_timeout",
+    11: "irq_issue",
+    12: "library_not_found",
+    13: "function_not_found",
+    14: "corrupted_inforom",
+    15: "gpu_lost",
+    16: "reset_required",
+    17: "operating_system",
+    18: "driver_mismatch",
+    19: "in_use",
+    20: "memory",
+    21: "no_data",
+    22: "vgpu_ecc_not_supported",
+    23: "insufficient_resources",
+    24: "freq_not_supported",
+    25: "argument_version_mismatch",
+    26: "deprecated",
+    27: "not_ready",
+    28: "gpu_not_found",
+    29: "invalid_state",
+    999: "unknown",
+}
+
+NOT_SUPPORTED = 3
+NO_PERMISSION = 4
+NOT_FOUND = 6
+DRIVER_NOT_LOADED = 9
+TIMEOUT = 10
+LIBRARY_NOT_FOUND = 12
+FUNCTION_NOT_FOUND = 13
+GPU_IS_LOST = 15
+ARGUMENT_VERSION_MISMATCH = 25
+
+# The device as a whole is gone or unusable: stop reading it, export it down.
+DEVICE_FATAL = frozenset({1, 9, 15, 16, 18, 28})
+# "This field does not exist here": omit it silently (a fact about the SKU,
+# the driver version or the container's permissions, not a fault).
+ABSENT = frozenset({NOT_SUPPORTED, NO_PERMISSION, NOT_FOUND, FUNCTION_NOT_FOUND, 21, 26})
+
+U16_MAX = 0xFFFF
+U32_MAX = 0xFFFFFFFF
+U64_MAX = 0xFFFFFFFFFFFFFFFF
+# NVML_PSTATE_UNKNOWN
+PSTATE_UNKNOWN = 32
+
+# nvmlClockType_t -> label
+CLOCKS = ((0, "graphics"), (1, "sm"), (2, "memory"), (3, "video"))
+
+# nvmlClocksEventReason* bits -> label (the bits of the deprecated throttle API are the same)
+THROTTLE_REASONS = (
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+)
+
+# Field ids of nvmlDeviceGetFieldValues (nvml.h NVML_FI_DEV_*).
+FI_MEMORY_TEMP = 82
+FI_NVLINK_LINK_COUNT = 91
+FI_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB, per link in scopeId
+FI_NVLINK_THROUGHPUT_DATA_RX = 139
+# Time spent throttled, nanoseconds ("All counters are in nanoseconds", nvml.h).
+VIOLATION_FIELDS = (
+    (74, "sw_power_cap"),  # PERF_POLICY_POWER == CLOCKS_EVENT_REASON_SW_POWER_CAP
+    (75, "thermal"),
+    (76, "sync_boost"),
+    (77, "board_limit"),
+    (78, "low_utilization"),
+    (79, "reliability"),
+    (269, "sw_thermal_slowdown"),
+    (270, "hw_thermal_slowdown"),
+    (271, "hw_power_brake_slowdown"),
+)
+
+# nvmlEventType bits the worker listens for -> event label (XID has its own families).
+EVENT_XID = 0x8
+EVENTS = (
+    (0x1, "single_bit_ecc"),
+    (0x2, "double_bit_ecc"),
+    (0x4000, "gpu_unavailable"),
+    (0x8000, "recovery_action"),
+)
+EVENT_MASK = EVENT_XID | sum(bit for bit, _ in EVENTS)
+
+# GPM metric ids (nvmlGpmMetricId_t) for per GPU-instance utilization on MIG.
+GPM_GRAPHICS_UTIL = 1
+GPM_DRAM_BW_UTIL = 10
+
+ECC_TYPES = ((0, "corrected"), (1, "uncorrected"))
+ECC_COUNTERS = ((0, "volatile"), (1, "aggregate"))
+RETIREMENT_CAUSES = ((0, "multiple_single_bit_ecc"), (1, "double_bit_ecc"))
+
+MIB = 1024 * 1024
+
+
+def reason_of(code: int) -> str:
+    """The exported reason for an NVML return code."""
+    return REASONS.get(code, f"nvml_error_{code}")
+
+
+SENTINELS = frozenset({U32_MAX, U64_MAX, -1})
+
+
+def is_sentinel(value: float) -> bool:
+    """True for NVML's "not available" encodings (all ones in 32 or 64 bits, -1) and non-finite."""
+    return value in SENTINELS or value - value != 0  # inf - inf and nan - nan are nan
+
+
+def percent_ratio(value: float) -> float | None:
+    """0..100 percent -> 0..1; None for sentinels and out-of-range values."""
+    if is_sentinel(value) or not 0 <= value <= 100:
+        return None
+    return value / 100.0
+
+
+# nvmlFieldValue_t: fieldId, scopeId, timestamp, latencyUsec, valueType, nvmlReturn, value
+# (the 8-byte union read as an unsigned long long, then reinterpreted by valueType:
+# 0 double, 1 uint, 2 ulong (LP64), 3 ull, 4 sll, 5 sint, 6 ushort).
+FIELD_VALUE = struct.Struct("=IIqqIIQ")
+# The same entry, only (valueType, nvmlReturn, value): what a poll needs.
+FIELD_STATUS = struct.Struct("=24xIIQ")
+# nvmlUtilization_t {gpu, memory}; nvmlMemory_t {total, free, used};
+# nvmlMemory_v2_t {version, (pad), total, reserved, free, used}.
+UTILIZATION = struct.Struct("=II")
+MEMORY_V1 = struct.Struct("=QQQ")
+MEMORY_V2 = struct.Struct("=I4xQQQQ")
+_DOUBLE = struct.Struct("=d")
+_RAW = struct.Struct("=Q")
+
+
+def union_value(kind: int, raw: int) -> float:
+    """The number in an nvmlValue_t union given as its 64 raw bits."""
+    if kind == 2 or kind == 3:
+        return float(raw)
+    if kind == 1:
+        return float(raw & U32_MAX)
+    if kind == 0:
+        return float(_DOUBLE.unpack(_RAW.pack(raw))[0])
+    if kind == 4:
+        return float(raw - (1 << 64) if raw >> 63 else raw)
+    if kind == 5:
+        low = raw & U32_MAX
+        return float(low - (1 << 32) if low >> 31 else low)
+    if kind == 6:
+        short = raw & U16_MAX
+        return float(U32_MAX if short == U16_MAX else short)  # all-ones: "not available"
+    return float(raw)
+
+
+def field_entries(values: Any) -> list[tuple[int, int, int, float]]:
+    """(fieldId, scopeId, nvmlReturn, number) of each entry of an nvmlFieldValue_t array.
+
+    Decoded from the array's bytes in one pass: pynvml's per-attribute access on
+    its structs costs more than the library call itself.
+    """
+    return [
+        (fid, scope, code, union_value(kind, raw))
+        for fid, scope, _ts, _latency, kind, code, raw in FIELD_VALUE.iter_unpack(bytes(values))
+    ]
+
+
+def text(value: Any) -> str:
+    """A string from what pynvml returns (bytes or str), stripped of NULs and spaces."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return str(value).strip("\x00 ").strip()
+
+
+def cuda_version(value: int) -> str:
+    """12080 -> "12.8" (nvmlSystemGetCudaDriverVersion encoding)."""
+    return f"{value // 1000}.{value % 1000 // 10}"
+
+
+# One reading on the wire: (family, label values, value); JSON makes it an array.
+Wire = tuple[str, list[str], float]
+
+
+class Emitter:
+    """Collects wire readings ``(metric, [labels], value)`` for one device.
+
+    Values that are sentinels or not finite are dropped here, so no code path
+    can export "not available" as a number. Label lists are shared between
+    readings through ``cache`` (kept by the caller across polls): readings are
+    only ever serialized, never changed.
+    """
+
+    __slots__ = ("_cache", "labels", "out")
+
+    def __init__(
+        self, labels: Sequence[str], cache: dict[tuple[str, ...], list[str]] | None = None
+    ) -> None:
+        self.labels = labels if isinstance(labels, list) else list(labels)
+        self.out: list[Wire] = []
+        self._cache = cache if cache is not None else {}
+
+    def add(
+        self,
+        metric: str,
+        value: float | None,
+        extra: str = "",
+        *,
+        scale: float = 1.0,
+        labels: list[str] | None = None,
+    ) -> None:
+        """Add one reading, scaled; silently skipped when ``value`` is absent or a sentinel.
+
+        The labels are the device's, plus ``extra`` (one dimension) when given,
+        or exactly ``labels`` (from :meth:`labels_with`) for several dimensions.
+        """
+        if value is None or value in SENTINELS:
+            return
+        number = value * scale
+        if number - number:  # inf or nan
+            return
+        if labels is None:
+            labels = self.labels_for(extra) if extra else self.labels
+        self.out.append((metric, labels, number))
+
+    def labels_for(self, extra: str) -> list[str]:
+        """The shared label list of this device plus one dimension value."""
+        key = (extra,)
+        labels = self._cache.get(key)
+        if labels is None:
+            labels = self._cache[key] = [*self.labels, extra]
+        return labels
+
+    def labels_with(self, *extra: str) -> list[str]:
+        """The shared label list of this device plus several dimension values."""
+        labels = self._cache.get(extra)
+        if labels is None:
+            labels = self._cache[extra] = [*self.labels, *extra]
+        return labels
+
+    def ratio(self, metric: str, percent: float | None, extra: str = "") -> None:
+        """Add a percent as a 0..1 ratio (out-of-range values are dropped)."""
+        if percent is not None:
+            self.add(metric, percent_ratio(percent), extra)

@@ -1,0 +1,257 @@
+"""The real daemon (subprocess) with the real pynvml in its worker, against the fake
+libnvidia-ml.so.1 found through LD_LIBRARY_PATH, as on a GPU node."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.fakes.nvml.control import MigInstance, Process
+from tests.helpers.daemon import REPO, samples, value
+from tests.helpers.promtool import check_metrics
+
+# The other sources that start on their own (enabled: auto), off so that only the
+# nvml worker and its series are present.
+OTHERS_OFF = {name: {"enabled": False} for name in ("host", "amdsmi", "ccl_ras", "ccl_inspector")}
+
+OTHERS_OFF_FLAGS = [
+    arg for name in OTHERS_OFF for arg in (f"--sources.{name.replace('_', '-')}.enabled", "false")
+]
+
+
+def nvml_config(**nvml):
+    return {"sources": {**OTHERS_OFF, "nvml": {"interval": "1s", "slow_interval": "1s", **nvml}}}
+
+
+def test_exact_values_on_metrics_and_promtool(daemon_factory, fake_nvml):
+    fake = fake_nvml(2)
+    dev = fake.device(1)
+    dev.power_mw, dev.energy_mj, dev.util_gpu = 123456, 5_000_001, 99
+    dev.memory_used, dev.pcie_rx_kbs, dev.temperature_gpu = 7 << 30, 1000, 71
+    dev.violation_ns[8] = 3_000_000_000
+    d = daemon_factory(nvml_config(), env=fake.env())
+    u0, u1 = fake.uuid(0), fake.uuid(1)
+    d.wait_metric("accel_device_up", 1, device="1", uuid=u1)
+    text = d.metrics()
+    s = samples(text)
+    assert value(s, "accel_devices", vendor="nvidia") == 2
+    assert value(s, "accel_exporter_source_up", source="nvml") == 1
+    info = dict(
+        vendor="nvidia",
+        device="1",
+        uuid=u1,
+        model="NVIDIA H100 80GB HBM3",
+        pci_bus_id="00000000:24:00.0",
+        serial="1654922001001",
+        vbios="96.00.99.00.02",
+        driver_version="580.82.07",
+        cuda_driver_version="12.8",
+        mig_mode="disabled",
+        compute_partition="",
+        memory_partition="",
+    )
+    assert value(s, "accel_device_info", **info) == 1
+    one = {"device": "1", "uuid": u1}
+    assert value(s, "accel_power_watts", **one) == 123.456
+    assert value(s, "accel_energy_joules_total", **one) == 5000.001
+    assert value(s, "accel_utilization_ratio", **one) == 0.99
+    assert value(s, "accel_memory_used_bytes", **one) == 7 * 2**30
+    assert value(s, "accel_pcie_rx_bytes_per_second", **one) == 1000 * 1024
+    assert value(s, "accel_temperature_celsius", sensor="gpu", **one) == 71
+    assert value(s, "accel_clock_hertz", clock="graphics", **one) == 1.755e9
+    assert (
+        value(s, "accel_clock_violation_seconds_total", reason="hw_power_brake_slowdown", **one)
+        == 3.0
+    )
+    assert value(s, "accel_ecc_errors_total", type="corrected", counter="aggregate", **one) == 17
+    assert value(s, "accel_power_watts", device="0", uuid=u0) == 312.456
+    # Only identity labels plus one dimension on device series; the rest is in the info metric.
+    for (name, labels), _ in s.items():
+        if name.startswith("accel_") and not name.startswith(
+            ("accel_exporter", "accel_device_info", "accel_mig_", "accel_ccl_")
+        ):
+            keys = {k for k, _ in labels}
+            assert len(keys - {"device", "uuid"}) <= (2 if "ecc_errors" in name else 1), name
+    check_metrics(text)
+    # ECC growth shows at the next slow poll.
+    dev.ecc[1][0] += 2
+    d.wait_metric("accel_ecc_errors_total", 2, type="uncorrected", counter="volatile", **one)
+
+
+def test_lost_gpu_is_down_others_unaffected(daemon_factory, fake_nvml):
+    fake = fake_nvml(3)
+    d = daemon_factory(nvml_config(), env=fake.env())
+    u = [fake.uuid(i) for i in range(3)]
+    d.wait_metric("accel_device_up", 1, device="2", uuid=u[2])
+    fake.device(1).lost = 1
+    d.wait_metric("accel_device_up", 0, device="1", uuid=u[1])
+    s = samples(d.metrics())
+    assert value(s, "accel_device_down_reason_info", device="1", uuid=u[1], reason="gpu_lost") == 1
+    assert value(s, "accel_power_watts", device="1", uuid=u[1]) is None
+    for i in (0, 2):
+        assert value(s, "accel_device_up", device=str(i), uuid=u[i]) == 1
+        assert value(s, "accel_power_watts", device=str(i), uuid=u[i]) is not None
+    assert value(s, "accel_exporter_source_up", source="nvml") == 1
+    fake.device(1).lost = 0
+    d.wait_metric("accel_device_up", 1, device="1", uuid=u[1])
+
+
+def test_hung_call_kills_worker_and_recovers_after_release(daemon_factory, fake_nvml):
+    fake = fake_nvml(2)
+    d = daemon_factory(nvml_config(), env=fake.env())
+    u0, u1 = fake.uuid(0), fake.uuid(1)
+    d.wait_metric("accel_device_up", 1, device="0", uuid=u0)
+    first_worker = d.workers()
+    assert len(first_worker) == 1
+    rule = fake.add_rule("nvmlDeviceGetPowerUsage", device=1, hang=True)
+    d.wait_metric("accel_device_up", 0, device="0", uuid=u0, timeout=30)
+    s = samples(d.metrics())  # /metrics is still served while the call hangs
+    for i, uuid in enumerate((u0, u1)):
+        assert value(s, "accel_device_up", device=str(i), uuid=uuid) == 0
+        assert (
+            value(s, "accel_device_down_reason_info", device=str(i), uuid=uuid, reason="timeout")
+            == 1
+        )
+    assert value(s, "accel_exporter_source_up", source="nvml") == 0
+    assert value(s, "accel_exporter_source_down_reason_info", source="nvml", reason="timeout") == 1
+    assert fake.hangs_entered >= 1
+    # The hung worker was killed and a new one started; never more than one at a time.
+    d.wait_for(
+        lambda: d.status()["sources"]["nvml"]["worker_restarts"] >= 1, 30, what="a worker restart"
+    )
+    for _ in range(10):
+        assert len(d.workers()) <= 1
+        d.wait_for(lambda: True, 0.2)
+    assert not first_worker & d.workers()
+    fake.release(rule)
+    d.wait_metric("accel_device_up", 1, device="1", uuid=u1, timeout=60)
+    d.wait_metric("accel_exporter_source_up", 1, source="nvml", timeout=30)
+    assert value(d.metrics(), "accel_power_watts", device="1", uuid=u1) == 313.456
+    assert value(d.metrics(), "accel_exporter_worker_restarts_total", source="nvml") >= 1
+    code, _ = d.stop()
+    assert code == 0
+    assert d.leftover_children() == set()
+
+
+def test_sixteen_gpu_node(daemon_factory, fake_nvml):
+    fake = fake_nvml(16)
+    d = daemon_factory(nvml_config(), env=fake.env())
+    d.wait_metric("accel_device_up", 1, device="15", uuid=fake.uuid(15))
+    text = d.metrics()
+    s = samples(text)
+    assert value(s, "accel_devices", vendor="nvidia") == 16
+    for i in range(16):
+        ident = {"device": str(i), "uuid": fake.uuid(i)}
+        assert value(s, "accel_device_up", **ident) == 1
+        assert value(s, "accel_power_watts", **ident) == (312456 + 1000 * i) / 1000
+        assert value(s, "accel_nvlink_up", link="17", **ident) == 1
+    assert len({dict(k[1])["pci_bus_id"] for k in s if k[0] == "accel_device_info"}) == 16
+    check_metrics(text)
+
+
+def test_xid_processes_and_mig_through_the_daemon(daemon_factory, fake_nvml):
+    fake = fake_nvml(2)
+    fake.set_processes(0, [Process(3131, used_memory=2 << 30, sm_util=80)])
+    fake.set_mig(
+        1, [MigInstance(3, 1, memory_total=40 << 30, memory_used=9 << 30, util_percent=45)]
+    )
+    d = daemon_factory(nvml_config(processes=True), env=fake.env())
+    u0, u1 = fake.uuid(0), fake.uuid(1)
+    d.wait_metric("accel_device_up", 1, device="0", uuid=u0)
+    d.wait_for(lambda: fake.state.event_sets >= 1, what="the worker's event set")
+    fake.inject_xid(0, 79)
+    d.wait_metric("accel_xid_errors_total", 1, device="0", uuid=u0, xid="79")
+    s = samples(d.metrics())
+    assert value(s, "accel_xid_last_timestamp_seconds", device="0", uuid=u0, xid="79") > 0
+    assert value(s, "accel_process_memory_bytes", device="0", uuid=u0, pid="3131") == 2 * 2**30
+    assert (
+        value(
+            s,
+            "accel_mig_memory_used_bytes",
+            device="1",
+            uuid=u1,
+            gpu_instance="3",
+            compute_instance="1",
+        )
+        == 9 * 2**30
+    )
+    d.wait_metric("accel_mig_utilization_ratio", 0.45, device="1", uuid=u1, gpu_instance="3")
+    check_metrics(d.metrics())
+
+
+def test_no_library_is_unavailable_with_reason(daemon_factory, tmp_path):
+    empty = tmp_path / "no-driver"
+    empty.mkdir()
+    d = daemon_factory(
+        {"sources": {"nvml": {"interval": "1s"}}}, env={"LD_LIBRARY_PATH": str(empty)}
+    )
+    d.wait_metric("accel_exporter_source_up", 1, source="host")
+    entry = d.wait_for(
+        lambda: (
+            d.status()["sources"]["nvml"]["state"] == "unavailable"
+            and d.status()["sources"]["nvml"]
+        ),
+        what="nvml unavailable",
+    )
+    assert "libnvidia-ml.so.1" in entry["last_error"]
+    text = d.metrics()
+    assert "accel_exporter_source_unavailable_info{" in text
+    assert value(text, "accel_exporter_source_up", source="nvml") is None
+    assert "accel_device_up" not in text
+
+
+def run_cli(args, env):
+    full_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), **env}
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=full_env,
+        cwd=str(REPO),
+    )
+
+
+def test_once_and_probe_with_and_without_library(fake_nvml, tmp_path):
+    fake = fake_nvml(2)
+    flags = OTHERS_OFF_FLAGS
+    once = run_cli(["once", "--format", "json", *flags], fake.env())
+    assert once.returncode == 0, once.stderr
+    doc = json.loads(once.stdout)
+    assert doc["nvml"]["ok"] is True and doc["nvml"]["unavailable"] is False
+    power = [r for r in doc["nvml"]["readings"] if r["metric"] == "accel_power_watts"]
+    assert sorted(r["value"] for r in power) == [312.456, 313.456]
+    probe = run_cli(["probe", *flags], fake.env())
+    assert probe.returncode == 0, probe.stderr
+    line = next(ln for ln in probe.stdout.splitlines() if ln.startswith("nvml"))
+    assert line.split()[1:3] == ["auto", "ok"]
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    without = {"LD_LIBRARY_PATH": str(empty)}
+    once = run_cli(["once", *flags], without)
+    assert once.returncode == 0, once.stderr
+    assert "nvml: unavailable: libnvidia-ml.so.1 could not be loaded" in once.stderr
+    probe = run_cli(["probe", *flags], without)
+    line = next(ln for ln in probe.stdout.splitlines() if ln.startswith("nvml"))
+    assert line.split()[1:3] == ["auto", "unavailable"]
+    assert "libnvidia-ml.so.1" in line
+    # A driver that is installed but not loaded is reported as such.
+    fake.state.init_error = 9
+    probe = run_cli(["probe", *flags], fake.env())
+    line = next(ln for ln in probe.stdout.splitlines() if ln.startswith("nvml"))
+    assert line.split()[1:3] == ["auto", "unavailable"] and "driver is not loaded" in line
+
+
+def test_probe_without_the_binding(fake_nvml, tmp_path):
+    # A pynvml that cannot be imported, found first on the path: as if nvidia-ml-py
+    # were not installed, while the library itself is there.
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "pynvml.py").write_text("raise ImportError('No module named pynvml')\n")
+    env = {**fake_nvml(1).env(), "PYTHONPATH": f"{shadow}:{REPO}"}
+    probe = run_cli(["probe", *OTHERS_OFF_FLAGS], env)
+    line = next(ln for ln in probe.stdout.splitlines() if ln.startswith("nvml"))
+    assert line.split()[1:3] == ["auto", "unavailable"]
+    assert "nvidia-ml-py is not installed" in line

@@ -1,0 +1,428 @@
+"""Build the fake libnvidia-ml.so.1 and drive its shared state from a test.
+
+Typical use (see README.md in this folder)::
+
+    lib = build(tmp_dir)                        # gcc -> <tmp_dir>/libnvidia-ml.so.1
+    fake = FakeNvml.create(lib, tmp_dir / "state", devices=8)
+    env = fake.env()                            # LD_LIBRARY_PATH + FAKE_NVML_STATE for a subprocess
+    fake.device(3).power_mw = 250000            # applies at once, even inside a running daemon
+    rule = fake.add_rule("nvmlDeviceGetPowerUsage", device=1, hang=True)
+    fake.release(rule)                          # clear the rule and release the hung call
+
+The ctypes classes below mirror ``nvml_fake_state.h``; ``test_fake_nvml_layout``
+checks every field offset against the compiled library.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "fake_nvml.c"
+HEADER = HERE / "nvml_fake_state.h"
+LIBRARY_NAME = "libnvidia-ml.so.1"
+
+MAX_DEVICES = 16
+MAX_RULES = 32
+MAX_PROCS = 16
+MAX_MIG = 7
+MAX_EVENTS = 64
+MAX_NVLINKS = 18
+MAX_FANS = 4
+VIOLATIONS = 9
+FN_LEN = 64
+NOT_AVAILABLE_U64 = 0xFFFFFFFFFFFFFFFF
+NO_INSTANCE = 0xFFFFFFFF
+
+# nvmlEventType bits
+EVENT_SINGLE_BIT_ECC = 0x1
+EVENT_DOUBLE_BIT_ECC = 0x2
+EVENT_XID = 0x8
+EVENT_GPU_UNAVAILABLE = 0x4000
+EVENT_RECOVERY_ACTION = 0x8000
+
+# nvmlReturn_t codes tests inject most
+NOT_SUPPORTED = 3
+NO_PERMISSION = 4
+DRIVER_NOT_LOADED = 9
+GPU_IS_LOST = 15
+RESET_REQUIRED = 16
+LIB_RM_VERSION_MISMATCH = 18
+UNKNOWN = 999
+
+# Order of FakeDevice.violation_ns: NVML field ids 74..79, 269, 270, 271.
+VIOLATION_FIELDS = (74, 75, 76, 77, 78, 79, 269, 270, 271)
+
+
+class Rule(ctypes.Structure):
+    _fields_ = [
+        ("active", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("error", ctypes.c_int32),
+        ("hang", ctypes.c_int32),
+        ("after_calls", ctypes.c_uint32),
+        ("matched", ctypes.c_uint32),
+        ("function", ctypes.c_char * FN_LEN),
+    ]
+
+
+class Proc(ctypes.Structure):
+    _fields_ = [
+        ("pid", ctypes.c_uint32),
+        ("gpu_instance", ctypes.c_uint32),
+        ("compute_instance", ctypes.c_uint32),
+        ("sm_util", ctypes.c_uint32),
+        ("mem_util", ctypes.c_uint32),
+        ("graphics", ctypes.c_uint32),
+        ("used_memory", ctypes.c_uint64),
+    ]
+
+
+class Mig(ctypes.Structure):
+    _fields_ = [
+        ("present", ctypes.c_uint32),
+        ("gpu_instance", ctypes.c_uint32),
+        ("compute_instance", ctypes.c_uint32),
+        ("util_percent", ctypes.c_uint32),
+        ("dram_percent", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+        ("memory_total", ctypes.c_uint64),
+        ("memory_used", ctypes.c_uint64),
+        ("uuid", ctypes.c_char * 48),
+    ]
+
+
+class Event(ctypes.Structure):
+    _fields_ = [
+        ("device", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+        ("type", ctypes.c_uint64),
+        ("data", ctypes.c_uint64),
+    ]
+
+
+class Device(ctypes.Structure):
+    _fields_ = [
+        ("lost", ctypes.c_uint32),
+        ("ecc_enabled", ctypes.c_uint32),
+        ("name", ctypes.c_char * 96),
+        ("uuid", ctypes.c_char * 96),
+        ("serial", ctypes.c_char * 32),
+        ("vbios", ctypes.c_char * 32),
+        ("pci_domain", ctypes.c_uint32),
+        ("pci_bus", ctypes.c_uint32),
+        ("pci_device", ctypes.c_uint32),
+        ("pci_device_id", ctypes.c_uint32),
+        ("pci_subsystem_id", ctypes.c_uint32),
+        ("util_gpu", ctypes.c_uint32),
+        ("util_memory", ctypes.c_uint32),
+        ("util_encoder", ctypes.c_uint32),
+        ("util_decoder", ctypes.c_uint32),
+        ("pad_u", ctypes.c_uint32),
+        ("memory_total", ctypes.c_uint64),
+        ("memory_reserved", ctypes.c_uint64),
+        ("memory_used", ctypes.c_uint64),
+        ("temperature_gpu", ctypes.c_uint32),
+        ("temperature_memory", ctypes.c_uint32),
+        ("power_mw", ctypes.c_uint32),
+        ("power_limit_mw", ctypes.c_uint32),
+        ("energy_mj", ctypes.c_uint64),
+        ("energy_step_mj", ctypes.c_uint64),
+        ("clock_mhz", ctypes.c_uint32 * 4),
+        ("max_clock_mhz", ctypes.c_uint32 * 4),
+        ("fan_count", ctypes.c_uint32),
+        ("fan_percent", ctypes.c_uint32 * MAX_FANS),
+        ("pstate", ctypes.c_uint32),
+        ("pcie_tx_kbs", ctypes.c_uint32),
+        ("pcie_rx_kbs", ctypes.c_uint32),
+        ("pcie_replays", ctypes.c_uint32),
+        ("pcie_gen", ctypes.c_uint32),
+        ("pcie_width", ctypes.c_uint32),
+        ("pcie_max_gen", ctypes.c_uint32),
+        ("pcie_max_width", ctypes.c_uint32),
+        ("pad0", ctypes.c_uint32),
+        ("clocks_event_reasons", ctypes.c_uint64),
+        ("violation_ns", ctypes.c_uint64 * VIOLATIONS),
+        ("ecc", (ctypes.c_uint64 * 2) * 2),
+        ("retired_pages", ctypes.c_uint32 * 2),
+        ("retired_pending", ctypes.c_uint32),
+        ("remapped_corrected", ctypes.c_uint32),
+        ("remapped_uncorrected", ctypes.c_uint32),
+        ("remapped_pending", ctypes.c_uint32),
+        ("remapped_failure", ctypes.c_uint32),
+        ("nvlink_count", ctypes.c_uint32),
+        ("nvlink_active_mask", ctypes.c_uint32),
+        ("pad1", ctypes.c_uint32),
+        ("nvlink_tx_kib", ctypes.c_uint64 * MAX_NVLINKS),
+        ("nvlink_rx_kib", ctypes.c_uint64 * MAX_NVLINKS),
+        ("mig_mode", ctypes.c_uint32),
+        ("mig_pending", ctypes.c_uint32),
+        ("mig", Mig * MAX_MIG),
+        ("proc_count", ctypes.c_uint32),
+        ("pad2", ctypes.c_uint32),
+        ("procs", Proc * MAX_PROCS),
+        ("calls", ctypes.c_uint64),
+    ]
+
+
+class State(ctypes.Structure):
+    _fields_ = [
+        ("magic", ctypes.c_uint32),
+        ("version", ctypes.c_uint32),
+        ("device_count", ctypes.c_uint32),
+        ("init_error", ctypes.c_int32),
+        ("driver_version", ctypes.c_char * 80),
+        ("cuda_driver_version", ctypes.c_int32),
+        ("release_generation", ctypes.c_uint32),
+        ("hangs_entered", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+        ("calls", ctypes.c_uint64),
+        ("event_head", ctypes.c_uint64),
+        ("event_sets", ctypes.c_uint64),
+        ("events", Event * MAX_EVENTS),
+        ("rules", Rule * MAX_RULES),
+        ("devices", Device * MAX_DEVICES),
+    ]
+
+
+# C struct name of each mirror class, for the layout check.
+C_NAMES = {
+    Rule: "fake_rule_t",
+    Proc: "fake_proc_t",
+    Mig: "fake_mig_t",
+    Event: "fake_event_t",
+    Device: "fake_device_t",
+    State: "fake_state_t",
+}
+
+
+def build(dest: Path, cc: str | None = None) -> Path:
+    """Compile the fake into ``dest/libnvidia-ml.so.1`` (SONAME set); its path.
+
+    A missing compiler is an error, never a skip: the tests need the fake.
+    """
+    compiler = cc or shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        raise RuntimeError("gcc is required to build the fake NVML library")
+    dest.mkdir(parents=True, exist_ok=True)
+    out = dest / LIBRARY_NAME
+    cmd = [
+        compiler,
+        "-shared",
+        "-fPIC",
+        "-O1",
+        "-g",
+        "-Wall",
+        "-Werror",
+        "-pthread",
+        f"-Wl,-soname,{LIBRARY_NAME}",
+        "-I",
+        str(HERE),
+        "-o",
+        str(out),
+        str(SOURCE),
+    ]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        raise RuntimeError(f"building the fake NVML failed:\n{result.stderr}")
+    return out
+
+
+@dataclass
+class Process:
+    """One simulated GPU process."""
+
+    pid: int
+    used_memory: int = 1 << 30
+    sm_util: int = 0
+    mem_util: int = 0
+    graphics: bool = False
+    gpu_instance: int = NO_INSTANCE
+    compute_instance: int = NO_INSTANCE
+
+
+@dataclass
+class MigInstance:
+    """One simulated MIG device (a GPU instance / compute instance pair)."""
+
+    gpu_instance: int
+    compute_instance: int
+    memory_total: int
+    memory_used: int
+    util_percent: int = 0
+    dram_percent: int = 0
+    uuid: str = ""
+
+
+class FakeNvml:
+    """A state file of the fake library, mapped for reading and writing."""
+
+    def __init__(self, library: Path, path: Path) -> None:
+        self.library = Path(library)
+        self.path = Path(path)
+        self._file = open(self.path, "r+b")  # noqa: SIM115 (kept open for the mapping)
+        self._map = mmap.mmap(self._file.fileno(), ctypes.sizeof(State))
+        self.state = State.from_buffer(self._map)
+
+    @classmethod
+    def create(cls, library: Path, path: Path, devices: int = 1) -> FakeNvml:
+        """Write a fresh state file with ``devices`` default GPUs (H100-like) and map it."""
+        lib = ctypes.CDLL(str(library))
+        lib.fake_nvml_state_init.argtypes = [ctypes.c_char_p, ctypes.c_uint]
+        lib.fake_nvml_state_size.restype = ctypes.c_ulong
+        if lib.fake_nvml_state_size() != ctypes.sizeof(State):
+            raise RuntimeError("control.State does not match nvml_fake_state.h")
+        err = lib.fake_nvml_state_init(str(path).encode(), devices)
+        if err:
+            raise OSError(err, os.strerror(err), str(path))
+        return cls(library, path)
+
+    def reset(self, devices: int = 1) -> None:
+        """Back to ``devices`` default GPUs and no faults, in place (for a fake that a
+        process keeps mapped, e.g. in-process tests). Event and release counters
+        keep counting so that open event sets and hung calls stay consistent."""
+        head, generation = int(self.state.event_head), int(self.state.release_generation)
+        lib = ctypes.CDLL(str(self.library))
+        lib.fake_nvml_fill.argtypes = [ctypes.c_void_p, ctypes.c_uint]
+        lib.fake_nvml_fill(ctypes.addressof(self.state), devices)
+        self.state.event_head = head
+        self.state.release_generation = generation + 1
+
+    def env(self) -> dict[str, str]:
+        """Environment for a process that should load this fake with this state."""
+        return {
+            "LD_LIBRARY_PATH": str(self.library.parent),
+            "FAKE_NVML_STATE": str(self.path),
+        }
+
+    def close(self) -> None:
+        """Unmap the state (the file stays)."""
+        del self.state
+        self._map.close()
+        self._file.close()
+
+    # -- devices ---------------------------------------------------------------
+
+    def device(self, index: int) -> Device:
+        """The live struct of one device; assignments apply at once."""
+        return self.state.devices[index]
+
+    def uuid(self, index: int) -> str:
+        """The UUID the fake reports for device ``index``."""
+        return self.state.devices[index].uuid.decode()
+
+    def set_processes(self, index: int, processes: Iterable[Process]) -> None:
+        """Replace the running processes of a device."""
+        items = list(processes)
+        if len(items) > MAX_PROCS:
+            raise ValueError(f"at most {MAX_PROCS} processes per device")
+        dev = self.state.devices[index]
+        dev.proc_count = 0
+        for slot, p in zip(dev.procs, items):
+            slot.pid = p.pid
+            slot.used_memory = p.used_memory
+            slot.sm_util = p.sm_util
+            slot.mem_util = p.mem_util
+            slot.graphics = int(p.graphics)
+            slot.gpu_instance = p.gpu_instance
+            slot.compute_instance = p.compute_instance
+        dev.proc_count = len(items)
+
+    def set_mig(self, index: int, instances: Iterable[MigInstance] | None) -> None:
+        """Enable MIG with these instances (slot = position), or disable it with None."""
+        dev = self.state.devices[index]
+        for slot in dev.mig:
+            slot.present = 0
+        if instances is None:
+            dev.mig_mode = 0
+            return
+        items = list(instances)
+        if len(items) > MAX_MIG:
+            raise ValueError(f"at most {MAX_MIG} MIG devices per GPU")
+        for n, (slot, m) in enumerate(zip(dev.mig, items)):
+            slot.gpu_instance = m.gpu_instance
+            slot.compute_instance = m.compute_instance
+            slot.memory_total = m.memory_total
+            slot.memory_used = m.memory_used
+            slot.util_percent = m.util_percent
+            slot.dram_percent = m.dram_percent
+            slot.uuid = (
+                m.uuid or f"MIG-{index:02d}{n:02d}aaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
+            ).encode()
+            slot.present = 1
+        dev.mig_mode = 1
+
+    # -- faults ----------------------------------------------------------------
+
+    def add_rule(
+        self,
+        function: str = "*",
+        *,
+        device: int = -1,
+        error: int = 0,
+        hang: bool = False,
+        after_calls: int = 0,
+    ) -> int:
+        """Add a fault rule; its index. ``device`` -1 = any, -2 = calls without a device.
+
+        ``function`` is an NVML symbol (``nvmlDeviceGetPowerUsage``), ``*``, or
+        ``field:<id>`` to fail one entry of nvmlDeviceGetFieldValues.
+        """
+        for i, rule in enumerate(self.state.rules):
+            if not rule.active:
+                rule.device = device
+                rule.error = error
+                rule.hang = int(hang)
+                rule.after_calls = after_calls
+                rule.matched = 0
+                rule.function = function.encode()
+                rule.active = 1
+                return i
+        raise RuntimeError("no free fault rule slot")
+
+    def clear_rule(self, index: int) -> None:
+        """Deactivate one rule (a call hung by it returns within ~20 ms)."""
+        self.state.rules[index].active = 0
+
+    def clear_rules(self) -> None:
+        """Deactivate every rule."""
+        for rule in self.state.rules:
+            rule.active = 0
+
+    def release(self, index: int | None = None) -> None:
+        """Clear rule ``index`` (or none) and release every hung call."""
+        if index is not None:
+            self.clear_rule(index)
+        self.state.release_generation += 1
+
+    @property
+    def hangs_entered(self) -> int:
+        """How many calls have started hanging so far."""
+        return int(self.state.hangs_entered)
+
+    def inject_event(self, index: int, event_type: int, data: int = 0) -> None:
+        """Append one event to the ring every registered event set reads."""
+        head = int(self.state.event_head)
+        slot = self.state.events[head % MAX_EVENTS]
+        slot.device = index
+        slot.type = event_type
+        slot.data = data
+        self.state.event_head = head + 1
+
+    def inject_xid(self, index: int, xid: int, *, couple: bool = False) -> None:
+        """Inject an XID event. With ``couple``: XID 79 marks the GPU lost and
+        XID 48 (double-bit ECC) bumps the uncorrected ECC counters, as a real one would."""
+        if couple and xid == 48:
+            dev = self.state.devices[index]
+            dev.ecc[1][0] += 1
+            dev.ecc[1][1] += 1
+        self.inject_event(index, EVENT_XID, xid)
+        if couple and xid == 79:
+            self.state.devices[index].lost = 1

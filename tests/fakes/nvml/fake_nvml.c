@@ -1,0 +1,1273 @@
+/*
+ * A fake libnvidia-ml.so.1 for tests: serves 1..16 simulated GPUs to the real
+ * nvidia-ml-py (pynvml) and injects faults. Build (the test fixture does this):
+ *
+ *   gcc -shared -fPIC -O1 -Wall -Werror -pthread -Wl,-soname,libnvidia-ml.so.1 \
+ *       -o <dir>/libnvidia-ml.so.1 fake_nvml.c
+ *
+ * State lives in the file named by $FAKE_NVML_STATE (struct in
+ * nvml_fake_state.h, created by fake_nvml_state_init() or the Python helper
+ * tests/fakes/nvml/control.py) and is re-read on every call, so a test can
+ * change devices and faults while a daemon runs. Without $FAKE_NVML_STATE the
+ * fake serves $FAKE_NVML_DEVICES (default 1) default devices from memory.
+ *
+ * Only the structs and entry points the exporter needs are declared here; their
+ * sizes are asserted against the values of the real nvml.h (13.x) below, and
+ * fake_nvml_layout() lets a test compare them with pynvml's ctypes classes.
+ *
+ * Protocol details kept as the real library has them: two-call process lists
+ * (INSUFFICIENT_SIZE with the count), per-entry status in field values, TIMEOUT
+ * from event waits, NOT_FOUND for empty MIG slots and for "no new samples".
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nvml_fake_state.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* nvmlReturn_t values used here (nvml.h). */
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_TIMEOUT = 10,
+    NVML_ERROR_GPU_IS_LOST = 15,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
+    NVML_ERROR_UNKNOWN = 999,
+};
+
+/* ---- the subset of nvml.h structs the exporter uses ---------------------- */
+
+typedef struct nvmlDevice_st {
+    int index;
+    int mig; /* -1 for the GPU itself, else the MIG slot */
+} *nvmlDevice_t;
+
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+
+typedef struct {
+    unsigned int gpu, memory;
+} nvmlUtilization_t;
+
+typedef struct {
+    unsigned long long total, free, used;
+} nvmlMemory_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
+
+typedef struct {
+    unsigned int version;
+    int sensorType;
+    int temperature;
+} nvmlTemperature_v1_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
+
+typedef union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    signed long long sllVal;
+    signed int siVal;
+    unsigned short usVal;
+} nvmlValue_t;
+
+typedef struct {
+    unsigned int fieldId, scopeId;
+    long long timestamp, latencyUsec;
+    unsigned int valueType, nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+typedef struct fake_event_set *nvmlEventSet_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType, eventData;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+
+typedef struct fake_gpm_sample *nvmlGpmSample_t;
+
+typedef struct {
+    const char *shortName, *longName, *unit;
+} nvmlGpmMetricInfo_t;
+
+typedef struct {
+    unsigned int metricId;
+    unsigned int nvmlReturn;
+    double value;
+    nvmlGpmMetricInfo_t metricInfo;
+} nvmlGpmMetric_t;
+
+#define NVML_GPM_METRIC_MAX 477
+typedef struct {
+    unsigned int version, numMetrics;
+    nvmlGpmSample_t sample1, sample2;
+    nvmlGpmMetric_t metrics[NVML_GPM_METRIC_MAX];
+} nvmlGpmMetricsGet_t;
+
+typedef struct {
+    unsigned int version, isSupportedDevice;
+} nvmlGpmSupport_t;
+
+/* Sizes of the real nvml.h (13.5) on x86-64: a drift here is a build error. */
+_Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t");
+_Static_assert(sizeof(nvmlMemory_t) == 24, "nvmlMemory_t");
+_Static_assert(sizeof(nvmlMemory_v2_t) == 40, "nvmlMemory_v2_t");
+_Static_assert(sizeof(nvmlProcessInfo_t) == 24, "nvmlProcessInfo_t");
+_Static_assert(sizeof(nvmlEventData_t) == 32, "nvmlEventData_t");
+_Static_assert(sizeof(nvmlFieldValue_t) == 40, "nvmlFieldValue_t");
+_Static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32, "nvmlProcessUtilizationSample_t");
+_Static_assert(sizeof(nvmlGpmMetric_t) == 40, "nvmlGpmMetric_t");
+
+#define MEMORY_V2_VERSION 0x02000028u
+#define TEMPERATURE_V1_VERSION 0x0100000Cu
+#define SUPPORTED_EVENTS (0x1ull | 0x2ull | 0x8ull | 0x4000ull | 0x8000ull)
+
+/* ---- state ---------------------------------------------------------------- */
+
+static fake_state_t *S;
+static int init_count;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t hang_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hang_cv = PTHREAD_COND_INITIALIZER;
+static struct nvmlDevice_st gpu_handles[FAKE_MAX_DEVICES];
+static struct nvmlDevice_st mig_handles[FAKE_MAX_DEVICES][FAKE_MAX_MIG];
+
+struct fake_event_set {
+    uint64_t cursor;
+    uint64_t types[FAKE_MAX_DEVICES];
+};
+
+struct fake_gpm_sample {
+    int valid;
+    int device;
+    unsigned int gpu_instance;
+    unsigned long long taken_us;
+    double util, sm, dram;
+};
+
+static unsigned long long now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000ull;
+}
+
+static void fill_device(fake_device_t *d, unsigned i) {
+    memset(d, 0, sizeof(*d));
+    snprintf(d->name, sizeof d->name, "NVIDIA H100 80GB HBM3");
+    snprintf(d->uuid, sizeof d->uuid, "GPU-%08x-1111-2222-3333-%012x", 0xa1b2c300u + i, 0x4455u + i);
+    snprintf(d->serial, sizeof d->serial, "1654922%06u", 1000 + i);
+    snprintf(d->vbios, sizeof d->vbios, "96.00.99.00.%02u", 1 + i);
+    d->ecc_enabled = 1;
+    d->pci_domain = 0;
+    d->pci_bus = 0x18 + i * 0x0c;
+    d->pci_device = 0;
+    d->pci_device_id = 0x233010DEu;
+    d->pci_subsystem_id = 0x16C110DEu;
+    d->util_gpu = (37 + 5 * i) % 101;
+    d->util_memory = 12 + i;
+    d->memory_total = 85520809984ull; /* 81559 MiB */
+    d->memory_reserved = 536870912ull;
+    d->memory_used = 1073741824ull * (i + 1);
+    d->temperature_gpu = 34 + i;
+    d->temperature_memory = 40 + i;
+    d->power_mw = 312456 + 1000 * i;
+    d->power_limit_mw = 700000;
+    d->energy_mj = 123456789ull + i;
+    d->clock_mhz[0] = 1755;
+    d->clock_mhz[1] = 1755;
+    d->clock_mhz[2] = 2619;
+    d->clock_mhz[3] = 1545;
+    d->max_clock_mhz[0] = 1980;
+    d->max_clock_mhz[1] = 1980;
+    d->max_clock_mhz[2] = 2619;
+    d->max_clock_mhz[3] = 1965;
+    d->pstate = 0;
+    d->pcie_tx_kbs = 2048;
+    d->pcie_rx_kbs = 4096;
+    d->pcie_gen = d->pcie_max_gen = 5;
+    d->pcie_width = d->pcie_max_width = 16;
+    d->clocks_event_reasons = 0x4; /* SwPowerCap */
+    d->violation_ns[0] = 1500000000ull; /* power: 1.5 s */
+    d->violation_ns[6] = 250000000ull;  /* sw thermal: 0.25 s */
+    d->ecc[0][0] = 3;
+    d->ecc[0][1] = 17;
+    d->nvlink_count = FAKE_MAX_NVLINKS;
+    d->nvlink_active_mask = (1u << FAKE_MAX_NVLINKS) - 1u;
+    for (unsigned l = 0; l < FAKE_MAX_NVLINKS; l++) {
+        d->nvlink_tx_kib[l] = 1000ull * (l + 1);
+        d->nvlink_rx_kib[l] = 2000ull * (l + 1);
+    }
+}
+
+static void fill_defaults(fake_state_t *s, unsigned n) {
+    memset(s, 0, sizeof(*s));
+    s->magic = FAKE_NVML_MAGIC;
+    s->version = FAKE_NVML_VERSION;
+    s->device_count = n > FAKE_MAX_DEVICES ? FAKE_MAX_DEVICES : n;
+    snprintf(s->driver_version, sizeof s->driver_version, "580.82.07");
+    s->cuda_driver_version = 12080;
+    for (unsigned i = 0; i < FAKE_MAX_DEVICES; i++)
+        fill_device(&s->devices[i], i);
+}
+
+/* Map the state file (or build defaults in memory); 0 or an NVML error. */
+static int attach(void) {
+    if (S != NULL)
+        return NVML_SUCCESS;
+    const char *path = getenv("FAKE_NVML_STATE");
+    if (path == NULL || *path == '\0') {
+        const char *count = getenv("FAKE_NVML_DEVICES");
+        fake_state_t *mem = calloc(1, sizeof(fake_state_t));
+        if (mem == NULL)
+            return NVML_ERROR_UNKNOWN;
+        fill_defaults(mem, count ? (unsigned)atoi(count) : 1u);
+        S = mem;
+        return NVML_SUCCESS;
+    }
+    int fd = open(path, O_RDWR);
+    if (fd < 0) {
+        fprintf(stderr, "fake nvml: cannot open %s: %s\n", path, strerror(errno));
+        return NVML_ERROR_UNKNOWN;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(fake_state_t)) {
+        fprintf(stderr, "fake nvml: %s is smaller than the state struct\n", path);
+        close(fd);
+        return NVML_ERROR_UNKNOWN;
+    }
+    void *p = mmap(NULL, sizeof(fake_state_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return NVML_ERROR_UNKNOWN;
+    fake_state_t *s = p;
+    if (s->magic != FAKE_NVML_MAGIC || s->version != FAKE_NVML_VERSION) {
+        fprintf(stderr, "fake nvml: %s has the wrong magic or version\n", path);
+        munmap(p, sizeof(fake_state_t));
+        return NVML_ERROR_UNKNOWN;
+    }
+    S = s;
+    return NVML_SUCCESS;
+}
+
+/* Block until the rule is cleared or a release is requested (polls the shared
+ * generation, because the releasing test may live in another process). */
+static void hang(volatile fake_rule_t *r) {
+    uint32_t gen = __atomic_load_n(&S->release_generation, __ATOMIC_ACQUIRE);
+    __atomic_add_fetch(&S->hangs_entered, 1, __ATOMIC_ACQ_REL);
+    pthread_mutex_lock(&hang_mu);
+    while (__atomic_load_n(&S->release_generation, __ATOMIC_ACQUIRE) == gen && r->active && r->hang) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec += 1;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&hang_cv, &hang_mu, &ts);
+    }
+    pthread_mutex_unlock(&hang_mu);
+}
+
+/* Apply the fault rules for `fn` on `dev`; the error to return, or 0. */
+static int rules(const char *fn, int dev, int may_hang) {
+    for (int i = 0; i < FAKE_MAX_RULES; i++) {
+        volatile fake_rule_t *r = &S->rules[i];
+        if (!r->active)
+            continue;
+        if (r->device != -1 && r->device != dev)
+            continue;
+        if (strcmp((const char *)r->function, "*") != 0 && strcmp((const char *)r->function, fn) != 0)
+            continue;
+        uint32_t seen = __atomic_add_fetch(&r->matched, 1, __ATOMIC_ACQ_REL);
+        if (seen <= r->after_calls)
+            continue;
+        if (r->hang && may_hang)
+            hang(r);
+        if (r->error)
+            return r->error;
+    }
+    return 0;
+}
+
+/* Entry check for every call: initialised, rules, lost devices. */
+static int guard(const char *fn, int dev, int lookup) {
+    if (S == NULL || init_count <= 0)
+        return NVML_ERROR_UNINITIALIZED;
+    __atomic_add_fetch(&S->calls, 1, __ATOMIC_RELAXED);
+    if (dev >= 0)
+        __atomic_add_fetch(&S->devices[dev].calls, 1, __ATOMIC_RELAXED);
+    int rc = rules(fn, dev, 1);
+    if (rc)
+        return rc;
+    if (dev >= 0) {
+        uint32_t lost = S->devices[dev].lost;
+        if (lost == 1 || (lost == 2 && !lookup))
+            return NVML_ERROR_GPU_IS_LOST;
+    }
+    return NVML_SUCCESS;
+}
+
+/* Resolve a handle and run the guard; MIG handles only when allow_mig. */
+static int enter(const char *fn, nvmlDevice_t h, int allow_mig, fake_device_t **d, int *mig) {
+    if (S == NULL || init_count <= 0)
+        return NVML_ERROR_UNINITIALIZED;
+    if (h == NULL || h->index < 0 || h->index >= (int)S->device_count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    int rc = guard(fn, h->index, 0);
+    if (rc)
+        return rc;
+    *d = &S->devices[h->index];
+    if (mig)
+        *mig = h->mig;
+    if (h->mig >= 0) {
+        if (!allow_mig)
+            return NVML_ERROR_NOT_SUPPORTED;
+        if (!(*d)->mig_mode || !(*d)->mig[h->mig].present)
+            return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    return NVML_SUCCESS;
+}
+
+#define ENTER(h)                                              \
+    fake_device_t *d;                                         \
+    do {                                                      \
+        int rc_ = enter(__func__, (h), 0, &d, NULL);          \
+        if (rc_)                                              \
+            return rc_;                                       \
+    } while (0)
+
+#define ENTER_MIG(h, mig)                                     \
+    fake_device_t *d;                                         \
+    int mig;                                                  \
+    do {                                                      \
+        int rc_ = enter(__func__, (h), 1, &d, &mig);          \
+        if (rc_)                                              \
+            return rc_;                                       \
+    } while (0)
+
+static int copy_string(char *out, unsigned int length, const char *value) {
+    if (out == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    size_t n = strlen(value);
+    if (n + 1 > length)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(out, value, n + 1);
+    return NVML_SUCCESS;
+}
+
+/* ---- control API (tests) -------------------------------------------------- */
+
+EXPORT unsigned long fake_nvml_state_size(void) { return sizeof(fake_state_t); }
+
+/* Fill a state struct in place with `devices` default GPUs. */
+EXPORT void fake_nvml_fill(fake_state_t *state, unsigned devices) { fill_defaults(state, devices); }
+
+/* Create (or overwrite) a state file with `devices` default GPUs. */
+EXPORT int fake_nvml_state_init(const char *path, unsigned devices) {
+    fake_state_t *s = calloc(1, sizeof(fake_state_t));
+    if (s == NULL)
+        return ENOMEM;
+    fill_defaults(s, devices);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) {
+        free(s);
+        return errno;
+    }
+    const char *p = (const char *)s;
+    size_t left = sizeof(fake_state_t);
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w <= 0) {
+            int e = errno;
+            close(fd);
+            free(s);
+            return e;
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    close(fd);
+    free(s);
+    return 0;
+}
+
+/* Release every hung call of this process now (others notice within 20 ms). */
+EXPORT void fake_nvml_release_hangs(void) {
+    if (S != NULL)
+        __atomic_add_fetch(&S->release_generation, 1, __ATOMIC_ACQ_REL);
+    pthread_mutex_lock(&hang_mu);
+    pthread_cond_broadcast(&hang_cv);
+    pthread_mutex_unlock(&hang_mu);
+}
+
+struct layout_entry {
+    const char *name;
+    long value;
+};
+
+#define SZ(t) {#t, (long)sizeof(t)}
+#define OF(t, f) {#t "." #f, (long)offsetof(t, f)}
+
+static const struct layout_entry layout[] = {
+    SZ(nvmlPciInfo_t), OF(nvmlPciInfo_t, busIdLegacy), OF(nvmlPciInfo_t, domain),
+    OF(nvmlPciInfo_t, bus), OF(nvmlPciInfo_t, device), OF(nvmlPciInfo_t, pciDeviceId),
+    OF(nvmlPciInfo_t, pciSubSystemId), OF(nvmlPciInfo_t, busId),
+    SZ(nvmlUtilization_t), OF(nvmlUtilization_t, gpu), OF(nvmlUtilization_t, memory),
+    SZ(nvmlMemory_t), OF(nvmlMemory_t, total), OF(nvmlMemory_t, free), OF(nvmlMemory_t, used),
+    SZ(nvmlMemory_v2_t), OF(nvmlMemory_v2_t, version), OF(nvmlMemory_v2_t, total),
+    OF(nvmlMemory_v2_t, reserved), OF(nvmlMemory_v2_t, free), OF(nvmlMemory_v2_t, used),
+    SZ(nvmlTemperature_v1_t), OF(nvmlTemperature_v1_t, version),
+    OF(nvmlTemperature_v1_t, sensorType), OF(nvmlTemperature_v1_t, temperature),
+    SZ(nvmlProcessInfo_t), OF(nvmlProcessInfo_t, pid), OF(nvmlProcessInfo_t, usedGpuMemory),
+    OF(nvmlProcessInfo_t, gpuInstanceId), OF(nvmlProcessInfo_t, computeInstanceId),
+    SZ(nvmlProcessUtilizationSample_t), OF(nvmlProcessUtilizationSample_t, pid),
+    OF(nvmlProcessUtilizationSample_t, timeStamp), OF(nvmlProcessUtilizationSample_t, smUtil),
+    OF(nvmlProcessUtilizationSample_t, memUtil), OF(nvmlProcessUtilizationSample_t, encUtil),
+    OF(nvmlProcessUtilizationSample_t, decUtil),
+    SZ(nvmlFieldValue_t), OF(nvmlFieldValue_t, fieldId), OF(nvmlFieldValue_t, scopeId),
+    OF(nvmlFieldValue_t, timestamp), OF(nvmlFieldValue_t, latencyUsec),
+    OF(nvmlFieldValue_t, valueType), OF(nvmlFieldValue_t, nvmlReturn), OF(nvmlFieldValue_t, value),
+    SZ(nvmlEventData_t), OF(nvmlEventData_t, device), OF(nvmlEventData_t, eventType),
+    OF(nvmlEventData_t, eventData), OF(nvmlEventData_t, gpuInstanceId),
+    OF(nvmlEventData_t, computeInstanceId),
+    SZ(nvmlGpmMetric_t), OF(nvmlGpmMetric_t, metricId), OF(nvmlGpmMetric_t, nvmlReturn),
+    OF(nvmlGpmMetric_t, value), OF(nvmlGpmMetric_t, metricInfo),
+    SZ(nvmlGpmMetricsGet_t), OF(nvmlGpmMetricsGet_t, version), OF(nvmlGpmMetricsGet_t, numMetrics),
+    OF(nvmlGpmMetricsGet_t, sample1), OF(nvmlGpmMetricsGet_t, sample2),
+    OF(nvmlGpmMetricsGet_t, metrics),
+    SZ(nvmlGpmSupport_t), OF(nvmlGpmSupport_t, version), OF(nvmlGpmSupport_t, isSupportedDevice),
+    /* the shared state, mirrored by tests/fakes/nvml/control.py */
+    SZ(fake_rule_t), OF(fake_rule_t, active), OF(fake_rule_t, device), OF(fake_rule_t, error),
+    OF(fake_rule_t, hang), OF(fake_rule_t, after_calls), OF(fake_rule_t, matched),
+    OF(fake_rule_t, function),
+    SZ(fake_proc_t), OF(fake_proc_t, pid), OF(fake_proc_t, gpu_instance),
+    OF(fake_proc_t, compute_instance), OF(fake_proc_t, sm_util), OF(fake_proc_t, mem_util),
+    OF(fake_proc_t, graphics), OF(fake_proc_t, used_memory),
+    SZ(fake_mig_t), OF(fake_mig_t, present), OF(fake_mig_t, gpu_instance),
+    OF(fake_mig_t, compute_instance), OF(fake_mig_t, util_percent), OF(fake_mig_t, dram_percent),
+    OF(fake_mig_t, pad), OF(fake_mig_t, memory_total), OF(fake_mig_t, memory_used),
+    OF(fake_mig_t, uuid),
+    SZ(fake_event_t), OF(fake_event_t, device), OF(fake_event_t, pad), OF(fake_event_t, type),
+    OF(fake_event_t, data),
+    SZ(fake_device_t), OF(fake_device_t, lost), OF(fake_device_t, ecc_enabled),
+    OF(fake_device_t, name), OF(fake_device_t, uuid), OF(fake_device_t, serial),
+    OF(fake_device_t, vbios), OF(fake_device_t, pci_domain), OF(fake_device_t, pci_bus),
+    OF(fake_device_t, pci_device), OF(fake_device_t, pci_device_id),
+    OF(fake_device_t, pci_subsystem_id), OF(fake_device_t, util_gpu),
+    OF(fake_device_t, util_memory), OF(fake_device_t, util_encoder),
+    OF(fake_device_t, util_decoder), OF(fake_device_t, pad_u), OF(fake_device_t, memory_total),
+    OF(fake_device_t, memory_reserved), OF(fake_device_t, memory_used),
+    OF(fake_device_t, temperature_gpu), OF(fake_device_t, temperature_memory),
+    OF(fake_device_t, power_mw), OF(fake_device_t, power_limit_mw), OF(fake_device_t, energy_mj),
+    OF(fake_device_t, energy_step_mj), OF(fake_device_t, clock_mhz),
+    OF(fake_device_t, max_clock_mhz), OF(fake_device_t, fan_count),
+    OF(fake_device_t, fan_percent), OF(fake_device_t, pstate), OF(fake_device_t, pcie_tx_kbs),
+    OF(fake_device_t, pcie_rx_kbs), OF(fake_device_t, pcie_replays), OF(fake_device_t, pcie_gen),
+    OF(fake_device_t, pcie_width), OF(fake_device_t, pcie_max_gen),
+    OF(fake_device_t, pcie_max_width), OF(fake_device_t, pad0),
+    OF(fake_device_t, clocks_event_reasons), OF(fake_device_t, violation_ns),
+    OF(fake_device_t, ecc), OF(fake_device_t, retired_pages), OF(fake_device_t, retired_pending),
+    OF(fake_device_t, remapped_corrected), OF(fake_device_t, remapped_uncorrected),
+    OF(fake_device_t, remapped_pending), OF(fake_device_t, remapped_failure),
+    OF(fake_device_t, nvlink_count), OF(fake_device_t, nvlink_active_mask),
+    OF(fake_device_t, pad1), OF(fake_device_t, nvlink_tx_kib), OF(fake_device_t, nvlink_rx_kib),
+    OF(fake_device_t, mig_mode), OF(fake_device_t, mig_pending), OF(fake_device_t, mig),
+    OF(fake_device_t, proc_count), OF(fake_device_t, pad2), OF(fake_device_t, procs),
+    OF(fake_device_t, calls),
+    SZ(fake_state_t), OF(fake_state_t, magic), OF(fake_state_t, version),
+    OF(fake_state_t, device_count), OF(fake_state_t, init_error),
+    OF(fake_state_t, driver_version), OF(fake_state_t, cuda_driver_version),
+    OF(fake_state_t, release_generation), OF(fake_state_t, hangs_entered), OF(fake_state_t, pad),
+    OF(fake_state_t, calls), OF(fake_state_t, event_head), OF(fake_state_t, event_sets),
+    OF(fake_state_t, events), OF(fake_state_t, rules), OF(fake_state_t, devices),
+};
+
+/* "struct" -> sizeof, "struct.field" -> offsetof; -1 when unknown. */
+EXPORT long fake_nvml_layout(const char *what) {
+    for (size_t i = 0; i < sizeof layout / sizeof layout[0]; i++)
+        if (strcmp(layout[i].name, what) == 0)
+            return layout[i].value;
+    return -1;
+}
+
+/* ---- init, system ---------------------------------------------------------- */
+
+EXPORT int nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    pthread_mutex_lock(&mu);
+    int rc = attach();
+    if (rc == NVML_SUCCESS && S->init_error)
+        rc = S->init_error;
+    if (rc == NVML_SUCCESS) {
+        init_count++;
+        for (int i = 0; i < FAKE_MAX_DEVICES; i++) {
+            gpu_handles[i].index = i;
+            gpu_handles[i].mig = -1;
+            for (int m = 0; m < FAKE_MAX_MIG; m++) {
+                mig_handles[i][m].index = i;
+                mig_handles[i][m].mig = m;
+            }
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+EXPORT int nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+EXPORT int nvmlInit(void) { return nvmlInitWithFlags(0); }
+
+EXPORT int nvmlShutdown(void) {
+    pthread_mutex_lock(&mu);
+    int rc = init_count > 0 ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
+    if (init_count > 0)
+        init_count--;
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+EXPORT const char *nvmlErrorString(int result) {
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
+    default: return "Unknown Error";
+    }
+}
+
+EXPORT int nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    int rc = guard(__func__, -2, 0);
+    return rc ? rc : copy_string(version, length, S->driver_version);
+}
+
+EXPORT int nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
+    int rc = guard(__func__, -2, 0);
+    return rc ? rc : copy_string(version, length, "13.580.82.07");
+}
+
+EXPORT int nvmlSystemGetCudaDriverVersion(int *version) {
+    int rc = guard(__func__, -2, 0);
+    if (rc)
+        return rc;
+    *version = S->cuda_driver_version;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlSystemGetCudaDriverVersion_v2(int *version) {
+    int rc = guard(__func__, -2, 0);
+    if (rc)
+        return rc;
+    *version = S->cuda_driver_version;
+    return NVML_SUCCESS;
+}
+
+/* ---- enumeration and identity --------------------------------------------- */
+
+EXPORT int nvmlDeviceGetCount_v2(unsigned int *count) {
+    int rc = guard(__func__, -2, 0);
+    if (rc)
+        return rc;
+    *count = S->device_count;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    if (S == NULL || init_count <= 0)
+        return NVML_ERROR_UNINITIALIZED;
+    if (index >= S->device_count || device == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    int rc = guard(__func__, (int)index, 1);
+    if (rc)
+        return rc;
+    *device = &gpu_handles[index];
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetIndex(nvmlDevice_t h, unsigned int *index) {
+    ENTER(h);
+    *index = (unsigned int)(d - S->devices);
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetName(nvmlDevice_t h, char *name, unsigned int length) {
+    ENTER_MIG(h, mig);
+    if (mig >= 0) {
+        char buf[128];
+        snprintf(buf, sizeof buf, "%s MIG %ug.slice", d->name, d->mig[mig].gpu_instance);
+        return copy_string(name, length, buf);
+    }
+    return copy_string(name, length, d->name);
+}
+
+EXPORT int nvmlDeviceGetUUID(nvmlDevice_t h, char *uuid, unsigned int length) {
+    ENTER_MIG(h, mig);
+    return copy_string(uuid, length, mig >= 0 ? d->mig[mig].uuid : d->uuid);
+}
+
+EXPORT int nvmlDeviceGetSerial(nvmlDevice_t h, char *serial, unsigned int length) {
+    ENTER(h);
+    if (d->serial[0] == '\0')
+        return NVML_ERROR_NOT_SUPPORTED;
+    return copy_string(serial, length, d->serial);
+}
+
+EXPORT int nvmlDeviceGetVbiosVersion(nvmlDevice_t h, char *version, unsigned int length) {
+    ENTER(h);
+    return copy_string(version, length, d->vbios);
+}
+
+EXPORT int nvmlDeviceGetPciInfo_v3(nvmlDevice_t h, nvmlPciInfo_t *pci) {
+    ENTER(h);
+    memset(pci, 0, sizeof(*pci));
+    pci->domain = d->pci_domain;
+    pci->bus = d->pci_bus;
+    pci->device = d->pci_device;
+    pci->pciDeviceId = d->pci_device_id;
+    pci->pciSubSystemId = d->pci_subsystem_id;
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:%02X.0", d->pci_domain & 0xFFFF,
+             d->pci_bus & 0xFF, d->pci_device & 0x1F);
+    snprintf(pci->busId, sizeof pci->busId, "%08X:%02X:%02X.0", d->pci_domain, d->pci_bus & 0xFF,
+             d->pci_device & 0x1F);
+    return NVML_SUCCESS;
+}
+
+/* ---- fast fields ---------------------------------------------------------- */
+
+EXPORT int nvmlDeviceGetUtilizationRates(nvmlDevice_t h, nvmlUtilization_t *u) {
+    ENTER(h);
+    u->gpu = d->util_gpu;
+    u->memory = d->util_memory;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetEncoderUtilization(nvmlDevice_t h, unsigned int *util, unsigned int *period) {
+    ENTER(h);
+    *util = d->util_encoder;
+    *period = 167000;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetDecoderUtilization(nvmlDevice_t h, unsigned int *util, unsigned int *period) {
+    ENTER(h);
+    *util = d->util_decoder;
+    *period = 167000;
+    return NVML_SUCCESS;
+}
+
+static void memory_of(fake_device_t *d, int mig, unsigned long long *total,
+                      unsigned long long *reserved, unsigned long long *used) {
+    if (mig >= 0) {
+        *total = d->mig[mig].memory_total;
+        *reserved = 0;
+        *used = d->mig[mig].memory_used;
+    } else {
+        *total = d->memory_total;
+        *reserved = d->memory_reserved;
+        *used = d->memory_used;
+    }
+}
+
+EXPORT int nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *m) {
+    ENTER_MIG(h, mig);
+    unsigned long long total, reserved, used;
+    memory_of(d, mig, &total, &reserved, &used);
+    /* v1 counts the driver's reservation as used. */
+    m->total = total;
+    m->used = used + reserved;
+    m->free = total - used - reserved;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t *m) {
+    ENTER_MIG(h, mig);
+    if (m->version != MEMORY_V2_VERSION)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    unsigned long long total, reserved, used;
+    memory_of(d, mig, &total, &reserved, &used);
+    m->total = total;
+    m->reserved = reserved;
+    m->used = used;
+    m->free = total - used - reserved;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetTemperature(nvmlDevice_t h, int sensor, unsigned int *temp) {
+    ENTER(h);
+    if (sensor != 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *temp = d->temperature_gpu;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetTemperatureV(nvmlDevice_t h, nvmlTemperature_v1_t *t) {
+    ENTER(h);
+    if (t->version != TEMPERATURE_V1_VERSION)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (t->sensorType != 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    t->temperature = (int)d->temperature_gpu;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetPowerUsage(nvmlDevice_t h, unsigned int *mw) {
+    ENTER(h);
+    *mw = d->power_mw;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t h, unsigned int *mw) {
+    ENTER(h);
+    *mw = d->power_limit_mw;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetPowerManagementLimit(nvmlDevice_t h, unsigned int *mw) {
+    ENTER(h);
+    *mw = d->power_limit_mw;
+    return NVML_SUCCESS;
+}
+
+static unsigned long long read_energy(fake_device_t *d) {
+    return __atomic_add_fetch(&d->energy_mj, d->energy_step_mj, __ATOMIC_ACQ_REL);
+}
+
+EXPORT int nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t h, unsigned long long *mj) {
+    ENTER(h);
+    *mj = read_energy(d);
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetClockInfo(nvmlDevice_t h, int type, unsigned int *mhz) {
+    ENTER(h);
+    if (type < 0 || type > 3)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *mhz = d->clock_mhz[type];
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetMaxClockInfo(nvmlDevice_t h, int type, unsigned int *mhz) {
+    ENTER(h);
+    if (type < 0 || type > 3)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *mhz = d->max_clock_mhz[type];
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetNumFans(nvmlDevice_t h, unsigned int *count) {
+    ENTER(h);
+    if (d->fan_count == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *count = d->fan_count;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetFanSpeed_v2(nvmlDevice_t h, unsigned int fan, unsigned int *percent) {
+    ENTER(h);
+    if (d->fan_count == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (fan >= d->fan_count || fan >= FAKE_MAX_FANS)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *percent = d->fan_percent[fan];
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetFanSpeed(nvmlDevice_t h, unsigned int *percent) {
+    ENTER(h);
+    if (d->fan_count == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *percent = d->fan_percent[0];
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetPerformanceState(nvmlDevice_t h, int *pstate) {
+    ENTER(h);
+    *pstate = (int)d->pstate;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetPowerState(nvmlDevice_t h, int *pstate) {
+    ENTER(h);
+    *pstate = (int)d->pstate;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetPcieThroughput(nvmlDevice_t h, int counter, unsigned int *kbs) {
+    ENTER(h);
+    if (counter == 0)
+        *kbs = d->pcie_tx_kbs;
+    else if (counter == 1)
+        *kbs = d->pcie_rx_kbs;
+    else
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_SUCCESS;
+}
+
+#define UINT_GETTER(fn, field)                                  \
+    EXPORT int fn(nvmlDevice_t h, unsigned int *out) {          \
+        ENTER(h);                                               \
+        *out = d->field;                                        \
+        return NVML_SUCCESS;                                    \
+    }
+
+UINT_GETTER(nvmlDeviceGetPcieReplayCounter, pcie_replays)
+UINT_GETTER(nvmlDeviceGetCurrPcieLinkGeneration, pcie_gen)
+UINT_GETTER(nvmlDeviceGetCurrPcieLinkWidth, pcie_width)
+UINT_GETTER(nvmlDeviceGetMaxPcieLinkGeneration, pcie_max_gen)
+UINT_GETTER(nvmlDeviceGetMaxPcieLinkWidth, pcie_max_width)
+
+EXPORT int nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t h, unsigned long long *reasons) {
+    ENTER(h);
+    *reasons = d->clocks_event_reasons;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t h, unsigned long long *reasons) {
+    ENTER(h);
+    *reasons = d->clocks_event_reasons;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetSupportedClocksEventReasons(nvmlDevice_t h, unsigned long long *reasons) {
+    ENTER(h);
+    *reasons = 0x1FFull;
+    return NVML_SUCCESS;
+}
+
+/* ---- field values --------------------------------------------------------- */
+
+static int violation_slot(unsigned int field) {
+    static const unsigned int ids[FAKE_VIOLATIONS] = {74, 75, 76, 77, 78, 79, 269, 270, 271};
+    for (int i = 0; i < FAKE_VIOLATIONS; i++)
+        if (ids[i] == field)
+            return i;
+    return -1;
+}
+
+static void field_value(fake_device_t *d, nvmlFieldValue_t *v) {
+    v->nvmlReturn = NVML_SUCCESS;
+    v->valueType = 3; /* unsigned long long */
+    int slot = violation_slot(v->fieldId);
+    if (slot >= 0) {
+        v->value.ullVal = d->violation_ns[slot];
+        return;
+    }
+    switch (v->fieldId) {
+    case 82: /* NVML_FI_DEV_MEMORY_TEMP */
+        if (d->temperature_memory == 0) {
+            v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            return;
+        }
+        v->valueType = 1;
+        v->value.uiVal = d->temperature_memory;
+        return;
+    case 83: /* NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION */
+        v->value.ullVal = read_energy(d);
+        return;
+    case 91: /* NVML_FI_DEV_NVLINK_LINK_COUNT */
+        v->valueType = 1;
+        v->value.uiVal = d->nvlink_count;
+        return;
+    case 94: /* NVML_FI_DEV_PCIE_REPLAY_COUNTER */
+        v->valueType = 1;
+        v->value.uiVal = d->pcie_replays;
+        return;
+    case 138: /* NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, KiB */
+    case 139: {
+        const uint64_t *counter = v->fieldId == 138 ? d->nvlink_tx_kib : d->nvlink_rx_kib;
+        if (d->nvlink_count == 0) {
+            v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        } else if (v->scopeId == 0xFFFFFFFFu) {
+            unsigned long long sum = 0;
+            for (unsigned l = 0; l < d->nvlink_count && l < FAKE_MAX_NVLINKS; l++)
+                sum += counter[l];
+            v->value.ullVal = sum;
+        } else if (v->scopeId >= d->nvlink_count || v->scopeId >= FAKE_MAX_NVLINKS) {
+            v->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT;
+        } else {
+            v->value.ullVal = counter[v->scopeId];
+        }
+        return;
+    }
+    default:
+        v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+    }
+}
+
+EXPORT int nvmlDeviceGetFieldValues(nvmlDevice_t h, int count, nvmlFieldValue_t *values) {
+    ENTER(h);
+    if (count < 0 || values == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    long long ts = (long long)now_us();
+    for (int i = 0; i < count; i++) {
+        nvmlFieldValue_t *v = &values[i];
+        v->timestamp = ts;
+        v->latencyUsec = 0;
+        /* A rule named "field:<id>" fails just that entry, as a real driver does. */
+        char name[32];
+        snprintf(name, sizeof name, "field:%u", v->fieldId);
+        int rc = rules(name, (int)(d - S->devices), 0);
+        if (rc) {
+            v->nvmlReturn = (unsigned int)rc;
+            continue;
+        }
+        field_value(d, v);
+    }
+    return NVML_SUCCESS;
+}
+
+/* ---- processes ------------------------------------------------------------ */
+
+static int process_list(fake_device_t *d, int graphics, unsigned int *count, nvmlProcessInfo_t *infos) {
+    if (count == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned n = 0;
+    unsigned total = d->proc_count > FAKE_MAX_PROCS ? FAKE_MAX_PROCS : d->proc_count;
+    for (unsigned i = 0; i < total; i++)
+        if ((int)(d->procs[i].graphics != 0) == graphics)
+            n++;
+    if (infos == NULL || *count < n) {
+        *count = n;
+        return n ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    }
+    unsigned k = 0;
+    for (unsigned i = 0; i < total; i++) {
+        fake_proc_t *p = &d->procs[i];
+        if ((int)(p->graphics != 0) != graphics)
+            continue;
+        infos[k].pid = p->pid;
+        infos[k].usedGpuMemory = p->used_memory;
+        infos[k].gpuInstanceId = p->gpu_instance;
+        infos[k].computeInstanceId = p->compute_instance;
+        k++;
+    }
+    *count = k;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t h, unsigned int *count,
+                                                   nvmlProcessInfo_t *infos) {
+    ENTER(h);
+    return process_list(d, 0, count, infos);
+}
+
+EXPORT int nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t h, unsigned int *count,
+                                                    nvmlProcessInfo_t *infos) {
+    ENTER(h);
+    return process_list(d, 1, count, infos);
+}
+
+EXPORT int nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessUtilizationSample_t *samples,
+                                           unsigned int *count, unsigned long long lastSeen) {
+    ENTER(h);
+    if (count == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned long long ts = now_us();
+    unsigned n = d->proc_count > FAKE_MAX_PROCS ? FAKE_MAX_PROCS : d->proc_count;
+    /* The driver keeps samples only for newer-than-lastSeen windows. */
+    if (n == 0 || lastSeen >= ts)
+        return NVML_ERROR_NOT_FOUND;
+    if (samples == NULL || *count < n) {
+        *count = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        samples[i].pid = d->procs[i].pid;
+        samples[i].timeStamp = ts;
+        samples[i].smUtil = d->procs[i].sm_util;
+        samples[i].memUtil = d->procs[i].mem_util;
+        samples[i].encUtil = 0;
+        samples[i].decUtil = 0;
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+/* ---- slow fields ------------------------------------------------------------ */
+
+EXPORT int nvmlDeviceGetTotalEccErrors(nvmlDevice_t h, int type, int counter, unsigned long long *count) {
+    ENTER(h);
+    if (!d->ecc_enabled)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (type < 0 || type > 1 || counter < 0 || counter > 1)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *count = d->ecc[type][counter];
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetRetiredPages(nvmlDevice_t h, int cause, unsigned int *count,
+                                     unsigned long long *addresses) {
+    ENTER(h);
+    if (cause < 0 || cause > 1 || count == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned n = d->retired_pages[cause];
+    if (addresses == NULL || *count < n) {
+        *count = n;
+        return n ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    }
+    for (unsigned i = 0; i < n; i++)
+        addresses[i] = 0x100000ull * (i + 1) + (unsigned long long)cause;
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t h, int *pending) {
+    ENTER(h);
+    *pending = d->retired_pending ? 1 : 0;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetRemappedRows(nvmlDevice_t h, unsigned int *corr, unsigned int *unc,
+                                     unsigned int *pending, unsigned int *failure) {
+    ENTER(h);
+    *corr = d->remapped_corrected;
+    *unc = d->remapped_uncorrected;
+    *pending = d->remapped_pending;
+    *failure = d->remapped_failure;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetNvLinkState(nvmlDevice_t h, unsigned int link, unsigned int *active) {
+    ENTER(h);
+    if (d->nvlink_count == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= d->nvlink_count || link >= FAKE_MAX_NVLINKS)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *active = (d->nvlink_active_mask >> link) & 1u;
+    return NVML_SUCCESS;
+}
+
+/* ---- MIG ---------------------------------------------------------------------- */
+
+EXPORT int nvmlDeviceGetMigMode(nvmlDevice_t h, unsigned int *current, unsigned int *pending) {
+    ENTER(h);
+    *current = d->mig_mode;
+    *pending = d->mig_pending;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t h, unsigned int *count) {
+    ENTER(h);
+    *count = d->mig_mode ? FAKE_MAX_MIG : 0;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t h, unsigned int index, nvmlDevice_t *mig) {
+    ENTER(h);
+    if (!d->mig_mode)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (index >= FAKE_MAX_MIG || mig == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->mig[index].present)
+        return NVML_ERROR_NOT_FOUND;
+    *mig = &mig_handles[d - S->devices][index];
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceIsMigDeviceHandle(nvmlDevice_t h, unsigned int *isMig) {
+    ENTER_MIG(h, mig);
+    (void)d;
+    *isMig = mig >= 0;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetGpuInstanceId(nvmlDevice_t h, unsigned int *id) {
+    ENTER_MIG(h, mig);
+    if (mig < 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *id = d->mig[mig].gpu_instance;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetComputeInstanceId(nvmlDevice_t h, unsigned int *id) {
+    ENTER_MIG(h, mig);
+    if (mig < 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *id = d->mig[mig].compute_instance;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t h, nvmlDevice_t *parent) {
+    ENTER_MIG(h, mig);
+    if (mig < 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *parent = &gpu_handles[d - S->devices];
+    return NVML_SUCCESS;
+}
+
+/* ---- GPM (per GPU-instance utilization on MIG) -------------------------------- */
+
+EXPORT int nvmlGpmQueryDeviceSupport(nvmlDevice_t h, nvmlGpmSupport_t *support) {
+    ENTER(h);
+    if (support->version != 1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    support->isSupportedDevice = 1;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlGpmSampleAlloc(nvmlGpmSample_t *sample) {
+    int rc = guard(__func__, -2, 0);
+    if (rc)
+        return rc;
+    *sample = calloc(1, sizeof(struct fake_gpm_sample));
+    return *sample ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+}
+
+EXPORT int nvmlGpmSampleFree(nvmlGpmSample_t sample) {
+    free(sample);
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlGpmMigSampleGet(nvmlDevice_t h, unsigned int gpuInstanceId, nvmlGpmSample_t sample) {
+    ENTER(h);
+    if (sample == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (int m = 0; m < FAKE_MAX_MIG; m++) {
+        fake_mig_t *g = &d->mig[m];
+        if (d->mig_mode && g->present && g->gpu_instance == gpuInstanceId) {
+            sample->valid = 1;
+            sample->device = (int)(d - S->devices);
+            sample->gpu_instance = gpuInstanceId;
+            sample->taken_us = now_us();
+            sample->util = g->util_percent;
+            sample->sm = g->util_percent;
+            sample->dram = g->dram_percent;
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+EXPORT int nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m) {
+    int rc = guard(__func__, -2, 0);
+    if (rc)
+        return rc;
+    if (m->version != 1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (m->numMetrics > NVML_GPM_METRIC_MAX || m->sample1 == NULL || m->sample2 == NULL ||
+        !m->sample1->valid || !m->sample2->valid)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned i = 0; i < m->numMetrics; i++) {
+        nvmlGpmMetric_t *metric = &m->metrics[i];
+        metric->nvmlReturn = NVML_SUCCESS;
+        switch (metric->metricId) {
+        case 1: metric->value = m->sample2->util; break; /* GRAPHICS_UTIL */
+        case 2: metric->value = m->sample2->sm; break;   /* SM_UTIL */
+        case 10: metric->value = m->sample2->dram; break; /* DRAM_BW_UTIL */
+        default: metric->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        }
+    }
+    return NVML_SUCCESS;
+}
+
+/* ---- events ------------------------------------------------------------------- */
+
+EXPORT int nvmlEventSetCreate(nvmlEventSet_t *set) {
+    int rc = guard(__func__, -2, 0);
+    if (rc)
+        return rc;
+    struct fake_event_set *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NVML_ERROR_UNKNOWN;
+    s->cursor = __atomic_load_n(&S->event_head, __ATOMIC_ACQUIRE);
+    __atomic_add_fetch(&S->event_sets, 1, __ATOMIC_ACQ_REL);
+    *set = s;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetSupportedEventTypes(nvmlDevice_t h, unsigned long long *types) {
+    ENTER(h);
+    *types = SUPPORTED_EVENTS;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceRegisterEvents(nvmlDevice_t h, unsigned long long types, nvmlEventSet_t set) {
+    ENTER(h);
+    if (set == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (types & ~SUPPORTED_EVENTS)
+        return NVML_ERROR_NOT_SUPPORTED;
+    set->types[d - S->devices] |= types;
+    return NVML_SUCCESS;
+}
+
+static int next_event(struct fake_event_set *set, nvmlEventData_t *data) {
+    uint64_t head = __atomic_load_n(&S->event_head, __ATOMIC_ACQUIRE);
+    if (head - set->cursor > FAKE_MAX_EVENTS)
+        set->cursor = head - FAKE_MAX_EVENTS; /* the ring overflowed: the oldest are gone */
+    while (set->cursor < head) {
+        fake_event_t *e = &S->events[set->cursor % FAKE_MAX_EVENTS];
+        set->cursor++;
+        if (e->device < S->device_count && (set->types[e->device] & e->type)) {
+            data->device = &gpu_handles[e->device];
+            data->eventType = e->type;
+            data->eventData = e->data;
+            data->gpuInstanceId = 0xFFFFFFFFu;
+            data->computeInstanceId = 0xFFFFFFFFu;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+EXPORT int nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+    int rc = guard(__func__, -2, 0);
+    if (rc)
+        return rc;
+    if (set == NULL || data == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned long long deadline = now_us() + 1000ull * timeoutms;
+    for (;;) {
+        if (next_event(set, data))
+            return NVML_SUCCESS;
+        if (now_us() >= deadline)
+            return NVML_ERROR_TIMEOUT;
+        struct timespec pause = {0, 5 * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+}
+
+EXPORT int nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+    return nvmlEventSetWait_v2(set, data, timeoutms);
+}
+
+EXPORT int nvmlEventSetFree(nvmlEventSet_t set) {
+    free(set);
+    return NVML_SUCCESS;
+}

@@ -1,0 +1,130 @@
+/*
+ * Shared state of the fake libnvidia-ml.so.1: one fixed C struct in a file
+ * that the fake mmaps (path in $FAKE_NVML_STATE) and the Python control helper
+ * (tests/fakes/nvml/control.py) maps too. Writes from a test apply at once, even
+ * to a daemon's worker process. Every field is a fixed-width type, laid out so
+ * that no padding is implicit; tests/unit/test_fake_nvml_layout.py checks the
+ * Python mirror against fake_nvml_layout() field by field. Explicit pad
+ * fields keep every 64-bit member 8-byte aligned without implicit padding.
+ */
+#ifndef NVML_FAKE_STATE_H
+#define NVML_FAKE_STATE_H
+
+#include <stdint.h>
+
+#define FAKE_NVML_MAGIC 0x4E564D4Cu /* "NVML" */
+#define FAKE_NVML_VERSION 1u
+#define FAKE_MAX_DEVICES 16
+#define FAKE_MAX_RULES 32
+#define FAKE_MAX_PROCS 16
+#define FAKE_MAX_MIG 7
+#define FAKE_MAX_EVENTS 64
+#define FAKE_MAX_NVLINKS 18
+#define FAKE_MAX_FANS 4
+#define FAKE_VIOLATIONS 9
+#define FAKE_FN_LEN 64
+
+/* A fault rule: calls of `function` ("*" = any) on `device` (-1 = any, -2 = calls
+ * that take no device) return `error` and/or hang until released, once more than
+ * `after_calls` matching calls were made. */
+typedef struct {
+    int32_t active;
+    int32_t device;
+    int32_t error;
+    int32_t hang;
+    uint32_t after_calls;
+    uint32_t matched; /* written by the fake */
+    char function[FAKE_FN_LEN];
+} fake_rule_t;
+
+typedef struct {
+    uint32_t pid;
+    uint32_t gpu_instance;     /* 0xFFFFFFFF without MIG */
+    uint32_t compute_instance; /* 0xFFFFFFFF without MIG */
+    uint32_t sm_util;          /* percent, for nvmlDeviceGetProcessUtilization */
+    uint32_t mem_util;
+    uint32_t graphics;         /* 1: listed by GetGraphicsRunningProcesses instead of Compute */
+    uint64_t used_memory;      /* bytes; 0xFFFFFFFFFFFFFFFF = not available */
+} fake_proc_t;
+
+typedef struct {
+    uint32_t present;
+    uint32_t gpu_instance;
+    uint32_t compute_instance;
+    uint32_t util_percent; /* GPM graphics utilization */
+    uint32_t dram_percent; /* GPM DRAM bandwidth utilization */
+    uint32_t pad;
+    uint64_t memory_total;
+    uint64_t memory_used;
+    char uuid[48];
+} fake_mig_t;
+
+typedef struct {
+    uint32_t device;
+    uint32_t pad;
+    uint64_t type; /* nvmlEventType* bit */
+    uint64_t data; /* XID code for 0x8 */
+} fake_event_t;
+
+typedef struct {
+    uint32_t lost;          /* 0 ok; 1 every call GPU_IS_LOST; 2 handle lookups still work */
+    uint32_t ecc_enabled;
+    char name[96];
+    char uuid[96];
+    char serial[32];
+    char vbios[32];
+    uint32_t pci_domain, pci_bus, pci_device, pci_device_id, pci_subsystem_id;
+    uint32_t util_gpu, util_memory, util_encoder, util_decoder; /* percent */
+    uint32_t pad_u;
+    uint64_t memory_total, memory_reserved, memory_used;        /* bytes; free is the rest */
+    uint32_t temperature_gpu, temperature_memory;               /* C */
+    uint32_t power_mw, power_limit_mw;
+    uint64_t energy_mj;
+    uint64_t energy_step_mj; /* added on every energy read */
+    uint32_t clock_mhz[4];   /* graphics, sm, memory, video */
+    uint32_t max_clock_mhz[4];
+    uint32_t fan_count;
+    uint32_t fan_percent[FAKE_MAX_FANS];
+    uint32_t pstate;
+    uint32_t pcie_tx_kbs, pcie_rx_kbs, pcie_replays;
+    uint32_t pcie_gen, pcie_width, pcie_max_gen, pcie_max_width;
+    uint32_t pad0;
+    uint64_t clocks_event_reasons;
+    /* field ids 74 75 76 77 78 79 269 270 271, nanoseconds */
+    uint64_t violation_ns[FAKE_VIOLATIONS];
+    uint64_t ecc[2][2]; /* [corrected, uncorrected][volatile, aggregate] */
+    uint32_t retired_pages[2]; /* [multiple single bit, double bit] */
+    uint32_t retired_pending;
+    uint32_t remapped_corrected, remapped_uncorrected, remapped_pending, remapped_failure;
+    uint32_t nvlink_count;
+    uint32_t nvlink_active_mask;
+    uint32_t pad1;
+    uint64_t nvlink_tx_kib[FAKE_MAX_NVLINKS];
+    uint64_t nvlink_rx_kib[FAKE_MAX_NVLINKS];
+    uint32_t mig_mode, mig_pending;
+    fake_mig_t mig[FAKE_MAX_MIG];
+    uint32_t proc_count;
+    uint32_t pad2;
+    fake_proc_t procs[FAKE_MAX_PROCS];
+    uint64_t calls; /* NVML calls made on this device (written by the fake) */
+} fake_device_t;
+
+typedef struct {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t device_count;
+    int32_t init_error;          /* nvmlInit* returns this when non-zero */
+    char driver_version[80];
+    int32_t cuda_driver_version; /* e.g. 12080 */
+    uint32_t release_generation; /* bump to release every hung call */
+    uint32_t hangs_entered;      /* counts calls that started hanging (written by the fake) */
+    uint32_t pad;
+    uint64_t calls;              /* every NVML call (written by the fake) */
+    uint64_t event_head;         /* events written so far; ring index = head % FAKE_MAX_EVENTS */
+    uint64_t event_sets;         /* event sets created (written by the fake) */
+    fake_event_t events[FAKE_MAX_EVENTS];
+    fake_rule_t rules[FAKE_MAX_RULES];
+    fake_device_t devices[FAKE_MAX_DEVICES];
+} fake_state_t;
+
+#endif

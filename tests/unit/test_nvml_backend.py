@@ -1,0 +1,365 @@
+"""The NVML backend in-process, driving the real pynvml against the fake library.
+
+pynvml loads one libnvidia-ml.so.1 per process for good, so every test here
+shares one fake (pre-loaded by absolute path, SONAME trick) and resets its
+state; scenarios that need a process of their own live in tests/e2e.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pynvml
+import pytest
+
+from exporter.backends.base import BackendError, BackendUnavailable
+from exporter.backends.nvml import NvmlBackend
+from exporter.sources.device import parse_inventory, parse_readings
+from exporter.workers.protocol import decode, encode
+from tests.fakes.nvml import control
+from tests.fakes.nvml.control import FakeNvml, MigInstance, Process
+
+
+@pytest.fixture(scope="session")
+def shared_fake(fake_nvml_lib, tmp_path_factory) -> FakeNvml:
+    path = tmp_path_factory.mktemp("nvml-inproc") / "state"
+    fake = FakeNvml.create(fake_nvml_lib, path, 2)
+    ctypes.CDLL(str(fake_nvml_lib), mode=ctypes.RTLD_GLOBAL)
+    saved = os.environ.get("FAKE_NVML_STATE")
+    os.environ["FAKE_NVML_STATE"] = str(path)
+    try:
+        pynvml.nvmlInit()  # the fake maps its state file at the first init of the process
+        pynvml.nvmlShutdown()
+    finally:
+        if saved is None:
+            del os.environ["FAKE_NVML_STATE"]
+        else:
+            os.environ["FAKE_NVML_STATE"] = saved
+    return fake
+
+
+@pytest.fixture
+def fake(shared_fake) -> Iterator[FakeNvml]:
+    shared_fake.reset(2)
+    yield shared_fake
+    shared_fake.clear_rules()
+    shared_fake.release()
+
+
+@pytest.fixture
+def backend() -> Iterator[Any]:
+    made: list[NvmlBackend] = []
+
+    def make(**config: Any) -> NvmlBackend:
+        b = NvmlBackend({"events": False, **config})
+        made.append(b)
+        return b
+
+    yield make
+    for b in made:
+        b.close()
+
+
+def started(backend, **config: Any) -> NvmlBackend:
+    b = backend(**config)
+    b.bootstrap()
+    return b
+
+
+def poll(b: NvmlBackend, *, slow: bool = True, processes: bool = False) -> dict[str, Any]:
+    return b.handle("poll", {"slow": slow, "processes": processes, "events": True})
+
+
+def values(reply: dict[str, Any]) -> dict[tuple[str, tuple[str, ...]], float]:
+    reply = decode(encode({"type": "result", "result": reply})[4:])["result"]  # as on the wire
+    readings = parse_readings(reply["readings"], "readings")
+    readings += parse_readings(reply.get("slow_readings", []), "slow_readings")
+    out = {}
+    for r in readings:
+        key = (r.metric, r.labels)
+        assert key not in out, f"duplicate series {key}"
+        out[key] = r.value
+    return out
+
+
+def test_inventory_has_identity_and_info_labels(fake, backend):
+    b = backend()
+    vendor, devices = parse_inventory(b.bootstrap())
+    assert vendor == "nvidia"
+    assert [d.device for d in devices] == ["0", "1"]
+    assert devices[1].uuid == fake.uuid(1)
+    info = dict(devices[1].info)
+    assert info == {
+        "model": "NVIDIA H100 80GB HBM3",
+        "pci_bus_id": "00000000:24:00.0",
+        "serial": "1654922001001",
+        "vbios": "96.00.99.00.02",
+        "driver_version": "580.82.07",
+        "cuda_driver_version": "12.8",
+        "mig_mode": "disabled",
+    }
+
+
+def test_poll_converts_units_exactly(fake, backend):
+    dev = fake.device(0)
+    dev.util_gpu, dev.util_memory, dev.util_encoder = 73, 41, 5
+    dev.power_mw, dev.power_limit_mw, dev.energy_mj = 287654, 650000, 98765432
+    dev.memory_total, dev.memory_reserved, dev.memory_used = 80 << 30, 512 << 20, 3 << 30
+    dev.pcie_tx_kbs, dev.pcie_rx_kbs = 1500, 300
+    dev.violation_ns[0] = 2_500_000_000
+    dev.nvlink_tx_kib[2] = 7
+    dev.nvlink_active_mask = 0b101
+    dev.ecc[1][1] = 4
+    dev.clocks_event_reasons = 0x40
+    b = started(backend)
+    v = values(poll(b))
+    ident = ("0", fake.uuid(0))
+    assert v[("accel_utilization_ratio", ident)] == 0.73
+    assert v[("accel_memory_bandwidth_utilization_ratio", ident)] == 0.41
+    assert v[("accel_encoder_utilization_ratio", ident)] == 0.05
+    assert v[("accel_power_watts", ident)] == 287.654
+    assert v[("accel_power_limit_watts", ident)] == 650.0
+    assert v[("accel_energy_joules_total", ident)] == 98765.432
+    assert v[("accel_memory_total_bytes", ident)] == 80 * 2**30
+    assert v[("accel_memory_reserved_bytes", ident)] == 512 * 2**20
+    assert v[("accel_memory_used_bytes", ident)] == 3 * 2**30
+    assert v[("accel_memory_free_bytes", ident)] == 80 * 2**30 - 512 * 2**20 - 3 * 2**30
+    assert v[("accel_temperature_celsius", (*ident, "gpu"))] == 34
+    assert v[("accel_temperature_celsius", (*ident, "memory"))] == 40
+    assert v[("accel_clock_hertz", (*ident, "sm"))] == 1755e6
+    assert v[("accel_clock_max_hertz", (*ident, "video"))] == 1965e6
+    assert v[("accel_pcie_tx_bytes_per_second", ident)] == 1500 * 1024
+    assert v[("accel_pcie_rx_bytes_per_second", ident)] == 300 * 1024
+    assert v[("accel_clock_violation_seconds_total", (*ident, "sw_power_cap"))] == 2.5
+    assert v[("accel_clock_throttle_active", (*ident, "hw_thermal_slowdown"))] == 1
+    assert v[("accel_clock_throttle_active", (*ident, "sw_power_cap"))] == 0
+    assert v[("accel_ecc_errors_total", (*ident, "uncorrected", "aggregate"))] == 4
+    assert v[("accel_nvlink_up", (*ident, "1"))] == 0
+    assert v[("accel_nvlink_up", (*ident, "2"))] == 1
+    assert v[("accel_nvlink_tx_bytes_total", (*ident, "2"))] == 7 * 1024
+    assert ("accel_nvlink_tx_bytes_total", (*ident, "1")) not in v  # link down: not read
+    assert v[("accel_performance_state", ident)] == 0
+    assert v[("accel_pcie_link_generation", ident)] == 5
+    assert v[("accel_retired_pages", (*ident, "double_bit_ecc"))] == 0
+    assert v[("accel_remapped_rows", (*ident, "uncorrected"))] == 0
+
+
+def test_not_supported_and_sentinels_are_omitted_not_exported(fake, backend):
+    fake.add_rule("nvmlDeviceGetPowerUsage", device=0, error=control.NOT_SUPPORTED)
+    fake.add_rule("field:82", device=0, error=control.NOT_SUPPORTED)
+    fake.device(0).clock_mhz[2] = 0xFFFFFFFF
+    fake.device(0).util_decoder = 0xFFFFFFFF
+    fake.device(0).ecc_enabled = 0
+    b = started(backend)
+    reply = poll(b)
+    assert [d["up"] for d in reply["devices"]] == [True, True]
+    v = values(reply)
+    ident = ("0", fake.uuid(0))
+    assert ("accel_power_watts", ident) not in v
+    assert ("accel_temperature_celsius", (*ident, "memory")) not in v
+    assert ("accel_clock_hertz", (*ident, "memory")) not in v
+    assert ("accel_decoder_utilization_ratio", ident) not in v
+    assert not [k for k in v if k[0] == "accel_ecc_errors_total" and k[1][:2] == ident]
+    assert not [k for k in v if k[0] == "accel_fan_speed_ratio"]  # datacenter: no fans
+    assert ("accel_clock_hertz", (*ident, "sm")) in v
+    assert v[("accel_power_watts", ("1", fake.uuid(1)))] == 313.456
+    # Not-supported is a fact, not an error: nothing counted.
+    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+
+
+def test_lost_gpu_is_down_and_others_unaffected(fake, backend):
+    b = started(backend)
+    before = values(poll(b))
+    fake.device(1).lost = 1
+    calls = fake.device(1).calls
+    reply = poll(b, slow=False)
+    assert reply["devices"][0] == {"uuid": fake.uuid(0), "up": True, "reason": ""}
+    assert reply["devices"][1] == {"uuid": fake.uuid(1), "up": False, "reason": "gpu_lost"}
+    assert fake.device(1).calls - calls == 1  # a lost GPU costs one call per poll
+    v = values(reply)
+    assert not [k for k in v if k[1][:2] == ("1", fake.uuid(1))]
+    fast_before = {k: x for k, x in before.items() if k[1][0] == "0" and k in v}
+    assert fast_before and all(v[k] == x for k, x in fast_before.items())
+    fake.device(1).lost = 0
+    assert [d["up"] for d in poll(b)["devices"]] == [True, True]
+
+
+def test_error_code_degrades_one_field_and_is_counted(fake, backend):
+    fake.add_rule("nvmlDeviceGetTotalEnergyConsumption", device=1, error=control.UNKNOWN)
+    b = started(backend)
+    reply = poll(b)
+    assert [d["up"] for d in reply["devices"]] == [True, True]
+    v = values(reply)
+    ident = ("1", fake.uuid(1))
+    assert ("accel_energy_joules_total", ident) not in v
+    assert ("accel_power_watts", ident) in v
+    assert v[("accel_nvml_field_errors_total", (*ident, "unknown"))] == 1
+    v = values(poll(b))
+    assert v[("accel_nvml_field_errors_total", (*ident, "unknown"))] == 2
+
+
+def test_device_answering_nothing_is_down_with_the_error(fake, backend):
+    fake.add_rule("*", device=0, error=control.UNKNOWN, after_calls=40)  # bootstrap succeeds
+    b = started(backend)
+    reply = poll(b)
+    reply = poll(b)
+    assert reply["devices"][0] == {"uuid": fake.uuid(0), "up": False, "reason": "unknown"}
+    assert reply["devices"][1]["up"] is True
+
+
+def test_reset_required_is_device_fatal(fake, backend):
+    b = started(backend)
+    fake.add_rule("nvmlDeviceGetUtilizationRates", device=0, error=control.RESET_REQUIRED)
+    reply = poll(b)
+    assert reply["devices"][0]["reason"] == "reset_required"
+
+
+def test_gpu_lost_before_bootstrap_stays_in_inventory_as_down(fake, backend):
+    fake.device(0).lost = 1
+    b = backend()
+    _, devices = parse_inventory(b.bootstrap())
+    assert [d.uuid for d in devices] == ["unidentified-0", fake.uuid(1)]
+    reply = poll(b)
+    assert reply["devices"][0] == {"uuid": "unidentified-0", "up": False, "reason": "gpu_lost"}
+    assert reply["devices"][1]["up"] is True
+
+
+def test_init_failures_are_unavailable_or_errors(fake, backend):
+    fake.state.init_error = control.DRIVER_NOT_LOADED
+    with pytest.raises(BackendUnavailable) as unavailable:
+        backend().bootstrap()
+    assert unavailable.value.reason == "driver_not_loaded"
+    fake.state.init_error = control.LIB_RM_VERSION_MISMATCH
+    with pytest.raises(BackendError) as error:
+        backend().bootstrap()
+    assert error.value.reason == "driver_mismatch"
+    assert not isinstance(error.value, BackendUnavailable)
+    fake.state.init_error = 0
+
+
+def test_older_driver_falls_back_to_memory_v1_and_legacy_temperature(fake, backend):
+    fake.add_rule("nvmlDeviceGetMemoryInfo_v2", error=13)  # FUNCTION_NOT_FOUND
+    fake.add_rule("nvmlDeviceGetTemperatureV", error=13)
+    b = started(backend)
+    v = values(poll(b))
+    ident = ("0", fake.uuid(0))
+    assert ("accel_memory_reserved_bytes", ident) not in v
+    assert v[("accel_memory_used_bytes", ident)] == (1 << 30) + (512 << 20)  # v1 counts reserved
+    assert v[("accel_temperature_celsius", (*ident, "gpu"))] == 34
+    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+
+
+def test_processes_two_call_protocol_and_per_process_series(fake, backend):
+    fake.set_processes(
+        0,
+        [
+            Process(4242, used_memory=3 << 30, sm_util=55),
+            Process(5151, used_memory=control.NOT_AVAILABLE_U64, sm_util=7),
+            Process(6060, used_memory=1 << 20, graphics=True),
+        ],
+    )
+    b = started(backend)
+    counted = values(poll(b, processes=False))
+    ident = ("0", fake.uuid(0))
+    assert counted[("accel_processes", ident)] == 3
+    assert not [k for k in counted if k[0] == "accel_process_memory_bytes"]
+    v = values(poll(b, processes=True))
+    assert v[("accel_process_memory_bytes", (*ident, "4242"))] == 3 * 2**30
+    assert ("accel_process_memory_bytes", (*ident, "5151")) not in v  # not available
+    assert v[("accel_process_memory_bytes", (*ident, "6060"))] == 2**20
+    assert v[("accel_process_sm_utilization_ratio", (*ident, "4242"))] == 0.55
+    assert v[("accel_processes", ("1", fake.uuid(1)))] == 0
+    # The next poll passes the last sample time: samples are only newer ones.
+    gpu = b.gpus[0]
+    assert gpu.last_process_sample > 0
+
+
+def test_mig_instances_memory_and_gpm_utilization(fake, backend):
+    fake.set_mig(
+        1,
+        [
+            MigInstance(
+                1,
+                0,
+                memory_total=20 << 30,
+                memory_used=5 << 30,
+                util_percent=60,
+                dram_percent=25,
+                uuid="MIG-11111111-2222-3333-4444-555555555555",
+            ),
+            MigInstance(2, 0, memory_total=10 << 30, memory_used=1 << 30, util_percent=10),
+        ],
+    )
+    b = backend()
+    _, devices = parse_inventory(b.bootstrap())
+    assert dict(devices[1].info)["mig_mode"] == "enabled"
+    first = values(poll(b))
+    ident = ("1", fake.uuid(1))
+    assert (
+        first[
+            (
+                "accel_mig_device_info",
+                (*ident, "1", "0", "MIG-11111111-2222-3333-4444-555555555555"),
+            )
+        ]
+        == 1
+    )
+    assert first[("accel_mig_memory_used_bytes", (*ident, "1", "0"))] == 5 * 2**30
+    assert first[("accel_mig_memory_total_bytes", (*ident, "2", "0"))] == 10 * 2**30
+    assert ("accel_mig_utilization_ratio", (*ident, "1")) not in first  # needs two samples
+    second = values(poll(b, slow=False))
+    assert second[("accel_mig_utilization_ratio", (*ident, "1"))] == 0.6
+    assert second[("accel_mig_memory_bandwidth_utilization_ratio", (*ident, "1"))] == 0.25
+    assert second[("accel_mig_utilization_ratio", (*ident, "2"))] == 0.1
+    # An instance destroyed: gone at the next slow poll.
+    fake.device(1).mig[1].present = 0
+    third = values(poll(b))
+    assert not [k for k in third if k[0].startswith("accel_mig") and k[1][2] == "2"]
+
+
+def test_xid_events_are_counted_without_delaying_polls(fake, backend):
+    b = started(backend, events=True)
+    assert b.events is not None and b.events.registered == 2
+    fake.inject_xid(1, 79)
+    fake.inject_xid(1, 79)
+    fake.inject_xid(0, 48)
+    fake.inject_event(0, control.EVENT_DOUBLE_BIT_ECC)
+
+    def xid_count() -> float | None:
+        return values(poll(b, slow=False)).get(
+            ("accel_xid_errors_total", ("1", fake.uuid(1), "79"))
+        )
+
+    deadline = time.monotonic() + 20
+    while xid_count() != 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    v = values(poll(b, slow=False))
+    assert v[("accel_xid_errors_total", ("1", fake.uuid(1), "79"))] == 2
+    assert v[("accel_xid_errors_total", ("0", fake.uuid(0), "48"))] == 1
+    assert v[("accel_device_events_total", ("0", fake.uuid(0), "double_bit_ecc"))] == 1
+    stamp = v[("accel_xid_last_timestamp_seconds", ("1", fake.uuid(1), "79"))]
+    assert abs(stamp - time.time()) < 600
+    # The event thread sits in nvmlEventSetWait (500 ms) all the time; polls do not wait for it.
+    began = time.monotonic()
+    for _ in range(10):
+        poll(b, slow=False)
+    per_poll = (time.monotonic() - began) / 10
+    assert per_poll / (b.events.wait_ms / 1000) < 0.5
+
+
+def test_close_stops_the_event_thread(fake, backend):
+    b = started(backend, events=True)
+    assert any(t.name == "nvml-events" for t in threading.enumerate())
+    b.close()
+    assert not any(t.name == "nvml-events" and t.is_alive() for t in threading.enumerate())
+
+
+def test_unknown_operation_is_an_error(fake, backend):
+    b = started(backend)
+    with pytest.raises(BackendError):
+        b.handle("reset", {})

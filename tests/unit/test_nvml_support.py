@@ -1,0 +1,69 @@
+"""Pure helpers of the NVML backend: value decoding, sentinels, emission."""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import pytest
+
+from exporter.backends import nvml_support as nv
+from exporter.backends.nvml_support import Emitter
+
+
+def raw(fmt: str, value) -> int:
+    data = struct.pack(fmt, value).ljust(8, b"\0")
+    return struct.unpack("=Q", data)[0]
+
+
+@pytest.mark.parametrize(
+    ("kind", "fmt", "value", "expected"),
+    [
+        (0, "=d", 2.5, 2.5),
+        (1, "=I", 4000000000, 4000000000.0),
+        (3, "=Q", 2**40 + 3, float(2**40 + 3)),
+        (4, "=q", -7, -7.0),
+        (5, "=i", -3, -3.0),
+        (6, "=H", 1234, 1234.0),
+        (6, "=H", 0xFFFF, float(nv.U32_MAX)),  # all-ones ushort becomes the u32 sentinel
+    ],
+)
+def test_union_values_by_type(kind, fmt, value, expected):
+    assert nv.union_value(kind, raw(fmt, value)) == expected
+
+
+def test_uint_ignores_upper_bytes_of_the_union():
+    assert nv.union_value(1, (0xDEAD << 32) | 17) == 17.0
+
+
+@pytest.mark.parametrize("value", [nv.U32_MAX, nv.U64_MAX, -1, math.inf, math.nan])
+def test_sentinels_are_never_emitted(value):
+    out = Emitter(["0", "GPU-x"])
+    out.add("accel_power_watts", value, scale=1e-3)
+    assert out.out == []
+
+
+def test_ratio_rejects_out_of_range_percentages():
+    out = Emitter(["0", "GPU-x"])
+    out.ratio("accel_utilization_ratio", 101)
+    out.ratio("accel_utilization_ratio", 0)
+    out.ratio("accel_fan_speed_ratio", 55, "1")
+    assert out.out == [
+        ("accel_utilization_ratio", ["0", "GPU-x"], 0.0),
+        ("accel_fan_speed_ratio", ["0", "GPU-x", "1"], 0.55),
+    ]
+
+
+def test_labels_are_shared_per_dimension_value():
+    cache: dict = {}
+    a, b = Emitter(["0", "u"], cache), Emitter(["0", "u"], cache)
+    assert a.labels_for("gpu") is b.labels_for("gpu")
+    assert a.labels_with("1", "0") == ["0", "u", "1", "0"]
+
+
+def test_reasons_and_cuda_version():
+    assert nv.reason_of(15) == "gpu_lost"
+    assert nv.reason_of(12345) == "nvml_error_12345"
+    assert nv.cuda_version(12080) == "12.8"
+    assert nv.cuda_version(13000) == "13.0"
+    assert nv.text(b"GPU-1\x00 ") == "GPU-1"
