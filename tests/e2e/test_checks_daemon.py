@@ -6,20 +6,15 @@ asked, through the CLI, what it makes of them.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import structlog
 
 from exporter.cli import main
+from tests.helpers.cli import run_cli
 from tests.helpers.daemon import value
-
-REPO = Path(__file__).resolve().parents[2]
-# The other auto sources have nothing to find here; keep them out of the way.
-QUIET = {name: {"enabled": False} for name in ("amdsmi", "ccl_ras", "ccl_inspector")}
+from tests.helpers.workload import QUIET
 
 
 @pytest.fixture(autouse=True)
@@ -136,18 +131,10 @@ def test_checks_follow_the_gpus(daemon_factory, fake_nvml, capsys):
 
 def test_local_mode_polls_the_library_itself(fake_nvml):
     fake = fake_nvml(3)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_EXPORTER_")}
-    env.update(fake.env(), PYTHONPATH=str(REPO))
+    env = fake.env()
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "exporter", "check", *args, "--local"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=str(REPO),
-        )
+        return run_cli("check", *args, "--local", env=env)
 
     ok = run("gpu-count", "--expected", "3")
     assert ok.returncode == 0, ok.stdout + ok.stderr

@@ -3,25 +3,17 @@
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
-import pytest
-
 from tests.fakes.kubelet import FakeContainer, FakeKubelet, FakePod
 from tests.fakes.nvml.control import MigInstance, Process
 from tests.helpers.daemon import value
 from tests.helpers.fakeproc import CID, POD_UID, POD_UID2, FakeProc, k8s_v2_systemd, slurm_v1
+from tests.helpers.workload import QUIET, enrich, job_row, process_row, workload_row
 
 CID_B = "b" * 64
-# The other auto sources have nothing to find here; keep them out of the way.
-QUIET = {name: {"enabled": False} for name in ("amdsmi", "ccl_ras", "ccl_inspector")}
-
-
-@pytest.fixture
-def sock_dir():
-    with tempfile.TemporaryDirectory(prefix="k8s-") as name:
-        yield Path(name)
+TRAINER = {"namespace": "ml", "pod": "trainer", "container": "main"}
+TRAINER_IDS = {"pod_uid": POD_UID, "container_id": f"containerd://{CID}"}
+NOTEBOOK = {"namespace": "ml", "pod": "notebook", "container": "lab"}
+NOTEBOOK_IDS = {"pod_uid": POD_UID2, "container_id": f"containerd://{CID_B}"}
 
 
 def test_attribution_and_checkpoint_end_to_end(
@@ -55,118 +47,32 @@ def test_attribution_and_checkpoint_end_to_end(
         env = fake.env()
         env["LD_LIBRARY_PATH"] = f"{env['LD_LIBRARY_PATH']}:{fake_libcuda_dir}"
         env["FAKE_CUDA_STATE"] = str(cuda_state)
+        proc_path = str(tmp_path / "proc")
+        checkpoint = {"enabled": True, "interval": "500ms", "proc_path": proc_path}
         d = daemon_factory(
             {
                 "sources": {
                     **QUIET,
                     "nvml": {"enabled": True, "interval": "500ms", "processes": True},
-                    "cuda_checkpoint": {
-                        "enabled": True,
-                        "interval": "500ms",
-                        "proc_path": str(tmp_path / "proc"),
-                    },
+                    "cuda_checkpoint": checkpoint,
                 },
-                "enrich": {
-                    "interval": "500ms",
-                    "proc_path": str(tmp_path / "proc"),
-                    "k8s": {"socket": kubelet.socket_path, "interval": "1s"},
-                },
+                "enrich": enrich(proc_path, kubelet.socket_path),
             },
             env=env,
         )
-        common = {
-            "pod_uid": POD_UID,
-            "container_id": f"containerd://{CID}",
-            "job_id": "",
-            "user": "",
-        }
-        d.wait_metric(
-            "accel_process_workload_info",
-            1,
-            device="1",
-            uuid=g1,
-            pid="1101",
-            namespace="ml",
-            pod="trainer",
-            container="main",
-            **common,
-            timeout=40,
-        )
-        d.wait_metric(
-            "accel_process_workload_info",
-            1,
-            device="1",
-            uuid=g1,
-            pid="1102",
-            namespace="ml",
-            pod="notebook",
-            container="lab",
-            pod_uid=POD_UID2,
-            container_id=f"containerd://{CID_B}",
-            job_id="",
-            user="",
-        )
+        trainer_on_g1 = process_row("1", g1, 1101, **TRAINER, **TRAINER_IDS)
+        notebook = process_row("1", g1, 1102, **NOTEBOOK, **NOTEBOOK_IDS)
+        d.wait_metric("accel_process_workload_info", 1, **trainer_on_g1, timeout=40)
+        d.wait_metric("accel_process_workload_info", 1, **notebook)
         text = d.metrics()
-        assert (
-            value(
-                text,
-                "accel_process_workload_info",
-                device="0",
-                uuid=g0,
-                pid="1001",
-                namespace="ml",
-                pod="trainer",
-                container="main",
-                **common,
-            )
-            == 1
-        )
-        for dev, uuid, pod, container in (
-            ("0", g0, "trainer", "main"),
-            ("1", g1, "trainer", "main"),
-            ("1", g1, "notebook", "lab"),
-        ):
-            assert (
-                value(
-                    text,
-                    "accel_device_workload_info",
-                    device=dev,
-                    uuid=uuid,
-                    namespace="ml",
-                    pod=pod,
-                    container=container,
-                )
-                == 1
-            )
-        assert (
-            value(
-                text,
-                "accel_device_job_info",
-                device="2",
-                uuid=g2,
-                job_id="31337",
-                user="alice",
-                partition="a100",
-            )
-            == 1
-        )
-        assert (
-            value(
-                text,
-                "accel_process_workload_info",
-                device="2",
-                uuid=g2,
-                pid="1201",
-                namespace="",
-                pod="",
-                container="",
-                pod_uid="",
-                container_id="",
-                job_id="31337",
-                user="alice",
-            )
-            == 1
-        )
+        row = process_row("0", g0, 1001, **TRAINER, **TRAINER_IDS)
+        assert value(text, "accel_process_workload_info", **row) == 1
+        for dev, uuid, who in (("0", g0, TRAINER), ("1", g1, TRAINER), ("1", g1, NOTEBOOK)):
+            assert value(text, "accel_device_workload_info", **workload_row(dev, uuid, **who)) == 1
+        job = job_row("2", g2, "31337", "alice", "a100")
+        assert value(text, "accel_device_job_info", **job) == 1
+        slurm = process_row("2", g2, 1201, job_id="31337", user="alice")
+        assert value(text, "accel_process_workload_info", **slurm) == 1
         assert value(text, "accel_workload_attribution_errors_total", reason="pid_exited") >= 1
         # The devices' own series carry no workload labels (join metrics instead).
         assert value(text, "accel_process_memory_bytes", device="1", uuid=g1, pid="1102") == 3 << 30
@@ -179,26 +85,10 @@ def test_attribution_and_checkpoint_end_to_end(
         assert status["cuda_checkpoint"]["restore_thread_ids"]["1201"] == 4321
         assert status["workload"]["k8s"] == "ok" and status["workload"]["processes_seen"] == 5
 
-        # A process leaves the GPU: its rows go with the next pass.
+        # A process leaves the GPU: its row goes with the next pass.
         fake.set_processes(1, [Process(1101, used_memory=2 << 30)])
         d.wait_for(
-            lambda: (
-                value(
-                    d.metrics(),
-                    "accel_process_workload_info",
-                    device="1",
-                    uuid=g1,
-                    pid="1102",
-                    namespace="ml",
-                    pod="notebook",
-                    container="lab",
-                    pod_uid=POD_UID2,
-                    container_id=f"containerd://{CID_B}",
-                    job_id="",
-                    user="",
-                )
-                is None
-            ),
+            lambda: value(d.metrics(), "accel_process_workload_info", **notebook) is None,
             what="the notebook process row disappears",
         )
 
@@ -206,61 +96,29 @@ def test_attribution_and_checkpoint_end_to_end(
 def test_mig_attribution(daemon_factory, fake_nvml, tmp_path, sock_dir):
     fake = fake_nvml(1)
     gib = 1 << 30
+    small = "MIG-66666666-7777-8888-9999-000000000000"
     fake.set_mig(
         0,
         [
             MigInstance(1, 0, 10 * gib, 1 * gib, uuid="MIG-11111111-2222-3333-4444-555555555555"),
-            MigInstance(2, 0, 10 * gib, 2 * gib, uuid="MIG-66666666-7777-8888-9999-000000000000"),
+            MigInstance(2, 0, 10 * gib, 2 * gib, uuid=small),
         ],
     )
     with FakeKubelet(str(sock_dir / "kubelet.sock")) as kubelet:
-        kubelet.pods = [
-            FakePod(
-                "ml",
-                "small",
-                [
-                    FakeContainer(
-                        "c",
-                        {"nvidia.com/mig-1g.10gb": ["MIG-66666666-7777-8888-9999-000000000000"]},
-                    )
-                ],
-            ),
-        ]
+        mig_resource = {"nvidia.com/mig-1g.10gb": [small]}
+        kubelet.pods = [FakePod("ml", "small", [FakeContainer("c", mig_resource)])]
+        nvml = {"enabled": True, "interval": "500ms", "slow_interval": "1s"}
         d = daemon_factory(
             {
-                "sources": {
-                    **QUIET,
-                    "nvml": {"enabled": True, "interval": "500ms", "slow_interval": "1s"},
-                },
-                "enrich": {
-                    "interval": "500ms",
-                    "proc_path": str(tmp_path),
-                    "k8s": {"socket": kubelet.socket_path},
-                },
+                "sources": {**QUIET, "nvml": nvml},
+                "enrich": enrich(str(tmp_path), kubelet.socket_path),
             },
             env=fake.env(),
         )
+        who = {"namespace": "ml", "pod": "small", "container": "c"}
+        mig = {"gpu_instance": "2", "compute_instance": "0", **who}
         d.wait_metric(
-            "accel_mig_workload_info",
-            1,
-            device="0",
-            uuid=fake.uuid(0),
-            gpu_instance="2",
-            compute_instance="0",
-            namespace="ml",
-            pod="small",
-            container="c",
-            timeout=40,
+            "accel_mig_workload_info", 1, device="0", uuid=fake.uuid(0), **mig, timeout=40
         )
-        assert (
-            value(
-                d.metrics(),
-                "accel_device_workload_info",
-                device="0",
-                uuid=fake.uuid(0),
-                namespace="ml",
-                pod="small",
-                container="c",
-            )
-            == 1
-        )
+        row = workload_row("0", fake.uuid(0), **who)
+        assert value(d.metrics(), "accel_device_workload_info", **row) == 1

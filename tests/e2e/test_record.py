@@ -3,31 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def record(out: Path, *cmd: str, env: dict[str, str] | None = None, args=()):
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_EXPORTER_")}
-    full_env["PYTHONPATH"] = str(REPO)
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "exporter", "record", "--out", str(out), *args, "--", *cmd],
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=str(REPO),
-    )
-
-
-def lines(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "run.jsonl").read_text().splitlines()]
-
+from tests.helpers.cli import record, run_log
 
 SCRIPT = """
 import json, os, sys, time
@@ -50,7 +28,7 @@ def test_exit_status_phases_and_log(tmp_path):
     result = record(out, sys.executable, "-c", SCRIPT, args=("--interval", "200ms"))
     assert result.returncode == 7, result.stderr
     assert result.stdout == "trained\n"  # the command's own stdout, untouched
-    log = lines(out)
+    log = run_log(out)
     kinds = [line["type"] for line in log]
     assert kinds[0] == "start" and kinds[-1] == "exit"
     assert kinds.count("sample") >= 4
@@ -75,7 +53,7 @@ def test_killed_by_a_signal(tmp_path):
     out = tmp_path / "run"
     result = record(out, "sh", "-c", "kill -TERM $$")
     assert result.returncode == 128 + 15
-    assert lines(out)[-1]["signal"] == "SIGTERM"
+    assert run_log(out)[-1]["signal"] == "SIGTERM"
     assert json.loads((out / "summary.json").read_text())["exit_status"] == 143
 
 

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.cli import record, run_log
+
 GIB = 1 << 30
 
 # The "training job": it marks phases and drives the fake GPU through its state file,
@@ -51,32 +49,8 @@ def test_summary_has_peak_memory_and_energy(fake_nvml, tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text("sources: {nvml: {enabled: true}}\n")
     out = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_EXPORTER_")}
-    env.update(fake.env(), PYTHONPATH=str(REPO))
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "exporter",
-            "record",
-            "--config.file",
-            str(config),
-            "--out",
-            str(out),
-            "--interval",
-            "200ms",
-            "--",
-            sys.executable,
-            "-c",
-            JOB,
-            "5",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=str(REPO),
-    )
+    args = ("--config.file", str(config), "--interval", "200ms")
+    result = record(out, sys.executable, "-c", JOB, "5", env=fake.env(), args=args)
     assert result.returncode == 5, result.stderr
     summary = json.loads((out / "summary.json").read_text())
     g0, g1 = summary["devices"][fake.uuid(0)], summary["devices"][fake.uuid(1)]
@@ -97,7 +71,7 @@ def test_summary_has_peak_memory_and_energy(fake_nvml, tmp_path):
         or train["devices"][fake.uuid(0)]["energy_joules"] == 200.0
     )
     assert 0 <= summary["host"]["cpu_user_ratio_mean"] <= 1
-    log = [json.loads(line) for line in (out / "run.jsonl").read_text().splitlines()]
+    log = run_log(out)
     samples = [line for line in log if line["type"] == "sample"]
     assert samples[0]["devices"][fake.uuid(0)]["energy_joules_total"] == 1000.0
     assert samples[-1]["devices"][fake.uuid(0)]["energy_joules_total"] == 1200.0
@@ -107,8 +81,6 @@ def test_summary_has_peak_memory_and_energy(fake_nvml, tmp_path):
 def test_xid_and_lost_gpu_become_events(fake_nvml, tmp_path):
     fake = fake_nvml(1)
     out = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_EXPORTER_")}
-    env.update(fake.env(), PYTHONPATH=str(REPO))
     job = (
         "import os, time\n"
         "from pathlib import Path\n"
@@ -122,31 +94,9 @@ def test_xid_and_lost_gpu_become_events(fake_nvml, tmp_path):
         "fake.device(0).lost = 1\n"
         "time.sleep(1.0)\n"
     )
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "exporter",
-            "record",
-            "--sources.nvml.enabled",
-            "true",
-            "--out",
-            str(out),
-            "--interval",
-            "200ms",
-            "--",
-            sys.executable,
-            "-c",
-            job,
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=str(REPO),
-    )
+    args = ("--sources.nvml.enabled", "true", "--interval", "200ms")
+    result = record(out, sys.executable, "-c", job, env=fake.env(), args=args)
     assert result.returncode == 0, result.stderr
-    events = [json.loads(line) for line in (out / "run.jsonl").read_text().splitlines()]
-    events = [e for e in events if e["type"] == "event"]
+    events = [e for e in run_log(out) if e["type"] == "event"]
     assert any(e["event"] == "xid_errors" and e["kind"] == "79" for e in events), events
     assert any(e["event"] == "device_down" and e["reason"] == "gpu_lost" for e in events), events
