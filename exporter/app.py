@@ -21,6 +21,7 @@ from typing import Any
 from exporter import __version__, log
 from exporter.config import Config, load_config
 from exporter.errors import ConfigError
+from exporter.outputs import stamp
 from exporter.outputs.base import Output
 from exporter.outputs.http import Endpoints, HttpServer, ListenError
 from exporter.outputs.prometheus import Exposition
@@ -73,7 +74,7 @@ class App:
         self.overrides = dict(overrides or {})
         self.source_builder = source_builder
         self.store = Store()
-        self.exposition = Exposition(self.store)
+        self.exposition = Exposition(self.store, stamp=stamp.from_config(config))
         self.runtime: Runtime | None = None
         self.http: HttpServer | None = None
         self.started_at = time.time()
@@ -251,6 +252,7 @@ class App:
                     self._log.error("reload rejected", problem=str(exc))
                     return False
             log.configure(new.log.level, new.log.format)
+            self.exposition.set_stamp(stamp.from_config(new))
             old = self.runtime
             if old is not None:
                 await self._stop_runtime(old, flush=True)

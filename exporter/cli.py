@@ -31,6 +31,15 @@ SubcommandRun = Callable[[argparse.Namespace, Callable[[], Any]], int]
 EXTRA_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], SubcommandRun]] = {}
 
 
+def _builtin_extras() -> None:
+    """The subcommands that live in their own packages: health checks, run recording."""
+    from exporter.checks.command import COMMAND as check
+    from exporter.record.command import COMMAND as record
+
+    EXTRA_COMMANDS.setdefault("check", check)
+    EXTRA_COMMANDS.setdefault("record", record)
+
+
 def _config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config.file",
@@ -55,10 +64,13 @@ def _config_flags(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser, subcommands included."""
+    _builtin_extras()
     common = argparse.ArgumentParser(add_help=False)
     _config_flags(common)
     parser = argparse.ArgumentParser(
         prog="accel-exporter",
+        # Abbreviations would make a subcommand's --out ambiguous with --outputs.*.
+        allow_abbrev=False,
         description="Accelerator and NCCL/RCCL job-health exporter (Prometheus and OTLP).",
         parents=[common],
     )

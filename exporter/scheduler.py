@@ -120,6 +120,7 @@ class Scheduler:
         """Start every source and its polling task."""
         for source in self.sources:
             self.store.register(source.name)
+            source.attach(self.store)
         for source in self.sources:
             try:
                 await asyncio.wait_for(source.start(), timeout=source.timeout)

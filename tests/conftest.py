@@ -9,6 +9,9 @@ from typing import Any
 import pytest
 
 from tests.helpers.daemon import Daemon
+from tests.helpers.native import compile_shared
+
+FAKES = Path(__file__).resolve().parent / "fakes"
 
 pytest_plugins = ["tests.fakes.amdsmi.fixtures"]
 
@@ -53,3 +56,11 @@ def fake_nvml(fake_nvml_lib: Path, tmp_path: Path) -> Iterator[Any]:
     for fake in made:
         fake.clear_rules()
         fake.release()
+
+
+@pytest.fixture(scope="session")
+def fake_libcuda_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding the fake ``libcuda.so.1`` (point LD_LIBRARY_PATH at it)."""
+    out = tmp_path_factory.mktemp("fake-cuda")
+    compile_shared(FAKES / "cuda" / "fake_cuda.c", "libcuda.so.1", out)
+    return out

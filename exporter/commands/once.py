@@ -16,15 +16,31 @@ from exporter.sources.registry import build_sources
 from exporter.store import Store
 
 
-async def poll_all(sources: list[Source]) -> list[tuple[Snapshot, bool]]:
-    """Start, poll once and close every source; (snapshot, unavailable) per source."""
+async def poll_all(
+    sources: list[Source], store: Store | None = None
+) -> list[tuple[Snapshot, bool]]:
+    """Start, poll once and close every source; (snapshot, unavailable) per source.
+
+    Sources are polled in order into ``store`` (a scratch one by default), so an
+    enricher polled after the device sources sees their data as in the daemon,
+    and the caller can render the store afterwards.
+    """
     results = []
+    store = store if store is not None else Store()
+    for source in sources:
+        store.register(source.name)
+        source.attach(store)
     try:
         for source in sources:
             await source.start()
         for source in sources:
             await source.wait_ready(getattr(source.config, "bootstrap_timeout", source.timeout))
-            results.append(await poll_once(source))
+            snapshot, unavailable = await poll_once(source)
+            if unavailable:
+                store.mark_unavailable(source.name, snapshot.outcome.detail)
+            else:
+                store.put(snapshot)
+            results.append((snapshot, unavailable))
     finally:
         for source in sources:
             try:
@@ -56,18 +72,12 @@ def _json(results: list[tuple[Snapshot, bool]]) -> dict[str, Any]:
 
 def run(config: Config, fmt: str, out: TextIO = sys.stdout) -> int:
     """Exit 0 only when every enabled source succeeded (unavailable auto sources excepted)."""
-    results = asyncio.run(poll_all(build_sources(config)))
+    store = Store()
+    results = asyncio.run(poll_all(build_sources(config), store))
     if fmt == "json":
         json.dump(_json(results), out, indent=2, sort_keys=True)
         out.write("\n")
     else:
-        store = Store()
-        for snap, unavailable in results:
-            store.register(snap.source)
-            if unavailable:
-                store.mark_unavailable(snap.source, snap.outcome.detail)
-            else:
-                store.put(snap)
         body, _ = Exposition(store, process_metrics=False).render(None, None)
         out.write(body.decode())
     failed = False

@@ -289,11 +289,22 @@ class CclInspectorSourceConfig(SourceConfig):
 
 @dataclass(frozen=True)
 class CudaCheckpointSourceConfig(SourceConfig):
-    """CUDA checkpoint state of GPU processes (read-only; needs driver r570+)."""
+    """CUDA checkpoint state of GPU processes (read-only; needs CUDA 12.8 / driver r570+)."""
 
     enabled: Enabled = False
     interval: Duration = 30.0
     proc_path: str = "/proc"
+    # Also look for processes that map libcuda (checkpointed ones leave the GPU process list).
+    scan_maps: bool = True
+    # Time allowed for the worker to load libcuda and call cuInit.
+    bootstrap_timeout: Duration = 30.0
+
+    def check(self) -> list[tuple[str, str]]:
+        """A positive bootstrap deadline."""
+        out = super().check()
+        if self.bootstrap_timeout <= 0:
+            out.append(("bootstrap_timeout", "must be positive"))
+        return out
 
 
 @dataclass(frozen=True)
@@ -308,21 +319,55 @@ class SourcesConfig:
     cuda_checkpoint: CudaCheckpointSourceConfig = field(default_factory=CudaCheckpointSourceConfig)
 
 
+# The kubelet's pod-resources reply grows with pods x devices; gRPC's default 4 MiB is
+# known to be too small on busy nodes (dcgm-exporter#509), so never allow less than this.
+MIN_POD_RESOURCES_MESSAGE_BYTES = 16 * 1024 * 1024
+# Workload labels that may be stamped onto device series.
+STAMPABLE_LABELS = ("namespace", "pod", "container")
+
+
 @dataclass(frozen=True)
 class K8sEnrichConfig:
-    """Kubernetes pod attribution from the kubelet pod-resources API."""
+    """Kubernetes pod attribution from the kubelet pod-resources API (v1 List)."""
 
     enabled: Enabled = "auto"
     socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
-    interval: Duration = 15.0
+    # How often the kubelet is asked; between refreshes the last answer is reused.
+    interval: Duration = 30.0
     timeout: Duration = 5.0
     resource_names: list[str] = field(default_factory=lambda: ["nvidia.com/gpu", "amd.com/gpu"])
     # Regexes of extra resource names (e.g. MIG profiles nvidia.com/mig-1g.10gb).
     resource_patterns: list[str] = field(default_factory=lambda: [r"^nvidia\.com/mig-.*$"])
     max_message_bytes: int = 64 * 1024 * 1024
-    # Stamp namespace/pod/container onto device series (off: join on accel_device_workload_info).
+    # Stamp workload labels onto device series (off: join on accel_device_workload_info).
     stamp_device_series: bool = False
+    # The labels stamped, from namespace, pod, container; nothing is stamped unless listed.
     pod_label_allowlist: list[str] = field(default_factory=list)
+
+    def check(self) -> list[tuple[str, str]]:
+        """Valid regexes, positive timings, a reply limit of at least 16 MiB."""
+        import re
+
+        out = []
+        for i, pattern in enumerate(self.resource_patterns):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                out.append((f"resource_patterns.{i}", f"is not a valid regex: {exc}"))
+        if self.interval < MIN_INTERVAL:
+            out.append(("interval", f"must be at least {int(MIN_INTERVAL * 1000)}ms"))
+        if self.timeout <= 0:
+            out.append(("timeout", "must be positive"))
+        if self.max_message_bytes < MIN_POD_RESOURCES_MESSAGE_BYTES:
+            out.append(("max_message_bytes", "must be at least 16 MiB (16777216)"))
+        if not self.socket:
+            out.append(("socket", "needs a path"))
+        for i, label in enumerate(self.pod_label_allowlist):
+            if label not in STAMPABLE_LABELS:
+                out.append((f"pod_label_allowlist.{i}", f"must be one of {list(STAMPABLE_LABELS)}"))
+        if self.stamp_device_series and not self.pod_label_allowlist:
+            out.append(("pod_label_allowlist", "stamp_device_series needs at least one label here"))
+        return out
 
 
 @dataclass(frozen=True)
@@ -331,15 +376,20 @@ class SlurmEnrichConfig:
 
     enabled: Enabled = "auto"
     mode: Literal["proc", "files"] = "proc"
-    proc_path: str = "/proc"
     files_dir: str = "/run/accel-exporter/slurm"
-    interval: Duration = 15.0
 
 
 @dataclass(frozen=True)
-class EnrichConfig:
-    """Enrichers attach workload identity to devices and processes."""
+class EnrichConfig(SourceConfig):
+    """Workload attribution: one source ("workload") joining devices, processes and workloads.
 
+    It reads the device sources' latest data from the store (never on scrape), the
+    kubelet (``k8s``) and /proc or prolog files (``slurm``), on its own interval.
+    """
+
+    enabled: Enabled = "auto"
+    interval: Duration = 15.0
+    proc_path: str = "/proc"
     k8s: K8sEnrichConfig = field(default_factory=K8sEnrichConfig)
     slurm: SlurmEnrichConfig = field(default_factory=SlurmEnrichConfig)
 

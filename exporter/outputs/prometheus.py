@@ -26,6 +26,7 @@ from prometheus_client.process_collector import ProcessCollector
 from exporter import log
 from exporter.catalog import CATALOG, Kind, MetricSpec
 from exporter.model import HistogramValue, Reading
+from exporter.outputs.stamp import StampFactory
 from exporter.store import Store, View
 
 # Process metrics (RSS, CPU) change continuously; refreshing them this often
@@ -67,19 +68,26 @@ def _scalar(reading: Reading) -> float:
     return value
 
 
-def families(view: View, names: Iterable[str] | None = None) -> Iterator[Metric]:
+def families(
+    view: View, names: Iterable[str] | None = None, stamp: StampFactory | None = None
+) -> Iterator[Metric]:
     """Families for every catalog row with readings, in catalog order.
 
+    ``stamp`` (opt-in) adds workload labels to device families as they render.
     A row that fails to render is skipped and logged; it never breaks the scrape.
     """
     wanted = set(names) if names is not None else None
-    for name, spec in CATALOG.items():
-        if wanted is not None and name not in wanted and spec.family_name not in wanted:
+    stamping = stamp(view) if stamp is not None else None
+    for name, row in CATALOG.items():
+        if wanted is not None and name not in wanted and row.family_name not in wanted:
             continue
-        readings = view.readings(name)
+        readings: Sequence[Reading] = view.readings(name)
         if not readings:
             continue
         try:
+            spec = row
+            if stamping is not None:
+                spec, readings = stamping.apply(row, readings)
             yield family(spec, readings)
         except Exception as exc:
             log.get(output="prometheus").error("family render failed", metric=name, error=repr(exc))
@@ -88,9 +96,15 @@ def families(view: View, names: Iterable[str] | None = None) -> Iterator[Metric]
 class StoreCollector:
     """prometheus_client collector over the store (registered on our own registry)."""
 
-    def __init__(self, store: Store, names: Iterable[str] | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        names: Iterable[str] | None = None,
+        stamp: StampFactory | None = None,
+    ) -> None:
         self.store = store
         self.names = list(names) if names is not None else None
+        self.stamp = stamp
 
     def describe(self) -> list[Metric]:
         """Nothing: describing would make the registry call collect() at registration."""
@@ -98,7 +112,7 @@ class StoreCollector:
 
     def collect(self) -> Iterator[Metric]:
         """Families for the current store view."""
-        yield from families(self.store.view(), self.names)
+        yield from families(self.store.view(), self.names, self.stamp)
 
 
 class Exposition:
@@ -109,11 +123,13 @@ class Exposition:
         store: Store,
         process_metrics: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        stamp: StampFactory | None = None,
     ) -> None:
         self.store = store
         self._clock = clock
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(StoreCollector(store))
+        self._collector = StoreCollector(store, stamp=stamp)
+        self.registry.register(self._collector)
         self._process = CollectorRegistry(auto_describe=False) if process_metrics else None
         if self._process is not None:
             ProcessCollector(registry=self._process)
@@ -122,11 +138,18 @@ class Exposition:
         self._cache_key: tuple[object, ...] | None = None
         self._encoders: dict[str, tuple[Callable[[CollectorRegistry], bytes], str]] = {}
 
+    def set_stamp(self, stamp: StampFactory | None) -> None:
+        """Change the opt-in label stamping (config reload); drops cached bodies."""
+        with self._lock:
+            self._collector.stamp = stamp
+            self._cache.clear()
+            self._cache_key = None
+
     def _registries(self, names: Sequence[str] | None) -> CollectorRegistry:
         if names is None:
             return self.registry
         reg = CollectorRegistry(auto_describe=False)
-        reg.register(StoreCollector(self.store, names))
+        reg.register(StoreCollector(self.store, names, self._collector.stamp))
         return reg
 
     def render(

@@ -11,13 +11,24 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from exporter.config.schema import SourceConfig
 from exporter.errors import SourceError
 from exporter.model import Reading
 
+if TYPE_CHECKING:
+    from exporter.store import View
+
 T = TypeVar("T")
+
+
+class StoreReader(Protocol):
+    """Read access to the latest data of every source (what an enricher may see)."""
+
+    def view(self) -> View:
+        """The fresh readings of all sources."""
+        ...
 
 
 class Source:
@@ -53,6 +64,13 @@ class Source:
     def restarts(self) -> int:
         """Worker restarts so far (sources without a worker: 0)."""
         return 0
+
+    def attach(self, store: StoreReader) -> None:
+        """Receive read access to other sources' data before :meth:`start`.
+
+        Enrichers (workload attribution, checkpoint state) build on what the
+        device sources last reported; every other source ignores this.
+        """
 
     async def start(self) -> None:
         """Start background work (long-lived streams, event readers). Default: nothing."""

@@ -27,8 +27,7 @@ from exporter.catalog.device import INFO_LABELS
 from exporter.config.schema import DeviceSourceConfig
 from exporter.errors import SourceError, WorkerError
 from exporter.model import Reading, is_number
-from exporter.sources.base import Source
-from exporter.workers.runner import WorkerRunner
+from exporter.sources.worker import WorkerSource
 
 # Share of the poll deadline given to the worker call, so the runner's own
 # deadline (which kills the worker with reason "timeout") fires first.
@@ -91,7 +90,7 @@ def parse_readings(raw: Any, where: str) -> list[Reading]:
     return out
 
 
-class DeviceSource(Source):
+class DeviceSource(WorkerSource):
     """Polls a device backend running in a worker process."""
 
     def __init__(
@@ -103,41 +102,24 @@ class DeviceSource(Source):
         backend_config: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(name, config)
-        self.device_config = config
-        self.runner = WorkerRunner(
+        super().__init__(
             name,
+            config,
             backend,
-            dict(backend_config or {}),
+            backend_config or {},
             bootstrap_timeout=config.bootstrap_timeout,
             env=env,
         )
+        self.device_config = config
         self._vendor = ""
         self._devices: list[DeviceId] = []
         self._inventory_raw: dict[str, Any] | None = None
         self._slow: list[Reading] = []
         self._next_slow = 0.0
 
-    @property
-    def restarts(self) -> int:
-        """Worker restarts so far."""
-        return self.runner.state.restarts
-
-    async def start(self) -> None:
-        """Start the worker supervisor; bootstrap proceeds in the background."""
-        await self.runner.start()
-
-    async def wait_ready(self, timeout: float) -> None:
-        """Wait for the first bootstrap to end (ready, unavailable or failed)."""
-        await self.runner.settled(timeout)
-
-    async def close(self) -> None:
-        """Stop and reap the worker."""
-        await self.runner.stop()
-
     def status(self) -> dict[str, Any]:
         """Worker state plus the devices known."""
-        return {**self.runner.status(), "vendor": self._vendor, "devices": len(self._devices)}
+        return {**super().status(), "vendor": self._vendor, "devices": len(self._devices)}
 
     def _identity(self) -> list[Reading]:
         out = [Reading("accel_devices", (self._vendor,), float(len(self._devices)))]

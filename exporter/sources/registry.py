@@ -51,18 +51,38 @@ def _ccl_inspector(config: Config) -> Source:
     return CclInspectorSource("ccl_inspector", config.sources.ccl_inspector)
 
 
+def _cuda_checkpoint(config: Config) -> Source:
+    from exporter.sources.checkpoint import CheckpointSource
+
+    return CheckpointSource("cuda_checkpoint", config.sources.cuda_checkpoint)
+
+
+def _workload(config: Config) -> Source:
+    from exporter.sources.workload import WorkloadSource
+
+    return WorkloadSource("workload", config.enrich)
+
+
 FACTORIES: dict[str, Factory] = {
     "host": _host,
     "nvml": _nvml,
     "amdsmi": _amdsmi,
     "ccl_ras": _ccl_ras,
     "ccl_inspector": _ccl_inspector,
+    # Enrichers come last: they read what the sources above reported.
+    "cuda_checkpoint": _cuda_checkpoint,
+    "workload": _workload,
+}
+
+# Sources whose section is not sources.<name>.
+SECTIONS: dict[str, Callable[[Config], SourceConfig]] = {
+    "workload": lambda config: config.enrich,
 }
 
 
 def section(config: Config, name: str) -> SourceConfig:
     """The config section of a source."""
-    value = getattr(config.sources, name)
+    value = SECTIONS[name](config) if name in SECTIONS else getattr(config.sources, name)
     assert isinstance(value, SourceConfig)
     return value
 

@@ -2,32 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.helpers.daemon import REPO, value
-
-
-def cli(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_EXPORTER_")}
-    full_env["PYTHONPATH"] = str(REPO)
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "exporter", *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=timeout,
-        cwd=REPO,
-    )
-
+from tests.helpers.cli import run_cli as cli
+from tests.helpers.daemon import value
 
 THREE_MISTAKES = """\
 web:

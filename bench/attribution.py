@@ -1,0 +1,107 @@
+"""Cost of workload attribution, off the scrape path: prints one JSON object.
+
+* ``kubelet_list``: one pod-resources List against a fake kubelet on a unix socket
+  (real gRPC and proto), for a busy node's reply (pods with GPUs plus CPU-only pods);
+  the fake kubelet runs in this process, so its CPU includes the server's encoding;
+* ``attribution_pass``: one poll of the workload source (kubelet answer cached) for
+  16 GPUs x 16 processes in a fake /proc: cgroup + environ reads and the join;
+* ``libcuda_maps_scan``: the checkpoint worker's scan of this machine's real /proc for
+  processes mapping libcuda (the cost grows with the number of processes).
+
+Run by hand: ``.venv/bin/python bench/attribution.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from exporter.config.schema import EnrichConfig, K8sEnrichConfig  # noqa: E402
+from exporter.enrich.pod_resources import list_assignments, resource_filter  # noqa: E402
+from exporter.enrich.procfs import ProcReader  # noqa: E402
+from exporter.sources.workload import WorkloadSource  # noqa: E402
+from exporter.store import Store  # noqa: E402
+from tests.fakes.kubelet import FakeContainer, FakeKubelet, FakePod  # noqa: E402
+from tests.helpers.devices import info, process, snapshot  # noqa: E402
+from tests.helpers.fakeproc import FakeProc, k8s_v2_systemd  # noqa: E402
+
+GPUS, PER_GPU, CPU_PODS, REPEAT = 16, 16, 20_000, 20
+
+
+def uuid(i: int) -> str:
+    return f"GPU-{i:08x}-0000-0000-0000-000000000000"
+
+
+def pod_uid(i: int) -> str:
+    return f"{i:08x}-aaaa-bbbb-cccc-dddddddddddd"
+
+
+def timed(fn, repeat: int = REPEAT) -> dict[str, float]:
+    wall, cpu = [], []
+    for _ in range(repeat):
+        w, c = time.perf_counter(), time.process_time()
+        fn()
+        wall.append(time.perf_counter() - w)
+        cpu.append(time.process_time() - c)
+    return {
+        "wall_p50_ms": round(statistics.median(wall) * 1000, 3),
+        "cpu_p50_ms": round(statistics.median(cpu) * 1000, 3),
+    }
+
+
+def main() -> None:
+    out: dict[str, object] = {"gpus": GPUS, "processes": GPUS * PER_GPU}
+    with tempfile.TemporaryDirectory(prefix="bench-") as name:
+        tmp = Path(name)
+        proc = FakeProc(tmp / "proc")
+        readings = [info(str(i), uuid(i)) for i in range(GPUS)]
+        pods = []
+        for g in range(GPUS):
+            pods.append(
+                FakePod("ml", f"pod-{g}", [FakeContainer("main", {"nvidia.com/gpu": [uuid(g)]})])
+            )
+            for k in range(PER_GPU):
+                pid = 10_000 + g * PER_GPU + k
+                proc.add(pid, cgroup=k8s_v2_systemd(pod_uid(g), f"{g:02x}" * 32))
+                readings.append(process(str(g), uuid(g), pid))
+        store = Store()
+        store.put(snapshot("nvml", readings))
+        with FakeKubelet(str(tmp / "kubelet.sock")) as kubelet:
+            kubelet.pods = pods
+            kubelet.padding_pods = CPU_PODS
+            out["kubelet_reply_bytes"] = kubelet.reply().ByteSize()
+            wanted = resource_filter(["nvidia.com/gpu"], [])
+            out["kubelet_list"] = timed(
+                lambda: list_assignments(kubelet.socket_path, 10.0, 64 << 20, wanted), 10
+            )
+            source = WorkloadSource(
+                "workload",
+                EnrichConfig(
+                    proc_path=str(tmp / "proc"),
+                    k8s=K8sEnrichConfig(socket=kubelet.socket_path, interval=3600.0),
+                ),
+            )
+            source.attach(store)
+            loop = asyncio.new_event_loop()
+            loop.run_until_complete(source.poll())  # fills the kubelet cache
+            out["attribution_pass"] = timed(lambda: loop.run_until_complete(source.poll()))
+            out["attribution_rows"] = source.status()["processes_seen"]
+            loop.close()
+    reader = ProcReader("/proc")
+    out["proc_entries"] = len(list(reader.pids()))
+    out["libcuda_maps_scan"] = timed(
+        lambda: [p for p in reader.pids() if reader.maps_mention(p, b"libcuda.so")], 5
+    )
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""``accel-exporter check NAME [options]``: argument parsing and dispatch.
+
+Data path: by default a check reads a running daemon's ``/metrics`` at
+``--url`` (default ``http://localhost:9842``); ``--local`` polls the enabled
+sources once in this process instead, with the daemon's configuration (file,
+``ACCEL_EXPORTER_*`` variables). Invalid arguments exit 3 (UNKNOWN), as the
+Nagios plugin guidelines ask.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from exporter.checks import daemon, devices, jobs
+from exporter.checks.nagios import Result, Status, exit_code, render
+from exporter.checks.samples import HttpOptions, SampleError, Samples, fetch, poll_local
+from exporter.config.durations import parse_duration
+
+DEFAULT_URL = "http://localhost:9842"
+HELP = "run a Nagios-style health check (exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN)"
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """One check: its help, its own arguments, and how it judges samples."""
+
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    evaluate: Callable[[argparse.Namespace, Samples], Result]
+    local: bool = True  # whether --local makes sense for it
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _codes(text: str) -> frozenset[int]:
+    try:
+        return frozenset(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of XIDs: {text!r}") from None
+
+
+def _missing_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--missing-ok",
+        action="store_true",
+        help="report OK instead of UNKNOWN when the devices do not report this at all",
+    )
+
+
+def _gpu_count_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--expected", type=int, required=True, help="GPUs this node must have")
+    p.add_argument("--vendor", default="", help="count only this vendor (nvidia, amd)")
+
+
+def _temperature_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--warn", type=float, required=True, help="WARNING at or above, Celsius")
+    p.add_argument("--crit", type=float, required=True, help="CRITICAL at or above, Celsius")
+    p.add_argument("--sensor", default="gpu", help="sensor label (gpu, memory, edge, hotspot)")
+    _missing_flag(p)
+
+
+def _ecc_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--counter", choices=("volatile", "aggregate"), default="volatile")
+    p.add_argument("--crit-uncorrected", type=float, default=1, help="default 1")
+    p.add_argument("--warn-corrected", type=float, default=None, help="default: no limit")
+    _missing_flag(p)
+
+
+def _retired_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--warn", type=float, default=30, help="retired pages, default 30")
+    p.add_argument("--crit", type=float, default=60, help="retired pages, default 60 (of 64)")
+    _missing_flag(p)
+
+
+def _xid_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--window", type=_duration, default=3600.0, help="e.g. 10m, 1h (default 1h)")
+    p.add_argument(
+        "--critical-xids",
+        type=_codes,
+        default=devices.CRITICAL_XIDS,
+        help="XIDs that are CRITICAL (others WARN); default: hardware and reset-needed XIDs",
+    )
+    p.add_argument("--ignore-xids", type=_codes, default=frozenset(), help="e.g. 13,31,43,45")
+
+
+def _ccl_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--address", default="", help="only this RAS address (host:port)")
+
+
+def _none(p: argparse.ArgumentParser) -> None:
+    return None
+
+
+CHECKS: dict[str, CheckSpec] = {
+    "gpu-count": CheckSpec(
+        "every expected GPU present and up",
+        _gpu_count_args,
+        lambda a, s: devices.gpu_count(s, a.expected, a.vendor),
+    ),
+    "temperature": CheckSpec(
+        "hottest GPU against thresholds",
+        _temperature_args,
+        lambda a, s: devices.temperature(s, a.warn, a.crit, a.sensor, a.missing_ok),
+    ),
+    "ecc": CheckSpec(
+        "uncorrectable ECC errors",
+        _ecc_args,
+        lambda a, s: devices.ecc(s, a.counter, a.crit_uncorrected, a.warn_corrected, a.missing_ok),
+    ),
+    "row-remap": CheckSpec(
+        "failed or pending row remappings (Ampere and later)",
+        _missing_flag,
+        lambda a, s: devices.row_remap(s, a.missing_ok),
+    ),
+    "retired-pages": CheckSpec(
+        "retired pages and pending retirements (before Ampere)",
+        _retired_args,
+        lambda a, s: devices.retired_pages(s, a.warn, a.crit, a.missing_ok),
+    ),
+    "xid": CheckSpec(
+        "XID errors within a time window",
+        _xid_args,
+        lambda a, s: devices.xid(s, a.window, time.time(), a.critical_xids, a.ignore_xids),
+    ),
+    "ccl-job": CheckSpec(
+        "NCCL/RCCL job state from the RAS service",
+        _ccl_args,
+        lambda a, s: jobs.ccl_job(s, a.address),
+    ),
+    "exporter": CheckSpec(
+        "the daemon answers and every source is up",
+        _none,
+        lambda a, s: daemon.exporter_health(s),
+        local=False,
+    ),
+}
+
+
+def _unknown_on_error(parser: argparse.ArgumentParser) -> None:
+    """Make argument errors exit 3 (UNKNOWN) with the usage, not argparse's 2."""
+
+    def error(message: str) -> NoReturn:
+        parser.print_usage(sys.stderr)
+        print(f"CHECK UNKNOWN - {parser.prog}: {message}")
+        raise SystemExit(int(Status.UNKNOWN))
+
+    parser.error = error  # type: ignore[method-assign]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Sub-commands, one per check, with the common data-path options."""
+    _unknown_on_error(parser)
+    common = argparse.ArgumentParser(add_help=False)
+    where = common.add_argument_group("where the metrics come from")
+    where.add_argument("--url", default=DEFAULT_URL, help=f"daemon to ask (default {DEFAULT_URL})")
+    where.add_argument(
+        "--local",
+        action="store_true",
+        help="poll the sources once in this process instead of asking a daemon",
+    )
+    where.add_argument("--timeout", type=float, default=10.0, help="HTTP deadline, seconds")
+    where.add_argument("--ca-file", default="", help="CA bundle for an https --url")
+    where.add_argument("--insecure", action="store_true", help="do not verify the TLS certificate")
+    where.add_argument(
+        "--basic-auth-file", default="", help="file holding user:password for the daemon"
+    )
+    where.add_argument(
+        "--config.file",
+        dest="config_file",
+        metavar="FILE",
+        default=argparse.SUPPRESS,
+        help="daemon config for --local",
+    )
+    common.add_argument(
+        "--exit-codes",
+        choices=("nagios", "npd"),
+        default="nagios",
+        help="nagios: 0/1/2/3; npd (Node Problem Detector): 0 OK, 1 problem, 2 unknown",
+    )
+    sub = parser.add_subparsers(dest="check_name", metavar="NAME", required=True)
+    for name, spec in CHECKS.items():
+        child = sub.add_parser(name, parents=[common], help=spec.help, description=spec.help)
+        _unknown_on_error(child)
+        spec.arguments(child)
+
+
+def _auth(path: str) -> tuple[str, str] | None:
+    if not path:
+        return None
+    with open(path, encoding="utf-8") as fh:
+        user, sep, password = fh.readline().rstrip("\n").partition(":")
+    if not sep:
+        raise SampleError(f"{path} must hold user:password on its first line")
+    return user, password
+
+
+def _samples(args: argparse.Namespace, load_config: Callable[[], Any], spec: CheckSpec) -> Samples:
+    if args.local and spec.local:
+        return poll_local(load_config())
+    try:
+        auth = _auth(args.basic_auth_file)
+    except OSError as exc:
+        raise SampleError(f"cannot read {args.basic_auth_file}: {exc.strerror}") from None
+    options = HttpOptions(args.url, args.timeout, args.ca_file, args.insecure, auth)
+    return fetch(options)
+
+
+def run(args: argparse.Namespace, load_config: Callable[[], Any]) -> int:
+    """Run the named check, print its status line, return its exit status."""
+    name = args.check_name
+    spec = CHECKS[name]
+    try:
+        samples = _samples(args, load_config, spec)
+    except SampleError as exc:
+        # A daemon that does not answer is the exporter check's CRITICAL; for the
+        # others it means the state of the GPUs cannot be known.
+        status = Status.CRITICAL if name == "exporter" else Status.UNKNOWN
+        result = Result(status, str(exc))
+    else:
+        result = spec.evaluate(args, samples)
+    print(render(name, result))
+    return exit_code(result.status, args.exit_codes)
+
+
+COMMAND = (HELP, add_arguments, run)

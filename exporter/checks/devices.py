@@ -1,0 +1,308 @@
+"""Checks about the accelerators themselves: count, temperature, memory health, XID errors.
+
+Every check reads the daemon's metric families (``accel_device_info``,
+``accel_device_up``, ``accel_temperature_celsius``, ``accel_ecc_errors_total``,
+``accel_remapped_rows*``, ``accel_retired_pages*``, ``accel_xid_*``), so they
+work the same for NVIDIA and AMD wherever the family exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from exporter.checks.nagios import Perf, Result, Status, worst
+from exporter.checks.samples import Labels, Samples
+
+# The ECC type label values that mean uncorrectable / correctable, for both vendors.
+UNCORRECTED = frozenset({"uncorrected", "uncorrectable"})
+CORRECTED = frozenset({"corrected", "correctable"})
+# XIDs that mean failing hardware or a GPU that needs a reset (NVIDIA's XID catalog):
+# 48 DBE, 61/62 internal micro-controller error, 63/64 page retirement/row remap event
+# or failure, 74 NVLink error, 79 fallen off the bus, 92 high single-bit error rate,
+# 94/95 contained/uncontained ECC error, 119/120 GSP error, 123 SPI failure, 140 ECC
+# unrecovered. Others (13, 31, 43, 45: application faults) only warn.
+CRITICAL_XIDS = frozenset({48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 123, 140})
+
+
+@dataclass(frozen=True)
+class Device:
+    """A device as accel_device_info names it, with a short perfdata-safe label."""
+
+    device: str
+    uuid: str
+    vendor: str
+    label: str
+
+
+def devices(samples: Samples, vendor: str = "") -> list[Device]:
+    """Every device the daemon knows, optionally of one vendor, in index order.
+
+    Labels are ``gpu<index>``, or ``<vendor><index>`` on a node with two vendors
+    (whose indices overlap).
+    """
+    found = {
+        labels.get("uuid", ""): (labels.get("device", ""), labels.get("vendor", ""))
+        for labels, _ in samples.get("accel_device_info")
+        if not vendor or labels.get("vendor") == vendor
+    }
+    mixed = len({v for _, v in found.values()}) > 1
+    out = [
+        Device(device, uuid, vend, f"{vend}{device}" if mixed else f"gpu{device}")
+        for uuid, (device, vend) in found.items()
+    ]
+    return sorted(out, key=lambda d: (d.vendor, _index(d.device), d.uuid))
+
+
+def _index(device: str) -> int:
+    return int(device) if device.isdigit() else 1 << 30
+
+
+def _by_uuid(items: Iterable[tuple[Labels, float]]) -> dict[str, list[tuple[Labels, float]]]:
+    out: dict[str, list[tuple[Labels, float]]] = {}
+    for labels, value in items:
+        out.setdefault(labels.get("uuid", ""), []).append((labels, value))
+    return out
+
+
+def _unavailable_sources(samples: Samples) -> str:
+    reasons = [
+        f"{labels.get('source')}: {labels.get('reason')}"
+        for labels, _ in samples.get("accel_exporter_source_unavailable_info")
+    ]
+    return f" (unavailable: {'; '.join(reasons)})" if reasons else ""
+
+
+def _missing(what: str, missing_ok: bool) -> Result:
+    if missing_ok:
+        return Result(Status.OK, f"no {what} reported")
+    return Result(Status.UNKNOWN, f"no {what} reported (not supported, or no data)")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a per-device check concludes about one device."""
+
+    status: Status
+    perf: list[Perf]
+    note: str = ""
+
+
+def _per_device(
+    samples: Samples,
+    judge: Callable[[Device], Verdict | None],
+    what: str,
+    calm: str,
+    missing_ok: bool,
+    head: Callable[[list[Verdict]], str] = lambda verdicts: f"{len(verdicts)} GPUs",
+) -> Result:
+    """Judge every device that reports the quantity; UNKNOWN (or OK) when none does.
+
+    The text is ``head`` plus the notes of the devices that are not OK, or ``calm``.
+    """
+    verdicts = [v for v in (judge(dev) for dev in devices(samples)) if v is not None]
+    if not verdicts:
+        return _missing(what, missing_ok)
+    notes = [v.note for v in verdicts if v.note]
+    text = head(verdicts) + ("; " + ", ".join(notes) if notes else f", {calm}")
+    perf = [item for v in verdicts for item in v.perf]
+    return Result(worst([v.status for v in verdicts]), text, perf)
+
+
+def _level(value: float, warn: float | None, crit: float | None) -> Status:
+    if crit is not None and value >= crit:
+        return Status.CRITICAL
+    if warn is not None and value >= warn:
+        return Status.WARNING
+    return Status.OK
+
+
+def gpu_count(samples: Samples, expected: int, vendor: str = "") -> Result:
+    """CRITICAL when fewer than ``expected`` devices are present or up; WARNING when more."""
+    found = devices(samples, vendor)
+    known = {d.uuid for d in found}
+    up = {
+        labels.get("uuid", "")
+        for labels, value in samples.get("accel_device_up")
+        if value == 1 and labels.get("uuid") in known
+    }
+    names = {d.uuid: d.label for d in found}
+    down = [
+        f"{names[labels.get('uuid', '')]} {labels.get('reason')}"
+        for labels, _ in samples.get("accel_device_down_reason_info")
+        if labels.get("uuid") in known
+    ]
+    text = f"{len(found)} of {expected} expected GPUs present, {len(up)} up"
+    if down:
+        text += "; down: " + ", ".join(sorted(down))
+    if not found:
+        text += _unavailable_sources(samples)
+    if len(found) < expected or len(up) < expected:
+        status = Status.CRITICAL
+    elif len(found) > expected:
+        status = Status.WARNING
+    else:
+        status = Status.OK
+    perf = [
+        Perf("gpus", len(found), crit=f"{expected}:", minimum=0),
+        Perf("gpus_up", len(up), crit=f"{expected}:", minimum=0),
+    ]
+    return Result(status, text, perf)
+
+
+def temperature(
+    samples: Samples, warn: float, crit: float, sensor: str = "gpu", missing_ok: bool = False
+) -> Result:
+    """Each device's ``sensor`` against the thresholds (at or above warn, crit)."""
+    readings = _by_uuid(samples.get("accel_temperature_celsius", sensor=sensor))
+
+    def judge(dev: Device) -> Verdict | None:
+        values = readings.get(dev.uuid)
+        if not values:
+            return None
+        value = max(v for _, v in values)
+        status = _level(value, warn, crit)
+        note = f"{dev.label} {value:g}C" if status is not Status.OK else ""
+        perf = Perf(f"{dev.label}_{sensor}", value, warn=f"{warn:g}", crit=f"{crit:g}")
+        return Verdict(status, [perf], note)
+
+    def head(verdicts: list[Verdict]) -> str:
+        hottest = max(p.value for v in verdicts for p in v.perf)
+        return f"hottest {sensor} sensor {hottest:g}C over {len(verdicts)} GPUs"
+
+    what = f"{sensor} temperature"
+    return _per_device(samples, judge, what, "none at a threshold", missing_ok, head)
+
+
+def ecc(
+    samples: Samples,
+    counter: str = "volatile",
+    crit_uncorrected: float = 1,
+    warn_corrected: float | None = None,
+    missing_ok: bool = False,
+) -> Result:
+    """Uncorrectable ECC errors (CRITICAL), deferred or many correctable ones (WARNING).
+
+    NVIDIA has a ``volatile`` (since driver load) and an ``aggregate`` (lifetime)
+    counter; AMD has one (empty ``counter`` label), used whichever is asked.
+    """
+    per_device = _by_uuid(
+        (labels, value)
+        for labels, value in samples.get("accel_ecc_errors_total")
+        if labels.get("counter", "") in (counter, "")
+    )
+
+    def judge(dev: Device) -> Verdict | None:
+        values = per_device.get(dev.uuid)
+        if not values:
+            return None
+        sums = {"uncorrected": 0.0, "corrected": 0.0, "deferred": 0.0}
+        for labels, value in values:
+            kind = labels.get("type", "")
+            key = (
+                "uncorrected" if kind in UNCORRECTED else "corrected" if kind in CORRECTED else kind
+            )
+            if key in sums:
+                sums[key] += value
+        perf = [
+            Perf(f"{dev.label}_uncorrected", sums["uncorrected"], crit=f"{crit_uncorrected:g}"),
+            Perf(
+                f"{dev.label}_corrected",
+                sums["corrected"],
+                warn="" if warn_corrected is None else f"{warn_corrected:g}",
+            ),
+        ]
+        if sums["uncorrected"] >= crit_uncorrected:
+            note = f"{dev.label} {sums['uncorrected']:g} uncorrectable"
+            return Verdict(Status.CRITICAL, perf, note)
+        if (
+            sums["deferred"] > 0
+            or _level(sums["corrected"], warn_corrected, None) is Status.WARNING
+        ):
+            note = f"{dev.label} {sums['corrected']:g} correctable, {sums['deferred']:g} deferred"
+            return Verdict(Status.WARNING, perf, note)
+        return Verdict(Status.OK, perf)
+
+    def head(verdicts: list[Verdict]) -> str:
+        return f"{len(verdicts)} GPUs, {counter} counters"
+
+    return _per_device(samples, judge, "ECC counters", "no uncorrectable errors", missing_ok, head)
+
+
+def _flags(samples: Samples, name: str) -> dict[str, float]:
+    return {labels.get("uuid", ""): value for labels, value in samples.get(name)}
+
+
+def row_remap(samples: Samples, missing_ok: bool = False) -> Result:
+    """A failed remapping is CRITICAL (service the GPU); a pending one WARNING (reset it)."""
+    failure = _flags(samples, "accel_remapped_rows_failure")
+    pending = _flags(samples, "accel_remapped_rows_pending")
+    rows = _by_uuid(samples.get("accel_remapped_rows"))
+
+    def judge(dev: Device) -> Verdict | None:
+        if dev.uuid not in failure and dev.uuid not in pending and dev.uuid not in rows:
+            return None
+        perf = [
+            Perf(f"{dev.label}_{labels.get('type', '')}", value, minimum=0)
+            for labels, value in sorted(rows.get(dev.uuid, []), key=lambda x: x[0].get("type", ""))
+        ]
+        if failure.get(dev.uuid, 0) >= 1:
+            return Verdict(Status.CRITICAL, perf, f"{dev.label} remapping failed")
+        if pending.get(dev.uuid, 0) >= 1:
+            return Verdict(Status.WARNING, perf, f"{dev.label} remapping pending a GPU reset")
+        return Verdict(Status.OK, perf)
+
+    calm = "no pending or failed remappings"
+    return _per_device(samples, judge, "row remapping data", calm, missing_ok)
+
+
+def retired_pages(
+    samples: Samples, warn: float = 30, crit: float = 60, missing_ok: bool = False
+) -> Result:
+    """Retired pages per GPU (a board can retire 64) against thresholds; pending warns."""
+    pages = _by_uuid(samples.get("accel_retired_pages"))
+    pending = _flags(samples, "accel_retired_pages_pending")
+
+    def judge(dev: Device) -> Verdict | None:
+        if dev.uuid not in pages and dev.uuid not in pending:
+            return None
+        total = sum(v for _, v in pages.get(dev.uuid, []))
+        status = _level(total, warn, crit)
+        notes = [f"{dev.label} {total:g} pages retired"] if status is not Status.OK else []
+        if pending.get(dev.uuid, 0) >= 1:
+            status = worst([status, Status.WARNING])
+            notes.append(f"{dev.label} retirement pending a reboot")
+        perf = Perf(f"{dev.label}_retired", total, warn=f"{warn:g}", crit=f"{crit:g}", minimum=0)
+        return Verdict(status, [perf], ", ".join(notes))
+
+    calm = "no pages near the retirement limit"
+    return _per_device(samples, judge, "retired page data", calm, missing_ok)
+
+
+def xid(
+    samples: Samples,
+    window: float,
+    now: float,
+    critical: frozenset[int] = CRITICAL_XIDS,
+    ignore: frozenset[int] = frozenset(),
+) -> Result:
+    """XID errors seen within ``window`` seconds: CRITICAL for ``critical`` codes, else WARNING."""
+    recent: dict[str, list[int]] = {}
+    statuses = [Status.OK]
+    for labels, stamp in samples.get("accel_xid_last_timestamp_seconds"):
+        code = labels.get("xid", "")
+        if not code.isdigit() or int(code) in ignore or now - stamp > window:
+            continue
+        recent.setdefault(labels.get("uuid", ""), []).append(int(code))
+        statuses.append(Status.CRITICAL if int(code) in critical else Status.WARNING)
+    names = {d.uuid: d.label for d in devices(samples)}
+    parts = [
+        f"{names.get(uuid, uuid)} xid {','.join(str(c) for c in sorted(codes))}"
+        for uuid, codes in sorted(recent.items(), key=lambda kv: names.get(kv[0], kv[0]))
+    ]
+    count = sum(len(c) for c in recent.values())
+    minutes = f"{window / 60:g}m" if window >= 60 else f"{window:g}s"
+    text = f"{count} XID codes seen in the last {minutes}"
+    if parts:
+        text += ": " + "; ".join(parts)
+    return Result(worst(statuses), text, [Perf("xid_codes", count, minimum=0)])

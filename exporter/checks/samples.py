@@ -1,0 +1,126 @@
+"""The data a check judges: metric samples from a daemon's /metrics or one in-process poll.
+
+Two paths, the same parser: ``--url`` asks a running daemon (cheap, and exactly
+what Prometheus sees); ``--local`` starts the enabled sources in this process,
+polls each once and renders the same exposition (for nodes without a daemon,
+e.g. a Slurm prolog before the service is up; it takes a worker bootstrap).
+"""
+
+from __future__ import annotations
+
+import base64
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+Labels = dict[str, str]
+
+
+class SampleError(Exception):
+    """The metrics could not be fetched or parsed; the check is UNKNOWN (or CRITICAL)."""
+
+
+@dataclass
+class Samples:
+    """Samples by sample name (counters with their ``_total``), and when they were taken."""
+
+    by_name: dict[str, list[tuple[Labels, float]]] = field(default_factory=dict)
+    taken_at: float = field(default_factory=time.time)
+    fetch_seconds: float = 0.0
+
+    def get(self, name: str, **match: str) -> list[tuple[Labels, float]]:
+        """Samples of ``name`` whose labels include ``match``."""
+        return [
+            (labels, value)
+            for labels, value in self.by_name.get(name, [])
+            if all(labels.get(k) == v for k, v in match.items())
+        ]
+
+    def has(self, name: str) -> bool:
+        """True when the family has at least one sample."""
+        return bool(self.by_name.get(name))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.by_name)
+
+
+def parse(text: str) -> Samples:
+    """Parse Prometheus text exposition; SampleError when it is not valid."""
+    out = Samples()
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out.by_name.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    except (ValueError, TypeError, IndexError) as exc:
+        raise SampleError(f"the metrics are not valid exposition: {exc}") from None
+    return out
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    """How to reach a daemon: URL, deadline, TLS trust, basic-auth credentials."""
+
+    url: str
+    timeout: float = 10.0
+    ca_file: str = ""
+    insecure: bool = False
+    basic_auth: tuple[str, str] | None = None
+
+
+def metrics_url(url: str) -> str:
+    """``http://host:port`` -> ``http://host:port/metrics``; a full path is kept."""
+    base = url.rstrip("/")
+    path = base.split("://", 1)[-1]
+    return base if "/" in path else base + "/metrics"
+
+
+def fetch(options: HttpOptions) -> Samples:
+    """GET the daemon's /metrics and parse it; SampleError naming what failed."""
+    request = urllib.request.Request(metrics_url(options.url), headers={"Accept": "text/plain"})
+    if options.basic_auth is not None:
+        user, password = options.basic_auth
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    context = None
+    if request.full_url.startswith("https:"):
+        context = ssl.create_default_context(cafile=options.ca_file or None)
+        if options.insecure:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=options.timeout, context=context) as resp:
+            body = resp.read()
+    except urllib.error.HTTPError as exc:
+        raise SampleError(f"{request.full_url} answered HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise SampleError(f"cannot read {request.full_url}: {reason}") from None
+    samples = parse(body.decode("utf-8", "replace"))
+    samples.fetch_seconds = time.monotonic() - started
+    return samples
+
+
+def poll_local(config: object) -> Samples:
+    """Poll every enabled source once in this process and parse the result."""
+    import asyncio
+
+    from exporter.commands.once import poll_all
+    from exporter.config import Config
+    from exporter.outputs.prometheus import Exposition
+    from exporter.sources.registry import build_sources
+    from exporter.store import Store
+
+    assert isinstance(config, Config)
+    started = time.monotonic()
+    store = Store()
+    asyncio.run(poll_all(build_sources(config), store))
+    body, _ = Exposition(store, process_metrics=False).render(None, None)
+    samples = parse(body.decode())
+    samples.fetch_seconds = time.monotonic() - started
+    return samples

@@ -1,0 +1,12 @@
+"""Generated protobuf code for the kubelet pod-resources v1 API (do not edit by hand).
+
+``pod_resources_pb2.py`` and ``pod_resources_pb2.pyi`` are generated from
+``pod_resources.proto`` with grpcio-tools (protoc 35.1, protobuf gencode 7.35.1):
+
+    cd exporter/enrich/_proto && python -m grpc_tools.protoc -I. \\
+        --python_out=. --pyi_out=. pod_resources.proto
+
+``tests/unit/test_pod_resources_proto.py`` regenerates them and fails when the
+committed files differ, so the .proto and the code cannot drift apart. No gRPC
+stub module is generated: the client calls the one method by its path.
+"""

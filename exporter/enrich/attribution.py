@@ -1,0 +1,250 @@
+"""The join: devices x kubelet assignments x process facts x Slurm jobs -> info readings.
+
+Pure: it gets everything read already and returns readings plus a count of
+what could not be attributed and why. Nothing here raises for bad data.
+
+Kubernetes, per process. The kubelet says which containers hold a device, by
+name, but not their pod UIDs; a process's cgroup gives its pod UID and
+container ID, but not names. They are joined like this:
+
+1. A device held by exactly one container, whose processes all carry one pod
+   UID (and one container ID), teaches that UID -> namespace/pod (and container
+   ID -> container). Learned names are kept while the pod has GPU processes.
+2. A process whose pod UID was learned gets that pod; its container comes from
+   its learned container ID, or from the pod's only container on the device.
+3. Otherwise (a shared GPU whose pods were never seen alone), a process whose
+   ``HOSTNAME`` (the pod name, unless the pod sets ``hostname``) names exactly
+   one of the device's pods gets that pod.
+4. Otherwise the names stay empty, the UID and container ID are still
+   exported, and ``unresolved_pod`` is counted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from exporter.enrich.devices import DeviceIndex, DeviceRef
+from exporter.enrich.errors import AttributionError
+from exporter.enrich.pod_resources import Assignment
+from exporter.enrich.procfs import ProcessFacts, user_name
+from exporter.enrich.slurm_files import JobFile
+from exporter.model import Reading
+
+Container = tuple[str, str, str]  # namespace, pod, container
+Pod = tuple[str, str]  # namespace, pod
+
+
+@dataclass
+class PodMemory:
+    """Pod UID -> names, and container ID -> name, learned from unambiguous devices."""
+
+    pods: dict[str, Pod] = field(default_factory=dict)
+    containers: dict[str, str] = field(default_factory=dict)
+
+    def keep_only(self, uids: set[str], container_ids: set[str]) -> None:
+        """Forget pods and containers that no longer have GPU processes."""
+        self.pods = {k: v for k, v in self.pods.items() if k in uids}
+        self.containers = {k: v for k, v in self.containers.items() if k in container_ids}
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything one attribution pass needs.
+
+    ``assignments`` is None when the kubelet was not asked (no socket, k8s off);
+    ``job_files`` is None unless Slurm runs in files mode. ``k8s`` and ``slurm``
+    say which workload labels to fill.
+    """
+
+    index: DeviceIndex
+    facts: Mapping[int, ProcessFacts | AttributionError]
+    assignments: Sequence[Assignment] | None = None
+    job_files: Sequence[JobFile] | None = None
+    k8s: bool = True
+    slurm: bool = True
+
+
+@dataclass
+class Result:
+    """Readings of the three join families and the failures counted this pass."""
+
+    readings: list[Reading] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+
+
+def device_workloads(
+    index: DeviceIndex, assignments: Sequence[Assignment], result: Result
+) -> dict[str, set[Container]]:
+    """UUID -> the containers holding that device (or a MIG device of it).
+
+    MIG assignments also add accel_mig_workload_info rows; unmatched IDs are counted.
+    """
+    out: dict[str, set[Container]] = {}
+    unknown: set[str] = set()
+    migs: set[tuple[str, ...]] = set()
+    for item in assignments:
+        dev = index.resolve(item.device_id)
+        if dev is None:
+            unknown.add(item.device_id)
+            continue
+        owner = (item.namespace, item.pod, item.container)
+        out.setdefault(dev.uuid, set()).add(owner)
+        mig = index.mig(item.device_id)
+        if mig is not None:
+            migs.add((dev.device, dev.uuid, mig.gpu_instance, mig.compute_instance, *owner))
+    for labels in sorted(migs):
+        result.readings.append(Reading("accel_mig_workload_info", labels, 1.0))
+    if unknown:
+        result.errors["unknown_device"] += len(unknown)
+    return out
+
+
+def _learn(
+    index: DeviceIndex,
+    held: Mapping[str, set[Container]],
+    facts: Mapping[int, ProcessFacts],
+    memory: PodMemory,
+) -> None:
+    for uuid, pids in index.processes.items():
+        owners = held.get(uuid, set())
+        if len(owners) != 1:
+            continue
+        (namespace, pod, container) = next(iter(owners))
+        mine = [facts[p] for p in pids if p in facts]
+        uids = {f.cgroup.pod_uid for f in mine}
+        if len(uids) != 1 or "" in uids:
+            continue  # a foreign or host process shares the device: nothing is certain
+        memory.pods[uids.pop()] = (namespace, pod)
+        ids = {f.cgroup.container_id for f in mine}
+        if len(ids) == 1 and "" not in ids:
+            memory.containers[ids.pop()] = container
+
+
+def _pod_of(
+    fact: ProcessFacts, owners: set[Container], memory: PodMemory, errors: Counter[str]
+) -> Container | None:
+    uid = fact.cgroup.pod_uid
+    pod = memory.pods.get(uid)
+    if pod is None:
+        hostname = fact.env.get("HOSTNAME", "")
+        named = {(ns, name) for ns, name, _ in owners if hostname and name == hostname}
+        if len(named) == 1:
+            pod = named.pop()
+            memory.pods[uid] = pod
+        else:
+            if fact.env_error and len({(ns, name) for ns, name, _ in owners}) > 1:
+                errors[f"environ_{fact.env_error}"] += 1
+            errors["unresolved_pod"] += 1
+            return None
+    container = memory.containers.get(fact.cgroup.container_id)
+    if container is None:
+        names = {c for ns, name, c in owners if (ns, name) == pod}
+        container = names.pop() if len(names) == 1 else ""
+    return (pod[0], pod[1], container)
+
+
+def _job_of(fact: ProcessFacts, errors: Counter[str]) -> tuple[str, str, str]:
+    """(job_id, user, partition) of a process; empty job_id when it is not in a job."""
+    env = fact.env
+    job_id = fact.cgroup.job_id or env.get("SLURM_JOB_ID", "")
+    if not job_id:
+        return "", "", ""
+    if fact.env_error:
+        errors[f"environ_{fact.env_error}"] += 1
+    user = env.get("SLURM_JOB_USER", "") or user_name(fact.cgroup.slurm_uid or fact.uid)
+    return job_id, user, env.get("SLURM_JOB_PARTITION", "")
+
+
+def attribute(inputs: Inputs, memory: PodMemory) -> Result:
+    """Build the join readings; ``memory`` carries learned pod names between passes."""
+    result = Result()
+    errors = result.errors
+    index = inputs.index
+    good: dict[int, ProcessFacts] = {}
+    for pid, fact in inputs.facts.items():
+        if isinstance(fact, AttributionError):
+            errors[fact.reason] += 1
+        else:
+            good[pid] = fact
+
+    held: dict[str, set[Container]] = {}
+    if inputs.k8s and inputs.assignments is not None:
+        held = device_workloads(index, inputs.assignments, result)
+        for dev in index.devices:
+            for namespace, pod, container in sorted(held.get(dev.uuid, ())):
+                result.readings.append(
+                    Reading(
+                        "accel_device_workload_info",
+                        (dev.device, dev.uuid, namespace, pod, container),
+                        1.0,
+                    )
+                )
+        _learn(index, held, good, memory)
+
+    jobs_by_device: dict[str, dict[str, list[str]]] = {}
+    for dev in index.devices:
+        for pid in index.processes.get(dev.uuid, ()):
+            known = good.get(pid)
+            if known is None:
+                continue
+            row = _process_row(dev, known, inputs, held, memory, errors)
+            if row is None:
+                continue
+            result.readings.append(Reading("accel_process_workload_info", row, 1.0))
+            job_id, user = row[-2], row[-1]
+            partition = known.env.get("SLURM_JOB_PARTITION", "")
+            if job_id and inputs.job_files is None:
+                _merge_job(jobs_by_device.setdefault(dev.uuid, {}), job_id, user, partition)
+
+    if inputs.slurm and inputs.job_files is not None:
+        for job in inputs.job_files:
+            for gpu in job.gpus:
+                found = index.resolve(gpu)
+                if found is None:
+                    errors["unknown_device"] += 1
+                    continue
+                jobs = jobs_by_device.setdefault(found.uuid, {})
+                _merge_job(jobs, job.job_id, job.user, job.partition)
+
+    for dev in index.devices:
+        for job_id, (user, partition) in sorted(jobs_by_device.get(dev.uuid, {}).items()):
+            labels = (dev.device, dev.uuid, job_id, user, partition)
+            result.readings.append(Reading("accel_device_job_info", labels, 1.0))
+
+    memory.keep_only(
+        {f.cgroup.pod_uid for f in good.values() if f.cgroup.pod_uid},
+        {f.cgroup.container_id for f in good.values() if f.cgroup.container_id},
+    )
+    return result
+
+
+def _merge_job(jobs: dict[str, list[str]], job_id: str, user: str, partition: str) -> None:
+    known = jobs.setdefault(job_id, ["", ""])
+    known[0] = known[0] or user
+    known[1] = known[1] or partition
+
+
+def _process_row(
+    dev: DeviceRef,
+    fact: ProcessFacts,
+    inputs: Inputs,
+    held: Mapping[str, set[Container]],
+    memory: PodMemory,
+    errors: Counter[str],
+) -> tuple[str, ...] | None:
+    """Label values of one accel_process_workload_info row, or None when nothing is known."""
+    namespace = pod = container = pod_uid = container_id = job_id = user = ""
+    if inputs.k8s:
+        pod_uid, container_id = fact.cgroup.pod_uid, fact.cgroup.container_id
+        if pod_uid and inputs.assignments is not None:
+            found = _pod_of(fact, held.get(dev.uuid, set()), memory, errors)
+            if found is not None:
+                namespace, pod, container = found
+    if inputs.slurm:
+        job_id, user, _ = _job_of(fact, errors)
+    values = (namespace, pod, container, pod_uid, container_id, job_id, user)
+    if not any(values):
+        return None
+    return (dev.device, dev.uuid, str(fact.pid), *values)

@@ -1,0 +1,185 @@
+"""The workload source: attributes devices and GPU processes to pods and Slurm jobs.
+
+It runs on its own timer like any source and never on a scrape. Each poll reads
+the device sources' latest data from the store (devices and the processes on
+them), asks the kubelet for device assignments when the cached answer is older
+than ``enrich.k8s.interval``, reads each GPU process's cgroup (and, when useful,
+environment) under ``enrich.proc_path``, and publishes the join families.
+
+A failed lookup never fails the others: its labels are left out and
+``accel_workload_attribution_errors_total{reason}`` counts it. A kubelet that
+cannot be asked makes the source report ``kubelet_<reason>`` (when k8s is
+``auto``, a missing socket just means "not a Kubernetes node").
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from exporter import log
+from exporter.config.schema import EnrichConfig
+from exporter.enrich.attribution import Inputs, PodMemory, attribute
+from exporter.enrich.cgroup import CgroupIdentity
+from exporter.enrich.devices import PROCESS_FAMILIES, DeviceIndex
+from exporter.enrich.errors import AttributionError
+from exporter.enrich.pod_resources import Assignment, list_assignments, resource_filter
+from exporter.enrich.procfs import ProcessFacts, ProcReader
+from exporter.enrich.slurm_files import JobFile, read_job_files
+from exporter.errors import SourceError
+from exporter.model import Reading
+from exporter.sources.base import BlockingCall, Source, StoreReader
+
+# Reasons that mean "this node has no kubelet for us" when k8s is enabled: auto.
+_NOT_KUBERNETES = frozenset({"socket_missing", "grpc_missing"})
+# Share of the poll deadline the kubelet call may use, leaving time for /proc.
+KUBELET_SHARE = 0.6
+
+
+class WorkloadSource(Source):
+    """Polls attribution: kubelet assignments, process cgroups, Slurm jobs."""
+
+    def __init__(self, name: str, config: EnrichConfig) -> None:
+        super().__init__(name, config)
+        self.enrich = config
+        self._log = log.get(source=name)
+        self._store: StoreReader | None = None
+        self._kubelet_call = BlockingCall(f"{name}-kubelet")
+        self._proc_call = BlockingCall(f"{name}-proc")
+        self._reader = ProcReader(config.proc_path)
+        self._wanted = resource_filter(config.k8s.resource_names, config.k8s.resource_patterns)
+        self._memory = PodMemory()
+        self._errors: Counter[str] = Counter()
+        self._assignments: list[Assignment] | None = None
+        self._assignments_at: float | None = None
+        self._next_list = 0.0
+        # Once a kubelet answered, its socket vanishing is a restart, not "no Kubernetes".
+        self._kubelet_seen = False
+        self._k8s_state = "pending" if config.k8s.enabled is not False else "disabled"
+        self._counts: dict[str, Any] = {}
+
+    def attach(self, store: StoreReader) -> None:
+        """Keep the store to read the device sources' data from."""
+        self._store = store
+
+    def status(self) -> dict[str, Any]:
+        """Kubelet state, cache age and what the last pass saw."""
+        age = None
+        if self._assignments_at is not None:
+            age = round(time.monotonic() - self._assignments_at, 3)
+        return {
+            "k8s": self._k8s_state,
+            "k8s_assignments": None if self._assignments is None else len(self._assignments),
+            "k8s_cache_age_seconds": age,
+            "slurm": self.enrich.slurm.mode if self.enrich.slurm.enabled is not False else "off",
+            **self._counts,
+        }
+
+    async def _refresh_kubelet(self) -> tuple[str, str]:
+        """Ask the kubelet when due; (reason, detail) of a failure, empty when fine."""
+        k8s = self.enrich.k8s
+        if k8s.enabled is False or time.monotonic() < self._next_list:
+            return "", ""
+        try:
+            found = await self._kubelet_call(
+                list_assignments,
+                k8s.socket,
+                min(k8s.timeout, self.timeout * KUBELET_SHARE),
+                k8s.max_message_bytes,
+                self._wanted,
+            )
+        except (AttributionError, SourceError) as exc:
+            if k8s.enabled == "auto" and exc.reason in _NOT_KUBERNETES and not self._kubelet_seen:
+                self._k8s_state = f"inactive: {exc.detail}"
+                self._assignments = None
+                self._next_list = time.monotonic() + k8s.interval
+                return "", ""
+            self._errors[exc.reason] += 1
+            self._k8s_state = f"failing: {exc.reason}: {exc.detail}"
+            self._expire_assignments()
+            return exc.reason, exc.detail
+        self._assignments = found
+        self._kubelet_seen = True
+        self._assignments_at = time.monotonic()
+        self._next_list = self._assignments_at + k8s.interval
+        self._k8s_state = "ok"
+        return "", ""
+
+    def _expire_assignments(self) -> None:
+        """Keep the last good answer for a while, so one failed call changes nothing."""
+        keep = 3 * self.enrich.k8s.interval
+        if self._assignments_at is not None and time.monotonic() - self._assignments_at > keep:
+            self._assignments = None
+            self._assignments_at = None
+
+    def _wants_environ(self, identity: CgroupIdentity) -> bool:
+        if self.enrich.slurm.enabled is not False:
+            return True
+        return self.enrich.k8s.enabled is not False and bool(identity.pod_uid)
+
+    def _read_facts(self, pids: Sequence[int]) -> dict[int, ProcessFacts | AttributionError]:
+        out: dict[int, ProcessFacts | AttributionError] = {}
+        for pid in pids:
+            try:
+                out[pid] = self._reader.facts(pid, self._wants_environ)
+            except AttributionError as exc:
+                out[pid] = exc
+        return out
+
+    def _read_files(self) -> tuple[list[JobFile], list[AttributionError]]:
+        return read_job_files(self.enrich.slurm.files_dir)
+
+    async def poll(self) -> Sequence[Reading]:
+        """One attribution pass over the devices and processes last reported."""
+        view = self._store.view() if self._store is not None else None
+        index = DeviceIndex.from_readings(
+            view.readings("accel_device_info") if view is not None else (),
+            [r for name in PROCESS_FAMILIES for r in view.readings(name)] if view else (),
+            view.readings("accel_mig_device_info") if view is not None else (),
+        )
+        kubelet_problem, kubelet_detail = await self._refresh_kubelet()
+        pids = sorted({pid for found in index.processes.values() for pid in found})
+        facts = await self._proc_call(self._read_facts, pids) if pids else {}
+        slurm = self.enrich.slurm
+        job_files: list[JobFile] | None = None
+        if slurm.enabled is not False and slurm.mode == "files":
+            job_files, problems = await self._proc_call(self._read_files)
+            for problem in problems:
+                self._errors[problem.reason] += 1
+        result = attribute(
+            Inputs(
+                index=index,
+                facts=facts,
+                assignments=self._assignments,
+                job_files=job_files,
+                k8s=self.enrich.k8s.enabled is not False,
+                slurm=slurm.enabled is not False,
+            ),
+            self._memory,
+        )
+        self._errors.update(result.errors)
+        if result.errors:
+            self._log.debug("attribution incomplete", errors=dict(result.errors))
+        self._counts = {
+            "devices_seen": len(index.devices),
+            "processes_seen": len(pids),
+            "pods_learned": len(self._memory.pods),
+        }
+        counted = 0.0
+        for reading in view.readings("accel_processes") if view is not None else ():
+            counted += reading.value if isinstance(reading.value, float) else 0.0
+        if counted and not pids:
+            self._counts["hint"] = (
+                f"the device sources count {counted:g} GPU processes but list none: set"
+                " sources.<nvml|amdsmi>.processes: true for per-process and Slurm attribution"
+            )
+        readings = list(result.readings)
+        readings.extend(
+            Reading("accel_workload_attribution_errors_total", (reason,), float(count))
+            for reason, count in sorted(self._errors.items())
+        )
+        if kubelet_problem:
+            raise SourceError(f"kubelet_{kubelet_problem}", kubelet_detail, readings)
+        return readings

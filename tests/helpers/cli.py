@@ -1,0 +1,45 @@
+"""Run ``accel-exporter`` subcommands as a user would: a subprocess of the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_cli(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``python -m exporter ARGS`` with a clean ACCEL_EXPORTER_* environment plus ``env``."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_EXPORTER_")}
+    full_env["PYTHONPATH"] = str(REPO)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", *args],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(REPO),
+    )
+
+
+def record(
+    out: Path,
+    *cmd: str,
+    env: Mapping[str, str] | None = None,
+    args: Sequence[str] = (),
+) -> subprocess.CompletedProcess[str]:
+    """``accel-exporter record [ARGS] --out OUT -- CMD``."""
+    return run_cli("record", *args, "--out", str(out), "--", *cmd, env=env)
+
+
+def run_log(out: Path) -> list[dict[str, Any]]:
+    """The lines of ``OUT/run.jsonl``."""
+    return [json.loads(line) for line in (out / "run.jsonl").read_text().splitlines()]

@@ -1,0 +1,59 @@
+"""Device readings as a device source would report them, for attribution tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from exporter.catalog.device import INFO_LABELS
+from exporter.config.schema import Config, SourceConfig
+from exporter.model import OK, Reading, Snapshot
+from exporter.sources.base import Source
+
+
+def info(device: str, uuid: str, pci: str = "", vendor: str = "nvidia") -> Reading:
+    values = dict.fromkeys(INFO_LABELS, "")
+    values.update(vendor=vendor, device=device, uuid=uuid, pci_bus_id=pci)
+    return Reading("accel_device_info", tuple(values[k] for k in INFO_LABELS), 1.0)
+
+
+def process(device: str, uuid: str, pid: int, used: float = 1e9) -> Reading:
+    return Reading("accel_process_memory_bytes", (device, uuid, str(pid)), used)
+
+
+def readings(spec: dict[str, Any]) -> list[Reading]:
+    """``{"devices": [[device, uuid, pci], ...], "processes": [[device, uuid, pid], ...],
+    "utilization": [[device, uuid, ratio], ...]}``."""
+    out = [info(*d) for d in spec.get("devices", [])]
+    out += [process(d, u, int(p)) for d, u, p in spec.get("processes", [])]
+    out += [
+        Reading("accel_utilization_ratio", (d, u), float(v))
+        for d, u, v in spec.get("utilization", [])
+    ]
+    return out
+
+
+def snapshot(name: str, items: Sequence[Reading]) -> Snapshot:
+    now = time.time()
+    return Snapshot(name, tuple(items), OK, now, now, time.monotonic(), 0.001, 3600.0)
+
+
+class FileDevices(Source):
+    """Reports the devices and processes in a JSON file (re-read every poll)."""
+
+    def __init__(self, name: str, config: SourceConfig, path: str) -> None:
+        super().__init__(name, config)
+        self.path = path
+
+    async def poll(self) -> Sequence[Reading]:
+        return readings(json.loads(Path(self.path).read_text()))
+
+
+def build(config: Config) -> list[Source]:
+    """``--extra-sources tests.helpers.devices:build`` (file in ACCEL_TEST_DEVICES)."""
+    cfg = SourceConfig(enabled=True, interval=0.3, timeout=1.0, stale_after=5.0)
+    return [FileDevices("testdevices", cfg, os.environ["ACCEL_TEST_DEVICES"])]

@@ -1,0 +1,307 @@
+"""Every check's exit code and status line for OK, WARNING, CRITICAL and UNKNOWN.
+
+The checks run through the real CLI against a stand-in daemon serving a fixed
+exposition; tests/e2e/test_checks_daemon.py runs them against the real daemon.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+import structlog
+
+from exporter.checks.nagios import Perf, Result, Status, exit_code, render
+from exporter.cli import main
+from tests.helpers.metrics_server import MetricsServer
+
+U0, U1 = "GPU-0", "GPU-1"
+
+
+def info(dev: str, uuid: str, vendor: str = "nvidia") -> str:
+    return f'accel_device_info{{vendor="{vendor}",device="{dev}",uuid="{uuid}",model="H100"}} 1\n'
+
+
+def up(dev: str, uuid: str, v: int = 1, reason: str = "") -> str:
+    out = f'accel_device_up{{device="{dev}",uuid="{uuid}"}} {v}\n'
+    if reason:
+        out += (
+            f'accel_device_down_reason_info{{device="{dev}",uuid="{uuid}",reason="{reason}"}} 1\n'
+        )
+    return out
+
+
+TWO = info("0", U0) + info("1", U1)
+
+
+def temp(dev: str, uuid: str, value: float, sensor: str = "gpu") -> str:
+    return f'accel_temperature_celsius{{device="{dev}",uuid="{uuid}",sensor="{sensor}"}} {value}\n'
+
+
+def ecc_lines(dev, uuid, corrected=0, uncorrected=0, counter="volatile"):
+    return (
+        f'accel_ecc_errors_total{{device="{dev}",uuid="{uuid}",type="corrected",counter="{counter}"}} {corrected}\n'
+        f'accel_ecc_errors_total{{device="{dev}",uuid="{uuid}",type="uncorrected",counter="{counter}"}} {uncorrected}\n'
+    )
+
+
+def remap(dev, uuid, pending=0, failure=0, corrected=0, uncorrected=0):
+    return (
+        f'accel_remapped_rows{{device="{dev}",uuid="{uuid}",type="corrected"}} {corrected}\n'
+        f'accel_remapped_rows{{device="{dev}",uuid="{uuid}",type="uncorrected"}} {uncorrected}\n'
+        f'accel_remapped_rows_pending{{device="{dev}",uuid="{uuid}"}} {pending}\n'
+        f'accel_remapped_rows_failure{{device="{dev}",uuid="{uuid}"}} {failure}\n'
+    )
+
+
+def retired(dev, uuid, sbe=0, dbe=0, pending=0):
+    return (
+        f'accel_retired_pages{{device="{dev}",uuid="{uuid}",cause="multiple_single_bit_ecc"}} {sbe}\n'
+        f'accel_retired_pages{{device="{dev}",uuid="{uuid}",cause="double_bit_ecc"}} {dbe}\n'
+        f'accel_retired_pages_pending{{device="{dev}",uuid="{uuid}"}} {pending}\n'
+    )
+
+
+def xid_line(dev, uuid, code, age):
+    stamp = time.time() - age
+    return (
+        f'accel_xid_errors_total{{device="{dev}",uuid="{uuid}",xid="{code}"}} 1\n'
+        f'accel_xid_last_timestamp_seconds{{device="{dev}",uuid="{uuid}",xid="{code}"}} {stamp}\n'
+    )
+
+
+def ccl(state, dead=0, missing=0, address="localhost:28028"):
+    out = ""
+    for s in ("no_job", "unreachable", "error", "healthy", "degraded", "stalled"):
+        out += f'accel_ccl_job_state{{address="{address}",state="{s}"}} {1 if s == state else 0}\n'
+    out += f'accel_ccl_job_dead_processes{{address="{address}"}} {dead}\n'
+    out += f'accel_ccl_job_missing_processes{{address="{address}"}} {missing}\n'
+    return out
+
+
+def source(name, ok=True, reason=""):
+    out = f'accel_exporter_source_up{{source="{name}"}} {1 if ok else 0}\n'
+    if reason:
+        out += f'accel_exporter_source_down_reason_info{{source="{name}",reason="{reason}"}} 1\n'
+    return out
+
+
+BUILD = 'accel_exporter_build_info{version="0.1.0",python="3.11"} 1\n'
+LINE = re.compile(r"^[A-Z-]+ (OK|WARNING|CRITICAL|UNKNOWN) - [^|\n]+( \| \S+(?: \S+)*)?$")
+
+CASES = [
+    # (name, args, body, expected status, fragment of the text)
+    (
+        "gpu-count",
+        ["--expected", "2"],
+        TWO + up("0", U0) + up("1", U1),
+        0,
+        "2 of 2 expected GPUs present, 2 up",
+    ),
+    ("gpu-count", ["--expected", "1"], TWO + up("0", U0) + up("1", U1), 1, "2 of 1"),
+    (
+        "gpu-count",
+        ["--expected", "2"],
+        TWO + up("0", U0) + up("1", U1, 0, "gpu_lost"),
+        2,
+        "down: gpu1 gpu_lost",
+    ),
+    ("gpu-count", ["--expected", "4"], TWO + up("0", U0) + up("1", U1), 2, "2 of 4"),
+    ("gpu-count", ["--expected", "2"], None, 3, "cannot read"),
+    (
+        "temperature",
+        ["--warn", "80", "--crit", "90"],
+        TWO + temp("0", U0, 45) + temp("1", U1, 61),
+        0,
+        "hottest gpu sensor 61C",
+    ),
+    (
+        "temperature",
+        ["--warn", "80", "--crit", "90"],
+        TWO + temp("0", U0, 45) + temp("1", U1, 84),
+        1,
+        "gpu1 84C",
+    ),
+    (
+        "temperature",
+        ["--warn", "80", "--crit", "90"],
+        TWO + temp("0", U0, 95) + temp("1", U1, 84),
+        2,
+        "gpu0 95C",
+    ),
+    ("temperature", ["--warn", "80", "--crit", "90"], TWO, 3, "no gpu temperature"),
+    ("ecc", [], TWO + ecc_lines("0", U0, 5) + ecc_lines("1", U1), 0, "no uncorrectable errors"),
+    (
+        "ecc",
+        ["--warn-corrected", "100"],
+        TWO + ecc_lines("0", U0, 150) + ecc_lines("1", U1),
+        1,
+        "gpu0 150 correctable",
+    ),
+    ("ecc", [], TWO + ecc_lines("0", U0) + ecc_lines("1", U1, 0, 2), 2, "gpu1 2 uncorrectable"),
+    ("ecc", [], TWO, 3, "no ECC counters"),
+    (
+        "row-remap",
+        [],
+        TWO + remap("0", U0, corrected=3) + remap("1", U1),
+        0,
+        "no pending or failed",
+    ),
+    (
+        "row-remap",
+        [],
+        TWO + remap("0", U0) + remap("1", U1, pending=1),
+        1,
+        "gpu1 remapping pending",
+    ),
+    (
+        "row-remap",
+        [],
+        TWO + remap("0", U0, failure=1) + remap("1", U1, pending=1),
+        2,
+        "gpu0 remapping failed",
+    ),
+    ("row-remap", [], TWO, 3, "no row remapping data"),
+    ("retired-pages", [], TWO + retired("0", U0, 2, 1) + retired("1", U1), 0, "no pages near"),
+    (
+        "retired-pages",
+        [],
+        TWO + retired("0", U0) + retired("1", U1, pending=1),
+        1,
+        "gpu1 retirement pending",
+    ),
+    (
+        "retired-pages",
+        [],
+        TWO + retired("0", U0, 40, 21) + retired("1", U1),
+        2,
+        "gpu0 61 pages retired",
+    ),
+    ("retired-pages", [], TWO, 3, "no retired page data"),
+    (
+        "xid",
+        ["--window", "1h"],
+        TWO + xid_line("0", U0, 79, 7200),
+        0,
+        "0 XID codes seen in the last 60m",
+    ),
+    ("xid", ["--window", "1h"], TWO + xid_line("0", U0, 13, 60), 1, "gpu0 xid 13"),
+    (
+        "xid",
+        ["--window", "10m"],
+        TWO + xid_line("1", U1, 79, 30) + xid_line("0", U0, 13, 30),
+        2,
+        "gpu1 xid 79",
+    ),
+    ("xid", ["--window", "1h"], None, 3, "cannot read"),
+    ("ccl-job", [], ccl("healthy"), 0, "localhost:28028 healthy"),
+    ("ccl-job", [], ccl("degraded"), 1, "degraded"),
+    ("ccl-job", [], ccl("stalled"), 2, "stalled"),
+    ("ccl-job", [], ccl("degraded", dead=2), 2, "2 dead"),
+    ("ccl-job", [], ccl("unreachable"), 3, "unreachable"),
+    ("ccl-job", [], BUILD, 3, "no NCCL/RCCL job state"),
+    ("exporter", [], BUILD + source("host") + source("nvml"), 0, "2 of 2 sources up"),
+    (
+        "exporter",
+        [],
+        BUILD + source("host") + source("nvml", False, "timeout"),
+        1,
+        "nvml (timeout)",
+    ),
+    ("exporter", [], None, 2, "cannot read"),
+    ("exporter", [], "# just some other exporter\nfoo 1\n", 2, "does not serve accel-exporter"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    # main() configures structlog onto the captured stderr; later tests must not
+    # inherit a stream that pytest closes.
+    yield
+    structlog.reset_defaults()
+
+
+@pytest.fixture(scope="module")
+def server():
+    with MetricsServer() as s:
+        yield s
+
+
+@pytest.mark.parametrize(("name", "args", "body", "code", "fragment"), CASES)
+def test_check(server, capsys, name, args, body, code, fragment):
+    url = server.url if body is not None else "http://127.0.0.1:1"
+    server.body = body or ""
+    status = main(["check", name, *args, "--url", url, "--timeout", "5"])
+    out = capsys.readouterr().out.strip()
+    assert status == code, out
+    assert fragment in out, out
+    assert len(out.splitlines()) == 1
+    assert LINE.match(out), out
+    assert out.startswith(f"{name.upper()} {Status(code).name} - ")
+
+
+def test_perfdata(server, capsys):
+    server.body = TWO + temp("0", U0, 45) + temp("1", U1, 84)
+    main(["check", "temperature", "--warn", "80", "--crit", "90", "--url", server.url])
+    out = capsys.readouterr().out
+    assert out.strip().endswith("| gpu0_gpu=45;80;90 gpu1_gpu=84;80;90")
+
+
+def test_http_errors_and_paths(server, capsys):
+    server.body, server.status = "x", 503
+    try:
+        assert main(["check", "exporter", "--url", server.url + "/metrics"]) == 2
+    finally:
+        server.status = 200
+    assert "HTTP 503" in capsys.readouterr().out
+    assert server.requests[-1]["path"] == "/metrics"
+
+
+def test_basic_auth_file(server, capsys, tmp_path):
+    creds = tmp_path / "auth"
+    creds.write_text("prom:s3cret\n")
+    server.body = BUILD + source("host")
+    assert main(["check", "exporter", "--url", server.url, "--basic-auth-file", str(creds)]) == 0
+    assert server.requests[-1]["Authorization"] == "Basic cHJvbTpzM2NyZXQ="
+    creds.write_text("no colon here\n")
+    assert main(["check", "exporter", "--url", server.url, "--basic-auth-file", str(creds)]) == 2
+    assert "user:password" in capsys.readouterr().out
+
+
+def test_npd_exit_codes(server, capsys):
+    server.body = TWO + temp("0", U0, 95) + temp("1", U1, 20)
+    args = ["check", "temperature", "--warn", "80", "--crit", "90", "--url", server.url]
+    assert main([*args, "--exit-codes", "npd"]) == 1
+    server.body = TWO
+    assert main([*args, "--exit-codes", "npd"]) == 2
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "gpu-count"],
+        ["check", "temperature", "--warn", "x", "--crit", "9"],
+        ["check", "xid", "--window", "5"],
+        ["check", "xid", "--critical-xids", "a,b"],
+        ["check", "no-such-check"],
+    ],
+)
+def test_bad_arguments_are_unknown(capsys, argv):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 3
+    assert "UNKNOWN" in capsys.readouterr().out
+
+
+def test_render_rules():
+    result = Result(
+        Status.WARNING,
+        "a | b\nc",
+        [Perf("x", 1.5, "s", "1", "2", 0, 10), Perf("odd label", 3), Perf("y", 2, warn="5")],
+    )
+    assert render("demo", result) == "DEMO WARNING - a / b c | x=1.5s;1;2;0;10 'odd label'=3 y=2;5"
+    assert exit_code(Status.CRITICAL, "nagios") == 2
+    assert exit_code(Status.WARNING, "npd") == 1
+    assert exit_code(Status.UNKNOWN, "npd") == 2
