@@ -313,59 +313,39 @@ def _crd(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _monitor(
+    endpoints: str, extra: dict[str, Any], required: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """A ServiceMonitor or PodMonitor: the same spec but for the endpoints' key and a field."""
+    endpoint = {"port": {"type": "string"}, **extra, **_ENDPOINT_COMMON}
+    return _crd(
+        {
+            "type": "object",
+            "required": ["selector", *required],
+            "additionalProperties": False,
+            "properties": {
+                "jobLabel": {"type": "string"},
+                "namespaceSelector": _NAMESPACE_SELECTOR,
+                "selector": _LABEL_SELECTOR,
+                endpoints: {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": endpoint,
+                    },
+                },
+            },
+        }
+    )
+
+
 # Structural schemas of the Prometheus Operator kinds the chart creates, written
 # from the fields of the operator's v1 CRDs (monitoring.coreos.com_*.yaml).
 CRD_SCHEMAS: dict[str, dict[str, Any]] = {
-    "ServiceMonitor": _crd(
-        {
-            "type": "object",
-            "required": ["endpoints", "selector"],
-            "additionalProperties": False,
-            "properties": {
-                "jobLabel": {"type": "string"},
-                "namespaceSelector": _NAMESPACE_SELECTOR,
-                "selector": _LABEL_SELECTOR,
-                "endpoints": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {
-                            "port": {"type": "string"},
-                            "targetPort": {},
-                            **_ENDPOINT_COMMON,
-                        },
-                    },
-                },
-            },
-        }
-    ),
-    "PodMonitor": _crd(
-        {
-            "type": "object",
-            "required": ["selector"],
-            "additionalProperties": False,
-            "properties": {
-                "jobLabel": {"type": "string"},
-                "namespaceSelector": _NAMESPACE_SELECTOR,
-                "selector": _LABEL_SELECTOR,
-                "podMetricsEndpoints": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {
-                            "port": {"type": "string"},
-                            "portNumber": {"type": "integer"},
-                            **_ENDPOINT_COMMON,
-                        },
-                    },
-                },
-            },
-        }
-    ),
+    "ServiceMonitor": _monitor("endpoints", {"targetPort": {}}, required=("endpoints",)),
+    "PodMonitor": _monitor("podMetricsEndpoints", {"portNumber": {"type": "integer"}}),
     "PrometheusRule": _crd(
         {
             "type": "object",

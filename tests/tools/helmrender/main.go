@@ -171,20 +171,31 @@ func toYAML(v interface{}) string {
 	return strings.TrimSuffix(string(data), "\n")
 }
 
-func fromYAML(s string) map[string]interface{} {
-	m := map[string]interface{}{}
-	if err := yaml.Unmarshal([]byte(s), &m); err != nil {
-		m["Error"] = err.Error()
+// unmarshal is yaml.Unmarshal or json.Unmarshal.
+type unmarshal func(data []byte, v interface{}) error
+
+func yamlUnmarshal(data []byte, v interface{}) error { return yaml.Unmarshal(data, v) }
+
+// decodeMap and decodeList behave like Helm's from* functions: a document that
+// does not parse gives its error as the value instead of failing the render.
+func decodeMap(decode unmarshal) func(string) map[string]interface{} {
+	return func(s string) map[string]interface{} {
+		m := map[string]interface{}{}
+		if err := decode([]byte(s), &m); err != nil {
+			m["Error"] = err.Error()
+		}
+		return m
 	}
-	return m
 }
 
-func fromYAMLArray(s string) []interface{} {
-	a := []interface{}{}
-	if err := yaml.Unmarshal([]byte(s), &a); err != nil {
-		a = []interface{}{err.Error()}
+func decodeList(decode unmarshal) func(string) []interface{} {
+	return func(s string) []interface{} {
+		a := []interface{}{}
+		if err := decode([]byte(s), &a); err != nil {
+			a = []interface{}{err.Error()}
+		}
+		return a
 	}
-	return a
 }
 
 func toJSON(v interface{}) string {
@@ -193,22 +204,6 @@ func toJSON(v interface{}) string {
 		return ""
 	}
 	return string(data)
-}
-
-func fromJSON(s string) map[string]interface{} {
-	m := map[string]interface{}{}
-	if err := json.Unmarshal([]byte(s), &m); err != nil {
-		m["Error"] = err.Error()
-	}
-	return m
-}
-
-func fromJSONArray(s string) []interface{} {
-	a := []interface{}{}
-	if err := json.Unmarshal([]byte(s), &a); err != nil {
-		a = []interface{}{err.Error()}
-	}
-	return a
 }
 
 func required(msg string, v interface{}) (interface{}, error) {
@@ -368,11 +363,11 @@ func (r *renderer) funcs() template.FuncMap {
 	depth := 0
 	extra := template.FuncMap{
 		"toYaml":        toYAML,
-		"fromYaml":      fromYAML,
-		"fromYamlArray": fromYAMLArray,
+		"fromYaml":      decodeMap(yamlUnmarshal),
+		"fromYamlArray": decodeList(yamlUnmarshal),
 		"toJson":        toJSON,
-		"fromJson":      fromJSON,
-		"fromJsonArray": fromJSONArray,
+		"fromJson":      decodeMap(json.Unmarshal),
+		"fromJsonArray": decodeList(json.Unmarshal),
 		"required":      required,
 		"lookup": func(apiVersion, kind, namespace, name string) (map[string]interface{}, error) {
 			return map[string]interface{}{}, nil
