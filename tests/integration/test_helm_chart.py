@@ -63,7 +63,6 @@ EVERYTHING_ON: dict[str, Any] = {
     },
     "hostPID": True,
     "hostNetwork": True,
-    "rbac": {"create": True},
     "tls": {"enabled": True, "secretName": "accel-exporter-tls"},
     "amd": {"devices": True, "rocmPath": "/opt/rocm-6.4.0"},
     "cclInspector": {"hostPath": "/var/run/nccl-inspector"},
@@ -215,8 +214,6 @@ def test_everything_on_creates_every_object(renderer, tmp_path):
         "ServiceAccount": 1,
         "ServiceMonitor": 1,
         "PrometheusRule": 1,
-        "ClusterRole": 1,
-        "ClusterRoleBinding": 1,
     }
 
 
@@ -264,6 +261,9 @@ def test_node_name_from_the_downward_api_and_gpu_taints_tolerated(renderer, tmp_
     docs = render(renderer, tmp_path)
     env = env_of(container(docs))
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["POD_UID"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
     assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
     tolerated = {(t["key"], t["operator"], t["effect"]) for t in pod_spec(docs)["tolerations"]}
@@ -522,17 +522,13 @@ def test_dashboards_are_shipped_as_sidecar_config_maps(renderer, tmp_path):
     assert found == dashboards()
 
 
-def test_rbac_only_when_asked(renderer, tmp_path):
-    docs = render(renderer, tmp_path, EVERYTHING_ON)
-    role = one(docs, "ClusterRole")
-    assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
-    ]
-    binding = one(docs, "ClusterRoleBinding")
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}
-    ]
-    assert pod_spec(docs)["automountServiceAccountToken"] is True
+def test_no_api_access_in_any_configuration(renderer, tmp_path):
+    # Pod attribution uses the kubelet's node-local socket: no RBAC, no token, ever.
+    for values in ({}, EVERYTHING_ON):
+        docs = render(renderer, tmp_path, values)
+        assert not {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"} & set(by_kind(docs))
+        assert pod_spec(docs)["automountServiceAccountToken"] is False
+        assert one(docs, "ServiceAccount")["automountServiceAccountToken"] is False
 
 
 def test_notes_render(renderer, tmp_path):
