@@ -7,11 +7,17 @@ through its _bucket/_sum/_count series.
 
 from __future__ import annotations
 
+import re
+
 from exporter.catalog import CATALOG, Kind
 from tests.helpers.deploy import REPO, all_rules, dashboards
 from tests.helpers.promql import BUILTIN_SERIES, as_promql, dashboard_queries, metric_names
 
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+# Labels Prometheus adds to every scraped series (the chart also relabels node).
+TARGET_LABELS = {"job", "instance", "node"}
+_SELECTOR = re.compile(r"([A-Za-z_:][\w:]*)\s*\{([^{}]*)\}")
+_MATCHER = re.compile(r"(\w+)\s*(?:=~|!~|!=|=)")
 
 
 def exposed_names() -> set[str]:
@@ -49,6 +55,36 @@ def test_rule_and_dashboard_names_are_in_the_catalog() -> None:
     assert missing == {}, "metric names used but not in exporter.catalog.CATALOG:\n" + "\n".join(
         f"  {name}  (e.g. {', '.join(where)})" for name, where in missing.items()
     )
+
+
+def all_expressions() -> list[tuple[str, str]]:
+    out = [(f"rule {r.get('alert') or r.get('record')}", r["expr"]) for r in all_rules()]
+    for file_name, board in dashboards().items():
+        out += [
+            (f"{file_name} {place}", as_promql(expr)) for place, expr in dashboard_queries(board)
+        ]
+    return out
+
+
+def test_selector_labels_exist_on_the_selected_family() -> None:
+    # A matcher on a label the family does not have selects nothing, silently.
+    wrong = []
+    for where, expr in all_expressions():
+        for name, matchers in _SELECTOR.findall(expr):
+            base = name
+            for suffix in HISTOGRAM_SUFFIXES:
+                if name.endswith(suffix) and name[: -len(suffix)] in CATALOG:
+                    base = name[: -len(suffix)]
+            spec = CATALOG.get(base)
+            if spec is None:
+                continue  # unknown names are the other test's finding
+            allowed = set(spec.labels) | TARGET_LABELS | ({"le"} if base != name else set())
+            wrong += [
+                f"{where}: {name} has no label {label!r}"
+                for label in _MATCHER.findall(matchers)
+                if label not in allowed
+            ]
+    assert wrong == []
 
 
 def test_colon_names_are_only_recording_rule_outputs() -> None:
