@@ -191,10 +191,11 @@ def test_rendered_manifests_validate_against_kubernetes_schemas(renderer, tmp_pa
 
 
 def test_null_removes_a_default(renderer, tmp_path):
-    docs = render(
-        renderer, tmp_path, {"podSecurityContext": None, "tolerations": None}, strict=False
-    )
+    values = {"podSecurityContext": None, "tolerations": None}
+    docs = render(renderer, tmp_path, values, strict=False)
     assert "securityContext" not in pod_spec(docs) and "tolerations" not in pod_spec(docs)
+    notes = render_chart(renderer, tmp_path, values, notes=True, strict=False)
+    assert "runAsUser=0" not in notes
 
 
 def test_defaults_create_only_the_workload(renderer, tmp_path):
