@@ -10,6 +10,8 @@ import pytest
 
 from tests.helpers.daemon import Daemon
 
+pytest_plugins = ["tests.fakes.amdsmi.fixtures"]
+
 
 @pytest.fixture
 def daemon_factory(tmp_path: Path) -> Iterator[Any]:

@@ -1,7 +1,152 @@
-"""AMD-only device families (GTT, XGMI, per-block ECC, partitions, ...)."""
+"""AMD-only device families (amdsmi): quantities NVIDIA has no counterpart for.
+
+Shared quantities (utilization, VRAM, temperatures, power, energy, clocks, ECC
+totals, PCIe link, throttling, events, processes) use the names in
+``device.py``. Every series here carries the identity labels ``device`` and
+``uuid`` plus at most one bounded dimension label.
+"""
 
 from __future__ import annotations
 
-from exporter.catalog.spec import MetricSpec
+from exporter.catalog.device import ID
+from exporter.catalog.spec import Kind, MetricSpec
 
-ROWS: tuple[MetricSpec, ...] = ()
+ROWS = (
+    MetricSpec(
+        "accel_amd_mm_activity_ratio",
+        Kind.GAUGE,
+        "Multimedia engine busy share from amdsmi gpu activity (mm_activity), 0..1.",
+        ID,
+        unit="ratio",
+    ),
+    MetricSpec(
+        "accel_amd_vcn_activity_ratio",
+        Kind.GAUGE,
+        "Video codec (VCN) instance busy share from gpu_metrics, 0..1.",
+        (*ID, "engine"),
+        unit="ratio",
+    ),
+    MetricSpec(
+        "accel_amd_jpeg_activity_ratio",
+        Kind.GAUGE,
+        "JPEG decoder instance busy share from gpu_metrics, 0..1.",
+        (*ID, "engine"),
+        unit="ratio",
+    ),
+    MetricSpec(
+        "accel_amd_gtt_total_bytes",
+        Kind.GAUGE,
+        "GTT (system memory mapped for the GPU) size.",
+        ID,
+        unit="bytes",
+    ),
+    MetricSpec(
+        "accel_amd_gtt_used_bytes",
+        Kind.GAUGE,
+        "GTT (system memory mapped for the GPU) in use.",
+        ID,
+        unit="bytes",
+    ),
+    MetricSpec(
+        "accel_amd_visible_vram_total_bytes",
+        Kind.GAUGE,
+        "CPU-visible VRAM (the BAR window) size.",
+        ID,
+        unit="bytes",
+    ),
+    MetricSpec(
+        "accel_amd_visible_vram_used_bytes",
+        Kind.GAUGE,
+        "CPU-visible VRAM (the BAR window) in use.",
+        ID,
+        unit="bytes",
+    ),
+    MetricSpec(
+        "accel_amd_ecc_correctable_errors_total",
+        Kind.COUNTER,
+        "Correctable ECC errors of one RAS block (umc, sdma, gfx, xgmi_wafl, ...).",
+        (*ID, "block"),
+    ),
+    MetricSpec(
+        "accel_amd_ecc_uncorrectable_errors_total",
+        Kind.COUNTER,
+        "Uncorrectable ECC errors of one RAS block (umc, sdma, gfx, xgmi_wafl, ...).",
+        (*ID, "block"),
+    ),
+    MetricSpec(
+        "accel_amd_ecc_deferred_errors_total",
+        Kind.COUNTER,
+        "Deferred ECC errors of one RAS block (umc, sdma, gfx, xgmi_wafl, ...).",
+        (*ID, "block"),
+    ),
+    MetricSpec(
+        "accel_amd_xgmi_read_bytes_total",
+        Kind.COUNTER,
+        "Data read over one XGMI link since the driver loaded (gpu_metrics, KB x 1024).",
+        (*ID, "link"),
+        unit="bytes",
+    ),
+    MetricSpec(
+        "accel_amd_xgmi_write_bytes_total",
+        Kind.COUNTER,
+        "Data written over one XGMI link since the driver loaded (gpu_metrics, KB x 1024).",
+        (*ID, "link"),
+        unit="bytes",
+    ),
+    MetricSpec(
+        "accel_amd_xgmi_link_up",
+        Kind.GAUGE,
+        "1 when the XGMI link is up, 0 when it is down (gpu_metrics xgmi_link_status).",
+        (*ID, "link"),
+    ),
+    MetricSpec(
+        "accel_amd_violation_residency_total",
+        Kind.COUNTER,
+        "Firmware samples spent throttled for the reason (prochot, ppt, socket_thermal, "
+        "vr_thermal, hbm_thermal); divide its rate by accel_amd_violation_samples_total's.",
+        (*ID, "reason"),
+    ),
+    MetricSpec(
+        "accel_amd_violation_samples_total",
+        Kind.COUNTER,
+        "Firmware throttle-accounting samples taken (gpu_metrics accumulation_counter).",
+        ID,
+    ),
+    MetricSpec(
+        "accel_amd_partition_id",
+        Kind.GAUGE,
+        "Index of this logical device within its physical GPU (0 unless partitioned).",
+        ID,
+    ),
+    MetricSpec(
+        "accel_amd_pcie_bandwidth_bytes_per_second",
+        Kind.GAUGE,
+        "Instantaneous PCIe bandwidth, both directions together.",
+        ID,
+        unit="bytes_per_second",
+    ),
+    MetricSpec(
+        "accel_amd_pcie_recoveries_total",
+        Kind.COUNTER,
+        "PCIe link transitions from L0 to recovery.",
+        ID,
+    ),
+    MetricSpec(
+        "accel_amd_pcie_nak_sent_total",
+        Kind.COUNTER,
+        "PCIe NAKs sent by the device.",
+        ID,
+    ),
+    MetricSpec(
+        "accel_amd_pcie_nak_received_total",
+        Kind.COUNTER,
+        "PCIe NAKs received by the device.",
+        ID,
+    ),
+    MetricSpec(
+        "accel_amd_process_compute_units",
+        Kind.GAUGE,
+        "Compute units occupied by one process (only with processes: true).",
+        (*ID, "pid"),
+    ),
+)

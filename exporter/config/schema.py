@@ -171,6 +171,38 @@ class DeviceSourceConfig(SourceConfig):
         return out
 
 
+AmdEvent = Literal[
+    "vmfault",
+    "thermal_throttle",
+    "gpu_pre_reset",
+    "gpu_post_reset",
+    "migrate_start",
+    "migrate_end",
+    "page_fault_end",
+    "queue_eviction",
+    "queue_restore",
+    "unmap_from_gpu",
+    "process_start",
+    "process_end",
+]
+
+
+# The notifications that say something about health; the others can fire very often.
+AMD_DEFAULT_EVENTS: tuple[AmdEvent, ...] = (
+    "vmfault",
+    "thermal_throttle",
+    "gpu_pre_reset",
+    "gpu_post_reset",
+)
+
+
+@dataclass(frozen=True)
+class AmdSmiSourceConfig(DeviceSourceConfig):
+    """AMD GPUs through amdsmi; ``event_types`` picks the event notifications counted."""
+
+    event_types: list[AmdEvent] = field(default_factory=lambda: list(AMD_DEFAULT_EVENTS))
+
+
 @dataclass(frozen=True)
 class CclRasSourceConfig(SourceConfig):
     """NCCL/RCCL RAS service client (every NCCL process listens on port 28028)."""
@@ -229,7 +261,7 @@ class SourcesConfig:
 
     host: HostSourceConfig = field(default_factory=HostSourceConfig)
     nvml: DeviceSourceConfig = field(default_factory=DeviceSourceConfig)
-    amdsmi: DeviceSourceConfig = field(default_factory=DeviceSourceConfig)
+    amdsmi: AmdSmiSourceConfig = field(default_factory=AmdSmiSourceConfig)
     ccl_ras: CclRasSourceConfig = field(default_factory=CclRasSourceConfig)
     ccl_inspector: CclInspectorSourceConfig = field(default_factory=CclInspectorSourceConfig)
     cuda_checkpoint: CudaCheckpointSourceConfig = field(default_factory=CudaCheckpointSourceConfig)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from exporter.config.schema import Config, SourceConfig
 from exporter.sources.base import Source
+from exporter.sources.device import DeviceSource
 from exporter.sources.host import HostSource
 
 Factory = Callable[[Config], Source]
@@ -20,8 +21,19 @@ def _host(config: Config) -> Source:
     return HostSource("host", config.sources.host)
 
 
+def _amdsmi(config: Config) -> Source:
+    cfg = config.sources.amdsmi
+    return DeviceSource(
+        "amdsmi",
+        cfg,
+        "exporter.backends.amdsmi:AmdSmiBackend",
+        backend_config={"events": cfg.events, "event_types": list(cfg.event_types)},
+    )
+
+
 FACTORIES: dict[str, Factory] = {
     "host": _host,
+    "amdsmi": _amdsmi,
 }
 
 

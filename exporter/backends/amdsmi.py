@@ -1,0 +1,278 @@
+"""AMD GPUs through the amdsmi Python package (7.x), inside a worker process.
+
+``bootstrap`` imports amdsmi (which loads ``libamd_smi.so`` from ROCM_HOME /
+ROCM_PATH / the linker path at import), initialises it for GPUs, enumerates
+the devices and reads their static identity. ``poll`` reads every device; a
+device whose calls say it is gone is reported ``up: false`` with reason
+``gpu_lost`` while the others carry on. Event notifications are counted on a
+thread (:mod:`exporter.backends.amdsmi_events`). The wire shapes are those of
+:mod:`exporter.sources.device`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from exporter import log
+from exporter.backends.amdsmi_events import EventWatcher, Watched
+from exporter.backends.amdsmi_fields import (
+    FAST,
+    DeviceLost,
+    DeviceReader,
+    read_ecc,
+    read_partition,
+    read_processes,
+    status_name,
+)
+from exporter.backends.base import BackendError, BackendUnavailable
+from exporter.config.schema import AMD_DEFAULT_EVENTS
+
+SOURCE = "amdsmi"
+# amdsmi_init statuses that mean "no usable AMD GPU driver here" rather than a fault.
+NO_DRIVER = frozenset({"driver_not_loaded", "no_drv", "file_not_found", "directory_not_found"})
+
+
+@dataclass
+class Gpu:
+    """One enumerated device: its handle and identity."""
+
+    handle: Any
+    device: str
+    uuid: str
+    info: dict[str, str]
+
+
+def load_amdsmi() -> Any:
+    """Import amdsmi; BackendUnavailable when the package or its library is missing.
+
+    The wrapper looks for ``libamd_smi.so`` while it is imported and, when it
+    finds none, prints the error and then fails with ``KeyError``.
+    """
+    try:
+        return importlib.import_module("amdsmi")
+    except ImportError as exc:
+        raise BackendUnavailable(
+            "library_missing", f"the amdsmi Python package is not installed ({exc})"
+        ) from None
+    except (KeyError, OSError) as exc:
+        raise BackendUnavailable(
+            "library_missing",
+            "amdsmi cannot load libamd_smi.so (install amd-smi-lib, or set ROCM_PATH): "
+            f"{type(exc).__name__}: {exc}",
+        ) from None
+    except AttributeError as exc:
+        # The wrapper binds every C function at import: a missing one means the
+        # pip package is newer than the installed library.
+        raise BackendUnavailable(
+            "library_mismatch",
+            "libamd_smi.so lacks a function the amdsmi package binds; install the amdsmi "
+            f"package of the ROCm release on this node: {exc}",
+        ) from None
+
+
+def _text(value: Any) -> str:
+    """A string field, with amdsmi's "N/A" and blanks as empty."""
+    if not isinstance(value, str):
+        return ""
+    value = value.strip()
+    return "" if value in ("N/A", "") else value
+
+
+class AmdSmiBackend:
+    """The amdsmi backend (runs in the worker child)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.api: Any = None
+        self.gpus: list[Gpu] = []
+        self.events: EventWatcher | None = None
+        self._names: dict[int, str] = {}
+        self._blocks: list[tuple[str, Any]] = []
+        self._log = log.get(source=SOURCE)
+        self._failing: dict[tuple[str, str], str] = {}
+
+    # -- bootstrap -----------------------------------------------------------
+
+    def bootstrap(self) -> dict[str, Any]:
+        """Load the library, enumerate GPUs, read identity, start the event reader."""
+        api = load_amdsmi()
+        self.api = api
+        self._names = dict(api.amdsmi_wrapper.amdsmi_status_t__enumvalues)
+        self._blocks = [
+            (b.name.lower(), b) for b in api.AmdSmiGpuBlock if b.name not in ("INVALID", "RESERVED")
+        ]
+        try:
+            api.amdsmi_init(api.AmdSmiInitFlags.INIT_AMD_GPUS)
+        except api.AmdSmiLibraryException as exc:
+            status = status_name(self._names, int(exc.get_error_code()))
+            if status in NO_DRIVER:
+                raise BackendUnavailable(
+                    status, f"amdsmi_init: {status} (is the amdgpu driver loaded?)"
+                ) from None
+            raise BackendError("init_failed", f"amdsmi_init failed: {status}") from None
+        try:
+            self._enumerate()
+        except BackendError:
+            with contextlib.suppress(api.AmdSmiException):
+                api.amdsmi_shut_down()
+            raise
+        if self.config.get("events", True):
+            self.events = EventWatcher(
+                api,
+                [Watched(g.handle, g.device, g.uuid) for g in self.gpus],
+                self.config.get("event_types") or AMD_DEFAULT_EVENTS,
+                SOURCE,
+            )
+            self.events.start()
+        self._log.info("amdsmi ready", devices=len(self.gpus), version=self._lib_version())
+        return {
+            "vendor": "amd",
+            "devices": [{"device": g.device, "uuid": g.uuid, "info": g.info} for g in self.gpus],
+        }
+
+    def _enumerate(self) -> None:
+        api = self.api
+        try:
+            handles = api.amdsmi_get_processor_handles()
+        except api.AmdSmiLibraryException as exc:
+            status = status_name(self._names, int(exc.get_error_code()))
+            raise BackendError("enumeration_failed", f"listing GPUs failed: {status}") from None
+        self.gpus = [gpu for gpu in (self._identify(h) for h in handles) if gpu is not None]
+        for i, gpu in enumerate(self.gpus):
+            gpu.device = str(i)
+        self._dedupe_uuids()
+        if not self.gpus:
+            raise BackendUnavailable("no_devices", "amdsmi found no AMD GPU")
+
+    def _lib_version(self) -> str:
+        try:
+            v = self.api.amdsmi_get_lib_version()
+            return f"{v['major']}.{v['minor']}.{v['release']}"
+        except Exception:  # informational only
+            return "unknown"
+
+    def _is_gpu(self, type_name: Any) -> bool:
+        """False only for a processor amdsmi positively names as something else."""
+        try:
+            value = int(self.api.AmdSmiProcessorType[str(type_name)])
+        except KeyError:
+            return True  # INIT_AMD_GPUS enumerates GPUs only; an unknown name is one
+        return value == int(self.api.amdsmi_wrapper.AMDSMI_PROCESSOR_TYPE_AMD_GPU)
+
+    def _identify(self, handle: Any) -> Gpu | None:
+        """Identity of one handle; None when it is not a GPU."""
+        api = self.api
+        r = DeviceReader(api, handle, "", "", self._names)
+        try:
+            kind = r.call("processor_type", api.amdsmi_get_processor_type)
+            if kind is not None and not self._is_gpu(kind.get("processor_type")):
+                return None
+            uuid = _text(r.call("uuid", api.amdsmi_get_gpu_device_uuid))
+            bdf = _text(r.call("bdf", api.amdsmi_get_gpu_device_bdf))
+            asic = r.call("asic_info", api.amdsmi_get_gpu_asic_info) or {}
+            board = r.call("board_info", api.amdsmi_get_gpu_board_info) or {}
+            vbios = r.call("vbios_info", api.amdsmi_get_gpu_vbios_info) or {}
+            driver = r.call("driver_info", api.amdsmi_get_gpu_driver_info) or {}
+            compute = _text(r.call("compute_partition", api.amdsmi_get_gpu_compute_partition))
+            memory = _text(r.call("memory_partition", api.amdsmi_get_gpu_memory_partition))
+        except DeviceLost as exc:
+            # Keep a lost GPU in the inventory, so it is reported down by name.
+            self._log.warning("device lost during enumeration", status=exc.status)
+            uuid = bdf = compute = memory = ""
+            asic = board = vbios = driver = {}
+        info = {
+            "model": _text(asic.get("market_name")) or _text(board.get("product_name")),
+            "pci_bus_id": bdf,
+            "serial": _text(board.get("product_serial")) or _text(asic.get("asic_serial")),
+            "vbios": _text(vbios.get("version")) or _text(vbios.get("part_number")),
+            "driver_version": _text(driver.get("driver_version")),
+            "compute_partition": compute,
+            "memory_partition": memory,
+        }
+        # Without a UUID the PCI address is the next most stable identity.
+        return Gpu(handle, "", uuid or (f"pci-{bdf}" if bdf else ""), info)
+
+    def _dedupe_uuids(self) -> None:
+        seen: set[str] = set()
+        for gpu in self.gpus:
+            if not gpu.uuid or gpu.uuid in seen:
+                gpu.uuid = f"amd-gpu-{gpu.device}" if not gpu.uuid else f"{gpu.uuid}-{gpu.device}"
+            seen.add(gpu.uuid)
+
+    # -- requests --------------------------------------------------------------
+
+    def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Answer ``poll``."""
+        if op != "poll":
+            raise BackendError("unknown_op", f"the amdsmi backend has no operation {op!r}")
+        slow = bool(args.get("slow"))
+        processes = bool(args.get("processes"))
+        devices: list[dict[str, Any]] = []
+        readings: list[list[Any]] = []
+        slow_readings: list[list[Any]] = []
+        for gpu in self.gpus:
+            up, reason, fast, slow_part = self._read(gpu, slow, processes)
+            devices.append({"uuid": gpu.uuid, "up": up, "reason": reason})
+            readings += fast
+            slow_readings += slow_part
+        if self.events is not None and args.get("events", True):
+            readings += self.events.readings()
+        reply: dict[str, Any] = {"devices": devices, "readings": readings}
+        if slow:
+            reply["slow_readings"] = slow_readings
+        return reply
+
+    def _read(
+        self, gpu: Gpu, slow: bool, processes: bool
+    ) -> tuple[bool, str, list[list[Any]], list[list[Any]]]:
+        """(up, reason, fast readings, slow readings) of one device."""
+        r = DeviceReader(self.api, gpu.handle, gpu.device, gpu.uuid, self._names)
+        slow_r = DeviceReader(self.api, gpu.handle, gpu.device, gpu.uuid, self._names)
+        try:
+            for read in FAST:
+                read(r)
+            if processes:
+                read_processes(r)
+            if slow:
+                read_ecc(slow_r, self._blocks)
+                read_partition(slow_r)
+        except DeviceLost as exc:
+            self._note(gpu, "device", exc.status)
+            return False, "gpu_lost", [], []
+        self._note_failures(gpu, r, slow_r)
+        reason = r.down_reason()
+        if reason:
+            return False, reason, [], []
+        return True, "", r.readings, slow_r.readings
+
+    def _note_failures(self, gpu: Gpu, *readers: DeviceReader) -> None:
+        failing: dict[str, str] = {}
+        for reader in readers:
+            for f in reader.failures:
+                failing.setdefault(f.field, f.detail or f.reason)
+        for name, why in failing.items():
+            self._note(gpu, name, why)
+        for key in [k for k in self._failing if k[0] == gpu.uuid and k[1] not in failing]:
+            self._log.info("amdsmi read recovered", device=gpu.device, field=key[1])
+            del self._failing[key]
+
+    def _note(self, gpu: Gpu, name: str, why: str) -> None:
+        """Log a failing field (or a lost device) once, not on every poll."""
+        key = (gpu.uuid, name)
+        if self._failing.get(key) != why:
+            self._failing[key] = why
+            self._log.warning("amdsmi read failed", device=gpu.device, field=name, status=why)
+
+    def close(self) -> None:
+        """Stop the event thread and shut the library down."""
+        if self.events is not None:
+            self.events.stop()
+            self.events = None
+        if self.api is not None:
+            # Failing to shut down leaves nothing behind: the process exits next.
+            with contextlib.suppress(self.api.AmdSmiException):
+                self.api.amdsmi_shut_down()
+            self.api = None

@@ -1,0 +1,390 @@
+"""Read one AMD GPU through the amdsmi Python API and turn the answers into readings.
+
+Runs inside the worker process. Every vendor call goes through
+:meth:`DeviceReader.call`, the boundary where amdsmi exceptions are converted:
+a status meaning "not offered here" omits the field silently, a status
+meaning the GPU or its driver is gone raises :class:`DeviceLost`, anything
+else omits the field and is remembered as a failure. Values the library marks
+"N/A" (all-ones in the C struct) are omitted, never exported as numbers.
+Units are converted exactly to the catalog's base units.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# Statuses meaning "this device does not offer this field": omitted silently.
+UNSUPPORTED = frozenset({"not_supported", "not_yet_implemented", "no_data", "setting_unavailable"})
+# Statuses meaning the GPU or its driver went away (off the bus, reset failed, unbound).
+LOST = frozenset(
+    {
+        "io",
+        "file_error",
+        "not_found",
+        "file_not_found",
+        "directory_not_found",
+        "driver_not_loaded",
+        "no_drv",
+        "amdgpu_restart_err",
+    }
+)
+
+U16_MAX = 0xFFFF
+U32_MAX = 0xFFFF_FFFF
+U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
+MHZ = 1_000_000.0
+KIB = 1024.0
+MICRO_PER_UNIT = 1_000_000.0
+
+# amdsmi temperature type name -> sensor label.
+TEMPERATURES = (
+    ("EDGE", "edge"),
+    ("HOTSPOT", "hotspot"),
+    ("VRAM", "memory"),
+    ("HBM_0", "hbm_0"),
+    ("HBM_1", "hbm_1"),
+    ("HBM_2", "hbm_2"),
+    ("HBM_3", "hbm_3"),
+)
+# amdsmi clock type name -> clock label (GFX is "graphics", as for NVIDIA).
+CLOCKS = (
+    ("GFX", "graphics"),
+    ("MEM", "memory"),
+    ("SOC", "soc"),
+    ("DF", "data_fabric"),
+    ("VCLK0", "video"),
+    ("DCLK0", "decode"),
+)
+# gpu_metrics residency accumulator -> reason label.
+RESIDENCIES = (
+    ("prochot_residency_acc", "prochot"),
+    ("ppt_residency_acc", "ppt"),
+    ("socket_thm_residency_acc", "socket_thermal"),
+    ("vr_thm_residency_acc", "vr_thermal"),
+    ("hbm_thm_residency_acc", "hbm_thermal"),
+)
+# violation status flag -> throttle reason label (same vocabulary as the residencies).
+THROTTLES = (
+    ("active_prochot_thrm", "prochot"),
+    ("active_ppt_pwr", "ppt"),
+    ("active_socket_thrm", "socket_thermal"),
+    ("active_vr_thrm", "vr_thermal"),
+    ("active_hbm_thrm", "hbm_thermal"),
+    ("active_gfx_clk_below_host_limit", "gfx_clock_below_host_limit"),
+)
+# PCIe transfer rate (MT/s) -> link generation.
+PCIE_GENERATIONS = {2500: 1, 5000: 2, 8000: 3, 16000: 4, 32000: 5, 64000: 6}
+
+
+class DeviceLost(Exception):
+    """A call said the GPU is gone; ``status`` is the amdsmi status name."""
+
+    def __init__(self, field_name: str, status: str) -> None:
+        super().__init__(f"{field_name}: {status}")
+        self.field = field_name
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One field that could not be read: an amdsmi status name, or bad_value with detail."""
+
+    field: str
+    reason: str
+    detail: str = ""
+
+
+def status_name(names: Mapping[int, str], code: int) -> str:
+    """``AMDSMI_STATUS_NO_PERM`` -> ``no_perm``; unknown codes -> ``status_<n>``."""
+    name = names.get(code)
+    if not name:
+        return f"status_{code}"
+    return name.removeprefix("AMDSMI_STATUS_").lower()
+
+
+def number(value: Any, *sentinels: int) -> float | None:
+    """``value`` as a float, or None when it is "N/A", not a number, or a sentinel."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if value in sentinels:
+        return None
+    return float(value)
+
+
+def pcie_generation(rate_mts: float | None) -> float | None:
+    """The PCIe generation of a transfer rate in MT/s, None when not a standard rate."""
+    if rate_mts is None:
+        return None
+    gen = PCIE_GENERATIONS.get(int(rate_mts))
+    return float(gen) if gen is not None else None
+
+
+def first(*values: float | None) -> float | None:
+    """The first value that is not None."""
+    return next((v for v in values if v is not None), None)
+
+
+@dataclass
+class DeviceReader:
+    """Reads one device for one poll, collecting readings and failures."""
+
+    api: Any
+    handle: Any
+    device: str
+    uuid: str
+    status_names: Mapping[int, str]
+    readings: list[list[Any]] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    successes: int = 0
+
+    def call(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(handle, *args)``; None when the field is unsupported or failed."""
+        api = self.api
+        try:
+            result = fn(self.handle, *args)
+        except api.AmdSmiLibraryException as exc:
+            status = status_name(self.status_names, int(exc.get_error_code()))
+            if status in LOST:
+                raise DeviceLost(name, status) from None
+            if status not in UNSUPPORTED:
+                self.failures.append(Failure(name, status))
+            return None
+        except Exception as exc:
+            # The wrapper parses strings and structs (int(serial, 16), enum
+            # lookups, ctypes conversions): whatever it raises on a malformed
+            # answer or a version mismatch loses that field only.
+            self.failures.append(Failure(name, "bad_value", f"{type(exc).__name__}: {exc}"))
+            return None
+        self.successes += 1
+        return result
+
+    def add(self, metric: str, value: float | None, *labels: str) -> None:
+        """Record one reading unless the value is missing."""
+        if value is not None:
+            self.readings.append([metric, [self.device, self.uuid, *labels], value])
+
+    def down_reason(self) -> str:
+        """Why the device counts as down, or "" when it answered something."""
+        if self.successes or not self.failures:
+            return ""
+        return self.failures[0].reason
+
+
+def read_activity(r: DeviceReader) -> None:
+    """GFX, memory controller and multimedia busy shares."""
+    act = r.call("activity", r.api.amdsmi_get_gpu_activity)
+    if act is None:
+        return
+    for key, metric in (
+        ("gfx_activity", "accel_utilization_ratio"),
+        ("umc_activity", "accel_memory_bandwidth_utilization_ratio"),
+        ("mm_activity", "accel_amd_mm_activity_ratio"),
+    ):
+        pct = number(act.get(key), U16_MAX, U32_MAX)
+        r.add(metric, None if pct is None or pct > 100 else pct / 100.0)
+
+
+def read_memory(r: DeviceReader) -> None:
+    """VRAM (shared names), visible VRAM and GTT (AMD-only), in bytes."""
+    kinds = r.api.AmdSmiMemoryType
+    pools = (
+        (kinds.VRAM, "accel_memory_total_bytes", "accel_memory_used_bytes"),
+        (kinds.VIS_VRAM, "accel_amd_visible_vram_total_bytes", "accel_amd_visible_vram_used_bytes"),
+        (kinds.GTT, "accel_amd_gtt_total_bytes", "accel_amd_gtt_used_bytes"),
+    )
+    for kind, total_metric, used_metric in pools:
+        total = number(r.call("memory_total", r.api.amdsmi_get_gpu_memory_total, kind), U64_MAX)
+        used = number(r.call("memory_usage", r.api.amdsmi_get_gpu_memory_usage, kind), U64_MAX)
+        r.add(total_metric, total)
+        r.add(used_metric, used)
+        if kind == kinds.VRAM and total is not None and used is not None:
+            r.add("accel_memory_free_bytes", max(total - used, 0.0))
+
+
+def read_temperatures(r: DeviceReader) -> None:
+    """Current temperature of every sensor the device has, in celsius."""
+    types = r.api.AmdSmiTemperatureType
+    current = r.api.AmdSmiTemperatureMetric.CURRENT
+    for type_name, sensor in TEMPERATURES:
+        value = r.call("temperature", r.api.amdsmi_get_temp_metric, types[type_name], current)
+        r.add("accel_temperature_celsius", number(value, U16_MAX, U32_MAX), sensor)
+
+
+def read_power(r: DeviceReader) -> None:
+    """Socket power and the enforced limit (W), energy (accumulator x resolution, uJ -> J)."""
+    info = r.call("power", r.api.amdsmi_get_power_info)
+    if info is not None:
+        sentinels = (U16_MAX, U32_MAX, U64_MAX)
+        r.add(
+            "accel_power_watts",
+            first(
+                number(info.get("socket_power"), *sentinels),
+                number(info.get("current_socket_power"), *sentinels),
+                number(info.get("average_socket_power"), *sentinels),
+            ),
+        )
+        limit = number(info.get("power_limit"), *sentinels)
+        if limit is None:
+            cap = r.call("power_cap", r.api.amdsmi_get_power_cap_info)
+            if cap is not None:
+                uw = number(cap.get("power_cap"), U64_MAX)
+                limit = None if uw is None else uw / MICRO_PER_UNIT
+        r.add("accel_power_limit_watts", limit)
+    energy = r.call("energy", r.api.amdsmi_get_energy_count)
+    if energy is not None:
+        acc = number(energy.get("energy_accumulator"), U64_MAX)
+        resolution = number(energy.get("counter_resolution"))
+        if acc is not None and resolution is not None:
+            r.add("accel_energy_joules_total", acc * resolution / MICRO_PER_UNIT)
+
+
+def read_clocks(r: DeviceReader) -> None:
+    """Current and maximum frequency of each clock domain, MHz -> Hz."""
+    types = r.api.AmdSmiClkType
+    for type_name, clock in CLOCKS:
+        info = r.call("clock", r.api.amdsmi_get_clock_info, types[type_name])
+        if info is None:
+            continue
+        cur = number(info.get("clk"), U32_MAX)
+        top = number(info.get("max_clk"), U32_MAX)
+        r.add("accel_clock_hertz", None if cur is None else cur * MHZ, clock)
+        r.add("accel_clock_max_hertz", None if top is None else top * MHZ, clock)
+
+
+def read_fan(r: DeviceReader) -> None:
+    """Fan 0 speed as a share of its maximum (Instinct boards have none: omitted)."""
+    speed = number(r.call("fan_speed", r.api.amdsmi_get_gpu_fan_speed, 0))
+    if speed is None:
+        return
+    top = number(r.call("fan_speed_max", r.api.amdsmi_get_gpu_fan_speed_max, 0))
+    if top:
+        r.add("accel_fan_speed_ratio", min(max(speed / top, 0.0), 1.0), "0")
+
+
+def read_pcie(r: DeviceReader) -> None:
+    """PCIe link state, bandwidth (Mb/s -> bytes/s) and error counters."""
+    info = r.call("pcie", r.api.amdsmi_get_pcie_info)
+    if info is None:
+        return
+    static, metric = info.get("pcie_static", {}), info.get("pcie_metric", {})
+    # A width of 0 lanes means the driver reported none.
+    r.add("accel_pcie_link_width", number(metric.get("pcie_width"), U16_MAX) or None)
+    r.add("accel_pcie_link_generation", pcie_generation(number(metric.get("pcie_speed"), U32_MAX)))
+    r.add("accel_pcie_link_max_width", number(static.get("max_pcie_width"), U16_MAX) or None)
+    r.add(
+        "accel_pcie_link_max_generation",
+        pcie_generation(number(static.get("max_pcie_speed"), U32_MAX)),
+    )
+    mbps = number(metric.get("pcie_bandwidth"), U32_MAX)
+    r.add("accel_amd_pcie_bandwidth_bytes_per_second", None if mbps is None else mbps * 1e6 / 8)
+    for key, name in (
+        ("pcie_replay_count", "accel_pcie_replays_total"),
+        ("pcie_l0_to_recovery_count", "accel_amd_pcie_recoveries_total"),
+        ("pcie_nak_sent_count", "accel_amd_pcie_nak_sent_total"),
+        ("pcie_nak_received_count", "accel_amd_pcie_nak_received_total"),
+    ):
+        r.add(name, number(metric.get(key), U64_MAX))
+
+
+def _indexed(r: DeviceReader, metric: str, values: Any, scale: float, *sentinels: int) -> None:
+    if not isinstance(values, list):
+        return
+    for i, raw in enumerate(values):
+        v = number(raw, *sentinels)
+        r.add(metric, None if v is None else v * scale, str(i))
+
+
+def read_gpu_metrics(r: DeviceReader) -> None:
+    """Per-engine multimedia activity, XGMI links and throttle residency from gpu_metrics."""
+    m = r.call("gpu_metrics", r.api.amdsmi_get_gpu_metrics_info)
+    if m is None:
+        return
+    _indexed(r, "accel_amd_vcn_activity_ratio", m.get("vcn_activity"), 0.01, U16_MAX)
+    _indexed(r, "accel_amd_jpeg_activity_ratio", m.get("jpeg_activity"), 0.01, U16_MAX)
+    _indexed(r, "accel_amd_xgmi_read_bytes_total", m.get("xgmi_read_data_acc"), KIB, U64_MAX)
+    _indexed(r, "accel_amd_xgmi_write_bytes_total", m.get("xgmi_write_data_acc"), KIB, U64_MAX)
+    status = m.get("xgmi_link_status")
+    if isinstance(status, list):
+        for i, raw in enumerate(status):
+            v = number(raw, U16_MAX)
+            # 0 down, 1 up; anything else (e.g. 2, disabled) is not a link state.
+            r.add("accel_amd_xgmi_link_up", v if v in (0.0, 1.0) else None, str(i))
+    samples = number(m.get("accumulation_counter"), U64_MAX)
+    if samples is not None:
+        r.add("accel_amd_violation_samples_total", samples)
+        for key, reason in RESIDENCIES:
+            r.add("accel_amd_violation_residency_total", number(m.get(key), U64_MAX), reason)
+
+
+def read_throttle(r: DeviceReader) -> None:
+    """Which throttle reasons are active now (amdsmi violation status)."""
+    v = r.call("violation_status", r.api.amdsmi_get_violation_status)
+    if v is None:
+        return
+    for key, reason in THROTTLES:
+        flag = v.get(key)
+        if isinstance(flag, bool):
+            r.add("accel_clock_throttle_active", 1.0 if flag else 0.0, reason)
+
+
+def read_processes(r: DeviceReader) -> None:
+    """Processes on the device: count, VRAM and compute units per pid."""
+    procs = r.call("processes", r.api.amdsmi_get_gpu_process_list)
+    if procs is None:
+        return
+    r.add("accel_processes", float(len(procs)))
+    for p in procs:
+        pid = str(p.get("pid"))
+        usage = p.get("memory_usage") or {}
+        r.add("accel_process_memory_bytes", number(usage.get("vram_mem"), U64_MAX), pid)
+        r.add("accel_amd_process_compute_units", number(p.get("cu_occupancy"), U32_MAX), pid)
+
+
+def read_ecc(r: DeviceReader, blocks: Iterable[tuple[str, Any]]) -> None:
+    """ECC totals (shared family) and per RAS block (AMD families) for enabled blocks."""
+    total = r.call("ecc_total", r.api.amdsmi_get_gpu_total_ecc_count)
+    if total is not None:
+        for key, kind in (
+            ("correctable_count", "correctable"),
+            ("uncorrectable_count", "uncorrectable"),
+            ("deferred_count", "deferred"),
+        ):
+            # counter="" : AMD has no volatile/aggregate split.
+            r.add("accel_ecc_errors_total", number(total.get(key), U64_MAX), kind, "")
+    enabled = r.call("ecc_enabled", r.api.amdsmi_get_gpu_ecc_enabled)
+    if not isinstance(enabled, int):
+        return
+    for label, block in blocks:
+        if not enabled & int(block):
+            continue
+        counts = r.call("ecc_block", r.api.amdsmi_get_gpu_ecc_count, block)
+        if counts is None:
+            continue
+        for key, metric in (
+            ("correctable_count", "accel_amd_ecc_correctable_errors_total"),
+            ("uncorrectable_count", "accel_amd_ecc_uncorrectable_errors_total"),
+            ("deferred_count", "accel_amd_ecc_deferred_errors_total"),
+        ):
+            r.add(metric, number(counts.get(key), U64_MAX), label)
+
+
+def read_partition(r: DeviceReader) -> None:
+    """Which partition of its physical GPU this device is."""
+    kfd = r.call("kfd_info", r.api.amdsmi_get_gpu_kfd_info)
+    if kfd is not None:
+        r.add("accel_amd_partition_id", number(kfd.get("current_partition_id"), U32_MAX))
+
+
+FAST: tuple[Callable[[DeviceReader], None], ...] = (
+    read_activity,
+    read_memory,
+    read_temperatures,
+    read_power,
+    read_clocks,
+    read_fan,
+    read_pcie,
+    read_gpu_metrics,
+    read_throttle,
+)

@@ -1,0 +1,192 @@
+"""The daemon as a subprocess with the fake libamd_smi.so: values, faults, once and probe."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.fakes.amdsmi import expected, state
+from tests.fakes.amdsmi.build import env_for
+from tests.fakes.amdsmi.state import FakeAmdSmi
+from tests.helpers.daemon import REPO, Daemon, samples, value
+from tests.helpers.promtool import check_metrics
+
+FAKES = REPO / "tests" / "fakes" / "amdsmi"
+
+CONFIG = {
+    "sources": {
+        "host": {"enabled": False},
+        "amdsmi": {
+            "interval": "1s",
+            "slow_interval": "1s",
+            "timeout": "3s",
+            "processes": True,
+            "bootstrap_timeout": "20s",
+        },
+    }
+}
+
+
+def start(daemon_factory: Any, env: dict[str, str]) -> Daemon:
+    d: Daemon = daemon_factory(config=CONFIG, env=env)
+    d.wait_metric("accel_devices", 8, vendor="amd")
+    return d
+
+
+def ident(fake: FakeAmdSmi, i: int) -> dict[str, str]:
+    return {"device": str(i), "uuid": expected.uuid(fake.device(i))}
+
+
+def test_eight_gpu_node_exact_values_and_valid_exposition(
+    daemon_factory: Any, amdsmi_env: dict[str, str], amdsmi_fake: FakeAmdSmi
+) -> None:
+    d = start(daemon_factory, amdsmi_env)
+    d.wait_metric("accel_amd_partition_id", **ident(amdsmi_fake, 7))  # slow fields arrived
+    text = d.metrics()
+    got = samples(text)
+    for i in range(8):
+        dev = amdsmi_fake.device(i)
+        want = expected.series(dev, i, processes=True)
+        assert {k: got.get(k) for k in want} == want
+        assert value(got, "accel_device_info", **expected.info(dev, i)) == 1
+        me = ident(amdsmi_fake, i)
+        assert value(got, "accel_temperature_celsius", sensor="edge", **me) is None
+        assert value(got, "accel_amd_mm_activity_ratio", **me) is None
+    assert value(got, "accel_exporter_source_up", source="amdsmi") == 1
+    check_metrics(text)
+
+
+def test_lost_gpu_is_down_with_reason_and_the_rest_unaffected(
+    daemon_factory: Any, amdsmi_env: dict[str, str], amdsmi_fake: FakeAmdSmi
+) -> None:
+    d = start(daemon_factory, amdsmi_env)
+    lost = ident(amdsmi_fake, 2)
+    amdsmi_fake.device(2).lost_status = state.DRIVER_NOT_LOADED
+    d.wait_metric("accel_device_up", 0, **lost)
+    got = samples(d.metrics())
+    assert value(got, "accel_device_down_reason_info", reason="gpu_lost", **lost) == 1
+    assert value(got, "accel_utilization_ratio", **lost) is None
+    assert value(got, "accel_ecc_errors_total", type="correctable", counter="", **lost) is None
+    for i in (0, 1, 3, 4, 5, 6, 7):
+        assert value(got, "accel_device_up", **ident(amdsmi_fake, i)) == 1
+    assert value(got, "accel_exporter_source_up", source="amdsmi") == 1
+    amdsmi_fake.device(2).lost_status = 0
+    d.wait_metric("accel_device_up", 1, **lost)
+    d.wait_metric("accel_utilization_ratio", amdsmi_fake.device(2).gfx_activity / 100, **lost)
+
+
+def _python_children(d: Daemon) -> list[int]:
+    out = []
+    for pid in d.descendants():
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"exporter.workers" in cmd:
+            out.append(pid)
+    return out
+
+
+def test_hung_call_kills_the_worker_and_values_return_after_release(
+    daemon_factory: Any, amdsmi_env: dict[str, str], amdsmi_fake: FakeAmdSmi
+) -> None:
+    d = start(daemon_factory, amdsmi_env)
+    first_worker = _python_children(d)
+    assert len(first_worker) == 1
+    slot = amdsmi_fake.rule("amdsmi_get_gpu_activity", hang=True, device=0)
+    for i in range(8):
+        d.wait_metric("accel_device_up", 0, **ident(amdsmi_fake, i))
+    got = samples(d.metrics())  # /metrics is still served while the worker hangs
+    assert value(got, "accel_device_down_reason_info", reason="timeout", **ident(amdsmi_fake, 5))
+    assert value(got, "accel_devices", vendor="amd") == 8
+    d.wait_for(lambda: d.status()["sources"]["amdsmi"]["worker_restarts"] >= 1, what="a respawn")
+    amdsmi_fake.clear_rule(slot)
+    amdsmi_fake.release_hangs()
+    for i in range(8):
+        d.wait_metric("accel_device_up", 1, timeout=40, **ident(amdsmi_fake, i))
+    d.wait_metric("accel_utilization_ratio", 0.37, **ident(amdsmi_fake, 0))
+    workers = d.wait_for(lambda: _python_children(d) if len(_python_children(d)) == 1 else None)
+    assert workers != first_worker  # the hung one was killed and reaped, one worker remains
+
+
+def test_events_reach_metrics(
+    daemon_factory: Any, amdsmi_env: dict[str, str], amdsmi_fake: FakeAmdSmi
+) -> None:
+    d = start(daemon_factory, amdsmi_env)
+    before = time.time()
+    amdsmi_fake.push_event(1, state.EVT_THERMAL_THROTTLE, "throttle")
+    labels = {**ident(amdsmi_fake, 1), "event": "thermal_throttle"}
+    d.wait_metric("accel_device_events_total", 1, **labels)
+    stamp = value(d.metrics(), "accel_device_event_last_timestamp_seconds", **labels)
+    assert stamp is not None and before <= stamp <= time.time()
+
+
+# -- once and probe ---------------------------------------------------------------
+
+
+def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("ACCEL_EXPORTER_", "ROCM_"))}
+    base.pop("FAKE_AMDSMI_STATE", None)
+    base["PYTHONPATH"] = str(REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", *args, "--sources.host.enabled=false"],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_once_and_probe_with_the_library(
+    amdsmi_env: dict[str, str], amdsmi_fake: FakeAmdSmi
+) -> None:
+    once = cli("once", "--format", "json", env=amdsmi_env)
+    assert once.returncode == 0, once.stderr
+    doc = json.loads(once.stdout)["amdsmi"]
+    assert doc["ok"] is True
+    devices = [r for r in doc["readings"] if r["metric"] == "accel_devices"]
+    assert devices == [{"metric": "accel_devices", "labels": ["amd"], "value": 8.0}]
+    probe = cli("probe", env=amdsmi_env)
+    assert probe.returncode == 0
+    line = next(x for x in probe.stdout.splitlines() if x.startswith("amdsmi"))
+    assert line.split()[1:3] == ["auto", "ok"]
+
+
+def test_once_and_probe_without_the_library(tmp_path: Path) -> None:
+    missing = env_for(tmp_path / "no-rocm", {})
+    once = cli("once", env=missing)
+    assert once.returncode == 0, once.stderr  # auto: unavailable is not a failure
+    assert "amdsmi: unavailable" in once.stderr and "libamd_smi.so" in once.stderr
+    assert "accel_exporter_source_unavailable_info{reason=" in once.stdout
+    probe = cli("probe", env=missing)
+    line = next(x for x in probe.stdout.splitlines() if x.startswith("amdsmi"))
+    assert line.split()[1:3] == ["auto", "unavailable"] and "libamd_smi.so" in line
+    forced = cli("once", "--sources.amdsmi.enabled=true", env=missing)
+    assert forced.returncode == 1  # asked for explicitly, its absence is an error
+    assert "amdsmi: unavailable" in forced.stderr
+
+
+def test_probe_with_the_library_but_no_driver(amdsmi_root: Path) -> None:
+    probe = cli("probe", env=env_for(amdsmi_root, {}))  # no FAKE_AMDSMI_STATE: no amdgpu
+    line = next(x for x in probe.stdout.splitlines() if x.startswith("amdsmi"))
+    assert line.split()[1:3] == ["auto", "unavailable"] and "driver_not_loaded" in line
+
+
+def test_probe_with_a_library_older_than_the_package(tmp_path: Path) -> None:
+    # A libamd_smi.so without one of the functions the wrapper binds at import.
+    stubs = tmp_path / "stubs.c"
+    subprocess.run([sys.executable, str(FAKES / "gen_stubs.py"), str(stubs)], check=True)
+    lines = [x for x in stubs.read_text().splitlines() if " amdsmi_get_gpu_activity(" not in x]
+    stubs.write_text("\n".join(lines) + "\n")
+    (tmp_path / "old" / "lib").mkdir(parents=True)
+    lib = tmp_path / "old" / "lib" / "libamd_smi.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(stubs)], check=True)
+    probe = cli("probe", env=env_for(tmp_path / "old", {}))
+    line = next(x for x in probe.stdout.splitlines() if x.startswith("amdsmi"))
+    assert line.split()[1:3] == ["auto", "unavailable"]
+    assert "amdsmi_get_gpu_activity" in line and "ROCm release" in line

@@ -1,0 +1,581 @@
+/* A fake libamd_smi.so for tests: the real amdsmi Python package loads it via ROCM_PATH.
+ *
+ * Types and prototypes come from amdsmi_types.h, generated from the installed
+ * wrapper (gen_header.py); every other symbol the wrapper binds is a weak stub
+ * (gen_stubs.py). Devices and faults live in a shared file (fake_state.h) named
+ * by FAKE_AMDSMI_STATE, mapped at amdsmi_init: without it the library loads but
+ * amdsmi_init reports DRIVER_NOT_LOADED, like a node with ROCm but no amdgpu.
+ *
+ * Every device call goes through guard(): not initialised -> NOT_INIT; a
+ * matching rule -> optional hang (until release_generation changes) and/or
+ * its status; a lost device -> its lost_status.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "amdsmi_types.h"
+#include "fake_state.h"
+
+#define API __attribute__((visibility("default")))
+#define ANY (-1)
+#define POLL_NS 5000000L /* 5 ms between checks while hung or waiting for events */
+
+static fake_state_t *S;
+static int initialised;
+static char device_tokens[FAKE_MAX_DEVICES];
+static char socket_tokens[FAKE_MAX_DEVICES];
+static pthread_mutex_t notify_lock = PTHREAD_MUTEX_INITIALIZER;
+static int notify_on[FAKE_MAX_DEVICES];
+static uint64_t notify_mask[FAKE_MAX_DEVICES];
+
+API uint32_t fake_amdsmi_state_size(void) { return (uint32_t)sizeof(fake_state_t); }
+
+static void nap(void) {
+    struct timespec ts = {0, POLL_NS};
+    nanosleep(&ts, NULL);
+}
+
+static int device_of(void *handle) {
+    char *p = (char *)handle;
+    if (S == NULL || p < device_tokens || p >= device_tokens + S->device_count) return -1;
+    return (int)(p - device_tokens);
+}
+
+static fake_rule_t *match(const char *fn, int dev, int64_t arg) {
+    for (int i = 0; i < FAKE_MAX_RULES; i++) {
+        fake_rule_t *r = &S->rules[i];
+        if (r->func[0] == '\0' || r->remaining == 0) continue;
+        if (strcmp(r->func, "*") != 0 && strncmp(r->func, fn, sizeof r->func) != 0) continue;
+        if (r->device != ANY && r->device != dev) continue;
+        if (r->arg != ANY && r->arg != arg) continue;
+        return r;
+    }
+    return NULL;
+}
+
+static uint32_t apply(fake_rule_t *r) {
+    if (r->remaining > 0) __atomic_sub_fetch(&r->remaining, 1, __ATOMIC_SEQ_CST);
+    if (r->hang) {
+        uint32_t gen = __atomic_load_n(&S->release_generation, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&S->hung_now, 1, __ATOMIC_SEQ_CST);
+        while (__atomic_load_n(&S->release_generation, __ATOMIC_SEQ_CST) == gen) nap();
+        __atomic_sub_fetch(&S->hung_now, 1, __ATOMIC_SEQ_CST);
+    }
+    return r->status;
+}
+
+/* Entry check of every device call; on success *dev is the device index. */
+static uint32_t guard(const char *fn, void *handle, int64_t arg, int *dev) {
+    if (!initialised || S == NULL) return AMDSMI_STATUS_NOT_INIT;
+    *dev = device_of(handle);
+    if (*dev < 0) return AMDSMI_STATUS_INVAL;
+    __atomic_add_fetch(&S->calls, 1, __ATOMIC_SEQ_CST);
+    fake_rule_t *r = match(fn, *dev, arg);
+    if (r != NULL) {
+        uint32_t status = apply(r);
+        if (status != AMDSMI_STATUS_SUCCESS) return status;
+    }
+    if (S->devices[*dev].lost_status) return S->devices[*dev].lost_status;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+#define GUARD(handle, arg)                                          \
+    int dev;                                                        \
+    uint32_t status_ = guard(__func__, (handle), (arg), &dev);      \
+    if (status_ != AMDSMI_STATUS_SUCCESS) return status_;           \
+    fake_device_t *D = &S->devices[dev];                            \
+    (void)D
+
+static void copy(char *dst, size_t size, const char *src) {
+    snprintf(dst, size, "%s", src);
+}
+
+/* -- library lifecycle and enumeration ---------------------------------- */
+
+API uint32_t amdsmi_init(uint64_t flags) {
+    (void)flags;
+    if (initialised) return AMDSMI_STATUS_SUCCESS;
+    const char *path = getenv("FAKE_AMDSMI_STATE");
+    if (path == NULL || path[0] == '\0') return AMDSMI_STATUS_DRIVER_NOT_LOADED;
+    int fd = open(path, O_RDWR);
+    if (fd < 0) return AMDSMI_STATUS_DRIVER_NOT_LOADED;
+    void *map = mmap(NULL, sizeof(fake_state_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return AMDSMI_STATUS_INIT_ERROR;
+    fake_state_t *state = map;
+    if (state->magic != FAKE_MAGIC || state->version != FAKE_VERSION ||
+        state->device_count > FAKE_MAX_DEVICES) {
+        munmap(map, sizeof(fake_state_t));
+        return AMDSMI_STATUS_INIT_ERROR;
+    }
+    if (state->init_status != AMDSMI_STATUS_SUCCESS) {
+        uint32_t status = state->init_status;
+        munmap(map, sizeof(fake_state_t));
+        return status;
+    }
+    S = state;
+    initialised = 1;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_shut_down(void) {
+    if (!initialised) return AMDSMI_STATUS_NOT_INIT;
+    initialised = 0;
+    /* Left mapped: a thread may still be inside a call (the real library
+     * also tolerates late callers); the mapping goes with the process. */
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_lib_version(struct_amdsmi_version_t *version) {
+    if (version == NULL) return AMDSMI_STATUS_INVAL;
+    memset(version, 0, sizeof *version);
+    version->major = 25;
+    version->minor = 7;
+    version->release = 0;
+    version->build = (char *)"25.7.0-fake";
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+/* One socket per GPU, as on MI300X nodes. */
+API uint32_t amdsmi_get_socket_handles(uint32_t *count, void **sockets) {
+    if (!initialised) return AMDSMI_STATUS_NOT_INIT;
+    if (count == NULL) return AMDSMI_STATUS_INVAL;
+    if (sockets == NULL) {
+        *count = S->device_count;
+        return AMDSMI_STATUS_SUCCESS;
+    }
+    uint32_t n = *count < S->device_count ? *count : S->device_count;
+    for (uint32_t i = 0; i < n; i++) sockets[i] = &socket_tokens[i];
+    *count = n;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_processor_handles(void *socket, uint32_t *count, void **procs) {
+    if (!initialised) return AMDSMI_STATUS_NOT_INIT;
+    char *p = socket;
+    if (count == NULL || p < socket_tokens || p >= socket_tokens + S->device_count)
+        return AMDSMI_STATUS_INVAL;
+    if (procs == NULL) {
+        *count = 1;
+        return AMDSMI_STATUS_SUCCESS;
+    }
+    if (*count >= 1) {
+        procs[0] = &device_tokens[p - socket_tokens];
+        *count = 1;
+    }
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_processor_type(void *h, uint32_t *type) {
+    GUARD(h, ANY);
+    *type = AMDSMI_PROCESSOR_TYPE_AMD_GPU;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+/* -- identity ------------------------------------------------------------ */
+
+API uint32_t amdsmi_get_gpu_device_uuid(void *h, uint32_t *len, char *uuid) {
+    GUARD(h, ANY);
+    size_t need = strlen(D->uuid) + 1;
+    if (len == NULL || uuid == NULL) return AMDSMI_STATUS_INVAL;
+    if (*len < need) {
+        *len = (uint32_t)need;
+        return AMDSMI_STATUS_INSUFFICIENT_SIZE;
+    }
+    copy(uuid, *len, D->uuid);
+    *len = (uint32_t)need;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_gpu_device_bdf(void *h, union_amdsmi_bdf_t *bdf) {
+    GUARD(h, ANY);
+    bdf->as_uint = D->bdf;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_gpu_asic_info(void *h, struct_amdsmi_asic_info_t *info) {
+    GUARD(h, ANY);
+    memset(info, 0, sizeof *info);
+    copy(info->market_name, sizeof info->market_name, D->market_name);
+    info->vendor_id = 0x1002;
+    copy(info->vendor_name, sizeof info->vendor_name, "Advanced Micro Devices Inc. [AMD/ATI]");
+    info->subvendor_id = 0x1002;
+    info->device_id = 0x74a1;
+    info->rev_id = 0;
+    copy(info->asic_serial, sizeof info->asic_serial, D->asic_serial);
+    info->oam_id = (uint32_t)dev;
+    info->num_of_compute_units = 304;
+    info->target_graphics_version = 0x942;
+    info->subsystem_id = 0x74a1;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_gpu_board_info(void *h, struct_amdsmi_board_info_t *info) {
+    GUARD(h, ANY);
+    memset(info, 0, sizeof *info);
+    copy(info->model_number, sizeof info->model_number, "102-G30211-00");
+    copy(info->product_serial, sizeof info->product_serial, D->board_serial);
+    copy(info->product_name, sizeof info->product_name, D->market_name);
+    copy(info->manufacturer_name, sizeof info->manufacturer_name, "AMD");
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_gpu_vbios_info(void *h, struct_amdsmi_vbios_info_t *info) {
+    GUARD(h, ANY);
+    memset(info, 0, sizeof *info);
+    copy(info->name, sizeof info->name, "AMD MI300X_HW_SRIOV_CVS_1VF");
+    copy(info->build_date, sizeof info->build_date, "2024/05/20 13:47");
+    copy(info->part_number, sizeof info->part_number, D->vbios_part);
+    copy(info->version, sizeof info->version, D->vbios_version);
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_gpu_driver_info(void *h, struct_amdsmi_driver_info_t *info) {
+    GUARD(h, ANY);
+    memset(info, 0, sizeof *info);
+    copy(info->driver_version, sizeof info->driver_version, D->driver_version);
+    copy(info->driver_date, sizeof info->driver_date, "2015/01/01 00:00");
+    copy(info->driver_name, sizeof info->driver_name, "amdgpu");
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+static uint32_t partition_string(const char *value, char *out, uint32_t len) {
+    if (value[0] == '\0') return AMDSMI_STATUS_NOT_SUPPORTED;
+    if (out == NULL || len <= strlen(value)) return AMDSMI_STATUS_INSUFFICIENT_SIZE;
+    copy(out, len, value);
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_gpu_compute_partition(void *h, char *out, uint32_t len) {
+    GUARD(h, ANY);
+    return partition_string(D->compute_partition, out, len);
+}
+
+API uint32_t amdsmi_get_gpu_memory_partition(void *h, char *out, uint32_t len) {
+    GUARD(h, ANY);
+    return partition_string(D->memory_partition, out, len);
+}
+
+API uint32_t amdsmi_get_gpu_kfd_info(void *h, struct_amdsmi_kfd_info_t *info) {
+    GUARD(h, ANY);
+    memset(info, 0, sizeof *info);
+    info->kfd_id = 0x1000u + (uint64_t)dev;
+    info->node_id = (uint32_t)dev + 1;
+    info->current_partition_id = D->partition_id;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+/* -- fast fields ----------------------------------------------------------- */
+
+API uint32_t amdsmi_get_gpu_activity(void *h, struct_amdsmi_engine_usage_t *usage) {
+    GUARD(h, ANY);
+    memset(usage, 0, sizeof *usage);
+    usage->gfx_activity = D->gfx_activity;
+    usage->umc_activity = D->umc_activity;
+    usage->mm_activity = D->mm_activity;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_gpu_memory_total(void *h, uint32_t type, uint64_t *total) {
+    GUARD(h, type);
+    if (type >= FAKE_NUM_MEM || total == NULL) return AMDSMI_STATUS_INVAL;
+    *total = D->mem_total[type];
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_gpu_memory_usage(void *h, uint32_t type, uint64_t *used) {
+    GUARD(h, type);
+    if (type >= FAKE_NUM_MEM || used == NULL) return AMDSMI_STATUS_INVAL;
+    *used = D->mem_used[type];
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_temp_metric(void *h, uint32_t type, uint32_t metric, int64_t *value) {
+    GUARD(h, type);
+    if (value == NULL) return AMDSMI_STATUS_INVAL;
+    if (type >= FAKE_NUM_TEMPS || (D->temp_unsupported >> type) & 1u) return AMDSMI_STATUS_NOT_SUPPORTED;
+    if (metric != AMDSMI_TEMP_CURRENT) return AMDSMI_STATUS_NOT_SUPPORTED;
+    *value = D->temp[type];
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_power_info(void *h, struct_amdsmi_power_info_t *info) {
+    GUARD(h, ANY);
+    memset(info, 0, sizeof *info);
+    info->socket_power = D->socket_power;
+    info->current_socket_power = D->current_socket_power;
+    info->average_socket_power = D->average_socket_power;
+    info->gfx_voltage = 0xFFFF;
+    info->soc_voltage = 0xFFFF;
+    info->mem_voltage = 0xFFFF;
+    info->power_limit = D->power_limit;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_power_cap_info(void *h, uint32_t sensor, struct_amdsmi_power_cap_info_t *info) {
+    GUARD(h, sensor);
+    if (sensor != 0) return AMDSMI_STATUS_NOT_SUPPORTED;
+    memset(info, 0, sizeof *info);
+    info->power_cap = D->power_cap_uw;
+    info->default_power_cap = D->power_cap_uw;
+    info->min_power_cap = 0;
+    info->max_power_cap = D->power_cap_uw;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_energy_count(void *h, uint64_t *acc, float *resolution, uint64_t *timestamp) {
+    GUARD(h, ANY);
+    if (acc == NULL || resolution == NULL || timestamp == NULL) return AMDSMI_STATUS_INVAL;
+    *acc = __atomic_add_fetch(&D->energy_acc, D->energy_step, __ATOMIC_SEQ_CST);
+    *resolution = D->energy_resolution;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    *timestamp = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_clock_info(void *h, uint32_t type, struct_amdsmi_clk_info_t *info) {
+    GUARD(h, type);
+    if (type >= FAKE_NUM_CLOCKS || (D->clk_unsupported >> type) & 1u) return AMDSMI_STATUS_NOT_SUPPORTED;
+    memset(info, 0, sizeof *info);
+    info->clk = D->clk[type];
+    info->min_clk = D->clk_min[type];
+    info->max_clk = D->clk_max[type];
+    info->clk_locked = 0;
+    info->clk_deep_sleep = 0;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_gpu_fan_speed(void *h, uint32_t sensor, int64_t *speed) {
+    GUARD(h, sensor);
+    if (!D->fan_supported || sensor != 0) return AMDSMI_STATUS_NOT_SUPPORTED;
+    *speed = D->fan_speed;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_gpu_fan_speed_max(void *h, uint32_t sensor, uint64_t *speed) {
+    GUARD(h, sensor);
+    if (!D->fan_supported || sensor != 0) return AMDSMI_STATUS_NOT_SUPPORTED;
+    *speed = (uint64_t)D->fan_max;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_pcie_info(void *h, struct_amdsmi_pcie_info_t *info) {
+    GUARD(h, ANY);
+    memset(info, 0, sizeof *info);
+    info->pcie_static.max_pcie_width = (uint16_t)D->pcie_max_width;
+    info->pcie_static.max_pcie_speed = D->pcie_max_speed;
+    info->pcie_static.pcie_interface_version = 5;
+    info->pcie_static.slot_type = AMDSMI_CARD_FORM_FACTOR_OAM;
+    info->pcie_metric.pcie_width = (uint16_t)D->pcie_width;
+    info->pcie_metric.pcie_speed = D->pcie_speed;
+    info->pcie_metric.pcie_bandwidth = D->pcie_bandwidth;
+    info->pcie_metric.pcie_replay_count = D->pcie_replay;
+    info->pcie_metric.pcie_l0_to_recovery_count = D->pcie_recovery;
+    info->pcie_metric.pcie_replay_roll_over_count = 0;
+    info->pcie_metric.pcie_nak_sent_count = D->pcie_nak_sent;
+    info->pcie_metric.pcie_nak_received_count = D->pcie_nak_received;
+    info->pcie_metric.pcie_lc_perf_other_end_recovery_count = 0;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+/* gpu_metrics: everything all-ones ("N/A" to the wrapper) except what a
+ * MI300X reports and the fake models. */
+API uint32_t amdsmi_get_gpu_metrics_info(void *h, struct_amdsmi_gpu_metrics_t *m) {
+    GUARD(h, ANY);
+    memset(m, 0xFF, sizeof *m);
+    m->common_header.structure_size = (uint16_t)sizeof *m;
+    m->common_header.format_revision = 1;
+    m->common_header.content_revision = 8;
+    m->temperature_hotspot = (uint16_t)D->temp[AMDSMI_TEMPERATURE_TYPE_HOTSPOT];
+    m->temperature_mem = (uint16_t)D->temp[AMDSMI_TEMPERATURE_TYPE_VRAM];
+    for (int i = 0; i < 4; i++) m->temperature_hbm[i] = (uint16_t)D->temp[AMDSMI_TEMPERATURE_TYPE_HBM_0 + i];
+    m->average_gfx_activity = (uint16_t)D->gfx_activity;
+    m->average_umc_activity = (uint16_t)D->umc_activity;
+    m->current_socket_power = (uint16_t)D->current_socket_power;
+    m->energy_accumulator = D->energy_acc;
+    m->current_uclk = (uint16_t)D->clk[AMDSMI_CLK_TYPE_MEM];
+    for (int i = 0; i < 8; i++) m->current_gfxclks[i] = (uint16_t)D->clk[AMDSMI_CLK_TYPE_GFX];
+    for (int i = 0; i < 4; i++) m->vcn_activity[i] = D->vcn_activity[i];
+    for (int i = 0; i < 32; i++) m->jpeg_activity[i] = D->jpeg_activity[i];
+    for (int i = 0; i < 8; i++) {
+        m->xgmi_read_data_acc[i] = D->xgmi_read_kb[i];
+        m->xgmi_write_data_acc[i] = D->xgmi_write_kb[i];
+        m->xgmi_link_status[i] = D->xgmi_link_status[i];
+    }
+    m->pcie_link_width = (uint16_t)D->pcie_width;
+    m->pcie_link_speed = (uint16_t)(D->pcie_speed / 1000u);
+    m->pcie_replay_count_acc = D->pcie_replay;
+    m->pcie_l0_to_recov_count_acc = D->pcie_recovery;
+    m->accumulation_counter = D->accumulation_counter;
+    m->prochot_residency_acc = D->residency[0];
+    m->ppt_residency_acc = D->residency[1];
+    m->socket_thm_residency_acc = D->residency[2];
+    m->vr_thm_residency_acc = D->residency[3];
+    m->hbm_thm_residency_acc = D->residency[4];
+    m->num_partition = D->num_partition;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_violation_status(void *h, struct_amdsmi_violation_status_t *v) {
+    GUARD(h, ANY);
+    memset(v, 0xFF, sizeof *v);
+    v->acc_counter = D->accumulation_counter;
+    v->acc_prochot_thrm = D->residency[0];
+    v->acc_ppt_pwr = D->residency[1];
+    v->acc_socket_thrm = D->residency[2];
+    v->acc_vr_thrm = D->residency[3];
+    v->acc_hbm_thrm = D->residency[4];
+    v->active_prochot_thrm = D->violation_active[0];
+    v->active_ppt_pwr = D->violation_active[1];
+    v->active_socket_thrm = D->violation_active[2];
+    v->active_vr_thrm = D->violation_active[3];
+    v->active_hbm_thrm = D->violation_active[4];
+    v->active_gfx_clk_below_host_limit = D->violation_active[5];
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+/* -- slow fields ----------------------------------------------------------- */
+
+static void error_count(struct_amdsmi_error_count_t *ec, uint64_t corrected, uint64_t uncorrected,
+                        uint64_t deferred) {
+    memset(ec, 0, sizeof *ec);
+    ec->correctable_count = corrected;
+    ec->uncorrectable_count = uncorrected;
+    ec->deferred_count = deferred;
+}
+
+API uint32_t amdsmi_get_gpu_total_ecc_count(void *h, struct_amdsmi_error_count_t *ec) {
+    GUARD(h, ANY);
+    if (D->ecc_enabled == 0) return AMDSMI_STATUS_NOT_SUPPORTED;
+    error_count(ec, D->ecc_total[0], D->ecc_total[1], D->ecc_total[2]);
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_gpu_ecc_enabled(void *h, uint64_t *blocks) {
+    GUARD(h, ANY);
+    *blocks = D->ecc_enabled;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_gpu_ecc_count(void *h, uint64_t block, struct_amdsmi_error_count_t *ec) {
+    GUARD(h, (int64_t)block);
+    for (int bit = 0; bit < FAKE_NUM_BLOCKS; bit++) {
+        if (block == (1ull << bit)) {
+            if (!(D->ecc_enabled & block)) return AMDSMI_STATUS_NOT_SUPPORTED;
+            error_count(ec, D->ecc_block[bit][0], D->ecc_block[bit][1], D->ecc_block[bit][2]);
+            return AMDSMI_STATUS_SUCCESS;
+        }
+    }
+    return AMDSMI_STATUS_INVAL;
+}
+
+/* Fills up to *max entries; OUT_OF_RESOURCES when more processes exist (amdsmi.h). */
+API uint32_t amdsmi_get_gpu_process_list(void *h, uint32_t *max, struct_amdsmi_proc_info_t *list) {
+    GUARD(h, ANY);
+    if (max == NULL) return AMDSMI_STATUS_INVAL;
+    uint32_t count = D->proc_count < FAKE_MAX_PROCS ? D->proc_count : FAKE_MAX_PROCS;
+    if (list == NULL) {
+        *max = count;
+        return AMDSMI_STATUS_SUCCESS;
+    }
+    uint32_t n = count < *max ? count : *max;
+    for (uint32_t i = 0; i < n; i++) {
+        struct_amdsmi_proc_info_t *p = &list[i];
+        memset(p, 0, sizeof *p);
+        copy(p->name, sizeof p->name, D->proc_name[i]);
+        p->pid = D->proc_pid[i];
+        p->mem = D->proc_vram[i] + D->proc_gtt[i];
+        p->memory_usage.vram_mem = D->proc_vram[i];
+        p->memory_usage.gtt_mem = D->proc_gtt[i];
+        p->cu_occupancy = D->proc_cu[i];
+    }
+    *max = n;
+    return count > n ? AMDSMI_STATUS_OUT_OF_RESOURCES : AMDSMI_STATUS_SUCCESS;
+}
+
+/* -- event notification --------------------------------------------------- */
+
+API uint32_t amdsmi_init_gpu_event_notification(void *h) {
+    GUARD(h, ANY);
+    pthread_mutex_lock(&notify_lock);
+    notify_on[dev] = 1;
+    notify_mask[dev] = 0;
+    pthread_mutex_unlock(&notify_lock);
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_set_gpu_event_notification_mask(void *h, uint64_t mask) {
+    GUARD(h, ANY);
+    pthread_mutex_lock(&notify_lock);
+    uint32_t status = notify_on[dev] ? AMDSMI_STATUS_SUCCESS : AMDSMI_STATUS_INVAL;
+    if (notify_on[dev]) notify_mask[dev] = mask;
+    pthread_mutex_unlock(&notify_lock);
+    return status;
+}
+
+API uint32_t amdsmi_stop_gpu_event_notification(void *h) {
+    GUARD(h, ANY);
+    pthread_mutex_lock(&notify_lock);
+    uint32_t status = notify_on[dev] ? AMDSMI_STATUS_SUCCESS : AMDSMI_STATUS_INVAL;
+    notify_on[dev] = 0;
+    pthread_mutex_unlock(&notify_lock);
+    return status;
+}
+
+/* Takes queued events; delivers those of devices listening for their type. */
+static uint32_t take_events(uint32_t capacity, struct_amdsmi_evt_notification_data_t *data) {
+    uint32_t n = 0;
+    pthread_mutex_lock(&notify_lock);
+    while (n < capacity) {
+        uint32_t tail = __atomic_load_n(&S->event_tail, __ATOMIC_SEQ_CST);
+        if (tail == __atomic_load_n(&S->event_head, __ATOMIC_SEQ_CST)) break;
+        fake_event_t ev = S->events[tail % FAKE_MAX_EVENTS];
+        __atomic_store_n(&S->event_tail, tail + 1, __ATOMIC_SEQ_CST);
+        if (ev.device >= S->device_count || !notify_on[ev.device] || ev.event == 0) continue;
+        if (!(notify_mask[ev.device] & (1ull << (ev.event - 1)))) continue;
+        memset(&data[n], 0, sizeof data[n]);
+        data[n].processor_handle = &device_tokens[ev.device];
+        data[n].event = ev.event;
+        copy(data[n].message, sizeof data[n].message, ev.message);
+        n++;
+    }
+    pthread_mutex_unlock(&notify_lock);
+    return n;
+}
+
+/* Waits up to timeout_ms; NO_DATA when nothing arrived (as rocm_smi does). */
+API uint32_t amdsmi_get_gpu_event_notification(int32_t timeout_ms, uint32_t *num,
+                                               struct_amdsmi_evt_notification_data_t *data) {
+    if (!initialised || S == NULL) return AMDSMI_STATUS_NOT_INIT;
+    if (num == NULL || data == NULL || *num == 0) return AMDSMI_STATUS_INVAL;
+    fake_rule_t *r = match(__func__, ANY, ANY);
+    if (r != NULL) {
+        uint32_t status = apply(r);
+        if (status != AMDSMI_STATUS_SUCCESS) return status;
+    }
+    uint32_t capacity = *num;
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        uint32_t n = take_events(capacity, data);
+        if (n > 0) {
+            *num = n;
+            return AMDSMI_STATUS_SUCCESS;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long waited = (now.tv_sec - start.tv_sec) * 1000L + (now.tv_nsec - start.tv_nsec) / 1000000L;
+        if (waited >= timeout_ms || !initialised) break;
+        nap();
+    }
+    *num = 0;
+    return AMDSMI_STATUS_NO_DATA;
+}

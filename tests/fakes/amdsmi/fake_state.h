@@ -1,0 +1,104 @@
+/* Shared state of the fake libamd_smi.so.
+ *
+ * The fake maps the file named by FAKE_AMDSMI_STATE (MAP_SHARED) at amdsmi_init,
+ * so a test changes devices and faults while a daemon is running, across
+ * processes. tests/fakes/amdsmi/state.py mirrors this layout with ctypes
+ * (_pack_ = 1); fake_amdsmi_state_size() lets a test check the two agree.
+ */
+#ifndef FAKE_AMDSMI_STATE_H
+#define FAKE_AMDSMI_STATE_H
+
+#include <stdint.h>
+
+#define FAKE_MAGIC 0x46414d44u /* "DMAF" */
+#define FAKE_VERSION 1u
+#define FAKE_MAX_DEVICES 16
+#define FAKE_MAX_RULES 32
+#define FAKE_MAX_EVENTS 64
+#define FAKE_MAX_PROCS 8
+#define FAKE_NUM_TEMPS 7   /* amdsmi temperature types EDGE..HBM_3 */
+#define FAKE_NUM_CLOCKS 10 /* amdsmi clock types SYS..DCLK1 */
+#define FAKE_NUM_MEM 3     /* VRAM, VIS_VRAM, GTT */
+#define FAKE_NUM_BLOCKS 19 /* RAS blocks UMC (bit 0) .. MPIO (bit 18) */
+#define FAKE_NUM_RESIDENCY 5
+#define FAKE_NUM_VIOLATIONS 6
+
+typedef struct __attribute__((packed)) {
+    char market_name[64];
+    char asic_serial[32]; /* hex digits: the wrapper parses it with int(s, 16) */
+    char board_serial[32];
+    char vbios_version[64];
+    char vbios_part[64];
+    char uuid[40];
+    char driver_version[32];
+    char compute_partition[16]; /* empty: NOT_SUPPORTED */
+    char memory_partition[16];
+    uint64_t bdf;             /* amdsmi_bdf_t.as_uint */
+    uint32_t lost_status;     /* non-zero: every call on this device returns it */
+    uint32_t partition_id;
+    uint32_t gfx_activity, umc_activity, mm_activity;
+    uint32_t temp_unsupported; /* bit per temperature type */
+    uint32_t clk_unsupported;  /* bit per clock type */
+    uint32_t fan_supported;
+    uint64_t mem_total[FAKE_NUM_MEM];
+    uint64_t mem_used[FAKE_NUM_MEM];
+    int64_t temp[FAKE_NUM_TEMPS];
+    uint64_t socket_power;
+    uint32_t current_socket_power, average_socket_power, power_limit;
+    uint64_t power_cap_uw;
+    uint64_t energy_acc, energy_step; /* the accumulator grows by energy_step per read */
+    float energy_resolution;          /* microjoules per count */
+    uint32_t clk[FAKE_NUM_CLOCKS], clk_min[FAKE_NUM_CLOCKS], clk_max[FAKE_NUM_CLOCKS];
+    int64_t fan_speed, fan_max;
+    uint32_t pcie_width, pcie_speed, pcie_bandwidth, pcie_max_width, pcie_max_speed;
+    uint64_t pcie_replay, pcie_recovery, pcie_nak_sent, pcie_nak_received;
+    uint64_t ecc_total[3]; /* correctable, uncorrectable, deferred */
+    uint64_t ecc_enabled;  /* bit mask of RAS blocks */
+    uint64_t ecc_block[FAKE_NUM_BLOCKS][3];
+    uint16_t vcn_activity[4];
+    uint16_t jpeg_activity[32];
+    uint64_t xgmi_read_kb[8], xgmi_write_kb[8];
+    uint16_t xgmi_link_status[8];
+    uint64_t accumulation_counter;
+    uint64_t residency[FAKE_NUM_RESIDENCY]; /* prochot, ppt, socket_thm, vr_thm, hbm_thm */
+    uint16_t num_partition;
+    uint8_t violation_active[FAKE_NUM_VIOLATIONS]; /* prochot, ppt, socket, vr, hbm, gfx_clk */
+    uint32_t proc_count;
+    uint32_t proc_pid[FAKE_MAX_PROCS];
+    uint32_t proc_cu[FAKE_MAX_PROCS];
+    uint64_t proc_vram[FAKE_MAX_PROCS];
+    uint64_t proc_gtt[FAKE_MAX_PROCS];
+    char proc_name[FAKE_MAX_PROCS][32];
+} fake_device_t;
+
+/* A fault rule: the first live rule matching (function, device, argument) applies. */
+typedef struct __attribute__((packed)) {
+    char func[56];     /* C function name, "*" for any; empty: unused slot */
+    int32_t device;    /* -1: any device */
+    int64_t arg;       /* -1: any; else the temperature/clock/memory type or RAS block */
+    uint32_t status;   /* status to return (0: proceed normally, after any hang) */
+    uint32_t hang;     /* 1: block until release_generation changes */
+    int32_t remaining; /* -1: forever; n > 0: n more times */
+} fake_rule_t;
+
+typedef struct __attribute__((packed)) {
+    uint32_t device;
+    uint32_t event; /* amdsmi_evt_notification_type_t */
+    char message[64];
+} fake_event_t;
+
+typedef struct __attribute__((packed)) {
+    uint32_t magic, version;
+    uint32_t init_status; /* what amdsmi_init returns */
+    uint32_t device_count;
+    uint32_t release_generation; /* bump to release every hung call */
+    uint32_t hung_now;           /* calls currently blocked in a hang */
+    uint64_t calls;              /* device calls served, for tests */
+    uint32_t event_head;         /* producer (test) index */
+    uint32_t event_tail;         /* consumer (fake) index */
+    fake_event_t events[FAKE_MAX_EVENTS];
+    fake_rule_t rules[FAKE_MAX_RULES];
+    fake_device_t devices[FAKE_MAX_DEVICES];
+} fake_state_t;
+
+#endif

@@ -1,0 +1,335 @@
+"""Drive the fake libamd_smi.so: its shared state file, mirrored from fake_state.h.
+
+A test creates a state file with :func:`create`, points ``FAKE_AMDSMI_STATE``
+at it, and changes devices and faults through :class:`FakeAmdSmi` while the
+code under test (in this process or a daemon subprocess) is running.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+MAGIC = 0x46414D44
+VERSION = 1
+MAX_DEVICES = 16
+MAX_RULES = 32
+MAX_EVENTS = 64
+MAX_PROCS = 8
+NUM_TEMPS = 7
+NUM_CLOCKS = 10
+NUM_MEM = 3
+NUM_BLOCKS = 19
+
+# amdsmi status codes (amdsmi_wrapper.amdsmi_status_t) used by tests.
+SUCCESS = 0
+INVAL = 1
+NOT_SUPPORTED = 2
+IO = 12
+FILE_ERROR = 14
+INIT_ERROR = 18
+BUSY = 30
+NOT_FOUND = 31
+DRIVER_NOT_LOADED = 34
+NO_PERM = 10
+
+# Event types (amdsmi_evt_notification_type_t).
+EVT_VMFAULT = 1
+EVT_THERMAL_THROTTLE = 2
+EVT_GPU_PRE_RESET = 3
+EVT_GPU_POST_RESET = 4
+EVT_PROCESS_START = 12
+
+U16_NA = 0xFFFF
+U64_NA = 0xFFFFFFFFFFFFFFFF
+
+
+class Device(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [
+        ("market_name", ctypes.c_char * 64),
+        ("asic_serial", ctypes.c_char * 32),
+        ("board_serial", ctypes.c_char * 32),
+        ("vbios_version", ctypes.c_char * 64),
+        ("vbios_part", ctypes.c_char * 64),
+        ("uuid", ctypes.c_char * 40),
+        ("driver_version", ctypes.c_char * 32),
+        ("compute_partition", ctypes.c_char * 16),
+        ("memory_partition", ctypes.c_char * 16),
+        ("bdf", ctypes.c_uint64),
+        ("lost_status", ctypes.c_uint32),
+        ("partition_id", ctypes.c_uint32),
+        ("gfx_activity", ctypes.c_uint32),
+        ("umc_activity", ctypes.c_uint32),
+        ("mm_activity", ctypes.c_uint32),
+        ("temp_unsupported", ctypes.c_uint32),
+        ("clk_unsupported", ctypes.c_uint32),
+        ("fan_supported", ctypes.c_uint32),
+        ("mem_total", ctypes.c_uint64 * NUM_MEM),
+        ("mem_used", ctypes.c_uint64 * NUM_MEM),
+        ("temp", ctypes.c_int64 * NUM_TEMPS),
+        ("socket_power", ctypes.c_uint64),
+        ("current_socket_power", ctypes.c_uint32),
+        ("average_socket_power", ctypes.c_uint32),
+        ("power_limit", ctypes.c_uint32),
+        ("power_cap_uw", ctypes.c_uint64),
+        ("energy_acc", ctypes.c_uint64),
+        ("energy_step", ctypes.c_uint64),
+        ("energy_resolution", ctypes.c_float),
+        ("clk", ctypes.c_uint32 * NUM_CLOCKS),
+        ("clk_min", ctypes.c_uint32 * NUM_CLOCKS),
+        ("clk_max", ctypes.c_uint32 * NUM_CLOCKS),
+        ("fan_speed", ctypes.c_int64),
+        ("fan_max", ctypes.c_int64),
+        ("pcie_width", ctypes.c_uint32),
+        ("pcie_speed", ctypes.c_uint32),
+        ("pcie_bandwidth", ctypes.c_uint32),
+        ("pcie_max_width", ctypes.c_uint32),
+        ("pcie_max_speed", ctypes.c_uint32),
+        ("pcie_replay", ctypes.c_uint64),
+        ("pcie_recovery", ctypes.c_uint64),
+        ("pcie_nak_sent", ctypes.c_uint64),
+        ("pcie_nak_received", ctypes.c_uint64),
+        ("ecc_total", ctypes.c_uint64 * 3),
+        ("ecc_enabled", ctypes.c_uint64),
+        ("ecc_block", (ctypes.c_uint64 * 3) * NUM_BLOCKS),
+        ("vcn_activity", ctypes.c_uint16 * 4),
+        ("jpeg_activity", ctypes.c_uint16 * 32),
+        ("xgmi_read_kb", ctypes.c_uint64 * 8),
+        ("xgmi_write_kb", ctypes.c_uint64 * 8),
+        ("xgmi_link_status", ctypes.c_uint16 * 8),
+        ("accumulation_counter", ctypes.c_uint64),
+        ("residency", ctypes.c_uint64 * 5),
+        ("num_partition", ctypes.c_uint16),
+        ("violation_active", ctypes.c_uint8 * 6),
+        ("proc_count", ctypes.c_uint32),
+        ("proc_pid", ctypes.c_uint32 * MAX_PROCS),
+        ("proc_cu", ctypes.c_uint32 * MAX_PROCS),
+        ("proc_vram", ctypes.c_uint64 * MAX_PROCS),
+        ("proc_gtt", ctypes.c_uint64 * MAX_PROCS),
+        ("proc_name", (ctypes.c_char * 32) * MAX_PROCS),
+    ]
+
+
+class Rule(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [
+        ("func", ctypes.c_char * 56),
+        ("device", ctypes.c_int32),
+        ("arg", ctypes.c_int64),
+        ("status", ctypes.c_uint32),
+        ("hang", ctypes.c_uint32),
+        ("remaining", ctypes.c_int32),
+    ]
+
+
+class Event(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [
+        ("device", ctypes.c_uint32),
+        ("event", ctypes.c_uint32),
+        ("message", ctypes.c_char * 64),
+    ]
+
+
+class State(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [
+        ("magic", ctypes.c_uint32),
+        ("version", ctypes.c_uint32),
+        ("init_status", ctypes.c_uint32),
+        ("device_count", ctypes.c_uint32),
+        ("release_generation", ctypes.c_uint32),
+        ("hung_now", ctypes.c_uint32),
+        ("calls", ctypes.c_uint64),
+        ("event_head", ctypes.c_uint32),
+        ("event_tail", ctypes.c_uint32),
+        ("events", Event * MAX_EVENTS),
+        ("rules", Rule * MAX_RULES),
+        ("devices", Device * MAX_DEVICES),
+    ]
+
+
+# Bus numbers of the eight OAM slots of a typical MI300X baseboard.
+MI300X_BUSES = (0x0C, 0x22, 0x38, 0x5C, 0x9F, 0xAF, 0xBF, 0xDF)
+GIB = 1024**3
+MIB = 1024**2
+
+
+def bdf(bus: int, device: int = 0, function: int = 0, domain: int = 0) -> int:
+    """``amdsmi_bdf_t.as_uint`` (function:3, device:5, bus:8, domain:48)."""
+    return function | (device << 3) | (bus << 8) | (domain << 16)
+
+
+def mi300x(dev: Device, i: int) -> None:
+    """Fill ``dev`` as the i-th GPU of an MI300X node (values vary by index)."""
+    ctypes.memset(ctypes.addressof(dev), 0, ctypes.sizeof(dev))
+    dev.market_name = b"AMD Instinct MI300X"
+    dev.asic_serial = f"{0x5A1E_0000_0000_0000 + i:016X}".encode()
+    dev.board_serial = f"692251001{i:03d}".encode()
+    dev.vbios_version = b"022.040.003.043.000001"
+    dev.vbios_part = b"113-M3000100-102"
+    dev.uuid = f"{i:02x}ff74a1-0000-1000-80a5-5a1e0000000{i:x}".encode()
+    dev.driver_version = b"6.8.5"
+    dev.compute_partition = b"SPX"
+    dev.memory_partition = b"NPS1"
+    dev.bdf = bdf(MI300X_BUSES[i] if i < len(MI300X_BUSES) else 0xE0 + i)
+    dev.partition_id = 0
+    dev.gfx_activity = 37 + i
+    dev.umc_activity = 12 + i
+    dev.mm_activity = U16_NA  # MI300X reports no mm_activity: "N/A"
+    dev.temp_unsupported = 1 << 0  # no edge sensor on MI300X
+    dev.clk_unsupported = (1 << 2) | (1 << 5) | (1 << 7) | (1 << 9)  # DCEF, PCIE, VCLK1, DCLK1
+    dev.fan_supported = 0
+    dev.mem_total[:] = [196592 * MIB, 196592 * MIB, 1031 * GIB]
+    dev.mem_used[:] = [(i + 1) * GIB + 283 * MIB, (i + 1) * GIB + 283 * MIB, 15 * MIB + i]
+    dev.temp[:] = [0, 45 + i, 38 + i, 36 + i, 37 + i, 38 + i, 39 + i]
+    dev.socket_power = 162 + i
+    dev.current_socket_power = 162 + i
+    dev.average_socket_power = U16_NA
+    dev.power_limit = 750
+    dev.power_cap_uw = 750_000_000
+    dev.energy_acc = 1_234_567_890 + i * 1000
+    dev.energy_step = 0
+    dev.energy_resolution = 15.259
+    clocks = {  # type: (current, min, max) MHz
+        0: (2100, 500, 2100),  # GFX
+        1: (1800, 1200, 2100),  # DF
+        3: (1000, 28, 1143),  # SOC
+        4: (1300, 900, 1300),  # MEM
+        6: (914, 914, 1333),  # VCLK0
+        8: (711, 711, 1143),  # DCLK0
+    }
+    for t, (cur, lo, hi) in clocks.items():
+        dev.clk[t], dev.clk_min[t], dev.clk_max[t] = cur, lo, hi
+    dev.pcie_width, dev.pcie_speed, dev.pcie_bandwidth = 16, 32000, 4000 + i
+    dev.pcie_max_width, dev.pcie_max_speed = 16, 32000
+    dev.pcie_replay, dev.pcie_recovery = i, 2
+    dev.pcie_nak_sent, dev.pcie_nak_received = 1, 0
+    dev.ecc_enabled = 0b1000_1111  # UMC, SDMA, GFX, MMHUB, XGMI_WAFL
+    dev.ecc_total[:] = [10 + i, 0, 1]
+    dev.ecc_block[0][:] = [10 + i, 0, 1]  # UMC carries them all
+    dev.vcn_activity[:] = [3, 0, 0, 0]
+    dev.jpeg_activity[:] = [5] + [0] * 23 + [U16_NA] * 8
+    for k in range(8):
+        dev.xgmi_read_kb[k] = 1_000_000 * (i + 1) + k
+        dev.xgmi_write_kb[k] = 2_000_000 * (i + 1) + k
+        dev.xgmi_link_status[k] = 1
+    dev.xgmi_read_kb[7] = dev.xgmi_write_kb[7] = U64_NA  # no eighth peer
+    dev.xgmi_link_status[7] = U16_NA
+    dev.accumulation_counter = 500_000 + i
+    dev.residency[:] = [0, 1200 + i, 0, 0, 0]
+    dev.num_partition = 1
+    dev.violation_active[:] = [0, 1, 0, 0, 0, 0]
+    if i == 0:
+        dev.proc_count = 2
+        for k, (pid, vram, gtt, cu, name) in enumerate(
+            [(4242, 8 * GIB, 2 * MIB, 152, b"python3"), (4343, 512 * MIB, 0, 8, b"rccl-tests")]
+        ):
+            dev.proc_pid[k], dev.proc_vram[k], dev.proc_gtt[k] = pid, vram, gtt
+            dev.proc_cu[k] = cu
+            dev.proc_name[k].value = name
+
+
+def create(path: Path, devices: int = 8) -> FakeAmdSmi:
+    """Write a fresh state file with ``devices`` MI300X-like GPUs and open it."""
+    if not 0 <= devices <= MAX_DEVICES:
+        raise ValueError(f"the fake serves 0..{MAX_DEVICES} devices")
+    state = State()
+    state.magic, state.version, state.device_count = MAGIC, VERSION, devices
+    for i in range(devices):
+        mi300x(state.devices[i], i)
+    path.write_bytes(bytes(state))
+    return FakeAmdSmi(path)
+
+
+class FakeAmdSmi:
+    """The shared state, mapped; changes are seen at once by every process using the fake."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            self._map = mmap.mmap(fd, ctypes.sizeof(State))
+        finally:
+            os.close(fd)
+        self.state = State.from_buffer(self._map)
+
+    def close(self) -> None:
+        """Unmap (the file stays for processes still using it)."""
+        del self.state
+        self._map.close()
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The variable that makes the fake use this state."""
+        return {"FAKE_AMDSMI_STATE": str(self.path)}
+
+    def device(self, i: int) -> Device:
+        """Device ``i`` (live view)."""
+        return self.state.devices[i]
+
+    def rule(
+        self,
+        func: str,
+        status: int = SUCCESS,
+        *,
+        device: int = -1,
+        arg: int = -1,
+        hang: bool = False,
+        times: int = -1,
+    ) -> int:
+        """Add a fault rule; returns its slot (for :meth:`clear_rule`)."""
+        for slot, r in enumerate(self.state.rules):
+            if not r.func:
+                r.device, r.arg, r.status = device, arg, status
+                r.hang, r.remaining = int(hang), times
+                r.func = func.encode()  # last: the rule goes live when complete
+                return slot
+        raise RuntimeError("no free rule slot")
+
+    def clear_rule(self, slot: int) -> None:
+        """Remove one rule."""
+        self.state.rules[slot].func = b""
+
+    def clear_rules(self) -> None:
+        """Remove every rule."""
+        for r in self.state.rules:
+            r.func = b""
+
+    def release_hangs(self) -> None:
+        """Let every call blocked in a hang return."""
+        self.state.release_generation += 1
+
+    def push_event(self, device: int, event: int, message: str = "") -> None:
+        """Queue one event notification."""
+        head = self.state.event_head
+        slot = self.state.events[head % MAX_EVENTS]
+        slot.device, slot.event, slot.message = device, event, message.encode()[:63]
+        self.state.event_head = head + 1
+
+    def wait(self, predicate: Callable[[], object], timeout: float = 20.0) -> None:
+        """Poll ``predicate`` until it is true (e.g. a call got hung)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(0.02)
+        raise AssertionError("fake state never reached the expected condition")
+
+
+@contextmanager
+def opened(path: Path, devices: int = 8) -> Iterator[FakeAmdSmi]:
+    """:func:`create` as a context manager that releases hangs on exit."""
+    fake = create(path, devices)
+    try:
+        yield fake
+    finally:
+        fake.clear_rules()
+        fake.release_hangs()
+        fake.close()

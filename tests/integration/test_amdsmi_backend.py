@@ -1,0 +1,283 @@
+"""The amdsmi backend in this process, driving the real amdsmi package against the fake library."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from exporter.backends.amdsmi import AmdSmiBackend
+from exporter.backends.base import BackendError, BackendUnavailable
+from exporter.catalog import CATALOG
+from tests.fakes.amdsmi import expected, state
+from tests.fakes.amdsmi.state import FakeAmdSmi
+
+Make = Callable[..., AmdSmiBackend]
+
+
+@pytest.fixture
+def make(amdsmi_inprocess: FakeAmdSmi) -> Iterator[Make]:
+    made: list[AmdSmiBackend] = []
+
+    def build(**config: Any) -> AmdSmiBackend:
+        backend = AmdSmiBackend({"events": False, **config})
+        made.append(backend)
+        return backend
+
+    yield build
+    amdsmi_inprocess.clear_rules()
+    amdsmi_inprocess.release_hangs()
+    for backend in made:
+        backend.close()
+
+
+def poll(backend: AmdSmiBackend, **args: Any) -> dict[str, Any]:
+    reply = backend.handle("poll", {"slow": True, "processes": False, "events": True, **args})
+    return reply
+
+
+def as_series(reply: dict[str, Any]) -> dict[expected.Series, float]:
+    out = {}
+    for metric, labels, val in reply["readings"] + reply.get("slow_readings", []):
+        keys = CATALOG[metric].labels
+        out[(metric, tuple(sorted(zip(keys, labels, strict=True))))] = float(val)
+    return out
+
+
+def up_series(reply: dict[str, Any], uuids: dict[str, str]) -> dict[expected.Series, float]:
+    out = {}
+    for dev in reply["devices"]:
+        labels = (("device", uuids[dev["uuid"]]), ("uuid", dev["uuid"]))
+        out[("accel_device_up", labels)] = 1.0 if dev["up"] else 0.0
+    return out
+
+
+def test_inventory_identifies_every_gpu(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
+    inventory = make().bootstrap()
+    assert inventory["vendor"] == "amd"
+    assert len(inventory["devices"]) == 8
+    for i, item in enumerate(inventory["devices"]):
+        want = expected.info(amdsmi_inprocess.device(i), i)
+        assert item["device"] == str(i)
+        assert item["uuid"] == want["uuid"]
+        assert item["info"] == {
+            k: want[k]
+            for k in (
+                "model",
+                "pci_bus_id",
+                "serial",
+                "vbios",
+                "driver_version",
+                "compute_partition",
+                "memory_partition",
+            )
+        }
+
+
+def test_poll_gives_exact_values_for_every_device(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
+    backend = make()
+    inventory = backend.bootstrap()
+    reply = poll(backend, processes=True)
+    assert [d["up"] for d in reply["devices"]] == [True] * 8
+    uuids = {d["uuid"]: d["device"] for d in inventory["devices"]}
+    got = {**as_series(reply), **up_series(reply, uuids)}
+    want: dict[expected.Series, float] = {}
+    for i in range(8):
+        want.update(expected.series(amdsmi_inprocess.device(i), i, processes=True))
+    assert got == want
+    for metric, _, _ in reply["readings"] + reply["slow_readings"]:
+        assert metric in CATALOG
+
+
+def test_slow_fields_only_when_asked_and_processes_behind_the_flag(make: Make) -> None:
+    backend = make()
+    backend.bootstrap()
+    reply = poll(backend, slow=False)
+    assert "slow_readings" not in reply
+    metrics = {r[0] for r in reply["readings"]}
+    assert "accel_ecc_errors_total" not in metrics
+    assert not metrics & {"accel_processes", "accel_process_memory_bytes"}
+
+
+def test_na_and_unsupported_fields_are_omitted_not_exported(
+    make: Make, amdsmi_inprocess: FakeAmdSmi
+) -> None:
+    dev = amdsmi_inprocess.device(3)
+    dev.umc_activity = state.U16_NA
+    dev.socket_power = dev.current_socket_power = dev.average_socket_power = state.U16_NA
+    dev.xgmi_read_kb[2] = state.U64_NA
+    amdsmi_inprocess.rule("amdsmi_get_clock_info", state.NOT_SUPPORTED, device=3, arg=3)  # SOC
+    backend = make()
+    backend.bootstrap()
+    got = as_series(poll(backend))
+    mine = {k: v for k, v in got.items() if ("device", "3") in k[1]}
+    names = {k[0] for k in mine}
+    assert "accel_memory_bandwidth_utilization_ratio" not in names
+    assert "accel_power_watts" not in names
+    assert "accel_amd_mm_activity_ratio" not in names  # N/A on MI300X
+    assert not any(k[0] == "accel_temperature_celsius" and ("sensor", "edge") in k[1] for k in mine)
+    assert not any(k[0] == "accel_clock_hertz" and ("clock", "soc") in k[1] for k in mine)
+    assert any(k[0] == "accel_clock_hertz" and ("clock", "graphics") in k[1] for k in mine)
+    links = {dict(k[1])["link"] for k in mine if k[0] == "accel_amd_xgmi_read_bytes_total"}
+    assert links == {"0", "1", "3", "4", "5", "6"}
+    # Everything else of the device, and every other device, is still there.
+    assert mine[("accel_utilization_ratio", (("device", "3"), ("uuid", expected.uuid(dev))))] == (
+        dev.gfx_activity / 100
+    )
+    assert sum(1 for k in got if k[0] == "accel_power_watts") == 7
+
+
+def test_power_limit_falls_back_to_the_power_cap(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
+    dev = amdsmi_inprocess.device(1)
+    dev.power_limit = state.U16_NA
+    dev.power_cap_uw = 561_500_000
+    backend = make()
+    backend.bootstrap()
+    got = as_series(poll(backend))
+    key = ("accel_power_limit_watts", (("device", "1"), ("uuid", expected.uuid(dev))))
+    assert got[key] == 561.5
+
+
+@pytest.mark.parametrize(
+    "code", [state.DRIVER_NOT_LOADED, state.NOT_FOUND, state.IO, state.FILE_ERROR]
+)
+def test_lost_device_is_down_others_unaffected_and_it_comes_back(
+    make: Make, amdsmi_inprocess: FakeAmdSmi, code: int
+) -> None:
+    backend = make()
+    backend.bootstrap()
+    amdsmi_inprocess.device(5).lost_status = code
+    reply = poll(backend)
+    states = [(d["up"], d["reason"]) for d in reply["devices"]]
+    assert states[5] == (False, "gpu_lost")
+    assert all(s == (True, "") for i, s in enumerate(states) if i != 5)
+    lost_uuid = reply["devices"][5]["uuid"]
+    assert not any(r[1][1] == lost_uuid for r in reply["readings"] + reply["slow_readings"])
+    amdsmi_inprocess.device(5).lost_status = 0
+    assert poll(backend)["devices"][5] == {"uuid": lost_uuid, "up": True, "reason": ""}
+
+
+def test_device_answering_only_errors_is_down_with_that_reason(
+    make: Make, amdsmi_inprocess: FakeAmdSmi
+) -> None:
+    backend = make()
+    backend.bootstrap()
+    amdsmi_inprocess.rule("*", state.NO_PERM, device=2)
+    amdsmi_inprocess.rule("amdsmi_get_power_info", state.BUSY, device=4)
+    reply = poll(backend)
+    assert reply["devices"][2]["up"] is False
+    assert reply["devices"][2]["reason"] == "no_perm"
+    # One failing field on device 4 costs that field only.
+    assert reply["devices"][4]["up"] is True
+    dev4 = [r[0] for r in reply["readings"] if r[1][0] == "4"]
+    assert "accel_power_watts" not in dev4 and "accel_energy_joules_total" in dev4
+
+
+def test_malformed_identity_field_loses_only_that_field(
+    make: Make, amdsmi_inprocess: FakeAmdSmi
+) -> None:
+    dev = amdsmi_inprocess.device(0)
+    dev.asic_serial = b"not-hex"  # the wrapper does int(serial, 16) on it
+    dev.board_serial = b""
+    inventory = make().bootstrap()
+    info = inventory["devices"][0]["info"]
+    assert info["serial"] == ""
+    assert info["model"] == "AMD Instinct MI300X"  # from the board info instead
+    assert info["pci_bus_id"] == expected.pci_bus_id(dev)
+
+
+def test_lost_at_enumeration_still_listed(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
+    amdsmi_inprocess.device(7).lost_status = state.DRIVER_NOT_LOADED
+    backend = make()
+    inventory = backend.bootstrap()
+    assert len(inventory["devices"]) == 8
+    assert inventory["devices"][7]["uuid"] == "amd-gpu-7"
+    assert poll(backend)["devices"][7]["reason"] == "gpu_lost"
+
+
+@pytest.mark.parametrize(
+    ("init_status", "error", "reason"),
+    [
+        (state.DRIVER_NOT_LOADED, BackendUnavailable, "driver_not_loaded"),
+        (state.INIT_ERROR, BackendError, "init_failed"),
+    ],
+)
+def test_init_failures(
+    make: Make, amdsmi_inprocess: FakeAmdSmi, init_status: int, error: type, reason: str
+) -> None:
+    amdsmi_inprocess.state.init_status = init_status
+    with pytest.raises(error) as info:
+        make().bootstrap()
+    assert info.value.reason == reason
+
+
+def test_no_gpu_is_unavailable_not_an_error(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
+    amdsmi_inprocess.state.device_count = 0
+    with pytest.raises(BackendUnavailable) as info:
+        make().bootstrap()
+    assert info.value.reason == "no_devices"
+
+
+def _events(reply: dict[str, Any]) -> dict[tuple[str, str], float]:
+    return {
+        (r[1][0], r[1][2]): r[2] for r in reply["readings"] if r[0] == "accel_device_events_total"
+    }
+
+
+def test_events_are_counted_per_device_and_type(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
+    backend = make(events=True)
+    backend.bootstrap()
+    before = time.time()
+    amdsmi_inprocess.push_event(1, state.EVT_VMFAULT, "pid=4242")
+    amdsmi_inprocess.push_event(1, state.EVT_VMFAULT, "pid=4242")
+    amdsmi_inprocess.push_event(6, state.EVT_GPU_PRE_RESET, "reset")
+    amdsmi_inprocess.push_event(6, state.EVT_PROCESS_START, "pid=1")  # not subscribed
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(_events(poll(backend))) < 2:
+        time.sleep(0.05)
+    reply = poll(backend)
+    assert _events(reply) == {("1", "vmfault"): 2, ("6", "gpu_pre_reset"): 1}
+    stamps = [
+        r[2] for r in reply["readings"] if r[0] == "accel_device_event_last_timestamp_seconds"
+    ]
+    assert len(stamps) == 2 and all(before <= s <= time.time() for s in stamps)
+    assert amdsmi_inprocess.state.event_head == amdsmi_inprocess.state.event_tail
+
+
+def test_event_types_are_configurable(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
+    backend = make(events=True, event_types=["process_start"])
+    backend.bootstrap()
+    amdsmi_inprocess.push_event(0, state.EVT_VMFAULT)
+    amdsmi_inprocess.push_event(0, state.EVT_PROCESS_START)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not _events(poll(backend)):
+        time.sleep(0.05)
+    assert _events(poll(backend)) == {("0", "process_start"): 1}
+
+
+def test_a_hung_event_wait_never_delays_polls(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
+    amdsmi_inprocess.rule("amdsmi_get_gpu_event_notification", hang=True, times=1)
+    backend = make(events=True)
+    backend.bootstrap()
+    amdsmi_inprocess.wait(lambda: amdsmi_inprocess.state.hung_now == 1)
+    done = threading.Event()
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        result["reply"] = poll(backend)
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    assert done.wait(20), "a poll waited for the hung event reader"
+    assert all(d["up"] for d in result["reply"]["devices"])
+    amdsmi_inprocess.release_hangs()
+
+
+def test_unknown_operation_is_an_error(make: Make) -> None:
+    backend = make()
+    backend.bootstrap()
+    with pytest.raises(BackendError):
+        backend.handle("reset", {})

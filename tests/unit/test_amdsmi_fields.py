@@ -1,0 +1,78 @@
+"""Pure helpers of the amdsmi backend: N/A handling, unit tables, status names, catalog rows."""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+
+import pytest
+
+from exporter.backends import amdsmi_events, amdsmi_fields
+from exporter.backends.amdsmi_fields import U16_MAX, U32_MAX, U64_MAX, number, pcie_generation
+from exporter.catalog import amd
+from exporter.catalog.device import ID
+from exporter.config import load_config, schema
+from exporter.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("raw", "sentinels", "want"),
+    [
+        (42, (U16_MAX,), 42.0),
+        (0, (U16_MAX,), 0.0),
+        (U16_MAX, (U16_MAX,), None),
+        (U64_MAX, (U16_MAX, U64_MAX), None),
+        (U16_MAX, (U32_MAX,), float(U16_MAX)),  # only the field's own sentinel is N/A
+        ("N/A", (), None),
+        (True, (), None),
+        (None, (), None),
+        (15.258999824523926, (), 15.258999824523926),
+    ],
+)
+def test_number(raw: object, sentinels: tuple[int, ...], want: float | None) -> None:
+    assert number(raw, *sentinels) == want
+
+
+@pytest.mark.parametrize(
+    ("rate", "gen"),
+    [(2500, 1), (8000, 3), (16000, 4), (32000, 5), (64000, 6), (1234, None), (None, None)],
+)
+def test_pcie_generation_from_transfer_rate(rate: float | None, gen: int | None) -> None:
+    assert pcie_generation(rate) == (None if gen is None else float(gen))
+
+
+def test_status_names() -> None:
+    names = {10: "AMDSMI_STATUS_NO_PERM", 34: "AMDSMI_STATUS_DRIVER_NOT_LOADED"}
+    assert amdsmi_fields.status_name(names, 10) == "no_perm"
+    assert amdsmi_fields.status_name(names, 34) == "driver_not_loaded"
+    assert amdsmi_fields.status_name(names, 99) == "status_99"
+    assert "driver_not_loaded" in amdsmi_fields.LOST
+    assert "not_supported" in amdsmi_fields.UNSUPPORTED
+    assert not amdsmi_fields.LOST & amdsmi_fields.UNSUPPORTED
+
+
+def test_configurable_event_types_are_exactly_the_labelled_ones() -> None:
+    allowed = set(typing.get_args(schema.AmdEvent))
+    assert allowed == set(amdsmi_events.EVENT_LABELS.values())
+    default = schema.AmdSmiSourceConfig().event_types
+    assert set(default) <= allowed
+
+
+def test_amd_rows_carry_identity_plus_at_most_one_dimension() -> None:
+    for row in amd.ROWS:
+        assert row.name.startswith("accel_amd_")
+        assert row.labels[:2] == ID
+        assert len(row.labels) <= 3, row.name
+
+
+def test_event_types_config_names_the_key_of_a_bad_value(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("sources:\n  amdsmi:\n    event_types: [vmfault, page_fault_start]\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(str(cfg), env={})
+    assert "sources.amdsmi.event_types" in str(info.value)
+    assert "page_fault_start" in str(info.value)
+    good = load_config(
+        None, env={"ACCEL_EXPORTER_SOURCES__AMDSMI__EVENT_TYPES": "[gpu_post_reset]"}
+    )
+    assert good.sources.amdsmi.event_types == ["gpu_post_reset"]
