@@ -1,0 +1,101 @@
+{{/* Chart name, truncated to the 63 characters a label value allows. */}}
+{{- define "accel-exporter.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: release-chart, or the release name alone when it already contains the chart name. */}}
+{{- define "accel-exporter.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "accel-exporter.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels that select the pods; never change them after the first install. */}}
+{{- define "accel-exporter.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "accel-exporter.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "accel-exporter.labels" -}}
+helm.sh/chart: {{ include "accel-exporter.chart" . }}
+{{ include "accel-exporter.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: exporter
+app.kubernetes.io/part-of: accel-exporter
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "accel-exporter.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "accel-exporter.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "accel-exporter.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{- define "accel-exporter.configDir" -}}/etc/accel-exporter/config{{- end }}
+{{- define "accel-exporter.tlsDir" -}}/etc/accel-exporter/tls{{- end }}
+
+{{/*
+The daemon's config file: the user's config with the keys the chart owns set on top.
+*/}}
+{{- define "accel-exporter.config" -}}
+{{- $config := deepCopy .Values.config }}
+{{- $web := dict "listen_address" (printf ":%d" (int .Values.containerPort)) }}
+{{- if .Values.tls.enabled }}
+{{- $_ := set $web "tls" (dict "cert_file" (printf "%s/tls.crt" (include "accel-exporter.tlsDir" .)) "key_file" (printf "%s/tls.key" (include "accel-exporter.tlsDir" .))) }}
+{{- end }}
+{{- $owned := dict "web" $web "log" (dict "format" "json") }}
+{{- if .Values.cclInspector.hostPath }}
+{{- $_ := set $owned "sources" (dict "ccl_inspector" (dict "dir" .Values.cclInspector.hostPath)) }}
+{{- end }}
+{{- toYaml (mergeOverwrite $config $owned) }}
+{{- end }}
+
+{{/* Scheme Prometheus and the probes use. */}}
+{{- define "accel-exporter.scheme" -}}
+{{- if .Values.tls.enabled }}https{{ else }}http{{ end }}
+{{- end }}
+
+{{/*
+Relabelings shared by the ServiceMonitor and the PodMonitor: the node label, the
+instance set to the node name (optional), the job label the shipped rules use,
+then the user's own. Argument: the monitor's values.
+*/}}
+{{- define "accel-exporter.relabelings" -}}
+- sourceLabels: [__meta_kubernetes_pod_node_name]
+  targetLabel: node
+{{- if .instanceFromNodeName }}
+- sourceLabels: [__meta_kubernetes_pod_node_name]
+  targetLabel: instance
+{{- end }}
+{{- if .jobLabel }}
+- targetLabel: job
+  replacement: {{ .jobLabel | quote }}
+{{- end }}
+{{- with .relabelings }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,448 @@
+"""Helpers for the deployment tests: paths, the Helm renderer, kustomize, schema checks."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "helm" / "accel-exporter"
+DEPLOY = REPO / "deploy"
+RULES_DIR = DEPLOY / "prometheus"
+RULE_FILES = (RULES_DIR / "alerts.yaml", RULES_DIR / "recording.yaml")
+DASHBOARD_DIR = DEPLOY / "grafana"
+KUSTOMIZE = DEPLOY / "kustomize"
+SYSTEMD = REPO / "systemd"
+RENDERER_SOURCE = REPO / "tests" / "tools" / "helmrender" / "main.go"
+GOPATH = Path("/usr/share/gocode")
+
+# Kubernetes versions the manifests are validated against: the oldest the chart
+# supports (Chart.yaml kubeVersion) and the newest the schemas know.
+KUBE_VERSIONS = ("1.25.0", kubernetes_validate.latest_version())
+
+
+def need(tool: str, hint: str) -> str:
+    """The path of a required tool; fail (never skip) with an install hint when missing."""
+    path = shutil.which(tool)
+    if path is None:
+        pytest.fail(f"{tool} is required for this test ({hint})")
+    return path
+
+
+def rule_docs() -> list[dict[str, Any]]:
+    """The shipped rule files, parsed."""
+    return [yaml.safe_load(path.read_text()) for path in RULE_FILES]
+
+
+def all_rules() -> list[dict[str, Any]]:
+    """Every rule of every shipped group."""
+    return [rule for doc in rule_docs() for group in doc["groups"] for rule in group["rules"]]
+
+
+def dashboards() -> dict[str, dict[str, Any]]:
+    """The shipped dashboards by file name."""
+    return {
+        path.name: json.loads(path.read_text()) for path in sorted(DASHBOARD_DIR.glob("*.json"))
+    }
+
+
+# -- Helm ------------------------------------------------------------------------
+
+
+_RENDERER: list[Path] = []
+
+
+def helm_renderer() -> Path:
+    """The compiled renderer, built once per test session into a temporary directory."""
+    if not _RENDERER:
+        out_dir = Path(tempfile.mkdtemp(prefix="helmrender-"))
+        atexit.register(shutil.rmtree, out_dir, ignore_errors=True)
+        _RENDERER.append(build_renderer(out_dir))
+    return _RENDERER[0]
+
+
+def build_renderer(out_dir: Path) -> Path:
+    """Compile tests/tools/helmrender offline in GOPATH mode against Debian's Go packages."""
+    go = need(
+        "go",
+        "apt-get install golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev",
+    )
+    for package in ("github.com/Masterminds/sprig", "sigs.k8s.io/yaml"):
+        if not (GOPATH / "src" / package).is_dir():
+            pytest.fail(
+                f"Go package {package} missing under {GOPATH} (apt-get install "
+                "golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev)"
+            )
+    binary = out_dir / "helmrender"
+    env = {
+        **os.environ,
+        "GO111MODULE": "off",
+        "GOPATH": str(GOPATH),
+        "GOCACHE": str(out_dir / "gocache"),
+        "GOFLAGS": "",
+        "GOPROXY": "off",
+        "CGO_ENABLED": "0",
+    }
+    result = subprocess.run(
+        [go, "build", "-o", str(binary), str(RENDERER_SOURCE)],
+        env=env,
+        cwd=out_dir,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    return binary
+
+
+class RenderError(Exception):
+    """helmrender refused the chart or the values."""
+
+
+def render_chart(
+    renderer: Path,
+    tmp_path: Path,
+    values: Mapping[str, Any] | None = None,
+    *,
+    name: str = "accel-exporter",
+    namespace: str = "monitoring",
+    notes: bool = False,
+    strict: bool = True,
+) -> str:
+    """The chart rendered with ``values`` over its defaults (raw text)."""
+    cmd = [str(renderer), "-chart", str(CHART), "-name", name, "-namespace", namespace]
+    if values:
+        path = tmp_path / f"values-{abs(hash(json.dumps(values, sort_keys=True)))}.yaml"
+        path.write_text(yaml.safe_dump(dict(values)))
+        cmd += ["-f", str(path)]
+    if notes:
+        cmd.append("-notes")
+    if strict:
+        cmd.append("-strict")
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        raise RenderError(result.stderr.strip())
+    return result.stdout
+
+
+def load_docs(text: str) -> list[dict[str, Any]]:
+    """The non-empty documents of a YAML stream."""
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def helm_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Helm's value coalescing: maps merge, null deletes, anything else replaces."""
+    out = dict(base)
+    for key, value in over.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(out.get(key), Mapping) and isinstance(value, Mapping):
+            out[key] = helm_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def chart_values(over: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The chart's default values with ``over`` merged in, as Helm validates them."""
+    base = yaml.safe_load((CHART / "values.yaml").read_text())
+    return helm_merge(base, over or {})
+
+
+def values_schema() -> jsonschema.Draft7Validator:
+    """A validator for values.schema.json."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    jsonschema.Draft7Validator.check_schema(schema)
+    return jsonschema.Draft7Validator(schema)
+
+
+# -- kustomize -------------------------------------------------------------------
+
+
+KUSTOMIZE_HINT = (
+    "kustomize v4+ is required: kubectl 1.21+ (e.g. from pkgs.k8s.io; Debian 12's "
+    "kubernetes-client is kubectl 1.20 with kustomize v2) or a standalone kustomize on PATH"
+)
+
+
+def kustomize_command() -> list[str]:
+    """A standalone ``kustomize build`` or ``kubectl kustomize``, whichever is v4 or newer."""
+    standalone = shutil.which("kustomize")
+    if standalone:
+        return [standalone, "build"]
+    kubectl = need("kubectl", KUSTOMIZE_HINT)
+    result = subprocess.run(
+        [kubectl, "version", "--client", "-o", "json"], capture_output=True, text=True, timeout=60
+    )
+    embedded = json.loads(result.stdout or "{}").get("kustomizeVersion", "v2")
+    version = re.match(r"v?(\d+)", embedded)
+    if version is None or int(version.group(1)) < 4:
+        pytest.fail(f"kubectl embeds kustomize {embedded}; {KUSTOMIZE_HINT}")
+    return [kubectl, "kustomize"]
+
+
+def kustomize(path: Path) -> list[dict[str, Any]]:
+    """The manifests ``path`` builds to."""
+    cmd = [*kustomize_command(), str(path)]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    # Deprecation warnings would mean the manifests use fields kustomize is dropping.
+    assert result.stderr.strip() == "", result.stderr
+    return load_docs(result.stdout)
+
+
+# -- validation ------------------------------------------------------------------
+
+_DURATION = {
+    "type": "string",
+    "pattern": r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$",
+}
+_RELABEL = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "sourceLabels": {
+            "type": "array",
+            "items": {"type": "string", "pattern": r"^[a-zA-Z_][a-zA-Z0-9_]*$"},
+        },
+        "separator": {"type": "string"},
+        "targetLabel": {"type": "string"},
+        "regex": {"type": "string"},
+        "modulus": {"type": "integer"},
+        "replacement": {"type": "string"},
+        "action": {
+            "enum": [
+                "replace",
+                "keep",
+                "drop",
+                "hashmod",
+                "labelmap",
+                "labeldrop",
+                "labelkeep",
+                "lowercase",
+                "uppercase",
+                "keepequal",
+                "dropequal",
+            ]
+        },
+    },
+}
+_TLS = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        key: {}
+        for key in (
+            "ca",
+            "caFile",
+            "cert",
+            "certFile",
+            "insecureSkipVerify",
+            "keyFile",
+            "keySecret",
+            "maxVersion",
+            "minVersion",
+            "serverName",
+        )
+    },
+}
+_ENDPOINT_COMMON = {
+    "path": {"type": "string", "pattern": "^/"},
+    "scheme": {"enum": ["http", "https", "HTTP", "HTTPS"]},
+    "interval": _DURATION,
+    "scrapeTimeout": _DURATION,
+    "honorLabels": {"type": "boolean"},
+    "honorTimestamps": {"type": "boolean"},
+    "tlsConfig": _TLS,
+    "relabelings": {"type": "array", "items": _RELABEL},
+    "metricRelabelings": {"type": "array", "items": _RELABEL},
+    "params": {"type": "object"},
+}
+_LABEL_SELECTOR = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "matchExpressions": {"type": "array"},
+    },
+}
+_NAMESPACE_SELECTOR = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "any": {"type": "boolean"},
+        "matchNames": {"type": "array", "items": {"type": "string"}},
+    },
+}
+_METADATA = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {
+        "name": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 253},
+        "namespace": {"type": "string"},
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+}
+
+
+def _crd(spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "additionalProperties": False,
+        "properties": {
+            "apiVersion": {"const": "monitoring.coreos.com/v1"},
+            "kind": {},
+            "metadata": _METADATA,
+            "spec": spec,
+        },
+    }
+
+
+def _monitor(
+    endpoints: str, extra: dict[str, Any], required: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """A ServiceMonitor or PodMonitor: the same spec but for the endpoints' key and a field."""
+    endpoint = {"port": {"type": "string"}, **extra, **_ENDPOINT_COMMON}
+    return _crd(
+        {
+            "type": "object",
+            "required": ["selector", *required],
+            "additionalProperties": False,
+            "properties": {
+                "jobLabel": {"type": "string"},
+                "namespaceSelector": _NAMESPACE_SELECTOR,
+                "selector": _LABEL_SELECTOR,
+                endpoints: {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": endpoint,
+                    },
+                },
+            },
+        }
+    )
+
+
+# Structural schemas of the Prometheus Operator kinds the chart creates, written
+# from the fields of the operator's v1 CRDs (monitoring.coreos.com_*.yaml).
+CRD_SCHEMAS: dict[str, dict[str, Any]] = {
+    "ServiceMonitor": _monitor("endpoints", {"targetPort": {}}, required=("endpoints",)),
+    "PodMonitor": _monitor("podMetricsEndpoints", {"portNumber": {"type": "integer"}}),
+    "PrometheusRule": _crd(
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "groups": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["name"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "name": {"type": "string", "minLength": 1},
+                            "interval": _DURATION,
+                            "labels": {"type": "object"},
+                            "limit": {"type": "integer"},
+                            "rules": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "required": ["expr"],
+                                    "additionalProperties": False,
+                                    "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
+                                    "properties": {
+                                        "alert": {"type": "string"},
+                                        "record": {"type": "string"},
+                                        "expr": {"type": "string", "minLength": 1},
+                                        "for": _DURATION,
+                                        "keep_firing_for": _DURATION,
+                                        "labels": {
+                                            "type": "object",
+                                            "additionalProperties": {"type": "string"},
+                                        },
+                                        "annotations": {
+                                            "type": "object",
+                                            "additionalProperties": {"type": "string"},
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        }
+    ),
+}
+
+
+def validate_manifests(docs: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Problems of every document: Kubernetes kinds against the (strict) Kubernetes
+    schemas of each supported version, Prometheus Operator kinds structurally."""
+    problems = []
+    for doc in docs:
+        where = f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
+        kind = doc.get("kind")
+        if kind in CRD_SCHEMAS:
+            validator = jsonschema.Draft7Validator(CRD_SCHEMAS[kind])
+            problems += [f"{where}: {e.json_path}: {e.message}" for e in validator.iter_errors(doc)]
+            continue
+        for version in KUBE_VERSIONS:
+            try:
+                kubernetes_validate.validate(dict(doc), version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                path = "/".join(str(p) for p in exc.path)
+                problems.append(f"{where} (k8s {version}): {path}: {exc.message}")
+            except kubernetes_validate.SchemaNotFoundError as exc:
+                problems.append(f"{where} (k8s {version}): {exc.message}")
+    return problems
+
+
+def by_kind(docs: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """Documents grouped by kind."""
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for doc in docs:
+        out.setdefault(str(doc["kind"]), []).append(doc)
+    return out
+
+
+def one(docs: Iterable[Mapping[str, Any]], kind: str) -> Mapping[str, Any]:
+    """The single document of ``kind``."""
+    found = by_kind(docs).get(kind, [])
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def container(docs: Iterable[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The exporter container of the DaemonSet."""
+    spec = one(docs, "DaemonSet")["spec"]["template"]["spec"]
+    (c,) = [c for c in spec["containers"] if c["name"] == "accel-exporter"]
+    assert isinstance(c, Mapping)
+    return c
+
+
+def env_of(c: Mapping[str, Any]) -> dict[str, Any]:
+    """Container env as name -> value or valueFrom."""
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in c.get("env", [])}
+
+
+HASH_SUFFIX = re.compile(r"-[a-z0-9]{10}$")

@@ -1,0 +1,540 @@
+"""The Helm chart, rendered by tests/tools/helmrender (Go text/template + sprig, as Helm does).
+
+Every render is strict (a template reading a value that does not exist fails),
+and its output is validated against the Kubernetes schemas offline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import exporter
+from exporter.config import load_config
+from tests.helpers.deploy import (
+    CHART,
+    RULE_FILES,
+    RenderError,
+    by_kind,
+    chart_values,
+    container,
+    dashboards,
+    env_of,
+    helm_renderer,
+    load_docs,
+    need,
+    one,
+    render_chart,
+    validate_manifests,
+    values_schema,
+)
+
+RELEASE, NAMESPACE = "gpu-mon", "monitoring"
+FULLNAME = "gpu-mon-accel-exporter"
+
+EVERYTHING_ON: dict[str, Any] = {
+    "serviceMonitor": {
+        "enabled": True,
+        "labels": {"release": "kube-prometheus-stack"},
+        "tlsConfig": {"insecureSkipVerify": True},
+        "relabelings": [{"targetLabel": "cluster", "replacement": "gpu-a"}],
+        "metricRelabelings": [
+            {"sourceLabels": ["__name__"], "regex": "accel_process_.*", "action": "drop"}
+        ],
+    },
+    "prometheusRule": {
+        "enabled": True,
+        "labels": {"release": "kube-prometheus-stack"},
+        "disabledAlerts": ["AccelPowerThrottling"],
+        "additionalRuleLabels": {"team": "ml-platform", "severity": "page"},
+        "runbookBaseURL": "https://wiki.example.com/accel",
+    },
+    "dashboards": {
+        "enabled": True,
+        "namespace": "grafana",
+        "annotations": {"grafana_folder": "Accelerators"},
+    },
+    "hostPID": True,
+    "hostNetwork": True,
+    "tls": {"enabled": True, "secretName": "accel-exporter-tls"},
+    "amd": {"devices": True, "rocmPath": "/opt/rocm-6.4.0"},
+    "cclInspector": {"hostPath": "/var/run/nccl-inspector"},
+    "priorityClassName": "system-node-critical",
+    "runtimeClassName": "nvidia",
+    "securityContext": {"capabilities": {"add": ["SYS_PTRACE"]}},
+    "podSecurityContext": {"supplementalGroups": [44, 109]},
+    "config": {
+        "sources": {
+            "nvml": {"processes": True},
+            "ccl_ras": {"addresses": ["localhost:28028", "localhost:28029"]},
+        },
+        "log": {"level": "debug"},
+    },
+    "extraArgs": ["--sources.host.interval=10s"],
+    "extraEnv": [{"name": "ACCEL_EXPORTER_SOURCES__AMDSMI__PROCESSES", "value": "true"}],
+    "extraVolumes": [{"name": "slurm", "hostPath": {"path": "/run/accel-exporter/slurm"}}],
+    "extraVolumeMounts": [
+        {"name": "slurm", "mountPath": "/run/accel-exporter/slurm", "readOnly": True}
+    ],
+    "imagePullSecrets": [{"name": "regcred"}],
+    "nodeSelector": {"nvidia.com/gpu.present": "true"},
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    },
+    "podAnnotations": {"example.com/team": "ml"},
+    "podLabels": {"tier": "monitoring"},
+    "commonLabels": {"cost-center": "gpu"},
+    "service": {"annotations": {"prometheus.io/scrape": "true"}},
+    "image": {"digest": "sha256:" + "0123456789abcdef" * 4},
+}
+
+
+@pytest.fixture(scope="module")
+def renderer() -> Path:
+    return helm_renderer()
+
+
+def render(
+    renderer: Path, tmp_path: Path, values: Mapping[str, Any] | None = None, **kwargs: Any
+) -> list[dict[str, Any]]:
+    # Helm validates values against values.schema.json before rendering; so do we.
+    values_schema().validate(chart_values(values))
+    return load_docs(
+        render_chart(renderer, tmp_path, values, name=RELEASE, namespace=NAMESPACE, **kwargs)
+    )
+
+
+def pod_spec(docs: list[dict[str, Any]]) -> Mapping[str, Any]:
+    return one(docs, "DaemonSet")["spec"]["template"]["spec"]
+
+
+def volumes(docs: list[dict[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    return {v["name"]: v for v in pod_spec(docs)["volumes"]}
+
+
+def mounts(docs: list[dict[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    return {m["name"]: m for m in container(docs)["volumeMounts"]}
+
+
+def daemon_config(docs: list[dict[str, Any]], tmp_path: Path) -> Any:
+    """The config the chart gives the daemon, loaded by the daemon's own loader.
+
+    Files the config names inside the pod (TLS) are checked for existence by the
+    loader, so they are given stand-ins here and their in-pod paths restored after.
+    """
+    (config_map,) = [d for d in by_kind(docs)["ConfigMap"] if d["metadata"]["name"] == FULLNAME]
+    raw = yaml.safe_load(config_map["data"]["config.yaml"])
+    tls = raw.get("web", {}).get("tls") or {}
+    in_pod = {}
+    for key in ("cert_file", "key_file"):
+        if key in tls:
+            in_pod[key] = tls[key]
+            stand_in = tmp_path / key
+            stand_in.write_text("stand-in")
+            tls[key] = str(stand_in)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    config = load_config(str(path), env={})
+    if in_pod:
+        config = dataclasses.replace(
+            config,
+            web=dataclasses.replace(config.web, tls=dataclasses.replace(config.web.tls, **in_pod)),
+        )
+    return config
+
+
+# -- validity -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        EVERYTHING_ON,
+        {"podMonitor": {"enabled": True}, "prometheusRule": {"enabled": True, "alerts": False}},
+        {
+            "serviceAccount": {"create": False},
+            "service": {"enabled": False},
+            "podResources": {"enabled": False},
+            "nvidia": {"enabled": False},
+            "updateStrategy": {"type": "OnDelete"},
+            "podSecurityContext": None,
+        },
+    ],
+    ids=["defaults", "everything-on", "podmonitor", "minimal"],
+)
+def test_rendered_manifests_validate_against_kubernetes_schemas(renderer, tmp_path, values):
+    # A null deletes a default (Helm's coalescing); templates then meet a missing key,
+    # which only a non-strict render (helm install, not helm lint --strict) allows.
+    strict = None not in values.values()
+    docs = render(renderer, tmp_path, values, strict=strict)
+    assert validate_manifests(docs) == []
+    for doc in docs:
+        assert doc["metadata"]["name"].startswith(FULLNAME)
+
+
+def test_null_removes_a_default(renderer, tmp_path):
+    values = {"podSecurityContext": None, "tolerations": None}
+    docs = render(renderer, tmp_path, values, strict=False)
+    assert "securityContext" not in pod_spec(docs) and "tolerations" not in pod_spec(docs)
+    notes = render_chart(renderer, tmp_path, values, notes=True, strict=False)
+    assert "runAsUser=0" not in notes
+
+
+def test_defaults_create_only_the_workload(renderer, tmp_path):
+    docs = render(renderer, tmp_path)
+    assert sorted(by_kind(docs)) == ["ConfigMap", "DaemonSet", "Service", "ServiceAccount"]
+    assert all(d["metadata"]["namespace"] == NAMESPACE for d in docs)
+
+
+def test_everything_on_creates_every_object(renderer, tmp_path):
+    kinds = {
+        kind: len(docs) for kind, docs in by_kind(render(renderer, tmp_path, EVERYTHING_ON)).items()
+    }
+    assert kinds == {
+        "ConfigMap": 1 + len(dashboards()),
+        "DaemonSet": 1,
+        "Service": 1,
+        "ServiceAccount": 1,
+        "ServiceMonitor": 1,
+        "PrometheusRule": 1,
+    }
+
+
+def test_chart_version_and_image_follow_the_package(renderer, tmp_path):
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == exporter.__version__
+    assert container(render(renderer, tmp_path))["image"].endswith(":" + exporter.__version__)
+    assert container(render(renderer, tmp_path, {"image": {"tag": "1.2.3"}}))["image"].endswith(
+        ":1.2.3"
+    )
+    digest = container(render(renderer, tmp_path, EVERYTHING_ON))["image"]
+    assert digest == "ghcr.io/accel-exporter/accel-exporter@" + EVERYTHING_ON["image"]["digest"]
+
+
+# -- the DaemonSet ----------------------------------------------------------------------
+
+
+def test_security_defaults(renderer, tmp_path):
+    docs = render(renderer, tmp_path)
+    spec = pod_spec(docs)
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] != 0
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = container(docs)["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["privileged"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": []}
+    assert spec["hostPID"] is False and spec["hostNetwork"] is False
+    assert spec["automountServiceAccountToken"] is False
+    assert one(docs, "ServiceAccount")["automountServiceAccountToken"] is False
+    assert all("hostPort" not in p for p in container(docs)["ports"])
+    # Nothing writable but a small in-memory /tmp.
+    writable = [m for m in container(docs)["volumeMounts"] if not m.get("readOnly")]
+    assert [m["mountPath"] for m in writable] == ["/tmp"]
+    assert volumes(docs)["tmp"]["emptyDir"]["medium"] == "Memory"
+
+
+def test_capabilities_are_added_only_when_asked(renderer, tmp_path):
+    sc = container(render(renderer, tmp_path, EVERYTHING_ON))["securityContext"]
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE"]}
+
+
+def test_node_name_from_the_downward_api_and_gpu_taints_tolerated(renderer, tmp_path):
+    docs = render(renderer, tmp_path)
+    env = env_of(container(docs))
+    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["POD_UID"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+    tolerated = {(t["key"], t["operator"], t["effect"]) for t in pod_spec(docs)["tolerations"]}
+    assert {
+        ("nvidia.com/gpu", "Exists", "NoSchedule"),
+        ("amd.com/gpu", "Exists", "NoSchedule"),
+    } <= tolerated
+
+
+def test_pod_resources_socket_is_mounted_read_only(renderer, tmp_path):
+    docs = render(renderer, tmp_path)
+    assert volumes(docs)["pod-resources"]["hostPath"] == {
+        "path": "/var/lib/kubelet/pod-resources",
+        "type": "Directory",
+    }
+    mount = mounts(docs)["pod-resources"]
+    assert mount["readOnly"] is True
+    # The daemon's default socket lies inside the mount.
+    socket = daemon_config(docs, tmp_path).enrich.k8s.socket
+    assert socket.startswith(mount["mountPath"] + "/")
+    assert "pod-resources" not in volumes(
+        render(renderer, tmp_path, {"podResources": {"enabled": False}})
+    )
+
+
+def test_host_pid_and_host_network_are_opt_in(renderer, tmp_path):
+    docs = render(renderer, tmp_path, {"hostPID": True, "hostNetwork": True})
+    spec = pod_spec(docs)
+    assert spec["hostPID"] is True and spec["hostNetwork"] is True
+    # Cluster DNS keeps working, and the port is declared on the host.
+    assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+    (port,) = container(docs)["ports"]
+    assert port["hostPort"] == port["containerPort"] == 9842
+
+
+def test_vendor_device_access(renderer, tmp_path):
+    docs = render(renderer, tmp_path, EVERYTHING_ON)
+    vols = volumes(docs)
+    assert vols["dev-kfd"]["hostPath"] == {"path": "/dev/kfd", "type": "CharDevice"}
+    assert vols["dev-dri"]["hostPath"] == {"path": "/dev/dri", "type": "Directory"}
+    assert vols["rocm"]["hostPath"]["path"] == "/opt/rocm-6.4.0"
+    assert mounts(docs)["rocm"] == {"name": "rocm", "mountPath": "/opt/rocm", "readOnly": True}
+    env = env_of(container(docs))
+    assert env["ROCM_PATH"] == "/opt/rocm"
+    assert pod_spec(docs)["runtimeClassName"] == "nvidia"
+    assert pod_spec(docs)["securityContext"]["supplementalGroups"] == [44, 109]
+    env = env_of(container(render(renderer, tmp_path, {"nvidia": {"enabled": False}})))
+    assert "NVIDIA_VISIBLE_DEVICES" not in env
+
+
+def test_probes_use_health_endpoints_on_the_metrics_port(renderer, tmp_path):
+    for values, scheme in (({}, "HTTP"), (EVERYTHING_ON, "HTTPS")):
+        c = container(render(renderer, tmp_path, values))
+        assert [p["name"] for p in c["ports"]] == ["metrics"]
+        assert c["livenessProbe"]["httpGet"] == {
+            "path": "/healthz",
+            "port": "metrics",
+            "scheme": scheme,
+        }
+        assert c["readinessProbe"]["httpGet"] == {
+            "path": "/readyz",
+            "port": "metrics",
+            "scheme": scheme,
+        }
+
+
+def test_resources_requests_and_memory_limit(renderer, tmp_path):
+    resources = container(render(renderer, tmp_path))["resources"]
+    assert set(resources["requests"]) == {"cpu", "memory"}
+    assert set(resources["limits"]) == {"memory"}  # no CPU limit: throttling breaks deadlines
+
+
+def test_scheduling_values_reach_the_pod(renderer, tmp_path):
+    docs = render(renderer, tmp_path, EVERYTHING_ON)
+    spec = pod_spec(docs)
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert spec["nodeSelector"] == EVERYTHING_ON["nodeSelector"]
+    assert spec["affinity"] == EVERYTHING_ON["affinity"]
+    assert spec["imagePullSecrets"] == [{"name": "regcred"}]
+    meta = one(docs, "DaemonSet")["spec"]["template"]["metadata"]
+    assert meta["labels"]["tier"] == "monitoring" and meta["labels"]["cost-center"] == "gpu"
+    assert meta["annotations"]["example.com/team"] == "ml"
+
+
+# -- the daemon's configuration ----------------------------------------------------------
+
+
+def test_default_config_is_valid_for_the_daemon(renderer, tmp_path):
+    docs = render(renderer, tmp_path)
+    config = daemon_config(docs, tmp_path)
+    assert config.web.listen_address == ":9842"
+    assert config.log.format == "json"
+    args = container(docs)["args"]
+    config_mount = mounts(docs)["config"]
+    assert args[0] == f"--config.file={config_mount['mountPath']}/config.yaml"
+    assert config_mount["readOnly"] is True
+
+
+def test_user_config_merges_with_the_keys_the_chart_owns(renderer, tmp_path):
+    docs = render(renderer, tmp_path, {**EVERYTHING_ON, "containerPort": 9500})
+    config = daemon_config(docs, tmp_path)
+    assert config.web.listen_address == ":9500"
+    assert config.sources.nvml.processes is True
+    assert config.sources.ccl_ras.addresses == ["localhost:28028", "localhost:28029"]
+    assert config.log.level == "debug" and config.log.format == "json"
+    # The inspector directory and TLS files are where the chart mounts them.
+    assert config.sources.ccl_inspector.dir == "/var/run/nccl-inspector"
+    assert mounts(docs)["ccl-inspector"]["mountPath"] == config.sources.ccl_inspector.dir
+    tls_dir = mounts(docs)["tls"]["mountPath"]
+    assert config.web.tls is not None
+    assert (config.web.tls.cert_file, config.web.tls.key_file) == (
+        f"{tls_dir}/tls.crt",
+        f"{tls_dir}/tls.key",
+    )
+    assert volumes(docs)["tls"]["secret"]["secretName"] == "accel-exporter-tls"
+    assert container(docs)["ports"][0]["containerPort"] == 9500
+    assert container(docs)["args"][1:] == ["--sources.host.interval=10s"]
+
+
+def test_a_config_change_rolls_the_pods(renderer, tmp_path):
+    def checksum(values):
+        return one(render(renderer, tmp_path, values), "DaemonSet")["spec"]["template"]["metadata"][
+            "annotations"
+        ]["checksum/config"]
+
+    assert checksum({}) == checksum({})
+    assert checksum({}) != checksum({"config": {"log": {"level": "debug"}}})
+
+
+def test_failures_name_the_problem(renderer, tmp_path):
+    with pytest.raises(RenderError, match=r"tls\.secretName"):
+        render_chart(renderer, tmp_path, {"tls": {"enabled": True}})
+    with pytest.raises(RenderError, match="not both"):
+        render_chart(
+            renderer,
+            tmp_path,
+            {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}},
+        )
+    with pytest.raises(RenderError, match=r"service\.enabled"):
+        render_chart(
+            renderer, tmp_path, {"serviceMonitor": {"enabled": True}, "service": {"enabled": False}}
+        )
+
+
+# -- Prometheus Operator objects ------------------------------------------------------------
+
+
+def check_monitor_endpoint(docs, endpoint, m):
+    assert endpoint["port"] == "metrics"
+    assert endpoint["path"] == "/metrics"
+    assert endpoint["interval"] == "30s" and endpoint["scrapeTimeout"] == "10s"
+    assert endpoint["honorLabels"] is True
+    relabel = endpoint["relabelings"]
+    assert relabel[:3] == [
+        {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"},
+        {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "instance"},
+        {"targetLabel": "job", "replacement": "accel-exporter"},
+    ]
+    # The monitor selects exactly the DaemonSet's pods (through their labels).
+    selector = m["spec"]["selector"]["matchLabels"]
+    pod_labels = one(docs, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= pod_labels.items()
+    assert m["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+
+
+def test_service_monitor(renderer, tmp_path):
+    docs = render(renderer, tmp_path, EVERYTHING_ON)
+    sm = one(docs, "ServiceMonitor")
+    (endpoint,) = sm["spec"]["endpoints"]
+    check_monitor_endpoint(docs, endpoint, sm)
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    assert endpoint["relabelings"][3:] == EVERYTHING_ON["serviceMonitor"]["relabelings"]
+    assert endpoint["metricRelabelings"] == EVERYTHING_ON["serviceMonitor"]["metricRelabelings"]
+    service = one(docs, "Service")
+    assert [p["name"] for p in service["spec"]["ports"]] == ["metrics"]
+    assert sm["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert service["spec"]["selector"] == sm["spec"]["selector"]["matchLabels"]
+
+
+def test_pod_monitor(renderer, tmp_path):
+    docs = render(
+        renderer, tmp_path, {"podMonitor": {"enabled": True, "instanceFromNodeName": True}}
+    )
+    pm = one(docs, "PodMonitor")
+    (endpoint,) = pm["spec"]["podMetricsEndpoints"]
+    check_monitor_endpoint(docs, endpoint, pm)
+    assert endpoint["scheme"] == "http"
+    docs = render(
+        renderer,
+        tmp_path,
+        {"podMonitor": {"enabled": True, "instanceFromNodeName": False, "jobLabel": ""}},
+    )
+    (endpoint,) = one(docs, "PodMonitor")["spec"]["podMetricsEndpoints"]
+    assert endpoint["relabelings"] == [
+        {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}
+    ]
+
+
+def shipped_groups() -> list[dict[str, Any]]:
+    return [group for path in RULE_FILES for group in yaml.safe_load(path.read_text())["groups"]]
+
+
+def test_prometheus_rule_holds_exactly_the_shipped_rules(renderer, tmp_path):
+    docs = render(renderer, tmp_path, {"prometheusRule": {"enabled": True}})
+    assert one(docs, "PrometheusRule")["spec"]["groups"] == shipped_groups()
+
+
+def test_prometheus_rule_options(renderer, tmp_path):
+    groups = one(render(renderer, tmp_path, EVERYTHING_ON), "PrometheusRule")["spec"]["groups"]
+    rules = [r for g in groups for r in g["rules"]]
+    alerts = {r["alert"]: r for r in rules if "alert" in r}
+    shipped = {r["alert"]: r for g in shipped_groups() for r in g["rules"] if "alert" in r}
+    assert set(alerts) == set(shipped) - {"AccelPowerThrottling"}
+    for name, rule in alerts.items():
+        # Extra labels are added; the alert's own severity is kept.
+        assert rule["labels"] == {**shipped[name]["labels"], "team": "ml-platform"}
+        assert rule["annotations"] == {
+            **shipped[name]["annotations"],
+            "runbook_url": f"https://wiki.example.com/accel#{name.lower()}",
+        }
+        assert rule["expr"] == shipped[name]["expr"]
+    records = [r["record"] for r in rules if "record" in r]
+    assert records == [r["record"] for g in shipped_groups() for r in g["rules"] if "record" in r]
+    only_alerts = one(
+        render(renderer, tmp_path, {"prometheusRule": {"enabled": True, "recordingRules": False}}),
+        "PrometheusRule",
+    )["spec"]["groups"]
+    assert all("alert" in r for g in only_alerts for r in g["rules"])
+
+
+def test_rendered_prometheus_rule_passes_promtool(renderer, tmp_path):
+    rule = one(render(renderer, tmp_path, EVERYTHING_ON), "PrometheusRule")
+    path = tmp_path / "rendered-rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    result = subprocess.run(
+        [need("promtool", "apt-get install prometheus"), "check", "rules", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dashboards_are_shipped_as_sidecar_config_maps(renderer, tmp_path):
+    docs = render(renderer, tmp_path, EVERYTHING_ON)
+    maps = [d for d in by_kind(docs)["ConfigMap"] if d["metadata"]["name"] != FULLNAME]
+    found = {}
+    for cm in maps:
+        assert cm["metadata"]["namespace"] == "grafana"
+        assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert cm["metadata"]["annotations"] == {"grafana_folder": "Accelerators"}
+        ((key, text),) = cm["data"].items()
+        found[key] = json.loads(text)
+    assert found == dashboards()
+
+
+def test_no_api_access_in_any_configuration(renderer, tmp_path):
+    # Pod attribution uses the kubelet's node-local socket: no RBAC, no token, ever.
+    for values in ({}, EVERYTHING_ON):
+        docs = render(renderer, tmp_path, values)
+        assert not {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"} & set(by_kind(docs))
+        assert pod_spec(docs)["automountServiceAccountToken"] is False
+        assert one(docs, "ServiceAccount")["automountServiceAccountToken"] is False
+
+
+def test_notes_render(renderer, tmp_path):
+    notes = render_chart(renderer, tmp_path, None, name=RELEASE, namespace=NAMESPACE, notes=True)
+    assert f"ds/{FULLNAME}" in notes and "serviceMonitor.enabled=true" in notes
+    assert "runAsUser=0" in notes  # the pod-resources permission hint
+    notes = render_chart(renderer, tmp_path, {"serviceMonitor": {"enabled": True}}, notes=True)
+    assert "ServiceMonitor" in notes and "serviceMonitorSelector" in notes

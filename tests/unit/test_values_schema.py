@@ -1,0 +1,102 @@
+"""values.schema.json accepts the chart's values and rejects bad ones with the key's path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.helpers.deploy import CHART, chart_values, values_schema
+
+VALIDATOR = values_schema()
+
+
+def problems(over: dict[str, Any]) -> list[str]:
+    return [
+        f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in VALIDATOR.iter_errors(chart_values(over))
+    ]
+
+
+def test_defaults_are_valid() -> None:
+    assert problems({}) == []
+
+
+def test_every_default_key_is_described_by_the_schema() -> None:
+    # additionalProperties: false at every level the chart owns, so this walks both.
+    def walk(values: dict[str, Any], schema: dict[str, Any], path: str) -> list[str]:
+        out = []
+        if schema.get("additionalProperties") is False:
+            for key, value in values.items():
+                sub = schema["properties"].get(key)
+                if sub is None:
+                    out.append(f"{path}{key}")
+                elif isinstance(value, dict):
+                    out += walk(value, sub, f"{path}{key}.")
+        return out
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert walk(values, VALIDATOR.schema, "") == []
+
+
+@pytest.mark.parametrize(
+    ("over", "where"),
+    [
+        ({"hostNetwrok": True}, "hostNetwrok"),
+        ({"serviceMonitor": {"intervall": "30s"}}, "intervall"),
+        ({"hostNetwork": "yes"}, "hostNetwork"),
+        ({"serviceMonitor": {"interval": 30}}, "serviceMonitor.interval"),
+        ({"serviceMonitor": {"scrapeTimeout": "10 seconds"}}, "serviceMonitor.scrapeTimeout"),
+        ({"containerPort": 70000}, "containerPort"),
+        ({"service": {"port": 0}}, "service.port"),
+        ({"service": {"type": "ExternalName"}}, "service.type"),
+        ({"image": {"pullPolicy": "always"}}, "image.pullPolicy"),
+        ({"image": {"digest": "sha256:abc"}}, "image.digest"),
+        ({"image": {"repository": ""}}, "image.repository"),
+        ({"tls": {"enabled": True}}, "tls.secretName"),
+        (
+            {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}},
+            "should not be valid",
+        ),
+        ({"prometheusRule": {"disabledAlerts": ["GpuHot"]}}, "prometheusRule.disabledAlerts.0"),
+        ({"prometheusRule": {"runbookBaseURL": "wiki/accel"}}, "prometheusRule.runbookBaseURL"),
+        ({"prometheusRule": {"additionalRuleLabels": {"team-name": "x"}}}, "additionalRuleLabels"),
+        ({"config": {"source": {"nvml": {}}}}, "config"),
+        ({"extraArgs": ["log.level=debug"]}, "extraArgs.0"),
+        ({"securityContext": {"capabilities": {"add": ["sys_ptrace"]}}}, "capabilities.add.0"),
+        ({"podResources": {"hostPath": "var/lib/kubelet"}}, "podResources.hostPath"),
+        ({"amd": {"rocmPath": "opt/rocm"}}, "amd.rocmPath"),
+        ({"updateStrategy": {"rollingUpdate": {"maxUnavailable": "ten"}}}, "maxUnavailable"),
+        ({"nodeSelector": {"gpu": True}}, "nodeSelector.gpu"),
+        ({"fullnameOverride": "Accel_Exporter"}, "fullnameOverride"),
+        ({"nvidia": {"driverCapabilities": "utility compute"}}, "nvidia.driverCapabilities"),
+    ],
+)
+def test_bad_values_are_rejected_naming_the_key(over: dict[str, Any], where: str) -> None:
+    found = problems(over)
+    assert found, f"{over} was accepted"
+    assert any(where in p for p in found), found
+
+
+def test_good_variants_are_accepted() -> None:
+    for over in (
+        {"updateStrategy": {"rollingUpdate": {"maxUnavailable": 2}}},
+        {"updateStrategy": {"type": "OnDelete"}},
+        {"tls": {"enabled": True, "secretName": "certs"}},
+        {"podMonitor": {"enabled": True}},
+        {"image": {"digest": "sha256:" + "a" * 64}},
+        {
+            "config": {
+                "sources": {"nvml": {"processes": True}},
+                "outputs": {"otlp": {"enabled": True}},
+            }
+        },
+        {
+            "prometheusRule": {
+                "disabledAlerts": ["AccelPowerThrottling"],
+                "runbookBaseURL": "https://x",
+            }
+        },
+    ):
+        assert problems(over) == [], over
