@@ -102,7 +102,7 @@ class App:
             snap = record.snapshot
             sched = schedules.get(record.name)
             if record.unavailable is not None:
-                state, reason = "unavailable", "unavailable"
+                state, reason = "unavailable", record.unavailable
             elif snap is None:
                 state, reason = "pending", ""
             else:
@@ -112,7 +112,7 @@ class App:
                 "state": state,
                 "reason": reason,
                 "last_error": (
-                    record.unavailable
+                    record.unavailable_detail
                     if record.unavailable is not None
                     else (sched.last_detail if sched and sched.last_reason else "")
                 ),

@@ -70,7 +70,7 @@ async def poll_once(source: Source) -> tuple[Snapshot, bool]:
         readings = await asyncio.wait_for(source.poll(), timeout=source.timeout)
     except SourceUnavailable as exc:
         unavailable = source.auto
-        outcome = Outcome(False, "unavailable", exc.detail)
+        outcome = Outcome(False, exc.reason or "unavailable", exc.detail)
         readings = exc.readings
     except SourceError as exc:
         outcome = Outcome(False, exc.reason, exc.detail)
@@ -196,9 +196,16 @@ class Scheduler:
         was_failing = schedule.consecutive_failures > 0
         if unavailable:
             if schedule.last_reason != "unavailable":
-                logger.info("source unavailable", reason=snapshot.outcome.detail)
+                logger.info(
+                    "source unavailable",
+                    reason=snapshot.outcome.reason,
+                    detail=snapshot.outcome.detail,
+                )
             self.store.mark_unavailable(
-                source.name, snapshot.outcome.detail, restarts=source.restarts
+                source.name,
+                snapshot.outcome.reason,
+                detail=snapshot.outcome.detail,
+                restarts=source.restarts,
             )
             schedule.consecutive_failures = 0
             schedule.last_reason = "unavailable"

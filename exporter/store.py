@@ -63,6 +63,7 @@ class SourceRecord:
     polls: int = 0
     restarts: int = 0
     unavailable: str | None = None
+    unavailable_detail: str = ""
 
     def copy(self) -> SourceRecordView:
         """An immutable copy for readers."""
@@ -75,6 +76,7 @@ class SourceRecord:
             polls=self.polls,
             restarts=self.restarts,
             unavailable=self.unavailable,
+            unavailable_detail=self.unavailable_detail,
         )
 
 
@@ -94,6 +96,7 @@ class SourceRecordView:
     polls: int
     restarts: int
     unavailable: str | None
+    unavailable_detail: str
 
     def fresh(self, now_mono: float) -> bool:
         """True when there is a snapshot younger than its stale_after."""
@@ -184,12 +187,18 @@ class Store:
                 record.restarts = restarts
             self._generation += 1
 
-    def mark_unavailable(self, source: str, reason: str, *, restarts: int | None = None) -> None:
-        """Record that an ``enabled: auto`` source cannot run here; drops its data."""
+    def mark_unavailable(
+        self, source: str, reason: str, *, detail: str = "", restarts: int | None = None
+    ) -> None:
+        """Record that an ``enabled: auto`` source cannot run here; drops its data.
+
+        ``reason`` is a short code (exported as a label), ``detail`` the human text.
+        """
         with self._lock:
             record = self._records.setdefault(source, SourceRecord(source))
             record.snapshot = None
             record.unavailable = reason
+            record.unavailable_detail = detail or reason
             if restarts is not None:
                 record.restarts = restarts
             self._generation += 1

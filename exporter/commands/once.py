@@ -37,7 +37,9 @@ async def poll_all(
             await source.wait_ready(getattr(source.config, "bootstrap_timeout", source.timeout))
             snapshot, unavailable = await poll_once(source)
             if unavailable:
-                store.mark_unavailable(source.name, snapshot.outcome.detail)
+                store.mark_unavailable(
+                    source.name, snapshot.outcome.reason, detail=snapshot.outcome.detail
+                )
             else:
                 store.put(snapshot)
             results.append((snapshot, unavailable))

@@ -239,12 +239,17 @@ class WorkerRunner:
                 return
             lines += 1
             if lines <= STDERR_LINES_PER_LIFE:
-                self._relay(raw.decode("utf-8", "replace").rstrip(), proc.pid)
+                self._relay(raw.decode("utf-8", "replace").rstrip(), proc.pid, self._ready.is_set())
             elif lines == STDERR_LINES_PER_LIFE + 1:
                 self._log.warning("worker output suppressed", worker_pid=proc.pid)
 
-    def _relay(self, line: str, pid: int) -> None:
-        """Re-log a worker's structured line at its level; anything else as raw output."""
+    def _relay(self, line: str, pid: int, ready: bool) -> None:
+        """Re-log a worker's structured line at its level; anything else as raw output.
+
+        Raw output before the worker is ready is what a library prints while
+        failing to load (e.g. amdsmi on a node without ROCm, every re-probe);
+        the bootstrap's outcome already says it, so those lines go to debug.
+        """
         try:
             event = json.loads(line) if line.startswith("{") else None
         except ValueError:
@@ -258,7 +263,8 @@ class WorkerRunner:
             emit(name, worker_pid=pid, **{str(k): v for k, v in event.items()})
         else:
             # Vendor libraries print to stdout/stderr; keep it, bounded.
-            self._log.info("worker output", worker_pid=pid, line=line[:500])
+            emit = self._log.info if ready else self._log.debug
+            emit("worker output", worker_pid=pid, line=line[:500])
 
     async def _kill(self, reason: str, detail: str) -> None:
         """Kill the worker's process group, reap it, and record why."""
