@@ -19,7 +19,7 @@ from typing import Any
 
 from exporter import log
 from exporter.backends.base import Backend, BackendError, BackendUnavailable
-from exporter.workers.protocol import ProtocolError, read_frame_fd, write_frame_fd
+from exporter.workers.protocol import ProtocolError, encode, read_frame_fd, write_fd, write_frame_fd
 
 __all__ = ["main", "protocol_out", "serve", "write_frame_fd"]
 
@@ -48,6 +48,27 @@ def load_backend(spec: str, config: dict[str, Any]) -> Backend:
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:2000]
+
+
+def reply_frame(reply: dict[str, Any]) -> bytes:
+    """The frame of one reply; a fault frame when the reply cannot be encoded.
+
+    A backend that returns a value JSON cannot carry (NaN, infinity, an object)
+    or a reply over the frame limit must cost that one call, not the worker:
+    dying here would take every device of the backend down with it.
+    """
+    try:
+        return encode(reply)
+    except Exception as exc:
+        log.get(source="worker").error("reply not encodable", detail=_describe(exc))
+        return encode(
+            {
+                "type": "fault",
+                "id": reply.get("id"),
+                "reason": "bad_reply",
+                "detail": f"the backend's reply cannot be sent: {_describe(exc)}",
+            }
+        )
 
 
 def serve(inp: int, out: int) -> int:
@@ -115,7 +136,7 @@ def serve(inp: int, out: int) -> int:
                     "reason": "exception",
                     "detail": _describe(exc),
                 }
-            write_frame_fd(out, reply)
+            write_fd(out, reply_frame(reply))
     finally:
         try:
             backend.close()

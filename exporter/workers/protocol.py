@@ -62,7 +62,11 @@ async def read_frame(reader: asyncio.StreamReader) -> dict[str, Any]:
 
 def write_frame_fd(fd: int, message: dict[str, Any]) -> None:
     """Blocking write of one frame to a file descriptor (child side)."""
-    data = encode(message)
+    write_fd(fd, encode(message))
+
+
+def write_fd(fd: int, data: bytes) -> None:
+    """Blocking write of already encoded frames to a file descriptor (child side)."""
     view = memoryview(data)
     while view:
         written = os.write(fd, view)

@@ -2,7 +2,7 @@
 
 Runs inside the worker child. Reads the JSON control file at every request:
 ``{"mode": "ok" | "hang" | "crash" | "exit" | "garbage" | "wrong_id" | "short" |
-"bad_reading" | "slow" | "fault" | "bootstrap_error" | "bootstrap_unavailable" |
+"bad_reading" | "unencodable" | "slow" | "fault" | "bootstrap_error" | "bootstrap_unavailable" |
 "bootstrap_hang", "delay": seconds, "value": number}``.
 """
 
@@ -74,6 +74,8 @@ class MisbehavingBackend:
             devices = devices[:-1]
         if mode == "bad_reading":
             readings.append(["accel_power_watts", ["0"], "NaN"])
+        if mode == "unencodable":  # JSON has no NaN: the reply cannot be framed
+            readings.append(["accel_power_watts", ["0", "TEST-0"], float("nan")])
         return {"devices": devices, "readings": readings, "slow_readings": []}
 
     def close(self) -> None:

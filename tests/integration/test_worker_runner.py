@@ -133,18 +133,23 @@ def test_bad_worker_is_killed_reaped_and_respawned(ctl, mode, reason):
     run(go())
 
 
-def test_fault_keeps_the_worker(ctl):
+@pytest.mark.parametrize(
+    ("mode", "reason"), [("fault", "device_busy"), ("unencodable", "bad_reply")]
+)
+def test_fault_keeps_the_worker(ctl, mode, reason):
     async def go():
         r = make_runner(ctl)
         await r.start()
         try:
             await wait_ready(r)
             pid = r.pid
-            ctl("fault")
+            ctl(mode)
             with pytest.raises(WorkerError) as info:
                 await r.call("poll", {}, timeout=5)
-            assert info.value.reason == "device_busy"
+            assert info.value.reason == reason
             assert r.pid == pid and r.state.restarts == 0
+            ctl("ok")
+            assert (await r.call("poll", {}, timeout=5))["devices"][0]["up"] is True
         finally:
             await r.stop()
 
