@@ -11,6 +11,7 @@ Units are converted exactly to the catalog's base units.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,12 +106,16 @@ def status_name(names: Mapping[int, str], code: int) -> str:
 
 
 def number(value: Any, *sentinels: int) -> float | None:
-    """``value`` as a float, or None when it is "N/A", not a number, or a sentinel."""
+    """``value`` as a float, or None when it is "N/A", not a number, a sentinel or not finite."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     if value in sentinels:
         return None
-    return float(value)
+    try:
+        out = float(value)
+    except OverflowError:  # an integer beyond any double
+        return None
+    return out if math.isfinite(out) else None
 
 
 def pcie_generation(rate_mts: float | None) -> float | None:
@@ -161,8 +166,12 @@ class DeviceReader:
         return result
 
     def add(self, metric: str, value: float | None, *labels: str) -> None:
-        """Record one reading unless the value is missing."""
-        if value is not None:
+        """Record one reading unless the value is missing or not finite.
+
+        A non-finite value (e.g. a product of two finite values that overflowed)
+        is not a measurement, and JSON could not carry it to the daemon anyway.
+        """
+        if value is not None and math.isfinite(value):
             self.readings.append([metric, [self.device, self.uuid, *labels], value])
 
     def down_reason(self) -> str:

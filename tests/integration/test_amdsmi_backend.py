@@ -12,6 +12,7 @@ import pytest
 from exporter.backends.amdsmi import AmdSmiBackend
 from exporter.backends.base import BackendError, BackendUnavailable
 from exporter.catalog import CATALOG
+from exporter.workers.protocol import encode
 from tests.fakes.amdsmi import expected, state
 from tests.fakes.amdsmi.state import FakeAmdSmi
 
@@ -128,6 +129,20 @@ def test_na_and_unsupported_fields_are_omitted_not_exported(
         dev.gfx_activity / 100
     )
     assert sum(1 for k in got if k[0] == "accel_power_watts") == 7
+
+
+def test_non_finite_values_are_omitted_and_the_reply_stays_sendable(
+    make: Make, amdsmi_inprocess: FakeAmdSmi
+) -> None:
+    amdsmi_inprocess.device(1).energy_resolution = float("inf")
+    amdsmi_inprocess.device(2).energy_resolution = float("nan")
+    backend = make()
+    backend.bootstrap()
+    reply = poll(backend)
+    encode({"type": "result", "id": 1, "result": reply})  # JSON has no NaN or infinity
+    assert all(d["up"] for d in reply["devices"])
+    energy = {k for k in as_series(reply) if k[0] == "accel_energy_joules_total"}
+    assert {dict(k[1])["device"] for k in energy} == {"0", "3", "4", "5", "6", "7"}
 
 
 def test_power_limit_falls_back_to_the_power_cap(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
