@@ -181,7 +181,7 @@ class NvmlBackend:
         # Label lists are shared across polls: the cached ones embed base_labels.
         fast_out = Emitter(gpu.base_labels, gpu.label_cache)
         slow_out = Emitter(gpu.base_labels, gpu.label_cache)
-        gpu.tried = gpu.failed = 0
+        gpu.ok = gpu.failed = 0
         reason, detail = gpu.unidentified, "not identified when the worker started"
         if not reason:
             try:
@@ -191,8 +191,10 @@ class NvmlBackend:
                 self.reader.fast(gpu, fast_out, processes)
             except DeviceDown as exc:
                 reason, detail = exc.reason, exc.detail
-            if not reason and gpu.tried and gpu.failed == gpu.tried:
-                reason, detail = gpu.last_failure, "every call failed"  # as good as down
+            if not reason and gpu.failed and not gpu.ok:
+                # Nothing answered and something failed: as good as down. (Fields
+                # merely absent on this GPU say nothing either way.)
+                reason, detail = gpu.last_failure, "every call failed"
         if reason != gpu.down:
             if reason:
                 self._log.warning("device down", device=gpu.index, reason=reason, detail=detail)

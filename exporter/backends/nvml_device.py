@@ -18,6 +18,9 @@ from exporter import log
 from exporter.backends import nvml_support as nv
 from exporter.backends.nvml_support import Emitter
 
+# Returned by DeviceReader._newer: read this GPU with the older entry point.
+OLDER = object()
+
 # (pynvml function, extra arguments, family, dimension label, scale to base units,
 # largest valid value): the calls that read one number each.
 Scalar = tuple[str, tuple[int, ...], str, str, float, float]
@@ -124,10 +127,14 @@ class Gpu:
     plans: dict[str, list[Any]] = field(default_factory=dict)
     base_labels: list[str] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
-    # Per poll: calls tried and calls that failed (not merely absent).
-    tried: int = 0
+    # Per poll: calls (or field entries) that answered, and those that failed
+    # (not merely absent): a GPU that answered nothing and failed is down.
+    ok: int = 0
     failed: int = 0
     last_failure: str = ""
+    # Newer entry points this GPU refused ("memory", "temperature", ...): read
+    # with the older one from then on.
+    legacy: set[str] = field(default_factory=set)
     _logged: set[tuple[str, str]] = field(default_factory=set)
 
     @property
@@ -137,17 +144,17 @@ class Gpu:
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run one NVML call; None when the field is absent or failed; DeviceDown when lost."""
-        self.tried += 1
         try:
-            return fn(*args)
+            value = fn(*args)
         except self.nvml.NVMLError as exc:
             return self.failure(getattr(fn, "__name__", "nvml"), int(exc.value), str(exc))
         except getattr(self.nvml, "NVMLLibraryMismatchError", ()):
             return None  # an unversioned symbol this driver lacks: the field is absent
+        self.ok += 1
+        return value
 
     def fail(self, name: str, exc: Any) -> None:
         """Account for an NVMLError caught by the caller (after a fallback decision)."""
-        self.tried += 1
         self.failure(name, int(exc.value), str(exc))
 
     def status(self, name: str, code: int) -> None:
@@ -207,15 +214,17 @@ class DeviceReader:
         handle = gpu.handle
         append = out.out.append
         error = self.nvml.NVMLError
-        gpu.tried += len(plan)
+        answered = 0
         for fn, args, metric, labels, scale, most in plan:
             try:
                 value = fn(handle, *args)
             except error as exc:
                 gpu.failure(fn.__name__, int(exc.value), str(exc))
                 continue
+            answered += 1
             if value not in nv.SENTINELS and value <= most:
                 append((metric, labels, value * scale))
+        gpu.ok += answered
 
     # -- fast ---------------------------------------------------------------
 
@@ -242,6 +251,36 @@ class DeviceReader:
         self._processes(gpu, h, out, processes)
         self._mig_fast(gpu, out)
 
+    def _newer(
+        self, gpu: Gpu, api: str, name: str, available: bool, read: Callable[[], Any]
+    ) -> Any:
+        """The value of a newer entry point, or OLDER when this GPU must use the older one.
+
+        The newer call can refuse a GPU the older one still serves: a driver that
+        lacks it or says NOT_SUPPORTED (mocks, vGPU, older branches), a struct
+        version it does not know, an argument it rejects. That GPU then uses the
+        older entry point, in this poll and every later one. Any other error is
+        the field's failure (None); a fatal one is DeviceDown.
+        """
+        if not available or api in gpu.legacy:
+            return OLDER
+        try:
+            value = read()
+        except self.nvml.NVMLError as exc:
+            code = int(exc.value)
+            if code not in nv.DOWNGRADE:
+                return gpu.failure(name, code, str(exc))
+            gpu.legacy.add(api)
+            log.get(source="nvml").info(
+                "using the older entry point",
+                device=gpu.index,
+                call=name,
+                reason=nv.reason_of(code),
+            )
+            return OLDER
+        gpu.ok += 1
+        return value
+
     def _memory(
         self,
         gpu: Gpu,
@@ -252,26 +291,24 @@ class DeviceReader:
     ) -> None:
         """Total, used, free (and reserved, from memory v2) of a GPU or MIG device."""
         n = self.nvml
-        mem = None
-        if self._memory_v2:
-            # v2 separates the driver's reservation from "used"; older drivers lack it.
-            try:
-                mem = n.nvmlDeviceGetMemoryInfo(handle, version=n.nvmlMemory_v2)
-                gpu.tried += 1
-            except n.NVMLError as exc:
-                if int(exc.value) in (nv.FUNCTION_NOT_FOUND, nv.ARGUMENT_VERSION_MISMATCH):
-                    self._memory_v2 = False
-                else:
-                    gpu.fail("nvmlDeviceGetMemoryInfo_v2", exc)
-                    return
         reserved: int | None = None
-        if mem is not None:
-            _version, total, reserved, free, used = nv.MEMORY_V2.unpack(bytes(mem))
-        else:
+        # v2 separates the driver's reservation from "used"; older drivers lack it.
+        mem = self._newer(
+            gpu,
+            "memory" if labels is None else "mig_memory",
+            "nvmlDeviceGetMemoryInfo_v2",
+            self._memory_v2,
+            lambda: n.nvmlDeviceGetMemoryInfo(handle, version=n.nvmlMemory_v2),
+        )
+        if mem is OLDER:
             mem = gpu.call(n.nvmlDeviceGetMemoryInfo, handle)
             if mem is None:
                 return
             total, free, used = nv.MEMORY_V1.unpack(bytes(mem))
+        elif mem is None:
+            return
+        else:
+            _version, total, reserved, free, used = nv.MEMORY_V2.unpack(bytes(mem))
         total_name, used_name, free_name, reserved_name = families
         out.add(total_name, total, labels=labels)
         out.add(used_name, used, labels=labels)
@@ -280,18 +317,17 @@ class DeviceReader:
             out.add(reserved_name, reserved, labels=labels)
 
     def _temperature(self, gpu: Gpu) -> float | None:
-        n = self.nvml
-        if self._temperature_v:
-            try:
-                value: float = n.nvmlDeviceGetTemperatureV(gpu.handle, 0)
-                gpu.tried += 1
-                return value
-            except n.NVMLError as exc:
-                if int(exc.value) != nv.FUNCTION_NOT_FOUND:
-                    gpu.fail("nvmlDeviceGetTemperatureV", exc)
-                    return None
-                self._temperature_v = False  # a driver older than the V API
-        return gpu.call(n.nvmlDeviceGetTemperature, gpu.handle, 0)  # type: ignore[no-any-return]
+        n, h = self.nvml, gpu.handle
+        value = self._newer(
+            gpu,
+            "temperature",
+            "nvmlDeviceGetTemperatureV",
+            self._temperature_v,
+            lambda: n.nvmlDeviceGetTemperatureV(h, 0),
+        )
+        if value is OLDER:
+            value = gpu.call(n.nvmlDeviceGetTemperature, h, 0)
+        return value  # type: ignore[no-any-return]
 
     def _fans(self, gpu: Gpu, handle: Any, out: Emitter) -> None:
         n = self.nvml
@@ -303,17 +339,14 @@ class DeviceReader:
 
     def _throttle(self, gpu: Gpu, handle: Any, out: Emitter) -> None:
         n = self.nvml
-        reasons = None
-        if self._event_reasons:
-            try:
-                reasons = n.nvmlDeviceGetCurrentClocksEventReasons(handle)
-                gpu.tried += 1
-            except n.NVMLError as exc:
-                if int(exc.value) != nv.FUNCTION_NOT_FOUND:
-                    gpu.fail("nvmlDeviceGetCurrentClocksEventReasons", exc)
-                    return
-                self._event_reasons = False
-        if reasons is None:
+        reasons = self._newer(
+            gpu,
+            "throttle",
+            "nvmlDeviceGetCurrentClocksEventReasons",
+            self._event_reasons,
+            lambda: n.nvmlDeviceGetCurrentClocksEventReasons(handle),
+        )
+        if reasons is OLDER:
             reasons = gpu.call(n.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
         if reasons is None or nv.is_sentinel(reasons):
             return
@@ -344,21 +377,26 @@ class DeviceReader:
 
     def _field_values(self, gpu: Gpu, handle: Any, out: Emitter) -> None:
         plan = self._field_plan(gpu, out)
-        values = gpu.call(self.nvml.nvmlDeviceGetFieldValues, handle, plan.wanted)
-        if values is None:
+        try:
+            values = self.nvml.nvmlDeviceGetFieldValues(handle, plan.wanted)
+        except self.nvml.NVMLError as exc:
+            gpu.failure("nvmlDeviceGetFieldValues", int(exc.value), str(exc))
             return
-        gpu.tried += len(plan.wanted)
         append = out.out.append
+        answered = 0
         # ~40 entries per GPU per poll, answered in the order asked: decoded from
         # the raw array in one tight loop (pynvml's struct attributes are slow).
+        # Each entry has its own status: those, not the call, say what answered.
         statuses = nv.FIELD_STATUS.iter_unpack(bytes(values))
         for (metric, labels, scale), (kind, code, raw) in zip(plan.targets, statuses, strict=True):
             if code:
                 gpu.status(metric, code)
                 continue
+            answered += 1
             number = raw if kind == 3 else nv.union_value(kind, raw)
             if number not in nv.SENTINELS:
                 append((metric, labels, number * scale))
+        gpu.ok += answered
 
     def _processes(self, gpu: Gpu, handle: Any, out: Emitter, per_process: bool) -> None:
         n = self.nvml
@@ -383,7 +421,7 @@ class DeviceReader:
             out.add("accel_process_memory_bytes", used, str(pid))
         try:
             samples = n.nvmlDeviceGetProcessUtilization(handle, gpu.last_process_sample)
-            gpu.tried += 1
+            gpu.ok += 1
         except n.NVMLError as exc:
             samples = []
             if int(exc.value) != nv.NOT_FOUND:  # NOT_FOUND: no sample since lastSeenTimeStamp
@@ -431,7 +469,6 @@ class DeviceReader:
         names = ("accel_mig_utilization_ratio", "accel_mig_memory_bandwidth_utilization_ratio")
         for metric, name in zip(result.metrics[:2], names, strict=False):
             code = int(metric.nvmlReturn)
-            gpu.tried += 1
             if code:
                 gpu.status(f"gpm {metric.metricId}", code)
             else:
@@ -469,7 +506,6 @@ class DeviceReader:
         count = 0
         if values is not None:
             _fid, _scope, code, number = nv.field_entries(values)[0]
-            gpu.tried += 1
             if code:
                 gpu.status("field 91", code)
             elif not nv.is_sentinel(number):

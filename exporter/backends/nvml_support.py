@@ -44,6 +44,7 @@ REASONS: dict[int, str] = {
     999: "unknown",
 }
 
+INVALID_ARGUMENT = 2
 NOT_SUPPORTED = 3
 NO_PERMISSION = 4
 NOT_FOUND = 6
@@ -59,6 +60,9 @@ DEVICE_FATAL = frozenset({1, 9, 15, 16, 18, 28})
 # "This field does not exist here": omit it silently (a fact about the SKU,
 # the driver version or the container's permissions, not a fault).
 ABSENT = frozenset({NOT_SUPPORTED, NO_PERMISSION, NOT_FOUND, FUNCTION_NOT_FOUND, 21, 26})
+# A newer entry point that answers one of these for a GPU is retried with the
+# older one: it does not serve this GPU (or this struct version), the older may.
+DOWNGRADE = ABSENT | {INVALID_ARGUMENT, ARGUMENT_VERSION_MISMATCH}
 
 U16_MAX = 0xFFFF
 U32_MAX = 0xFFFFFFFF

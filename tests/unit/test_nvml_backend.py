@@ -254,6 +254,76 @@ def test_older_driver_falls_back_to_memory_v1_and_legacy_temperature(fake, backe
     assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
 
 
+NEWER_REFUSALS = [
+    control.NOT_SUPPORTED,
+    2,  # INVALID_ARGUMENT
+    25,  # ARGUMENT_VERSION_MISMATCH
+    control.NO_PERMISSION,
+]
+
+
+@pytest.mark.parametrize("code", NEWER_REFUSALS)
+def test_memory_v2_refused_falls_back_to_v1_for_that_gpu(fake, backend, code):
+    rule = fake.add_rule("nvmlDeviceGetMemoryInfo_v2", device=0, error=code)
+    b = started(backend)
+    v = values(poll(b))
+    ident = ("0", fake.uuid(0))
+    assert v[("accel_memory_total_bytes", ident)] == fake.device(0).memory_total
+    assert v[("accel_memory_used_bytes", ident)] == (1 << 30) + (512 << 20)  # v1 counts reserved
+    assert ("accel_memory_reserved_bytes", ident) not in v
+    assert v[("accel_memory_reserved_bytes", ("1", fake.uuid(1)))] == 512 << 20  # v2 still
+    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+    # The downgrade is remembered: the refusing entry point is not asked again.
+    asked = fake.state.rules[rule].matched
+    values(poll(b, slow=False))
+    assert fake.state.rules[rule].matched == asked
+
+
+@pytest.mark.parametrize("code", NEWER_REFUSALS)
+def test_temperature_v_refused_falls_back_to_the_legacy_call(fake, backend, code):
+    fake.add_rule("nvmlDeviceGetTemperatureV", device=1, error=code)
+    b = started(backend)
+    v = values(poll(b))
+    assert v[("accel_temperature_celsius", ("1", fake.uuid(1), "gpu"))] == 35
+    assert v[("accel_temperature_celsius", ("1", fake.uuid(1), "memory"))] == 41
+    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+
+
+@pytest.mark.parametrize("code", NEWER_REFUSALS)
+def test_clock_event_reasons_refused_falls_back_to_throttle_reasons(fake, backend, code):
+    fake.add_rule("nvmlDeviceGetCurrentClocksEventReasons", device=0, error=code)
+    fake.device(0).clocks_event_reasons = 0x20
+    b = started(backend)
+    v = values(poll(b))
+    ident = ("0", fake.uuid(0))
+    assert v[("accel_clock_throttle_active", (*ident, "sw_thermal_slowdown"))] == 1
+    assert v[("accel_clock_throttle_active", (*ident, "sw_power_cap"))] == 0
+    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+
+
+def test_newer_entry_point_failing_for_real_is_not_retried_with_the_older(fake, backend):
+    fake.add_rule("nvmlDeviceGetMemoryInfo_v2", device=0, error=control.UNKNOWN)
+    legacy = fake.add_rule("nvmlDeviceGetMemoryInfo", device=0)  # counts calls only
+    b = started(backend)
+    v = values(poll(b))
+    ident = ("0", fake.uuid(0))
+    assert ("accel_memory_used_bytes", ident) not in v
+    assert v[("accel_nvml_field_errors_total", (*ident, "unknown"))] == 1
+    assert fake.state.rules[legacy].matched == 0
+    fake.add_rule("nvmlDeviceGetTemperatureV", device=0, error=control.GPU_IS_LOST)
+    assert poll(b)["devices"][0] == {"uuid": fake.uuid(0), "up": False, "reason": "gpu_lost"}
+
+
+def test_gpu_whose_every_real_call_fails_is_down_even_if_some_fields_are_absent(fake, backend):
+    b = started(backend)
+    fake.add_rule("nvmlDeviceGetNumFans", device=0, error=control.NOT_SUPPORTED)
+    fake.add_rule("*", device=0, error=control.UNKNOWN)
+    reply = poll(b)
+    assert reply["devices"][0] == {"uuid": fake.uuid(0), "up": False, "reason": "unknown"}
+    assert reply["devices"][1]["up"] is True
+    assert not [k for k in values(reply) if k[1][:2] == ("0", fake.uuid(0))]
+
+
 def test_processes_two_call_protocol_and_per_process_series(fake, backend):
     fake.set_processes(
         0,
