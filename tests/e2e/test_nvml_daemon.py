@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from tests.fakes.nvml.control import MigInstance, Process
+from tests.fakes.nvml.control import NOT_SUPPORTED, MigInstance, Process
 from tests.helpers.daemon import REPO, samples, value
 from tests.helpers.promtool import check_metrics
 
@@ -77,6 +77,45 @@ def test_exact_values_on_metrics_and_promtool(daemon_factory, fake_nvml):
     # ECC growth shows at the next slow poll.
     dev.ecc[1][0] += 2
     d.wait_metric("accel_ecc_errors_total", 2, type="uncorrected", counter="volatile", **one)
+
+
+def test_not_supported_and_all_ones_are_omitted_on_metrics(daemon_factory, fake_nvml):
+    fake = fake_nvml(2)
+    fake.add_rule("nvmlDeviceGetPowerUsage", device=0, error=NOT_SUPPORTED)
+    dev = fake.device(0)
+    dev.clock_mhz[2] = 0xFFFFFFFF  # uint "not available"
+    dev.util_decoder = 0xFFFFFFFF
+    dev.energy_mj = 0xFFFFFFFFFFFFFFFF  # unsigned long long "not available"
+    dev.violation_ns[6] = 0xFFFFFFFFFFFFFFFF  # a field value
+    d = daemon_factory(nvml_config(), env=fake.env())
+    u0, u1 = fake.uuid(0), fake.uuid(1)
+    d.wait_metric(
+        "accel_ecc_errors_total", 17, type="corrected", counter="aggregate", device="0", uuid=u0
+    )
+    text = d.metrics()
+    s = samples(text)
+    zero = {"device": "0", "uuid": u0}
+    assert value(s, "accel_device_up", **zero) == 1
+    assert value(s, "accel_power_watts", **zero) is None
+    assert value(s, "accel_clock_hertz", clock="memory", **zero) is None
+    assert value(s, "accel_decoder_utilization_ratio", **zero) is None
+    assert value(s, "accel_energy_joules_total", **zero) is None
+    assert (
+        value(s, "accel_clock_violation_seconds_total", reason="sw_thermal_slowdown", **zero)
+        is None
+    )
+    # What is still there is still there, and the other GPU is complete.
+    assert value(s, "accel_clock_hertz", clock="sm", **zero) == 1.755e9
+    assert value(s, "accel_clock_violation_seconds_total", reason="sw_power_cap", **zero) == 1.5
+    assert value(s, "accel_power_watts", device="1", uuid=u1) == 313.456
+    assert value(s, "accel_clock_hertz", clock="memory", device="1", uuid=u1) == 2.619e9
+    # Not supported is a fact about the GPU, not an error.
+    assert "accel_nvml_field_errors_total" not in text
+    # No sentinel anywhere, whatever the scale it was multiplied by.
+    for (name, labels), number in s.items():
+        digits = repr(number).replace(".", "")
+        assert "4294967295" not in digits and "184467440737095" not in digits, (name, labels)
+    check_metrics(text)
 
 
 def test_lost_gpu_is_down_others_unaffected(daemon_factory, fake_nvml):
