@@ -24,6 +24,22 @@ class BackendUnavailable(BackendError):
     """The library or driver is not present: with ``enabled: auto`` not an error."""
 
 
+# Reason of InventoryChanged, which the daemon answers by restarting the worker.
+INVENTORY_CHANGED = "inventory_changed"
+
+
+class InventoryChanged(BackendError):
+    """The devices no longer match the inventory the bootstrap announced.
+
+    E.g. a GPU that could not be identified then can now, or a MIG mode switched:
+    only a new worker can describe them, so the daemon restarts it at once and
+    polls again.
+    """
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(INVENTORY_CHANGED, detail)
+
+
 class Backend(Protocol):
     """What the worker child loop drives."""
 

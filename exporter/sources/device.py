@@ -11,6 +11,8 @@ Wire shapes (all JSON):
 
 inventory  ``{"vendor": str, "devices": [{"device": str, "uuid": str, "info": {label: str}}]}``
 poll args  ``{"slow": bool, "processes": bool, "events": bool}``
+poll fault ``inventory_changed`` (the devices differ from the inventory): the
+           worker is restarted at once and asked again
 poll reply ``{"devices": [{"uuid": str, "up": bool, "reason": str}],
               "readings": [[metric, [label, ...], number], ...],
               "slow_readings": [...] (only when slow was asked)}``
@@ -23,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from exporter.backends.base import INVENTORY_CHANGED
 from exporter.catalog.device import INFO_LABELS
 from exporter.config.schema import DeviceSourceConfig
 from exporter.errors import SourceError, WorkerError
@@ -141,8 +144,20 @@ class DeviceSource(WorkerSource):
         return out
 
     async def poll(self) -> Sequence[Reading]:
-        """One poll: wait for the worker if it is starting, ask it, check the answer."""
+        """One poll; a worker whose devices changed is replaced and asked again."""
         deadline = time.monotonic() + self.timeout * CALL_SHARE
+        try:
+            return await self._poll_once(deadline)
+        except WorkerError as exc:
+            if exc.reason != INVENTORY_CHANGED:
+                raise
+            # Only a new bootstrap describes the changed devices (a GPU identified
+            # at last, a MIG mode switched): restart now, ask within the deadline.
+            await self.runner.restart(exc.reason, exc.detail)
+        return await self._poll_once(deadline)
+
+    async def _poll_once(self, deadline: float) -> Sequence[Reading]:
+        """Wait for the worker if it is starting, ask it, check the answer."""
         try:
             inventory = await self.runner.ready(timeout=max(0.0, deadline - time.monotonic()))
             if inventory is not self._inventory_raw:

@@ -91,6 +91,7 @@ class WorkerRunner:
         self._failures = 0
         self._was_ready = False
         self._killed_for: tuple[str, str] | None = None
+        self._restart_now = False
         self._supervisor: asyncio.Task[None] | None = None
         self._aux: list[asyncio.Task[Any]] = []
 
@@ -120,12 +121,28 @@ class WorkerRunner:
         """Skip a pending backoff (used when the operator knows things changed)."""
         self._wake.set()
 
+    async def restart(self, reason: str, detail: str) -> None:
+        """End the worker gracefully and start a new one at once: no backoff, no failure.
+
+        For a backend that found its devices changed (a GPU it could not identify
+        at bootstrap now can, a MIG mode switched): only a new bootstrap describes
+        them anew. Returns once the old worker is reaped; the new one is starting.
+        """
+        self._log.info("worker restart", reason=reason, detail=detail)
+        self._restart_now = True
+        await self._terminate(graceful=True)
+        self.state.state = "starting"
+        self._wake.set()  # in case the supervisor sits in a backoff
+
     async def _supervise(self) -> None:
         while True:
             ok = await self._launch()
             if ok:
                 self._failures = 0
                 await self._dead.wait()
+                if self._restart_now:
+                    self._restart_now = False
+                    continue
                 self._failures += 1
                 delay = restart_delay(self._failures)
             elif self.state.state == "unavailable":
@@ -146,6 +163,7 @@ class WorkerRunner:
         self._ready.clear()
         self._dead.clear()
         self._killed_for = None
+        self._restart_now = False
         if self._was_ready:
             self.state.restarts += 1
         self.state.state = "starting"

@@ -1,9 +1,10 @@
 """A device backend for worker tests that can hang, crash, exit, answer garbage or slowly.
 
 Runs inside the worker child. Reads the JSON control file at every request:
-``{"mode": "ok" | "hang" | "crash" | "exit" | "garbage" | "wrong_id" | "short" |
+``{"devices": n, "mode": "ok" | "hang" | "crash" | "exit" | "garbage" | "wrong_id" | "short" |
 "bad_reading" | "unencodable" | "slow" | "fault" | "bootstrap_error" | "bootstrap_unavailable" |
-"bootstrap_hang", "delay": seconds, "value": number}``.
+"bootstrap_hang", "delay": seconds, "value": number}``. A ``devices`` count other
+than the one announced at bootstrap makes polls fail with ``inventory_changed``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class MisbehavingBackend:
             raise BackendUnavailable("library_not_found", "libfake.so.1: cannot open")
         while control(self.control_file).get("mode") == "bootstrap_hang":
             time.sleep(0.05)
+        self.devices = int(control(self.control_file).get("devices", self.devices))
         return {
             "vendor": "test",
             "devices": [
@@ -65,6 +67,8 @@ class MisbehavingBackend:
             time.sleep(float(ctl.get("delay", 0.3)))
         elif mode == "fault":
             raise BackendError("device_busy", "the test asked for a fault")
+        if int(ctl.get("devices", self.devices)) != self.devices:
+            raise BackendError("inventory_changed", "the test changed the device count")
         devices = [{"uuid": f"TEST-{i}", "up": True, "reason": ""} for i in range(self.devices)]
         value = float(ctl.get("value", 42.0))
         readings: list[list[Any]] = [

@@ -260,3 +260,27 @@ def test_shape_mismatch_is_an_error_and_kills(ctl, mode):
             await src.close()
 
     run(go())
+
+
+def test_inventory_change_restarts_the_worker_and_the_same_poll_succeeds(ctl):
+    async def go():
+        src = device_source(ctl)
+        await src.start()
+        try:
+            await src.wait_ready(10)
+            await src.poll()
+            first = src.runner.pid
+            ctl("ok", devices=3)  # the worker finds a device it did not announce
+            readings = await src.poll()
+            up = {r.labels: r.value for r in readings if r.metric == "accel_device_up"}
+            assert up == {("0", "TEST-0"): 1.0, ("1", "TEST-1"): 1.0, ("2", "TEST-2"): 1.0}
+            assert src.runner.pid not in (None, first)
+            assert not alive(first)
+            assert src.runner.state.restarts == 1
+            assert src.runner.state.last_reason == ""  # a restart, not a failure
+            assert len([p for p in children_of(os.getpid()) if alive(p)]) == 1
+        finally:
+            ctl("ok")
+            await src.close()
+
+    run(go())
