@@ -27,7 +27,7 @@ from exporter.backends.amdsmi_fields import (
     read_processes,
     status_name,
 )
-from exporter.backends.base import BackendError, BackendUnavailable
+from exporter.backends.base import BackendError, BackendUnavailable, InventoryChanged
 from exporter.config.schema import AMD_DEFAULT_EVENTS
 
 SOURCE = "amdsmi"
@@ -43,6 +43,8 @@ class Gpu:
     device: str
     uuid: str
     info: dict[str, str]
+    # False when the device was lost while the worker read its identity.
+    identified: bool = True
 
 
 def load_amdsmi() -> Any:
@@ -181,8 +183,7 @@ class AmdSmiBackend:
         except DeviceLost as exc:
             # Keep a lost GPU in the inventory, so it is reported down by name.
             self._log.warning("device lost during enumeration", status=exc.status)
-            uuid = bdf = compute = memory = ""
-            asic = board = vbios = driver = {}
+            return Gpu(handle, "", "", {}, identified=False)
         info = {
             "model": _text(asic.get("market_name")) or _text(board.get("product_name")),
             "pci_bus_id": bdf,
@@ -210,6 +211,8 @@ class AmdSmiBackend:
             raise BackendError("unknown_op", f"the amdsmi backend has no operation {op!r}")
         slow = bool(args.get("slow"))
         processes = bool(args.get("processes"))
+        if slow:
+            self._identify_again()
         devices: list[dict[str, Any]] = []
         readings: list[list[Any]] = []
         slow_readings: list[list[Any]] = []
@@ -224,6 +227,19 @@ class AmdSmiBackend:
         if slow:
             reply["slow_readings"] = slow_readings
         return reply
+
+    def _identify_again(self) -> None:
+        """InventoryChanged when a device lost during enumeration can be identified now.
+
+        It is listed under a placeholder uuid without info labels; a new worker
+        enumerates it with its real identity.
+        """
+        for gpu in self.gpus:
+            if gpu.identified:
+                continue
+            found = self._identify(gpu.handle)
+            if found is not None and found.identified:
+                raise InventoryChanged(f"GPU {gpu.device} answers again, as {found.uuid}")
 
     def _read(
         self, gpu: Gpu, slow: bool, processes: bool

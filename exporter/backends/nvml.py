@@ -18,7 +18,7 @@ from typing import Any
 
 from exporter import log
 from exporter.backends import nvml_support as nv
-from exporter.backends.base import BackendError, BackendUnavailable
+from exporter.backends.base import BackendError, BackendUnavailable, InventoryChanged
 from exporter.backends.nvml_device import DeviceDown, DeviceReader, Gpu
 from exporter.backends.nvml_events import EventWatcher
 from exporter.backends.nvml_support import Emitter, Wire
@@ -132,12 +132,13 @@ class NvmlBackend:
             mig = gpu.call(n.nvmlDeviceGetMigMode, handle)
         except DeviceDown:
             mig = None
+        gpu.mig_mode = nv.mig_mode(mig)
         info = {
             "model": label(n.nvmlDeviceGetName),
             "pci_bus_id": nv.text(pci.busId) if pci is not None else "",
             "serial": label(n.nvmlDeviceGetSerial),
             "vbios": label(n.nvmlDeviceGetVbiosVersion),
-            "mig_mode": ("enabled" if mig[0] == 1 else "disabled") if mig is not None else "",
+            "mig_mode": gpu.mig_mode,
         }
         return gpu, info
 
@@ -155,6 +156,8 @@ class NvmlBackend:
 
     def poll(self, *, slow: bool, processes: bool, events: bool) -> dict[str, Any]:
         """Read every GPU once; one lost GPU never costs the others their readings."""
+        if slow:
+            self._identify_again()
         devices = []
         readings: list[Wire] = []
         slow_readings: list[Wire] = []
@@ -170,6 +173,22 @@ class NvmlBackend:
         if slow:
             reply["slow_readings"] = slow_readings
         return reply
+
+    def _identify_again(self) -> None:
+        """InventoryChanged when a GPU unidentified at bootstrap can be identified now.
+
+        It is listed under a placeholder uuid with no handle, so it could only
+        ever be reported down; a new worker enumerates it properly.
+        """
+        n = self.nvml
+        for gpu in self.gpus:
+            if not gpu.unidentified:
+                continue
+            try:
+                uuid = nv.text(n.nvmlDeviceGetUUID(n.nvmlDeviceGetHandleByIndex(gpu.index)))
+            except n.NVMLError:
+                continue  # still lost: one call per slow poll
+            raise InventoryChanged(f"GPU {gpu.index} answers again, as {uuid}")
 
     def _poll_gpu(
         self, gpu: Gpu, slow: bool, processes: bool

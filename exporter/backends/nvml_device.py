@@ -16,6 +16,7 @@ from typing import Any
 
 from exporter import log
 from exporter.backends import nvml_support as nv
+from exporter.backends.base import InventoryChanged
 from exporter.backends.nvml_support import Emitter
 
 # Returned by DeviceReader._newer: read this GPU with the older entry point.
@@ -118,6 +119,8 @@ class Gpu:
     last_process_sample: int = 0
     # Set when the GPU could not be identified at bootstrap: the reason it is down.
     unidentified: str = ""
+    # The mig_mode label the inventory announced (a change needs a new worker).
+    mig_mode: str = ""
     # The reason it was down at the last poll ("" when up), to log changes only.
     down: str = ""
     # Label lists shared by this GPU's readings across polls (see Emitter).
@@ -523,6 +526,11 @@ class DeviceReader:
     def _mig_layout(self, gpu: Gpu, out: Emitter) -> None:
         n, h = self.nvml, gpu.handle
         mode = gpu.call(n.nvmlDeviceGetMigMode, h)
+        if mode is not None and nv.mig_mode(mode) != gpu.mig_mode:
+            raise InventoryChanged(
+                f"GPU {gpu.index}: MIG mode {nv.mig_mode(mode)}, "
+                f"{gpu.mig_mode or 'unknown'} when the worker started"
+            )
         found: list[MigDevice] = []
         if mode is not None and mode[0] == 1:
             slots = gpu.call(n.nvmlDeviceGetMaxMigDeviceCount, h) or 0

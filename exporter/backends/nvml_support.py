@@ -198,6 +198,13 @@ def text(value: Any) -> str:
     return str(value).strip("\x00 ").strip()
 
 
+def mig_mode(mode: Any) -> str:
+    """The ``mig_mode`` label of nvmlDeviceGetMigMode's (current, pending); "" unknown."""
+    if mode is None:
+        return ""
+    return "enabled" if mode[0] == 1 else "disabled"
+
+
 def cuda_version(value: int) -> str:
     """12080 -> "12.8" (nvmlSystemGetCudaDriverVersion encoding)."""
     return f"{value // 1000}.{value % 1000 // 10}"

@@ -136,6 +136,23 @@ def test_lost_gpu_is_down_others_unaffected(daemon_factory, fake_nvml):
     d.wait_metric("accel_device_up", 1, device="1", uuid=u[1])
 
 
+def test_gpu_lost_at_worker_start_comes_back_with_its_identity(daemon_factory, fake_nvml):
+    fake = fake_nvml(2)
+    fake.device(0).lost = 1  # not even its UUID can be read when the worker starts
+    d = daemon_factory(nvml_config(), env=fake.env())
+    d.wait_metric("accel_device_up", 0, device="0", uuid="unidentified-0")
+    assert value(d.metrics(), "accel_device_up", device="1", uuid=fake.uuid(1)) == 1
+    fake.device(0).lost = 0
+    d.wait_metric("accel_device_up", 1, device="0", uuid=fake.uuid(0))
+    text = d.metrics()
+    assert "unidentified-0" not in text
+    assert value(text, "accel_power_watts", device="0", uuid=fake.uuid(0)) == 312.456
+    assert value(text, "accel_exporter_source_up", source="nvml") == 1
+    status = d.status()["sources"]["nvml"]
+    assert status["worker_restarts"] == 1 and status["worker_last_error"] == ""
+    assert len(d.workers()) == 1
+
+
 def test_hung_call_kills_worker_and_recovers_after_release(daemon_factory, fake_nvml):
     fake = fake_nvml(2)
     d = daemon_factory(nvml_config(), env=fake.env())

@@ -211,6 +211,21 @@ def test_lost_at_enumeration_still_listed(make: Make, amdsmi_inprocess: FakeAmdS
     assert len(inventory["devices"]) == 8
     assert inventory["devices"][7]["uuid"] == "amd-gpu-7"
     assert poll(backend)["devices"][7]["reason"] == "gpu_lost"
+    # It answers again: a fast poll shows it up under its placeholder, the next
+    # slow poll asks for a new worker, which lists it with its real identity.
+    amdsmi_inprocess.device(7).lost_status = 0
+    assert poll(backend, slow=False)["devices"][7] == {
+        "uuid": "amd-gpu-7",
+        "up": True,
+        "reason": "",
+    }
+    with pytest.raises(BackendError) as changed:
+        poll(backend)
+    assert changed.value.reason == "inventory_changed"
+    backend.close()
+    again = make().bootstrap()["devices"][7]
+    want = expected.info(amdsmi_inprocess.device(7), 7)
+    assert (again["uuid"], again["info"]["model"]) == (want["uuid"], want["model"])
 
 
 @pytest.mark.parametrize(

@@ -227,6 +227,27 @@ def test_gpu_lost_before_bootstrap_stays_in_inventory_as_down(fake, backend):
     reply = poll(b)
     assert reply["devices"][0] == {"uuid": "unidentified-0", "up": False, "reason": "gpu_lost"}
     assert reply["devices"][1]["up"] is True
+    # It comes back: fast polls do not look for it, the next slow poll does and asks
+    # for a new worker, whose inventory has the GPU under its real identity.
+    fake.device(0).lost = 0
+    assert poll(b, slow=False)["devices"][0]["up"] is False
+    with pytest.raises(BackendError) as changed:
+        poll(b)
+    assert changed.value.reason == "inventory_changed"
+    _, devices = parse_inventory(backend().bootstrap())
+    assert [d.uuid for d in devices] == [fake.uuid(0), fake.uuid(1)]
+
+
+def test_mig_mode_switched_after_bootstrap_asks_for_a_new_worker(fake, backend):
+    b = started(backend)
+    poll(b)
+    fake.set_mig(1, [MigInstance(1, 0, memory_total=20 << 30, memory_used=1 << 30)])
+    poll(b, slow=False)  # fast polls read no mode
+    with pytest.raises(BackendError) as changed:
+        poll(b)
+    assert changed.value.reason == "inventory_changed"
+    _, devices = parse_inventory(backend().bootstrap())
+    assert dict(devices[1].info)["mig_mode"] == "enabled"
 
 
 def test_init_failures_are_unavailable_or_errors(fake, backend):
