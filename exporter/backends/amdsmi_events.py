@@ -19,6 +19,7 @@ from typing import Any
 
 from exporter import log
 from exporter.backends.amdsmi_fields import status_name
+from exporter.backends.event_wait import rest_after_empty_wait
 
 # Event type value -> label. Keyed by value because amdsmi 7.0's enum makes
 # PAGE_FAULT_START an alias of PAGE_FAULT_END (both 8), so names mislead.
@@ -56,9 +57,16 @@ class EventWatcher:
     """Counts event notifications per (device, event type) on a daemon thread."""
 
     def __init__(
-        self, api: Any, devices: Sequence[Watched], types: Sequence[str], source: str
+        self,
+        api: Any,
+        devices: Sequence[Watched],
+        types: Sequence[str],
+        source: str,
+        *,
+        wait_ms: int = WAIT_MS,
     ) -> None:
         self.api = api
+        self.wait_ms = wait_ms
         self.devices = list(devices)
         self.types = [t for t in types if t in EVENT_LABELS.values()]
         self._log = log.get(source=source)
@@ -93,20 +101,27 @@ class EventWatcher:
 
     def _run(self) -> None:
         reader = self._readers[0]
+        wait_seconds = self.wait_ms / 1000
         while not self._stop.is_set():
+            began = time.monotonic()
             try:
-                events = reader.read(WAIT_MS, BATCH)
+                events = reader.read(self.wait_ms, BATCH)
             except self.api.AmdSmiLibraryException as exc:
                 status = status_name(self._names, int(exc.get_error_code()))
                 if status not in QUIET:
                     self._log.warning("event read failed", status=status)
                     self._stop.wait(ERROR_PAUSE_SECONDS)
+                else:
+                    rest_after_empty_wait(self._stop, began, wait_seconds)
                 continue
             except Exception as exc:  # keep counting after a malformed event
                 self._log.warning("event read failed", error=f"{type(exc).__name__}: {exc}")
                 self._stop.wait(ERROR_PAUSE_SECONDS)
                 continue
-            self._record(events)
+            if events:
+                self._record(events)
+            else:
+                rest_after_empty_wait(self._stop, began, wait_seconds)
 
     def _record(self, events: Sequence[dict[str, Any]]) -> None:
         now = time.time()
@@ -137,10 +152,16 @@ class EventWatcher:
         return out
 
     def stop(self) -> None:
-        """Stop the thread (it wakes within WAIT_MS) and unregister the devices."""
+        """Stop the thread (it wakes within one wait) and unregister the devices."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=WAIT_MS / 1000 * 4)
+            self._thread.join(timeout=self.wait_ms / 1000 * 4)
+            if self._thread.is_alive():
+                # A read hung inside the library: stopping the readers would close
+                # the event files under it (rocm_smi fcloses them). Leave them to
+                # the process exit, which follows.
+                self._log.warning("event reader still blocked; leaving it to process exit")
+                return
         for reader in self._readers:
             # The device may be gone; the process exits next anyway.
             with contextlib.suppress(self.api.AmdSmiException):

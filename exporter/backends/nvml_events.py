@@ -18,6 +18,7 @@ from typing import Any
 
 from exporter import log
 from exporter.backends import nvml_support as nv
+from exporter.backends.event_wait import rest_after_empty_wait
 from exporter.backends.nvml_support import Wire
 
 WAIT_MS = 500
@@ -90,12 +91,15 @@ class EventWatcher:
     def _run(self) -> None:
         n = self.nvml
         while not self._stop.is_set():
+            began = time.monotonic()
             try:
                 data = n.nvmlEventSetWait(self._set, self.wait_ms)
             except n.NVMLError as exc:
                 if int(exc.value) != nv.TIMEOUT:
                     self.wait_errors += 1
                     self._stop.wait(ERROR_PAUSE_SECONDS)
+                else:
+                    rest_after_empty_wait(self._stop, began, self.wait_ms / 1000)
                 continue
             self._record(data)
 

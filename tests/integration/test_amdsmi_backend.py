@@ -306,6 +306,38 @@ def test_a_hung_event_wait_never_delays_polls(make: Make, amdsmi_inprocess: Fake
     amdsmi_inprocess.release_hangs()
 
 
+def test_event_read_returning_at_once_does_not_spin(
+    make: Make, amdsmi_inprocess: FakeAmdSmi
+) -> None:
+    # rocm_smi answers NO_DATA at once after its event file reported a hang-up.
+    many = 10**6
+    slot = amdsmi_inprocess.rule("amdsmi_get_gpu_event_notification", 40, times=many)  # NO_DATA
+    backend = make(events=True)
+    backend.bootstrap()
+    assert backend.events is not None
+    rule = amdsmi_inprocess.state.rules[slot]
+    reads, cpu, wall = many - rule.remaining, time.process_time(), time.monotonic()
+    time.sleep(1.5)
+    reads = many - rule.remaining - reads
+    cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+    assert reads <= wall / (backend.events.wait_ms / 1000) + 2
+    assert cpu / wall < 0.5
+
+
+def test_close_leaves_the_readers_of_a_hung_event_wait_alone(
+    make: Make, amdsmi_inprocess: FakeAmdSmi
+) -> None:
+    amdsmi_inprocess.rule("amdsmi_get_gpu_event_notification", hang=True, times=1)
+    backend = make(events=True)
+    backend.bootstrap()
+    amdsmi_inprocess.wait(lambda: amdsmi_inprocess.state.hung_now == 1)
+    calls = amdsmi_inprocess.state.calls
+    backend.close()
+    # rocm_smi would fclose the event files the blocked thread reads: no stop call.
+    assert amdsmi_inprocess.state.calls == calls
+    amdsmi_inprocess.release_hangs()
+
+
 def test_unknown_operation_is_an_error(make: Make) -> None:
     backend = make()
     backend.bootstrap()

@@ -443,6 +443,19 @@ def test_xid_events_are_counted_without_delaying_polls(fake, backend):
     assert per_poll / (b.events.wait_ms / 1000) < 0.5
 
 
+def test_event_wait_returning_at_once_does_not_spin(fake, backend):
+    rule = fake.add_rule("nvmlEventSetWait_v2", device=-2, error=10)  # TIMEOUT, no wait
+    b = started(backend, events=True)
+    assert b.events is not None
+    waits, cpu, wall = fake.state.rules[rule].matched, time.process_time(), time.monotonic()
+    time.sleep(1.5)
+    waits = fake.state.rules[rule].matched - waits
+    cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+    # One wait per wait_ms of wall time at most, and the thread idles meanwhile.
+    assert waits <= wall / (b.events.wait_ms / 1000) + 2
+    assert cpu / wall < 0.5
+
+
 def test_close_stops_the_event_thread(fake, backend):
     b = started(backend, events=True)
     assert any(t.name == "nvml-events" for t in threading.enumerate())
