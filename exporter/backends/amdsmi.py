@@ -27,7 +27,12 @@ from exporter.backends.amdsmi_fields import (
     read_processes,
     status_name,
 )
-from exporter.backends.base import BackendError, BackendUnavailable, InventoryChanged
+from exporter.backends.base import (
+    BackendError,
+    BackendUnavailable,
+    InventoryChanged,
+    unique_uuids,
+)
 from exporter.config.schema import AMD_DEFAULT_EVENTS
 
 SOURCE = "amdsmi"
@@ -197,11 +202,11 @@ class AmdSmiBackend:
         return Gpu(handle, "", uuid or (f"pci-{bdf}" if bdf else ""), info)
 
     def _dedupe_uuids(self) -> None:
-        seen: set[str] = set()
-        for gpu in self.gpus:
-            if not gpu.uuid or gpu.uuid in seen:
-                gpu.uuid = f"amd-gpu-{gpu.device}" if not gpu.uuid else f"{gpu.uuid}-{gpu.device}"
-            seen.add(gpu.uuid)
+        uuids = unique_uuids([(g.device, g.uuid) for g in self.gpus], "amd-gpu-")
+        for gpu, uuid in zip(self.gpus, uuids, strict=True):
+            if gpu.uuid and uuid != gpu.uuid:
+                self._log.warning("duplicate uuid", device=gpu.device, uuid=gpu.uuid, now=uuid)
+            gpu.uuid = uuid
 
     # -- requests --------------------------------------------------------------
 

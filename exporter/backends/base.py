@@ -8,6 +8,7 @@ converted here, at the boundary, into :class:`BackendError` with a reason.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 
@@ -56,3 +57,22 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release the library (best effort; the process exits next)."""
         ...
+
+
+def unique_uuids(devices: Sequence[tuple[str, str]], missing: str) -> list[str]:
+    """The uuid of each ``(device, uuid)``, made unique within the inventory.
+
+    A device without one gets ``<missing><device>``; a uuid seen before (a
+    firmware or virtualization fault, a mock) becomes ``<uuid>-<device>``, so
+    both devices stay visible instead of the daemon rejecting the inventory.
+    """
+    seen: set[str] = set()
+    out = []
+    for device, uuid in devices:
+        if not uuid:
+            uuid = f"{missing}{device}"
+        elif uuid in seen:
+            uuid = f"{uuid}-{device}"
+        seen.add(uuid)
+        out.append(uuid)
+    return out

@@ -18,7 +18,12 @@ from typing import Any
 
 from exporter import log
 from exporter.backends import nvml_support as nv
-from exporter.backends.base import BackendError, BackendUnavailable, InventoryChanged
+from exporter.backends.base import (
+    BackendError,
+    BackendUnavailable,
+    InventoryChanged,
+    unique_uuids,
+)
 from exporter.backends.nvml_device import DeviceDown, DeviceReader, Gpu
 from exporter.backends.nvml_events import EventWatcher
 from exporter.backends.nvml_support import Emitter, Wire
@@ -76,13 +81,22 @@ class NvmlBackend:
             ) from None
         driver_text = info_text(driver)
         cuda_text = nv.cuda_version(int(cuda)) if cuda is not None else ""
-        devices = []
+        infos = []
         for index in range(count):
             gpu, info = self._describe(index)
             info["driver_version"] = driver_text
             info["cuda_driver_version"] = cuda_text
             self.gpus.append(gpu)
-            devices.append({"device": gpu.device, "uuid": gpu.uuid, "info": info})
+            infos.append(info)
+        uuids = unique_uuids([(g.device, g.uuid) for g in self.gpus], UNIDENTIFIED)
+        for gpu, uuid in zip(self.gpus, uuids, strict=True):
+            if uuid != gpu.uuid:
+                self._log.warning("duplicate uuid", device=gpu.index, uuid=gpu.uuid, now=uuid)
+                gpu.uuid = uuid
+        devices = [
+            {"device": g.device, "uuid": g.uuid, "info": info}
+            for g, info in zip(self.gpus, infos, strict=True)
+        ]
         self.reader = DeviceReader(n)
         if self.config.get("events", True):
             known = [(g.device, g.uuid, g.handle) for g in self.gpus if g.handle is not None]

@@ -204,6 +204,14 @@ def test_malformed_identity_field_loses_only_that_field(
     assert info["pci_bus_id"] == expected.pci_bus_id(dev)
 
 
+def test_duplicate_uuids_are_made_unique(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
+    amdsmi_inprocess.device(3).uuid = amdsmi_inprocess.device(2).uuid
+    uuids = [d["uuid"] for d in make().bootstrap()["devices"]]
+    same = expected.uuid(amdsmi_inprocess.device(2))
+    assert uuids[2:4] == [same, f"{same}-3"]
+    assert len(set(uuids)) == 8
+
+
 def test_lost_at_enumeration_still_listed(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
     amdsmi_inprocess.device(7).lost_status = state.DRIVER_NOT_LOADED
     backend = make()

@@ -250,6 +250,19 @@ def test_mig_mode_switched_after_bootstrap_asks_for_a_new_worker(fake, backend):
     assert dict(devices[1].info)["mig_mode"] == "enabled"
 
 
+def test_duplicate_uuids_are_made_unique_and_both_gpus_read(fake, backend):
+    fake.device(1).uuid = fake.device(0).uuid  # firmware fault or a mock
+    b = backend()
+    _, devices = parse_inventory(b.bootstrap())  # the daemon's own check of the inventory
+    u0 = fake.uuid(0)
+    assert [d.uuid for d in devices] == [u0, f"{u0}-1"]
+    reply = poll(b)
+    assert [d["up"] for d in reply["devices"]] == [True, True]
+    v = values(reply)
+    assert v[("accel_power_watts", ("0", u0))] == 312.456
+    assert v[("accel_power_watts", ("1", f"{u0}-1"))] == 313.456
+
+
 def test_init_failures_are_unavailable_or_errors(fake, backend):
     fake.state.init_error = control.DRIVER_NOT_LOADED
     with pytest.raises(BackendUnavailable) as unavailable:
