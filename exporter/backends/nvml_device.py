@@ -438,11 +438,13 @@ class DeviceReader:
             out.ratio("accel_process_sm_utilization_ratio", sample.smUtil, str(pid))
 
     def _mig_fast(self, gpu: Gpu, out: Emitter) -> None:
-        for mig in gpu.mig:
-            labels = out.labels_with(str(mig.gpu_instance), str(mig.compute_instance))
-            self._memory(gpu, mig.handle, out, MIG_MEMORY, labels)
+        # Memory belongs to the GPU instance: every MIG device (compute instance)
+        # of it reports the same, so one of them is read, labelled by instance.
+        instances = {m.gpu_instance: m.handle for m in reversed(gpu.mig)}
+        for gi, handle in sorted(instances.items()):
+            self._memory(gpu, handle, out, MIG_MEMORY, out.labels_for(str(gi)))
         if gpu.gpm_supported:
-            for gi in sorted({m.gpu_instance for m in gpu.mig}):
+            for gi in sorted(instances):
                 self._gpm(gpu, gi, out)
 
     def _gpm(self, gpu: Gpu, gi: int, out: Emitter) -> None:

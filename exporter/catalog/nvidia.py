@@ -2,7 +2,9 @@
 
 Shared device families (utilization, memory, power, clocks, ECC, ...) are in
 ``device.py``. Series carry the identity labels ``device`` and ``uuid`` plus
-one bounded dimension; MIG series add ``gpu_instance``/``compute_instance``.
+one bounded dimension; MIG series add ``gpu_instance`` (memory and utilization
+belong to the GPU instance, shared by its compute instances) and, for the MIG
+devices themselves, ``compute_instance``.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 from exporter.catalog.device import ID
 from exporter.catalog.spec import Kind, MetricSpec
 
-MIG = (*ID, "gpu_instance", "compute_instance")
+GPU_INSTANCE = (*ID, "gpu_instance")
+MIG = (*GPU_INSTANCE, "compute_instance")
 
 ROWS = (
     MetricSpec(
@@ -86,22 +89,22 @@ ROWS = (
     MetricSpec(
         "accel_mig_memory_total_bytes",
         Kind.GAUGE,
-        "Device memory of a MIG GPU instance.",
-        MIG,
+        "Device memory of a MIG GPU instance (its compute instances share it).",
+        GPU_INSTANCE,
         unit="bytes",
     ),
     MetricSpec(
         "accel_mig_memory_used_bytes",
         Kind.GAUGE,
         "Device memory in use in a MIG GPU instance.",
-        MIG,
+        GPU_INSTANCE,
         unit="bytes",
     ),
     MetricSpec(
         "accel_mig_memory_free_bytes",
         Kind.GAUGE,
         "Device memory free in a MIG GPU instance.",
-        MIG,
+        GPU_INSTANCE,
         unit="bytes",
     ),
     MetricSpec(
@@ -109,14 +112,14 @@ ROWS = (
         Kind.GAUGE,
         "Share of time a MIG GPU instance ran work between two polls (GPM graphics"
         " activity), 0..1.",
-        (*ID, "gpu_instance"),
+        GPU_INSTANCE,
         unit="ratio",
     ),
     MetricSpec(
         "accel_mig_memory_bandwidth_utilization_ratio",
         Kind.GAUGE,
         "DRAM bandwidth used by a MIG GPU instance between two polls (GPM), 0..1.",
-        (*ID, "gpu_instance"),
+        GPU_INSTANCE,
         unit="ratio",
     ),
     MetricSpec(

@@ -228,7 +228,6 @@ def test_xid_processes_and_mig_through_the_daemon(daemon_factory, fake_nvml):
             device="1",
             uuid=u1,
             gpu_instance="3",
-            compute_instance="1",
         )
         == 9 * 2**30
     )

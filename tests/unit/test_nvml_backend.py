@@ -413,8 +413,8 @@ def test_mig_instances_memory_and_gpm_utilization(fake, backend):
         ]
         == 1
     )
-    assert first[("accel_mig_memory_used_bytes", (*ident, "1", "0"))] == 5 * 2**30
-    assert first[("accel_mig_memory_total_bytes", (*ident, "2", "0"))] == 10 * 2**30
+    assert first[("accel_mig_memory_used_bytes", (*ident, "1"))] == 5 * 2**30
+    assert first[("accel_mig_memory_total_bytes", (*ident, "2"))] == 10 * 2**30
     assert ("accel_mig_utilization_ratio", (*ident, "1")) not in first  # needs two samples
     second = values(poll(b, slow=False))
     assert second[("accel_mig_utilization_ratio", (*ident, "1"))] == 0.6
@@ -424,6 +424,28 @@ def test_mig_instances_memory_and_gpm_utilization(fake, backend):
     fake.device(1).mig[1].present = 0
     third = values(poll(b))
     assert not [k for k in third if k[0].startswith("accel_mig") and k[1][2] == "2"]
+
+
+def test_mig_memory_is_per_gpu_instance_not_per_compute_instance(fake, backend):
+    shared = {"memory_total": 40 << 30, "memory_used": 7 << 30}
+    fake.set_mig(
+        0,
+        [
+            MigInstance(3, 0, **shared, uuid="MIG-aaaaaaaa-0000-0000-0000-000000000030"),
+            MigInstance(3, 1, **shared, uuid="MIG-aaaaaaaa-0000-0000-0000-000000000031"),
+            MigInstance(5, 0, memory_total=20 << 30, memory_used=1 << 30),
+        ],
+    )
+    b = started(backend)
+    v = values(poll(b))
+    ident = ("0", fake.uuid(0))
+    info = sorted(k[1][2:4] for k in v if k[0] == "accel_mig_device_info")
+    assert info == [("3", "0"), ("3", "1"), ("5", "0")]
+    used = {k[1][2:]: x for k, x in v.items() if k[0] == "accel_mig_memory_used_bytes"}
+    assert used == {("3",): 7 * 2**30, ("5",): 2**30}
+    assert v[("accel_mig_memory_free_bytes", (*ident, "3"))] == 33 * 2**30
+    # Summing over instances gives the memory in use once, not once per compute instance.
+    assert sum(used.values()) == 8 * 2**30
 
 
 def test_xid_events_are_counted_without_delaying_polls(fake, backend):

@@ -250,7 +250,11 @@ class Process:
 
 @dataclass
 class MigInstance:
-    """One simulated MIG device (a GPU instance / compute instance pair)."""
+    """One simulated MIG device (a GPU instance / compute instance pair).
+
+    Memory belongs to the GPU instance: every MigInstance of one ``gpu_instance``
+    must give the same ``memory_total``/``memory_used``.
+    """
 
     gpu_instance: int
     compute_instance: int
@@ -346,6 +350,14 @@ class FakeNvml:
         items = list(instances)
         if len(items) > MAX_MIG:
             raise ValueError(f"at most {MAX_MIG} MIG devices per GPU")
+        memory: dict[int, tuple[int, int]] = {}
+        for m in items:
+            # The compute instances of a GPU instance share its memory.
+            if memory.setdefault(m.gpu_instance, (m.memory_total, m.memory_used)) != (
+                m.memory_total,
+                m.memory_used,
+            ):
+                raise ValueError(f"GPU instance {m.gpu_instance}: compute instances share memory")
         for n, (slot, m) in enumerate(zip(dev.mig, items)):
             slot.gpu_instance = m.gpu_instance
             slot.compute_instance = m.compute_instance

@@ -694,9 +694,18 @@ EXPORT int nvmlDeviceGetDecoderUtilization(nvmlDevice_t h, unsigned int *util, u
 static void memory_of(fake_device_t *d, int mig, unsigned long long *total,
                       unsigned long long *reserved, unsigned long long *used) {
     if (mig >= 0) {
-        *total = d->mig[mig].memory_total;
+        /* Memory belongs to the GPU instance: every compute instance of it reports
+         * the instance's memory, held by its first present slot. */
+        int first = mig;
+        for (int m = 0; m < mig; m++) {
+            if (d->mig[m].present && d->mig[m].gpu_instance == d->mig[mig].gpu_instance) {
+                first = m;
+                break;
+            }
+        }
+        *total = d->mig[first].memory_total;
         *reserved = 0;
-        *used = d->mig[mig].memory_used;
+        *used = d->mig[first].memory_used;
     } else {
         *total = d->memory_total;
         *reserved = d->memory_reserved;
