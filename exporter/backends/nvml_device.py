@@ -427,7 +427,9 @@ class DeviceReader:
             gpu.ok += 1
         except n.NVMLError as exc:
             samples = []
-            if int(exc.value) != nv.NOT_FOUND:  # NOT_FOUND: no sample since lastSeenTimeStamp
+            # NOT_FOUND: no sample since lastSeenTimeStamp. SUCCESS (0): pynvml raises
+            # it when the size query already succeeds, i.e. there is nothing to report.
+            if int(exc.value) not in (nv.SUCCESS, nv.NOT_FOUND):
                 gpu.fail("nvmlDeviceGetProcessUtilization", exc)
         latest: dict[int, Any] = {}
         for sample in samples:

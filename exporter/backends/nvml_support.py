@@ -44,6 +44,7 @@ REASONS: dict[int, str] = {
     999: "unknown",
 }
 
+SUCCESS = 0
 INVALID_ARGUMENT = 2
 NOT_SUPPORTED = 3
 NO_PERMISSION = 4

@@ -378,9 +378,24 @@ def test_processes_two_call_protocol_and_per_process_series(fake, backend):
     assert v[("accel_process_memory_bytes", (*ident, "6060"))] == 2**20
     assert v[("accel_process_sm_utilization_ratio", (*ident, "4242"))] == 0.55
     assert v[("accel_processes", ("1", fake.uuid(1)))] == 0
-    # The next poll passes the last sample time: samples are only newer ones.
-    gpu = b.gpus[0]
-    assert gpu.last_process_sample > 0
+    # GPU 1 has no process: pynvml's NVMLError(0) for "nothing to report" is no error.
+    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+
+
+def test_process_utilization_passes_the_last_sample_time_seen(fake, backend):
+    fake.set_processes(0, [Process(4242, sm_util=55)])
+    dev = fake.device(0)
+    dev.proc_sample_us = 1_000_000
+    b = started(backend)
+    first = values(poll(b, slow=False, processes=True))
+    assert dev.proc_last_seen == 0  # nothing seen yet: every sample the driver has
+    assert first[("accel_process_sm_utilization_ratio", ("0", fake.uuid(0), "4242"))] == 0.55
+    poll(b, slow=False, processes=True)
+    assert dev.proc_last_seen == 1_000_000  # only samples newer than the last one
+    dev.proc_sample_us, fake.device(0).procs[0].sm_util = 2_000_000, 60
+    third = values(poll(b, slow=False, processes=True))
+    assert dev.proc_last_seen == 1_000_000
+    assert third[("accel_process_sm_utilization_ratio", ("0", fake.uuid(0), "4242"))] == 0.6
 
 
 def test_mig_instances_memory_and_gpm_utilization(fake, backend):

@@ -169,6 +169,8 @@ class Device(ctypes.Structure):
         ("pad2", ctypes.c_uint32),
         ("procs", Proc * MAX_PROCS),
         ("calls", ctypes.c_uint64),
+        ("proc_sample_us", ctypes.c_uint64),
+        ("proc_last_seen", ctypes.c_uint64),
     ]
 
 

@@ -508,7 +508,7 @@ static const struct layout_entry layout[] = {
     OF(fake_device_t, pad1), OF(fake_device_t, nvlink_tx_kib), OF(fake_device_t, nvlink_rx_kib),
     OF(fake_device_t, mig_mode), OF(fake_device_t, mig_pending), OF(fake_device_t, mig),
     OF(fake_device_t, proc_count), OF(fake_device_t, pad2), OF(fake_device_t, procs),
-    OF(fake_device_t, calls),
+    OF(fake_device_t, calls), OF(fake_device_t, proc_sample_us), OF(fake_device_t, proc_last_seen),
     SZ(fake_state_t), OF(fake_state_t, magic), OF(fake_state_t, version),
     OF(fake_state_t, device_count), OF(fake_state_t, init_error),
     OF(fake_state_t, driver_version), OF(fake_state_t, cuda_driver_version),
@@ -1007,10 +1007,16 @@ EXPORT int nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessUtilizatio
     ENTER(h);
     if (count == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    unsigned long long ts = now_us();
+    d->proc_last_seen = lastSeen;
+    unsigned long long ts = d->proc_sample_us ? d->proc_sample_us : now_us();
     unsigned n = d->proc_count > FAKE_MAX_PROCS ? FAKE_MAX_PROCS : d->proc_count;
+    /* No process, nothing to report: the size query succeeds with a count of 0. */
+    if (n == 0) {
+        *count = 0;
+        return NVML_SUCCESS;
+    }
     /* The driver keeps samples only for newer-than-lastSeen windows. */
-    if (n == 0 || lastSeen >= ts)
+    if (lastSeen >= ts)
         return NVML_ERROR_NOT_FOUND;
     if (samples == NULL || *count < n) {
         *count = n;

@@ -107,6 +107,8 @@ typedef struct {
     uint32_t pad2;
     fake_proc_t procs[FAKE_MAX_PROCS];
     uint64_t calls; /* NVML calls made on this device (written by the fake) */
+    uint64_t proc_sample_us;  /* timeStamp of process utilization samples; 0: the time of the call */
+    uint64_t proc_last_seen;  /* lastSeenTimeStamp of the last GetProcessUtilization (written by the fake) */
 } fake_device_t;
 
 typedef struct {
