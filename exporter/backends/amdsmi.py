@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from exporter import log
@@ -119,6 +120,16 @@ class AmdSmiBackend:
                 raise BackendUnavailable(
                     status, f"amdsmi_init: {status} (is the amdgpu driver loaded?)"
                 ) from None
+            missing = self._missing_driver_files()
+            if missing:
+                # amdsmi reports DRIVER_NOT_LOADED only when it could ask the driver;
+                # without amdgpu, init fails with whatever rocm_smi said (INIT_ERROR,
+                # ...): on a node without AMD GPUs that is "not here", not a fault.
+                raise BackendUnavailable(
+                    "driver_not_loaded",
+                    f"amdsmi_init: {status}, and {' and '.join(missing)} missing"
+                    " (is the amdgpu driver loaded, and /dev/kfd passed to the container?)",
+                ) from None
             raise BackendError("init_failed", f"amdsmi_init failed: {status}") from None
         try:
             self._enumerate()
@@ -139,6 +150,13 @@ class AmdSmiBackend:
             "vendor": "amd",
             "devices": [{"device": g.device, "uuid": g.uuid, "info": g.info} for g in self.gpus],
         }
+
+    def _missing_driver_files(self) -> list[str]:
+        """The amdgpu driver's marks that are absent: its module in sysfs, /dev/kfd."""
+        sys_path = Path(self.config.get("sys_path") or "/sys")
+        dev_path = Path(self.config.get("dev_path") or "/dev")
+        marks = (sys_path / "module" / "amdgpu", dev_path / "kfd")
+        return [str(mark) for mark in marks if not mark.exists()]
 
     def _enumerate(self) -> None:
         api = self.api

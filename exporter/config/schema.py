@@ -201,6 +201,10 @@ class AmdSmiSourceConfig(DeviceSourceConfig):
     """AMD GPUs through amdsmi; ``event_types`` picks the event notifications counted."""
 
     event_types: list[AmdEvent] = field(default_factory=lambda: list(AMD_DEFAULT_EVENTS))
+    # Where to look for the amdgpu driver (module/amdgpu, kfd) when amdsmi_init fails,
+    # to tell "no AMD driver here" from a fault: the host's, if mounted elsewhere.
+    sys_path: str = "/sys"
+    dev_path: str = "/dev"
 
 
 @dataclass(frozen=True)

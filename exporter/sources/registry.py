@@ -39,7 +39,12 @@ def _amdsmi(config: Config) -> Source:
         "amdsmi",
         cfg,
         "exporter.backends.amdsmi:AmdSmiBackend",
-        backend_config={"events": cfg.events, "event_types": list(cfg.event_types)},
+        backend_config={
+            "events": cfg.events,
+            "event_types": list(cfg.event_types),
+            "sys_path": cfg.sys_path,
+            "dev_path": cfg.dev_path,
+        },
     )
 
 

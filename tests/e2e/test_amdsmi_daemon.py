@@ -166,6 +166,24 @@ def test_probe_with_the_library_but_no_driver(amdsmi_root: Path) -> None:
     assert line.split()[1:3] == ["auto", "unavailable"] and "driver_not_loaded" in line
 
 
+def test_probe_init_error_without_the_amdgpu_driver_is_unavailable(
+    amdsmi_env: dict[str, str], amdsmi_fake: FakeAmdSmi, tmp_path: Path
+) -> None:
+    # libamd_smi.so is installed (an NVIDIA node with ROCm packages, say), amdgpu is not.
+    amdsmi_fake.state.init_status = state.INIT_ERROR
+    roots = ["--sources.amdsmi.sys-path", str(tmp_path), "--sources.amdsmi.dev-path", str(tmp_path)]
+    probe = cli("probe", *roots, env=amdsmi_env)
+    line = next(x for x in probe.stdout.splitlines() if x.startswith("amdsmi"))
+    assert line.split()[1:3] == ["auto", "unavailable"]
+    assert "amdsmi_init: init_error" in line and "kfd missing" in line
+    (tmp_path / "module" / "amdgpu").mkdir(parents=True)
+    (tmp_path / "kfd").touch()
+    probe = cli("probe", *roots, env=amdsmi_env)  # the driver is there: a real failure
+    line = next(x for x in probe.stdout.splitlines() if x.startswith("amdsmi"))
+    assert line.split()[1:3] == ["auto", "error"], line
+    assert "amdsmi_init failed: init_error" in line
+
+
 def test_probe_with_a_library_older_than_the_package(tmp_path: Path) -> None:
     # A libamd_smi.so without one of the functions the wrapper binds at import.
     stubs = tmp_path / "stubs.c"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -236,20 +237,47 @@ def test_lost_at_enumeration_still_listed(make: Make, amdsmi_inprocess: FakeAmdS
     assert (again["uuid"], again["info"]["model"]) == (want["uuid"], want["model"])
 
 
+def driver_roots(root: Path, *, module: bool, kfd: bool) -> dict[str, str]:
+    """sys_path/dev_path config for a node with (or without) the amdgpu driver's marks."""
+    (root / "sys" / "module").mkdir(parents=True)
+    (root / "dev").mkdir()
+    if module:
+        (root / "sys" / "module" / "amdgpu").mkdir()
+    if kfd:
+        (root / "dev" / "kfd").touch()
+    return {"sys_path": str(root / "sys"), "dev_path": str(root / "dev")}
+
+
 @pytest.mark.parametrize(
-    ("init_status", "error", "reason"),
+    ("init_status", "module", "kfd", "error", "reason"),
     [
-        (state.DRIVER_NOT_LOADED, BackendUnavailable, "driver_not_loaded"),
-        (state.INIT_ERROR, BackendError, "init_failed"),
+        (state.DRIVER_NOT_LOADED, True, True, BackendUnavailable, "driver_not_loaded"),
+        # amdgpu present: INIT_ERROR is a fault of this node.
+        (state.INIT_ERROR, True, True, BackendError, "init_failed"),
+        # No amdgpu (what amdsmi_init answers then is rocm_smi's status, not
+        # DRIVER_NOT_LOADED): not an AMD node, or the container lacks /dev/kfd.
+        (state.INIT_ERROR, False, False, BackendUnavailable, "driver_not_loaded"),
+        (state.INIT_ERROR, True, False, BackendUnavailable, "driver_not_loaded"),
+        (state.INIT_ERROR, False, True, BackendUnavailable, "driver_not_loaded"),
     ],
 )
 def test_init_failures(
-    make: Make, amdsmi_inprocess: FakeAmdSmi, init_status: int, error: type, reason: str
+    make: Make,
+    amdsmi_inprocess: FakeAmdSmi,
+    tmp_path: Path,
+    init_status: int,
+    module: bool,
+    kfd: bool,
+    error: type,
+    reason: str,
 ) -> None:
     amdsmi_inprocess.state.init_status = init_status
     with pytest.raises(error) as info:
-        make().bootstrap()
+        make(**driver_roots(tmp_path, module=module, kfd=kfd)).bootstrap()
+    assert type(info.value) is error
     assert info.value.reason == reason
+    if error is BackendUnavailable and init_status == state.INIT_ERROR:
+        assert "kfd" in info.value.detail or "amdgpu" in info.value.detail
 
 
 def test_no_gpu_is_unavailable_not_an_error(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
