@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter import log
+from exporter.backends.amdsmi_binding import AmdBinding
 from exporter.backends.amdsmi_events import EventWatcher, Watched
 from exporter.backends.amdsmi_fields import (
     FAST,
@@ -106,9 +107,13 @@ class AmdSmiBackend:
 
     def bootstrap(self) -> dict[str, Any]:
         """Load the library, enumerate GPUs, read identity, start the event reader."""
-        api = load_amdsmi()
-        self.api = api
-        self._names = dict(api.amdsmi_wrapper.amdsmi_status_t__enumvalues)
+        api = self.api = AmdBinding(load_amdsmi())
+        self._names = api.status_names
+        if api.lacking:
+            self._log.warning(
+                "the amdsmi package lacks functions or types; their fields are omitted",
+                missing=api.lacking,
+            )
         self._blocks = [
             (b.name.lower(), b) for b in api.AmdSmiGpuBlock if b.name not in ("INVALID", "RESERVED")
         ]
@@ -190,7 +195,7 @@ class AmdSmiBackend:
     def _identify(self, handle: Any) -> Gpu | None:
         """Identity of one handle; None when it is not a GPU."""
         api = self.api
-        r = DeviceReader(api, handle, "", "", self._names)
+        r = DeviceReader(api, handle, "", "")
         try:
             kind = r.call("processor_type", api.amdsmi_get_processor_type)
             if kind is not None and not self._is_gpu(kind.get("processor_type")):
@@ -268,8 +273,8 @@ class AmdSmiBackend:
         self, gpu: Gpu, slow: bool, processes: bool
     ) -> tuple[bool, str, list[list[Any]], list[list[Any]]]:
         """(up, reason, fast readings, slow readings) of one device."""
-        r = DeviceReader(self.api, gpu.handle, gpu.device, gpu.uuid, self._names)
-        slow_r = DeviceReader(self.api, gpu.handle, gpu.device, gpu.uuid, self._names)
+        r = DeviceReader(self.api, gpu.handle, gpu.device, gpu.uuid)
+        slow_r = DeviceReader(self.api, gpu.handle, gpu.device, gpu.uuid)
         try:
             for read in FAST:
                 read(r)

@@ -75,6 +75,12 @@ THROTTLES = (
     ("active_hbm_thrm", "hbm_thermal"),
     ("active_gfx_clk_below_host_limit", "gfx_clock_below_host_limit"),
 )
+# amdsmi memory type name -> (total family, used family): VRAM shares NVIDIA's names.
+MEMORY_POOLS = (
+    ("VRAM", "accel_memory_total_bytes", "accel_memory_used_bytes"),
+    ("VIS_VRAM", "accel_amd_visible_vram_total_bytes", "accel_amd_visible_vram_used_bytes"),
+    ("GTT", "accel_amd_gtt_total_bytes", "accel_amd_gtt_used_bytes"),
+)
 # PCIe transfer rate (MT/s) -> link generation.
 PCIE_GENERATIONS = {2500: 1, 5000: 2, 8000: 3, 16000: 4, 32000: 5, 64000: 6}
 
@@ -135,11 +141,10 @@ def first(*values: float | None) -> float | None:
 class DeviceReader:
     """Reads one device for one poll, collecting readings and failures."""
 
-    api: Any
+    api: Any  # an AmdBinding: functions, status names, enum tables
     handle: Any
     device: str
     uuid: str
-    status_names: Mapping[int, str]
     readings: list[list[Any]] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
     successes: int = 0
@@ -150,7 +155,7 @@ class DeviceReader:
         try:
             result = fn(self.handle, *args)
         except api.AmdSmiLibraryException as exc:
-            status = status_name(self.status_names, int(exc.get_error_code()))
+            status = status_name(api.status_names, int(exc.get_error_code()))
             if status in LOST:
                 raise DeviceLost(name, status) from None
             if status not in UNSUPPORTED:
@@ -197,27 +202,22 @@ def read_activity(r: DeviceReader) -> None:
 
 def read_memory(r: DeviceReader) -> None:
     """VRAM (shared names), visible VRAM and GTT (AMD-only), in bytes."""
-    kinds = r.api.AmdSmiMemoryType
-    pools = (
-        (kinds.VRAM, "accel_memory_total_bytes", "accel_memory_used_bytes"),
-        (kinds.VIS_VRAM, "accel_amd_visible_vram_total_bytes", "accel_amd_visible_vram_used_bytes"),
-        (kinds.GTT, "accel_amd_gtt_total_bytes", "accel_amd_gtt_used_bytes"),
-    )
-    for kind, total_metric, used_metric in pools:
+    for kind, total_metric, used_metric in r.api.memory_pools:
         total = number(r.call("memory_total", r.api.amdsmi_get_gpu_memory_total, kind), U64_MAX)
         used = number(r.call("memory_usage", r.api.amdsmi_get_gpu_memory_usage, kind), U64_MAX)
         r.add(total_metric, total)
         r.add(used_metric, used)
-        if kind == kinds.VRAM and total is not None and used is not None:
+        if kind == r.api.vram and total is not None and used is not None:
             r.add("accel_memory_free_bytes", max(total - used, 0.0))
 
 
 def read_temperatures(r: DeviceReader) -> None:
     """Current temperature of every sensor the device has, in celsius."""
-    types = r.api.AmdSmiTemperatureType
-    current = r.api.AmdSmiTemperatureMetric.CURRENT
-    for type_name, sensor in TEMPERATURES:
-        value = r.call("temperature", r.api.amdsmi_get_temp_metric, types[type_name], current)
+    current = r.api.temperature_current
+    if current is None:
+        return
+    for kind, sensor in r.api.temperatures:
+        value = r.call("temperature", r.api.amdsmi_get_temp_metric, kind, current)
         r.add("accel_temperature_celsius", number(value, U16_MAX, U32_MAX), sensor)
 
 
@@ -251,9 +251,8 @@ def read_power(r: DeviceReader) -> None:
 
 def read_clocks(r: DeviceReader) -> None:
     """Current and maximum frequency of each clock domain, MHz -> Hz."""
-    types = r.api.AmdSmiClkType
-    for type_name, clock in CLOCKS:
-        info = r.call("clock", r.api.amdsmi_get_clock_info, types[type_name])
+    for kind, clock in r.api.clocks:
+        info = r.call("clock", r.api.amdsmi_get_clock_info, kind)
         if info is None:
             continue
         cur = number(info.get("clk"), U32_MAX)

@@ -24,6 +24,7 @@ from exporter.backends.base import (
     InventoryChanged,
     unique_uuids,
 )
+from exporter.backends.binding import Binding
 from exporter.backends.nvml_device import DeviceDown, DeviceReader, Gpu
 from exporter.backends.nvml_events import EventWatcher
 from exporter.backends.nvml_support import Emitter, Wire
@@ -48,6 +49,23 @@ def _load() -> Any:
     return pynvml
 
 
+def bind(pynvml: Any) -> Binding:
+    """The pynvml module with every function the backend calls.
+
+    A function this release lacks fails like a driver without the symbol
+    (FUNCTION_NOT_FOUND), so its field is absent and older entry points are used.
+    """
+
+    def absent(name: str) -> Callable[..., Any]:
+        def call(*_args: Any, **_kwargs: Any) -> Any:
+            raise pynvml.NVMLError(nv.FUNCTION_NOT_FOUND)
+
+        call.__name__ = name
+        return call
+
+    return Binding(pynvml, nv.FUNCTIONS, absent)
+
+
 class NvmlBackend:
     """The ``nvml`` device backend (see the module docstring)."""
 
@@ -63,7 +81,11 @@ class NvmlBackend:
 
     def bootstrap(self) -> dict[str, Any]:
         """Initialise NVML and describe every GPU it enumerates."""
-        n = self.nvml = _load()
+        n = self.nvml = bind(_load())
+        if n.missing:
+            self._log.warning(
+                "nvidia-ml-py lacks functions; their fields are omitted", missing=n.missing
+            )
         try:
             n.nvmlInit()
         except n.NVMLError as exc:

@@ -17,6 +17,7 @@ from typing import Any
 from exporter import log
 from exporter.backends import nvml_support as nv
 from exporter.backends.base import InventoryChanged
+from exporter.backends.binding import Binding
 from exporter.backends.nvml_support import Emitter
 
 # Returned by DeviceReader._newer: read this GPU with the older entry point.
@@ -192,14 +193,20 @@ class Gpu:
 class DeviceReader:
     """Reads GPUs; remembers which API generation the driver speaks."""
 
-    def __init__(self, nvml: Any) -> None:
+    def __init__(self, nvml: Binding) -> None:
         self.nvml = nvml
         # Newer entry points first; older nvidia-ml-py releases or drivers lack them.
-        self._memory_v2 = hasattr(nvml, "nvmlMemory_v2")
-        self._temperature_v = hasattr(nvml, "nvmlDeviceGetTemperatureV")
-        self._event_reasons = hasattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons")
-        self._has_gpm = hasattr(nvml, "nvmlGpmMigSampleGet") and hasattr(
-            nvml, "c_nvmlGpmMetricsGet_t"
+        self._memory_v2 = nvml.has("nvmlMemory_v2")
+        self._temperature_v = nvml.has("nvmlDeviceGetTemperatureV")
+        self._event_reasons = nvml.has("nvmlDeviceGetCurrentClocksEventReasons")
+        self._has_gpm = all(
+            nvml.has(name)
+            for name in (
+                "nvmlGpmQueryDeviceSupport",
+                "nvmlGpmMigSampleGet",
+                "c_nvmlGpmMetricsGet_t",
+                "NVML_GPM_METRICS_GET_VERSION",
+            )
         )
         self._tables = {"fast": self._bind(FAST_SCALARS), "slow": self._bind(SLOW_SCALARS)}
 

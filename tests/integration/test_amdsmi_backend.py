@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from exporter.backends import amdsmi as amdsmi_backend
 from exporter.backends.amdsmi import AmdSmiBackend
 from exporter.backends.base import BackendError, BackendUnavailable
 from exporter.catalog import CATALOG
@@ -372,6 +374,51 @@ def test_close_leaves_the_readers_of_a_hung_event_wait_alone(
     # rocm_smi would fclose the event files the blocked thread reads: no stop call.
     assert amdsmi_inprocess.state.calls == calls
     amdsmi_inprocess.release_hangs()
+
+
+def test_older_package_without_some_functions_and_types_omits_those_fields(
+    make: Make, amdsmi_inprocess: FakeAmdSmi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import amdsmi
+
+    # An older amdsmi: these names are missing from the module, and its enums lack
+    # some members (the real package itself is untouched; values come from its
+    # real functions and the fake library).
+    lacking = {"amdsmi_get_violation_status", "amdsmi_get_gpu_fan_speed_max"}
+    older = types.ModuleType("amdsmi")
+    older.__dict__.update({k: v for k, v in vars(amdsmi).items() if k not in lacking})
+
+    def without(enum: Any, name: str) -> Any:
+        return types.SimpleNamespace(
+            __members__={k: m for k, m in enum.__members__.items() if k != name}
+        )
+
+    older.AmdSmiClkType = without(amdsmi.AmdSmiClkType, "VCLK0")
+    older.AmdSmiTemperatureType = without(amdsmi.AmdSmiTemperatureType, "HBM_3")
+    monkeypatch.setattr(amdsmi_backend, "load_amdsmi", lambda: older)
+    backend = make()
+    backend.bootstrap()
+    assert set(backend.api.lacking) == {
+        *lacking,
+        "AmdSmiClkType.VCLK0",
+        "AmdSmiTemperatureType.HBM_3",
+    }
+    reply = poll(backend, processes=True)
+    assert all(d["up"] for d in reply["devices"])
+    got = as_series(reply)
+    dev = amdsmi_inprocess.device(0)
+    want = expected.series(dev, 0, processes=True)
+    gone = {
+        k
+        for k in want
+        if k[0] == "accel_clock_throttle_active"
+        or (k[0].startswith("accel_clock") and ("clock", "video") in k[1])
+        or (k[0] == "accel_temperature_celsius" and ("sensor", "hbm_3") in k[1])
+    }
+    assert gone  # the test removes something the fake serves
+    assert {k: v for k, v in got.items() if ("device", "0") in k[1]} == {
+        k: v for k, v in want.items() if k not in gone and k[0] != "accel_device_up"
+    }
 
 
 def test_unknown_operation_is_an_error(make: Make) -> None:

@@ -76,3 +76,19 @@ def test_event_types_config_names_the_key_of_a_bad_value(tmp_path: Path) -> None
         None, env={"ACCEL_EXPORTER_SOURCES__AMDSMI__EVENT_TYPES": "[gpu_post_reset]"}
     )
     assert good.sources.amdsmi.event_types == ["gpu_post_reset"]
+
+
+def test_every_amdsmi_function_the_backend_calls_is_resolved_at_bootstrap() -> None:
+    # A function called by name without being in FUNCTIONS would escape the
+    # binding's stand-ins: on a package that lacks it, a whole poll would fail.
+    import re
+
+    from exporter.backends.amdsmi_binding import FUNCTIONS
+
+    called: set[str] = set()
+    for module in ("amdsmi.py", "amdsmi_fields.py", "amdsmi_events.py"):
+        text = (Path(amdsmi_fields.__file__).parent / module).read_text()
+        called |= set(re.findall(r"api\.(amdsmi_\w+)", text))
+    called -= {"amdsmi_wrapper"}  # the ctypes module: status names and constants
+    assert called - set(FUNCTIONS) == set()
+    assert len(called) > 25

@@ -11,12 +11,14 @@ import ctypes
 import os
 import threading
 import time
+import types
 from collections.abc import Iterator
 from typing import Any
 
 import pynvml
 import pytest
 
+from exporter.backends import nvml as nvml_backend
 from exporter.backends.base import BackendError, BackendUnavailable
 from exporter.backends.nvml import NvmlBackend
 from exporter.sources.device import parse_inventory, parse_readings
@@ -261,6 +263,34 @@ def test_duplicate_uuids_are_made_unique_and_both_gpus_read(fake, backend):
     v = values(reply)
     assert v[("accel_power_watts", ("0", u0))] == 312.456
     assert v[("accel_power_watts", ("1", f"{u0}-1"))] == 313.456
+
+
+def test_older_binding_without_some_functions_omits_their_fields_only(fake, backend, monkeypatch):
+    # An older nvidia-ml-py: the module lacks these names (pynvml itself is untouched;
+    # every value still comes from its real functions and the fake library).
+    lacking = {
+        "nvmlDeviceGetTemperatureV",
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetEncoderUtilization",
+        "nvmlDeviceGetMaxPcieLinkWidth",
+        "nvmlGpmQueryDeviceSupport",
+    }
+    older = types.ModuleType("pynvml")
+    older.__dict__.update({k: v for k, v in vars(pynvml).items() if k not in lacking})
+    monkeypatch.setattr(nvml_backend, "_load", lambda: older)
+    fake.device(0).clocks_event_reasons = 0x40
+    b = started(backend)
+    assert sorted(b.nvml.missing) == sorted(lacking)
+    reply = poll(b)
+    assert [d["up"] for d in reply["devices"]] == [True, True]
+    v = values(reply)
+    ident = ("0", fake.uuid(0))
+    assert v[("accel_temperature_celsius", (*ident, "gpu"))] == 34  # the older call
+    assert v[("accel_clock_throttle_active", (*ident, "hw_thermal_slowdown"))] == 1
+    assert ("accel_encoder_utilization_ratio", ident) not in v
+    assert ("accel_pcie_link_max_width", ident) not in v
+    assert v[("accel_pcie_link_max_generation", ident)] == 5
+    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
 
 
 def test_init_failures_are_unavailable_or_errors(fake, backend):

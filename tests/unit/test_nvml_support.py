@@ -67,3 +67,21 @@ def test_reasons_and_cuda_version():
     assert nv.cuda_version(12080) == "12.8"
     assert nv.cuda_version(13000) == "13.0"
     assert nv.text(b"GPU-1\x00 ") == "GPU-1"
+
+
+def test_every_pynvml_function_the_backend_calls_is_resolved_at_bootstrap():
+    # A pynvml function called by name without being in FUNCTIONS would escape the
+    # binding's stand-ins: on a release that lacks it, a whole poll would fail.
+    import re
+    from pathlib import Path
+
+    called: set[str] = set()
+    for module in ("nvml.py", "nvml_device.py", "nvml_events.py"):
+        text = (Path(nv.__file__).parent / module).read_text()
+        called |= set(re.findall(r"\.(nvml[A-Z]\w+)", text))  # n.nvmlX(...), gpu.call(n.nvmlX)
+        called |= set(re.findall(r'"(nvmlDevice\w+|nvmlGpm\w+)"', text))  # table rows
+    # Not functions: a struct version constant (checked with has()), a log name
+    # (the call is GetMemoryInfo(version=...)).
+    called -= {"nvmlMemory_v2", "nvmlDeviceGetMemoryInfo_v2", "nvmlReturn"}  # nvmlReturn: a field
+    assert called - set(nv.FUNCTIONS) == set()
+    assert len(called) > 40
