@@ -146,7 +146,8 @@ class AmdSmiBackend:
             self.events = EventWatcher(
                 api,
                 [Watched(g.handle, g.device, g.uuid) for g in self.gpus],
-                self.config.get("event_types") or AMD_DEFAULT_EVENTS,
+                # An explicit empty list means "none": only a missing key means defaults.
+                self.config.get("event_types", AMD_DEFAULT_EVENTS),
                 SOURCE,
             )
             self.events.start()

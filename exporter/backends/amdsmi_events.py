@@ -99,6 +99,11 @@ class EventWatcher:
             self._thread = threading.Thread(target=self._run, name="amdsmi-events", daemon=True)
             self._thread.start()
 
+    @property
+    def registered(self) -> int:
+        """How many devices are registered for notifications."""
+        return len(self._readers)
+
     def _run(self) -> None:
         reader = self._readers[0]
         wait_seconds = self.wait_ms / 1000

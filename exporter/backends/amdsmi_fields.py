@@ -81,8 +81,13 @@ MEMORY_POOLS = (
     ("VIS_VRAM", "accel_amd_visible_vram_total_bytes", "accel_amd_visible_vram_used_bytes"),
     ("GTT", "accel_amd_gtt_total_bytes", "accel_amd_gtt_used_bytes"),
 )
-# PCIe transfer rate (MT/s) -> link generation.
-PCIE_GENERATIONS = {2500: 1, 5000: 2, 8000: 3, 16000: 4, 32000: 5, 64000: 6}
+# PCIe transfer rate -> link generation. amdsmi reports MT/s; some builds (the
+# SR-IOV host library) report GT/s, whose integers do not collide with MT/s ones
+# (2.5 GT/s cannot be told from 2 or 3, so generation 1 is MT/s only).
+PCIE_GENERATIONS = {
+    **{2500: 1, 5000: 2, 8000: 3, 16000: 4, 32000: 5, 64000: 6, 128000: 7},
+    **{5: 2, 8: 3, 16: 4, 32: 5, 64: 6, 128: 7},
+}
 
 
 class DeviceLost(Exception):
@@ -124,12 +129,26 @@ def number(value: Any, *sentinels: int) -> float | None:
     return out if math.isfinite(out) else None
 
 
-def pcie_generation(rate_mts: float | None) -> float | None:
-    """The PCIe generation of a transfer rate in MT/s, None when not a standard rate."""
-    if rate_mts is None:
+def pcie_generation(rate: float | None) -> float | None:
+    """The PCIe generation of a transfer rate (MT/s or GT/s), None when not a standard rate."""
+    if rate is None:
         return None
-    gen = PCIE_GENERATIONS.get(int(rate_mts))
+    gen = PCIE_GENERATIONS.get(int(rate))
     return float(gen) if gen is not None else None
+
+
+def pcie_max_generation(static: Mapping[str, Any]) -> float | None:
+    """The PCIe generation a link supports.
+
+    The interface version amdsmi states when it gives one (it does not depend on
+    the unit of the rates, which differs between builds), else that of the
+    maximum rate.
+    """
+    for key in ("max_pcie_interface_version", "pcie_interface_version"):
+        gen = number(static.get(key), U32_MAX)
+        if gen is not None and 1 <= gen <= max(PCIE_GENERATIONS.values()):
+            return gen
+    return pcie_generation(number(static.get("max_pcie_speed"), U32_MAX))
 
 
 def first(*values: float | None) -> float | None:
@@ -281,10 +300,7 @@ def read_pcie(r: DeviceReader) -> None:
     r.add("accel_pcie_link_width", number(metric.get("pcie_width"), U16_MAX) or None)
     r.add("accel_pcie_link_generation", pcie_generation(number(metric.get("pcie_speed"), U32_MAX)))
     r.add("accel_pcie_link_max_width", number(static.get("max_pcie_width"), U16_MAX) or None)
-    r.add(
-        "accel_pcie_link_max_generation",
-        pcie_generation(number(static.get("max_pcie_speed"), U32_MAX)),
-    )
+    r.add("accel_pcie_link_max_generation", pcie_max_generation(static))
     mbps = number(metric.get("pcie_bandwidth"), U32_MAX)
     r.add("accel_amd_pcie_bandwidth_bytes_per_second", None if mbps is None else mbps * 1e6 / 8)
     for key, name in (

@@ -185,9 +185,13 @@ class Gpu:
     def free_gpm(self) -> None:
         """Release GPM samples (MIG utilization) held between polls."""
         for sample in self.gpm_samples.values():
-            with contextlib.suppress(self.nvml.NVMLError):
-                self.nvml.nvmlGpmSampleFree(sample)
+            self.release_gpm(sample)
         self.gpm_samples.clear()
+
+    def release_gpm(self, sample: Any) -> None:
+        """Free one GPM sample; a failure (the GPU is gone) is not the field's."""
+        with contextlib.suppress(self.nvml.NVMLError):
+            self.nvml.nvmlGpmSampleFree(sample)
 
 
 class DeviceReader:
@@ -462,22 +466,31 @@ class DeviceReader:
         sample = gpu.call(n.nvmlGpmSampleAlloc)
         if sample is None:
             return
-        if gpu.call(n.nvmlGpmMigSampleGet, gpu.handle, gi, sample) is None:
-            gpu.call(n.nvmlGpmSampleFree, sample)
+        # Every sample is freed on every path, DeviceDown included: held in
+        # gpm_samples (freed later), or freed here.
+        try:
+            taken = gpu.call(n.nvmlGpmMigSampleGet, gpu.handle, gi, sample)
+        except DeviceDown:
+            gpu.release_gpm(sample)
+            raise
+        if taken is None:
+            gpu.release_gpm(sample)
             return
         previous = gpu.gpm_samples.get(gi)
         gpu.gpm_samples[gi] = sample
         if previous is None:
             return
-        request = n.c_nvmlGpmMetricsGet_t()
-        request.version = n.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = 2
-        request.sample1 = previous
-        request.sample2 = sample
-        request.metrics[0].metricId = nv.GPM_GRAPHICS_UTIL
-        request.metrics[1].metricId = nv.GPM_DRAM_BW_UTIL
-        result = gpu.call(n.nvmlGpmMetricsGet, request)
-        gpu.call(n.nvmlGpmSampleFree, previous)
+        try:
+            request = n.c_nvmlGpmMetricsGet_t()
+            request.version = n.NVML_GPM_METRICS_GET_VERSION
+            request.numMetrics = 2
+            request.sample1 = previous
+            request.sample2 = sample
+            request.metrics[0].metricId = nv.GPM_GRAPHICS_UTIL
+            request.metrics[1].metricId = nv.GPM_DRAM_BW_UTIL
+            result = gpu.call(n.nvmlGpmMetricsGet, request)
+        finally:
+            gpu.release_gpm(previous)
         if result is None:
             return
         names = ("accel_mig_utilization_ratio", "accel_mig_memory_bandwidth_utilization_ratio")
@@ -568,5 +581,5 @@ class DeviceReader:
             )
         kept = {m.gpu_instance for m in found}
         for gi in [gi for gi in gpu.gpm_samples if gi not in kept]:
-            gpu.call(n.nvmlGpmSampleFree, gpu.gpm_samples.pop(gi))
+            gpu.release_gpm(gpu.gpm_samples.pop(gi))
         gpu.mig = found

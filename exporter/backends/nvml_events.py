@@ -75,7 +75,7 @@ class EventWatcher:
             return False
         for device, _uuid, handle in self._devices:
             try:
-                mask = n.nvmlDeviceGetSupportedEventTypes(handle) & nv.EVENT_MASK
+                mask = self._mask(handle)
                 if mask:
                     n.nvmlDeviceRegisterEvents(handle, mask, self._set)
                     self.registered += 1
@@ -87,6 +87,20 @@ class EventWatcher:
         self._thread = threading.Thread(target=self._run, name="nvml-events", daemon=True)
         self._thread.start()
         return True
+
+    def _mask(self, handle: Any) -> int:
+        """The event types to register for one GPU.
+
+        Those wanted and supported; XID alone when the GPU will not say what it
+        supports (XIDs matter most, and registering them is still worth a try).
+        """
+        n = self.nvml
+        try:
+            return int(n.nvmlDeviceGetSupportedEventTypes(handle)) & nv.EVENT_MASK
+        except n.NVMLError as exc:
+            if int(exc.value) in nv.DEVICE_FATAL:
+                raise
+            return nv.EVENT_XID
 
     def _run(self) -> None:
         n = self.nvml

@@ -68,8 +68,6 @@ DOWNGRADE = ABSENT | {INVALID_ARGUMENT, ARGUMENT_VERSION_MISMATCH}
 U16_MAX = 0xFFFF
 U32_MAX = 0xFFFFFFFF
 U64_MAX = 0xFFFFFFFFFFFFFFFF
-# NVML_PSTATE_UNKNOWN
-PSTATE_UNKNOWN = 32
 
 # nvmlClockType_t -> label
 CLOCKS = ((0, "graphics"), (1, "sm"), (2, "memory"), (3, "video"))
@@ -122,8 +120,6 @@ GPM_DRAM_BW_UTIL = 10
 ECC_TYPES = ((0, "corrected"), (1, "uncorrected"))
 ECC_COUNTERS = ((0, "volatile"), (1, "aggregate"))
 RETIREMENT_CAUSES = ((0, "multiple_single_bit_ecc"), (1, "double_bit_ecc"))
-
-MIB = 1024 * 1024
 
 
 # Every pynvml function the backend calls (tests/unit/test_nvml_support.py checks

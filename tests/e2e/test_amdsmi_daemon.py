@@ -146,6 +146,18 @@ def test_once_and_probe_with_the_library(
     assert line.split()[1:3] == ["auto", "ok"]
 
 
+def test_the_library_is_found_through_rocm_path_alone(
+    amdsmi_root: Path, amdsmi_fake: FakeAmdSmi
+) -> None:
+    env = {**env_for(amdsmi_root, {}, rocm_home=False), **amdsmi_fake.env}
+    assert "ROCM_HOME" not in env
+    once = cli("once", "--format", "json", env=env)  # cli() drops the caller's ROCM_*
+    assert once.returncode == 0, once.stderr
+    doc = json.loads(once.stdout)["amdsmi"]
+    assert doc["ok"] is True
+    assert [r["value"] for r in doc["readings"] if r["metric"] == "accel_devices"] == [8.0]
+
+
 def test_once_and_probe_without_the_library(tmp_path: Path) -> None:
     missing = env_for(tmp_path / "no-rocm", {})
     once = cli("once", env=missing)

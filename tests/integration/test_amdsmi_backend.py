@@ -148,6 +148,25 @@ def test_non_finite_values_are_omitted_and_the_reply_stays_sendable(
     assert {dict(k[1])["device"] for k in energy} == {"0", "3", "4", "5", "6", "7"}
 
 
+def test_pcie_generations_from_gts_rates_and_the_interface_version(
+    make: Make, amdsmi_inprocess: FakeAmdSmi
+) -> None:
+    gts = amdsmi_inprocess.device(1)  # a build that reports GT/s
+    gts.pcie_speed, gts.pcie_max_speed = 16, 32
+    unstated = amdsmi_inprocess.device(2)  # no interface version: from the maximum rate
+    unstated.pcie_interface_version, unstated.pcie_max_speed = 0xFFFFFFFF, 16000
+    backend = make()
+    backend.bootstrap()
+    got = as_series(poll(backend))
+
+    def gen(metric: str, dev: Any, i: int) -> float | None:
+        return got.get((metric, (("device", str(i)), ("uuid", expected.uuid(dev)))))
+
+    assert gen("accel_pcie_link_generation", gts, 1) == 4
+    assert gen("accel_pcie_link_max_generation", gts, 1) == 5
+    assert gen("accel_pcie_link_max_generation", unstated, 2) == 4
+
+
 def test_power_limit_falls_back_to_the_power_cap(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
     dev = amdsmi_inprocess.device(1)
     dev.power_limit = state.U16_NA
@@ -324,6 +343,16 @@ def test_event_types_are_configurable(make: Make, amdsmi_inprocess: FakeAmdSmi) 
     while time.monotonic() < deadline and not _events(poll(backend)):
         time.sleep(0.05)
     assert _events(poll(backend)) == {("0", "process_start"): 1}
+
+
+def test_an_explicit_empty_event_type_list_means_none(make: Make) -> None:
+    backend = make(events=True, event_types=[])
+    backend.bootstrap()
+    assert backend.events is not None and backend.events.registered == 0
+    backend.close()
+    defaults = make(events=True)  # no key at all: the default types
+    defaults.bootstrap()
+    assert defaults.events is not None and defaults.events.registered == 8
 
 
 def test_a_hung_event_wait_never_delays_polls(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:

@@ -35,10 +35,36 @@ def test_number(raw: object, sentinels: tuple[int, ...], want: float | None) -> 
 
 @pytest.mark.parametrize(
     ("rate", "gen"),
-    [(2500, 1), (8000, 3), (16000, 4), (32000, 5), (64000, 6), (1234, None), (None, None)],
+    [
+        *((mts, g) for mts, g in ((2500, 1), (8000, 3), (16000, 4), (32000, 5), (64000, 6))),
+        # GT/s, as some amdsmi builds (the SR-IOV host library) report it
+        (8, 3),
+        (16, 4),
+        (32, 5),
+        (1234, None),
+        (2, None),  # 2.5 GT/s truncated: ambiguous, not guessed
+        (None, None),
+    ],
 )
 def test_pcie_generation_from_transfer_rate(rate: float | None, gen: int | None) -> None:
     assert pcie_generation(rate) == (None if gen is None else float(gen))
+
+
+@pytest.mark.parametrize(
+    ("static", "gen"),
+    [
+        ({"pcie_interface_version": 5, "max_pcie_speed": 32000}, 5.0),
+        ({"pcie_interface_version": 5, "max_pcie_speed": 32}, 5.0),  # GT/s build
+        ({"max_pcie_interface_version": 6, "pcie_interface_version": 5}, 6.0),
+        ({"pcie_interface_version": "N/A", "max_pcie_speed": 16000}, 4.0),
+        ({"pcie_interface_version": 0, "max_pcie_speed": 16}, 4.0),  # 0: not known
+        ({"pcie_interface_version": U32_MAX, "max_pcie_speed": "N/A"}, None),
+    ],
+)
+def test_pcie_max_generation_prefers_the_stated_interface_version(
+    static: dict[str, object], gen: float | None
+) -> None:
+    assert amdsmi_fields.pcie_max_generation(static) == gen
 
 
 def test_status_names() -> None:

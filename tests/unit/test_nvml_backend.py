@@ -493,6 +493,21 @@ def test_mig_memory_is_per_gpu_instance_not_per_compute_instance(fake, backend):
     assert sum(used.values()) == 8 * 2**30
 
 
+@pytest.mark.parametrize("failing", ["nvmlGpmMetricsGet", "nvmlGpmMigSampleGet"])
+def test_gpm_samples_are_freed_when_the_gpu_is_lost_mid_read(fake, backend, failing):
+    fake.set_mig(1, [MigInstance(1, 0, memory_total=20 << 30, memory_used=1 << 30)])
+    before = fake.state.gpm_samples_live
+    b = started(backend)
+    poll(b)
+    assert fake.state.gpm_samples_live - before == 1  # held for the next poll
+    fake.add_rule(failing, error=control.GPU_IS_LOST)
+    assert poll(b, slow=False)["devices"][1]["reason"] == "gpu_lost"
+    # At most the sample kept for the next poll is alive; none leaked.
+    assert fake.state.gpm_samples_live - before == len(b.gpus[1].gpm_samples) <= 1
+    b.close()
+    assert fake.state.gpm_samples_live == before
+
+
 def test_xid_events_are_counted_without_delaying_polls(fake, backend):
     b = started(backend, events=True)
     assert b.events is not None and b.events.registered == 2
@@ -534,6 +549,21 @@ def test_event_wait_returning_at_once_does_not_spin(fake, backend):
     # One wait per wait_ms of wall time at most, and the thread idles meanwhile.
     assert waits <= wall / (b.events.wait_ms / 1000) + 2
     assert cpu / wall < 0.5
+
+
+def test_xids_are_registered_even_if_supported_event_types_fails(fake, backend):
+    fake.add_rule("nvmlDeviceGetSupportedEventTypes", device=1, error=control.NOT_SUPPORTED)
+    b = started(backend, events=True)
+    assert b.events is not None and b.events.registered == 2
+    fake.inject_xid(1, 31)
+    fake.inject_event(1, control.EVENT_DOUBLE_BIT_ECC)  # not registered on GPU 1: unknown
+    key = ("accel_xid_errors_total", ("1", fake.uuid(1), "31"))
+    deadline = time.monotonic() + 20
+    while key not in values(poll(b, slow=False)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    v = values(poll(b, slow=False))
+    assert v[key] == 1
+    assert not [k for k in v if k[0] == "accel_device_events_total"]
 
 
 def test_close_stops_the_event_thread(fake, backend):

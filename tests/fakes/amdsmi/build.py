@@ -37,14 +37,22 @@ def _run(cmd: list[str], env: dict[str, str] | None = None) -> None:
         raise BuildError(f"{' '.join(cmd)} failed:\n{result.stdout}\n{result.stderr}")
 
 
-def env_for(root: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+def env_for(
+    root: Path, base: dict[str, str] | None = None, *, rocm_home: bool = True
+) -> dict[str, str]:
     """An environment in which ``import amdsmi`` loads the library under ``root``.
 
-    The wrapper prefers ROCM_HOME over ROCM_PATH, so both point at the root.
+    The wrapper prefers ROCM_HOME over ROCM_PATH, so by default both point at the
+    root (a ROCM_HOME inherited from the caller could point elsewhere). With
+    ``rocm_home=False`` only ROCM_PATH is set and ROCM_HOME removed, as on a node
+    whose ROCm install sets just that.
     """
     env = dict(os.environ if base is None else base)
     env["ROCM_PATH"] = str(root)
-    env["ROCM_HOME"] = str(root)
+    if rocm_home:
+        env["ROCM_HOME"] = str(root)
+    else:
+        env.pop("ROCM_HOME", None)
     return env
 
 

@@ -92,7 +92,7 @@ def series(
     put("accel_pcie_link_width", dev.pcie_width)
     put("accel_pcie_link_generation", PCIE_GEN[dev.pcie_speed])
     put("accel_pcie_link_max_width", dev.pcie_max_width)
-    put("accel_pcie_link_max_generation", PCIE_GEN[dev.pcie_max_speed])
+    put("accel_pcie_link_max_generation", dev.pcie_interface_version)
     put("accel_amd_pcie_bandwidth_bytes_per_second", dev.pcie_bandwidth * 1e6 / 8)
     put("accel_pcie_replays_total", dev.pcie_replay)
     put("accel_amd_pcie_recoveries_total", dev.pcie_recovery)

@@ -373,7 +373,7 @@ API uint32_t amdsmi_get_pcie_info(void *h, struct_amdsmi_pcie_info_t *info) {
     memset(info, 0, sizeof *info);
     info->pcie_static.max_pcie_width = (uint16_t)D->pcie_max_width;
     info->pcie_static.max_pcie_speed = D->pcie_max_speed;
-    info->pcie_static.pcie_interface_version = 5;
+    info->pcie_static.pcie_interface_version = D->pcie_interface_version;
     info->pcie_static.slot_type = AMDSMI_CARD_FORM_FACTOR_OAM;
     info->pcie_metric.pcie_width = (uint16_t)D->pcie_width;
     info->pcie_metric.pcie_speed = D->pcie_speed;

@@ -69,6 +69,7 @@ typedef struct __attribute__((packed)) {
     uint64_t proc_vram[FAKE_MAX_PROCS];
     uint64_t proc_gtt[FAKE_MAX_PROCS];
     char proc_name[FAKE_MAX_PROCS][32];
+    uint32_t pcie_interface_version; /* pcie_static: the generation the link supports */
 } fake_device_t;
 
 /* A fault rule: the first live rule matching (function, device, argument) applies. */

@@ -113,6 +113,7 @@ class Device(ctypes.Structure):
         ("proc_vram", ctypes.c_uint64 * MAX_PROCS),
         ("proc_gtt", ctypes.c_uint64 * MAX_PROCS),
         ("proc_name", (ctypes.c_char * 32) * MAX_PROCS),
+        ("pcie_interface_version", ctypes.c_uint32),
     ]
 
 
@@ -208,7 +209,7 @@ def mi300x(dev: Device, i: int) -> None:
     for t, (cur, lo, hi) in clocks.items():
         dev.clk[t], dev.clk_min[t], dev.clk_max[t] = cur, lo, hi
     dev.pcie_width, dev.pcie_speed, dev.pcie_bandwidth = 16, 32000, 4000 + i
-    dev.pcie_max_width, dev.pcie_max_speed = 16, 32000
+    dev.pcie_max_width, dev.pcie_max_speed, dev.pcie_interface_version = 16, 32000, 5
     dev.pcie_replay, dev.pcie_recovery = i, 2
     dev.pcie_nak_sent, dev.pcie_nak_received = 1, 0
     dev.ecc_enabled = 0b1000_1111  # UMC, SDMA, GFX, MMHUB, XGMI_WAFL

@@ -191,6 +191,7 @@ class State(ctypes.Structure):
         ("events", Event * MAX_EVENTS),
         ("rules", Rule * MAX_RULES),
         ("devices", Device * MAX_DEVICES),
+        ("gpm_samples_live", ctypes.c_int64),
     ]
 
 
@@ -295,11 +296,13 @@ class FakeNvml:
         process keeps mapped, e.g. in-process tests). Event and release counters
         keep counting so that open event sets and hung calls stay consistent."""
         head, generation = int(self.state.event_head), int(self.state.release_generation)
+        live = int(self.state.gpm_samples_live)
         lib = ctypes.CDLL(str(self.library))
         lib.fake_nvml_fill.argtypes = [ctypes.c_void_p, ctypes.c_uint]
         lib.fake_nvml_fill(ctypes.addressof(self.state), devices)
         self.state.event_head = head
         self.state.release_generation = generation + 1
+        self.state.gpm_samples_live = live  # samples a process still holds stay counted
 
     def env(self) -> dict[str, str]:
         """Environment for a process that should load this fake with this state."""

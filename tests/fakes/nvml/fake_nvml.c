@@ -515,6 +515,7 @@ static const struct layout_entry layout[] = {
     OF(fake_state_t, release_generation), OF(fake_state_t, hangs_entered), OF(fake_state_t, pad),
     OF(fake_state_t, calls), OF(fake_state_t, event_head), OF(fake_state_t, event_sets),
     OF(fake_state_t, events), OF(fake_state_t, rules), OF(fake_state_t, devices),
+    OF(fake_state_t, gpm_samples_live),
 };
 
 /* "struct" -> sizeof, "struct.field" -> offsetof; -1 when unknown. */
@@ -1161,11 +1162,18 @@ EXPORT int nvmlGpmSampleAlloc(nvmlGpmSample_t *sample) {
     if (rc)
         return rc;
     *sample = calloc(1, sizeof(struct fake_gpm_sample));
-    return *sample ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+    if (*sample == NULL)
+        return NVML_ERROR_UNKNOWN;
+    __atomic_add_fetch(&S->gpm_samples_live, 1, __ATOMIC_ACQ_REL);
+    return NVML_SUCCESS;
 }
 
 EXPORT int nvmlGpmSampleFree(nvmlGpmSample_t sample) {
+    if (sample == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
     free(sample);
+    if (S != NULL)
+        __atomic_sub_fetch(&S->gpm_samples_live, 1, __ATOMIC_ACQ_REL);
     return NVML_SUCCESS;
 }
 

@@ -127,6 +127,7 @@ typedef struct {
     fake_event_t events[FAKE_MAX_EVENTS];
     fake_rule_t rules[FAKE_MAX_RULES];
     fake_device_t devices[FAKE_MAX_DEVICES];
+    int64_t gpm_samples_live; /* GPM samples allocated and not yet freed (written by the fake) */
 } fake_state_t;
 
 #endif
