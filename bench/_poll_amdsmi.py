@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from _common import compare, first_complete_metrics  # noqa: E402
+from _common import compare, first_complete_metrics, reply_parser  # noqa: E402
 
 from exporter.backends.amdsmi import AmdSmiBackend  # noqa: E402
 from tests.fakes.amdsmi import build, state  # noqa: E402
@@ -77,7 +77,7 @@ def run(devices: int, polls: int, workdir: Path) -> dict[str, Any]:
     os.environ.update(build.env_for(root, {}))
     os.environ.update(fake.env)
     backend = AmdSmiBackend({"events": False})
-    backend.bootstrap()
+    parse = reply_parser(backend.bootstrap())
     api = backend.api
     handles = [g.handle for g in backend.gpus]
 
@@ -92,7 +92,9 @@ def run(devices: int, polls: int, workdir: Path) -> dict[str, Any]:
         ("fast", fast, lambda: _bare_fast(api, handles)),
         ("slow", slow, lambda: _bare_slow(api, handles)),
     ):
-        result[name] = compare(name, lambda: int(fake.state.calls), through, bare, polls)
+        result[name] = compare(
+            name, lambda: int(fake.state.calls), through, bare, polls, parse, name == "slow"
+        )
     backend.close()
     config = {"sources": {"host": {"enabled": False}, "amdsmi": {}}}
     env = {**build.env_for(root, {}), **fake.env}

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from _common import compare, first_complete_metrics
+from _common import compare, first_complete_metrics, reply_parser
 
 from exporter.backends import nvml_support as nv
 from exporter.backends.nvml import NvmlBackend
@@ -77,7 +77,7 @@ def run(devices: int, polls: int, workdir: Path) -> dict[str, Any]:
     os.environ["FAKE_NVML_STATE"] = str(fake.path)
     ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)  # pynvml's dlopen finds it by SONAME
     backend = NvmlBackend({"events": False})
-    backend.bootstrap()
+    parse = reply_parser(backend.bootstrap())
     n = backend.nvml
     handles = [g.handle for g in backend.gpus]
     links = int(fake.device(0).nvlink_count)
@@ -94,7 +94,9 @@ def run(devices: int, polls: int, workdir: Path) -> dict[str, Any]:
         ("fast", fast, lambda: _bare_fast(n, handles, links)),
         ("slow", slow, lambda: _bare_slow(n, handles, links)),
     ):
-        result[name] = compare(name, lambda: int(fake.state.calls), through, bare, polls)
+        result[name] = compare(
+            name, lambda: int(fake.state.calls), through, bare, polls, parse, name == "slow"
+        )
     backend.close()
     config = {"sources": {"host": {"enabled": False}, "nvml": {}}}
     ids = [(str(i), fake.uuid(i)) for i in range(devices)]

@@ -11,16 +11,22 @@ It builds its fake vendor library in ``workdir``, then measures and returns a
 JSON-able dict with at least:
 
     "fast": {"cpu_seconds_per_poll", "bare_cpu_seconds_per_poll", "ratio",
-             "library_calls_per_poll", "series_per_poll"}
+             "encode_cpu_seconds_per_poll", "parse_cpu_seconds_per_poll",
+             "cycle_cpu_seconds_per_poll", "cycle_ratio",
+             "library_calls_per_poll", "readings_per_poll", "reply_bytes"}
         CPU seconds of one fast poll through the backend, of the same vendor calls
-        made bare in a loop, and their quotient (target <= 1.5);
+        made bare in a loop, and their quotient (target <= 1.5); of encoding the
+        reply in the worker, of decoding and parsing it into readings in the daemon;
+        of the whole cycle (poll + encode + decode and parse), and its quotient to
+        the bare calls (goal: as close to 1.5 as it gets);
     "slow": the same for a poll that includes the slow fields;
     "first_complete_metrics_seconds": daemon start to the first /metrics with every
         device up (target <= 2 s).
 
-``bench/_common.py`` has the shared pieces: ``compare()`` (CPU of backend vs bare
-calls, interleaved rounds, minimum round; checks both make the same library calls)
-and ``first_complete_metrics()``. A module that is missing is reported as such
+``bench/_common.py`` has the shared pieces: ``compare()`` (CPU of backend, bare
+calls, encode, parse and the whole cycle, interleaved rounds, minimum round; checks
+both sides make the same library calls), ``reply_parser()`` (the daemon's parsing of
+a reply) and ``first_complete_metrics()``. A module that is missing is reported as such
 instead of failing the others.
 """
 
