@@ -7,8 +7,10 @@ while the scheduler swaps in the next without any lock held across I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Union
 
 LabelValues = tuple[str, ...]
@@ -46,6 +48,33 @@ class Reading:
     metric: str
     labels: LabelValues
     value: Value
+
+
+_new_object = object.__new__
+# The slot descriptors of Reading: setting them directly is what the frozen
+# dataclass __init__ does through object.__setattr__, and map() can call them
+# without a Python frame per object.
+_SET_METRIC = Reading.__dict__["metric"].__set__
+_SET_LABELS = Reading.__dict__["labels"].__set__
+_SET_VALUE = Reading.__dict__["value"].__set__
+
+
+def readings_of(
+    metric: str, labels: Iterable[LabelValues], values: Iterable[Value]
+) -> list[Reading]:
+    """``[Reading(metric, l, v) for l, v in zip(labels, values)]``, about twice as fast.
+
+    The results are ordinary Readings; ``labels`` and ``values`` must be of equal
+    length. For code that builds hundreds per poll from data it has already
+    checked (a device worker's reply): every step runs in C, with no Python
+    frame (and no frozen-dataclass ``__init__``) per reading.
+    """
+    labels = list(labels)
+    out: list[Reading] = list(map(_new_object, repeat(Reading, len(labels))))
+    deque(map(_SET_METRIC, out, repeat(metric)), maxlen=0)
+    deque(map(_SET_LABELS, out, labels), maxlen=0)
+    deque(map(_SET_VALUE, out, values), maxlen=0)
+    return out
 
 
 def gauge(metric: str, value: float, *labels: str) -> Reading:
