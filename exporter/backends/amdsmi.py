@@ -35,6 +35,7 @@ from exporter.backends.base import (
     InventoryChanged,
     unique_uuids,
 )
+from exporter.backends.wire import Rows, drop, merge
 from exporter.config.schema import AMD_DEFAULT_EVENTS
 
 SOURCE = "amdsmi"
@@ -145,7 +146,7 @@ class AmdSmiBackend:
         if self.config.get("events", True):
             self.events = EventWatcher(
                 api,
-                [Watched(g.handle, g.device, g.uuid) for g in self.gpus],
+                [Watched(g.handle, i, g.device) for i, g in enumerate(self.gpus)],
                 # An explicit empty list means "none": only a missing key means defaults.
                 self.config.get("event_types", AMD_DEFAULT_EVENTS),
                 SOURCE,
@@ -196,7 +197,7 @@ class AmdSmiBackend:
     def _identify(self, handle: Any) -> Gpu | None:
         """Identity of one handle; None when it is not a GPU."""
         api = self.api
-        r = DeviceReader(api, handle, "", "")
+        r = DeviceReader(api, handle, -1)
         try:
             kind = r.call("processor_type", api.amdsmi_get_processor_type)
             if kind is not None and not self._is_gpu(kind.get("processor_type")):
@@ -243,15 +244,18 @@ class AmdSmiBackend:
         if slow:
             self._identify_again()
         devices: list[dict[str, Any]] = []
-        readings: list[list[Any]] = []
-        slow_readings: list[list[Any]] = []
-        for gpu in self.gpus:
-            up, reason, fast, slow_part = self._read(gpu, slow, processes)
-            devices.append({"uuid": gpu.uuid, "up": up, "reason": reason})
-            readings += fast
-            slow_readings += slow_part
+        readings: Rows = {}
+        slow_readings: Rows = {}
+        for position, gpu in enumerate(self.gpus):
+            r = DeviceReader(self.api, gpu.handle, position, readings)
+            slow_r = DeviceReader(self.api, gpu.handle, position, slow_readings)
+            reason = self._read(gpu, r, slow_r if slow else None, processes)
+            devices.append({"uuid": gpu.uuid, "up": not reason, "reason": reason})
+            if reason:  # a device found down shows no readings, not half of them
+                drop(readings, position)
+                drop(slow_readings, position)
         if self.events is not None and args.get("events", True):
-            readings += self.events.readings()
+            merge(readings, self.events.readings())
         reply: dict[str, Any] = {"devices": devices, "readings": readings}
         if slow:
             reply["slow_readings"] = slow_readings
@@ -270,28 +274,22 @@ class AmdSmiBackend:
             if found is not None and found.identified:
                 raise InventoryChanged(f"GPU {gpu.device} answers again, as {found.uuid}")
 
-    def _read(
-        self, gpu: Gpu, slow: bool, processes: bool
-    ) -> tuple[bool, str, list[list[Any]], list[list[Any]]]:
-        """(up, reason, fast readings, slow readings) of one device."""
-        r = DeviceReader(self.api, gpu.handle, gpu.device, gpu.uuid)
-        slow_r = DeviceReader(self.api, gpu.handle, gpu.device, gpu.uuid)
+    def _read(self, gpu: Gpu, r: DeviceReader, slow_r: DeviceReader | None, processes: bool) -> str:
+        """Read one device into the reply's rows; the reason it is down, or ""."""
         try:
             for read in FAST:
                 read(r)
             if processes:
                 read_processes(r)
-            if slow:
+            if slow_r is not None:
                 read_ecc(slow_r, self._blocks)
                 read_partition(slow_r)
         except DeviceLost as exc:
             self._note(gpu, "device", exc.status)
-            return False, "gpu_lost", [], []
-        self._note_failures(gpu, r, slow_r)
-        reason = r.down_reason()
-        if reason:
-            return False, reason, [], []
-        return True, "", r.readings, slow_r.readings
+            return "gpu_lost"
+        readers = (r,) if slow_r is None else (r, slow_r)
+        self._note_failures(gpu, *readers)
+        return r.down_reason()
 
     def _note_failures(self, gpu: Gpu, *readers: DeviceReader) -> None:
         failing: dict[str, str] = {}

@@ -20,6 +20,7 @@ from typing import Any
 from exporter import log
 from exporter.backends.amdsmi_fields import status_name
 from exporter.backends.event_wait import rest_after_empty_wait
+from exporter.backends.wire import Rows, put
 
 # Event type value -> label. Keyed by value because amdsmi 7.0's enum makes
 # PAGE_FAULT_START an alias of PAGE_FAULT_END (both 8), so names mislead.
@@ -49,8 +50,8 @@ class Watched:
     """A device whose events are counted."""
 
     handle: Any
+    position: int  # in the inventory
     device: str
-    uuid: str
 
 
 class EventWatcher:
@@ -72,8 +73,8 @@ class EventWatcher:
         self._log = log.get(source=source)
         self._names = api.amdsmi_wrapper.amdsmi_status_t__enumvalues
         self._lock = threading.Lock()
-        self._counts: dict[tuple[str, str, str], int] = {}
-        self._last: dict[tuple[str, str, str], float] = {}
+        self._counts: dict[tuple[int, str], int] = {}
+        self._last: dict[tuple[int, str], float] = {}
         self._readers: list[Any] = []
         self._by_handle: dict[int | None, Watched] = {}
         self._stop = threading.Event()
@@ -141,19 +142,17 @@ class EventWatcher:
                     label = None
                 if dev is None or label is None:
                     continue
-                key = (dev.device, dev.uuid, label)
+                key = (dev.position, label)
                 self._counts[key] = self._counts.get(key, 0) + 1
                 self._last[key] = now
 
-    def readings(self) -> list[list[Any]]:
-        """Counters and last-seen timestamps, as wire readings."""
-        out: list[list[Any]] = []
+    def readings(self) -> Rows:
+        """Counters and last-seen timestamps, as wire rows."""
+        out: Rows = {}
         with self._lock:
             for key, count in self._counts.items():
-                out.append(["accel_device_events_total", list(key), count])
-                out.append(
-                    ["accel_device_event_last_timestamp_seconds", list(key), self._last[key]]
-                )
+                put(out, "accel_device_events_total", key, count)
+                put(out, "accel_device_event_last_timestamp_seconds", key, self._last[key])
         return out
 
     def stop(self) -> None:

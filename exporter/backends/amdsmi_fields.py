@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from exporter.backends.wire import Rows, put
+
 # Statuses meaning "this device does not offer this field": omitted silently.
 UNSUPPORTED = frozenset({"not_supported", "not_yet_implemented", "no_data", "setting_unavailable"})
 # Statuses meaning the GPU or its driver went away (off the bus, reset failed, unbound).
@@ -35,9 +37,10 @@ LOST = frozenset(
 U16_MAX = 0xFFFF
 U32_MAX = 0xFFFF_FFFF
 U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
-MHZ = 1_000_000.0
-KIB = 1024.0
-MICRO_PER_UNIT = 1_000_000.0
+# Exact scales are ints, so integral values stay ints (cheaper for JSON both ways).
+MHZ = 1_000_000
+KIB = 1024
+MICRO_PER_UNIT = 1_000_000
 
 # amdsmi temperature type name -> sensor label.
 TEMPERATURES = (
@@ -117,16 +120,17 @@ def status_name(names: Mapping[int, str], code: int) -> str:
 
 
 def number(value: Any, *sentinels: int) -> float | None:
-    """``value`` as a float, or None when it is "N/A", not a number, a sentinel or not finite."""
+    """``value`` as a number, or None when it is "N/A", not a number, a sentinel or not finite.
+
+    An int stays an int (a measurement the device gives in whole units).
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     if value in sentinels:
         return None
-    try:
-        out = float(value)
-    except OverflowError:  # an integer beyond any double
-        return None
-    return out if math.isfinite(out) else None
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**64 else None  # beyond any device counter
+    return value if math.isfinite(value) else None
 
 
 def pcie_generation(rate: float | None) -> float | None:
@@ -162,9 +166,8 @@ class DeviceReader:
 
     api: Any  # an AmdBinding: functions, status names, enum tables
     handle: Any
-    device: str
-    uuid: str
-    readings: list[list[Any]] = field(default_factory=list)
+    position: int  # of the device in the inventory: its rows' first item
+    readings: Rows = field(default_factory=dict)  # the reply's, shared by its devices
     failures: list[Failure] = field(default_factory=list)
     successes: int = 0
 
@@ -196,7 +199,7 @@ class DeviceReader:
         is not a measurement, and JSON could not carry it to the daemon anyway.
         """
         if value is not None and math.isfinite(value):
-            self.readings.append([metric, [self.device, self.uuid, *labels], value])
+            put(self.readings, metric, (self.position, *labels), value)
 
     def down_reason(self) -> str:
         """Why the device counts as down, or "" when it answered something."""
@@ -334,7 +337,7 @@ def read_gpu_metrics(r: DeviceReader) -> None:
         for i, raw in enumerate(status):
             v = number(raw, U16_MAX)
             # 0 down, 1 up; anything else (e.g. 2, disabled) is not a link state.
-            r.add("accel_amd_xgmi_link_up", v if v in (0.0, 1.0) else None, str(i))
+            r.add("accel_amd_xgmi_link_up", v if v in (0, 1) else None, str(i))
     samples = number(m.get("accumulation_counter"), U64_MAX)
     if samples is not None:
         r.add("accel_amd_violation_samples_total", samples)
@@ -350,7 +353,7 @@ def read_throttle(r: DeviceReader) -> None:
     for key, reason in THROTTLES:
         flag = v.get(key)
         if isinstance(flag, bool):
-            r.add("accel_clock_throttle_active", 1.0 if flag else 0.0, reason)
+            r.add("accel_clock_throttle_active", 1 if flag else 0, reason)
 
 
 def read_processes(r: DeviceReader) -> None:
@@ -358,7 +361,7 @@ def read_processes(r: DeviceReader) -> None:
     procs = r.call("processes", r.api.amdsmi_get_gpu_process_list)
     if procs is None:
         return
-    r.add("accel_processes", float(len(procs)))
+    r.add("accel_processes", len(procs))
     for p in procs:
         pid = str(p.get("pid"))
         usage = p.get("memory_usage") or {}

@@ -27,7 +27,8 @@ from exporter.backends.base import (
 from exporter.backends.binding import Binding
 from exporter.backends.nvml_device import DeviceDown, DeviceReader, Gpu
 from exporter.backends.nvml_events import EventWatcher
-from exporter.backends.nvml_support import Emitter, Wire
+from exporter.backends.nvml_support import Emitter
+from exporter.backends.wire import Rows, drop, merge
 
 # uuid placeholder of a GPU that failed to identify itself at bootstrap, + index.
 UNIDENTIFIED = "unidentified-"
@@ -121,7 +122,7 @@ class NvmlBackend:
         ]
         self.reader = DeviceReader(n)
         if self.config.get("events", True):
-            known = [(g.device, g.uuid, g.handle) for g in self.gpus if g.handle is not None]
+            known = [(i, g.handle) for i, g in enumerate(self.gpus) if g.handle is not None]
             watcher = EventWatcher(n, known)
             if watcher.start():
                 self.events = watcher
@@ -195,16 +196,18 @@ class NvmlBackend:
         if slow:
             self._identify_again()
         devices = []
-        readings: list[Wire] = []
-        slow_readings: list[Wire] = []
-        for gpu in self.gpus:
-            reason, fast_out, slow_out = self._poll_gpu(gpu, slow, processes)
+        readings: Rows = {}
+        slow_readings: Rows = {}
+        for position, gpu in enumerate(self.gpus):
+            fast_out = Emitter(position, readings, gpu.prefixes)
+            slow_out = Emitter(position, slow_readings, gpu.prefixes)
+            reason = self._poll_gpu(gpu, fast_out, slow_out, slow, processes)
             devices.append({"uuid": gpu.uuid, "up": not reason, "reason": reason})
-            if not reason:
-                readings.extend(fast_out)
-                slow_readings.extend(slow_out)
+            if reason:  # a device found down shows no readings, not half of them
+                drop(readings, position)
+                drop(slow_readings, position)
         if events and self.events is not None:
-            readings.extend(self.events.readings())
+            merge(readings, self.events.readings())
         reply: dict[str, Any] = {"devices": devices, "readings": readings}
         if slow:
             reply["slow_readings"] = slow_readings
@@ -227,15 +230,10 @@ class NvmlBackend:
             raise InventoryChanged(f"GPU {gpu.index} answers again, as {uuid}")
 
     def _poll_gpu(
-        self, gpu: Gpu, slow: bool, processes: bool
-    ) -> tuple[str, list[Wire], list[Wire]]:
-        """(down reason or "", fast readings, slow readings) of one GPU."""
+        self, gpu: Gpu, fast_out: Emitter, slow_out: Emitter, slow: bool, processes: bool
+    ) -> str:
+        """Read one GPU into the reply's rows; the reason it is down, or ""."""
         assert self.reader is not None
-        if not gpu.base_labels:
-            gpu.base_labels = [gpu.device, gpu.uuid]
-        # Label lists are shared across polls: the cached ones embed base_labels.
-        fast_out = Emitter(gpu.base_labels, gpu.label_cache)
-        slow_out = Emitter(gpu.base_labels, gpu.label_cache)
         gpu.ok = gpu.failed = 0
         reason, detail = gpu.unidentified, "not identified when the worker started"
         if not reason:
@@ -258,7 +256,7 @@ class NvmlBackend:
             gpu.down = reason
         for why, count in sorted(gpu.errors.items()):
             fast_out.add("accel_nvml_field_errors_total", count, why)
-        return reason, fast_out.out, slow_out.out
+        return reason
 
     def close(self) -> None:
         """Stop the event thread, free GPM samples and shut NVML down."""

@@ -19,12 +19,14 @@ from exporter.backends import nvml_support as nv
 from exporter.backends.base import InventoryChanged
 from exporter.backends.binding import Binding
 from exporter.backends.nvml_support import Emitter
+from exporter.backends.wire import Rows, put
 
 # Returned by DeviceReader._newer: read this GPU with the older entry point.
 OLDER = object()
 
 # (pynvml function, extra arguments, family, dimension label, scale to base units,
-# largest valid value): the calls that read one number each.
+# largest valid value): the calls that read one number each. Exact scales are
+# ints, so integral values stay ints: JSON writes and reads those much faster.
 Scalar = tuple[str, tuple[int, ...], str, str, float, float]
 BoundScalar = tuple[Any, tuple[int, ...], str, str, float, float]
 ANY = float("inf")
@@ -33,25 +35,25 @@ FAST_SCALARS: tuple[Scalar, ...] = (
     ("nvmlDeviceGetEnforcedPowerLimit", (), "accel_power_limit_watts", "", 1e-3, ANY),
     ("nvmlDeviceGetTotalEnergyConsumption", (), "accel_energy_joules_total", "", 1e-3, ANY),  # mJ
     *(
-        ("nvmlDeviceGetClockInfo", (clock,), "accel_clock_hertz", name, 1e6, ANY)  # MHz
+        ("nvmlDeviceGetClockInfo", (clock,), "accel_clock_hertz", name, 1_000_000, ANY)  # MHz
         for clock, name in nv.CLOCKS
     ),
-    ("nvmlDeviceGetPerformanceState", (), "accel_performance_state", "", 1.0, 15),  # 32: unknown
+    ("nvmlDeviceGetPerformanceState", (), "accel_performance_state", "", 1, 15),  # 32: unknown
     # KB/s of 1024 bytes
-    ("nvmlDeviceGetPcieThroughput", (0,), "accel_pcie_tx_bytes_per_second", "", 1024.0, ANY),
-    ("nvmlDeviceGetPcieThroughput", (1,), "accel_pcie_rx_bytes_per_second", "", 1024.0, ANY),
-    ("nvmlDeviceGetPcieReplayCounter", (), "accel_pcie_replays_total", "", 1.0, ANY),
-    ("nvmlDeviceGetCurrPcieLinkGeneration", (), "accel_pcie_link_generation", "", 1.0, ANY),
-    ("nvmlDeviceGetCurrPcieLinkWidth", (), "accel_pcie_link_width", "", 1.0, ANY),
+    ("nvmlDeviceGetPcieThroughput", (0,), "accel_pcie_tx_bytes_per_second", "", 1024, ANY),
+    ("nvmlDeviceGetPcieThroughput", (1,), "accel_pcie_rx_bytes_per_second", "", 1024, ANY),
+    ("nvmlDeviceGetPcieReplayCounter", (), "accel_pcie_replays_total", "", 1, ANY),
+    ("nvmlDeviceGetCurrPcieLinkGeneration", (), "accel_pcie_link_generation", "", 1, ANY),
+    ("nvmlDeviceGetCurrPcieLinkWidth", (), "accel_pcie_link_width", "", 1, ANY),
 )
 SLOW_SCALARS: tuple[Scalar, ...] = (
     *(
-        ("nvmlDeviceGetMaxClockInfo", (clock,), "accel_clock_max_hertz", name, 1e6, ANY)
+        ("nvmlDeviceGetMaxClockInfo", (clock,), "accel_clock_max_hertz", name, 1_000_000, ANY)
         for clock, name in nv.CLOCKS
     ),
-    ("nvmlDeviceGetMaxPcieLinkGeneration", (), "accel_pcie_link_max_generation", "", 1.0, ANY),
-    ("nvmlDeviceGetMaxPcieLinkWidth", (), "accel_pcie_link_max_width", "", 1.0, ANY),
-    ("nvmlDeviceGetRetiredPagesPendingStatus", (), "accel_retired_pages_pending", "", 1.0, 1),
+    ("nvmlDeviceGetMaxPcieLinkGeneration", (), "accel_pcie_link_max_generation", "", 1, ANY),
+    ("nvmlDeviceGetMaxPcieLinkWidth", (), "accel_pcie_link_max_width", "", 1, ANY),
+    ("nvmlDeviceGetRetiredPagesPendingStatus", (), "accel_retired_pages_pending", "", 1, 1),
 )
 MEMORY = (
     "accel_memory_total_bytes",
@@ -67,9 +69,9 @@ MIG_MEMORY = (
 )
 # Field id -> (family, dimension label or "" for the NVLink link in scopeId, scale to base units).
 FIELD_SPECS: dict[int, tuple[str, str, float]] = {
-    nv.FI_MEMORY_TEMP: ("accel_temperature_celsius", "memory", 1.0),
-    nv.FI_NVLINK_THROUGHPUT_DATA_TX: ("accel_nvlink_tx_bytes_total", "", 1024.0),  # KiB
-    nv.FI_NVLINK_THROUGHPUT_DATA_RX: ("accel_nvlink_rx_bytes_total", "", 1024.0),
+    nv.FI_MEMORY_TEMP: ("accel_temperature_celsius", "memory", 1),
+    nv.FI_NVLINK_THROUGHPUT_DATA_TX: ("accel_nvlink_tx_bytes_total", "", 1024),  # KiB
+    nv.FI_NVLINK_THROUGHPUT_DATA_RX: ("accel_nvlink_rx_bytes_total", "", 1024),
     **{
         fid: ("accel_clock_violation_seconds_total", name, 1e-9)  # nanoseconds
         for fid, name in nv.VIOLATION_FIELDS
@@ -78,12 +80,24 @@ FIELD_SPECS: dict[int, tuple[str, str, float]] = {
 
 
 @dataclass(frozen=True)
+class FieldGroup:
+    """The consecutive entries of a field-value request that fill one family."""
+
+    metric: str
+    scale: float
+    start: int
+    stop: int
+    labels: list[str]  # the dimension label of each entry
+    prefixes: list[tuple[Any, ...]]  # the row prefix of each entry
+
+
+@dataclass(frozen=True)
 class FieldPlan:
-    """One GPU's nvmlDeviceGetFieldValues request and, entry by entry, where answers go."""
+    """One GPU's nvmlDeviceGetFieldValues request and, group by group, where answers go."""
 
     links: tuple[int, ...]
     wanted: list[tuple[int, int] | int]
-    targets: list[tuple[str, list[str], float]]
+    groups: list[FieldGroup]
 
 
 class DeviceDown(Exception):
@@ -124,12 +138,11 @@ class Gpu:
     mig_mode: str = ""
     # The reason it was down at the last poll ("" when up), to log changes only.
     down: str = ""
-    # Label lists shared by this GPU's readings across polls (see Emitter).
-    label_cache: dict[tuple[str, ...], list[str]] = field(default_factory=dict)
+    # Row prefixes shared by this GPU's readings across polls (see Emitter).
+    prefixes: dict[tuple[str, ...], tuple[Any, ...]] = field(default_factory=dict)
     field_plan: FieldPlan | None = None
     # Per-GPU forms of the reader's static tables (label lists bound), by table name.
     plans: dict[str, list[Any]] = field(default_factory=dict)
-    base_labels: list[str] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
     # Per poll: calls (or field entries) that answered, and those that failed
     # (not merely absent): a GPU that answered nothing and failed is down.
@@ -220,16 +233,16 @@ class DeviceReader:
     def _scalars(self, gpu: Gpu, out: Emitter, table: str) -> None:
         """One call per row: the common shape, kept tight since it runs ~15 times a GPU."""
         plan = gpu.plans.get(table)
-        if plan is None:  # the rows with this GPU's label lists, built once
+        if plan is None:  # the rows with this GPU's row prefixes, built once
             plan = gpu.plans[table] = [
-                (fn, args, metric, out.labels_for(extra) if extra else out.labels, scale, most)
+                (fn, args, metric, out.prefix(extra) if extra else out.prefix(), scale, most)
                 for fn, args, metric, extra, scale, most in self._tables[table]
             ]
         handle = gpu.handle
-        append = out.out.append
+        rows = out.rows
         error = self.nvml.NVMLError
         answered = 0
-        for fn, args, metric, labels, scale, most in plan:
+        for fn, args, metric, prefix, scale, most in plan:
             try:
                 value = fn(handle, *args)
             except error as exc:
@@ -237,7 +250,11 @@ class DeviceReader:
                 continue
             answered += 1
             if value not in nv.SENTINELS and value <= most:
-                append((metric, labels, value * scale))
+                target = rows.get(metric)
+                if target is None:
+                    target = rows[metric] = []
+                target += prefix
+                target.append(value * scale)
         gpu.ok += answered
 
     # -- fast ---------------------------------------------------------------
@@ -301,7 +318,7 @@ class DeviceReader:
         handle: Any,
         out: Emitter,
         families: tuple[str, str, str, str],
-        labels: list[str] | None = None,
+        gpu_instance: str = "",
     ) -> None:
         """Total, used, free (and reserved, from memory v2) of a GPU or MIG device."""
         n = self.nvml
@@ -309,7 +326,7 @@ class DeviceReader:
         # v2 separates the driver's reservation from "used"; older drivers lack it.
         mem = self._newer(
             gpu,
-            "memory" if labels is None else "mig_memory",
+            "mig_memory" if gpu_instance else "memory",
             "nvmlDeviceGetMemoryInfo_v2",
             self._memory_v2,
             lambda: n.nvmlDeviceGetMemoryInfo(handle, version=n.nvmlMemory_v2),
@@ -323,12 +340,13 @@ class DeviceReader:
             return
         else:
             _version, total, reserved, free, used = nv.MEMORY_V2.unpack(bytes(mem))
+        extra = (gpu_instance,) if gpu_instance else ()
         total_name, used_name, free_name, reserved_name = families
-        out.add(total_name, total, labels=labels)
-        out.add(used_name, used, labels=labels)
-        out.add(free_name, free, labels=labels)
+        out.add(total_name, total, *extra)
+        out.add(used_name, used, *extra)
+        out.add(free_name, free, *extra)
         if reserved_name:
-            out.add(reserved_name, reserved, labels=labels)
+            out.add(reserved_name, reserved, *extra)
 
     def _temperature(self, gpu: Gpu) -> float | None:
         n, h = self.nvml, gpu.handle
@@ -367,26 +385,39 @@ class DeviceReader:
         plan = gpu.plans.get("throttle")
         if plan is None:
             plan = gpu.plans["throttle"] = [
-                (bit, out.labels_for(name)) for bit, name in nv.THROTTLE_REASONS
+                (bit, out.prefix(name)) for bit, name in nv.THROTTLE_REASONS
             ]
-        append = out.out.append
-        for bit, labels in plan:
-            append(("accel_clock_throttle_active", labels, 1.0 if reasons & bit else 0.0))
+        target = out.rows.setdefault("accel_clock_throttle_active", [])
+        for bit, prefix in plan:
+            target += prefix
+            target.append(1 if reasons & bit else 0)
 
     def _field_plan(self, gpu: Gpu, out: Emitter) -> FieldPlan:
         """The field-value request of a GPU and where each answer goes (per NVLink layout)."""
         if gpu.field_plan is None or gpu.field_plan.links != gpu.active_links:
             wanted: list[tuple[int, int] | int] = []
-            targets: list[tuple[str, list[str], float]] = []
+            by_metric: dict[tuple[str, float], list[tuple[tuple[int, int] | int, str]]] = {}
             for fid, (metric, extra, scale) in FIELD_SPECS.items():
+                entries = by_metric.setdefault((metric, scale), [])
                 if extra:
-                    wanted.append(fid)
-                    targets.append((metric, out.labels_for(extra), scale))
-                    continue
-                for link in gpu.active_links:
-                    wanted.append((fid, link))
-                    targets.append((metric, out.labels_for(str(link)), scale))
-            gpu.field_plan = FieldPlan(gpu.active_links, wanted, targets)
+                    entries.append((fid, extra))
+                else:
+                    entries += [((fid, link), str(link)) for link in gpu.active_links]
+            groups = []
+            for (metric, scale), entries in by_metric.items():
+                labels = [label for _, label in entries]
+                groups.append(
+                    FieldGroup(
+                        metric,
+                        scale,
+                        len(wanted),
+                        len(wanted) + len(entries),
+                        labels,
+                        [out.prefix(label) for label in labels],
+                    )
+                )
+                wanted += [entry for entry, _ in entries]
+            gpu.field_plan = FieldPlan(gpu.active_links, wanted, groups)
         return gpu.field_plan
 
     def _field_values(self, gpu: Gpu, handle: Any, out: Emitter) -> None:
@@ -396,21 +427,54 @@ class DeviceReader:
         except self.nvml.NVMLError as exc:
             gpu.failure("nvmlDeviceGetFieldValues", int(exc.value), str(exc))
             return
-        append = out.out.append
-        answered = 0
-        # ~40 entries per GPU per poll, answered in the order asked: decoded from
-        # the raw array in one tight loop (pynvml's struct attributes are slow).
-        # Each entry has its own status: those, not the call, say what answered.
-        statuses = nv.FIELD_STATUS.iter_unpack(bytes(values))
-        for (metric, labels, scale), (kind, code, raw) in zip(plan.targets, statuses, strict=True):
-            if code:
-                gpu.status(metric, code)
+        if not plan.wanted:
+            return
+        # ~50 entries per GPU per poll, answered in the order asked, each with its
+        # own status. Read as columns of the raw array (pynvml's struct attributes
+        # are slow), then family by family: a family whose entries all answered
+        # with plain 64-bit counts (the usual case) becomes its rows by slicing,
+        # without a Python loop over the entries.
+        kinds, codes, raws = nv.field_columns(values)
+        rows = out.rows
+        for group in plan.groups:
+            start, stop = group.start, group.stop
+            group_raws = raws[start:stop]
+            if (
+                any(codes[start:stop])
+                or kinds[start:stop].count(3) != stop - start
+                or nv.U64_MAX in group_raws
+                or nv.U32_MAX in group_raws
+            ):
+                self._field_entries(gpu, group, kinds, codes, raws, rows)
                 continue
-            answered += 1
-            number = raw if kind == 3 else nv.union_value(kind, raw)
+            gpu.ok += stop - start
+            row: list[Any] = [out.position] * (3 * (stop - start))
+            row[1::3] = group.labels
+            row[2::3] = map(group.scale.__mul__, group_raws)
+            target = rows.get(group.metric)
+            if target is None:
+                rows[group.metric] = row
+            else:
+                target += row
+
+    @staticmethod
+    def _field_entries(
+        gpu: Gpu,
+        group: FieldGroup,
+        kinds: list[int],
+        codes: list[int],
+        raws: list[int],
+        rows: Rows,
+    ) -> None:
+        """One family's field entries one by one: failures, other value types, sentinels."""
+        for i, prefix in enumerate(group.prefixes, start=group.start):
+            if codes[i]:
+                gpu.status(group.metric, codes[i])
+                continue
+            gpu.ok += 1
+            number = raws[i] if kinds[i] == 3 else nv.union_value(kinds[i], raws[i])
             if number not in nv.SENTINELS:
-                append((metric, labels, number * scale))
-        gpu.ok += answered
+                put(rows, group.metric, prefix, number * group.scale)
 
     def _processes(self, gpu: Gpu, handle: Any, out: Emitter, per_process: bool) -> None:
         n = self.nvml
@@ -455,7 +519,7 @@ class DeviceReader:
         # of it reports the same, so one of them is read, labelled by instance.
         instances = {m.gpu_instance: m.handle for m in reversed(gpu.mig)}
         for gi, handle in sorted(instances.items()):
-            self._memory(gpu, handle, out, MIG_MEMORY, out.labels_for(str(gi)))
+            self._memory(gpu, handle, out, MIG_MEMORY, str(gi))
         if gpu.gpm_supported:
             for gi in sorted(instances):
                 self._gpm(gpu, gi, out)
@@ -512,7 +576,8 @@ class DeviceReader:
                 out.add(
                     "accel_ecc_errors_total",
                     gpu.call(n.nvmlDeviceGetTotalEccErrors, h, etype, counter),
-                    labels=out.labels_with(tname, cname),
+                    tname,
+                    cname,
                 )
         for cause, name in nv.RETIREMENT_CAUSES:
             pages = gpu.call(n.nvmlDeviceGetRetiredPages, h, cause)
@@ -542,7 +607,7 @@ class DeviceReader:
             state = gpu.call(n.nvmlDeviceGetNvLinkState, h, link)
             if state is None:
                 continue
-            out.add("accel_nvlink_up", 1.0 if state else 0.0, str(link))
+            out.add("accel_nvlink_up", 1 if state else 0, str(link))
             if state:
                 active.append(link)
         gpu.active_links = tuple(active)
@@ -576,8 +641,10 @@ class DeviceReader:
         for mig in found:
             out.add(
                 "accel_mig_device_info",
-                1.0,
-                labels=out.labels_with(str(mig.gpu_instance), str(mig.compute_instance), mig.uuid),
+                1,
+                str(mig.gpu_instance),
+                str(mig.compute_instance),
+                mig.uuid,
             )
         kept = {m.gpu_instance for m in found}
         for gi in [gi for gi in gpu.gpm_samples if gi not in kept]:

@@ -19,7 +19,7 @@ from typing import Any
 from exporter import log
 from exporter.backends import nvml_support as nv
 from exporter.backends.event_wait import rest_after_empty_wait
-from exporter.backends.nvml_support import Wire
+from exporter.backends.wire import Rows, put
 
 WAIT_MS = 500
 # After an error other than TIMEOUT, wait this long before trying again (no spin).
@@ -45,7 +45,7 @@ class EventWatcher:
     def __init__(
         self,
         nvml: Any,
-        devices: Sequence[tuple[str, str, Any]],
+        devices: Sequence[tuple[int, Any]],
         *,
         wait_ms: int = WAIT_MS,
         clock: Callable[[], float] = time.time,
@@ -53,11 +53,12 @@ class EventWatcher:
         self.nvml = nvml
         self.wait_ms = wait_ms
         self.clock = clock
-        self._ids = {handle_address(h): (device, uuid) for device, uuid, h in devices}
+        # (inventory position, handle) of each GPU; events name the handle.
+        self._positions = {handle_address(h): position for position, h in devices}
         self._devices = list(devices)
         self._lock = threading.Lock()
-        self._xid: dict[tuple[str, str, str], Tally] = {}
-        self._events: dict[tuple[str, str, str], Tally] = {}
+        self._xid: dict[tuple[int, str], Tally] = {}
+        self._events: dict[tuple[int, str], Tally] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._set: Any = None
@@ -73,7 +74,7 @@ class EventWatcher:
         except n.NVMLError as exc:
             self._log.warning("events unavailable", reason=nv.reason_of(int(exc.value)))
             return False
-        for device, _uuid, handle in self._devices:
+        for device, handle in self._devices:
             try:
                 mask = self._mask(handle)
                 if mask:
@@ -118,35 +119,36 @@ class EventWatcher:
             self._record(data)
 
     def _record(self, data: Any) -> None:
-        ids = self._ids.get(handle_address(data.device))
-        if ids is None:
+        position = self._positions.get(handle_address(data.device))
+        if position is None:
             return
         kind = int(data.eventType)
         if kind == nv.EVENT_XID:
-            key, table = (*ids, str(int(data.eventData))), self._xid
+            key, table = (position, str(int(data.eventData))), self._xid
         else:
             name = dict(nv.EVENTS).get(kind)
             if name is None:
                 return
-            key, table = (*ids, name), self._events
+            key, table = (position, name), self._events
         now = self.clock()
         with self._lock:
             tally = table.setdefault(key, Tally())
             tally.count += 1
             tally.last = now
 
-    def readings(self) -> list[Wire]:
-        """Counters and last-seen timestamps, as wire readings."""
+    def readings(self) -> Rows:
+        """Counters and last-seen timestamps, as wire rows."""
         with self._lock:
             xid = [(k, Tally(t.count, t.last)) for k, t in self._xid.items()]
             events = [(k, Tally(t.count, t.last)) for k, t in self._events.items()]
-        out: list[Wire] = []
-        for key, tally in sorted(xid, key=lambda item: item[0]):
-            out.append(("accel_xid_errors_total", list(key), float(tally.count)))
-            out.append(("accel_xid_last_timestamp_seconds", list(key), tally.last))
-        for key, tally in sorted(events, key=lambda item: item[0]):
-            out.append(("accel_device_events_total", list(key), float(tally.count)))
-            out.append(("accel_device_event_last_timestamp_seconds", list(key), tally.last))
+        out: Rows = {}
+        for (count, last), tallies in (
+            (("accel_xid_errors_total", "accel_xid_last_timestamp_seconds"), xid),
+            (("accel_device_events_total", "accel_device_event_last_timestamp_seconds"), events),
+        ):
+            for key, tally in sorted(tallies, key=lambda item: item[0]):
+                put(out, count, key, tally.count)
+                put(out, last, key, tally.last)
         return out
 
     def stop(self) -> None:

@@ -14,22 +14,36 @@ poll args  ``{"slow": bool, "processes": bool, "events": bool}``
 poll fault ``inventory_changed`` (the devices differ from the inventory): the
            worker is restarted at once and asked again
 poll reply ``{"devices": [{"uuid": str, "up": bool, "reason": str}],
-              "readings": [[metric, [label, ...], number], ...],
-              "slow_readings": [...] (only when slow was asked)}``
+              "readings": {metric: [position, label, ..., number, ...]},
+              "slow_readings": {...} (only when slow was asked)}``
+
+Readings are grouped per family, and the identity labels are not repeated:
+each family's list holds its series one after another, each as the device's
+position in the inventory (an int, standing for its ``device`` and ``uuid``
+labels), then its other label values in catalog order, then the value. A row
+is as wide as the family has labels, so ``accel_power_watts`` (device, uuid)
+rows are ``[0, 312.5, 1, 298.0]`` and ``accel_clock_hertz`` (device, uuid,
+clock) rows ``[0, "graphics", 1.98e9, 0, "sm", 1.98e9]``. Only device families
+(labels starting with device, uuid) may appear; anything that does not fit
+(an unknown family, a ragged list, a position outside the inventory, a label
+that is not a string, a value that is not a finite number) is a ShapeError,
+never a truncation.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from exporter.backends.base import INVENTORY_CHANGED
+from exporter.backends.wire import ROW_WIDTH
 from exporter.catalog.device import INFO_LABELS
 from exporter.config.schema import DeviceSourceConfig
 from exporter.errors import SourceError, WorkerError
-from exporter.model import Reading, is_number
+from exporter.model import Reading, readings_of
 from exporter.sources.worker import WorkerSource
 
 # Share of the poll deadline given to the worker call, so the runner's own
@@ -74,22 +88,66 @@ def parse_inventory(raw: Mapping[str, Any]) -> tuple[str, list[DeviceId]]:
     return vendor, out
 
 
-def parse_readings(raw: Any, where: str) -> list[Reading]:
-    """``[[metric, [labels], value], ...]`` -> readings; ShapeError on any malformed entry."""
-    if not isinstance(raw, list):
-        raise ShapeError(f"{where} is not a list")
-    out = []
-    for i, item in enumerate(raw):
-        if (
-            not isinstance(item, list)
-            or len(item) != 3
-            or not isinstance(item[0], str)
-            or not isinstance(item[1], list)
-            or not all(isinstance(v, str) for v in item[1])
-            or not is_number(item[2])
-        ):
-            raise ShapeError(f"{where}[{i}] is not [metric, [labels], finite number]")
-        out.append(Reading(item[0], tuple(item[1]), float(item[2])))
+_INT, _FLOAT, _STR = frozenset({int}), frozenset({float}), frozenset({str})
+_NUMBER = _INT | _FLOAT
+
+
+def parse_readings(raw: Any, devices: Sequence[DeviceId], where: str) -> list[Reading]:
+    """``{metric: [position, label..., number, ...]}`` -> readings (see the module docstring).
+
+    ShapeError on anything malformed: an unknown or non-device family, rows not
+    a whole number of rows wide, a position outside the inventory, a label that
+    is not a string, a value that is not a finite number. Each family's rows
+    are checked column by column, so a reply of hundreds of series costs a few
+    passes in C rather than a Python loop over each item.
+    """
+    if not isinstance(raw, dict):
+        raise ShapeError(f"{where} is not an object")
+    identity_of = [(d.device, d.uuid) for d in devices]
+    device_of = [d.device for d in devices]
+    uuid_of = [d.uuid for d in devices]
+    known = frozenset(range(len(devices)))
+    out: list[Reading] = []
+    for metric, rows in raw.items():
+        width = ROW_WIDTH.get(metric)
+        if width is None:
+            raise ShapeError(f"{where}: {metric!r} is not a device family")
+        if type(rows) is not list or len(rows) % width:
+            raise ShapeError(f"{where}.{metric} is not a list of rows of {width}")
+        positions = rows[0::width]
+        # (the type check also refuses True and 1.0, which the set check would take for 1)
+        if not set(positions) <= known or not set(map(type, positions)) <= _INT:
+            raise ShapeError(f"{where}.{metric} names a device outside the inventory")
+        extras = []
+        for k in range(1, width - 1):
+            column = rows[k::width]
+            if not set(map(type, column)) <= _STR:
+                raise ShapeError(f"{where}.{metric} has a label that is not a string")
+            extras.append(column)
+        values = rows[width - 1 :: width]
+        kinds = set(map(type, values))
+        try:
+            if kinds == _FLOAT:
+                finite = all(map(math.isfinite, values))
+            elif kinds <= _NUMBER:
+                values = list(map(float, values))  # an int is finite unless it overflows here
+                finite = kinds == _INT or all(map(math.isfinite, values))
+            else:
+                raise ShapeError(f"{where}.{metric} has a value that is not a number")
+        except OverflowError:  # an integer beyond any double
+            finite = False
+        if not finite:
+            raise ShapeError(f"{where}.{metric} has a value that is not finite")
+        if extras:
+            labels: Iterable[tuple[str, ...]] = zip(
+                map(device_of.__getitem__, positions),
+                map(uuid_of.__getitem__, positions),
+                *extras,
+                strict=True,  # equal by construction: the list is a whole number of rows
+            )
+        else:  # identity labels only: one shared tuple per device
+            labels = map(identity_of.__getitem__, positions)
+        out += readings_of(metric, labels, values)
     return out
 
 
@@ -217,9 +275,11 @@ class DeviceSource(WorkerSource):
                 )
             if not up:
                 down.add((dev.device, dev.uuid))
-        out.extend(parse_readings(reply.get("readings", []), "readings"))
+        out.extend(parse_readings(reply.get("readings", {}), self._devices, "readings"))
         if slow:
-            self._slow = parse_readings(reply.get("slow_readings", []), "slow_readings")
+            self._slow = parse_readings(
+                reply.get("slow_readings", {}), self._devices, "slow_readings"
+            )
         # Slow fields read before a device went down must not outlive it.
         out.extend(r for r in self._slow if r.labels[:2] not in down)
         return out

@@ -2,7 +2,7 @@
 
 Runs inside the worker child. Reads the JSON control file at every request:
 ``{"devices": n, "mode": "ok" | "hang" | "crash" | "exit" | "garbage" | "wrong_id" | "short" |
-"bad_reading" | "unencodable" | "slow" | "fault" | "bootstrap_error" | "bootstrap_unavailable" |
+"bad_reading" | "ragged" | "unencodable" | "slow" | "fault" | "bootstrap_error" | "bootstrap_unavailable" |
 "bootstrap_hang", "delay": seconds, "value": number}``. A ``devices`` count other
 than the one announced at bootstrap makes polls fail with ``inventory_changed``.
 """
@@ -71,16 +71,16 @@ class MisbehavingBackend:
             raise BackendError("inventory_changed", "the test changed the device count")
         devices = [{"uuid": f"TEST-{i}", "up": True, "reason": ""} for i in range(self.devices)]
         value = float(ctl.get("value", 42.0))
-        readings: list[list[Any]] = [
-            ["accel_power_watts", [str(i), f"TEST-{i}"], value + i] for i in range(self.devices)
-        ]
+        power: list[Any] = [x for i in range(self.devices) for x in (i, value + i)]
         if mode == "short":
             devices = devices[:-1]
         if mode == "bad_reading":
-            readings.append(["accel_power_watts", ["0"], "NaN"])
+            power += [0, "NaN"]  # a value that is not a number
+        if mode == "ragged":
+            power += [1]  # a row cut short
         if mode == "unencodable":  # JSON has no NaN: the reply cannot be framed
-            readings.append(["accel_power_watts", ["0", "TEST-0"], float("nan")])
-        return {"devices": devices, "readings": readings, "slow_readings": []}
+            power += [0, float("nan")]
+        return {"devices": devices, "readings": {"accel_power_watts": power}, "slow_readings": {}}
 
     def close(self) -> None:
         pass

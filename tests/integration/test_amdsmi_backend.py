@@ -18,6 +18,7 @@ from exporter.catalog import CATALOG
 from exporter.workers.protocol import encode
 from tests.fakes.amdsmi import expected, state
 from tests.fakes.amdsmi.state import FakeAmdSmi
+from tests.helpers.device_replies import reply_readings, reply_values
 
 Make = Callable[..., AmdSmiBackend]
 
@@ -45,9 +46,9 @@ def poll(backend: AmdSmiBackend, **args: Any) -> dict[str, Any]:
 
 def as_series(reply: dict[str, Any]) -> dict[expected.Series, float]:
     out = {}
-    for metric, labels, val in reply["readings"] + reply.get("slow_readings", []):
+    for (metric, labels), val in reply_values(reply).items():
         keys = CATALOG[metric].labels
-        out[(metric, tuple(sorted(zip(keys, labels, strict=True))))] = float(val)
+        out[(metric, tuple(sorted(zip(keys, labels, strict=True))))] = val
     return out
 
 
@@ -92,7 +93,7 @@ def test_poll_gives_exact_values_for_every_device(make: Make, amdsmi_inprocess: 
     for i in range(8):
         want.update(expected.series(amdsmi_inprocess.device(i), i, processes=True))
     assert got == want
-    for metric, _, _ in reply["readings"] + reply["slow_readings"]:
+    for metric in [*reply["readings"], *reply["slow_readings"]]:
         assert metric in CATALOG
 
 
@@ -101,7 +102,7 @@ def test_slow_fields_only_when_asked_and_processes_behind_the_flag(make: Make) -
     backend.bootstrap()
     reply = poll(backend, slow=False)
     assert "slow_readings" not in reply
-    metrics = {r[0] for r in reply["readings"]}
+    metrics = set(reply["readings"])
     assert "accel_ecc_errors_total" not in metrics
     assert not metrics & {"accel_processes", "accel_process_memory_bytes"}
 
@@ -192,7 +193,7 @@ def test_lost_device_is_down_others_unaffected_and_it_comes_back(
     assert states[5] == (False, "gpu_lost")
     assert all(s == (True, "") for i, s in enumerate(states) if i != 5)
     lost_uuid = reply["devices"][5]["uuid"]
-    assert not any(r[1][1] == lost_uuid for r in reply["readings"] + reply["slow_readings"])
+    assert not any(r.labels[1] == lost_uuid for r in reply_readings(reply))
     amdsmi_inprocess.device(5).lost_status = 0
     assert poll(backend)["devices"][5] == {"uuid": lost_uuid, "up": True, "reason": ""}
 
@@ -209,7 +210,7 @@ def test_device_answering_only_errors_is_down_with_that_reason(
     assert reply["devices"][2]["reason"] == "no_perm"
     # One failing field on device 4 costs that field only.
     assert reply["devices"][4]["up"] is True
-    dev4 = [r[0] for r in reply["readings"] if r[1][0] == "4"]
+    dev4 = [r.metric for r in reply_readings(reply) if r.labels[0] == "4"]
     assert "accel_power_watts" not in dev4 and "accel_energy_joules_total" in dev4
 
 
@@ -310,7 +311,9 @@ def test_no_gpu_is_unavailable_not_an_error(make: Make, amdsmi_inprocess: FakeAm
 
 def _events(reply: dict[str, Any]) -> dict[tuple[str, str], float]:
     return {
-        (r[1][0], r[1][2]): r[2] for r in reply["readings"] if r[0] == "accel_device_events_total"
+        (r.labels[0], r.labels[2]): r.value
+        for r in reply_readings(reply)
+        if r.metric == "accel_device_events_total"
     }
 
 
@@ -328,7 +331,9 @@ def test_events_are_counted_per_device_and_type(make: Make, amdsmi_inprocess: Fa
     reply = poll(backend)
     assert _events(reply) == {("1", "vmfault"): 2, ("6", "gpu_pre_reset"): 1}
     stamps = [
-        r[2] for r in reply["readings"] if r[0] == "accel_device_event_last_timestamp_seconds"
+        r.value
+        for r in reply_readings(reply)
+        if r.metric == "accel_device_event_last_timestamp_seconds"
     ]
     assert len(stamps) == 2 and all(before <= s <= time.time() for s in stamps)
     assert amdsmi_inprocess.state.event_head == amdsmi_inprocess.state.event_tail

@@ -82,7 +82,7 @@ def test_bootstrap_and_call(ctl):
             inv = await wait_ready(r)
             assert [d["uuid"] for d in inv["devices"]] == ["TEST-0", "TEST-1"]
             result = await r.call("poll", {}, timeout=5)
-            assert result["readings"][0] == ["accel_power_watts", ["0", "TEST-0"], 42.0]
+            assert result["readings"] == {"accel_power_watts": [0, 42.0, 1, 43.0]}
             assert r.pid in children_of(os.getpid())
         finally:
             await r.stop()
@@ -234,7 +234,7 @@ def device_source(ctl) -> DeviceSource:
     return src
 
 
-@pytest.mark.parametrize("mode", ["short", "bad_reading"])
+@pytest.mark.parametrize("mode", ["short", "bad_reading", "ragged"])
 def test_shape_mismatch_is_an_error_and_kills(ctl, mode):
     async def go():
         src = device_source(ctl)

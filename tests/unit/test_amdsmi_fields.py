@@ -27,6 +27,9 @@ from exporter.errors import ConfigError
         (True, (), None),
         (None, (), None),
         (15.258999824523926, (), 15.258999824523926),
+        (float("inf"), (), None),
+        (float("nan"), (), None),
+        (10**400, (), None),  # no device counter is that wide; float() would overflow
     ],
 )
 def test_number(raw: object, sentinels: tuple[int, ...], want: float | None) -> None:

@@ -21,10 +21,10 @@ import pytest
 from exporter.backends import nvml as nvml_backend
 from exporter.backends.base import BackendError, BackendUnavailable
 from exporter.backends.nvml import NvmlBackend
-from exporter.sources.device import parse_inventory, parse_readings
-from exporter.workers.protocol import decode, encode
+from exporter.sources.device import parse_inventory
 from tests.fakes.nvml import control
 from tests.fakes.nvml.control import FakeNvml, MigInstance, Process
+from tests.helpers.device_replies import reply_values
 
 
 @pytest.fixture(scope="session")
@@ -78,15 +78,7 @@ def poll(b: NvmlBackend, *, slow: bool = True, processes: bool = False) -> dict[
 
 
 def values(reply: dict[str, Any]) -> dict[tuple[str, tuple[str, ...]], float]:
-    reply = decode(encode({"type": "result", "result": reply})[4:])["result"]  # as on the wire
-    readings = parse_readings(reply["readings"], "readings")
-    readings += parse_readings(reply.get("slow_readings", []), "slow_readings")
-    out = {}
-    for r in readings:
-        key = (r.metric, r.labels)
-        assert key not in out, f"duplicate series {key}"
-        out[key] = r.value
-    return out
+    return reply_values(reply)
 
 
 def test_inventory_has_identity_and_info_labels(fake, backend):

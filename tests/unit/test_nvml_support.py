@@ -38,27 +38,30 @@ def test_uint_ignores_upper_bytes_of_the_union():
 
 @pytest.mark.parametrize("value", [nv.U32_MAX, nv.U64_MAX, -1, math.inf, math.nan])
 def test_sentinels_are_never_emitted(value):
-    out = Emitter(["0", "GPU-x"])
+    out = Emitter(0, {})
     out.add("accel_power_watts", value, scale=1e-3)
-    assert out.out == []
+    assert out.rows == {}
 
 
-def test_ratio_rejects_out_of_range_percentages():
-    out = Emitter(["0", "GPU-x"])
+def test_ratio_rejects_out_of_range_percentages_and_rows_are_in_wire_form():
+    out = Emitter(3, {})
     out.ratio("accel_utilization_ratio", 101)
+    out.ratio("accel_utilization_ratio", nv.U32_MAX)
+    out.ratio("accel_utilization_ratio", math.nan)
     out.ratio("accel_utilization_ratio", 0)
     out.ratio("accel_fan_speed_ratio", 55, "1")
-    assert out.out == [
-        ("accel_utilization_ratio", ["0", "GPU-x"], 0.0),
-        ("accel_fan_speed_ratio", ["0", "GPU-x", "1"], 0.55),
-    ]
+    out.ratio("accel_fan_speed_ratio", 60, "2")
+    assert out.rows == {
+        "accel_utilization_ratio": [3, 0.0],
+        "accel_fan_speed_ratio": [3, "1", 0.55, 3, "2", 0.6],
+    }
 
 
-def test_labels_are_shared_per_dimension_value():
+def test_row_prefixes_are_shared_per_dimension_value():
     cache: dict = {}
-    a, b = Emitter(["0", "u"], cache), Emitter(["0", "u"], cache)
-    assert a.labels_for("gpu") is b.labels_for("gpu")
-    assert a.labels_with("1", "0") == ["0", "u", "1", "0"]
+    a, b = Emitter(0, {}, cache), Emitter(0, {}, cache)
+    assert a.prefix("gpu") is b.prefix("gpu")
+    assert a.prefix("1", "0") == (0, "1", "0")
 
 
 def test_reasons_and_cuda_version():
@@ -85,3 +88,26 @@ def test_every_pynvml_function_the_backend_calls_is_resolved_at_bootstrap():
     called -= {"nvmlMemory_v2", "nvmlDeviceGetMemoryInfo_v2", "nvmlReturn"}  # nvmlReturn: a field
     assert called - set(nv.FUNCTIONS) == set()
     assert len(called) > 40
+
+
+def test_field_columns_read_type_status_and_raw_value_of_each_entry():
+    double = struct.unpack("=Q", struct.pack("=d", 2.5))[0]
+    entries = [(3, 0, 2**64 - 1), (1, 3, 7), (0, 0, double)]
+    data = b"".join(
+        nv.FIELD_VALUE.pack(138, link, 1700000000, 12, kind, code, raw)
+        for link, (kind, code, raw) in enumerate(entries)
+    )
+    kinds, codes, raws = nv.field_columns(data)
+    assert (kinds, codes, raws) == ([3, 1, 0], [0, 3, 0], [2**64 - 1, 7, double])
+    assert [(e[0], e[2]) for e in nv.field_entries(data)] == [(138, 0), (138, 3), (138, 0)]
+
+
+def test_drop_removes_the_rows_of_one_device_only():
+    from exporter.backends.wire import drop
+
+    rows = {
+        "accel_power_watts": [0, 1.0, 1, 2.0, 2, 3.0],
+        "accel_clock_hertz": [1, "sm", 5.0, 0, "sm", 6.0, 1, "graphics", 7.0],
+    }
+    drop(rows, 1)
+    assert rows == {"accel_power_watts": [0, 1.0, 2, 3.0], "accel_clock_hertz": [0, "sm", 6.0]}

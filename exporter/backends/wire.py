@@ -1,0 +1,54 @@
+"""Readings as a device backend returns them (the shapes: exporter.sources.device).
+
+A reply's readings map each family to one flat list of rows: the device's
+position in the inventory, the family's other label values, the value. A
+backend adds every device's rows to the reply's lists as it reads them; a
+device found down half-way has its rows dropped again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from exporter.catalog import CATALOG
+from exporter.catalog.device import ID
+
+# family -> [position, label..., value, position, label..., value, ...]
+Rows = dict[str, list[Any]]
+
+# Width of a row per device family: its label count, the two identity labels
+# (device, uuid) being replaced by one inventory position.
+ROW_WIDTH: dict[str, int] = {
+    spec.name: len(spec.labels) for spec in CATALOG.values() if spec.labels[: len(ID)] == ID
+}
+
+
+def merge(into: Rows, part: Rows) -> None:
+    """Append the rows of ``part`` to ``into``; ``part`` is spent (its lists may be reused)."""
+    for metric, rows in part.items():
+        target = into.get(metric)
+        if target is None:
+            into[metric] = rows
+        else:
+            target += rows
+
+
+def put(rows: Rows, metric: str, prefix: tuple[Any, ...], value: float) -> None:
+    """Append one row: ``prefix`` (position and labels) and the value."""
+    target = rows.get(metric)
+    if target is None:
+        target = rows[metric] = []
+    target += prefix
+    target.append(value)
+
+
+def drop(rows: Rows, position: int) -> None:
+    """Remove every row of the device at ``position`` (found down after some were added)."""
+    for metric, items in rows.items():
+        width = ROW_WIDTH[metric]
+        items[:] = [
+            item
+            for start in range(0, len(items), width)
+            if items[start] != position
+            for item in items[start : start + width]
+        ]
