@@ -19,7 +19,6 @@ from exporter.backends import nvml_support as nv
 from exporter.backends.base import InventoryChanged
 from exporter.backends.binding import Binding
 from exporter.backends.nvml_support import Emitter
-from exporter.backends.wire import Rows, put
 
 # Returned by DeviceReader._newer: read this GPU with the older entry point.
 OLDER = object()
@@ -80,24 +79,12 @@ FIELD_SPECS: dict[int, tuple[str, str, float]] = {
 
 
 @dataclass(frozen=True)
-class FieldGroup:
-    """The consecutive entries of a field-value request that fill one family."""
-
-    metric: str
-    scale: float
-    start: int
-    stop: int
-    labels: list[str]  # the dimension label of each entry
-    prefixes: list[tuple[Any, ...]]  # the row prefix of each entry
-
-
-@dataclass(frozen=True)
 class FieldPlan:
-    """One GPU's nvmlDeviceGetFieldValues request and, group by group, where answers go."""
+    """One GPU's nvmlDeviceGetFieldValues request and, entry by entry, where answers go."""
 
     links: tuple[int, ...]
     wanted: list[tuple[int, int] | int]
-    groups: list[FieldGroup]
+    targets: list[tuple[str, tuple[Any, ...], float]]  # (family, row prefix, scale)
 
 
 class DeviceDown(Exception):
@@ -396,28 +383,16 @@ class DeviceReader:
         """The field-value request of a GPU and where each answer goes (per NVLink layout)."""
         if gpu.field_plan is None or gpu.field_plan.links != gpu.active_links:
             wanted: list[tuple[int, int] | int] = []
-            by_metric: dict[tuple[str, float], list[tuple[tuple[int, int] | int, str]]] = {}
+            targets: list[tuple[str, tuple[Any, ...], float]] = []
             for fid, (metric, extra, scale) in FIELD_SPECS.items():
-                entries = by_metric.setdefault((metric, scale), [])
                 if extra:
-                    entries.append((fid, extra))
-                else:
-                    entries += [((fid, link), str(link)) for link in gpu.active_links]
-            groups = []
-            for (metric, scale), entries in by_metric.items():
-                labels = [label for _, label in entries]
-                groups.append(
-                    FieldGroup(
-                        metric,
-                        scale,
-                        len(wanted),
-                        len(wanted) + len(entries),
-                        labels,
-                        [out.prefix(label) for label in labels],
-                    )
-                )
-                wanted += [entry for entry, _ in entries]
-            gpu.field_plan = FieldPlan(gpu.active_links, wanted, groups)
+                    wanted.append(fid)
+                    targets.append((metric, out.prefix(extra), scale))
+                    continue
+                for link in gpu.active_links:
+                    wanted.append((fid, link))
+                    targets.append((metric, out.prefix(str(link)), scale))
+            gpu.field_plan = FieldPlan(gpu.active_links, wanted, targets)
         return gpu.field_plan
 
     def _field_values(self, gpu: Gpu, handle: Any, out: Emitter) -> None:
@@ -427,54 +402,26 @@ class DeviceReader:
         except self.nvml.NVMLError as exc:
             gpu.failure("nvmlDeviceGetFieldValues", int(exc.value), str(exc))
             return
-        if not plan.wanted:
-            return
-        # ~50 entries per GPU per poll, answered in the order asked, each with its
-        # own status. Read as columns of the raw array (pynvml's struct attributes
-        # are slow), then family by family: a family whose entries all answered
-        # with plain 64-bit counts (the usual case) becomes its rows by slicing,
-        # without a Python loop over the entries.
-        kinds, codes, raws = nv.field_columns(values)
         rows = out.rows
-        for group in plan.groups:
-            start, stop = group.start, group.stop
-            group_raws = raws[start:stop]
-            if (
-                any(codes[start:stop])
-                or kinds[start:stop].count(3) != stop - start
-                or nv.U64_MAX in group_raws
-                or nv.U32_MAX in group_raws
-            ):
-                self._field_entries(gpu, group, kinds, codes, raws, rows)
+        answered = 0
+        # ~50 entries per GPU per poll, answered in the order asked, each with its
+        # own status: decoded from the raw array in one tight loop (pynvml's
+        # struct attributes are slow; and a plain loop over few C routines keeps
+        # the instruction cache warm, which bought more than slicing columns did).
+        statuses = nv.FIELD_STATUS.iter_unpack(bytes(values))
+        for (metric, prefix, scale), (kind, code, raw) in zip(plan.targets, statuses, strict=True):
+            if code:
+                gpu.status(metric, code)
                 continue
-            gpu.ok += stop - start
-            row: list[Any] = [out.position] * (3 * (stop - start))
-            row[1::3] = group.labels
-            row[2::3] = map(group.scale.__mul__, group_raws)
-            target = rows.get(group.metric)
-            if target is None:
-                rows[group.metric] = row
-            else:
-                target += row
-
-    @staticmethod
-    def _field_entries(
-        gpu: Gpu,
-        group: FieldGroup,
-        kinds: list[int],
-        codes: list[int],
-        raws: list[int],
-        rows: Rows,
-    ) -> None:
-        """One family's field entries one by one: failures, other value types, sentinels."""
-        for i, prefix in enumerate(group.prefixes, start=group.start):
-            if codes[i]:
-                gpu.status(group.metric, codes[i])
-                continue
-            gpu.ok += 1
-            number = raws[i] if kinds[i] == 3 else nv.union_value(kinds[i], raws[i])
+            answered += 1
+            number = raw if kind == 3 else nv.union_value(kind, raw)
             if number not in nv.SENTINELS:
-                put(rows, group.metric, prefix, number * group.scale)
+                target = rows.get(metric)
+                if target is None:
+                    target = rows[metric] = []
+                target += prefix
+                target.append(number * scale)
+        gpu.ok += answered
 
     def _processes(self, gpu: Gpu, handle: Any, out: Emitter, per_process: bool) -> None:
         n = self.nvml

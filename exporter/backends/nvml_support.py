@@ -203,10 +203,8 @@ def is_sentinel(value: float) -> bool:
 # (the 8-byte union read as an unsigned long long, then reinterpreted by valueType:
 # 0 double, 1 uint, 2 ulong (LP64), 3 ull, 4 sll, 5 sint, 6 ushort).
 FIELD_VALUE = struct.Struct("=IIqqIIQ")
-# Where valueType, nvmlReturn (uint32) and the value (uint64) sit in an entry,
-# counted in those units: what a poll needs of each entry.
-_ENTRY_U32S, _KIND_U32, _CODE_U32 = FIELD_VALUE.size // 4, 6, 7
-_ENTRY_U64S, _VALUE_U64 = FIELD_VALUE.size // 8, 4
+# The same entry, only (valueType, nvmlReturn, value): what a poll needs.
+FIELD_STATUS = struct.Struct("=24xIIQ")
 # nvmlUtilization_t {gpu, memory}; nvmlMemory_t {total, free, used};
 # nvmlMemory_v2_t {version, (pad), total, reserved, free, used}.
 UTILIZATION = struct.Struct("=II")
@@ -245,20 +243,6 @@ def field_entries(values: Any) -> list[tuple[int, int, int, float]]:
         (fid, scope, code, union_value(kind, raw))
         for fid, scope, _ts, _latency, kind, code, raw in FIELD_VALUE.iter_unpack(bytes(values))
     ]
-
-
-def field_columns(values: Any) -> tuple[list[int], list[int], list[int]]:
-    """(valueTypes, nvmlReturns, raw values) of an nvmlFieldValue_t array, as three lists.
-
-    Read as strided views of the array's bytes, so no Python code runs per entry.
-    """
-    data = memoryview(bytes(values))
-    u32, u64 = data.cast("I"), data.cast("Q")
-    return (
-        u32[_KIND_U32::_ENTRY_U32S].tolist(),
-        u32[_CODE_U32::_ENTRY_U32S].tolist(),
-        u64[_VALUE_U64::_ENTRY_U64S].tolist(),
-    )
 
 
 def text(value: Any) -> str:

@@ -61,12 +61,8 @@ def test_unknown_names_are_refused(layout):
 def test_backend_struct_decoders_match_pynvml():
     from exporter.backends import nvml_support as nv
 
-    entry = pynvml.c_nvmlFieldValue_t
-    assert nv.FIELD_VALUE.size == ctypes.sizeof(entry)
-    # field_columns reads valueType, nvmlReturn (uint32) and the value (uint64) by offset.
-    assert entry.valueType.offset == nv._KIND_U32 * 4
-    assert entry.nvmlReturn.offset == nv._CODE_U32 * 4
-    assert entry.value.offset == nv._VALUE_U64 * 8
+    assert nv.FIELD_VALUE.size == nv.FIELD_STATUS.size == ctypes.sizeof(pynvml.c_nvmlFieldValue_t)
+    assert nv.FIELD_STATUS.size - 16 == pynvml.c_nvmlFieldValue_t.valueType.offset
     assert nv.UTILIZATION.size == ctypes.sizeof(pynvml.c_nvmlUtilization_t)
     assert nv.MEMORY_V1.size == ctypes.sizeof(pynvml.c_nvmlMemory_t)
     assert nv.MEMORY_V2.size == ctypes.sizeof(pynvml.c_nvmlMemory_v2_t)

@@ -90,18 +90,6 @@ def test_every_pynvml_function_the_backend_calls_is_resolved_at_bootstrap():
     assert len(called) > 40
 
 
-def test_field_columns_read_type_status_and_raw_value_of_each_entry():
-    double = struct.unpack("=Q", struct.pack("=d", 2.5))[0]
-    entries = [(3, 0, 2**64 - 1), (1, 3, 7), (0, 0, double)]
-    data = b"".join(
-        nv.FIELD_VALUE.pack(138, link, 1700000000, 12, kind, code, raw)
-        for link, (kind, code, raw) in enumerate(entries)
-    )
-    kinds, codes, raws = nv.field_columns(data)
-    assert (kinds, codes, raws) == ([3, 1, 0], [0, 3, 0], [2**64 - 1, 7, double])
-    assert [(e[0], e[2]) for e in nv.field_entries(data)] == [(138, 0), (138, 3), (138, 0)]
-
-
 def test_drop_removes_the_rows_of_one_device_only():
     from exporter.backends.wire import drop
 
