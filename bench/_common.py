@@ -6,6 +6,7 @@ import statistics
 import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,33 @@ def compare(
         "reply_bytes": len(frame),
         "readings_per_poll": len(readings),
     }
+
+
+@dataclass
+class Subject:
+    """A backend ready to measure: its polls (through the backend, and the same vendor
+    calls bare), the fake's call counter, the daemon's parse, and how to start a daemon
+    on the same fake."""
+
+    calls: Callable[[], int]
+    parse: Parse
+    polls: dict[str, tuple[Callable[[], Any], Callable[[], Any]]]  # "fast"/"slow": (through, bare)
+    close: Callable[[], None]
+    config: dict[str, Any]
+    env: dict[str, str]
+    ids: list[tuple[str, str]]
+
+
+def measure(subject: Subject, devices: int, polls: int, workdir: Path) -> dict[str, Any]:
+    """Every figure of bench/poll.py for one backend (see its docstring)."""
+    result: dict[str, Any] = {"devices": devices, "polls": polls}
+    for name, (through, bare) in subject.polls.items():
+        result[name] = compare(
+            name, subject.calls, through, bare, polls, subject.parse, name == "slow"
+        )
+    subject.close()
+    result.update(first_complete_metrics(workdir, subject.config, subject.env, subject.ids))
+    return result
 
 
 def _first_complete(

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from _common import compare, first_complete_metrics, reply_parser  # noqa: E402
+from _common import Subject, measure, reply_parser  # noqa: E402
 
 from exporter.backends.amdsmi import AmdSmiBackend  # noqa: E402
 from tests.fakes.amdsmi import build, state  # noqa: E402
@@ -69,8 +69,8 @@ def _bare_slow(a: Any, handles: list[Any]) -> None:
         a.amdsmi_get_gpu_kfd_info(h)
 
 
-def run(devices: int, polls: int, workdir: Path) -> dict[str, Any]:
-    """Measure the amdsmi backend with ``devices`` fake MI300X GPUs."""
+def prepare(devices: int, workdir: Path) -> Subject:
+    """The amdsmi backend with ``devices`` fake MI300X GPUs, ready to measure."""
     root = build.build(workdir / "amdsmi")
     fake = state.create(workdir / "amdsmi-state.bin", devices)
     # amdsmi finds its library while it is imported: the environment comes first.
@@ -81,26 +81,26 @@ def run(devices: int, polls: int, workdir: Path) -> dict[str, Any]:
     api = backend.api
     handles = [g.handle for g in backend.gpus]
 
-    def fast() -> Any:
-        return backend.handle("poll", {"slow": False, "processes": False, "events": False})
+    def poll(slow: bool) -> Any:
+        return backend.handle("poll", {"slow": slow, "processes": False, "events": False})
 
-    def slow() -> Any:
-        return backend.handle("poll", {"slow": True, "processes": False, "events": False})
+    return Subject(
+        calls=lambda: int(fake.state.calls),
+        parse=parse,
+        polls={
+            "fast": (lambda: poll(False), lambda: _bare_fast(api, handles)),
+            "slow": (lambda: poll(True), lambda: _bare_slow(api, handles)),
+        },
+        close=backend.close,
+        config={"sources": {"host": {"enabled": False}, "amdsmi": {}}},
+        env={**build.env_for(root, {}), **fake.env},
+        ids=[(str(i), uuid(fake.device(i))) for i in range(devices)],
+    )
 
-    result: dict[str, Any] = {"devices": devices, "polls": polls}
-    for name, through, bare in (
-        ("fast", fast, lambda: _bare_fast(api, handles)),
-        ("slow", slow, lambda: _bare_slow(api, handles)),
-    ):
-        result[name] = compare(
-            name, lambda: int(fake.state.calls), through, bare, polls, parse, name == "slow"
-        )
-    backend.close()
-    config = {"sources": {"host": {"enabled": False}, "amdsmi": {}}}
-    env = {**build.env_for(root, {}), **fake.env}
-    ids = [(str(i), uuid(fake.device(i))) for i in range(devices)]
-    result.update(first_complete_metrics(workdir, config, env, ids))
-    return result
+
+def run(devices: int, polls: int, workdir: Path) -> dict[str, Any]:
+    """Measure the amdsmi backend with ``devices`` fake MI300X GPUs."""
+    return measure(prepare(devices, workdir), devices, polls, workdir)
 
 
 def main(argv: list[str] | None = None) -> int:

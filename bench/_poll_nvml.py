@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from _common import compare, first_complete_metrics, reply_parser
+from _common import Subject, measure, reply_parser
 
 from exporter.backends import nvml_support as nv
 from exporter.backends.nvml import NvmlBackend
@@ -70,8 +70,8 @@ def _bare_slow(n: Any, handles: list[Any], links: int) -> None:
     _bare_fast(n, handles, links)
 
 
-def run(devices: int, polls: int, workdir: Path) -> dict[str, Any]:
-    """Measure the nvml backend with ``devices`` fake GPUs."""
+def prepare(devices: int, workdir: Path) -> Subject:
+    """The nvml backend with ``devices`` fake GPUs, ready to measure."""
     lib = build(workdir / "lib")
     fake = FakeNvml.create(lib, workdir / "state", devices)
     os.environ["FAKE_NVML_STATE"] = str(fake.path)
@@ -82,23 +82,26 @@ def run(devices: int, polls: int, workdir: Path) -> dict[str, Any]:
     handles = [g.handle for g in backend.gpus]
     links = int(fake.device(0).nvlink_count)
     backend.poll(slow=True, processes=False, events=False)  # learn the NVLink layout
+    return Subject(
+        calls=lambda: int(fake.state.calls),
+        parse=parse,
+        polls={
+            "fast": (
+                lambda: backend.poll(slow=False, processes=False, events=False),
+                lambda: _bare_fast(n, handles, links),
+            ),
+            "slow": (
+                lambda: backend.poll(slow=True, processes=False, events=False),
+                lambda: _bare_slow(n, handles, links),
+            ),
+        },
+        close=backend.close,
+        config={"sources": {"host": {"enabled": False}, "nvml": {}}},
+        env=fake.env(),
+        ids=[(str(i), fake.uuid(i)) for i in range(devices)],
+    )
 
-    def fast() -> Any:
-        return backend.poll(slow=False, processes=False, events=False)
 
-    def slow() -> Any:
-        return backend.poll(slow=True, processes=False, events=False)
-
-    result: dict[str, Any] = {"devices": devices, "polls": polls}
-    for name, through, bare in (
-        ("fast", fast, lambda: _bare_fast(n, handles, links)),
-        ("slow", slow, lambda: _bare_slow(n, handles, links)),
-    ):
-        result[name] = compare(
-            name, lambda: int(fake.state.calls), through, bare, polls, parse, name == "slow"
-        )
-    backend.close()
-    config = {"sources": {"host": {"enabled": False}, "nvml": {}}}
-    ids = [(str(i), fake.uuid(i)) for i in range(devices)]
-    result.update(first_complete_metrics(workdir, config, fake.env(), ids))
-    return result
+def run(devices: int, polls: int, workdir: Path) -> dict[str, Any]:
+    """Measure the nvml backend with ``devices`` fake GPUs."""
+    return measure(prepare(devices, workdir), devices, polls, workdir)

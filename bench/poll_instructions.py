@@ -1,0 +1,134 @@
+"""Instructions per fast-poll stage under valgrind, printed as JSON. Run by hand, never by CI:
+
+    .venv/bin/python bench/poll_instructions.py [--backend nvml|amdsmi] [--devices 8] [--polls 40]
+
+bench/poll.py measures CPU seconds, which wander with the load of a shared machine
+(±10-20% on a busy 2-core box). Instruction counts do not: each stage is run in
+a child process under ``valgrind --tool=callgrind`` twice, once with no repeats and
+once with ``--polls`` repeats, and the difference divided by the repeats is what
+one repetition costs. Stages, for one fast poll of every device:
+
+    bare    the vendor calls of the poll made bare in a loop
+    poll    the poll through the backend (what the worker does)
+    encode  the worker writing the reply as a frame
+    parse   the daemon decoding the frame and turning the reply into readings
+
+``cycle`` is poll + encode + parse; the ratios are to bare. Needs valgrind
+(Debian package ``valgrind``); each stage takes a few seconds to a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+STAGES = ("bare", "poll", "encode", "parse")
+
+
+def _child(backend: str, devices: int, stage: str, count: int) -> None:
+    """Set the backend up, then run one stage ``count`` times (under valgrind)."""
+    sys.path[:0] = [str(ROOT), str(HERE)]
+    from exporter import log
+    from exporter.workers.child import reply_frame
+
+    log.configure("warning", "console", sys.stderr)
+    with tempfile.TemporaryDirectory(prefix=f"bench-ir-{backend}-") as tmp:
+        subject = importlib.import_module(f"_poll_{backend}").prepare(devices, Path(tmp))
+        through, bare = subject.polls["fast"]
+        message = {"type": "result", "id": 1, "result": through()}
+        frame = reply_frame(message)
+        run = {
+            "bare": bare,
+            "poll": through,
+            "encode": lambda: reply_frame(message),
+            "parse": lambda: subject.parse(frame, False),
+        }[stage]
+        for _ in range(3):  # warm caches: not counted in either run
+            run()
+        for _ in range(count):
+            run()
+        subject.close()
+
+
+def _instructions(backend: str, devices: int, stage: str, count: int) -> int:
+    out = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            __file__,
+            "--child",
+            stage,
+            "--backend",
+            backend,
+            "--devices",
+            str(devices),
+            "--polls",
+            str(count),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=True,
+    )
+    match = re.search(r"Collected : (\d+)", out.stderr)
+    if match is None:
+        raise RuntimeError(f"no instruction count from valgrind:\n{out.stderr[-2000:]}")
+    return int(match.group(1))
+
+
+def measure(backend: str, devices: int, polls: int) -> dict[str, Any]:
+    """Instructions per repetition of each stage, and the ratios to the bare calls."""
+    per = {
+        stage: (
+            _instructions(backend, devices, stage, polls)
+            - _instructions(backend, devices, stage, 0)
+        )
+        / polls
+        for stage in STAGES
+    }
+    cycle = per["poll"] + per["encode"] + per["parse"]
+    return {
+        "devices": devices,
+        "polls": polls,
+        "instructions_per_fast_poll": {
+            **{k: round(v) for k, v in per.items()},
+            "cycle": round(cycle),
+        },
+        "poll_ratio": per["poll"] / per["bare"],
+        "cycle_ratio": cycle / per["bare"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--backend", choices=("nvml", "amdsmi"), default="nvml")
+    parser.add_argument("--devices", type=int, default=8)
+    parser.add_argument("--polls", type=int, default=40)
+    parser.add_argument("--child", choices=STAGES, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        _child(args.backend, args.devices, args.child, args.polls)
+        return 0
+    if shutil.which("valgrind") is None:
+        print("valgrind is needed (apt-get install valgrind)", file=sys.stderr)
+        return 2
+    report = {args.backend: measure(args.backend, args.devices, args.polls)}
+    json.dump(report, sys.stdout, indent=2, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
