@@ -35,7 +35,7 @@ from exporter.backends.base import (
     InventoryChanged,
     unique_uuids,
 )
-from exporter.backends.wire import Rows, drop, merge
+from exporter.backends.wire import drop, merge, new_rows
 from exporter.config.schema import AMD_DEFAULT_EVENTS
 
 SOURCE = "amdsmi"
@@ -244,8 +244,7 @@ class AmdSmiBackend:
         if slow:
             self._identify_again()
         devices: list[dict[str, Any]] = []
-        readings: Rows = {}
-        slow_readings: Rows = {}
+        readings, slow_readings = new_rows(), new_rows()
         for position, gpu in enumerate(self.gpus):
             r = DeviceReader(self.api, gpu.handle, position, readings)
             slow_r = DeviceReader(self.api, gpu.handle, position, slow_readings)

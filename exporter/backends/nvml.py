@@ -28,7 +28,7 @@ from exporter.backends.binding import Binding
 from exporter.backends.nvml_device import DeviceDown, DeviceReader, Gpu
 from exporter.backends.nvml_events import EventWatcher
 from exporter.backends.nvml_support import Emitter
-from exporter.backends.wire import Rows, drop, merge
+from exporter.backends.wire import drop, merge, new_rows
 
 # uuid placeholder of a GPU that failed to identify itself at bootstrap, + index.
 UNIDENTIFIED = "unidentified-"
@@ -196,8 +196,7 @@ class NvmlBackend:
         if slow:
             self._identify_again()
         devices = []
-        readings: Rows = {}
-        slow_readings: Rows = {}
+        readings, slow_readings = new_rows(), new_rows()
         for position, gpu in enumerate(self.gpus):
             fast_out = Emitter(position, readings, gpu.prefixes)
             slow_out = Emitter(position, slow_readings, gpu.prefixes)

@@ -128,7 +128,7 @@ class Gpu:
     # Row prefixes shared by this GPU's readings across polls (see Emitter).
     prefixes: dict[tuple[str, ...], tuple[Any, ...]] = field(default_factory=dict)
     field_plan: FieldPlan | None = None
-    # Per-GPU forms of the reader's static tables (label lists bound), by table name.
+    # Per-GPU forms of the reader's static tables (row prefixes bound), by table name.
     plans: dict[str, list[Any]] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
     # Per poll: calls (or field entries) that answered, and those that failed
@@ -237,9 +237,7 @@ class DeviceReader:
                 continue
             answered += 1
             if value not in nv.SENTINELS and value <= most:
-                target = rows.get(metric)
-                if target is None:
-                    target = rows[metric] = []
+                target = rows[metric]  # new_rows(): a new family gets its list
                 target += prefix
                 target.append(value * scale)
         gpu.ok += answered
@@ -374,7 +372,7 @@ class DeviceReader:
             plan = gpu.plans["throttle"] = [
                 (bit, out.prefix(name)) for bit, name in nv.THROTTLE_REASONS
             ]
-        target = out.rows.setdefault("accel_clock_throttle_active", [])
+        target = out.rows["accel_clock_throttle_active"]
         for bit, prefix in plan:
             target += prefix
             target.append(1 if reasons & bit else 0)
@@ -416,9 +414,7 @@ class DeviceReader:
             answered += 1
             number = raw if kind == 3 else nv.union_value(kind, raw)
             if number not in nv.SENTINELS:
-                target = rows.get(metric)
-                if target is None:
-                    target = rows[metric] = []
+                target = rows[metric]
                 target += prefix
                 target.append(number * scale)
         gpu.ok += answered

@@ -265,7 +265,7 @@ def cuda_version(value: int) -> str:
 
 
 class Emitter:
-    """Adds one device's readings to a reply's rows (:mod:`exporter.backends.wire`).
+    """Adds one device's readings to a reply's rows (``wire.new_rows()``).
 
     Values that are sentinels or not finite are dropped here, so no code path
     can export "not available" as a number. Row prefixes (the device's position
@@ -307,9 +307,7 @@ class Emitter:
         prefix = self._cache.get(extra) if extra else self._base
         if prefix is None:
             prefix = self.prefix(*extra)
-        rows = self.rows.get(metric)
-        if rows is None:
-            rows = self.rows[metric] = []
+        rows = self.rows[metric]  # the reply's rows (new_rows()): created on first use
         rows += prefix
         rows.append(number)
 

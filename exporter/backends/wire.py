@@ -8,6 +8,7 @@ device found down half-way has its rows dropped again.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 from exporter.catalog import CATALOG
@@ -15,6 +16,12 @@ from exporter.catalog.device import ID
 
 # family -> [position, label..., value, position, label..., value, ...]
 Rows = dict[str, list[Any]]
+
+
+def new_rows() -> Rows:
+    """An empty collection of rows, which gives a family its list on first use."""
+    return defaultdict(list)
+
 
 # Width of a row per device family: its label count, the two identity labels
 # (device, uuid) being replaced by one inventory position.
@@ -35,9 +42,7 @@ def merge(into: Rows, part: Rows) -> None:
 
 def put(rows: Rows, metric: str, prefix: tuple[Any, ...], value: float) -> None:
     """Append one row: ``prefix`` (position and labels) and the value."""
-    target = rows.get(metric)
-    if target is None:
-        target = rows[metric] = []
+    target = rows.setdefault(metric, [])
     target += prefix
     target.append(value)
 

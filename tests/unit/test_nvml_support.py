@@ -9,6 +9,7 @@ import pytest
 
 from exporter.backends import nvml_support as nv
 from exporter.backends.nvml_support import Emitter
+from exporter.backends.wire import new_rows
 
 
 def raw(fmt: str, value) -> int:
@@ -38,13 +39,13 @@ def test_uint_ignores_upper_bytes_of_the_union():
 
 @pytest.mark.parametrize("value", [nv.U32_MAX, nv.U64_MAX, -1, math.inf, math.nan])
 def test_sentinels_are_never_emitted(value):
-    out = Emitter(0, {})
+    out = Emitter(0, new_rows())
     out.add("accel_power_watts", value, scale=1e-3)
     assert out.rows == {}
 
 
 def test_ratio_rejects_out_of_range_percentages_and_rows_are_in_wire_form():
-    out = Emitter(3, {})
+    out = Emitter(3, new_rows())
     out.ratio("accel_utilization_ratio", 101)
     out.ratio("accel_utilization_ratio", nv.U32_MAX)
     out.ratio("accel_utilization_ratio", math.nan)
@@ -59,7 +60,7 @@ def test_ratio_rejects_out_of_range_percentages_and_rows_are_in_wire_form():
 
 def test_row_prefixes_are_shared_per_dimension_value():
     cache: dict = {}
-    a, b = Emitter(0, {}, cache), Emitter(0, {}, cache)
+    a, b = Emitter(0, new_rows(), cache), Emitter(0, new_rows(), cache)
     assert a.prefix("gpu") is b.prefix("gpu")
     assert a.prefix("1", "0") == (0, "1", "0")
 
