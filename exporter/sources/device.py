@@ -25,7 +25,7 @@ from typing import Any
 
 from exporter.catalog.device import INFO_LABELS
 from exporter.config.schema import DeviceSourceConfig
-from exporter.errors import SourceError, WorkerError
+from exporter.errors import SourceError, SourceUnavailable, WorkerError
 from exporter.model import Reading, is_number
 from exporter.sources.worker import WorkerSource
 
@@ -166,7 +166,9 @@ class DeviceSource(WorkerSource):
             raise SourceError(
                 "protocol_error", str(exc), self._all_down("protocol_error")
             ) from None
-        except WorkerError as exc:
+        except (WorkerError, SourceUnavailable) as exc:
+            # Devices seen before stay visible, down with the reason (an unavailable
+            # library after a success is a failure: the scheduler decides).
             raise type(exc)(exc.reason, exc.detail, self._all_down(exc.reason)) from None
         if slow:
             self._next_slow = time.monotonic() + self.device_config.slow_interval

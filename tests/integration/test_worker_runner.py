@@ -255,3 +255,42 @@ def test_shape_mismatch_is_an_error_and_kills(ctl, mode):
             await src.close()
 
     run(go())
+
+
+def test_slow_answers_within_the_deadline_are_kept_and_beyond_it_killed(ctl):
+    async def go():
+        r = make_runner(ctl)
+        await r.start()
+        try:
+            await wait_ready(r)
+            pid = r.pid
+            ctl("slow", delay=0.3)
+            result = await r.call("poll", {}, timeout=5)
+            assert result["devices"][0]["up"] is True and r.pid == pid
+            ctl("slow", delay=3.0)
+            with pytest.raises(WorkerError) as info:
+                await r.call("poll", {}, timeout=0.5)
+            assert info.value.reason == "timeout" and not alive(pid)
+        finally:
+            ctl("ok")
+            await r.stop()
+
+    run(go())
+
+
+def test_a_worker_killed_at_bootstrap_counts_as_a_restart(ctl):
+    async def go():
+        ctl("bootstrap_hang")
+        r = make_runner(ctl, bootstrap_timeout=0.5)
+        await r.start()
+        try:
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 30
+            while r.state.restarts < 1 and loop.time() < end:
+                await asyncio.sleep(0.05)
+            assert r.state.restarts >= 1
+        finally:
+            ctl("ok")
+            await r.stop()
+
+    run(go())

@@ -103,3 +103,16 @@ def test_unrelated_env_is_ignored():
 def test_stale_after_below_interval_is_rejected():
     with pytest.raises(ConfigError, match="stale_after: must be at least the interval"):
         load_config(None, env={"ACCEL_EXPORTER_SOURCES__HOST__STALE_AFTER": "1s"})
+
+
+def test_single_underscore_env_is_a_typo():
+    with pytest.raises(ConfigError, match="did you mean ACCEL_EXPORTER_WEB__LISTEN_ADDRESS"):
+        load_config(None, env={"ACCEL_EXPORTER_WEB_LISTEN_ADDRESS": ":1"})
+    load_config(None, env={"ACCEL_EXPORTER_WORKER_LOG_LEVEL": "info"})  # not a config key
+
+
+def test_duplicate_yaml_keys_are_errors(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("web:\n  max_requests: 3\n  max_requests: 4\n")
+    with pytest.raises(ConfigError, match=r"c.yaml:3: web.max_requests: key given twice"):
+        load_config(str(cfg), env={})
