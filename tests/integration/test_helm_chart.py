@@ -384,6 +384,28 @@ def test_user_config_merges_with_the_keys_the_chart_owns(renderer, tmp_path):
     assert container(docs)["args"][1:] == ["--sources.host.interval=10s"]
 
 
+def test_expected_devices_reach_the_daemon_config(renderer, tmp_path):
+    config = daemon_config(render(renderer, tmp_path), tmp_path)
+    assert config.sources.nvml.expected_devices is None
+    assert config.sources.amdsmi.expected_devices is None
+    values = {
+        "expectedDevices": {"nvidia": 8},
+        "config": {"sources": {"nvml": {"processes": True}}},
+        "cclInspector": {"hostPath": "/var/run/nccl-inspector"},
+    }
+    config = daemon_config(render(renderer, tmp_path, values), tmp_path)
+    assert config.sources.nvml.expected_devices == 8
+    # Merged with the user's keys of the same section and the chart's other owned keys.
+    assert config.sources.nvml.processes is True
+    assert config.sources.ccl_inspector.dir == "/var/run/nccl-inspector"
+    assert config.sources.amdsmi.expected_devices is None
+    config = daemon_config(render(renderer, tmp_path, {"expectedDevices": {"amd": 4}}), tmp_path)
+    assert (config.sources.nvml.expected_devices, config.sources.amdsmi.expected_devices) == (
+        None,
+        4,
+    )
+
+
 def test_a_config_change_rolls_the_pods(renderer, tmp_path):
     def checksum(values):
         return one(render(renderer, tmp_path, values), "DaemonSet")["spec"]["template"]["metadata"][

@@ -103,3 +103,20 @@ def test_unrelated_env_is_ignored():
 def test_stale_after_below_interval_is_rejected():
     with pytest.raises(ConfigError, match="stale_after: must be at least the interval"):
         load_config(None, env={"ACCEL_EXPORTER_SOURCES__HOST__STALE_AFTER": "1s"})
+
+
+def test_expected_devices_per_vendor_source():
+    config = load_config(
+        None,
+        env={
+            "ACCEL_EXPORTER_SOURCES__NVML__EXPECTED_DEVICES": "8",
+            "ACCEL_EXPORTER_SOURCES__AMDSMI__EXPECTED_DEVICES": "null",
+        },
+    )
+    assert config.sources.nvml.expected_devices == 8
+    assert config.sources.amdsmi.expected_devices is None
+    assert load_config(None, env={}).sources.nvml.expected_devices is None
+    with pytest.raises(ConfigError, match=r"sources\.amdsmi\.expected_devices: must be at least 1"):
+        load_config(None, env={"ACCEL_EXPORTER_SOURCES__AMDSMI__EXPECTED_DEVICES": "0"})
+    with pytest.raises(ConfigError, match=r"sources\.nvml\.expected_devices"):
+        load_config(None, env={"ACCEL_EXPORTER_SOURCES__NVML__EXPECTED_DEVICES": "eight"})

@@ -71,6 +71,9 @@ def test_every_default_key_is_described_by_the_schema() -> None:
         ({"nodeSelector": {"gpu": True}}, "nodeSelector.gpu"),
         ({"fullnameOverride": "Accel_Exporter"}, "fullnameOverride"),
         ({"nvidia": {"driverCapabilities": "utility compute"}}, "nvidia.driverCapabilities"),
+        ({"expectedDevices": {"nvidia": -1}}, "expectedDevices.nvidia"),
+        ({"expectedDevices": {"amd": "8"}}, "expectedDevices.amd"),
+        ({"expectedDevices": {"intel": 8}}, "intel"),
     ],
 )
 def test_bad_values_are_rejected_naming_the_key(over: dict[str, Any], where: str) -> None:
@@ -85,6 +88,7 @@ def test_good_variants_are_accepted() -> None:
         {"updateStrategy": {"type": "OnDelete"}},
         {"tls": {"enabled": True, "secretName": "certs"}},
         {"podMonitor": {"enabled": True}},
+        {"expectedDevices": {"nvidia": 8, "amd": 0}},
         {"image": {"digest": "sha256:" + "a" * 64}},
         {
             "config": {

@@ -68,8 +68,18 @@ The daemon's config file: the user's config with the keys the chart owns set on 
 {{- $_ := set $web "tls" (dict "cert_file" (printf "%s/tls.crt" (include "accel-exporter.tlsDir" .)) "key_file" (printf "%s/tls.key" (include "accel-exporter.tlsDir" .))) }}
 {{- end }}
 {{- $owned := dict "web" $web "log" (dict "format" "json") }}
+{{- $sources := dict }}
 {{- if .Values.cclInspector.hostPath }}
-{{- $_ := set $owned "sources" (dict "ccl_inspector" (dict "dir" .Values.cclInspector.hostPath)) }}
+{{- $_ := set $sources "ccl_inspector" (dict "dir" .Values.cclInspector.hostPath) }}
+{{- end }}
+{{- if .Values.expectedDevices.nvidia }}
+{{- $_ := set $sources "nvml" (dict "expected_devices" (int .Values.expectedDevices.nvidia)) }}
+{{- end }}
+{{- if .Values.expectedDevices.amd }}
+{{- $_ := set $sources "amdsmi" (dict "expected_devices" (int .Values.expectedDevices.amd)) }}
+{{- end }}
+{{- if $sources }}
+{{- $_ := set $owned "sources" $sources }}
 {{- end }}
 {{- toYaml (mergeOverwrite $config $owned) }}
 {{- end }}
