@@ -120,3 +120,12 @@ def test_expected_devices_per_vendor_source():
         load_config(None, env={"ACCEL_EXPORTER_SOURCES__AMDSMI__EXPECTED_DEVICES": "0"})
     with pytest.raises(ConfigError, match=r"sources\.nvml\.expected_devices"):
         load_config(None, env={"ACCEL_EXPORTER_SOURCES__NVML__EXPECTED_DEVICES": "eight"})
+
+
+def test_defaults_shown_for_null_keys():
+    from exporter.config.loader import format_default
+    from exporter.config.schema import Duration
+
+    # A null duration is computed from the interval; any other null is just not set.
+    assert format_default(None, Duration | None) == "derived"
+    assert format_default(None, int | None) == "unset"
