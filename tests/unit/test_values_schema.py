@@ -89,6 +89,7 @@ def test_good_variants_are_accepted() -> None:
         {"tls": {"enabled": True, "secretName": "certs"}},
         {"podMonitor": {"enabled": True}},
         {"expectedDevices": {"nvidia": 8, "amd": 0}},
+        {"nvidia": {"driverCapabilities": "compute,utility"}},
         {"image": {"digest": "sha256:" + "a" * 64}},
         {
             "config": {
