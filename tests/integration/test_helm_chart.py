@@ -190,6 +190,14 @@ def test_rendered_manifests_validate_against_kubernetes_schemas(renderer, tmp_pa
         assert doc["metadata"]["name"].startswith(FULLNAME)
 
 
+def test_renders_as_a_subchart(renderer, tmp_path):
+    # What a parent chart passes down: its globals and the dependency condition's key.
+    values = {"global": {"imageRegistry": "registry.example.com"}, "enabled": True}
+    docs = render(renderer, tmp_path, values)
+    assert validate_manifests(docs) == []
+    assert docs == render(renderer, tmp_path)
+
+
 def test_null_removes_a_default(renderer, tmp_path):
     values = {"podSecurityContext": None, "tolerations": None}
     docs = render(renderer, tmp_path, values, strict=False)

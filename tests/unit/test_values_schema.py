@@ -105,3 +105,12 @@ def test_good_variants_are_accepted() -> None:
         },
     ):
         assert problems(over) == [], over
+
+
+def test_values_a_parent_chart_adds_are_accepted() -> None:
+    # As a dependency, the chart's values carry the parent's `global` section and the
+    # `enabled` key of the dependency's condition; Helm validates them with the rest.
+    assert problems({"global": {"imageRegistry": "registry.example.com"}, "enabled": True}) == []
+    assert problems({"global": {}, "enabled": False}) == []
+    assert any("enabled" in p for p in problems({"enabled": "yes"}))
+    assert any("global" in p for p in problems({"global": "x"}))
