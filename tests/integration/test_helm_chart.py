@@ -44,6 +44,10 @@ EVERYTHING_ON: dict[str, Any] = {
         "enabled": True,
         "labels": {"release": "kube-prometheus-stack"},
         "tlsConfig": {"insecureSkipVerify": True},
+        "basicAuth": {
+            "username": {"name": "scrape-auth", "key": "username"},
+            "password": {"name": "scrape-auth", "key": "password"},
+        },
         "relabelings": [{"targetLabel": "cluster", "replacement": "gpu-a"}],
         "metricRelabelings": [
             {"sourceLabels": ["__name__"], "regex": "accel_process_.*", "action": "drop"}
@@ -468,6 +472,8 @@ def test_service_monitor(renderer, tmp_path):
     assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert endpoint["scheme"] == "https"
     assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    assert endpoint["basicAuth"] == EVERYTHING_ON["serviceMonitor"]["basicAuth"]
+    assert "authorization" not in endpoint
     assert endpoint["relabelings"][3:] == EVERYTHING_ON["serviceMonitor"]["relabelings"]
     assert endpoint["metricRelabelings"] == EVERYTHING_ON["serviceMonitor"]["metricRelabelings"]
     service = one(docs, "Service")
@@ -484,6 +490,7 @@ def test_pod_monitor(renderer, tmp_path):
     (endpoint,) = pm["spec"]["podMetricsEndpoints"]
     check_monitor_endpoint(docs, endpoint, pm)
     assert endpoint["scheme"] == "http"
+    assert not {"tlsConfig", "basicAuth", "authorization"} & set(endpoint)
     docs = render(
         renderer,
         tmp_path,
@@ -493,6 +500,47 @@ def test_pod_monitor(renderer, tmp_path):
     assert endpoint["relabelings"] == [
         {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}
     ]
+
+
+def test_monitor_credentials_and_tls_pass_through(renderer, tmp_path):
+    tls = {
+        "ca": {"secret": {"name": "accel-exporter-tls", "key": "ca.crt"}},
+        "serverName": "accel-exporter",
+        "minVersion": "TLS12",
+    }
+    authorization = {"type": "Bearer", "credentials": {"name": "proxy-token", "key": "token"}}
+    for kind, key, endpoints in (
+        ("podMonitor", "PodMonitor", "podMetricsEndpoints"),
+        ("serviceMonitor", "ServiceMonitor", "endpoints"),
+    ):
+        values = {
+            kind: {"enabled": True, "tlsConfig": tls, "authorization": authorization},
+            "tls": {"enabled": True, "secretName": "accel-exporter-tls"},
+        }
+        docs = render(renderer, tmp_path, values)
+        assert validate_manifests(docs) == []
+        (endpoint,) = one(docs, key)["spec"][endpoints]
+        assert endpoint["scheme"] == "https"
+        assert endpoint["tlsConfig"] == tls
+        assert endpoint["authorization"] == authorization
+        assert "basicAuth" not in endpoint
+        # The rest of the endpoint is unchanged by the credentials.
+        check_monitor_endpoint(docs, endpoint, one(docs, key))
+
+
+def test_monitor_refuses_two_kinds_of_credentials(renderer, tmp_path):
+    both = {
+        "serviceMonitor": {
+            "enabled": True,
+            "basicAuth": {
+                "username": {"name": "a", "key": "u"},
+                "password": {"name": "a", "key": "p"},
+            },
+            "authorization": {"credentials": {"name": "t", "key": "token"}},
+        }
+    }
+    with pytest.raises(RenderError, match="basicAuth or authorization"):
+        render_chart(renderer, tmp_path, both)
 
 
 def shipped_groups() -> list[dict[str, Any]]:

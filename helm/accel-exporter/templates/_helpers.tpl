@@ -109,3 +109,37 @@ then the user's own. Argument: the monitor's values.
 {{ toYaml . }}
 {{- end }}
 {{- end }}
+
+{{/*
+The scrape endpoint shared by the ServiceMonitor and the PodMonitor, after its port.
+Argument: dict "root" (the chart's context) "m" (the monitor's values).
+*/}}
+{{- define "accel-exporter.monitorEndpoint" -}}
+{{- $m := .m -}}
+{{- if and $m.basicAuth $m.authorization }}
+{{- fail "set basicAuth or authorization of the monitor, not both: Prometheus accepts one" }}
+{{- end -}}
+path: /metrics
+scheme: {{ include "accel-exporter.scheme" .root }}
+interval: {{ $m.interval }}
+scrapeTimeout: {{ $m.scrapeTimeout }}
+honorLabels: {{ $m.honorLabels }}
+{{- with $m.tlsConfig }}
+tlsConfig:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $m.basicAuth }}
+basicAuth:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $m.authorization }}
+authorization:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+relabelings:
+  {{- include "accel-exporter.relabelings" $m | nindent 2 }}
+{{- with $m.metricRelabelings }}
+metricRelabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
