@@ -111,3 +111,15 @@ def test_every_recording_rule_output_is_used_or_documented() -> None:
         if not (used.get(name, set()) - {f"rule {name}"}) and name not in doc
     )
     assert unused == []
+
+
+def test_skew_ratio_means_one_thing() -> None:
+    # accel_ccl_collective_skew_ratio is longest over shortest (1 = even, grows with skew);
+    # a recorded 1 - min/max (0 = even, at most 1) must not share the name.
+    assert "longest over shortest" in CATALOG["accel_ccl_collective_skew_ratio"].help.lower()
+    reused = sorted(
+        name
+        for name in recorded_names() | set(uses())
+        if name.endswith("skew_ratio") and name != "accel_ccl_collective_skew_ratio"
+    )
+    assert reused == []
