@@ -300,6 +300,12 @@ def test_pod_resources_socket_is_mounted_read_only(renderer, tmp_path):
     assert "pod-resources" not in volumes(
         render(renderer, tmp_path, {"podResources": {"enabled": False}})
     )
+    # A kubelet with another root directory (k0s): only the node side of the mount moves.
+    k0s = "/var/lib/k0s/kubelet/pod-resources"
+    docs = render(renderer, tmp_path, {"podResources": {"hostPath": k0s}})
+    assert volumes(docs)["pod-resources"]["hostPath"] == {"path": k0s, "type": "Directory"}
+    assert mounts(docs)["pod-resources"] == mount
+    assert daemon_config(docs, tmp_path).enrich.k8s.socket == socket
 
 
 def test_host_pid_and_host_network_are_opt_in(renderer, tmp_path):
