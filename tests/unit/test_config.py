@@ -82,29 +82,6 @@ def test_all_problems_at_once(tmp_path):
     assert len(info.value.problems) == 5
 
 
-def test_list_and_dict_from_env():
-    config = load_config(
-        None,
-        env={
-            "ACCEL_EXPORTER_SOURCES__CCL_RAS__ADDRESSES": "[::1]:28028, 127.0.0.1:28029",
-            "ACCEL_EXPORTER_OUTPUTS__OTLP__HEADERS": "{x-token: abc}",
-            "ACCEL_EXPORTER_SOURCES__NVML__ENABLED": "false",
-        },
-    )
-    assert config.sources.ccl_ras.addresses == ["[::1]:28028", "127.0.0.1:28029"]
-    assert config.outputs.otlp.headers == {"x-token": "abc"}
-    assert config.sources.nvml.enabled is False
-
-
-def test_unrelated_env_is_ignored():
-    load_config(None, env={"ACCEL_EXPORTER_PHASE_FILE": "/tmp/x", "PATH": "/bin"})
-
-
-def test_stale_after_below_interval_is_rejected():
-    with pytest.raises(ConfigError, match="stale_after: must be at least the interval"):
-        load_config(None, env={"ACCEL_EXPORTER_SOURCES__HOST__STALE_AFTER": "1s"})
-
-
 def test_expected_devices_per_vendor_source():
     config = load_config(
         None,
@@ -129,3 +106,26 @@ def test_defaults_shown_for_null_keys():
     # A null duration is computed from the interval; any other null is just not set.
     assert format_default(None, Duration | None) == "derived"
     assert format_default(None, int | None) == "unset"
+
+
+def test_list_and_dict_from_env():
+    config = load_config(
+        None,
+        env={
+            "ACCEL_EXPORTER_SOURCES__CCL_RAS__ADDRESSES": "[::1]:28028, 127.0.0.1:28029",
+            "ACCEL_EXPORTER_OUTPUTS__OTLP__HEADERS": "{x-token: abc}",
+            "ACCEL_EXPORTER_SOURCES__NVML__ENABLED": "false",
+        },
+    )
+    assert config.sources.ccl_ras.addresses == ["[::1]:28028", "127.0.0.1:28029"]
+    assert config.outputs.otlp.headers == {"x-token": "abc"}
+    assert config.sources.nvml.enabled is False
+
+
+def test_unrelated_env_is_ignored():
+    load_config(None, env={"ACCEL_EXPORTER_PHASE_FILE": "/tmp/x", "PATH": "/bin"})
+
+
+def test_stale_after_below_interval_is_rejected():
+    with pytest.raises(ConfigError, match="stale_after: must be at least the interval"):
+        load_config(None, env={"ACCEL_EXPORTER_SOURCES__HOST__STALE_AFTER": "1s"})
