@@ -120,6 +120,9 @@ _NAMED = {
     "accel_devices": Override(
         "accel.devices", unit="{device}", attributes=(("vendor", "hw.vendor"),)
     ),
+    "accel_devices_expected": Override(
+        "accel.devices.expected", unit="{device}", attributes=(("vendor", "hw.vendor"),)
+    ),
     "accel_memory_bandwidth_utilization_ratio": Override("accel.memory.bandwidth.utilization"),
     "accel_clock_hertz": Override("accel.clock.speed"),
     "accel_clock_max_hertz": Override("accel.clock.speed.limit"),

@@ -142,7 +142,9 @@ def format_default(value: Any, tp: Any) -> str:
     if get_origin(inner) is typing.Annotated and get_args(inner)[1] == "duration":
         return format_duration(value) if isinstance(value, float) else "derived"
     if value is None:
-        return "derived"
+        # Durations above are computed from other keys; any other null is simply not set
+        # (the OTLP keys then fall back to OTEL_* variables, as docs/otlp.md explains).
+        return "unset"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, (list, dict)):

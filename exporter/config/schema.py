@@ -160,14 +160,19 @@ class DeviceSourceConfig(SourceConfig):
     # Per-process series (pid label): off by default for cardinality.
     processes: bool = False
     events: bool = True
+    # The accelerators this node should have, exported as accel_devices_expected so an
+    # alert can tell a node that booted short; set, it also makes a missing library a failure.
+    expected_devices: int | None = None
 
     def check(self) -> list[tuple[str, str]]:
-        """The slow interval cannot be shorter than the fast one."""
+        """The slow interval cannot be shorter than the fast one; an expected count is positive."""
         out = super().check()
         if self.slow_interval < self.interval:
             out.append(("slow_interval", "must be at least interval"))
         if self.bootstrap_timeout <= 0:
             out.append(("bootstrap_timeout", "must be positive"))
+        if self.expected_devices is not None and self.expected_devices < 1:
+            out.append(("expected_devices", "must be at least 1 (leave it unset on other nodes)"))
         return out
 
 
