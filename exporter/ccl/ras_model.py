@@ -25,10 +25,21 @@ STATUS_RANK = {name: i for i, name in enumerate(STATUSES)}
 # ncclResult_t values that are not errors.
 NCCL_SUCCESS = 0
 NCCL_IN_PROGRESS = 7
+# NCCL prints every number of a report with %d, %ld or %lu: anything outside the
+# 64-bit range is corrupt, and would not even convert to a float once exported.
+INT_MIN = -(1 << 63)
+INT_LIMIT = 1 << 64
 
 
 class RasParseError(ValueError):
     """A RAS report could not be parsed; the message says what and where."""
+
+
+def checked_int(value: int, what: str) -> int:
+    """``value`` when NCCL could have printed it (64-bit range), else RasParseError."""
+    if not INT_MIN <= value < INT_LIMIT:
+        raise RasParseError(f"{what}: integer out of the 64-bit range")
+    return value
 
 
 def hash_label(value: int) -> str:

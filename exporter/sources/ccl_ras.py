@@ -213,6 +213,7 @@ class CclRasSource(Source):
         )
         started = time.monotonic()
         report: RasReport | None = None
+        state, reasons = "healthy", []
         try:
             response = await query(entry.endpoint, options, self.resolver)
             entry.format, entry.peer = response.format, response.peer
@@ -222,19 +223,41 @@ class CclRasSource(Source):
             state, reasons, entry.detail = exc.state, [exc.reason], exc.detail
         except RasParseError as exc:
             state, reasons, entry.detail = "error", ["parse_error"], str(exc)
-        else:
-            state, reasons = self._judge(entry, report)
-            entry.detail = ""
+        except Exception as exc:
+            state, reasons = self._internal_error(entry, "query", exc)
         if state != "no_job":
             entry.durations.observe(time.monotonic() - started)
         else:
             # The job is gone: a next one starts from scratch (and may have other nodes).
             entry.progress.reset()
             entry.elected = None
+        readings: list[Reading] | None = None
+        if report is not None:
+            try:
+                state, reasons = self._judge(entry, report)
+                readings = self._readings(entry, state, reasons, report)
+                entry.detail = ""
+            except Exception as exc:
+                state, reasons = self._internal_error(entry, "judge", exc)
+                report = None
         entry.queried = True
         entry.next_due = time.monotonic() + self._cadence(entry)
         self._enter(entry, state, reasons)
-        entry.readings = self._readings(entry, state, reasons, report)
+        if readings is None:
+            readings = self._readings(entry, state, reasons, report)
+        entry.readings = readings
+
+    def _internal_error(self, entry: _Address, step: str, exc: Exception) -> tuple[str, list[str]]:
+        # A report (or a failure) this code cannot digest is this address's problem
+        # only: the other addresses of the poll still report.
+        self._log.error(
+            "ras query failed unexpectedly",
+            address=entry.endpoint.label,
+            step=step,
+            error=repr(exc)[:500],
+        )
+        entry.detail = f"{step} failed: {type(exc).__name__}"
+        return "error", ["internal_error"]
 
     def _judge(self, entry: _Address, report: RasReport) -> tuple[str, list[str]]:
         stalled = entry.progress.observe(report, time.time())

@@ -11,7 +11,7 @@ from exporter.errors import SourceError
 from exporter.sources.ccl_ras import CclRasSource
 from exporter.store import validate
 from tests.helpers.fake_ras import FakeRasServer, free_port
-from tests.helpers.ras_reports import make_job
+from tests.helpers.ras_reports import json_report, make_job, text_report
 
 
 def run(coro):
@@ -310,3 +310,75 @@ def test_follower_address_waits_for_its_turn_next_to_a_reported_one():
     assert before == (4, 1) and after == (5, 2)
     # The follower's series are kept between its queries.
     assert state_of(values, theirs) == "healthy"
+
+
+def _huge_counts(job):
+    """The job's JSON with one op count beyond 64 bits (NCCL prints %lu)."""
+    return json_report(job).replace('"AllReduce": 100', '"AllReduce": 1' + "0" * 400, 1)
+
+
+def test_numbers_beyond_64_bits_fail_that_address_only_and_recover():
+    job = make_job(2, 4, version="2.26.2")
+    job.timeouts = 1
+    good_text = text_report(job)
+    bad_text = good_text.replace(
+        "Encountered 1 communication timeout ",
+        "Encountered 1" + "0" * 400 + " communication timeouts ",
+    )
+    assert bad_text != good_text
+
+    async def go():
+        text = await FakeRasServer("2.26", text=bad_text).start()
+        js = await FakeRasServer("2.29", json_text=_huge_counts(make_job(1, 2))).start()
+        fine = await FakeRasServer("2.29", make_job(1, 2)).start()
+        source = CclRasSource("ccl_ras", config([text.address, js.address, fine.address]))
+        try:
+            first, error = await poll(source)
+            text.text = good_text
+            js.json_text = json_report(make_job(1, 2))
+            second, _ = await poll(source)
+            return first, error, second, (text.address, js.address, fine.address)
+        finally:
+            for server in (text, js, fine):
+                await server.stop()
+
+    first, error, second, (text, js, fine) = run(go())
+    assert error is None  # one healthy address keeps the source up
+    assert [state_of(first, a) for a in (text, js, fine)] == ["error", "error", "healthy"]
+    assert first[("accel_ccl_job_state_reason_info", (text, "parse_error"))] == 1
+    assert first[("accel_ccl_job_state_reason_info", (js, "parse_error"))] == 1
+    # Nothing was poisoned: the next good reports are judged normally.
+    assert [state_of(second, a) for a in (text, js, fine)] == ["healthy"] * 3
+    assert second[("accel_ccl_ras_timeouts_total", (text,))] == 1
+
+
+class _Clumsy(CclRasSource):
+    """A source whose judging fails for one address, standing in for any bug there."""
+
+    victim = ""
+
+    def _judge(self, entry, report):
+        if entry.endpoint.label == self.victim:
+            raise ZeroDivisionError("judging went wrong")
+        return super()._judge(entry, report)
+
+
+def test_an_unexpected_failure_judging_one_address_leaves_the_others_alone():
+    async def go():
+        one = await FakeRasServer("2.29", make_job(1, 2)).start()
+        two = await FakeRasServer("2.29", make_job(1, 2)).start()
+        source = _Clumsy("ccl_ras", config([one.address, two.address]))
+        source.victim = one.address
+        try:
+            values, error = await poll(source)
+            return values, error, source.status(), (one.address, two.address)
+        finally:
+            await one.stop()
+            await two.stop()
+
+    values, error, status, (one, two) = run(go())
+    assert error is None
+    assert state_of(values, one) == "error" and state_of(values, two) == "healthy"
+    assert values[("accel_ccl_job_state_reason_info", (one, "internal_error"))] == 1
+    assert "ZeroDivisionError" in status["addresses"][one]["detail"]
+    assert values[("accel_ccl_comm_ranks", (two, "3b2fe521bf43bc04"))] == 2
