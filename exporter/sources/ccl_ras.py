@@ -130,7 +130,7 @@ class CclRasSource(Source):
         return entry.elected is not False
 
     def _cadence(self, entry: _Address) -> float:
-        return self.ras.interval if self._reporter(entry) else self.ras.follower_interval
+        return self.ras.interval if self._reporter(entry) else self.ras.follower_seconds
 
     def interval(self) -> float:
         """``interval`` while any address is (or may be) reported on, else ``follower_interval``."""
@@ -382,7 +382,7 @@ class CclRasSource(Source):
                     self._log.debug("ras monitor malformed events", address=label, count=malformed)
             except RasClientError as exc:
                 if exc.reason == "unsupported":
-                    delay = self.ras.follower_interval
+                    delay = self.ras.follower_seconds
                     if not unsupported_logged:
                         unsupported_logged = True
                         self._log.info("ras monitor unsupported (NCCL < 2.29.2)", address=label)
