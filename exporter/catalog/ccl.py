@@ -232,6 +232,7 @@ INSPECTOR_ROWS = (
         "accel_ccl_inspector_skipped_bytes_total",
         Kind.COUNTER,
         "Inspector bytes not parsed: backlog beyond max_read_bytes per poll, or overlong lines.",
+        unit="bytes",
     ),
 )
 
