@@ -183,6 +183,7 @@ COUNTS: Mapping[str, str] = MappingProxyType(
         "accel_ccl_ras_events_total": "{event}",
         "accel_ccl_inspector_files": "{file}",
         "accel_ccl_inspector_lines_total": "{line}",
+        "accel_ccl_inspector_incomplete_groups_total": "{group}",
     }
 )
 

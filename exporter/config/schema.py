@@ -289,13 +289,15 @@ class CclInspectorSourceConfig(SourceConfig):
     max_files: int = 256
     # Communicators tracked at once; the least recently seen is forgotten beyond this.
     max_comms: int = 64
+    # {comm, collective, msg_size} label sets over all communicators (two histograms each).
+    max_series: int = 512
     # Only files <hostname>-pid<pid>.log of these host names (a shared directory); empty: all.
     hostnames: list[str] = field(default_factory=list)
 
     def check(self) -> list[tuple[str, str]]:
         """Positive limits."""
         out = super().check()
-        for key in ("max_line_bytes", "max_read_bytes", "max_files", "max_comms"):
+        for key in ("max_line_bytes", "max_read_bytes", "max_files", "max_comms", "max_series"):
             if getattr(self, key) < 1:
                 out.append((key, "must be at least 1"))
         if self.max_read_bytes < self.max_line_bytes:

@@ -27,6 +27,7 @@ def test_every_mistake_is_reported_with_its_key(tmp_path):
         "  ccl_inspector:\n"
         "    max_read_bytes: 10\n"
         "    max_comms: 0\n"
+        "    max_series: 0\n"
     )
     with pytest.raises(ConfigError) as err:
         load_config(str(path), env={})
@@ -41,6 +42,7 @@ def test_every_mistake_is_reported_with_its_key(tmp_path):
         "sources.ccl_ras.follower_interval",
         "sources.ccl_inspector.max_read_bytes",
         "sources.ccl_inspector.max_comms",
+        "sources.ccl_inspector.max_series",
     ):
         assert key in text, text
 
