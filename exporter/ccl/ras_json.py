@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.ccl.ras_model import (
+    INT_LIMIT,
+    INT_MIN,
     STATUS_RANK,
     Communicator,
     JobSummary,
@@ -31,7 +33,6 @@ from exporter.ccl.ras_model import (
     RankRef,
     RasParseError,
     RasReport,
-    checked_int,
     is_error_result,
 )
 
@@ -123,7 +124,9 @@ class _Fields:
         value = self._get(key, default)
         if type(value) is not int:
             raise RasParseError(f"{self.path}.{key}: expected an integer, got {value!r:.40}")
-        return checked_int(value, f"{self.path}.{key}")
+        if not INT_MIN <= value < INT_LIMIT:  # inline: this runs for every field of every rank
+            raise RasParseError(f"{self.path}.{key}: integer out of the 64-bit range")
+        return value
 
     def get_bool(self, key: str, default: Any = _MISSING) -> bool:
         value = self._get(key, default)
@@ -140,7 +143,9 @@ class _Fields:
     def get_number(self, key: str, default: Any = _MISSING) -> float:
         value = self._get(key, default)
         if type(value) is int:
-            return float(checked_int(value, f"{self.path}.{key}"))
+            if not INT_MIN <= value < INT_LIMIT:
+                raise RasParseError(f"{self.path}.{key}: integer out of the 64-bit range")
+            return float(value)
         # Python's json accepts NaN and Infinity, which NCCL never writes.
         if type(value) is not float or not math.isfinite(value):
             raise RasParseError(f"{self.path}.{key}: expected a number, got {value!r:.40}")
@@ -191,9 +196,8 @@ def _counts(item: _Fields) -> dict[str, int]:
     if len(counts.value) > MAX_COLLECTIVE_NAMES:
         raise RasParseError(f"{counts.path}: more than {MAX_COLLECTIVE_NAMES} collective types")
     for name, value in counts.value.items():
-        if type(value) is not int or value < 0:
-            raise RasParseError(f"{counts.path}.{name}: expected a count, got {value!r:.40}")
-        checked_int(value, f"{counts.path}.{name}")
+        if type(value) is not int or not 0 <= value < INT_LIMIT:
+            raise RasParseError(f"{counts.path}.{name}: expected a 64-bit count, got {value!r:.40}")
         if not _COLLECTIVE_NAME.match(name):
             raise RasParseError(f"{counts.path}: {name[:40]!r} is not a collective name")
     return counts.value
