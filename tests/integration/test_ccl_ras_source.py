@@ -63,6 +63,14 @@ async def with_server(server, body, **kwargs):
         await server.stop()
 
 
+async def from_second_node(job, body):
+    """``body`` against a 2.29 server for ``job``, from 10.0.0.2: a follower by election."""
+    server = FakeRasServer("2.29", job)
+    return await with_server(
+        server, body, local_addresses=["10.0.0.2"], interval=0.1, follower_interval=0.5
+    )
+
+
 def test_healthy_json_reporter_exports_job_comm_and_local_rank_series():
     job = make_job(2, 4, node_comms=True)
 
@@ -145,15 +153,7 @@ def test_follower_takes_over_when_the_reporter_node_goes_missing():
         values, _ = await poll(source)
         return values, server.address, source.interval()
 
-    values, a, interval = run(
-        with_server(
-            FakeRasServer("2.29", job),
-            body,
-            local_addresses=["10.0.0.2"],
-            interval=0.1,
-            follower_interval=0.5,
-        )
-    )
+    values, a, interval = run(from_second_node(job, body))
     assert values[("accel_ccl_ras_reporter", (a,))] == 1 and interval == 0.1
     assert state_of(values, a) == "degraded"
     assert values[("accel_ccl_job_missing_processes", (a,))] == 4
@@ -426,15 +426,7 @@ def test_a_json_election_does_not_outlive_the_json():
         second = await _reporter_and_state(source)
         return first, second, source.interval()
 
-    first, second, interval = run(
-        with_server(
-            FakeRasServer("2.29", job),
-            body,
-            local_addresses=["10.0.0.2"],
-            interval=0.1,
-            follower_interval=0.5,
-        )
-    )
+    first, second, interval = run(from_second_node(job, body))
     assert first == (0, "healthy") and second == (1, "healthy") and interval == 0.1
 
 
