@@ -8,8 +8,14 @@ environment) under ``enrich.proc_path``, and publishes the join families.
 
 A failed lookup never fails the others: its labels are left out and
 ``accel_workload_attribution_errors_total{reason}`` counts it. A kubelet that
-cannot be asked makes the source report ``kubelet_<reason>`` (when k8s is
-``auto``, a missing socket just means "not a Kubernetes node").
+cannot be asked makes the source report ``kubelet_<reason>``, except with
+``enrich.k8s.enabled: auto`` before any kubelet ever answered: then a missing
+socket means "not a Kubernetes node", and a socket this process may not open
+(root-only, the default on most distributions, while the exporter runs as
+non-root) or that nobody listens on means "pod attribution is not set up
+here". Both leave the Kubernetes part inactive (the reason in ``/status``; the
+latter two still counted), and the source up: a default install must not page
+on every node.
 """
 
 from __future__ import annotations
@@ -34,6 +40,14 @@ from exporter.sources.base import BlockingCall, Source, StoreReader
 
 # Reasons that mean "this node has no kubelet for us" when k8s is enabled: auto.
 _NOT_KUBERNETES = frozenset({"socket_missing", "grpc_missing"})
+# Reasons that, before any kubelet answered, mean "not set up for pod attribution"
+# when k8s is enabled: auto: inactive too, but counted, with what to do.
+_NOT_SET_UP = {
+    "permission_denied": "the socket is root-only: run the exporter as root (capabilities"
+    " may stay dropped) or set enrich.k8s.enabled: false",
+    "connect_failed": "nothing answers on the socket: check the kubelet's pod-resources API"
+    " and the hostPath mount, or set enrich.k8s.enabled: false",
+}
 # Share of the poll deadline the kubelet call may use, leaving time for /proc.
 KUBELET_SHARE = 0.6
 
@@ -91,11 +105,17 @@ class WorkloadSource(Source):
                 self._wanted,
             )
         except (AttributionError, SourceError) as exc:
-            if k8s.enabled == "auto" and exc.reason in _NOT_KUBERNETES and not self._kubelet_seen:
-                self._k8s_state = f"inactive: {exc.detail}"
-                self._assignments = None
-                self._next_list = time.monotonic() + k8s.interval
-                return "", ""
+            if k8s.enabled == "auto" and not self._kubelet_seen:
+                hint = _NOT_SET_UP.get(exc.reason)
+                if exc.reason in _NOT_KUBERNETES or hint is not None:
+                    if hint is not None:
+                        self._errors[exc.reason] += 1
+                        self._k8s_state = f"inactive: {exc.reason}: {exc.detail} ({hint})"
+                    else:
+                        self._k8s_state = f"inactive: {exc.detail}"
+                    self._assignments = None
+                    self._next_list = time.monotonic() + k8s.interval
+                    return "", ""
             self._errors[exc.reason] += 1
             self._k8s_state = f"failing: {exc.reason}: {exc.detail}"
             self._expire_assignments()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 
 import yaml
 
@@ -97,3 +98,31 @@ def test_stamping_device_series_is_opt_in_and_reloadable(daemon_factory, tmp_pat
         d.config_file.write_text(yaml.safe_dump(config))
         d.signal(signal.SIGHUP)
         d.wait_metric("accel_utilization_ratio", 0.75, device="0", uuid=G0)
+
+
+def test_a_kubelet_socket_nobody_answers_leaves_the_source_up(daemon_factory, tmp_path, sock_dir):
+    # M4: the chart mounts the socket on every node; where the exporter cannot use it,
+    # the workload source must not be down (AccelExporterSourceDown would page).
+    dead = sock_dir / "kubelet.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(dead))
+    server.close()
+    devices = tmp_path / "devices.json"
+    devices.write_text(json.dumps({"devices": [["0", G0, "00000000:17:00.0"]]}))
+    d = daemon_factory(
+        {"sources": QUIET, "enrich": enrich(str(tmp_path), str(dead))},
+        extra_sources="tests.helpers.devices:build",
+        env={"ACCEL_TEST_DEVICES": str(devices)},
+    )
+    counted = {"reason": "connect_failed"}
+    d.wait_for(
+        lambda: (
+            (value(d.metrics(), "accel_workload_attribution_errors_total", **counted) or 0) >= 2
+        ),
+        timeout=30,
+        what="two counted kubelet attempts",
+    )
+    text = d.metrics()
+    assert value(text, "accel_exporter_source_up", source="workload") == 1
+    assert "accel_device_workload_info{" not in text
+    assert d.status()["sources"]["workload"]["k8s"].startswith("inactive: connect_failed")
