@@ -205,3 +205,29 @@ def test_mig_assignments():
         ("0", G0.uuid, "ns", "p1", "c"),
         ("0", G0.uuid, "ns", "p2", "c"),
     ]
+
+
+def test_gke_device_names_for_time_sharing_and_mig():
+    index = DeviceIndex(
+        [G0, G1],
+        [],
+        [MigRef("MIG-a", G0.uuid, "1", "0"), MigRef("MIG-b", G0.uuid, "2", "0")],
+    )
+    assignments = [
+        Assignment("ns", "p1", "c", "nvidia.com/gpu", "nvidia0/gi1"),
+        Assignment("ns", "p2", "c", "nvidia.com/gpu", "nvidia0/gi2/vgpu0"),
+        Assignment("ns", "p3", "c", "nvidia.com/gpu", "nvidia1/vgpu3"),
+        Assignment("ns", "p4", "c", "nvidia.com/gpu", "nvidia1/vgpu4"),
+    ]
+    result = attribute(Inputs(index, {}, assignments), PodMemory())
+    assert rows(result, "accel_mig_workload_info") == [
+        ("0", G0.uuid, "1", "0", "ns", "p1", "c"),
+        ("0", G0.uuid, "2", "0", "ns", "p2", "c"),
+    ]
+    assert rows(result, "accel_device_workload_info") == [
+        ("0", G0.uuid, "ns", "p1", "c"),
+        ("0", G0.uuid, "ns", "p2", "c"),
+        ("1", G1.uuid, "ns", "p3", "c"),
+        ("1", G1.uuid, "ns", "p4", "c"),
+    ]
+    assert not result.errors
