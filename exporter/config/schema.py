@@ -336,8 +336,11 @@ class K8sEnrichConfig:
     interval: Duration = 30.0
     timeout: Duration = 5.0
     resource_names: list[str] = field(default_factory=lambda: ["nvidia.com/gpu", "amd.com/gpu"])
-    # Regexes of extra resource names (e.g. MIG profiles nvidia.com/mig-1g.10gb).
-    resource_patterns: list[str] = field(default_factory=lambda: [r"^nvidia\.com/mig-.*$"])
+    # Regexes of extra resource names: MIG profiles (nvidia.com/mig-1g.10gb), and the
+    # shared GPUs of time-slicing or MPS with renameByDefault (nvidia.com/gpu.shared).
+    resource_patterns: list[str] = field(
+        default_factory=lambda: [r"^nvidia\.com/mig-.*$", r"^nvidia\.com/gpu\.shared$"]
+    )
     max_message_bytes: int = 64 * 1024 * 1024
     # Stamp workload labels onto device series (off: join on accel_device_workload_info).
     stamp_device_series: bool = False

@@ -103,3 +103,17 @@ def test_unrelated_env_is_ignored():
 def test_stale_after_below_interval_is_rejected():
     with pytest.raises(ConfigError, match="stale_after: must be at least the interval"):
         load_config(None, env={"ACCEL_EXPORTER_SOURCES__HOST__STALE_AFTER": "1s"})
+
+
+def test_default_resources_include_mig_profiles_and_shared_gpus():
+    from exporter.config.schema import K8sEnrichConfig
+    from exporter.enrich.pod_resources import resource_filter
+
+    k8s = K8sEnrichConfig()
+    wanted = resource_filter(k8s.resource_names, k8s.resource_patterns)
+    for name in ("nvidia.com/gpu", "amd.com/gpu", "nvidia.com/mig-1g.10gb"):
+        assert wanted(name), name
+    # Time-slicing and MPS with renameByDefault advertise nvidia.com/gpu.shared.
+    assert wanted("nvidia.com/gpu.shared")
+    for name in ("nvidia.com/gpu.sharedx", "example.com/gpu.shared", "cpu"):
+        assert not wanted(name), name
