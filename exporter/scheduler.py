@@ -12,11 +12,12 @@ import math
 import random
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from exporter import log
+from exporter.catalog import CATALOG, MetricSpec
 from exporter.errors import SourceError, SourceUnavailable
 from exporter.model import OK, Outcome, Reading, Snapshot
 from exporter.sources.base import Source
@@ -55,9 +56,12 @@ def backoff_delay(interval: float, failures: int) -> float:
     return float(min(interval * 2 ** (failures - 1), cap))
 
 
-async def poll_once(source: Source) -> tuple[Snapshot, bool]:
+async def poll_once(
+    source: Source, catalog: Mapping[str, MetricSpec] = CATALOG
+) -> tuple[Snapshot, bool]:
     """Poll a source under its deadline; (snapshot, unavailable).
 
+    Readings that do not match ``catalog`` (the store's) are dropped and logged.
     Never raises except for cancellation: every failure becomes a snapshot.
     """
     logger = log.get(source=source.name)
@@ -83,7 +87,7 @@ async def poll_once(source: Source) -> tuple[Snapshot, bool]:
         logger.error("poll raised", error=repr(exc), traceback=traceback.format_exc(limit=8))
         outcome = Outcome(False, "exception", repr(exc)[:500])
     duration = time.monotonic() - started
-    good, bad = validate(readings)
+    good, bad = validate(readings, catalog)
     if bad:
         logger.warning("readings dropped", count=len(bad), examples=bad[:3])
     snapshot = Snapshot(
@@ -165,7 +169,7 @@ class Scheduler:
             started = time.monotonic()
             schedule.polling = True
             try:
-                snapshot, unavailable = await poll_once(source)
+                snapshot, unavailable = await poll_once(source, self.store.catalog)
             finally:
                 schedule.polling = False
             self._record(source, snapshot, unavailable, schedule, logger)

@@ -8,6 +8,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.sdk.resources import Resource
 
+from exporter.catalog.otel import INSTRUMENTS
 from exporter.model import OK, HistogramValue, Reading, Snapshot
 from exporter.outputs import otlp_pipeline
 from exporter.outputs.otlp_pipeline import Pipeline
@@ -91,7 +92,7 @@ def hist(counts: tuple[int, ...], total: float) -> HistogramValue:
 
 def test_histogram_delta_first_pass_later_series_and_reset():
     bridge = otlp_pipeline.HistogramBridge(
-        otlp_pipeline.INSTRUMENTS["accel.exporter.source.poll.duration"][0], delta=True
+        INSTRUMENTS["accel.exporter.source.poll.duration"][0], delta=True
     )
 
     class FakeView:
@@ -183,3 +184,4 @@ def test_series_churn_wears_the_pipeline_out(monkeypatch):
     fresh = Pipeline(Resource({}), "cumulative")
     collect(fresh, store)
     assert not fresh.worn_out
+
