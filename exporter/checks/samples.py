@@ -117,12 +117,12 @@ def poll_local(config: object) -> Samples:
     from exporter.commands.once import poll_all
     from exporter.config import Config
     from exporter.outputs.prometheus import Exposition
-    from exporter.sources.registry import build_sources
+    from exporter.sources.registry import build_sources, catalog_for
     from exporter.store import Store
 
     assert isinstance(config, Config)
     started = time.monotonic()
-    store = Store()
+    store = Store(catalog=catalog_for(config))
     asyncio.run(poll_all(build_sources(config), store))
     body, _ = Exposition(store, process_metrics=False).render(None, None)
     samples = parse(body.decode())

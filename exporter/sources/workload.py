@@ -16,6 +16,10 @@ non-root) or that nobody listens on means "pod attribution is not set up
 here". Both leave the Kubernetes part inactive (the reason in ``/status``; the
 latter two still counted), and the source up: a default install must not page
 on every node.
+
+With ``enrich.k8s.pod_labels`` (opt-in) the allowlisted Kubernetes labels of the
+pods named by the pass are added as ``accel_pod_labels_info``, from a listing
+the API server answers in the background (:mod:`exporter.sources.workload_labels`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from exporter.enrich.slurm_files import JobFile, read_job_files
 from exporter.errors import SourceError
 from exporter.model import Reading
 from exporter.sources.base import BlockingCall, Source, StoreReader
+from exporter.sources.workload_labels import PodLabelRefresher, pods_named
 
 # Reasons that mean "this node has no kubelet for us" when k8s is enabled: auto.
 _NOT_KUBERNETES = frozenset({"socket_missing", "grpc_missing"})
@@ -73,6 +78,24 @@ class WorkloadSource(Source):
         self._kubelet_seen = False
         self._k8s_state = "pending" if config.k8s.enabled is not False else "disabled"
         self._counts: dict[str, Any] = {}
+        self._pod_labels: PodLabelRefresher | None = None
+        if config.k8s.enabled is not False and config.k8s.pod_labels.enabled:
+            self._pod_labels = PodLabelRefresher(name, config.k8s.pod_labels, self._errors)
+
+    async def start(self) -> None:
+        """Start listing pod labels in the background, when asked for."""
+        if self._pod_labels is not None:
+            await self._pod_labels.start()
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Until the first pod-label listing ended (one-shot commands want its answer)."""
+        if self._pod_labels is not None:
+            await self._pod_labels.wait_first(timeout)
+
+    async def close(self) -> None:
+        """Stop the pod-label listing."""
+        if self._pod_labels is not None:
+            await self._pod_labels.close()
 
     def attach(self, store: StoreReader) -> None:
         """Keep the store to read the device sources' data from."""
@@ -88,6 +111,7 @@ class WorkloadSource(Source):
             "k8s_assignments": None if self._assignments is None else len(self._assignments),
             "k8s_cache_age_seconds": age,
             "slurm": self.enrich.slurm.mode if self.enrich.slurm.enabled is not False else "off",
+            **(self._pod_labels.status() if self._pod_labels is not None else {}),
             **self._counts,
         }
 
@@ -196,6 +220,8 @@ class WorkloadSource(Source):
                 " sources.<nvml|amdsmi>.processes: true for per-process and Slurm attribution"
             )
         readings = list(result.readings)
+        if self._pod_labels is not None:
+            readings.extend(self._pod_labels.readings(pods_named(result.readings)))
         readings.extend(
             Reading("accel_workload_attribution_errors_total", (reason,), float(count))
             for reason, count in sorted(self._errors.items())

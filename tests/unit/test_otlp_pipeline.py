@@ -185,3 +185,20 @@ def test_series_churn_wears_the_pipeline_out(monkeypatch):
     collect(fresh, store)
     assert not fresh.worn_out
 
+
+def test_configured_labels_reach_otlp_as_attributes():
+    from exporter.catalog import with_rows
+    from exporter.catalog.workload import pod_labels_row
+
+    catalog = with_rows([pod_labels_row(["team", "app.kubernetes.io/name"])])
+    store = Store(mono=lambda: 1000.0, catalog=catalog)
+    put(store, Reading("accel_pod_labels_info", ("ml", "train-0", "vision", ""), 1.0))
+    pipeline = Pipeline(Resource({"service.name": "x"}), "cumulative", catalog)
+    _, values, _ = collect(pipeline, store)
+    attrs = {
+        "namespace": "ml",
+        "pod": "train-0",
+        "label_team": "vision",
+        "label_app_kubernetes_io_name": "",
+    }
+    assert values[key("accel.pod.labels.info", **attrs)] == 1.0
