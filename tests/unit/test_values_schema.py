@@ -71,6 +71,12 @@ def test_every_default_key_is_described_by_the_schema() -> None:
         ({"nodeSelector": {"gpu": True}}, "nodeSelector.gpu"),
         ({"fullnameOverride": "Accel_Exporter"}, "fullnameOverride"),
         ({"nvidia": {"driverCapabilities": "utility compute"}}, "nvidia.driverCapabilities"),
+        ({"workloadPodLabels": {"enabled": True}}, "workloadPodLabels.keys"),
+        ({"workloadPodLabels": {"enabled": True, "keys": []}}, "workloadPodLabels.keys"),
+        ({"workloadPodLabels": {"keys": ["bad key"]}}, "workloadPodLabels.keys.0"),
+        ({"workloadPodLabels": {"interval": "60"}}, "workloadPodLabels.interval"),
+        ({"workloadPodLabels": {"allowlist": ["team"]}}, "allowlist"),
+        ({"rbac": {"create": "yes"}}, "rbac.create"),
     ],
 )
 def test_bad_values_are_rejected_naming_the_key(over: dict[str, Any], where: str) -> None:
@@ -86,6 +92,9 @@ def test_good_variants_are_accepted() -> None:
         {"tls": {"enabled": True, "secretName": "certs"}},
         {"podMonitor": {"enabled": True}},
         {"image": {"digest": "sha256:" + "a" * 64}},
+        {"workloadPodLabels": {"enabled": True, "keys": ["team", "app.kubernetes.io/name"]}},
+        {"workloadPodLabels": {"enabled": False, "keys": [], "interval": "1h30m"}},
+        {"rbac": {"create": False}},
         {
             "config": {
                 "sources": {"nvml": {"processes": True}},
