@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import ssl
-import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+
+from tests.helpers.http_server import LoopbackServer
 
 METADATA_ONLY = "as=PartialObjectMetadataList"
 
@@ -31,7 +32,7 @@ class FakeApiPod:
     labels: dict[str, str] = field(default_factory=dict)
 
 
-class FakeApiServer:
+class FakeApiServer(LoopbackServer):
     """``with FakeApiServer(pki_dir, token="t") as api: api.pods = [...]; api.url``."""
 
     def __init__(self, pki: Path, token: str) -> None:
@@ -55,16 +56,9 @@ class FakeApiServer:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(str(pki / "server.pem"), str(pki / "server.key"))
-        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"https://{host}:{port}"
+        super().__init__(Handler, context)
 
     def _answer(self, handler: BaseHTTPRequestHandler) -> None:
         parsed = urllib.parse.urlsplit(handler.path)
@@ -131,12 +125,3 @@ class FakeApiServer:
             handler.send_header("Content-Length", str(len(body)))
             handler.end_headers()
             handler.wfile.write(body)
-
-    def __enter__(self) -> FakeApiServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
