@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -158,6 +159,10 @@ def main(argv: Sequence[str] | None = None, source_builder: SourceBuilder | None
     parser = build_parser()
     args = _parse(parser, argv)
     command = args.command or "run"
+    if command == "run":
+        # Until the daemon's own handler is installed (once it is fully started), a
+        # SIGHUP (e.g. "systemctl reload" right after start) must not kill it.
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
     if command == "config" and args.config_command == "check":
         try:

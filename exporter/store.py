@@ -64,6 +64,17 @@ class SourceRecord:
     restarts: int = 0
     unavailable: str | None = None
     unavailable_detail: str = ""
+    # The last count a source reported and what earlier runners had counted: a
+    # reload builds new runners that count from 0, the exported counter must not.
+    restarts_reported: int = 0
+    restarts_before: int = 0
+
+    def count_restarts(self, reported: int) -> None:
+        """Fold a source's own restart count into a counter that never goes back."""
+        if reported < self.restarts_reported:
+            self.restarts_before += self.restarts_reported
+        self.restarts_reported = reported
+        self.restarts = self.restarts_before + reported
 
     def copy(self) -> SourceRecordView:
         """An immutable copy for readers."""
@@ -169,6 +180,12 @@ class Store:
             self._records.pop(source, None)
             self._generation += 1
 
+    def succeeded(self, source: str) -> bool:
+        """Whether a poll of ``source`` ever succeeded (kept across reloads)."""
+        with self._lock:
+            record = self._records.get(source)
+            return record is not None and record.last_success is not None
+
     def names(self) -> list[str]:
         """Registered sources, in registration order."""
         with self._lock:
@@ -188,7 +205,7 @@ class Store:
                 reason = snapshot.outcome.reason or "error"
                 record.errors[reason] = record.errors.get(reason, 0) + 1
             if restarts is not None:
-                record.restarts = restarts
+                record.count_restarts(restarts)
             self._generation += 1
 
     def mark_unavailable(
@@ -204,7 +221,7 @@ class Store:
             record.unavailable = reason
             record.unavailable_detail = detail or reason
             if restarts is not None:
-                record.restarts = restarts
+                record.count_restarts(restarts)
             self._generation += 1
 
     def publish(self, name: str, readings: Sequence[Reading]) -> None:

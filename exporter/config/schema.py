@@ -26,6 +26,8 @@ Secret = Annotated[str, "secret"]
 Enabled = Union[bool, Literal["auto"]]  # noqa: UP007 (a runtime alias, read by the loader)
 
 MIN_INTERVAL = 0.1
+# A RAS follower queries this many times less often than the reporter by default.
+FOLLOWER_FACTOR = 10
 
 
 @dataclass(frozen=True)
@@ -160,14 +162,19 @@ class DeviceSourceConfig(SourceConfig):
     # Per-process series (pid label): off by default for cardinality.
     processes: bool = False
     events: bool = True
+    # The accelerators this node should have, exported as accel_devices_expected so an
+    # alert can tell a node that booted short; set, it also makes a missing library a failure.
+    expected_devices: int | None = None
 
     def check(self) -> list[tuple[str, str]]:
-        """The slow interval cannot be shorter than the fast one."""
+        """The slow interval cannot be shorter than the fast one; an expected count is positive."""
         out = super().check()
         if self.slow_interval < self.interval:
             out.append(("slow_interval", "must be at least interval"))
         if self.bootstrap_timeout <= 0:
             out.append(("bootstrap_timeout", "must be positive"))
+        if self.expected_devices is not None and self.expected_devices < 1:
+            out.append(("expected_devices", "must be at least 1 (leave it unset on other nodes)"))
         return out
 
 
@@ -216,7 +223,8 @@ class CclRasSourceConfig(SourceConfig):
     rank_series: Literal["local", "all", "none"] = "local"
     stall_polls: int = 3
     role: Literal["auto", "reporter", "follower"] = "auto"
-    follower_interval: Duration = 300.0
+    # Unset: ten times the interval.
+    follower_interval: Duration | None = None
     max_response_bytes: int = 32 * 1024 * 1024
     monitor: Enabled = "auto"
     # This node's addresses, to tell local ranks and the reporter role; empty: read them
@@ -234,12 +242,14 @@ class CclRasSourceConfig(SourceConfig):
             out.append(("addresses", "needs at least one host:port"))
         for i, address in enumerate(self.addresses):
             try:
-                host, _ = split_host_port(address, default_port=28028)
+                host, port = split_host_port(address, default_port=28028)
             except ValueError as exc:
                 out.append((f"addresses.{i}", str(exc)))
                 continue
             if not host:
                 out.append((f"addresses.{i}", f"missing host in {address!r}"))
+            if port == 0:
+                out.append((f"addresses.{i}", f"port 0 in {address!r}: RAS listens on a real port"))
         if len(set(self.addresses)) != len(self.addresses):
             out.append(("addresses", "lists an address twice"))
         for i, local in enumerate(self.local_addresses):
@@ -249,11 +259,24 @@ class CclRasSourceConfig(SourceConfig):
                 out.append((f"local_addresses.{i}", f"{local!r} is not an IP address"))
         if self.stall_polls < 1:
             out.append(("stall_polls", "must be at least 1"))
-        if self.follower_interval < self.interval:
+        if self.follower_interval is not None and self.follower_interval < self.interval:
             out.append(("follower_interval", "must be at least interval"))
         if self.max_response_bytes < 4096:
             out.append(("max_response_bytes", "must be at least 4096"))
         return out
+
+    def resolved(self) -> CclRasSourceConfig:
+        """Also fill ``follower_interval`` from the interval."""
+        base = super().resolved()
+        assert isinstance(base, CclRasSourceConfig)
+        return dataclasses.replace(base, follower_interval=self.follower_seconds)
+
+    @property
+    def follower_seconds(self) -> float:
+        """A follower's query interval: ``follower_interval``, else ten intervals."""
+        if self.follower_interval is not None:
+            return self.follower_interval
+        return FOLLOWER_FACTOR * self.interval
 
 
 @dataclass(frozen=True)
@@ -271,13 +294,15 @@ class CclInspectorSourceConfig(SourceConfig):
     max_files: int = 256
     # Communicators tracked at once; the least recently seen is forgotten beyond this.
     max_comms: int = 64
+    # {comm, collective, msg_size} label sets over all communicators (two histograms each).
+    max_series: int = 512
     # Only files <hostname>-pid<pid>.log of these host names (a shared directory); empty: all.
     hostnames: list[str] = field(default_factory=list)
 
     def check(self) -> list[tuple[str, str]]:
         """Positive limits."""
         out = super().check()
-        for key in ("max_line_bytes", "max_read_bytes", "max_files", "max_comms"):
+        for key in ("max_line_bytes", "max_read_bytes", "max_files", "max_comms", "max_series"):
             if getattr(self, key) < 1:
                 out.append((key, "must be at least 1"))
         if self.max_read_bytes < self.max_line_bytes:

@@ -15,6 +15,13 @@ reading into an OTLP ``HistogramDataPoint`` with the catalog's explicit bounds,
 per-bucket counts and sum, and appends it to the SDK's batch in the same scope.
 Start times follow the SDK's rule for asynchronous instruments.
 
+Counter resets under cumulative temporality: the SDK keeps one start time per
+series for its whole life, so a counter that went down (a job restart, a
+driver reload) would be sent as a monotonic sum that decreases under the same
+start time, which the OTLP data model forbids. A series whose value went down
+gets a new start time - its previous point's time - from then on, as the
+histogram bridge does for a histogram that went back.
+
 Delta temporality: the SDK converts cumulative observations to deltas by
 subtraction, which turns a counter reset (a driver reload) into a negative
 delta and the first observation into one huge delta. Counter values are
@@ -29,6 +36,7 @@ once the dead series outnumber the live ones.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -53,6 +61,7 @@ from opentelemetry.sdk.metrics.export import (
     MetricsData,
     ResourceMetrics,
     ScopeMetrics,
+    Sum,
 )
 from opentelemetry.sdk.metrics.export import Histogram as HistogramData
 from opentelemetry.sdk.resources import Resource
@@ -141,6 +150,45 @@ class _CounterBase:
                 offset += last
         self._state[key] = (offset, raw)
         return raw + offset
+
+
+class _ResetStarts:
+    """New start times for cumulative monotonic sums whose value went down (see the module doc)."""
+
+    def __init__(self) -> None:
+        # key -> (start since the last reset, None for the SDK's own; last value; its time)
+        self._series: dict[SeriesKey, tuple[int | None, float, int]] = {}
+
+    def apply(self, metric: Metric) -> Metric:
+        """``metric`` with the start times of reset series replaced."""
+        data = metric.data
+        if (
+            not isinstance(data, Sum)
+            or not data.is_monotonic
+            or data.aggregation_temporality is not _CUMULATIVE
+        ):
+            return metric
+        points = []
+        changed = False
+        for point in data.data_points:
+            # Our attribute values are always strings (catalog label values).
+            attributes = {k: str(v) for k, v in (point.attributes or {}).items()}
+            key: SeriesKey = (metric.name, tuple(sorted(attributes.items())))
+            start: int | None = None
+            known = self._series.get(key)
+            if known is not None:
+                start, last, last_ns = known
+                if point.value < last:
+                    # The reset happened after the previous point: the new series starts there.
+                    start = last_ns
+            self._series[key] = (start, point.value, point.time_unix_nano)
+            if start is not None:
+                point = dataclasses.replace(point, start_time_unix_nano=start)
+                changed = True
+            points.append(point)
+        if not changed:
+            return metric
+        return dataclasses.replace(metric, data=dataclasses.replace(data, data_points=points))
 
 
 @dataclass
@@ -262,6 +310,7 @@ class Pipeline:
         self._seen: set[SeriesKey] = set()
         self._live = 0
         self._base = _CounterBase()
+        self._resets = _ResetStarts()
         self._bridges: list[HistogramBridge] = []
         for name, members in instruments(catalog).items():
             head = members[0]
@@ -335,7 +384,9 @@ class Pipeline:
     def _merge(self, batch: MetricsData | None, extra: list[Metric]) -> MetricsData:
         scopes: list[ScopeMetrics] = []
         for resource_metrics in batch.resource_metrics if batch is not None else ():
-            scopes.extend(resource_metrics.scope_metrics)
+            for scope in resource_metrics.scope_metrics:
+                metrics = [self._resets.apply(m) for m in scope.metrics]
+                scopes.append(ScopeMetrics(scope.scope, metrics, scope.schema_url))
         if extra:
             for i, scope in enumerate(scopes):
                 if scope.scope.name == SCOPE:

@@ -32,6 +32,7 @@ def _nvml(config: Config) -> Source:
         nvml,
         "exporter.backends.nvml:NvmlBackend",
         backend_config={"events": nvml.events, "processes": nvml.processes},
+        vendor="nvidia",
     )
 
 
@@ -42,6 +43,7 @@ def _amdsmi(config: Config) -> Source:
         cfg,
         "exporter.backends.amdsmi:AmdSmiBackend",
         backend_config={"events": cfg.events, "event_types": list(cfg.event_types)},
+        vendor="amd",
     )
 
 

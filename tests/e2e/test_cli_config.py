@@ -192,3 +192,19 @@ def test_a_check_never_exits_2_for_its_own_problems(args, env):
     (line,) = result.stdout.splitlines()
     assert " UNKNOWN - " in line, line
     assert "Traceback" not in result.stderr
+
+
+def test_config_errors_never_show_secrets(tmp_path):
+    bad = cli(
+        "config",
+        "show",
+        env={"ACCEL_EXPORTER_OUTPUTS__OTLP__HEADERS": "{authorization: Bearer SUPERSECRET"},
+    )
+    assert bad.returncode == 2
+    assert "outputs.otlp.headers: cannot parse" in bad.stderr
+    assert "SUPERSECRET" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("web:\n  basic_auth:\n    users:\n      alice: 987654\n")
+    bad = cli("--config.file", str(cfg), "config", "show")
+    assert bad.returncode == 2 and "web.basic_auth.users.alice: must be a string" in bad.stderr
+    assert "987654" not in bad.stderr
