@@ -3,7 +3,8 @@
 Lifecycle: SIGTERM/SIGINT stop in order (stop scheduling and cancel polls, stop
 workers, stop HTTP, flush push outputs) well within 5 s. SIGHUP reloads the
 config; an invalid new config is logged reason by reason and the old one keeps
-running.
+running, and so does a new config that would change an exported label set
+(``enrich.k8s.pod_labels``), which needs a restart.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from exporter.outputs.prometheus import Exposition
 from exporter.outputs.registry import build_outputs
 from exporter.scheduler import Scheduler
 from exporter.sources.base import Source
-from exporter.sources.registry import build_sources
+from exporter.sources.registry import build_sources, catalog_for
 from exporter.store import Store
 
 SHUTDOWN_BUDGET_SECONDS = 4.0
@@ -74,7 +75,8 @@ class App:
         self.config_path = config_path
         self.overrides = dict(overrides or {})
         self.source_builder = source_builder
-        self.store = Store()
+        # Rows with configured labels (pod label keys) are fixed for the daemon's life.
+        self.store = Store(catalog=catalog_for(config))
         self.exposition = Exposition(self.store, stamp=stamp.from_config(config))
         self.runtime: Runtime | None = None
         self.http: HttpServer | None = None
@@ -278,6 +280,13 @@ class App:
             except ConfigError as exc:
                 for problem in exc.problems:
                     self._log.error("reload rejected", problem=problem)
+                return False
+            if dict(catalog_for(new)) != dict(self.store.catalog):
+                self._log.error(
+                    "reload rejected",
+                    problem="enrich.k8s.pod_labels (enabled, keys) changes the exported label"
+                    " set: restart the daemon to apply it",
+                )
                 return False
             try:
                 runtime = self._build_runtime(new)

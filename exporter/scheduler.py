@@ -13,11 +13,12 @@ import math
 import random
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from exporter import log
+from exporter.catalog import CATALOG, MetricSpec
 from exporter.errors import SourceError, SourcePending, SourceUnavailable
 from exporter.model import OK, Outcome, Reading, Snapshot
 from exporter.sources.base import Source
@@ -59,13 +60,17 @@ def backoff_delay(interval: float, failures: int) -> float:
 
 
 async def poll_once(
-    source: Source, *, allow_unavailable: bool | None = None
+    source: Source,
+    catalog: Mapping[str, MetricSpec] = CATALOG,
+    *,
+    allow_unavailable: bool | None = None,
 ) -> tuple[Snapshot, bool]:
     """Poll a source under its deadline; (snapshot, unavailable).
 
     ``unavailable`` is True when the source said it cannot run here and that is
     allowed to be a normal state (``enabled: auto``, by default). A source that
     is still getting ready gives a snapshot whose outcome is ``pending``.
+    Readings that do not match ``catalog`` (the store's) are dropped and logged.
     Never raises except for cancellation: every failure becomes a snapshot.
     """
     logger = log.get(source=source.name)
@@ -90,7 +95,7 @@ async def poll_once(
                 outcome = Outcome(False, exc.reason or "unavailable", exc.detail)
             else:
                 outcome = Outcome(False, exc.reason, exc.detail)
-        good, bad = validate(readings)
+        good, bad = validate(readings, catalog)
         if bad:
             logger.warning("readings dropped", count=len(bad), examples=bad[:3])
     except asyncio.TimeoutError:
@@ -199,7 +204,9 @@ class Scheduler:
             # library vanishing is a failure (a driver unloaded under it), not
             # "this node has no such device".
             snapshot, unavailable = await poll_once(
-                source, allow_unavailable=source.auto and not self.store.succeeded(source.name)
+                source,
+                self.store.catalog,
+                allow_unavailable=source.auto and not self.store.succeeded(source.name),
             )
         finally:
             schedule.polling = False

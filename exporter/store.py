@@ -12,11 +12,11 @@ from __future__ import annotations
 import platform
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter import __version__
-from exporter.catalog import CATALOG, Kind
+from exporter.catalog import CATALOG, Kind, MetricSpec
 from exporter.catalog.exporter_self import POLL_DURATION_BUCKETS
 from exporter.model import HistogramValue, Reading, Snapshot, is_number
 
@@ -150,7 +150,11 @@ class Store:
         self,
         mono: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        catalog: Mapping[str, MetricSpec] = CATALOG,
     ) -> None:
+        # The catalog as this daemon's configuration exports it (some rows carry
+        # configured labels); every reading and every output goes by it.
+        self.catalog = catalog
         self._mono = mono
         self._wall = wall
         self._lock = threading.Lock()
@@ -279,12 +283,14 @@ def _self_readings(records: Sequence[SourceRecordView], now: float) -> Iterable[
             )
 
 
-def validate(readings: Iterable[Reading]) -> tuple[list[Reading], list[str]]:
+def validate(
+    readings: Iterable[Reading], catalog: Mapping[str, MetricSpec] = CATALOG
+) -> tuple[list[Reading], list[str]]:
     """Split readings into those that match the catalog and descriptions of the rest."""
     good: list[Reading] = []
     bad: list[str] = []
     for reading in readings:
-        row = CATALOG.get(reading.metric)
+        row = catalog.get(reading.metric)
         if row is None:
             bad.append(f"{reading.metric}: not in the catalog")
         elif len(reading.labels) != len(row.labels):

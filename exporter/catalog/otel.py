@@ -313,3 +313,10 @@ def build(
 
 METRICS: Mapping[str, OtelMetric] = build()
 INSTRUMENTS: Mapping[str, tuple[OtelMetric, ...]] = MappingProxyType(group(METRICS.values()))
+
+
+def instruments(catalog: Mapping[str, MetricSpec]) -> Mapping[str, tuple[OtelMetric, ...]]:
+    """The instruments of ``catalog`` (a store's, with configured labels): INSTRUMENTS or new."""
+    if catalog is CATALOG:
+        return INSTRUMENTS
+    return MappingProxyType(group(build(catalog).values()))

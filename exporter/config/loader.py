@@ -336,6 +336,15 @@ def _parse_text_collection(
     return kind() if value is None else value
 
 
+def _unknown_hint(cls: type, key: str, names: list[str]) -> str:
+    """`` (renamed to ...)`` for a key a section declares renamed, else a close match."""
+    renamed: dict[str, str] = getattr(cls, "RENAMED", {})
+    if key in renamed:
+        return f" (renamed to {renamed[key]})"
+    close = difflib.get_close_matches(key, names, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def _convert_dataclass(value: Any, cls: type, path: Path, problems: _Problems) -> Any:
     if not isinstance(value, dict):
         problems.add(path, f"must be a mapping, not {type(value).__name__}")
@@ -347,9 +356,7 @@ def _convert_dataclass(value: Any, cls: type, path: Path, problems: _Problems) -
     for key, item in value.items():
         key = str(key)
         if key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            problems.add((*path, key), f"unknown key{hint}")
+            problems.add((*path, key), f"unknown key{_unknown_hint(cls, key, names)}")
             bad = True
             continue
         converted = _convert(item, hints[key], (*path, key), problems)
@@ -443,7 +450,8 @@ def _schema_path(parts: list[str]) -> tuple[Path | None, str]:
         if _is_dataclass_type(tp):
             hints = _hints(tp)
             if part not in hints:
-                return None, f"unknown key {'.'.join([*path, part])}"
+                hint = _unknown_hint(tp, part, list(hints))
+                return None, f"unknown key {'.'.join([*path, part])}{hint}"
             tp = hints[part]
         elif get_origin(tp) is dict:
             tp = get_args(tp)[1]

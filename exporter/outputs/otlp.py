@@ -112,7 +112,7 @@ class OtlpOutput:
         self.account.resume()
         try:
             self._exporter = self._exporter_factory(settings)
-            self._pipeline = Pipeline(self.resource, settings.temporality)
+            self._pipeline = Pipeline(self.resource, settings.temporality, self.store.catalog)
         except Exception as exc:  # e.g. a certificate file that vanished since the config check
             self._state = "failed"
             self.account.last_error = f"cannot start: {type(exc).__name__}: {exc}"
@@ -244,7 +244,7 @@ class OtlpOutput:
 
     def _rebuild(self, old: Pipeline) -> Pipeline:
         old.shutdown()
-        self._pipeline = Pipeline(self.resource, self.settings.temporality)
+        self._pipeline = Pipeline(self.resource, self.settings.temporality, self.store.catalog)
         self._rebuilds += 1
         self._log.info("otlp pipeline rebuilt after series churn", rebuilds=self._rebuilds)
         return self._pipeline

@@ -1,11 +1,12 @@
 """The OpenTelemetry SDK side of the OTLP output: instruments that read store views.
 
 One :class:`Pipeline` owns a ``MeterProvider`` (with the daemon's ``Resource``)
-and one observable instrument per OTel name in :data:`exporter.catalog.otel.INSTRUMENTS`:
-observable gauges, counters and up-down counters whose callbacks read the
-same :class:`~exporter.store.View` that /metrics renders. :meth:`Pipeline.collect`
-pins one view for the whole pass, so every instrument of one export sees the
-same snapshot: one code path for the data, two encodings.
+and one observable instrument per OTel name of the store's catalog
+(:func:`exporter.catalog.otel.instruments`): observable gauges, counters and
+up-down counters whose callbacks read the same :class:`~exporter.store.View`
+that /metrics renders. :meth:`Pipeline.collect` pins one view for the whole
+pass, so every instrument of one export sees the same snapshot: one code path
+for the data, two encodings.
 
 Histograms: the store already holds cumulative ``HistogramValue`` readings, and
 the SDK has no observable histogram (a synchronous one would re-aggregate
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,7 +68,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from exporter import __version__
-from exporter.catalog.otel import INSTRUMENTS, Instrument, OtelMetric
+from exporter.catalog import CATALOG, MetricSpec
+from exporter.catalog.otel import Instrument, OtelMetric, instruments
 from exporter.model import HistogramValue
 from exporter.store import View
 
@@ -288,7 +290,9 @@ class HistogramBridge:
 class Pipeline:
     """MeterProvider + catalog instruments + the histogram bridges; one collect per export."""
 
-    def __init__(self, resource: Resource, temporality: str) -> None:
+    def __init__(
+        self, resource: Resource, temporality: str, catalog: Mapping[str, MetricSpec] = CATALOG
+    ) -> None:
         prefs = preferences(temporality)
         self._reader = _HandOffReader(prefs)
         self._resource = resource
@@ -308,7 +312,7 @@ class Pipeline:
         self._base = _CounterBase()
         self._resets = _ResetStarts()
         self._bridges: list[HistogramBridge] = []
-        for name, members in INSTRUMENTS.items():
+        for name, members in instruments(catalog).items():
             head = members[0]
             if head.instrument is Instrument.HISTOGRAM:
                 self._bridges.append(HistogramBridge(head, prefs[Histogram] is _DELTA))

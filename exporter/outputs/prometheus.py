@@ -11,7 +11,7 @@ from __future__ import annotations
 import gzip
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -73,16 +73,20 @@ def _scalar(reading: Reading) -> float:
 
 
 def families(
-    view: View, names: Iterable[str] | None = None, stamp: StampFactory | None = None
+    view: View,
+    names: Iterable[str] | None = None,
+    stamp: StampFactory | None = None,
+    catalog: Mapping[str, MetricSpec] = CATALOG,
 ) -> Iterator[Metric]:
     """Families for every catalog row with readings, in catalog order.
 
-    ``stamp`` (opt-in) adds workload labels to device families as they render.
-    A row that fails to render is skipped and logged; it never breaks the scrape.
+    ``catalog`` is the store's (rows with configured labels); ``stamp`` (opt-in)
+    adds workload labels to device families as they render. A row that fails
+    to render is skipped and logged; it never breaks the scrape.
     """
     wanted = set(names) if names is not None else None
     stamping = stamp(view) if stamp is not None else None
-    for name, row in CATALOG.items():
+    for name, row in catalog.items():
         if wanted is not None and name not in wanted and row.family_name not in wanted:
             continue
         readings: Sequence[Reading] = view.readings(name)
@@ -116,7 +120,7 @@ class StoreCollector:
 
     def collect(self) -> Iterator[Metric]:
         """Families for the current store view."""
-        yield from families(self.store.view(), self.names, self.stamp)
+        yield from families(self.store.view(), self.names, self.stamp, self.store.catalog)
 
 
 class Exposition:

@@ -7,8 +7,10 @@ so the order of the phase offsets.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+from exporter.catalog import CATALOG, MetricSpec, with_rows
+from exporter.catalog.workload import pod_labels_row
 from exporter.config.schema import Config, SourceConfig
 from exporter.sources.base import Source
 from exporter.sources.ccl_inspector import CclInspectorSource
@@ -96,3 +98,15 @@ def build_sources(config: Config) -> list[Source]:
         for name, factory in FACTORIES.items()
         if section(config, name).enabled is not False
     ]
+
+
+def catalog_for(config: Config) -> Mapping[str, MetricSpec]:
+    """The catalog as ``config``'s sources export it: rows with configured labels.
+
+    The store validates readings against it and the outputs render by it, so the
+    label set of such a row is fixed for the life of a store (a daemon run).
+    """
+    pod_labels = config.enrich.k8s.pod_labels
+    if config.enrich.enabled is False or not pod_labels.enabled:
+        return CATALOG
+    return with_rows([pod_labels_row(pod_labels.keys)])

@@ -607,13 +607,55 @@ def test_dashboards_are_shipped_as_sidecar_config_maps(renderer, tmp_path):
     assert found == dashboards()
 
 
-def test_no_api_access_in_any_configuration(renderer, tmp_path):
-    # Pod attribution uses the kubelet's node-local socket: no RBAC, no token, ever.
-    for values in ({}, EVERYTHING_ON):
+POD_LABELS = {"workloadPodLabels": {"enabled": True, "keys": ["team", "app.kubernetes.io/name"]}}
+
+
+def test_no_api_access_unless_pod_labels_are_enabled(renderer, tmp_path):
+    # Pod attribution uses the kubelet's node-local socket: no RBAC and no token for it.
+    for values in ({}, EVERYTHING_ON, {"rbac": {"create": True}}):
         docs = render(renderer, tmp_path, values)
         assert not {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"} & set(by_kind(docs))
         assert pod_spec(docs)["automountServiceAccountToken"] is False
         assert one(docs, "ServiceAccount")["automountServiceAccountToken"] is False
+
+
+def test_pod_labels_add_read_access_to_pods_and_nothing_else(renderer, tmp_path):
+    docs = render(renderer, tmp_path, POD_LABELS)
+    assert validate_manifests(docs) == []
+    role = one(docs, "ClusterRole")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    ]
+    binding = one(docs, "ClusterRoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}
+    ]
+    assert one(docs, "ServiceAccount")["metadata"]["name"] == FULLNAME
+    # The token is mounted into the pod (the account itself keeps automount off).
+    assert pod_spec(docs)["automountServiceAccountToken"] is True
+    # The node name the listing filters on comes from the downward API.
+    assert env_of(container(docs))["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    pod_labels = daemon_config(docs, tmp_path).enrich.k8s.pod_labels
+    assert pod_labels.enabled and pod_labels.keys == ["team", "app.kubernetes.io/name"]
+    assert pod_labels.interval == 60.0
+
+
+def test_pod_labels_with_an_existing_account_or_own_rbac(renderer, tmp_path):
+    values = {**POD_LABELS, "serviceAccount": {"create": False, "name": "gpu-reader"}}
+    docs = render(renderer, tmp_path, values)
+    assert "ServiceAccount" not in by_kind(docs)
+    assert one(docs, "ClusterRoleBinding")["subjects"][0]["name"] == "gpu-reader"
+    assert pod_spec(docs)["serviceAccountName"] == "gpu-reader"
+    docs = render(renderer, tmp_path, {**POD_LABELS, "rbac": {"create": False}})
+    assert not {"ClusterRole", "ClusterRoleBinding"} & set(by_kind(docs))
+    assert pod_spec(docs)["automountServiceAccountToken"] is True
+    notes = render_chart(renderer, tmp_path, {**POD_LABELS, "rbac": {"create": False}}, notes=True)
+    assert "get/list/watch on pods" in notes
 
 
 def test_notes_render(renderer, tmp_path):

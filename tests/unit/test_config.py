@@ -131,6 +131,20 @@ def test_stale_after_below_interval_is_rejected():
         load_config(None, env={"ACCEL_EXPORTER_SOURCES__HOST__STALE_AFTER": "1s"})
 
 
+def test_default_resources_include_mig_profiles_and_shared_gpus():
+    from exporter.config.schema import K8sEnrichConfig
+    from exporter.enrich.pod_resources import resource_filter
+
+    k8s = K8sEnrichConfig()
+    wanted = resource_filter(k8s.resource_names, k8s.resource_patterns)
+    for name in ("nvidia.com/gpu", "amd.com/gpu", "nvidia.com/mig-1g.10gb"):
+        assert wanted(name), name
+    # Time-slicing and MPS with renameByDefault advertise nvidia.com/gpu.shared.
+    assert wanted("nvidia.com/gpu.shared")
+    for name in ("nvidia.com/gpu.sharedx", "example.com/gpu.shared", "cpu"):
+        assert not wanted(name), name
+
+
 def test_single_underscore_env_is_a_typo():
     with pytest.raises(ConfigError, match="did you mean ACCEL_EXPORTER_WEB__LISTEN_ADDRESS"):
         load_config(None, env={"ACCEL_EXPORTER_WEB_LISTEN_ADDRESS": ":1"})

@@ -8,6 +8,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.sdk.resources import Resource
 
+from exporter.catalog.otel import INSTRUMENTS
 from exporter.model import OK, HistogramValue, Reading, Snapshot
 from exporter.outputs import otlp_pipeline
 from exporter.outputs.otlp_pipeline import Pipeline
@@ -91,7 +92,7 @@ def hist(counts: tuple[int, ...], total: float) -> HistogramValue:
 
 def test_histogram_delta_first_pass_later_series_and_reset():
     bridge = otlp_pipeline.HistogramBridge(
-        otlp_pipeline.INSTRUMENTS["accel.exporter.source.poll.duration"][0], delta=True
+        INSTRUMENTS["accel.exporter.source.poll.duration"][0], delta=True
     )
 
     class FakeView:
@@ -183,6 +184,24 @@ def test_series_churn_wears_the_pipeline_out(monkeypatch):
     fresh = Pipeline(Resource({}), "cumulative")
     collect(fresh, store)
     assert not fresh.worn_out
+
+
+def test_configured_labels_reach_otlp_as_attributes():
+    from exporter.catalog import with_rows
+    from exporter.catalog.workload import pod_labels_row
+
+    catalog = with_rows([pod_labels_row(["team", "app.kubernetes.io/name"])])
+    store = Store(mono=lambda: 1000.0, catalog=catalog)
+    put(store, Reading("accel_pod_labels_info", ("ml", "train-0", "vision", ""), 1.0))
+    pipeline = Pipeline(Resource({"service.name": "x"}), "cumulative", catalog)
+    _, values, _ = collect(pipeline, store)
+    attrs = {
+        "namespace": "ml",
+        "pod": "train-0",
+        "label_team": "vision",
+        "label_app_kubernetes_io_name": "",
+    }
+    assert values[key("accel.pod.labels.info", **attrs)] == 1.0
 
 
 def _sum_points(request, name):

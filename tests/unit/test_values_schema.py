@@ -72,6 +72,12 @@ def test_every_default_key_is_described_by_the_schema() -> None:
         ({"nodeSelector": {"gpu": True}}, "nodeSelector.gpu"),
         ({"fullnameOverride": "Accel_Exporter"}, "fullnameOverride"),
         ({"nvidia": {"driverCapabilities": "utility compute"}}, "nvidia.driverCapabilities"),
+        ({"workloadPodLabels": {"enabled": True}}, "workloadPodLabels.keys"),
+        ({"workloadPodLabels": {"enabled": True, "keys": []}}, "workloadPodLabels.keys"),
+        ({"workloadPodLabels": {"keys": ["bad key"]}}, "workloadPodLabels.keys.0"),
+        ({"workloadPodLabels": {"interval": "60"}}, "workloadPodLabels.interval"),
+        ({"workloadPodLabels": {"allowlist": ["team"]}}, "allowlist"),
+        ({"rbac": {"create": "yes"}}, "rbac.create"),
         (
             {"serviceMonitor": {"basicAuth": {"username": {"name": "s", "key": "u"}}}},
             "password",
@@ -134,6 +140,9 @@ def test_good_variants_are_accepted() -> None:
             }
         },
         {"image": {"digest": "sha256:" + "a" * 64}},
+        {"workloadPodLabels": {"enabled": True, "keys": ["team", "app.kubernetes.io/name"]}},
+        {"workloadPodLabels": {"enabled": False, "keys": [], "interval": "1h30m"}},
+        {"rbac": {"create": False}},
         {
             "config": {
                 "sources": {"nvml": {"processes": True}},

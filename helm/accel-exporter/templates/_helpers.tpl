@@ -81,6 +81,11 @@ The daemon's config file: the user's config with the keys the chart owns set on 
 {{- if $sources }}
 {{- $_ := set $owned "sources" $sources }}
 {{- end }}
+{{- with .Values.workloadPodLabels }}
+{{- if .enabled }}
+{{- $_ := set $owned "enrich" (dict "k8s" (dict "pod_labels" (dict "enabled" true "keys" .keys "interval" .interval))) }}
+{{- end }}
+{{- end }}
 {{- toYaml (mergeOverwrite $config $owned) }}
 {{- end }}
 
