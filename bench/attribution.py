@@ -6,7 +6,10 @@
 * ``attribution_pass``: one poll of the workload source (kubelet answer cached) for
   16 GPUs x 16 processes in a fake /proc: cgroup + environ reads and the join;
 * ``libcuda_maps_scan``: the checkpoint worker's scan of this machine's real /proc for
-  processes mapping libcuda (the cost grows with the number of processes).
+  processes mapping libcuda (the cost grows with the number of processes), cold (every
+  maps file read) and warm (processes known not to map libcuda are skipped);
+* ``pod_labels_list``: one listing of a node's pods (110, the kubelet's default maximum)
+  from a fake API server over TLS on loopback, allowlist applied.
 
 Run by hand: ``.venv/bin/python bench/attribution.py``.
 """
@@ -24,14 +27,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from exporter.backends.cuda_checkpoint import CudaCheckpointBackend  # noqa: E402
 from exporter.config.schema import EnrichConfig, K8sEnrichConfig  # noqa: E402
+from exporter.enrich.kube_api import ApiAccess, list_pod_labels  # noqa: E402
 from exporter.enrich.pod_resources import list_assignments, resource_filter  # noqa: E402
 from exporter.enrich.procfs import ProcReader  # noqa: E402
 from exporter.sources.workload import WorkloadSource  # noqa: E402
 from exporter.store import Store  # noqa: E402
+from tests.fakes.kube_api import FakeApiPod, FakeApiServer  # noqa: E402
 from tests.fakes.kubelet import FakeContainer, FakeKubelet, FakePod  # noqa: E402
 from tests.helpers.devices import info, process, snapshot  # noqa: E402
 from tests.helpers.fakeproc import FakeProc, k8s_v2_systemd  # noqa: E402
+from tests.helpers.pki import make_pki  # noqa: E402
 
 GPUS, PER_GPU, CPU_PODS, REPEAT = 16, 16, 20_000, 20
 
@@ -95,12 +102,27 @@ def main() -> None:
             out["attribution_pass"] = timed(lambda: loop.run_until_complete(source.poll()))
             out["attribution_rows"] = source.status()["processes_seen"]
             loop.close()
-    reader = ProcReader("/proc")
-    out["proc_entries"] = len(list(reader.pids()))
-    out["libcuda_maps_scan"] = timed(
-        lambda: [p for p in reader.pids() if reader.maps_mention(p, b"libcuda.so")], 5
+        out["pod_labels_list"] = pod_labels_list(tmp)
+    out["proc_entries"] = len(list(ProcReader("/proc").pids()))
+    out["libcuda_maps_scan_cold"] = timed(
+        lambda: CudaCheckpointBackend({"proc_path": "/proc"})._candidates([], True), 5
     )
+    warm = CudaCheckpointBackend({"proc_path": "/proc"})
+    warm._candidates([], True)
+    out["libcuda_maps_scan_warm"] = timed(lambda: warm._candidates([], True), 5)
     print(json.dumps(out, indent=2))
+
+
+def pod_labels_list(tmp: Path) -> dict[str, float]:
+    """One API listing of 110 pods with ten labels each, through TLS on loopback."""
+    pki = make_pki(tmp, ("server", "127.0.0.1"))
+    (tmp / "token").write_text("bench")
+    labels = {f"example.com/key-{k}": f"value-{k}" for k in range(10)}
+    with FakeApiServer(pki, token="bench") as api:
+        api.pods = [FakeApiPod("ml", f"pod-{i}", "node-a", labels) for i in range(110)]
+        access = ApiAccess(api.url, "node-a", str(tmp / "token"), str(pki / "ca.pem"))
+        keys = ["example.com/key-1", "team"]
+        return timed(lambda: list_pod_labels(access, 10.0, 16 << 20, keys), 10)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ one 8-rank communicator per node as well, the same with NCCL 2.28.9's missing
 commas (repair path), the VERBOSE STATUS text report, and a text report in
 which a third of the ranks lag (each one named on its own line). Time is the median
 and minimum over ``--repeat`` parses; memory is what the parsed model keeps
-allocated (tracemalloc), next to the size of the report itself.
+allocated and the peak allocated while parsing (tracemalloc), next to the size
+of the report itself.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def measure(body: str, repeat: int) -> dict[str, Any]:
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     report = parse_report(body)
+    peak = tracemalloc.get_traced_memory()[1] - before
     gc.collect()
     kept = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
@@ -76,6 +78,7 @@ def measure(body: str, repeat: int) -> dict[str, Any]:
         "parse_ms_median": round(statistics.median(times), 2),
         "parse_ms_min": round(min(times), 2),
         "model_bytes": kept,
+        "parse_peak_bytes": peak,
     }
 
 

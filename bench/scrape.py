@@ -1,5 +1,9 @@
 """Scrape latency of /metrics for a synthetic 5,000-series store vs a static body.
 
+Three servers: ``store`` (data never changes: every scrape is a cache hit),
+``churn`` (the data changes every 500 ms, as polls do, so the cache is rebuilt
+continuously by the pre-render thread) and ``static`` (a fixed byte string).
+
 Usage: ``python bench/scrape.py [--series 5000] [--requests 400]`` (prints JSON).
 
 Both servers are the daemon's real HTTP server (``exporter.outputs.http``) in a
@@ -48,10 +52,28 @@ while len(readings) < series:
         readings.append(Reading("accel_clock_hertz", (dev, f"GPU-{i:08d}", clock), 1.4e9))
     i += 1
 readings = readings[:series]
-now = time.monotonic()
-store.put(Snapshot("synthetic", tuple(readings), OK, time.time(), time.time(), now, 0.01, 1e9))
+def put(scale):
+    now = time.monotonic()
+    values = tuple(Reading(r.metric, r.labels, r.value * scale) for r in readings)
+    store.put(Snapshot("synthetic", values, OK, time.time(), time.time(), now, 0.01, 1e9))
+
+
+put(1.0)
 expo = Exposition(store)
 body, _ = expo.render(None, None)
+if mode == "churn":
+    # A poll lands every 500 ms, as with several sources on short intervals: every
+    # change invalidates the cache, and the daemon's pre-render thread rebuilds it.
+    def churn():
+        i = 0
+        while True:
+            i += 1
+            put(1.0 + i % 7)
+            time.sleep(0.5)
+
+    import threading
+    threading.Thread(target=churn, daemon=True).start()
+    expo.start_prerender()
 
 
 class Static(Exposition):
@@ -59,7 +81,7 @@ class Static(Exposition):
         return body, {"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
 
 
-chosen = expo if mode == "store" else Static(store)
+chosen = Static(store) if mode == "static" else expo
 server = HttpServer(WebConfig(listen_address="127.0.0.1:0", max_requests=64),
                     Endpoints(chosen, lambda: (True, []), lambda: {}))
 server.start()
@@ -150,7 +172,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=640)
     args = parser.parse_args()
     result: dict[str, object] = {"series": args.series, "requests_per_level": args.requests}
-    servers = {mode: start_server(mode, args.series) for mode in ("store", "static")}
+    servers = {mode: start_server(mode, args.series) for mode in ("store", "churn", "static")}
     try:
         result["body_bytes"] = servers["store"][2]
         levels = {}
@@ -163,8 +185,9 @@ def main() -> None:
                     "p50_ms": round(statistics.median(lat) * 1000, 3),
                     "p99_ms": round(pct(lat, 0.99) * 1000, 3),
                 }
-            row["p50_ratio"] = round(row["store"]["p50_ms"] / row["static"]["p50_ms"], 3)
-            row["p99_ratio"] = round(row["store"]["p99_ms"] / row["static"]["p99_ms"], 3)
+            for mode in ("store", "churn"):
+                row[f"{mode}_p50_ratio"] = round(row[mode]["p50_ms"] / row["static"]["p50_ms"], 3)
+                row[f"{mode}_p99_ratio"] = round(row[mode]["p99_ms"] / row["static"]["p99_ms"], 3)
             levels[str(clients)] = row
         result["clients"] = levels
     finally:

@@ -3,7 +3,8 @@
 Lifecycle: SIGTERM/SIGINT stop in order (stop scheduling and cancel polls, stop
 workers, stop HTTP, flush push outputs) well within 5 s. SIGHUP reloads the
 config; an invalid new config is logged reason by reason and the old one keeps
-running.
+running, and so does a new config that would change an exported label set
+(``enrich.k8s.pod_labels``), which needs a restart.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from exporter import __version__, log
 from exporter.config import Config, load_config
+from exporter.config.addresses import parse_listen_address
 from exporter.errors import ConfigError
 from exporter.outputs import stamp
 from exporter.outputs.base import Output
@@ -28,7 +30,7 @@ from exporter.outputs.prometheus import Exposition
 from exporter.outputs.registry import build_outputs
 from exporter.scheduler import Scheduler
 from exporter.sources.base import Source
-from exporter.sources.registry import build_sources
+from exporter.sources.registry import build_sources, catalog_for
 from exporter.store import Store
 
 SHUTDOWN_BUDGET_SECONDS = 4.0
@@ -73,13 +75,17 @@ class App:
         self.config_path = config_path
         self.overrides = dict(overrides or {})
         self.source_builder = source_builder
-        self.store = Store()
+        # Rows with configured labels (pod label keys) are fixed for the daemon's life.
+        self.store = Store(catalog=catalog_for(config))
         self.exposition = Exposition(self.store, stamp=stamp.from_config(config))
         self.runtime: Runtime | None = None
         self.http: HttpServer | None = None
         self.started_at = time.time()
         self._stop = asyncio.Event()
-        self._reloading = asyncio.Lock()
+        # One lifecycle change at a time: start, reload and shutdown never overlap.
+        self._lifecycle = asyncio.Lock()
+        self._reload_task: asyncio.Task[bool] | None = None
+        self._retiring: list[Runtime] = []
         self._log = log.get()
 
     # -- state for the HTTP handlers (called on HTTP threads; read-only) ---
@@ -164,26 +170,26 @@ class App:
         except (ssl.SSLError, OSError) as exc:
             raise StartupError(f"web.tls: cannot load certificate or key: {exc}", 2) from None
 
-    async def _start_runtime(self, config: Config) -> Runtime:
+    def _build_runtime(self, config: Config) -> Runtime:
+        """Construct sources, scheduler and outputs without starting anything."""
         sources = list(self.source_builder(config))
-        scheduler = Scheduler(self.store, sources)
-        await scheduler.start()
-        outputs = build_outputs(config, self.store)
-        for output in outputs:
+        return Runtime(
+            config, sources, Scheduler(self.store, sources), build_outputs(config, self.store)
+        )
+
+    async def _start_runtime(self, runtime: Runtime) -> None:
+        await runtime.scheduler.start()
+        for output in runtime.outputs:
             try:
                 await output.start()
             except Exception as exc:
                 self._log.error("output start failed", output=output.name, error=repr(exc))
-        return Runtime(config, sources, scheduler, outputs)
 
-    async def _stop_runtime(self, runtime: Runtime, *, flush: bool) -> None:
+    async def _stop_runtime(self, runtime: Runtime, *, flush_seconds: float) -> None:
         await runtime.scheduler.stop()
         for output in runtime.outputs:
             try:
-                await asyncio.wait_for(
-                    output.stop(OUTPUT_FLUSH_SECONDS if flush else 0.2),
-                    timeout=OUTPUT_FLUSH_SECONDS + 0.5,
-                )
+                await asyncio.wait_for(output.stop(flush_seconds), timeout=flush_seconds + 0.5)
             except Exception as exc:
                 self._log.warning("output stop failed", output=output.name, error=repr(exc))
 
@@ -191,15 +197,26 @@ class App:
         """Ask the daemon to shut down (signal handlers and tests)."""
         self._stop.set()
 
+    def request_reload(self) -> None:
+        """SIGHUP: reload in a task; a reload already under way absorbs this one."""
+        if self._reload_task is None or self._reload_task.done():
+            self._reload_task = asyncio.create_task(self.reload(), name="reload")
+
     async def run(self) -> int:
         """Run until SIGTERM/SIGINT; returns the exit status."""
         loop = asyncio.get_running_loop()
         self.http = self._make_http(self.config)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
-        loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(self.reload()))
         try:
-            self.runtime = await self._start_runtime(self.config)
+            async with self._lifecycle:
+                runtime = self._build_runtime(self.config)
+                self.runtime = runtime
+                await self._start_runtime(runtime)
+            # Only now: a SIGHUP during start-up is ignored (cli sets SIG_IGN first)
+            # instead of racing a second runtime against the first.
+            loop.add_signal_handler(signal.SIGHUP, self.request_reload)
+            self.exposition.start_prerender()
             self.http.start()
             host, port = self.http.address
             self._log.info(
@@ -207,12 +224,14 @@ class App:
                 address=f"{host}:{port}",
                 url=self.http.url,
                 version=__version__,
-                sources=[s.name for s in self.runtime.sources],
+                sources=[s.name for s in runtime.sources],
             )
             await self._stop.wait()
         finally:
+            loop.remove_signal_handler(signal.SIGHUP)
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)  # removal restored the fatal default
             await self.shutdown()
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
         return 0
 
@@ -220,48 +239,94 @@ class App:
         """Ordered shutdown: polls and workers, then HTTP, then a final flush of outputs."""
         started = time.monotonic()
         self._log.info("shutting down")
-        runtime, self.runtime = self.runtime, None
-        if runtime is not None:
-            await runtime.scheduler.stop()
-        if self.http is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.http.stop)
-            self.http = None
-        if runtime is not None:
-            remaining = max(0.2, SHUTDOWN_BUDGET_SECONDS - (time.monotonic() - started))
-            for output in runtime.outputs:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(
-                        output.stop(min(OUTPUT_FLUSH_SECONDS, remaining)), timeout=remaining
-                    )
+        reload_task, self._reload_task = self._reload_task, None
+        if reload_task is not None and not reload_task.done():
+            # A reload may be starting a runtime: end it first, then stop whatever it left.
+            reload_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reload_task
+        async with self._lifecycle:
+            runtime, self.runtime = self.runtime, None
+            for retiring in self._retiring:
+                await retiring.scheduler.stop()
+            self._retiring.clear()
+            if runtime is not None:
+                await runtime.scheduler.stop()
+            if self.http is not None:
+                await asyncio.get_running_loop().run_in_executor(None, self.http.stop)
+                self.http = None
+            await asyncio.get_running_loop().run_in_executor(None, self.exposition.stop_prerender)
+            if runtime is not None:
+                remaining = max(0.2, SHUTDOWN_BUDGET_SECONDS - (time.monotonic() - started))
+                for output in runtime.outputs:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(
+                            output.stop(min(OUTPUT_FLUSH_SECONDS, remaining)), timeout=remaining
+                        )
         self._log.info("stopped", seconds=round(time.monotonic() - started, 3))
 
     async def reload(self) -> bool:
-        """Re-read the config; keep the old one running when the new one is invalid."""
-        async with self._reloading:
+        """Re-read the config; keep the old one running when the new one is invalid.
+
+        Everything that can fail (parsing, building sources and outputs, binding
+        a new address, loading certificates) happens before the old runtime
+        stops, so a rejected reload leaves the daemon exactly as it was.
+        """
+        async with self._lifecycle:
+            if self.runtime is None or self.http is None:
+                return False
             try:
                 new = load_config(self.config_path, os.environ, self.overrides)
             except ConfigError as exc:
                 for problem in exc.problems:
                     self._log.error("reload rejected", problem=problem)
                 return False
+            if dict(catalog_for(new)) != dict(self.store.catalog):
+                self._log.error(
+                    "reload rejected",
+                    problem="enrich.k8s.pod_labels (enabled, keys) changes the exported label"
+                    " set: restart the daemon to apply it",
+                )
+                return False
+            try:
+                runtime = self._build_runtime(new)
+            except Exception as exc:
+                self._log.error("reload rejected", problem=f"cannot build sources: {exc!r}")
+                return False
             new_http = None
-            if new.web != self.config.web:
-                try:
+            same_address = parse_listen_address(new.web.listen_address) == parse_listen_address(
+                self.config.web.listen_address
+            )
+            try:
+                if same_address:
+                    # Same socket; new credentials, certificates (re-read from disk,
+                    # so renewed files take effect) and limits for the next request.
+                    self.http.reconfigure(new.web)
+                else:
                     new_http = self._make_http(new)
-                except StartupError as exc:
-                    self._log.error("reload rejected", problem=str(exc))
-                    return False
+            except StartupError as exc:
+                self._log.error("reload rejected", problem=str(exc))
+                return False
+            except (ssl.SSLError, OSError, ValueError) as exc:
+                self._log.error(
+                    "reload rejected", problem=f"web.tls: cannot load certificate or key: {exc}"
+                )
+                return False
             log.configure(new.log.level, new.log.format)
+            os.environ["ACCEL_EXPORTER_WORKER_LOG_LEVEL"] = new.log.level
             self.exposition.set_stamp(stamp.from_config(new))
-            old = self.runtime
-            if old is not None:
-                await self._stop_runtime(old, flush=True)
-            self.runtime = await self._start_runtime(new)
-            kept = {s.name for s in self.runtime.sources}
+            old, self.runtime = self.runtime, runtime
+            # Until it is fully stopped, a shutdown that cancels this reload must
+            # still find the old runtime (and its workers) to stop.
+            self._retiring.append(old)
+            await self._stop_runtime(old, flush_seconds=OUTPUT_FLUSH_SECONDS)
+            self._retiring.remove(old)
+            await self._start_runtime(runtime)
+            kept = {s.name for s in runtime.sources}
             for name in self.store.names():
                 if name not in kept:
                     self.store.unregister(name)
-            if new_http is not None and self.http is not None:
+            if new_http is not None:
                 old_http, self.http = self.http, new_http
                 new_http.start()
                 await asyncio.get_running_loop().run_in_executor(None, old_http.stop)

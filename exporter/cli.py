@@ -3,7 +3,8 @@
 Every config key is also a flag (``--web.listen-address``,
 ``--sources.host.interval``), generated from the schema, so the YAML file,
 ``ACCEL_EXPORTER_*`` variables and flags always agree on names.
-Exit status 2 means the configuration (or the command line) is wrong.
+Exit status 2 means the configuration (or the command line) is wrong, except
+for ``check``, which keeps the Nagios convention (3, UNKNOWN) for those too.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,7 +28,11 @@ SourceBuilder = Callable[[Any], Sequence[Any]]
 OVERRIDE_PREFIX = "override:"
 
 # Extra subcommands contributed by other modules: name -> (help, add_arguments, run).
-# run(args, config_loader) -> exit status. Kept as data so adding one touches no parser code.
+# run(args, config_loader) -> exit status; the loader raises ConfigError, which the
+# command may handle itself (else it exits 2). Kept as data so adding one touches no
+# parser code. A command's parser (or a nested one) may set the default USAGE_PARSER to
+# itself: unrecognised arguments are then reported through its own error().
+USAGE_PARSER = "usage_parser"
 SubcommandRun = Callable[[argparse.Namespace, Callable[[], Any]], int]
 EXTRA_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], SubcommandRun]] = {}
 
@@ -93,8 +99,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for name, (help_text, add_arguments, _) in EXTRA_COMMANDS.items():
         extra = sub.add_parser(name, parents=[common], help=help_text)
+        extra.set_defaults(**{USAGE_PARSER: extra})
         add_arguments(extra)
     return parser
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse; unrecognised arguments go to the error() of the (sub)command that got them."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        owner = getattr(args, USAGE_PARSER, None) or parser
+        owner.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def overrides_from(args: argparse.Namespace) -> dict[str, str]:
@@ -141,8 +157,12 @@ def main(argv: Sequence[str] | None = None, source_builder: SourceBuilder | None
     ``source_builder`` replaces the registry's sources (tests add their own).
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     command = args.command or "run"
+    if command == "run":
+        # Until the daemon's own handler is installed (once it is fully started), a
+        # SIGHUP (e.g. "systemctl reload" right after start) must not kill it.
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
     if command == "config" and args.config_command == "check":
         try:
@@ -156,15 +176,26 @@ def main(argv: Sequence[str] | None = None, source_builder: SourceBuilder | None
     overrides = overrides_from(args)
 
     def load() -> Any:
-        return load_config(path, os.environ, overrides)
+        config = load_config(path, os.environ, overrides)
+        log.configure(config.log.level, config.log.format)
+        # Worker processes inherit the environment: they log at the daemon's level.
+        os.environ["ACCEL_EXPORTER_WORKER_LOG_LEVEL"] = config.log.level
+        return config
+
+    if command in EXTRA_COMMANDS:
+        # Dispatched before the config is read: a command loads it only if it needs it
+        # (a check against --url must not fail on a config it never uses). Until then,
+        # log lines go to stderr, never into a check's status line on stdout.
+        log.configure("warning", "auto")
+        try:
+            return EXTRA_COMMANDS[command][2](args, load)
+        except ConfigError as exc:
+            return _config_errors(exc.problems)
 
     try:
         config = load()
     except ConfigError as exc:
         return _config_errors(exc.problems)
-    log.configure(config.log.level, config.log.format)
-    # Worker processes inherit the environment: they log at the daemon's level.
-    os.environ["ACCEL_EXPORTER_WORKER_LOG_LEVEL"] = config.log.level
 
     if command == "config":
         return _show(config)
@@ -176,8 +207,6 @@ def main(argv: Sequence[str] | None = None, source_builder: SourceBuilder | None
         from exporter.commands import probe
 
         return probe.run(config)
-    if command in EXTRA_COMMANDS:
-        return EXTRA_COMMANDS[command][2](args, load)
     return _run(config, path, overrides, source_builder)
 
 

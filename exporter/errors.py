@@ -37,6 +37,14 @@ class SourceUnavailable(SourceError):
     """
 
 
+class SourcePending(SourceError):
+    """The source is still getting ready (a worker bootstrapping): not a result yet.
+
+    The scheduler records nothing for such a poll and asks again soon, so a slow
+    bootstrap is neither a failure nor a completed first poll.
+    """
+
+
 class WorkerError(SourceError):
     """A worker process missed a deadline, crashed, or answered garbage."""
 

@@ -96,6 +96,8 @@ class Outcome:
     ok: bool
     reason: str = ""
     detail: str = ""
+    # True when the source was not ready to answer (see SourcePending): not a result.
+    pending: bool = False
 
 
 OK = Outcome(True)

@@ -8,16 +8,18 @@ else: other tasks keep their schedule and the HTTP server never waits on a poll.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import random
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from exporter import log
-from exporter.errors import SourceError, SourceUnavailable
+from exporter.catalog import CATALOG, MetricSpec
+from exporter.errors import SourceError, SourcePending, SourceUnavailable
 from exporter.model import OK, Outcome, Reading, Snapshot
 from exporter.sources.base import Source
 from exporter.store import Store, validate
@@ -31,6 +33,8 @@ UNAVAILABLE_REPROBE_SECONDS = 60.0
 # First polls are spread over at most this long, so /metrics is complete quickly.
 FIRST_POLL_SPREAD_SECONDS = 0.5
 JITTER_FRACTION = 0.05
+# A source still getting ready (worker bootstrapping) is asked again this soon.
+PENDING_RETRY_SECONDS = 0.5
 STOP_GRACE_SECONDS = 2.0
 
 
@@ -55,26 +59,45 @@ def backoff_delay(interval: float, failures: int) -> float:
     return float(min(interval * 2 ** (failures - 1), cap))
 
 
-async def poll_once(source: Source) -> tuple[Snapshot, bool]:
+async def poll_once(
+    source: Source,
+    catalog: Mapping[str, MetricSpec] = CATALOG,
+    *,
+    allow_unavailable: bool | None = None,
+) -> tuple[Snapshot, bool]:
     """Poll a source under its deadline; (snapshot, unavailable).
 
+    ``unavailable`` is True when the source said it cannot run here and that is
+    allowed to be a normal state (``enabled: auto``, by default). A source that
+    is still getting ready gives a snapshot whose outcome is ``pending``.
+    Readings that do not match ``catalog`` (the store's) are dropped and logged.
     Never raises except for cancellation: every failure becomes a snapshot.
     """
     logger = log.get(source=source.name)
+    if allow_unavailable is None:
+        allow_unavailable = source.auto
     started_wall = time.time()
     started = time.monotonic()
-    readings: Sequence[Reading] = ()
+    good: list[Reading] = []
     outcome = OK
     unavailable = False
     try:
-        readings = await asyncio.wait_for(source.poll(), timeout=source.timeout)
-    except SourceUnavailable as exc:
-        unavailable = source.auto
-        outcome = Outcome(False, exc.reason or "unavailable", exc.detail)
-        readings = exc.readings
-    except SourceError as exc:
-        outcome = Outcome(False, exc.reason, exc.detail)
-        readings = exc.readings
+        try:
+            readings: Sequence[Reading] = await asyncio.wait_for(
+                source.poll(), timeout=source.timeout
+            )
+        except SourceError as exc:
+            readings = exc.readings
+            if isinstance(exc, SourcePending):
+                outcome = Outcome(False, exc.reason, exc.detail, pending=True)
+            elif isinstance(exc, SourceUnavailable):
+                unavailable = allow_unavailable
+                outcome = Outcome(False, exc.reason or "unavailable", exc.detail)
+            else:
+                outcome = Outcome(False, exc.reason, exc.detail)
+        good, bad = validate(readings, catalog)
+        if bad:
+            logger.warning("readings dropped", count=len(bad), examples=bad[:3])
     except asyncio.TimeoutError:
         outcome = Outcome(False, "timeout", f"poll exceeded its {source.timeout:g}s deadline")
     except asyncio.CancelledError:
@@ -82,10 +105,8 @@ async def poll_once(source: Source) -> tuple[Snapshot, bool]:
     except Exception as exc:
         logger.error("poll raised", error=repr(exc), traceback=traceback.format_exc(limit=8))
         outcome = Outcome(False, "exception", repr(exc)[:500])
+        good = []
     duration = time.monotonic() - started
-    good, bad = validate(readings)
-    if bad:
-        logger.warning("readings dropped", count=len(bad), examples=bad[:3])
     snapshot = Snapshot(
         source=source.name,
         readings=tuple(good),
@@ -162,32 +183,62 @@ class Scheduler:
         anchor = time.monotonic()
         await asyncio.sleep(self._first_delay(schedule.index))
         while True:
-            started = time.monotonic()
-            schedule.polling = True
             try:
-                snapshot, unavailable = await poll_once(source)
-            finally:
-                schedule.polling = False
-            self._record(source, snapshot, unavailable, schedule, logger)
-            interval = source.interval()
-            if unavailable:
-                delay = max(interval, UNAVAILABLE_REPROBE_SECONDS)
-            elif schedule.consecutive_failures:
-                delay = backoff_delay(interval, schedule.consecutive_failures)
-            else:
-                delay = interval
-            # Healthy sources stay on their phase grid so that they never fire together.
-            phase = self._phase(schedule.index, interval)
-            if schedule.consecutive_failures == 0 and not unavailable:
-                # The next grid point between half and one and a half intervals away.
-                ticks = math.floor((started + 0.5 * interval - anchor - phase) / interval) + 1
-                target = anchor + phase + ticks * interval
-            else:
-                target = started + delay
-            target += self._rng.uniform(0, JITTER_FRACTION * interval)
-            wait = max(0.0, target - time.monotonic())
+                wait = await self._cycle(source, schedule, logger, anchor)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a bug in one cycle must not end the source's polling
+                logger.error(
+                    "poll cycle failed", error=repr(exc), traceback=traceback.format_exc(limit=8)
+                )
+                wait = source.config.interval
             schedule.next_poll = time.time() + wait
             await asyncio.sleep(wait)
+
+    async def _cycle(self, source: Source, schedule: Schedule, logger: Any, anchor: float) -> float:
+        """One poll and its bookkeeping; returns how long to wait before the next."""
+        started = time.monotonic()
+        schedule.polling = True
+        try:
+            # Once a source has worked here (in this process, across reloads), its
+            # library vanishing is a failure (a driver unloaded under it), not
+            # "this node has no such device".
+            snapshot, unavailable = await poll_once(
+                source,
+                self.store.catalog,
+                allow_unavailable=source.auto and not self.store.succeeded(source.name),
+            )
+        finally:
+            schedule.polling = False
+        interval = source.interval()
+        if snapshot.outcome.pending:
+            schedule.last_reason, schedule.last_detail = (
+                snapshot.outcome.reason,
+                snapshot.outcome.detail,
+            )
+            return min(interval, PENDING_RETRY_SECONDS)
+        failures = 0 if snapshot.ok or unavailable else schedule.consecutive_failures + 1
+        if unavailable:
+            delay = max(interval, UNAVAILABLE_REPROBE_SECONDS)
+        else:
+            delay = backoff_delay(interval, failures) if failures else interval
+        if failures:
+            # What a failed poll says (devices down, the reason) stays true until the
+            # next poll, however far backoff pushes it: keep it visible that long.
+            keep = delay + source.timeout + JITTER_FRACTION * interval
+            if keep > snapshot.stale_after:
+                snapshot = dataclasses.replace(snapshot, stale_after=keep)
+        self._record(source, snapshot, unavailable, schedule, logger)
+        if not failures and not unavailable:
+            # Healthy sources stay on their phase grid so that they never fire together:
+            # the next grid point between half and one and a half intervals away.
+            phase = self._phase(schedule.index, interval)
+            ticks = math.floor((started + 0.5 * interval - anchor - phase) / interval) + 1
+            target = anchor + phase + ticks * interval
+        else:
+            target = started + delay
+        target += self._rng.uniform(0, JITTER_FRACTION * interval)
+        return max(0.0, target - time.monotonic())
 
     def _record(
         self, source: Source, snapshot: Snapshot, unavailable: bool, schedule: Schedule, logger: Any

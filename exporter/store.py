@@ -12,11 +12,11 @@ from __future__ import annotations
 import platform
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter import __version__
-from exporter.catalog import CATALOG, Kind
+from exporter.catalog import CATALOG, Kind, MetricSpec
 from exporter.catalog.exporter_self import POLL_DURATION_BUCKETS
 from exporter.model import HistogramValue, Reading, Snapshot, is_number
 
@@ -64,6 +64,17 @@ class SourceRecord:
     restarts: int = 0
     unavailable: str | None = None
     unavailable_detail: str = ""
+    # The last count a source reported and what earlier runners had counted: a
+    # reload builds new runners that count from 0, the exported counter must not.
+    restarts_reported: int = 0
+    restarts_before: int = 0
+
+    def count_restarts(self, reported: int) -> None:
+        """Fold a source's own restart count into a counter that never goes back."""
+        if reported < self.restarts_reported:
+            self.restarts_before += self.restarts_reported
+        self.restarts_reported = reported
+        self.restarts = self.restarts_before + reported
 
     def copy(self) -> SourceRecordView:
         """An immutable copy for readers."""
@@ -139,7 +150,11 @@ class Store:
         self,
         mono: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        catalog: Mapping[str, MetricSpec] = CATALOG,
     ) -> None:
+        # The catalog as this daemon's configuration exports it (some rows carry
+        # configured labels); every reading and every output goes by it.
+        self.catalog = catalog
         self._mono = mono
         self._wall = wall
         self._lock = threading.Lock()
@@ -165,6 +180,12 @@ class Store:
             self._records.pop(source, None)
             self._generation += 1
 
+    def succeeded(self, source: str) -> bool:
+        """Whether a poll of ``source`` ever succeeded (kept across reloads)."""
+        with self._lock:
+            record = self._records.get(source)
+            return record is not None and record.last_success is not None
+
     def names(self) -> list[str]:
         """Registered sources, in registration order."""
         with self._lock:
@@ -184,7 +205,7 @@ class Store:
                 reason = snapshot.outcome.reason or "error"
                 record.errors[reason] = record.errors.get(reason, 0) + 1
             if restarts is not None:
-                record.restarts = restarts
+                record.count_restarts(restarts)
             self._generation += 1
 
     def mark_unavailable(
@@ -200,7 +221,7 @@ class Store:
             record.unavailable = reason
             record.unavailable_detail = detail or reason
             if restarts is not None:
-                record.restarts = restarts
+                record.count_restarts(restarts)
             self._generation += 1
 
     def publish(self, name: str, readings: Sequence[Reading]) -> None:
@@ -262,12 +283,14 @@ def _self_readings(records: Sequence[SourceRecordView], now: float) -> Iterable[
             )
 
 
-def validate(readings: Iterable[Reading]) -> tuple[list[Reading], list[str]]:
+def validate(
+    readings: Iterable[Reading], catalog: Mapping[str, MetricSpec] = CATALOG
+) -> tuple[list[Reading], list[str]]:
     """Split readings into those that match the catalog and descriptions of the rest."""
     good: list[Reading] = []
     bad: list[str] = []
     for reading in readings:
-        row = CATALOG.get(reading.metric)
+        row = catalog.get(reading.metric)
         if row is None:
             bad.append(f"{reading.metric}: not in the catalog")
         elif len(reading.labels) != len(row.labels):

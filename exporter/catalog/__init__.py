@@ -13,7 +13,7 @@ from types import MappingProxyType
 from exporter.catalog import amd, ccl, device, exporter_self, host, nvidia, workload
 from exporter.catalog.spec import UNITS, Kind, MetricSpec
 
-__all__ = ["CATALOG", "UNITS", "Kind", "MetricSpec", "build", "spec"]
+__all__ = ["CATALOG", "UNITS", "Kind", "MetricSpec", "build", "spec", "with_rows"]
 
 _DOMAINS = (exporter_self, host, device, nvidia, amd, ccl, workload)
 
@@ -34,3 +34,27 @@ CATALOG: Mapping[str, MetricSpec] = build(row for mod in _DOMAINS for row in mod
 def spec(name: str) -> MetricSpec:
     """The row for ``name``; KeyError when it is not in the catalog."""
     return CATALOG[name]
+
+
+def with_rows(
+    rows: Iterable[MetricSpec], base: Mapping[str, MetricSpec] = CATALOG
+) -> Mapping[str, MetricSpec]:
+    """``base`` with some rows given their configured labels (fixed when the daemon starts).
+
+    Only a row's labels may change, and only by appending to the catalog's own
+    (``accel_pod_labels_info`` gets one ``label_<key>`` per configured key): the
+    name, type, unit and the labels every user can rely on stay as documented.
+    """
+    out = dict(base)
+    for row in rows:
+        known = base.get(row.name)
+        if known is None:
+            raise ValueError(f"{row.name} is not in the catalog")
+        if (row.kind, row.unit, row.labels[: len(known.labels)]) != (
+            known.kind,
+            known.unit,
+            known.labels,
+        ):
+            raise ValueError(f"{row.name}: only labels may be appended to the catalog row")
+        out[row.name] = row
+    return MappingProxyType(out)

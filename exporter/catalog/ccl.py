@@ -199,14 +199,23 @@ INSPECTOR_ROWS = (
         "accel_ccl_straggler_rank",
         Kind.GAUGE,
         "Rank whose kernel time was furthest from the median in the last collective seen by "
-        "every local rank of the communicator; the shortest time usually means it arrived last.",
+        "every local rank of the communicator (or, when sampled, in the ranks' latest ones); "
+        "the shortest time usually means it arrived last.",
+        ("comm",),
+    ),
+    MetricSpec(
+        "accel_ccl_straggler_sampled",
+        Kind.GAUGE,
+        "1 when straggler and skew of this communicator last came from each local rank's latest "
+        "operation of one collective type and size (sampled dumps: NCCL before 2.30, RCCL), "
+        "0 when from one collective every local rank recorded.",
         ("comm",),
     ),
     MetricSpec(
         "accel_ccl_collective_skew_ratio",
         Kind.GAUGE,
         "Longest over shortest kernel time across local ranks in the last collective of this "
-        "type seen by all of them (1 = no skew).",
+        "type seen by all of them, or when sampled in their latest ones (1 = no skew).",
         ("comm", "collective"),
     ),
     MetricSpec(
@@ -225,13 +234,21 @@ INSPECTOR_ROWS = (
         "accel_ccl_inspector_lines_total",
         Kind.COUNTER,
         "Inspector lines read, by outcome (used, not_kernel_gpu, zero_time, implausible, "
-        "duplicate, malformed, other).",
+        "duplicate, malformed, series_limit, other).",
         ("outcome",),
+    ),
+    MetricSpec(
+        "accel_ccl_inspector_incomplete_groups_total",
+        Kind.COUNTER,
+        "Collectives (comm, coll_sn) given up before every local rank's record arrived: the "
+        "ranks moved past them (sampled dumps before NCCL 2.30, operations the plugin dropped) "
+        "or too many were pending.",
     ),
     MetricSpec(
         "accel_ccl_inspector_skipped_bytes_total",
         Kind.COUNTER,
         "Inspector bytes not parsed: backlog beyond max_read_bytes per poll, or overlong lines.",
+        unit="bytes",
     ),
 )
 

@@ -53,6 +53,12 @@ ROWS = (
         ("vendor",),
     ),
     MetricSpec(
+        "accel_devices_expected",
+        Kind.GAUGE,
+        "Number of accelerators this node should have (expected_devices); only when configured.",
+        ("vendor",),
+    ),
+    MetricSpec(
         "accel_utilization_ratio",
         Kind.GAUGE,
         "Share of the last sample period the device was busy running kernels, 0..1.",

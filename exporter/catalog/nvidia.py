@@ -15,6 +15,18 @@ from exporter.catalog.spec import Kind, MetricSpec
 GPU_INSTANCE = (*ID, "gpu_instance")
 MIG = (*GPU_INSTANCE, "compute_instance")
 
+# XIDs that mean the GPU needs a reset, the node a reboot, or the hardware service
+# (NVIDIA's Xid catalog, resolution RESET_GPU / RESTART_BM / CONTACT_SUPPORT):
+# 48 double-bit ECC error, 61/62 internal micro-controller breakpoint/halt, 64 row-remap
+# or page-retirement failure, 74 NVLink error, 79 fallen off the bus, 95 uncontained
+# ECC error, 119/120 GSP RPC timeout/error, 140 unrecovered ECC error, 143 GPU
+# initialisation failure, 154 recovery action changed. Application faults (13, 31, 43,
+# 45), recorded or contained events (63, 94) and a high single-bit rate (92) are not:
+# the GPU keeps working. One list for ``check xid`` and the alerts: AccelCriticalXid
+# pages on these but 79, which AccelGpuFallenOffBus covers (a test keeps
+# deploy/prometheus/alerts.yaml equal to this list).
+CRITICAL_XIDS = frozenset({48, 61, 62, 64, 74, 79, 95, 119, 120, 140, 143, 154})
+
 ROWS = (
     MetricSpec(
         "accel_xid_errors_total",

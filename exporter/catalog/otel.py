@@ -10,8 +10,9 @@ with /metrics. The rules, in order:
    convention tells them apart by an attribute (``hw.gpu.utilization`` with
    ``hw.gpu.task`` = general / encoder / decoder).
 2. Otherwise a dotted ``accel.*`` name: :data:`OVERRIDES` where the derived name
-   would read badly or a count wants a UCUM annotation (``{error}``), then the
-   row's own ``otel_name``, then :func:`derive_name`.
+   would read badly, then the row's own ``otel_name``, then :func:`derive_name`.
+   A family that counts things has the UCUM annotation of what it counts as its
+   unit (``{error}``, ``{rank}``): from its override, else from :data:`COUNTS`.
 3. Attributes are the catalog labels, except the device UUID, which becomes the
    hardware convention's ``hw.id`` everywhere so that every device series joins
    on one key (plus the per-row renames below, e.g. on ``accel_device_info``).
@@ -120,6 +121,9 @@ _NAMED = {
     "accel_devices": Override(
         "accel.devices", unit="{device}", attributes=(("vendor", "hw.vendor"),)
     ),
+    "accel_devices_expected": Override(
+        "accel.devices.expected", unit="{device}", attributes=(("vendor", "hw.vendor"),)
+    ),
     "accel_memory_bandwidth_utilization_ratio": Override("accel.memory.bandwidth.utilization"),
     "accel_clock_hertz": Override("accel.clock.speed"),
     "accel_clock_max_hertz": Override("accel.clock.speed.limit"),
@@ -146,6 +150,45 @@ _NAMED = {
 }
 
 OVERRIDES: Mapping[str, Override] = MappingProxyType({**_NAMED, **_SEMCONV})
+
+# What the unit-less count families count (UCUM annotations), where no override names them.
+COUNTS: Mapping[str, str] = MappingProxyType(
+    {
+        "accel_xid_errors_total": "{error}",
+        "accel_nvml_field_errors_total": "{error}",
+        "accel_amd_ecc_correctable_errors_total": "{error}",
+        "accel_amd_ecc_uncorrectable_errors_total": "{error}",
+        "accel_amd_ecc_deferred_errors_total": "{error}",
+        "accel_amd_violation_residency_total": "{sample}",
+        "accel_amd_violation_samples_total": "{sample}",
+        "accel_amd_pcie_recoveries_total": "{recovery}",
+        "accel_amd_pcie_nak_sent_total": "{nak}",
+        "accel_amd_pcie_nak_received_total": "{nak}",
+        "accel_amd_process_compute_units": "{compute_unit}",
+        "accel_retired_pages": "{page}",
+        "accel_retired_pages_pending": "{page}",
+        "accel_remapped_rows": "{row}",
+        "accel_remapped_rows_pending": "{row}",
+        "accel_workload_attribution_errors_total": "{error}",
+        "accel_process_checkpoint_query_errors_total": "{error}",
+        "accel_ccl_job_nodes": "{node}",
+        "accel_ccl_job_processes": "{process}",
+        "accel_ccl_job_gpus": "{gpu}",
+        "accel_ccl_job_missing_processes": "{process}",
+        "accel_ccl_job_dead_processes": "{process}",
+        "accel_ccl_communicators": "{communicator}",
+        "accel_ccl_comm_ranks": "{rank}",
+        "accel_ccl_comm_missing_ranks": "{rank}",
+        "accel_ccl_comm_op_skew": "{operation}",
+        "accel_ccl_rank_collective_ops_total": "{operation}",
+        "accel_ccl_ras_timeouts_total": "{timeout}",
+        "accel_ccl_job_state_transitions_total": "{transition}",
+        "accel_ccl_ras_events_total": "{event}",
+        "accel_ccl_inspector_files": "{file}",
+        "accel_ccl_inspector_lines_total": "{line}",
+        "accel_ccl_inspector_incomplete_groups_total": "{group}",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -197,7 +240,7 @@ def mapping(row: MetricSpec, overrides: Mapping[str, Override] = OVERRIDES) -> O
         renames.update(override.attributes)
     name = override.name if override else (row.otel_name or derive_name(row))
     instrument = (override.instrument if override else None) or _BY_KIND[row.kind]
-    unit = (override.unit if override else None) or row.ucum_unit
+    unit = (override.unit if override else None) or COUNTS.get(row.name) or row.ucum_unit
     return OtelMetric(
         row=row,
         name=name,
@@ -270,3 +313,10 @@ def build(
 
 METRICS: Mapping[str, OtelMetric] = build()
 INSTRUMENTS: Mapping[str, tuple[OtelMetric, ...]] = MappingProxyType(group(METRICS.values()))
+
+
+def instruments(catalog: Mapping[str, MetricSpec]) -> Mapping[str, tuple[OtelMetric, ...]]:
+    """The instruments of ``catalog`` (a store's, with configured labels): INSTRUMENTS or new."""
+    if catalog is CATALOG:
+        return INSTRUMENTS
+    return MappingProxyType(group(build(catalog).values()))

@@ -8,6 +8,8 @@ device series; PromQL joins them on ``uuid`` (and ``pid``).
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Sequence
 
 from exporter.catalog.device import ID
 from exporter.catalog.spec import Kind, MetricSpec
@@ -22,6 +24,11 @@ PROCESS_WORKLOAD_LABELS = (
     "job_id",
     "user",
 )
+
+# The identity of a pod on accel_pod_labels_info; the configured label_<key> labels follow.
+POD_LABEL_IDENTITY = ("namespace", "pod")
+POD_LABEL_PREFIX = "label_"
+_NOT_LABEL_CHAR = re.compile(r"[^a-z0-9_]")
 
 # The states of cuCheckpointProcessGetState, in CUprocessState order.
 CHECKPOINT_STATES = (
@@ -59,6 +66,14 @@ ROWS = (
         Kind.INFO,
         "A Slurm job running on this device; always 1. Join on uuid.",
         (*ID, "job_id", "user", "partition"),
+    ),
+    MetricSpec(
+        "accel_pod_labels_info",
+        Kind.INFO,
+        "Kubernetes labels of a pod that uses an accelerator on this node: one label_<key>"
+        " label per key of enrich.k8s.pod_labels.keys (empty when the pod lacks it); always 1."
+        " Join on namespace and pod.",
+        POD_LABEL_IDENTITY,
     ),
     MetricSpec(
         "accel_workload_attribution_errors_total",
@@ -100,3 +115,19 @@ def stamped(spec: MetricSpec, labels: tuple[str, ...]) -> MetricSpec:
     if not stampable(spec) or not set(labels) <= set(WORKLOAD_LABELS):
         raise ValueError(f"{spec.name} cannot carry {labels}")
     return dataclasses.replace(spec, labels=(*spec.labels, *labels))
+
+
+def pod_label_name(key: str) -> str:
+    """The Prometheus label a Kubernetes label key is exported as.
+
+    ``app.kubernetes.io/name`` -> ``label_app_kubernetes_io_name``, as
+    kube-state-metrics writes it, except that names are lower case (the
+    catalog's label rule), so ``App`` is ``label_app``.
+    """
+    return POD_LABEL_PREFIX + _NOT_LABEL_CHAR.sub("_", key.lower())
+
+
+def pod_labels_row(keys: Sequence[str]) -> MetricSpec:
+    """accel_pod_labels_info with one ``label_<key>`` label per configured key, in order."""
+    base = next(row for row in ROWS if row.name == "accel_pod_labels_info")
+    return dataclasses.replace(base, labels=(*base.labels, *(pod_label_name(k) for k in keys)))

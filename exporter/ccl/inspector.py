@@ -13,14 +13,34 @@ group's skew is its longest over its shortest kernel time, and its straggler
 is the rank furthest from the median - usually the one with the *shortest*
 time, because the others' kernels wait for the rank that arrives last.
 
+Each rank's most recent records are kept per communicator (at most
+``MAX_RECENT`` per rank); after each batch of lines the ``coll_sn`` that every
+local rank recorded form the groups, evaluated in order (the last one sets the
+straggler). That works whether the files were read one after the other or not.
+Groups complete when every local rank recorded the same collective, which
+NCCL 2.30+ does (each dump drains a ring of every completed operation). Before
+2.30 (and in RCCL) each process's dump thread writes only its communicator's
+latest operation, at its own moment, so the ranks' records rarely share a
+``coll_sn``. A collective that every local rank has moved past while one of
+them - whose records are all still known from before it - never recorded it
+will never complete: it is counted (``incomplete_groups``). When no group
+completed in a batch but some proved incomplete, the straggler and skew are
+taken from a weaker comparison: each local rank's latest kernel time, in that
+batch, for the same collective and message size bucket (different instances of
+one recurring operation), and the communicator is flagged as ``sampled``.
+
 All state is bounded: communicators beyond ``max_comms`` are forgotten least
-recently seen first, and per communicator the label sets (collective, message
-size bucket, rank) and the pending groups are capped.
+recently seen first; the (communicator, collective, message size) label sets of
+all communicators together are capped at ``max_series`` (records that would
+add one more are counted as ``series_limit`` and not used); per communicator
+the collectives, ranks and recent records are capped; and every integer must
+fit the 64 bits the plugin writes, so message size buckets stay below 2**64.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -39,11 +59,15 @@ OUTCOMES = (
     "implausible",
     "duplicate",
     "malformed",
+    "series_limit",
     "other",
 )
 MAX_COLLECTIVES = 16
 MAX_RANKS = 1024
-MAX_PENDING_GROUPS = 256
+# Records kept per rank and communicator for matching coll_sn across ranks.
+MAX_RECENT = 256
+# The plugin writes its integers as 64-bit unsigned (jsonUint64 / %lu).
+INT_LIMIT = 1 << 64
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
 
 
@@ -69,16 +93,22 @@ class OpRecord:
 
 def _int(obj: dict[str, Any], key: str) -> int:
     value = obj.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InspectorParseError(f"{key}: expected a non-negative integer")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < INT_LIMIT:
+        raise InspectorParseError(f"{key}: expected an unsigned 64-bit integer")
     return value
 
 
 def _number(obj: dict[str, Any], key: str) -> float:
     value = obj.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InspectorParseError(f"{key}: expected a number")
-    return float(value)
+    if isinstance(value, int) and not -INT_LIMIT < value < INT_LIMIT:
+        raise InspectorParseError(f"{key}: number out of range")
+    number = float(value)
+    # Python's json takes NaN and Infinity, which the plugin's %lf never writes.
+    if not math.isfinite(number):
+        raise InspectorParseError(f"{key}: expected a finite number")
+    return number
 
 
 def parse_record(line: bytes | str) -> OpRecord | None:
@@ -149,9 +179,17 @@ class _Comm:
     series: dict[tuple[str, str], _Series] = field(default_factory=dict)
     rank_bandwidth: dict[tuple[int, str], float] = field(default_factory=dict)
     local_ranks: set[int] = field(default_factory=set)
-    pending: OrderedDict[int, tuple[str, dict[int, int]]] = field(default_factory=OrderedDict)
+    # Per local rank: its latest records, coll_sn -> (collective, kernel time), in order.
+    recent: dict[int, OrderedDict[int, tuple[str, int]]] = field(default_factory=dict)
+    # Per local rank: its records from this coll_sn on are all in ``recent`` (or matched).
+    known_from: dict[int, int] = field(default_factory=dict)
+    # Per local rank: the coll_sn of its latest record.
+    latest: dict[int, int] = field(default_factory=dict)
+    # This batch: each rank's latest kernel time per (collective, size bucket).
+    window: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)
     skew: dict[str, float] = field(default_factory=dict)
     straggler: int | None = None
+    sampled: bool = False
     implausible: bool = False
     last_sn: dict[tuple[str, int, str], int] = field(default_factory=dict)
 
@@ -170,14 +208,37 @@ def straggler_of(times: dict[int, int]) -> tuple[int, float]:
     return rank, high / low
 
 
-class InspectorAggregator:
-    """Accumulates records into bounded per-communicator statistics."""
+def _sampled(state: _Comm) -> bool:
+    """Straggler and skew from each rank's latest time per (collective, size); True if any."""
+    largest: dict[str, tuple[int, dict[int, int]]] = {}
+    for (op, size), times in state.window.items():
+        if not state.local_ranks <= times.keys():
+            continue
+        # The largest message of a collective type: the least latency-bound comparison.
+        if op not in largest or int(size) > largest[op][0]:
+            largest[op] = (int(size), times)
+    for op, (_, times) in largest.items():
+        state.skew[op] = straggler_of(times)[1]
+    if not largest:
+        return False
+    _, times = max(largest.values(), key=lambda entry: entry[0])
+    state.straggler = straggler_of(times)[0]
+    return True
 
-    def __init__(self, link_peak_bytes_per_second: float, max_comms: int) -> None:
+
+class InspectorAggregator:
+    """Accumulates records into bounded statistics (see the module doc for the bounds)."""
+
+    def __init__(
+        self, link_peak_bytes_per_second: float, max_comms: int, max_series: int = 512
+    ) -> None:
         self.link_peak = link_peak_bytes_per_second
         self.max_comms = max_comms
+        self.max_series = max_series
         self._comms: OrderedDict[int, _Comm] = OrderedDict()
+        self._series_count = 0
         self.outcomes: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
+        self.incomplete_groups = 0
 
     def _comm(self, comm: int) -> _Comm:
         state = self._comms.get(comm)
@@ -185,7 +246,8 @@ class InspectorAggregator:
             state = _Comm()
             self._comms[comm] = state
             while len(self._comms) > self.max_comms:
-                self._comms.popitem(last=False)
+                _, gone = self._comms.popitem(last=False)
+                self._series_count -= len(gone.series)
         else:
             self._comms.move_to_end(comm)
         return state
@@ -224,7 +286,10 @@ class InspectorAggregator:
         series_key = (op, size_bucket(record.msg_bytes))
         series = state.series.get(series_key)
         if series is None:
+            if self._series_count >= self.max_series:
+                return "series_limit"
             series = state.series[series_key] = _Series()
+            self._series_count += 1
         if bandwidth > 0:
             series.bandwidth.observe(bandwidth)
             rank_key = (record.rank, op)
@@ -232,7 +297,7 @@ class InspectorAggregator:
                 state.rank_bandwidth[rank_key] = bandwidth
         series.duration.observe(record.exec_us / 1e6)
         if record.kind == "coll":
-            self._group(state, record, op)
+            self._group(state, record, series_key)
         return "used"
 
     def _label(self, state: _Comm, op: str) -> str:
@@ -243,27 +308,55 @@ class InspectorAggregator:
             return "other"
         return op
 
-    def _group(self, state: _Comm, record: OpRecord, op: str) -> None:
-        if len(state.local_ranks) < MAX_RANKS:
+    def _group(self, state: _Comm, record: OpRecord, series_key: tuple[str, str]) -> None:
+        if record.rank not in state.local_ranks:
+            if len(state.local_ranks) >= MAX_RANKS:
+                return
             state.local_ranks.add(record.rank)
-        entry = state.pending.get(record.sn)
-        if entry is None:
-            entry = state.pending[record.sn] = (op, {})
-            while len(state.pending) > MAX_PENDING_GROUPS:
-                state.pending.popitem(last=False)
-        entry[1][record.rank] = record.exec_us
+            state.known_from[record.rank] = record.sn
+        recent = state.recent.setdefault(record.rank, OrderedDict())
+        recent[record.sn] = (series_key[0], record.exec_us)
+        recent.move_to_end(record.sn)  # records come in completion order: this is the latest
+        state.latest[record.rank] = record.sn
+        if len(recent) > MAX_RECENT:
+            dropped, _ = recent.popitem(last=False)
+            state.known_from[record.rank] = max(state.known_from[record.rank], dropped + 1)
+        state.window.setdefault(series_key, {})[record.rank] = record.exec_us
 
     def finish(self) -> None:
-        """Evaluate the groups every local rank has reported (call after each batch of lines)."""
+        """Evaluate the groups of the batch of lines just added (call after each batch)."""
         for state in self._comms.values():
-            if len(state.local_ranks) < 2:
-                continue
-            done = [
-                sn for sn, (_, times) in state.pending.items() if state.local_ranks <= times.keys()
-            ]
-            for sn in sorted(done):
-                op, times = state.pending.pop(sn)
-                state.straggler, state.skew[op] = straggler_of(times)
+            if len(state.local_ranks) >= 2:
+                self._evaluate(state)
+            state.window.clear()
+
+    def _evaluate(self, state: _Comm) -> None:
+        ranks = sorted(state.local_ranks)
+        recents = [state.recent.get(rank) or OrderedDict() for rank in ranks]
+        common = set(recents[0]).intersection(*recents[1:])
+        for sn in sorted(common):
+            op = recents[0][sn][0]
+            times = {rank: recent.pop(sn)[1] for rank, recent in zip(ranks, recents, strict=True)}
+            state.straggler, state.skew[op] = straggler_of(times)
+            state.sampled = False
+        # Records below every rank's latest can no longer be matched: a rank that lacks
+        # one it should have had (all its records since are known) never recorded it.
+        low = min(state.latest[rank] for rank in ranks)
+        below = {sn for recent in recents for sn in recent if sn < low}
+        incomplete = sum(
+            1
+            for sn in below
+            if any(
+                sn not in recent and state.known_from[rank] <= sn
+                for rank, recent in zip(ranks, recents, strict=True)
+            )
+        )
+        for recent in recents:
+            for sn in [sn for sn in recent if sn < low]:
+                del recent[sn]
+        self.incomplete_groups += incomplete
+        if not common and incomplete and _sampled(state):
+            state.sampled = True
 
     def readings(self) -> list[Reading]:
         """Every series, from the accumulated state."""
@@ -295,6 +388,9 @@ class InspectorAggregator:
                 )
             if state.straggler is not None:
                 out.append(Reading("accel_ccl_straggler_rank", (label,), float(state.straggler)))
+                out.append(
+                    Reading("accel_ccl_straggler_sampled", (label,), 1.0 if state.sampled else 0.0)
+                )
             for op, ratio in state.skew.items():
                 out.append(Reading("accel_ccl_collective_skew_ratio", (label, op), ratio))
             out.append(
@@ -305,6 +401,11 @@ class InspectorAggregator:
         out.extend(
             Reading("accel_ccl_inspector_lines_total", (outcome,), float(count))
             for outcome, count in self.outcomes.items()
+        )
+        out.append(
+            Reading(
+                "accel_ccl_inspector_incomplete_groups_total", (), float(self.incomplete_groups)
+            )
         )
         return out
 

@@ -62,10 +62,12 @@ class Endpoint:
 
     @classmethod
     def parse(cls, text: str) -> Endpoint:
-        """``host:port``, ``[v6]:port`` or ``host`` (port 28028); ValueError otherwise."""
+        """``host:port``, ``[v6]:port`` or ``host`` (port 28028, never 0); ValueError otherwise."""
         host, port = split_host_port(text, default_port=DEFAULT_PORT)
         if not host:
             raise ValueError(f"missing host in {text!r}")
+        if port == 0:
+            raise ValueError(f"port 0 in {text!r}: RAS listens on a real port")
         return cls(text.strip(), host, port)
 
 

@@ -16,11 +16,14 @@ document, and both are tried only after a strict parse failed.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from exporter.ccl.ras_model import (
+    INT_LIMIT,
+    INT_MIN,
     STATUS_RANK,
     Communicator,
     JobSummary,
@@ -120,26 +123,33 @@ class _Fields:
     def get_int(self, key: str, default: Any = _MISSING) -> int:
         value = self._get(key, default)
         if type(value) is not int:
-            raise RasParseError(f"{self.path}.{key}: expected an integer, got {value!r}")
+            raise RasParseError(f"{self.path}.{key}: expected an integer, got {value!r:.40}")
+        if not INT_MIN <= value < INT_LIMIT:  # inline: this runs for every field of every rank
+            raise RasParseError(f"{self.path}.{key}: integer out of the 64-bit range")
         return value
 
     def get_bool(self, key: str, default: Any = _MISSING) -> bool:
         value = self._get(key, default)
         if type(value) is not bool:
-            raise RasParseError(f"{self.path}.{key}: expected true or false, got {value!r}")
+            raise RasParseError(f"{self.path}.{key}: expected true or false, got {value!r:.40}")
         return value
 
     def get_str(self, key: str, default: Any = _MISSING) -> str:
         value = self._get(key, default)
         if type(value) is not str:
-            raise RasParseError(f"{self.path}.{key}: expected a string, got {value!r}")
+            raise RasParseError(f"{self.path}.{key}: expected a string, got {value!r:.40}")
         return value
 
     def get_number(self, key: str, default: Any = _MISSING) -> float:
         value = self._get(key, default)
-        if type(value) not in (int, float):
-            raise RasParseError(f"{self.path}.{key}: expected a number, got {value!r}")
-        return float(value)
+        if type(value) is int:
+            if not INT_MIN <= value < INT_LIMIT:
+                raise RasParseError(f"{self.path}.{key}: integer out of the 64-bit range")
+            return float(value)
+        # Python's json accepts NaN and Infinity, which NCCL never writes.
+        if type(value) is not float or not math.isfinite(value):
+            raise RasParseError(f"{self.path}.{key}: expected a number, got {value!r:.40}")
+        return value
 
     def get_list(self, key: str) -> list[Any]:
         value = self._get(key, [])
@@ -162,9 +172,9 @@ def _hash(text: str, path: str) -> int:
     try:
         value = int(text, 16)
     except ValueError:
-        raise RasParseError(f"{path}: communicator hash {text!r} is not hexadecimal") from None
+        raise RasParseError(f"{path}: communicator hash {text!r:.40} is not hexadecimal") from None
     if not 0 <= value < 1 << 64:
-        raise RasParseError(f"{path}: communicator hash {text!r} is out of range")
+        raise RasParseError(f"{path}: communicator hash {text!r:.40} is out of range")
     return value
 
 
@@ -186,8 +196,8 @@ def _counts(item: _Fields) -> dict[str, int]:
     if len(counts.value) > MAX_COLLECTIVE_NAMES:
         raise RasParseError(f"{counts.path}: more than {MAX_COLLECTIVE_NAMES} collective types")
     for name, value in counts.value.items():
-        if type(value) is not int or value < 0:
-            raise RasParseError(f"{counts.path}.{name}: expected a count, got {value!r}")
+        if type(value) is not int or not 0 <= value < INT_LIMIT:
+            raise RasParseError(f"{counts.path}.{name}: expected a 64-bit count, got {value!r:.40}")
         if not _COLLECTIVE_NAME.match(name):
             raise RasParseError(f"{counts.path}: {name[:40]!r} is not a collective name")
     return counts.value

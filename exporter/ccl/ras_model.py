@@ -11,6 +11,7 @@ consumers never need to know which format a report came from.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -18,6 +19,8 @@ from dataclasses import dataclass, field
 COLLECTIVES = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
 # NCCL 2.24/2.25 text reports keep one operation count over every collective type.
 ANY_COLLECTIVE = "Any"
+# major.minor of a version string such as "2.24.3" or "2.26.2+cuda12.4".
+_RELEASE = re.compile(r"^(\d{1,4})\.(\d{1,4})\b")
 # Communicator status words in increasing precedence: a communicator shows the
 # highest one over its ranks (NCCL keeps a bitmask and prints its top bit).
 STATUSES = ("NOCOMM", "INIT", "RUNNING", "FINALIZE", "ABORT")
@@ -25,10 +28,21 @@ STATUS_RANK = {name: i for i, name in enumerate(STATUSES)}
 # ncclResult_t values that are not errors.
 NCCL_SUCCESS = 0
 NCCL_IN_PROGRESS = 7
+# NCCL prints every number of a report with %d, %ld or %lu: anything outside the
+# 64-bit range is corrupt, and would not even convert to a float once exported.
+INT_MIN = -(1 << 63)
+INT_LIMIT = 1 << 64
 
 
 class RasParseError(ValueError):
     """A RAS report could not be parsed; the message says what and where."""
+
+
+def checked_int(value: int, what: str) -> int:
+    """``value`` when NCCL could have printed it (64-bit range), else RasParseError."""
+    if not INT_MIN <= value < INT_LIMIT:
+        raise RasParseError(f"{what}: integer out of the 64-bit range")
+    return value
 
 
 def hash_label(value: int) -> str:
@@ -190,6 +204,20 @@ class RasReport:
         if any(g.status == "RUNNING" for g in self.groups):
             return True
         return any(c.status == "RUNNING" for c in self.communicators)
+
+    @property
+    def one_count_per_communicator(self) -> bool:
+        """True for NCCL/RCCL 2.24 and 2.25 text: one operation count over every collective.
+
+        Those releases print ``different collective operation counts`` where
+        2.26+ name the collective, so their skew exists only as ``Any``.
+        """
+        if self.format != "text":
+            return False
+        if any(ANY_COLLECTIVE in c.op_range for c in self.communicators):
+            return True
+        release = _RELEASE.match(self.version)
+        return release is not None and (int(release[1]), int(release[2])) < (2, 26)
 
     @property
     def has_rank_counts(self) -> bool:

@@ -30,14 +30,16 @@ def state_readings(address: str, state: str, reasons: list[str]) -> list[Reading
     return out
 
 
-def _skews(comm: Communicator, text: bool) -> dict[str, int]:
+def _skews(comm: Communicator, report: RasReport) -> dict[str, int]:
     skews = comm.op_skew()
-    if not text or ANY_COLLECTIVE in skews:
+    if report.format != "text":
         return skews
     # A text report names a communicator only for an error or warning and prints
     # operation counts only where they differ: the collectives it does not list
-    # are in step.
-    return {name: skews.get(name, 0) for name in (*COLLECTIVES, *skews)}
+    # are in step. 2.24/2.25 keep one count for all of them, so that the label
+    # set stays the same whether or not a count differs.
+    names = (ANY_COLLECTIVE,) if report.one_count_per_communicator else COLLECTIVES
+    return {name: skews.get(name, 0) for name in (*names, *skews)}
 
 
 def job_readings(address: str, report: RasReport) -> list[Reading]:
@@ -53,13 +55,12 @@ def job_readings(address: str, report: RasReport) -> list[Reading]:
     out.append(Reading("accel_ccl_communicators", a, float(report.communicators_total)))
     if report.collection_seconds is not None:
         out.append(Reading("accel_ccl_ras_collection_seconds", a, report.collection_seconds))
-    text = report.format == "text"
     for comm in report.communicators:
         labels = (address, comm.hash_label)
         if comm.size is not None:
             out.append(Reading("accel_ccl_comm_ranks", labels, float(comm.size)))
         out.append(Reading("accel_ccl_comm_missing_ranks", labels, float(comm.missing_count)))
-        for name, skew in _skews(comm, text).items():
+        for name, skew in _skews(comm, report).items():
             out.append(Reading("accel_ccl_comm_op_skew", (*labels, name), float(skew)))
     return out
 

@@ -119,11 +119,16 @@ def classify(report: RasReport, stalled: bool) -> tuple[str, list[str]]:
 
 
 def elect_reporter(report: RasReport, local: Iterable[str]) -> bool | None:
-    """True when the lowest responding node address is local; None when the report names none.
+    """True when the lowest responding node address is local; None when nobody can be elected.
 
     Only nodes with a responding rank are candidates, so when the reporter's
-    node disappears or goes missing the next-lowest node takes over.
+    node disappears or goes missing the next-lowest node takes over. Only a
+    JSON report lists every responding rank's node; a text report names nodes
+    only on error and warning lines (a lagging rank, a failed one), so electing
+    from it would hand the role to whichever node had a problem: None.
     """
+    if report.format != "json":
+        return None
     lowest = lowest_host(report.responding_hosts)
     if lowest is None:
         return None

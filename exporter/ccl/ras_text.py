@@ -13,6 +13,7 @@ table or ``Warnings`` section (cut short) is an error.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -27,6 +28,7 @@ from exporter.ccl.ras_model import (
     RankRef,
     RasParseError,
     RasReport,
+    checked_int,
 )
 
 _BANNER = re.compile(r"^(NCCL|RCCL) version (\S+)(?: compiled with .*)?$")
@@ -79,6 +81,8 @@ _SUMMARY_WIDTHS = {
     "processes_gpus": 2,
 }
 _ERROR_WORDS = frozenset({"OK", "MISMATCH", "ERROR", "INCOMPLETE"})
+# 2**64 has 20 digits; a sign makes 20 characters for -2**63.
+MAX_DIGITS = 20
 
 
 def _status_word(word: str) -> str:
@@ -86,8 +90,23 @@ def _status_word(word: str) -> str:
     return "NOCOMM" if word == "UNKNOWN" else word
 
 
+def _int(text: str) -> int:
+    """A number the regexes matched (digits, maybe a sign) within what NCCL's printf prints."""
+    # Checked before converting: int() of thousands of digits is slow, or refused.
+    if len(text) > MAX_DIGITS:
+        raise RasParseError(f"number with {len(text)} digits out of the 64-bit range")
+    return checked_int(int(text), "number")
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise RasParseError(f"collection time {text[:24]!r} is not a number")
+    return value
+
+
 def _int_list(text: str) -> list[int]:
-    return [int(part) for part in text.split(",") if part]
+    return [_int(part) for part in text.split(",") if part]
 
 
 def _where(rank: int, text: str | None) -> RankRef:
@@ -95,7 +114,7 @@ def _where(rank: int, text: str | None) -> RankRef:
         match = _WHERE.match(text)
         if match:
             cuda, nvml, pid, host = match.groups()
-            return RankRef(rank, host, int(pid), int(cuda), int(nvml if nvml else cuda))
+            return RankRef(rank, host, _int(pid), _int(cuda), _int(nvml if nvml else cuda))
     return RankRef(rank)
 
 
@@ -166,7 +185,7 @@ class _TextParser:
                 section = "communicators"
                 self.comm_section_seen = True
                 if comms.group(1) is not None:
-                    self.collection = float(comms.group(1))
+                    self.collection = _seconds(comms.group(1))
                 index += 2 if underlined else 1
                 continue
             if stripped in ("Errors", "Warnings") and underlined:
@@ -197,7 +216,7 @@ class _TextParser:
         if index < len(self.lines):
             runtime = _RUNTIME.match(self.lines[index].strip())
             if runtime:
-                self.runtime, self.driver = int(runtime.group(1)), int(runtime.group(2))
+                self.runtime, self.driver = _int(runtime.group(1)), _int(runtime.group(2))
                 index += 1
         return index
 
@@ -237,7 +256,7 @@ class _TextParser:
             if len(fields) != _SUMMARY_WIDTHS[self.summary_kind]:
                 return False
             self.summary_rows.setdefault(self.summary_kind, []).append(
-                tuple(int(f) for f in fields)
+                tuple(_int(f) for f in fields)
             )
             return True
         return False
@@ -270,13 +289,13 @@ class _TextParser:
         self.comm_result_seen = True
         self.groups.append(
             Group(
-                index=int(index),
-                comms=int(comms),
-                nodes_per_comm=int(nodes),
-                ranks_per_node_min=int(low),
-                ranks_per_node_max=int(high if high is not None else low),
-                ranks_per_comm=int(per_comm),
-                ranks_in_group=int(in_group),
+                index=_int(index),
+                comms=_int(comms),
+                nodes_per_comm=_int(nodes),
+                ranks_per_node_min=_int(low),
+                ranks_per_node_max=_int(high if high is not None else low),
+                ranks_per_comm=_int(per_comm),
+                ranks_in_group=_int(in_group),
                 status=status,
                 errors=error_set - {"OK"},
             )
@@ -297,7 +316,7 @@ class _TextParser:
         if self.block == "TIMEOUT":
             match = _TIMEOUTS.match(stripped)
             if match:
-                self.timeouts += int(match.group(1))
+                self.timeouts += _int(match.group(1))
                 return True
         return False
 
@@ -309,7 +328,7 @@ class _TextParser:
             value = int(hash_text, 16)
             acc = self.comms.get(value)
             if acc is None:
-                acc = _CommAcc(value, int(group), f"#{group}-{member}")
+                acc = _CommAcc(value, _int(group), f"#{group}-{member}")
                 self.comms[value] = acc
             acc.kinds.add(kind)
             acc.context = kind
@@ -331,14 +350,14 @@ class _TextParser:
         counter = (_DEAD_PROCESSES if dead else _MISSING_PROCESSES).match(stripped)
         if counter:
             if dead:
-                self.dead_process_count += int(counter.group(1))
+                self.dead_process_count += _int(counter.group(1))
             else:
-                self.missing_process_count += int(counter.group(1))
+                self.missing_process_count += _int(counter.group(1))
             return True
         process = _PROCESS.match(stripped)
         if process:
             pid, host, gpus = process.groups()
-            entry = Process(host, int(pid), gpus)
+            entry = Process(host, _int(pid), gpus)
             (self.dead_processes if dead else self.missing_processes).append(entry)
             self.missing_hosts.add(host)
             return True
@@ -359,11 +378,11 @@ class _TextParser:
     def _incomplete_detail(self, acc: _CommAcc, stripped: str) -> bool:
         match = _MISSING_RANKS.match(stripped)
         if match:
-            acc.incomplete += int(match.group(1))
+            acc.incomplete += _int(match.group(1))
             return True
         rank = _RANK_WHERE.match(stripped)
         if rank:
-            self._add_missing(acc, _where(int(rank.group(1)), rank.group(2)), unresponsive=True)
+            self._add_missing(acc, _where(_int(rank.group(1)), rank.group(2)), unresponsive=True)
             return True
         listed = _MISSING_LIST.match(stripped)
         if listed:
@@ -380,21 +399,21 @@ class _TextParser:
     def _error_detail(self, acc: _CommAcc, stripped: str) -> bool:
         init = _INIT_ERRORS.match(stripped)
         if init:
-            acc.init_errors += int(init.group(1))
+            acc.init_errors += _int(init.group(1))
             return True
         async_ = _ASYNC_ERRORS.match(stripped)
         if async_:
-            acc.async_errors += int(async_.group(1))
+            acc.async_errors += _int(async_.group(1))
             return True
         if _RANKS_REPORTED.match(stripped):
             return True
         reported = _RANK_REPORTED.match(stripped)
         if reported:
-            self._responding(int(reported.group(1)), reported.group(3))
+            self._responding(_int(reported.group(1)), reported.group(3))
             return True
         rank = _RANK_WHERE.match(stripped)
         if rank:
-            self._responding(int(rank.group(1)), rank.group(2))
+            self._responding(_int(rank.group(1)), rank.group(2))
             return True
         return False
 
@@ -418,7 +437,7 @@ class _TextParser:
         if several:
             acc.status_context = _status_word(several.group(2))
             if acc.status_context == "NOCOMM":
-                acc.nocomm += int(several.group(1))
+                acc.nocomm += _int(several.group(1))
             return True
         single = _RANK_STATUS.match(stripped)
         if single:
@@ -427,10 +446,10 @@ class _TextParser:
             if status == "NOCOMM":
                 acc.nocomm += 1
                 self._add_missing(
-                    acc, _where(int(single.group(1)), single.group(3)), unresponsive=False
+                    acc, _where(_int(single.group(1)), single.group(3)), unresponsive=False
                 )
             else:
-                self._responding(int(single.group(1)), single.group(3))
+                self._responding(_int(single.group(1)), single.group(3))
             return True
         unknown = _UNKNOWN_LIST.match(stripped)
         if unknown:
@@ -441,10 +460,10 @@ class _TextParser:
         if rank:
             if acc.status_context == "NOCOMM":
                 self._add_missing(
-                    acc, _where(int(rank.group(1)), rank.group(2)), unresponsive=False
+                    acc, _where(_int(rank.group(1)), rank.group(2)), unresponsive=False
                 )
             else:
-                self._responding(int(rank.group(1)), rank.group(2))
+                self._responding(_int(rank.group(1)), rank.group(2))
             return True
         return False
 
@@ -452,24 +471,24 @@ class _TextParser:
         values = acc.op_counts.setdefault(collective, set())
         several = _RANKS_LAUNCHED.match(stripped)
         if several:
-            values.add(int(several.group(2)))
+            values.add(_int(several.group(2)))
             return True
         if _RANKS_NONE.match(stripped):
             values.add(0)
             return True
         single = _RANK_LAUNCHED.match(stripped)
         if single:
-            values.add(int(single.group(2)))
-            self._responding(int(single.group(1)), single.group(3))
+            values.add(_int(single.group(2)))
+            self._responding(_int(single.group(1)), single.group(3))
             return True
         none = _RANK_NONE.match(stripped)
         if none:
             values.add(0)
-            self._responding(int(none.group(1)), none.group(2))
+            self._responding(_int(none.group(1)), none.group(2))
             return True
         rank = _RANK_WHERE.match(stripped)
         if rank:
-            self._responding(int(rank.group(1)), rank.group(2))
+            self._responding(_int(rank.group(1)), rank.group(2))
             return True
         return False
 
@@ -530,5 +549,5 @@ def parse_text(text: str) -> RasReport:
         return _TextParser(text).parse()
     except RasParseError:
         raise
-    except ValueError as exc:  # e.g. a number with more digits than int() accepts
+    except ValueError as exc:  # e.g. a digit int() does not take ("²" passes isdigit)
         raise RasParseError(f"unparsable number: {exc}") from None

@@ -3,8 +3,13 @@
 Data path: by default a check reads a running daemon's ``/metrics`` at
 ``--url`` (default ``http://localhost:9842``); ``--local`` polls the enabled
 sources once in this process instead, with the daemon's configuration (file,
-``ACCEL_EXPORTER_*`` variables). Invalid arguments exit 3 (UNKNOWN), as the
-Nagios plugin guidelines ask.
+``ACCEL_EXPORTER_*`` variables), which is read for ``--local`` only.
+
+Whatever goes wrong before a verdict (unknown or invalid arguments, an invalid
+configuration, an unreadable CA file, an internal error) ends as one
+``CHECK UNKNOWN - ...`` status line and exit 3 (2 with ``--exit-codes npd``):
+a check must never exit 2 for a problem of its own, because 2 is CRITICAL and
+drains the node in a Slurm prolog.
 """
 
 from __future__ import annotations
@@ -12,14 +17,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from exporter import log
+from exporter.catalog.nvidia import CRITICAL_XIDS
 from exporter.checks import daemon, devices, jobs
 from exporter.checks.nagios import Result, Status, exit_code, render
 from exporter.checks.samples import HttpOptions, SampleError, Samples, fetch, poll_local
 from exporter.config.durations import parse_duration
+from exporter.errors import ConfigError
 
 DEFAULT_URL = "http://localhost:9842"
 HELP = "run a Nagios-style health check (exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN)"
@@ -63,22 +71,32 @@ def _gpu_count_args(p: argparse.ArgumentParser) -> None:
 
 
 def _temperature_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--warn", type=float, required=True, help="WARNING at or above, Celsius")
-    p.add_argument("--crit", type=float, required=True, help="CRITICAL at or above, Celsius")
+    p.add_argument("--warn", type=float, required=True, help="WARNING above this, Celsius")
+    p.add_argument("--crit", type=float, required=True, help="CRITICAL above this, Celsius")
     p.add_argument("--sensor", default="gpu", help="sensor label (gpu, memory, edge, hotspot)")
     _missing_flag(p)
 
 
 def _ecc_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--counter", choices=("volatile", "aggregate"), default="volatile")
-    p.add_argument("--crit-uncorrected", type=float, default=1, help="default 1")
-    p.add_argument("--warn-corrected", type=float, default=None, help="default: no limit")
+    p.add_argument(
+        "--crit-uncorrected",
+        type=float,
+        default=0,
+        help="CRITICAL above this many uncorrectable errors (default 0: any)",
+    )
+    p.add_argument(
+        "--warn-corrected",
+        type=float,
+        default=None,
+        help="WARNING above this many correctable errors (default: no limit)",
+    )
     _missing_flag(p)
 
 
 def _retired_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--warn", type=float, default=30, help="retired pages, default 30")
-    p.add_argument("--crit", type=float, default=60, help="retired pages, default 60 (of 64)")
+    p.add_argument("--warn", type=float, default=30, help="WARNING above this, default 30")
+    p.add_argument("--crit", type=float, default=60, help="CRITICAL above this, default 60 (of 64)")
     _missing_flag(p)
 
 
@@ -87,8 +105,9 @@ def _xid_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--critical-xids",
         type=_codes,
-        default=devices.CRITICAL_XIDS,
-        help="XIDs that are CRITICAL (others WARN); default: hardware and reset-needed XIDs",
+        default=CRITICAL_XIDS,
+        help="XIDs that are CRITICAL (others WARN); default: "
+        + ",".join(str(code) for code in sorted(CRITICAL_XIDS)),
     )
     p.add_argument("--ignore-xids", type=_codes, default=frozenset(), help="e.g. 13,31,43,45")
 
@@ -146,20 +165,61 @@ CHECKS: dict[str, CheckSpec] = {
 }
 
 
-def _unknown_on_error(parser: argparse.ArgumentParser) -> None:
-    """Make argument errors exit 3 (UNKNOWN) with the usage, not argparse's 2."""
+class _Convention:
+    """The exit-code convention the command line asks for, known even when parsing fails.
+
+    A usage error is raised while argparse is still parsing, before ``--exit-codes``
+    is in the namespace; so the check parser remembers the words it was given.
+    """
+
+    def __init__(self) -> None:
+        self.words: list[str] = []
+
+    def watch(self, parser: argparse.ArgumentParser) -> None:
+        """Remember the argument strings ``parser`` (the ``check`` parser) is given."""
+        parse = parser.parse_known_args
+
+        def remembering(
+            args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+        ) -> tuple[argparse.Namespace, list[str]]:
+            self.words = list(args) if args is not None else sys.argv[1:]
+            return parse(args, namespace)
+
+        parser.parse_known_args = remembering  # type: ignore[method-assign,assignment]
+
+    @property
+    def name(self) -> str:
+        """``npd`` or ``nagios`` (the default)."""
+        for i, word in enumerate(self.words):
+            if word == "--exit-codes" and i + 1 < len(self.words):
+                return self.words[i + 1]
+            if word.startswith("--exit-codes="):
+                return word.split("=", 1)[1]
+        return "nagios"
+
+
+def unknown(message: str, convention: str) -> int:
+    """Print ``CHECK UNKNOWN - message``; the exit status for UNKNOWN."""
+    print(render("check", Result(Status.UNKNOWN, message)))
+    return exit_code(Status.UNKNOWN, convention)
+
+
+def _unknown_on_error(parser: argparse.ArgumentParser, convention: _Convention) -> None:
+    """Make argument errors UNKNOWN (exit 3, or 2 for npd) with the usage, not argparse's 2."""
 
     def error(message: str) -> NoReturn:
         parser.print_usage(sys.stderr)
-        print(f"CHECK UNKNOWN - {parser.prog}: {message}")
-        raise SystemExit(int(Status.UNKNOWN))
+        raise SystemExit(unknown(f"{parser.prog}: {message}", convention.name))
 
     parser.error = error  # type: ignore[method-assign]
+    parser.set_defaults(usage_parser=parser)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Sub-commands, one per check, with the common data-path options."""
-    _unknown_on_error(parser)
+    convention = _Convention()
+    convention.watch(parser)
+    _unknown_on_error(parser, convention)
     common = argparse.ArgumentParser(add_help=False)
     where = common.add_argument_group("where the metrics come from")
     where.add_argument("--url", default=DEFAULT_URL, help=f"daemon to ask (default {DEFAULT_URL})")
@@ -189,8 +249,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     sub = parser.add_subparsers(dest="check_name", metavar="NAME", required=True)
     for name, spec in CHECKS.items():
-        child = sub.add_parser(name, parents=[common], help=spec.help, description=spec.help)
-        _unknown_on_error(child)
+        child = sub.add_parser(
+            name, parents=[common], help=spec.help, description=spec.help, allow_abbrev=False
+        )
+        _unknown_on_error(child, convention)
         spec.arguments(child)
 
 
@@ -206,7 +268,11 @@ def _auth(path: str) -> tuple[str, str] | None:
 
 def _samples(args: argparse.Namespace, load_config: Callable[[], Any], spec: CheckSpec) -> Samples:
     if args.local and spec.local:
-        return poll_local(load_config())
+        try:
+            config = load_config()
+        except ConfigError as exc:
+            raise SampleError("config error: " + "; ".join(exc.problems)) from None
+        return poll_local(config)
     try:
         auth = _auth(args.basic_auth_file)
     except OSError as exc:
@@ -215,19 +281,37 @@ def _samples(args: argparse.Namespace, load_config: Callable[[], Any], spec: Che
     return fetch(options)
 
 
-def run(args: argparse.Namespace, load_config: Callable[[], Any]) -> int:
-    """Run the named check, print its status line, return its exit status."""
-    name = args.check_name
-    spec = CHECKS[name]
+def _bad_thresholds(args: argparse.Namespace) -> str:
+    """Why the thresholds make no sense (WARNING above CRITICAL), or empty."""
+    warn, crit = getattr(args, "warn", None), getattr(args, "crit", None)
+    if warn is not None and crit is not None and warn > crit:
+        return f"--warn {warn:g} is above --crit {crit:g}"
+    return ""
+
+
+def _judge(args: argparse.Namespace, load_config: Callable[[], Any], spec: CheckSpec) -> Result:
+    problem = _bad_thresholds(args)
+    if problem:
+        return Result(Status.UNKNOWN, problem)
     try:
         samples = _samples(args, load_config, spec)
     except SampleError as exc:
         # A daemon that does not answer is the exporter check's CRITICAL; for the
         # others it means the state of the GPUs cannot be known.
-        status = Status.CRITICAL if name == "exporter" else Status.UNKNOWN
-        result = Result(status, str(exc))
-    else:
-        result = spec.evaluate(args, samples)
+        status = Status.CRITICAL if args.check_name == "exporter" else Status.UNKNOWN
+        return Result(status, str(exc))
+    return spec.evaluate(args, samples)
+
+
+def run(args: argparse.Namespace, load_config: Callable[[], Any]) -> int:
+    """Run the named check, print its status line, return its exit status."""
+    name = args.check_name
+    try:
+        result = _judge(args, load_config, CHECKS[name])
+    except Exception as exc:
+        # A check that breaks cannot tell the state of the node: UNKNOWN, never a traceback.
+        log.get(source="check").error("check failed", check=name, error=repr(exc))
+        result = Result(Status.UNKNOWN, f"internal error: {exc!r}")
     print(render(name, result))
     return exit_code(result.status, args.exit_codes)
 

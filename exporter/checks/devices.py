@@ -11,18 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from exporter.catalog.nvidia import CRITICAL_XIDS
 from exporter.checks.nagios import Perf, Result, Status, worst
 from exporter.checks.samples import Labels, Samples
 
 # The ECC type label values that mean uncorrectable / correctable, for both vendors.
 UNCORRECTED = frozenset({"uncorrected", "uncorrectable"})
 CORRECTED = frozenset({"corrected", "correctable"})
-# XIDs that mean failing hardware or a GPU that needs a reset (NVIDIA's XID catalog):
-# 48 DBE, 61/62 internal micro-controller error, 63/64 page retirement/row remap event
-# or failure, 74 NVLink error, 79 fallen off the bus, 92 high single-bit error rate,
-# 94/95 contained/uncontained ECC error, 119/120 GSP error, 123 SPI failure, 140 ECC
-# unrecovered. Others (13, 31, 43, 45: application faults) only warn.
-CRITICAL_XIDS = frozenset({48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 123, 140})
 
 
 @dataclass(frozen=True)
@@ -110,9 +105,10 @@ def _per_device(
 
 
 def _level(value: float, warn: float | None, crit: float | None) -> Status:
-    if crit is not None and value >= crit:
+    """Nagios range semantics: a threshold ``T`` (range ``0:T``) alerts when value > T."""
+    if crit is not None and value > crit:
         return Status.CRITICAL
-    if warn is not None and value >= warn:
+    if warn is not None and value > warn:
         return Status.WARNING
     return Status.OK
 
@@ -153,7 +149,7 @@ def gpu_count(samples: Samples, expected: int, vendor: str = "") -> Result:
 def temperature(
     samples: Samples, warn: float, crit: float, sensor: str = "gpu", missing_ok: bool = False
 ) -> Result:
-    """Each device's ``sensor`` against the thresholds (at or above warn, crit)."""
+    """Each device's ``sensor`` against the thresholds (above warn, above crit)."""
     readings = _by_uuid(samples.get("accel_temperature_celsius", sensor=sensor))
 
     def judge(dev: Device) -> Verdict | None:
@@ -177,7 +173,7 @@ def temperature(
 def ecc(
     samples: Samples,
     counter: str = "volatile",
-    crit_uncorrected: float = 1,
+    crit_uncorrected: float = 0,
     warn_corrected: float | None = None,
     missing_ok: bool = False,
 ) -> Result:
@@ -212,7 +208,7 @@ def ecc(
                 warn="" if warn_corrected is None else f"{warn_corrected:g}",
             ),
         ]
-        if sums["uncorrected"] >= crit_uncorrected:
+        if _level(sums["uncorrected"], None, crit_uncorrected) is Status.CRITICAL:
             note = f"{dev.label} {sums['uncorrected']:g} uncorrectable"
             return Verdict(Status.CRITICAL, perf, note)
         if (

@@ -79,6 +79,14 @@ def metrics_url(url: str) -> str:
     return base if "/" in path else base + "/metrics"
 
 
+def _tls_context(options: HttpOptions) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=options.ca_file or None)
+    if options.insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
 def fetch(options: HttpOptions) -> Samples:
     """GET the daemon's /metrics and parse it; SampleError naming what failed."""
     request = urllib.request.Request(metrics_url(options.url), headers={"Accept": "text/plain"})
@@ -86,19 +94,15 @@ def fetch(options: HttpOptions) -> Samples:
         user, password = options.basic_auth
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
-    context = None
-    if request.full_url.startswith("https:"):
-        context = ssl.create_default_context(cafile=options.ca_file or None)
-        if options.insecure:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
     started = time.monotonic()
     try:
+        context = _tls_context(options) if request.full_url.startswith("https:") else None
         with urllib.request.urlopen(request, timeout=options.timeout, context=context) as resp:
             body = resp.read()
     except urllib.error.HTTPError as exc:
         raise SampleError(f"{request.full_url} answered HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
+        # OSError covers an unreadable --ca-file and every ssl.SSLError.
         reason = getattr(exc, "reason", exc)
         raise SampleError(f"cannot read {request.full_url}: {reason}") from None
     samples = parse(body.decode("utf-8", "replace"))
@@ -113,12 +117,12 @@ def poll_local(config: object) -> Samples:
     from exporter.commands.once import poll_all
     from exporter.config import Config
     from exporter.outputs.prometheus import Exposition
-    from exporter.sources.registry import build_sources
+    from exporter.sources.registry import build_sources, catalog_for
     from exporter.store import Store
 
     assert isinstance(config, Config)
     started = time.monotonic()
-    store = Store()
+    store = Store(catalog=catalog_for(config))
     asyncio.run(poll_all(build_sources(config), store))
     body, _ = Exposition(store, process_metrics=False).render(None, None)
     samples = parse(body.decode())

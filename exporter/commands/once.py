@@ -12,7 +12,7 @@ from exporter.model import HistogramValue, Snapshot
 from exporter.outputs.prometheus import Exposition
 from exporter.scheduler import poll_once
 from exporter.sources.base import Source
-from exporter.sources.registry import build_sources
+from exporter.sources.registry import build_sources, catalog_for
 from exporter.store import Store
 
 
@@ -35,7 +35,7 @@ async def poll_all(
             await source.start()
         for source in sources:
             await source.wait_ready(getattr(source.config, "bootstrap_timeout", source.timeout))
-            snapshot, unavailable = await poll_once(source)
+            snapshot, unavailable = await poll_once(source, store.catalog)
             if unavailable:
                 store.mark_unavailable(
                     source.name, snapshot.outcome.reason, detail=snapshot.outcome.detail
@@ -74,7 +74,7 @@ def _json(results: list[tuple[Snapshot, bool]]) -> dict[str, Any]:
 
 def run(config: Config, fmt: str, out: TextIO = sys.stdout) -> int:
     """Exit 0 only when every enabled source succeeded (unavailable auto sources excepted)."""
-    store = Store()
+    store = Store(catalog=catalog_for(config))
     results = asyncio.run(poll_all(build_sources(config), store))
     if fmt == "json":
         json.dump(_json(results), out, indent=2, sort_keys=True)

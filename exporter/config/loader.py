@@ -142,7 +142,9 @@ def format_default(value: Any, tp: Any) -> str:
     if get_origin(inner) is typing.Annotated and get_args(inner)[1] == "duration":
         return format_duration(value) if isinstance(value, float) else "derived"
     if value is None:
-        return "derived"
+        # Durations above are computed from other keys; any other null is simply not set
+        # (the OTLP keys then fall back to OTEL_* variables, as docs/otlp.md explains).
+        return "unset"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, (list, dict)):
@@ -171,7 +173,13 @@ _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 
 
-def _convert(value: Any, tp: Any, path: Path, problems: _Problems) -> Any:
+def _shown(value: Any, secret: bool) -> str:
+    """How a bad value appears in an error: never at all when it is a secret."""
+    return "(a hidden value)" if secret else repr(value)
+
+
+def _convert(value: Any, tp: Any, path: Path, problems: _Problems, secret: bool = False) -> Any:
+    secret = secret or is_secret(tp)
     tp_inner, optional = _unwrap_optional(tp)
     if value is None or (isinstance(value, str) and optional and value.lower() in ("null", "~")):
         if optional:
@@ -198,7 +206,7 @@ def _convert(value: Any, tp: Any, path: Path, problems: _Problems) -> Any:
             except ValueError as exc:
                 problems.add(path, str(exc))
                 return INVALID
-        text = _convert(value, base, path, problems)
+        text = _convert(value, base, path, problems, secret)
         unreadable = (
             isinstance(text, str)
             and text
@@ -213,7 +221,7 @@ def _convert(value: Any, tp: Any, path: Path, problems: _Problems) -> Any:
         options = get_args(tp)
         if value in options and type(value) in {type(o) for o in options}:
             return value
-        problems.add(path, f"must be one of {describe_type(tp)}, not {value!r}")
+        problems.add(path, f"must be one of {describe_type(tp)}, not {_shown(value, secret)}")
         return INVALID
 
     if origin in (Union, types.UnionType):
@@ -222,7 +230,7 @@ def _convert(value: Any, tp: Any, path: Path, problems: _Problems) -> Any:
             out = _convert(value, arg, path, scratch)
             if out is not INVALID:
                 return out
-        problems.add(path, f"must be {describe_type(tp)}, not {value!r}")
+        problems.add(path, f"must be {describe_type(tp)}, not {_shown(value, secret)}")
         return INVALID
 
     if origin is list:
@@ -234,7 +242,7 @@ def _convert(value: Any, tp: Any, path: Path, problems: _Problems) -> Any:
         return INVALID if any(i is INVALID for i in items) else items
 
     if origin is dict:
-        value = _collection(value, dict, path, problems)
+        value = _collection(value, dict, path, problems, secret)
         if value is INVALID:
             return INVALID
         _, val_tp = get_args(tp)
@@ -251,7 +259,7 @@ def _convert(value: Any, tp: Any, path: Path, problems: _Problems) -> Any:
             return value
         if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
             return value.strip().lower() in _TRUE
-        problems.add(path, f"must be true or false, not {value!r}")
+        problems.add(path, f"must be true or false, not {_shown(value, secret)}")
         return INVALID
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
@@ -261,7 +269,7 @@ def _convert(value: Any, tp: Any, path: Path, problems: _Problems) -> Any:
                 return int(value.strip())
             except ValueError:
                 pass
-        problems.add(path, f"must be an integer, not {value!r}")
+        problems.add(path, f"must be an integer, not {_shown(value, secret)}")
         return INVALID
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -271,20 +279,24 @@ def _convert(value: Any, tp: Any, path: Path, problems: _Problems) -> Any:
                 return float(value.strip())
             except ValueError:
                 pass
-        problems.add(path, f"must be a number, not {value!r}")
+        problems.add(path, f"must be a number, not {_shown(value, secret)}")
         return INVALID
     if tp is str:
         if isinstance(value, str):
             return value
-        problems.add(path, f"must be a string, not {type(value).__name__} {value!r} (quote it)")
+        problems.add(
+            path, f"must be a string, not {type(value).__name__} {_shown(value, secret)} (quote it)"
+        )
         return INVALID
     raise TypeError(f"config schema uses unsupported type {tp!r} at {'.'.join(path)}")
 
 
-def _collection(value: Any, kind: type, path: Path, problems: _Problems) -> Any:
+def _collection(
+    value: Any, kind: type, path: Path, problems: _Problems, secret: bool = False
+) -> Any:
     """A list or dict from YAML, or parsed from env/flag text; INVALID otherwise."""
     if isinstance(value, str):
-        value = _parse_text_collection(value, kind, path, problems)
+        value = _parse_text_collection(value, kind, path, problems, secret)
         if value is INVALID:
             return INVALID
     if not isinstance(value, kind):
@@ -294,7 +306,9 @@ def _collection(value: Any, kind: type, path: Path, problems: _Problems) -> Any:
     return value
 
 
-def _parse_text_collection(text: str, kind: type, path: Path, problems: _Problems) -> Any:
+def _parse_text_collection(
+    text: str, kind: type, path: Path, problems: _Problems, secret: bool = False
+) -> Any:
     stripped = text.strip()
     if kind is list:
         # A YAML flow list ("[a, b]") or a comma-separated one ("a, b"); an item like
@@ -310,9 +324,25 @@ def _parse_text_collection(text: str, kind: type, path: Path, problems: _Problem
     try:
         value = yaml.safe_load(stripped) if stripped else kind()
     except yaml.YAMLError as exc:
-        problems.add(path, f"cannot parse {text!r}: {exc}")
+        # One line, and the text itself only when it is not a secret (headers, users).
+        where = ""
+        problem = str(getattr(exc, "problem", "") or "not valid YAML")
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None:
+            where = f" at column {mark.column + 1}"
+        shown = "" if secret else f" {text!r}"
+        problems.add(path, f"cannot parse{shown}: {problem}{where}")
         return INVALID
     return kind() if value is None else value
+
+
+def _unknown_hint(cls: type, key: str, names: list[str]) -> str:
+    """`` (renamed to ...)`` for a key a section declares renamed, else a close match."""
+    renamed: dict[str, str] = getattr(cls, "RENAMED", {})
+    if key in renamed:
+        return f" (renamed to {renamed[key]})"
+    close = difflib.get_close_matches(key, names, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _convert_dataclass(value: Any, cls: type, path: Path, problems: _Problems) -> Any:
@@ -326,9 +356,7 @@ def _convert_dataclass(value: Any, cls: type, path: Path, problems: _Problems) -
     for key, item in value.items():
         key = str(key)
         if key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            problems.add((*path, key), f"unknown key{hint}")
+            problems.add((*path, key), f"unknown key{_unknown_hint(cls, key, names)}")
             bad = True
             continue
         converted = _convert(item, hints[key], (*path, key), problems)
@@ -357,17 +385,25 @@ def _convert_dataclass(value: Any, cls: type, path: Path, problems: _Problems) -
     return resolved() if resolved is not None else instance
 
 
-def _marks(node: yaml.Node, path: Path, origins: dict[Path, str], filename: str) -> None:
+def _marks(
+    node: yaml.Node, path: Path, origins: dict[Path, str], filename: str, dupes: list[str]
+) -> None:
     origins[path] = f"{filename}:{node.start_mark.line + 1}"
     if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
         for key_node, value_node in node.value:
             key = str(key_node.value)
             child = (*path, key)
-            _marks(value_node, child, origins, filename)
-            origins[child] = f"{filename}:{key_node.start_mark.line + 1}"
+            line = f"{filename}:{key_node.start_mark.line + 1}"
+            if key in seen:
+                # YAML would silently keep the last one; a typo protection must not.
+                dupes.append(f"{line}: {'.'.join(child)}: key given twice")
+            seen.add(key)
+            _marks(value_node, child, origins, filename, dupes)
+            origins[child] = line
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _marks(item, (*path, str(i)), origins, filename)
+            _marks(item, (*path, str(i)), origins, filename, dupes)
 
 
 def read_yaml(path: str) -> tuple[dict[str, Any], dict[Path, str]]:
@@ -393,8 +429,11 @@ def read_yaml(path: str) -> tuple[dict[str, Any], dict[Path, str]]:
     except yaml.YAMLError as exc:
         raise ConfigError([f"{path}: invalid YAML: {exc}"]) from None
     origins: dict[Path, str] = {}
+    dupes: list[str] = []
     if node is not None:
-        _marks(node, (), origins, path)
+        _marks(node, (), origins, path, dupes)
+    if dupes:
+        raise ConfigError(dupes)
     if data is None:
         return {}, origins
     if not isinstance(data, dict):
@@ -411,7 +450,8 @@ def _schema_path(parts: list[str]) -> tuple[Path | None, str]:
         if _is_dataclass_type(tp):
             hints = _hints(tp)
             if part not in hints:
-                return None, f"unknown key {'.'.join([*path, part])}"
+                hint = _unknown_hint(tp, part, list(hints))
+                return None, f"unknown key {'.'.join([*path, part])}{hint}"
             tp = hints[part]
         elif get_origin(tp) is dict:
             tp = get_args(tp)[1]
@@ -447,8 +487,18 @@ def load_config(
     if path:
         data, origins = read_yaml(path)
     early: list[str] = []
+    sections = [f.name.upper() + "_" for f in dataclasses.fields(Config)]
     for name in sorted(env):
-        if not name.startswith(ENV_PREFIX) or "__" not in name[len(ENV_PREFIX) :]:
+        if not name.startswith(ENV_PREFIX):
+            continue
+        rest = name[len(ENV_PREFIX) :]
+        if "__" not in rest:
+            if rest.startswith(tuple(sections)):
+                head, _, tail = rest.partition("_")
+                early.append(
+                    f"env {name}: levels are separated by two underscores "
+                    f"(did you mean {ENV_PREFIX}{head}__{tail}?)"
+                )
             continue
         parts = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
         key, why = _schema_path(parts)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Annotated, Literal, Union
+from typing import Annotated, ClassVar, Literal, Union
 
 # Seconds, written as "250ms", "15s", "1m" in files, env and flags.
 Duration = Annotated[float, "duration"]
@@ -26,6 +26,8 @@ Secret = Annotated[str, "secret"]
 Enabled = Union[bool, Literal["auto"]]  # noqa: UP007 (a runtime alias, read by the loader)
 
 MIN_INTERVAL = 0.1
+# A RAS follower queries this many times less often than the reporter by default.
+FOLLOWER_FACTOR = 10
 
 
 @dataclass(frozen=True)
@@ -160,14 +162,19 @@ class DeviceSourceConfig(SourceConfig):
     # Per-process series (pid label): off by default for cardinality.
     processes: bool = False
     events: bool = True
+    # The accelerators this node should have, exported as accel_devices_expected so an
+    # alert can tell a node that booted short; set, it also makes a missing library a failure.
+    expected_devices: int | None = None
 
     def check(self) -> list[tuple[str, str]]:
-        """The slow interval cannot be shorter than the fast one."""
+        """The slow interval cannot be shorter than the fast one; an expected count is positive."""
         out = super().check()
         if self.slow_interval < self.interval:
             out.append(("slow_interval", "must be at least interval"))
         if self.bootstrap_timeout <= 0:
             out.append(("bootstrap_timeout", "must be positive"))
+        if self.expected_devices is not None and self.expected_devices < 1:
+            out.append(("expected_devices", "must be at least 1 (leave it unset on other nodes)"))
         return out
 
 
@@ -220,7 +227,8 @@ class CclRasSourceConfig(SourceConfig):
     rank_series: Literal["local", "all", "none"] = "local"
     stall_polls: int = 3
     role: Literal["auto", "reporter", "follower"] = "auto"
-    follower_interval: Duration = 300.0
+    # Unset: ten times the interval.
+    follower_interval: Duration | None = None
     max_response_bytes: int = 32 * 1024 * 1024
     monitor: Enabled = "auto"
     # This node's addresses, to tell local ranks and the reporter role; empty: read them
@@ -238,12 +246,14 @@ class CclRasSourceConfig(SourceConfig):
             out.append(("addresses", "needs at least one host:port"))
         for i, address in enumerate(self.addresses):
             try:
-                host, _ = split_host_port(address, default_port=28028)
+                host, port = split_host_port(address, default_port=28028)
             except ValueError as exc:
                 out.append((f"addresses.{i}", str(exc)))
                 continue
             if not host:
                 out.append((f"addresses.{i}", f"missing host in {address!r}"))
+            if port == 0:
+                out.append((f"addresses.{i}", f"port 0 in {address!r}: RAS listens on a real port"))
         if len(set(self.addresses)) != len(self.addresses):
             out.append(("addresses", "lists an address twice"))
         for i, local in enumerate(self.local_addresses):
@@ -253,11 +263,24 @@ class CclRasSourceConfig(SourceConfig):
                 out.append((f"local_addresses.{i}", f"{local!r} is not an IP address"))
         if self.stall_polls < 1:
             out.append(("stall_polls", "must be at least 1"))
-        if self.follower_interval < self.interval:
+        if self.follower_interval is not None and self.follower_interval < self.interval:
             out.append(("follower_interval", "must be at least interval"))
         if self.max_response_bytes < 4096:
             out.append(("max_response_bytes", "must be at least 4096"))
         return out
+
+    def resolved(self) -> CclRasSourceConfig:
+        """Also fill ``follower_interval`` from the interval."""
+        base = super().resolved()
+        assert isinstance(base, CclRasSourceConfig)
+        return dataclasses.replace(base, follower_interval=self.follower_seconds)
+
+    @property
+    def follower_seconds(self) -> float:
+        """A follower's query interval: ``follower_interval``, else ten intervals."""
+        if self.follower_interval is not None:
+            return self.follower_interval
+        return FOLLOWER_FACTOR * self.interval
 
 
 @dataclass(frozen=True)
@@ -275,13 +298,15 @@ class CclInspectorSourceConfig(SourceConfig):
     max_files: int = 256
     # Communicators tracked at once; the least recently seen is forgotten beyond this.
     max_comms: int = 64
+    # {comm, collective, msg_size} label sets over all communicators (two histograms each).
+    max_series: int = 512
     # Only files <hostname>-pid<pid>.log of these host names (a shared directory); empty: all.
     hostnames: list[str] = field(default_factory=list)
 
     def check(self) -> list[tuple[str, str]]:
         """Positive limits."""
         out = super().check()
-        for key in ("max_line_bytes", "max_read_bytes", "max_files", "max_comms"):
+        for key in ("max_line_bytes", "max_read_bytes", "max_files", "max_comms", "max_series"):
             if getattr(self, key) < 1:
                 out.append((key, "must be at least 1"))
         if self.max_read_bytes < self.max_line_bytes:
@@ -328,11 +353,75 @@ class SourcesConfig:
 MIN_POD_RESOURCES_MESSAGE_BYTES = 16 * 1024 * 1024
 # Workload labels that may be stamped onto device series.
 STAMPABLE_LABELS = ("namespace", "pod", "container")
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+# A Kubernetes label key: an optional DNS-subdomain prefix and "/", then a name.
+_LABEL_NAME = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_LABEL_PREFIX = r"[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?"
+LABEL_KEY = rf"^(?:{_LABEL_PREFIX}/)?{_LABEL_NAME}$"
+
+
+@dataclass(frozen=True)
+class PodLabelsConfig:
+    """Kubernetes pod labels from the API server, through an allowlist (off by default).
+
+    The pods of this node are listed (``fieldSelector=spec.nodeName``) with the
+    pod's service account, on their own interval, and cached; the labels in
+    ``keys`` of the pods that use an accelerator are exported on
+    ``accel_pod_labels_info`` as ``label_<key>``. Needs RBAC get/list/watch on pods.
+    """
+
+    enabled: bool = False
+    # The allowlist: exact label keys (e.g. team, app.kubernetes.io/name). The exported
+    # label set is fixed when the daemon starts, so no patterns.
+    keys: list[str] = field(default_factory=list)
+    interval: Duration = 60.0
+    timeout: Duration = 10.0
+    # A node's pod list is small; a larger reply is refused (never read into memory).
+    max_reply_bytes: int = 16 * 1024 * 1024
+    # Empty: in-cluster, https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT.
+    api_server: str = ""
+    # Empty: $NODE_NAME (the chart sets it from the downward API spec.nodeName).
+    node_name: str = ""
+    token_file: str = f"{SERVICE_ACCOUNT_DIR}/token"
+    ca_file: str = f"{SERVICE_ACCOUNT_DIR}/ca.crt"
+
+    def check(self) -> list[tuple[str, str]]:
+        """Label keys valid and distinct once exported; positive timings; an https URL."""
+        import re
+
+        from exporter.catalog.workload import pod_label_name
+
+        out = []
+        if self.enabled and not self.keys:
+            out.append(("keys", "enabled needs at least one label key (the allowlist)"))
+        seen: dict[str, str] = {}
+        for i, key in enumerate(self.keys):
+            if not re.match(LABEL_KEY, key) or len(key) > 317:
+                out.append((f"keys.{i}", f"{key!r} is not a Kubernetes label key"))
+                continue
+            name = pod_label_name(key)
+            if name in seen:
+                out.append((f"keys.{i}", f"{key!r} is exported as {name}, like {seen[name]!r}"))
+            seen[name] = key
+        if self.interval < MIN_INTERVAL:
+            out.append(("interval", f"must be at least {int(MIN_INTERVAL * 1000)}ms"))
+        if self.timeout <= 0:
+            out.append(("timeout", "must be positive"))
+        if self.max_reply_bytes < 64 * 1024:
+            out.append(("max_reply_bytes", "must be at least 64 KiB (65536)"))
+        if self.api_server and not self.api_server.startswith("https://"):
+            out.append(("api_server", "must be an https:// URL"))
+        return out
 
 
 @dataclass(frozen=True)
 class K8sEnrichConfig:
     """Kubernetes pod attribution from the kubelet pod-resources API (v1 List)."""
+
+    # Keys that were renamed: the loader names the new key in its error.
+    RENAMED: ClassVar[dict[str, str]] = {
+        "pod_label_allowlist": "stamp_labels; Kubernetes pod labels are pod_labels.keys"
+    }
 
     enabled: Enabled = "auto"
     socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -340,13 +429,17 @@ class K8sEnrichConfig:
     interval: Duration = 30.0
     timeout: Duration = 5.0
     resource_names: list[str] = field(default_factory=lambda: ["nvidia.com/gpu", "amd.com/gpu"])
-    # Regexes of extra resource names (e.g. MIG profiles nvidia.com/mig-1g.10gb).
-    resource_patterns: list[str] = field(default_factory=lambda: [r"^nvidia\.com/mig-.*$"])
+    # Regexes of extra resource names: MIG profiles (nvidia.com/mig-1g.10gb), and the
+    # shared GPUs of time-slicing or MPS with renameByDefault (nvidia.com/gpu.shared).
+    resource_patterns: list[str] = field(
+        default_factory=lambda: [r"^nvidia\.com/mig-.*$", r"^nvidia\.com/gpu\.shared$"]
+    )
     max_message_bytes: int = 64 * 1024 * 1024
     # Stamp workload labels onto device series (off: join on accel_device_workload_info).
     stamp_device_series: bool = False
     # The labels stamped, from namespace, pod, container; nothing is stamped unless listed.
-    pod_label_allowlist: list[str] = field(default_factory=list)
+    stamp_labels: list[str] = field(default_factory=list)
+    pod_labels: PodLabelsConfig = field(default_factory=PodLabelsConfig)
 
     def check(self) -> list[tuple[str, str]]:
         """Valid regexes, positive timings, a reply limit of at least 16 MiB."""
@@ -366,11 +459,13 @@ class K8sEnrichConfig:
             out.append(("max_message_bytes", "must be at least 16 MiB (16777216)"))
         if not self.socket:
             out.append(("socket", "needs a path"))
-        for i, label in enumerate(self.pod_label_allowlist):
+        for i, label in enumerate(self.stamp_labels):
             if label not in STAMPABLE_LABELS:
-                out.append((f"pod_label_allowlist.{i}", f"must be one of {list(STAMPABLE_LABELS)}"))
-        if self.stamp_device_series and not self.pod_label_allowlist:
-            out.append(("pod_label_allowlist", "stamp_device_series needs at least one label here"))
+                out.append((f"stamp_labels.{i}", f"must be one of {list(STAMPABLE_LABELS)}"))
+        if self.stamp_device_series and not self.stamp_labels:
+            out.append(("stamp_labels", "stamp_device_series needs at least one label here"))
+        if self.pod_labels.enabled and self.enabled is False:
+            out.append(("pod_labels.enabled", "needs enrich.k8s.enabled auto or true"))
         return out
 
 

@@ -91,8 +91,7 @@ def device_workloads(
             continue
         owner = (item.namespace, item.pod, item.container)
         out.setdefault(dev.uuid, set()).add(owner)
-        mig = index.mig(item.device_id)
-        if mig is not None:
+        for mig in index.migs(item.device_id):
             migs.add((dev.device, dev.uuid, mig.gpu_instance, mig.compute_instance, *owner))
     for labels in sorted(migs):
         result.readings.append(Reading("accel_mig_workload_info", labels, 1.0))

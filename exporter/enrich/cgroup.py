@@ -4,7 +4,8 @@ Handles cgroup v1 (``N:controllers:/path`` lines) and v2 (``0::/path``), the
 kubelet's systemd and cgroupfs drivers (``kubepods-burstable-pod<uid>.slice``
 with underscores, ``pod<uid>`` with dashes), container scopes of containerd,
 CRI-O, Docker and Podman (``cri-containerd-<id>.scope``, ``crio-<id>.scope``,
-``docker-<id>.scope``, ``libpod-<id>.scope``, or a bare 64-hex directory), and
+``docker-<id>.scope``, ``libpod-<id>.scope``; with the cgroupfs driver the same
+names without ``.scope``, e.g. CRI-O's ``crio-<id>``; or a bare 64-hex directory), and
 Slurm (``.../job_<id>/step_<n>/...``, v1 ``/slurm/uid_<uid>/job_<id>/...``).
 
 Paths are searched segment by segment rather than anchored, because a reader in
@@ -21,7 +22,8 @@ from dataclasses import dataclass
 _LINE = re.compile(r"^(\d+):([^:]*):(/.*)$")
 _UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32}"
 _POD = re.compile(rf"(?:^|-)pod({_UID})(?:\.slice)?$")
-_SCOPE = re.compile(r"^(cri-containerd|crio|docker|libpod)-([0-9a-f]{64})\.scope$")
+# systemd driver: <runtime>-<id>.scope; cgroupfs driver (CRI-O): <runtime>-<id>.
+_SCOPE = re.compile(r"^(cri-containerd|crio|docker|libpod)-([0-9a-f]{64})(?:\.scope)?$")
 _BARE_ID = re.compile(r"^[0-9a-f]{64}$")
 _JOB = re.compile(r"^job_(\d+)$")
 _SLURM_UID = re.compile(r"^uid_(\d+)$")

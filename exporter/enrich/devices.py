@@ -9,7 +9,10 @@ each of them:
 * a PCI bus ID (AMD's device plugin), in any domain width or case;
 * an index (``deviceIDStrategy: index``: ``"2"``, or ``"2:1"`` for a MIG slice of GPU 2);
 * a device node name (``nvidia2``, GKE), taken as the index (the device minor number
-  equals the index on nearly every system; a node where it does not should use UUIDs).
+  equals the index on nearly every system; a node where it does not should use UUIDs),
+  also with GKE's time-sharing suffix (``nvidia2/vgpu3``: a share of GPU 2) and GKE's
+  MIG form (``nvidia2/gi1``, ``nvidia2/gi1/vgpu0``: the MIG device of GPU 2 whose GPU
+  instance is 1).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from exporter.catalog.device import INFO_LABELS
 from exporter.model import Reading
 
 _PCI = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
-_NODE_NAME = re.compile(r"^nvidia(\d+)$")
+# GKE: nvidia<index>, optionally /gi<GPU instance> (MIG), optionally /vgpu<n> (a share).
+_NODE_NAME = re.compile(r"^nvidia(\d+)(?:/gi(\d+))?(?:/vgpu\d+)?$")
 _INDEX = re.compile(r"^(\d+)(?::\d+)?$")
 _INFO_AT = {name: i for i, name in enumerate(INFO_LABELS)}
 # Per-process families (labels device, uuid, pid) a device source may report; a
@@ -83,9 +87,13 @@ class DeviceIndex:
             else:
                 self._by_index[dev.device] = dev
         self._migs: dict[str, MigRef] = {}
+        self._migs_of: dict[str, list[MigRef]] = {}
         for mig in migs:
             found = self._by_uuid.get(mig.parent_uuid.lower())
-            if found is not None:
+            if found is None:
+                continue
+            self._migs_of.setdefault(found.uuid, []).append(mig)
+            if mig.mig_uuid:
                 self._by_uuid[mig.mig_uuid.lower()] = found
                 self._migs[mig.mig_uuid.lower()] = mig
         pids: dict[str, set[int]] = {}
@@ -124,18 +132,19 @@ class DeviceIndex:
         for reading in processes:
             if len(reading.labels) >= 3 and reading.labels[2].isdigit():
                 pairs.append((reading.labels[1], int(reading.labels[2])))
+        # A MIG device without a UUID is still named by GKE's nvidia<n>/gi<g> form.
         mig_refs = [
             MigRef(r.labels[4], r.labels[1], r.labels[2], r.labels[3])
             for r in migs
-            if len(r.labels) == 5 and r.labels[4]
+            if len(r.labels) == 5
         ]
         return cls(devices, pairs, mig_refs)
 
     def resolve(self, device_id: str) -> DeviceRef | None:
-        """The device a device plugin's ID names, or None."""
+        """The device a device plugin's ID names (the parent GPU of a MIG device), or None."""
         raw = device_id.strip()
         base = raw.split("::", 1)[0]
-        found = self._by_uuid.get(base.lower())
+        found = self._by_uuid.get(base.lower()) if base else None
         if found is not None:
             return found
         pci = normalise_pci(base)
@@ -151,9 +160,24 @@ class DeviceIndex:
             return dev if dev is not None and dev.uuid else None
         return None
 
-    def mig(self, device_id: str) -> MigRef | None:
-        """The MIG device a device plugin's ID names (MIG UUID form only), or None."""
-        return self._migs.get(device_id.strip().split("::", 1)[0].lower())
+    def migs(self, device_id: str) -> tuple[MigRef, ...]:
+        """The MIG devices a device plugin's ID names: by MIG UUID, or GKE's ``nvidiaN/giG``.
+
+        Empty for an ID that names a whole GPU or nothing. GKE names a GPU instance,
+        which holds one MIG device per compute instance (usually one).
+        """
+        base = device_id.strip().split("::", 1)[0]
+        by_uuid = self._migs.get(base.lower())
+        if by_uuid is not None:
+            return (by_uuid,)
+        node = _NODE_NAME.match(base)
+        if node is None or node.group(2) is None:
+            return ()
+        parent = self.resolve(base)
+        if parent is None:
+            return ()
+        gi = node.group(2)
+        return tuple(m for m in self._migs_of.get(parent.uuid, ()) if m.gpu_instance == gi)
 
     def by_uuid(self, uuid: str) -> DeviceRef | None:
         """The device with this UUID (or the parent of this MIG UUID)."""

@@ -81,9 +81,12 @@ def list_assignments(
         import grpc
 
         from exporter.enrich._proto import pod_resources_pb2 as pb
-    except ImportError as exc:
+    except Exception as exc:
+        # ImportError without the k8s extra; protobuf's VersionError (an Exception, not
+        # an ImportError) when the installed runtime is older than the gencode.
         raise AttributionError(
-            "grpc_missing", f"install accel-exporter[k8s] for pod attribution ({exc})"
+            "grpc_missing",
+            f"install accel-exporter[k8s] for pod attribution ({type(exc).__name__}: {exc})",
         ) from None
     _preflight(path, timeout)
     options = [

@@ -139,6 +139,20 @@ class ProcReader:
                 env_error = exc.reason
         return ProcessFacts(pid, identity, self.uid(pid), env, env_error)
 
+    def start_time(self, pid: int) -> str | None:
+        """Field 22 of /proc/<pid>/stat (start time in clock ticks), None when unreadable.
+
+        With the pid it names one process for the life of the system: a reused pid
+        has a later start time.
+        """
+        try:
+            text = self.read(pid, "stat", 4096).decode("ascii", "replace")
+        except AttributionError:
+            return None
+        # The command name (field 2) is in parentheses and may hold spaces or ')'.
+        fields = text[text.rfind(")") + 1 :].split()
+        return fields[19] if len(fields) > 19 else None
+
     def pids(self) -> Iterator[int]:
         """Every numeric entry of the proc root."""
         try:

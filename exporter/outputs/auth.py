@@ -29,7 +29,9 @@ class BasicAuth:
         self._verified: set[bytes] = set()
         self._lock = threading.Lock()
         # A hash to burn time against for unknown users, so user names cannot be probed by timing.
-        self._dummy = bcrypt.hashpw(b"unknown-user", bcrypt.gensalt(rounds=10))
+        # Same cost as the real hashes, or the time difference would still tell.
+        rounds = max((_cost(h) for h in self._users.values()), default=10)
+        self._dummy = bcrypt.hashpw(b"unknown-user", bcrypt.gensalt(rounds=rounds))
 
     def check(self, header: str | None) -> bool:
         """True when ``header`` carries a known user and that user's password."""
@@ -60,6 +62,12 @@ class BasicAuth:
                     self._verified.clear()
                 self._verified.add(key)
         return ok
+
+
+def _cost(hashed: bytes) -> int:
+    """The cost factor of a ``$2b$NN$...`` hash (10 when it cannot be read)."""
+    parts = hashed.split(b"$")
+    return int(parts[2]) if len(parts) > 3 and parts[2].isdigit() else 10
 
 
 def tls_context(config: TLSConfig) -> ssl.SSLContext:

@@ -48,6 +48,8 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     # Bind after choosing the address family ourselves.
     allow_reuse_address = True
+    # Scrapers connect in bursts; socketserver's default backlog of 5 drops SYNs.
+    request_queue_size = 128
 
     endpoints: Endpoints
     auth: BasicAuth | None
@@ -56,7 +58,10 @@ class _Server(ThreadingHTTPServer):
     slots: threading.BoundedSemaphore
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
+        # The semaphore is captured per connection: a reload may swap in a new one
+        # while this connection runs, and it must release the one it took.
+        slots = self.slots
+        if not slots.acquire(blocking=False):
             with contextlib.suppress(OSError):
                 request.sendall(
                     b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
@@ -65,26 +70,32 @@ class _Server(ThreadingHTTPServer):
             self.shutdown_request(request)
             return
         try:
-            super().process_request(request, client_address)
+            thread = threading.Thread(
+                target=self._serve_connection, args=(request, client_address, slots), daemon=True
+            )
+            thread.start()
         except Exception:
-            self.slots.release()
+            slots.release()
             raise
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def _serve_connection(
+        self, request: Any, client_address: Any, slots: threading.BoundedSemaphore
+    ) -> None:
         try:
             request.settimeout(self.read_timeout)
-            if self.tls is not None:
+            tls = self.tls
+            if tls is not None:
                 try:
-                    request = self.tls.wrap_socket(request, server_side=True)
+                    request = tls.wrap_socket(request, server_side=True)
                 except (ssl.SSLError, OSError) as exc:
                     log.get(output="http").debug(
                         "tls handshake failed", client=client_address[0], error=str(exc)
                     )
                     self.shutdown_request(request)
                     return
-            super().process_request_thread(request, client_address)
+            self.process_request_thread(request, client_address)
         finally:
-            self.slots.release()
+            slots.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.get(output="http").debug("connection error", client=client_address[0])
@@ -236,11 +247,29 @@ class HttpServer:
         tls = tls_context(config.tls) if config.tls is not None else None
         self._server = _bind(host, port)
         self._server.endpoints = endpoints
+        self._apply(config, tls)
+        self._thread: threading.Thread | None = None
+
+    def _apply(self, config: WebConfig, tls: ssl.SSLContext | None) -> None:
         self._server.auth = BasicAuth(config.basic_auth) if config.basic_auth is not None else None
         self._server.tls = tls
         self._server.read_timeout = config.read_timeout
         self._server.slots = threading.BoundedSemaphore(config.max_requests)
-        self._thread: threading.Thread | None = None
+
+    def reconfigure(self, config: WebConfig) -> None:
+        """Apply new credentials, certificates and limits on the same socket.
+
+        Certificates are read from disk again even when their paths did not
+        change, so renewed files take effect on SIGHUP. Raises (changing nothing)
+        when they cannot be loaded. Requests already running finish as they began.
+        """
+        if parse_listen_address(config.listen_address) != parse_listen_address(
+            self.config.listen_address
+        ):
+            raise ValueError("reconfigure cannot change the listen address")
+        tls = tls_context(config.tls) if config.tls is not None else None
+        self._apply(config, tls)
+        self.config = config
 
     @property
     def address(self) -> tuple[str, int]:

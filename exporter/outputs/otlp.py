@@ -8,10 +8,13 @@ sends fresh data instead of a backlog. Polls run on the event loop and /metrics
 on the HTTP threads, so neither ever waits for this thread. Results are counted
 and logged by :class:`~exporter.outputs.otlp_account.ExportAccount`.
 
-Shutdown flushes once: the thread finishes the export in flight, if any, then
-sends one last batch. Whatever is still running at the deadline is aborted
-(gRPC calls are cancelled, retry waits end) and, failing that, abandoned on its
-daemon thread, so the daemon's own shutdown deadline always holds.
+Shutdown flushes once, and the final flush gets the shutdown budget: an export
+in flight (a slow or dead collector would hold it for its whole ``timeout``) is
+aborted first - gRPC calls are cancelled, retry waits end - and the last batch
+goes out on a thread of its own, through a fresh SDK exporter when the old one
+had to be shut down. Whatever still runs at the deadline is aborted too and,
+failing that, abandoned on its daemon thread, so the daemon's own shutdown
+deadline always holds.
 """
 
 from __future__ import annotations
@@ -66,13 +69,20 @@ class OtlpOutput:
         self._warnings = list(warnings or ())
         self._log = log.get(output="otlp")
         self._exporter: MetricExporter | None = None
+        # The exporter of the final flush when the periodic one had to be aborted.
+        self._flush_exporter: MetricExporter | None = None
         self._pipeline: Pipeline | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        # The periodic loop has returned / the final flush is over.
+        self._loop_done = threading.Event()
         self._done = threading.Event()
         self._abort_lock = threading.Lock()
-        self._aborted = False
-        self._sdk_errors: list[str] = []
+        self._aborted: set[int] = set()
+        # The loop and the final flush may overlap (an aborted HTTP request cannot be
+        # interrupted): one batch is built at a time, one result accounted at a time.
+        self._collect_lock = threading.Lock()
+        self._record_lock = threading.Lock()
         self._exporting = False
         self._rebuilds = 0
         self._state = "created"
@@ -102,7 +112,7 @@ class OtlpOutput:
         self.account.resume()
         try:
             self._exporter = self._exporter_factory(settings)
-            self._pipeline = Pipeline(self.resource, settings.temporality)
+            self._pipeline = Pipeline(self.resource, settings.temporality, self.store.catalog)
         except Exception as exc:  # e.g. a certificate file that vanished since the config check
             self._state = "failed"
             self.account.last_error = f"cannot start: {type(exc).__name__}: {exc}"
@@ -126,83 +136,115 @@ class OtlpOutput:
         """Flush once within ``deadline`` seconds, then release the exporter."""
         if self._thread is None:
             return
+        end = time.monotonic() + deadline
         self._stopping.set()
-        if not await self._finished_within(deadline):
-            self._abort()
-            if not await self._finished_within(ABORT_GRACE_SECONDS):
+        if self._exporting:
+            # It would keep the budget (a collector that does not answer holds an
+            # export for its whole timeout) and leave none for the final flush.
+            self._abort(self._exporter)
+        if not await self._finished_within(self._loop_done, min(ABORT_GRACE_SECONDS, deadline)):
+            self._abort(self._exporter)  # an export had just started
+        flush = threading.Thread(target=self._final_flush, args=(end,), name="otlp-flush")
+        flush.daemon = True
+        flush.start()
+        if not await self._finished_within(self._done, end - time.monotonic()):
+            self._abort(self._flush_exporter or self._exporter)
+            if not await self._finished_within(self._done, ABORT_GRACE_SECONDS):
                 self.account.detached.set()
                 self._state = "abandoned"
                 self._log.warning("otlp final flush abandoned at the deadline", deadline=deadline)
                 return
         self._state = "stopped"
 
-    async def _finished_within(self, seconds: float) -> bool:
+    async def _finished_within(self, event: threading.Event, seconds: float) -> bool:
         end = time.monotonic() + seconds
-        while not self._done.is_set() and time.monotonic() < end:
+        while not event.is_set() and time.monotonic() < end:
             await asyncio.sleep(0.02)
-        return self._done.is_set()
+        return event.is_set()
 
-    def _abort(self) -> None:
-        """Shut the SDK exporter down once: cancels gRPC calls and ends retry waits."""
+    def _abort(self, exporter: MetricExporter | None) -> None:
+        """Shut an SDK exporter down once: cancels gRPC calls and ends retry waits."""
         with self._abort_lock:
-            if self._aborted or self._exporter is None:
+            if exporter is None or id(exporter) in self._aborted:
                 return
-            self._aborted = True
+            self._aborted.add(id(exporter))
         try:
-            self._exporter.shutdown(timeout_millis=100)
+            exporter.shutdown(timeout_millis=100)
         except Exception as exc:
             self._log.debug("otlp exporter shutdown failed", error=repr(exc))
 
     # -- export thread -----------------------------------------------------------
 
     def _run(self) -> None:
-        capture = sdk_log_capture()
-        ident = threading.get_ident()
-        capture.listen(ident, self._note_sdk_error)
         interval = self.settings.interval
         try:
             next_at = time.monotonic() + interval
             while not self._stopping.wait(max(0.0, next_at - time.monotonic())):
-                self._export_once()
+                assert self._exporter is not None
+                self._export_once(self._exporter, self.settings.timeout)
                 now = time.monotonic()
                 # Start times stay on the interval grid; ticks an export overran are skipped.
                 next_at += interval * max(1, math.ceil((now - next_at) / interval))
-            self._export_once()  # the final flush
         finally:
-            capture.forget(ident)
-            self._abort()
+            self._loop_done.set()
+
+    def _final_flush(self, end: float) -> None:
+        try:
+            exporter = self._exporter
+            if id(exporter) in self._aborted:
+                try:
+                    exporter = self._flush_exporter = self._exporter_factory(self.settings)
+                except Exception as exc:
+                    self._record(False, f"final flush: cannot build an exporter: {exc!r}", 0.0)
+                    return
+            assert exporter is not None
+            budget = max(0.1, min(self.settings.timeout, end - time.monotonic()))
+            self._export_once(exporter, budget)
+        finally:
+            self._abort(self._exporter)
+            self._abort(self._flush_exporter)
             if self._pipeline is not None:
                 self._pipeline.shutdown()
             self._done.set()
 
-    def _note_sdk_error(self, message: str) -> None:
-        # The SDK logs each retry's cause, then a summary; the cause is the useful part.
-        if message not in self._sdk_errors and len(self._sdk_errors) < MAX_SDK_MESSAGES:
-            self._sdk_errors.append(message)
-
-    def _export_once(self) -> None:
-        exporter, pipeline = self._exporter, self._pipeline
-        assert exporter is not None and pipeline is not None
+    def _export_once(self, exporter: MetricExporter, timeout: float) -> None:
         started = time.monotonic()
         self._exporting = True
-        self._sdk_errors = []
+        messages: list[str] = []
+
+        def note(message: str) -> None:
+            # The SDK logs each retry's cause, then a summary; the cause is the useful part.
+            if message not in messages and len(messages) < MAX_SDK_MESSAGES:
+                messages.append(message)
+
+        capture = sdk_log_capture()
+        ident = threading.get_ident()
+        capture.listen(ident, note)
         try:
-            if pipeline.worn_out:
-                pipeline = self._rebuild(pipeline)
-            batch = pipeline.collect(self.store.view(), self.settings.timeout)
-            result = exporter.export(batch, timeout_millis=self.settings.timeout * 1000.0)
+            with self._collect_lock:
+                pipeline = self._pipeline
+                assert pipeline is not None
+                if pipeline.worn_out:
+                    pipeline = self._rebuild(pipeline)
+                batch = pipeline.collect(self.store.view(), timeout)
+            result = exporter.export(batch, timeout_millis=timeout * 1000.0)
             ok = result is MetricExportResult.SUCCESS
-            reported = " / ".join(self._sdk_errors)[:MAX_ERROR_CHARS]
+            reported = " / ".join(messages)[:MAX_ERROR_CHARS]
             error = "" if ok else (reported or "the exporter reported a failure")
         except Exception as exc:  # a bug here must not end the export thread
             ok, error = False, repr(exc)
         finally:
+            capture.forget(ident)
             self._exporting = False
-        self.account.record(ok, error, time.monotonic() - started)
+        self._record(ok, error, time.monotonic() - started)
+
+    def _record(self, ok: bool, error: str, duration: float) -> None:
+        with self._record_lock:
+            self.account.record(ok, error, duration)
 
     def _rebuild(self, old: Pipeline) -> Pipeline:
         old.shutdown()
-        self._pipeline = Pipeline(self.resource, self.settings.temporality)
+        self._pipeline = Pipeline(self.resource, self.settings.temporality, self.store.catalog)
         self._rebuilds += 1
         self._log.info("otlp pipeline rebuilt after series churn", rebuilds=self._rebuilds)
         return self._pipeline

@@ -25,7 +25,7 @@ LOG_EVERY_SECONDS = 60.0
 
 
 class ExportAccount:
-    """Counts and logs export results for one output (written by its export thread only)."""
+    """Counts and logs export results for one output (its threads record one at a time)."""
 
     def __init__(self, store: Store, endpoint: str, log_every: float = LOG_EVERY_SECONDS) -> None:
         self.store = store

@@ -1,11 +1,12 @@
 """The OpenTelemetry SDK side of the OTLP output: instruments that read store views.
 
 One :class:`Pipeline` owns a ``MeterProvider`` (with the daemon's ``Resource``)
-and one observable instrument per OTel name in :data:`exporter.catalog.otel.INSTRUMENTS`:
-observable gauges, counters and up-down counters whose callbacks read the
-same :class:`~exporter.store.View` that /metrics renders. :meth:`Pipeline.collect`
-pins one view for the whole pass, so every instrument of one export sees the
-same snapshot: one code path for the data, two encodings.
+and one observable instrument per OTel name of the store's catalog
+(:func:`exporter.catalog.otel.instruments`): observable gauges, counters and
+up-down counters whose callbacks read the same :class:`~exporter.store.View`
+that /metrics renders. :meth:`Pipeline.collect` pins one view for the whole
+pass, so every instrument of one export sees the same snapshot: one code path
+for the data, two encodings.
 
 Histograms: the store already holds cumulative ``HistogramValue`` readings, and
 the SDK has no observable histogram (a synchronous one would re-aggregate
@@ -13,6 +14,13 @@ observations we do not have). They are bridged instead: the pass turns each
 reading into an OTLP ``HistogramDataPoint`` with the catalog's explicit bounds,
 per-bucket counts and sum, and appends it to the SDK's batch in the same scope.
 Start times follow the SDK's rule for asynchronous instruments.
+
+Counter resets under cumulative temporality: the SDK keeps one start time per
+series for its whole life, so a counter that went down (a job restart, a
+driver reload) would be sent as a monotonic sum that decreases under the same
+start time, which the OTLP data model forbids. A series whose value went down
+gets a new start time - its previous point's time - from then on, as the
+histogram bridge does for a histogram that went back.
 
 Delta temporality: the SDK converts cumulative observations to deltas by
 subtraction, which turns a counter reset (a driver reload) into a negative
@@ -28,8 +36,9 @@ once the dead series outnumber the live ones.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,13 +61,15 @@ from opentelemetry.sdk.metrics.export import (
     MetricsData,
     ResourceMetrics,
     ScopeMetrics,
+    Sum,
 )
 from opentelemetry.sdk.metrics.export import Histogram as HistogramData
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from exporter import __version__
-from exporter.catalog.otel import INSTRUMENTS, Instrument, OtelMetric
+from exporter.catalog import CATALOG, MetricSpec
+from exporter.catalog.otel import Instrument, OtelMetric, instruments
 from exporter.model import HistogramValue
 from exporter.store import View
 
@@ -139,6 +150,45 @@ class _CounterBase:
                 offset += last
         self._state[key] = (offset, raw)
         return raw + offset
+
+
+class _ResetStarts:
+    """New start times for cumulative monotonic sums whose value went down (see the module doc)."""
+
+    def __init__(self) -> None:
+        # key -> (start since the last reset, None for the SDK's own; last value; its time)
+        self._series: dict[SeriesKey, tuple[int | None, float, int]] = {}
+
+    def apply(self, metric: Metric) -> Metric:
+        """``metric`` with the start times of reset series replaced."""
+        data = metric.data
+        if (
+            not isinstance(data, Sum)
+            or not data.is_monotonic
+            or data.aggregation_temporality is not _CUMULATIVE
+        ):
+            return metric
+        points = []
+        changed = False
+        for point in data.data_points:
+            # Our attribute values are always strings (catalog label values).
+            attributes = {k: str(v) for k, v in (point.attributes or {}).items()}
+            key: SeriesKey = (metric.name, tuple(sorted(attributes.items())))
+            start: int | None = None
+            known = self._series.get(key)
+            if known is not None:
+                start, last, last_ns = known
+                if point.value < last:
+                    # The reset happened after the previous point: the new series starts there.
+                    start = last_ns
+            self._series[key] = (start, point.value, point.time_unix_nano)
+            if start is not None:
+                point = dataclasses.replace(point, start_time_unix_nano=start)
+                changed = True
+            points.append(point)
+        if not changed:
+            return metric
+        return dataclasses.replace(metric, data=dataclasses.replace(data, data_points=points))
 
 
 @dataclass
@@ -240,7 +290,9 @@ class HistogramBridge:
 class Pipeline:
     """MeterProvider + catalog instruments + the histogram bridges; one collect per export."""
 
-    def __init__(self, resource: Resource, temporality: str) -> None:
+    def __init__(
+        self, resource: Resource, temporality: str, catalog: Mapping[str, MetricSpec] = CATALOG
+    ) -> None:
         prefs = preferences(temporality)
         self._reader = _HandOffReader(prefs)
         self._resource = resource
@@ -258,8 +310,9 @@ class Pipeline:
         self._seen: set[SeriesKey] = set()
         self._live = 0
         self._base = _CounterBase()
+        self._resets = _ResetStarts()
         self._bridges: list[HistogramBridge] = []
-        for name, members in INSTRUMENTS.items():
+        for name, members in instruments(catalog).items():
             head = members[0]
             if head.instrument is Instrument.HISTOGRAM:
                 self._bridges.append(HistogramBridge(head, prefs[Histogram] is _DELTA))
@@ -331,7 +384,9 @@ class Pipeline:
     def _merge(self, batch: MetricsData | None, extra: list[Metric]) -> MetricsData:
         scopes: list[ScopeMetrics] = []
         for resource_metrics in batch.resource_metrics if batch is not None else ():
-            scopes.extend(resource_metrics.scope_metrics)
+            for scope in resource_metrics.scope_metrics:
+                metrics = [self._resets.apply(m) for m in scope.metrics]
+                scopes.append(ScopeMetrics(scope.scope, metrics, scope.schema_url))
         if extra:
             for i, scope in enumerate(scopes):
                 if scope.scope.name == SCOPE:

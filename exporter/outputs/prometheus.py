@@ -11,7 +11,7 @@ from __future__ import annotations
 import gzip
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -32,6 +32,10 @@ from exporter.store import Store, View
 # Process metrics (RSS, CPU) change continuously; refreshing them this often
 # keeps the exposition cacheable between store changes.
 PROCESS_REFRESH_SECONDS = 5.0
+# How often the pre-render thread looks for changed data, and how long a format
+# nobody asks for any more is still prepared.
+PRERENDER_POLL_SECONDS = 0.05
+PRERENDER_WANTED_SECONDS = 600.0
 
 
 def _bound(value: float) -> str:
@@ -69,16 +73,20 @@ def _scalar(reading: Reading) -> float:
 
 
 def families(
-    view: View, names: Iterable[str] | None = None, stamp: StampFactory | None = None
+    view: View,
+    names: Iterable[str] | None = None,
+    stamp: StampFactory | None = None,
+    catalog: Mapping[str, MetricSpec] = CATALOG,
 ) -> Iterator[Metric]:
     """Families for every catalog row with readings, in catalog order.
 
-    ``stamp`` (opt-in) adds workload labels to device families as they render.
-    A row that fails to render is skipped and logged; it never breaks the scrape.
+    ``catalog`` is the store's (rows with configured labels); ``stamp`` (opt-in)
+    adds workload labels to device families as they render. A row that fails
+    to render is skipped and logged; it never breaks the scrape.
     """
     wanted = set(names) if names is not None else None
     stamping = stamp(view) if stamp is not None else None
-    for name, row in CATALOG.items():
+    for name, row in catalog.items():
         if wanted is not None and name not in wanted and row.family_name not in wanted:
             continue
         readings: Sequence[Reading] = view.readings(name)
@@ -112,7 +120,7 @@ class StoreCollector:
 
     def collect(self) -> Iterator[Metric]:
         """Families for the current store view."""
-        yield from families(self.store.view(), self.names, self.stamp)
+        yield from families(self.store.view(), self.names, self.stamp, self.store.catalog)
 
 
 class Exposition:
@@ -137,12 +145,21 @@ class Exposition:
         self._cache: dict[tuple[object, ...], bytes] = {}
         self._cache_key: tuple[object, ...] | None = None
         self._encoders: dict[str, tuple[Callable[[CollectorRegistry], bytes], str]] = {}
+        # (content type, gzip) -> (encoder, last asked for): what to pre-render.
+        self._wanted: dict[
+            tuple[str, bool], tuple[Callable[[CollectorRegistry], bytes], float]
+        ] = {}
+        self._prerender: threading.Thread | None = None
+        # The newest complete body per format, served while a newer one is rendered.
+        self._last: dict[tuple[str, bool], bytes] = {}
+        self._stop_prerender = threading.Event()
 
     def set_stamp(self, stamp: StampFactory | None) -> None:
         """Change the opt-in label stamping (config reload); drops cached bodies."""
         with self._lock:
             self._collector.stamp = stamp
             self._cache.clear()
+            self._last.clear()
             self._cache_key = None
 
     def _registries(self, names: Sequence[str] | None) -> CollectorRegistry:
@@ -169,11 +186,33 @@ class Exposition:
         if names is not None:
             body = encoder(self._registries(names))
             return (gzip.compress(body, 6) if use_gzip else body), headers
-        view = self.store.view()
-        bucket = int(self._clock() // PROCESS_REFRESH_SECONDS)
-        state_key = (view.key, bucket)
         key = (content_type, use_gzip)
-        with self._lock:
+        self._wanted[key] = (encoder, self._clock())
+        return self._get(self._state_key(), encoder, content_type, use_gzip), headers
+
+    def _state_key(self) -> tuple[object, ...]:
+        return (self.store.view().key, int(self._clock() // PROCESS_REFRESH_SECONDS))
+
+    def _get(
+        self,
+        state_key: tuple[object, ...],
+        encoder: Callable[[CollectorRegistry], bytes],
+        content_type: str,
+        use_gzip: bool,
+    ) -> bytes:
+        key = (content_type, use_gzip)
+        if self._cache_key == state_key:
+            cached = self._cache.get(key)
+            if cached is not None:
+                return cached
+        previous = self._last.get(key)
+        if previous is not None and not self._lock.acquire(blocking=False):
+            # Another thread is rendering newer data right now: rather than queue
+            # behind it, answer with the last complete body (milliseconds older).
+            return previous
+        if previous is None:
+            self._lock.acquire()
+        try:
             if self._cache_key != state_key:
                 self._cache.clear()
                 self._cache_key = state_key
@@ -185,7 +224,47 @@ class Exposition:
                     self._cache[(content_type, False)] = plain
                 cached = gzip.compress(plain, 6) if use_gzip else plain
                 self._cache[key] = cached
-        return cached, headers
+                self._last[key] = cached
+            return cached
+        finally:
+            self._lock.release()
+
+    def start_prerender(self) -> None:
+        """Render on a thread of its own whenever the data changes.
+
+        Every poll changes the store, and building the families for thousands of
+        series takes tens of milliseconds: done here, ahead of the scrapes, the
+        scrape path finds the bytes ready. Only the formats scrapers asked for in
+        the last ten minutes are prepared.
+        """
+        if self._prerender is None:
+            self._stop_prerender.clear()
+            self._prerender = threading.Thread(
+                target=self._prerender_loop, name="prerender", daemon=True
+            )
+            self._prerender.start()
+
+    def stop_prerender(self) -> None:
+        """Stop the pre-render thread."""
+        thread, self._prerender = self._prerender, None
+        if thread is not None:
+            self._stop_prerender.set()
+            thread.join(timeout=2.0)
+
+    def _prerender_loop(self) -> None:
+        while not self._stop_prerender.wait(PRERENDER_POLL_SECONDS):
+            try:
+                state_key = self._state_key()
+                if state_key == self._cache_key:
+                    continue
+                now = self._clock()
+                for (content_type, use_gzip), (encoder, used) in list(self._wanted.items()):
+                    if now - used > PRERENDER_WANTED_SECONDS:
+                        del self._wanted[(content_type, use_gzip)]
+                        continue
+                    self._get(state_key, encoder, content_type, use_gzip)
+            except Exception as exc:  # the scrape path renders on its own if this fails
+                log.get(output="prometheus").error("pre-render failed", error=repr(exc))
 
     def _encode(self, encoder: Callable[[CollectorRegistry], bytes]) -> bytes:
         if self._process is None:

@@ -53,7 +53,7 @@ class Stamping:
 def from_config(config: Config) -> StampFactory | None:
     """The stamping the config asks for, or None (the default)."""
     k8s = config.enrich.k8s
-    if not k8s.stamp_device_series or not k8s.pod_label_allowlist:
+    if not k8s.stamp_device_series or not k8s.stamp_labels:
         return None
-    labels = tuple(k8s.pod_label_allowlist)
+    labels = tuple(k8s.stamp_labels)
     return lambda view: Stamping(view, labels)

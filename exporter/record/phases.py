@@ -9,6 +9,7 @@ every other key is kept as data. Anything else is reported as a bad line.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -28,20 +29,26 @@ class Marker:
 
 
 def parse_line(line: bytes, now: float) -> Marker:
-    """One line -> a marker; never raises."""
+    """One line -> a marker; never raises (anything unusable is a "bad" marker)."""
     try:
         item = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         return Marker("bad", f"not JSON: {exc}"[:200], now)
     if not isinstance(item, dict):
         return Marker("bad", "not a JSON object", now)
     stamp = item.pop("time", now)
     if isinstance(stamp, bool) or not isinstance(stamp, (int, float)):
         return Marker("bad", "time must be a number (Unix seconds)", now)
+    try:
+        when = float(stamp)
+    except OverflowError:  # an integer beyond any float
+        when = math.inf
+    if not math.isfinite(when):
+        return Marker("bad", "time must be a finite number (Unix seconds)", now)
     for kind in ("phase", "event"):
         name = item.pop(kind, None)
         if isinstance(name, str) and name:
-            return Marker(kind, name, float(stamp), item)
+            return Marker(kind, name, when, item)
     return Marker("bad", 'needs a non-empty "phase" or "event" string', now)
 
 

@@ -1,4 +1,9 @@
-"""The run log: one JSON object per line, flushed as it is written."""
+"""The run log: one JSON object per line, flushed as it is written.
+
+Writing never raises: a full disk or an output directory that went away must
+not cost the recorded command its exit status. The first failure is logged
+(``record_error``) and kept in :attr:`RunLog.error`; later lines are dropped.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,8 @@ import json
 import math
 from pathlib import Path
 from typing import IO, Any
+
+from exporter import log
 
 
 def _finite(value: Any) -> Any:
@@ -24,16 +31,33 @@ class RunLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fh: IO[str] = open(path, "x", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        self.error = ""
+        self.dropped = 0
 
     def write(self, kind: str, when: float, /, **fields: Any) -> None:
-        """One line: ``{"type": kind, "time": when, ...}``."""
+        """One line: ``{"type": kind, "time": when, ...}``; never raises."""
+        if self.error:
+            self.dropped += 1
+            return
         record = {"type": kind, "time": when, **fields}
-        self._fh.write(json.dumps(_finite(record), separators=(",", ":"), allow_nan=False) + "\n")
-        self._fh.flush()
+        try:
+            line = json.dumps(_finite(record), separators=(",", ":"), allow_nan=False)
+            self._fh.write(line + "\n")
+            self._fh.flush()
+        except (OSError, ValueError, TypeError) as exc:
+            self.error = f"{self.path}: {exc}"
+            self.dropped += 1
+            log.get(source="record").error(
+                "record_error", what="run log", error=self.error, detail="later lines are dropped"
+            )
 
     def close(self) -> None:
-        """Close the file."""
-        self._fh.close()
+        """Close the file (a failing final flush is already logged or is logged now)."""
+        try:
+            self._fh.close()
+        except OSError as exc:
+            if not self.error:
+                log.get(source="record").error("record_error", what="run log", error=str(exc))
 
 
 def write_json(path: Path, document: dict[str, Any]) -> None:

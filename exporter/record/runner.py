@@ -4,7 +4,18 @@ Order of events: the device and host sources start (workers bootstrap), one
 baseline sample is taken, the command starts, samples follow every interval
 (never overlapping: a slow poll delays the next), the command exits, one final
 sample closes the run. The energy used is therefore measured from just before
-the command started to just after it ended.
+the command started to just after it ended; the means and maxima come from the
+samples taken while it ran (the baseline and final samples describe the node
+without it, so they only delimit the energy).
+
+Recording never costs the command its exit status: a sampling pass that fails
+is logged (``record_error``, once per kind of failure) and the next one runs; a
+run log or summary that cannot be written is logged; the command's status is
+returned whatever happened to the recording.
+
+Phase markers and samples are ordered by time: a marker whose ``time`` is not
+after a sample's completion begins its phase before that sample is counted,
+however late the marker is read.
 """
 
 from __future__ import annotations
@@ -78,6 +89,21 @@ class Recorder:
         # Sources that delivered a good sample: their later new counters are events.
         self._sampled: set[str] = set()
         self._down: set[str] = set()
+        self._failures: dict[str, int] = {}
+        self._proc: asyncio.subprocess.Process | None = None
+        self._pending_signals: list[signal.Signals] = []
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        """A recording step failed: log its first failure, count the rest, go on."""
+        count = self._failures.get(what, 0) + 1
+        self._failures[what] = count
+        if count == 1:
+            self.log.error(
+                "record_error",
+                what=what,
+                error=repr(exc),
+                detail="recording goes on; later failures of this step are counted, not logged",
+            )
 
     # -- sampling ----------------------------------------------------------
 
@@ -130,9 +156,22 @@ class Recorder:
         if snapshot.ok:
             self._sampled.add(name)
 
-    def _sample(self, snapshots: list[Snapshot]) -> None:
+    def _sample(
+        self, snapshots: list[Snapshot], aggregate: bool = True, markers: bool = True
+    ) -> None:
+        """Count one poll; ``aggregate`` False: only for energy (baseline, final sample).
+
+        With ``markers``, the phase file is read first: markers not later than the
+        poll's completion begin their phase before this sample counts, the rest after.
+        """
         assert self.run_log is not None and self.stats is not None
         when = max((s.completed_at for s in snapshots), default=time.time())
+        later: list[Marker] = []
+        if markers:
+            pending = self.tail.read()
+            cut = next((i for i, m in enumerate(pending) if m.time > when), len(pending))
+            self._markers(pending[:cut])
+            later = pending[cut:]
         devices: dict[str, dict[str, float]] = {}
         host: dict[str, float] = {}
         for snapshot in snapshots:
@@ -149,9 +188,12 @@ class Recorder:
                     fields.get("power_watts"),
                     fields.get("energy_joules_total"),
                 ),
+                aggregate=aggregate,
             )
-        self.stats.add_host(host.get("cpu_user_ratio"), host.get("cpu_idle_ratio"))
+        if aggregate:
+            self.stats.add_host(host.get("cpu_user_ratio"), host.get("cpu_idle_ratio"))
         self.run_log.write("sample", when, devices=devices, host=host)
+        self._markers(later)
 
     def _take(
         self, reading: Reading, devices: dict[str, dict[str, float]], host: dict[str, float]
@@ -189,12 +231,18 @@ class Recorder:
         """Sample every interval and read the phase file often, until ``stop`` is set."""
         next_sample = time.monotonic() + self.options.interval
         while not stop.is_set():
-            self._markers(self.tail.read())
             if time.monotonic() >= next_sample:
-                self._sample(await self._poll())
+                try:
+                    self._sample(await self._poll())
+                except Exception as exc:
+                    self._failed("sample", exc)
                 next_sample += self.options.interval
                 next_sample = max(next_sample, time.monotonic())
                 continue
+            try:
+                self._markers(self.tail.read())
+            except Exception as exc:
+                self._failed("phase file", exc)
             wait = min(PHASE_POLL_SECONDS, max(0.0, next_sample - time.monotonic()))
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=wait)
@@ -221,6 +269,7 @@ class Recorder:
         phase_path = self.out / PHASE_FILE
         phase_path.write_bytes(b"")
         self.run_log = RunLog(self.out / RUN_LOG)
+        loop = asyncio.get_running_loop()
         try:
             await self._start_sources()
             baseline = await self._poll()
@@ -228,6 +277,8 @@ class Recorder:
             self.stats = RunStats(started)
             env = dict(os.environ)
             env[PHASE_ENV] = str(phase_path.resolve())
+            # Handlers first: a SIGTERM that arrives while the command starts is passed on.
+            self._handle_signals(loop)
             try:
                 proc = await asyncio.create_subprocess_exec(*self.options.command, env=env)
             except OSError as exc:
@@ -237,6 +288,9 @@ class Recorder:
                 self.stats.finish(time.time())
                 self._summary(code, None)
                 raise StartError(code, f"cannot run {self.options.command[0]}: {exc}") from None
+            self._proc = proc
+            for sig in self._pending_signals:
+                self._forward(sig)
             self.run_log.write(
                 "start",
                 started,
@@ -248,48 +302,70 @@ class Recorder:
                 version=__version__,
                 sources=[s.name for s in self.sources],
             )
-            self._sample(baseline)
+            try:
+                self._sample(baseline, aggregate=False, markers=False)
+            except Exception as exc:
+                self._failed("sample", exc)
             returncode = await self._supervise(proc)
-            ended = time.time()
-            self._markers(self.tail.read(final=True))
-            self._sample(await self._poll())
-            status = exit_status(returncode)
-            fields: dict[str, Any] = {"status": status, "wall_seconds": ended - started}
-            if returncode < 0:
-                fields["signal"] = signal.Signals(-returncode).name
-            self.run_log.write("exit", ended, **fields)
-            self.stats.finish(ended)
-            self._summary(status, fields.get("signal"))
-            return status
+            return await self._finish(returncode, started)
         finally:
+            self._restore_signals(loop)
             await self._close_sources()
             self.run_log.close()
 
-    async def _supervise(self, proc: asyncio.subprocess.Process) -> int:
-        """Sample until the command ends; pass SIGTERM and SIGHUP on to it."""
-        loop = asyncio.get_running_loop()
+    async def _finish(self, returncode: int, started: float) -> int:
+        """After the command: final sample, exit record, summary; the command's status."""
+        assert self.run_log is not None and self.stats is not None
+        ended = time.time()
+        status = exit_status(returncode)
+        fields: dict[str, Any] = {"status": status, "wall_seconds": ended - started}
+        if returncode < 0:
+            fields["signal"] = signal.Signals(-returncode).name
+        try:
+            # Every marker was written before the command ended: count them first.
+            self._markers(self.tail.read(final=True))
+            self._sample(await self._poll(), aggregate=False, markers=False)
+        except Exception as exc:
+            self._failed("final sample", exc)
+        finally:
+            if self._failures:
+                fields["record_errors"] = dict(self._failures)
+            self.run_log.write("exit", ended, **fields)
+            self.stats.finish(ended)
+            self._summary(status, fields.get("signal"))
+        return status
 
-        def forward(sig: signal.Signals) -> None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(sig)
+    def _forward(self, sig: signal.Signals) -> None:
+        """Pass ``sig`` on to the command (remembered until the command exists)."""
+        if self._proc is None:
+            self._pending_signals.append(sig)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self._proc.send_signal(sig)
 
+    def _handle_signals(self, loop: asyncio.AbstractEventLoop) -> None:
         # A terminal's Ctrl-C reaches the command directly (same process group);
         # record keeps running to write the summary once the command has ended.
-        handled = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
-        for sig in handled:
-            if sig is signal.SIGINT:
-                loop.add_signal_handler(sig, lambda: None)
-            else:
-                loop.add_signal_handler(sig, forward, sig)
+        loop.add_signal_handler(signal.SIGINT, lambda: None)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(sig, self._forward, sig)
+
+    def _restore_signals(self, loop: asyncio.AbstractEventLoop) -> None:
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+    async def _supervise(self, proc: asyncio.subprocess.Process) -> int:
+        """Sample until the command ends; the sampler can never replace its return code."""
         stop = asyncio.Event()
         sampler = asyncio.create_task(self._sampler(stop))
         try:
             return await proc.wait()
         finally:
             stop.set()
-            await sampler
-            for sig in handled:
-                loop.remove_signal_handler(sig)
+            try:
+                await sampler
+            except Exception as exc:  # _sampler guards each pass; this is a last resort
+                self._failed("sampler", exc)
 
     def _summary(self, status: int, killed_by: str | None) -> None:
         assert self.stats is not None
@@ -299,9 +375,13 @@ class Recorder:
             "signal": killed_by,
             "hostname": socket.gethostname(),
             "version": __version__,
+            "record_errors": dict(self._failures),
             **self.stats.summary(),
         }
-        write_json(self.out / SUMMARY, document)
+        try:
+            write_json(self.out / SUMMARY, document)
+        except Exception as exc:
+            self._failed("summary", exc)
 
 
 class StartError(Exception):

@@ -1,9 +1,11 @@
 """Aggregates of a recorded run: pure arithmetic over timestamped samples.
 
-Means are sample means (samples are taken on a fixed interval). Energy comes
-from the device's energy counter (the sum of its increases between samples,
-so a counter reset loses nothing but the reset's own interval); a device
-without the counter gets the trapezoid integral of its power instead.
+Means are sample means (samples are taken on a fixed interval) over the
+samples taken while the command ran. Energy comes from the device's energy
+counter (the sum of its increases between samples, so a counter reset loses
+nothing but the reset's own interval); a device without the counter gets the
+trapezoid integral of its power instead. The samples just before the command
+started and just after it ended only delimit the energy (``aggregate=False``).
 """
 
 from __future__ import annotations
@@ -150,8 +152,10 @@ class RunStats:
             out.append(self.phases[-1].devices.setdefault(uuid, DeviceStats()))
         return out
 
-    def add_device(self, when: float, uuid: str, sample: DeviceSample) -> None:
-        """One device's fields from one poll."""
+    def add_device(
+        self, when: float, uuid: str, sample: DeviceSample, aggregate: bool = True
+    ) -> None:
+        """One device's fields from one poll; ``aggregate`` False: energy only."""
         targets = self._targets(uuid)
         energy = self.energy.setdefault(uuid, Energy())
         step = None
@@ -162,14 +166,16 @@ class RunStats:
             if step is None and energy.counter_samples == 0:
                 step = integral
         for stats in targets:
+            if step is not None:
+                stats.energy_joules += step
+            if not aggregate:
+                continue
             if sample.memory_used_bytes is not None:
                 stats.memory.add(sample.memory_used_bytes)
             if sample.utilization_ratio is not None:
                 stats.utilization.add(sample.utilization_ratio)
             if sample.power_watts is not None:
                 stats.power.add(sample.power_watts)
-            if step is not None:
-                stats.energy_joules += step
 
     def add_host(self, user: float | None, idle: float | None) -> None:
         """The host's CPU shares from one poll."""

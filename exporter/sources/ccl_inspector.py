@@ -47,7 +47,9 @@ class CclInspectorSource(Source):
             max_read_bytes=config.max_read_bytes,
             max_files=config.max_files,
         )
-        self._aggregator = InspectorAggregator(config.link_peak_bytes_per_second, config.max_comms)
+        self._aggregator = InspectorAggregator(
+            config.link_peak_bytes_per_second, config.max_comms, config.max_series
+        )
         self._skipped = 0
         self._last = TailStats()
         self._log = log.get(source=name)

@@ -6,9 +6,15 @@ across polls (stall detection needs history). Every RAS query is a job-wide
 collective, so with ``role: auto`` only the job's *reporter* - the exporter on
 the node with the lowest address that has a responding rank - queries at
 ``interval`` and exports job and communicator series; the others query at
-``follower_interval``, export their local ranks only, and take over when the
-reporter's node stops responding. A text report that names no node cannot
-elect anyone: the exporter then acts as reporter.
+``follower_interval`` (ten intervals unless set), export their local ranks
+only, and take over when the reporter's node stops responding. Only JSON
+reports elect: they list every responding rank's node. A text report names
+nodes only on its error and warning lines, so it neither elects nor demotes
+anyone, and an exporter whose server speaks text acts as reporter.
+
+With ``format: auto``, a JSON report that cannot be parsed makes the address
+fall back to text for its next queries; JSON is tried again after
+``follower_interval``, twice as late after each further failure in a row.
 
 No job on this node (connection refused) is the normal ``no_job`` state and
 the poll succeeds. The poll fails - so the scheduler backs off, sparing a
@@ -17,7 +23,8 @@ in ``error``; the per-address series are exported either way.
 
 The optional MONITOR stream (NCCL 2.29.2+) runs as one long-lived task per
 address and feeds event counters; servers without MONITOR are asked again
-after ``follower_interval``.
+after ``follower_interval``. This node's addresses are read from /proc on a
+thread of their own, never on the event loop.
 """
 
 from __future__ import annotations
@@ -51,13 +58,17 @@ from exporter.ccl.ras_state import ProgressTracker, StateMachine, classify, elec
 from exporter.config.schema import CclRasSourceConfig
 from exporter.errors import SourceError
 from exporter.model import Reading
-from exporter.sources.base import Source
+from exporter.sources.base import BlockingCall, Source
 from exporter.store import HistogramAccumulator
 
 # Scheduler deadline beyond the query deadline: parsing a large report takes time too.
 PARSE_MARGIN_SECONDS = 10.0
 # This node's addresses are read again this often (interfaces come and go).
 LOCAL_REFRESH_SECONDS = 60.0
+# A read of this node's addresses that takes longer is left behind (the last list stays).
+LOCAL_READ_TIMEOUT = 5.0
+# After unparsable JSON, text is used for follower_interval, doubled per failure up to this.
+MAX_TEXT_FALLBACK_SECONDS = 3600.0
 # Event types are upper-case words from NCCL; more distinct ones than this are "OTHER".
 MAX_EVENT_TYPES = 32
 BAD_STATES = frozenset({"unreachable", "error"})
@@ -75,7 +86,12 @@ class _Address:
         default_factory=lambda: HistogramAccumulator(QUERY_BUCKETS)
     )
     timeouts: int = 0
+    # The last JSON report's election (None: not elected either way, act as reporter).
     elected: bool | None = None
+    # format auto after unparsable JSON: text until then (monotonic), and why.
+    text_until: float = 0.0
+    json_failures: int = 0
+    fallback: bool = False
     next_due: float = 0.0
     queried: bool = False
     readings: list[Reading] = field(default_factory=list)
@@ -110,6 +126,7 @@ class CclRasSource(Source):
             entry.progress = ProgressTracker(config.stall_polls)
         self._local: frozenset[str] = frozenset()
         self._local_read = -LOCAL_REFRESH_SECONDS
+        self._local_call = BlockingCall(f"{name}-addresses")
         self._rng = random.Random()
 
     # -- timing -------------------------------------------------------------------------
@@ -130,7 +147,7 @@ class CclRasSource(Source):
         return entry.elected is not False
 
     def _cadence(self, entry: _Address) -> float:
-        return self.ras.interval if self._reporter(entry) else self.ras.follower_interval
+        return self.ras.interval if self._reporter(entry) else self.ras.follower_seconds
 
     def interval(self) -> float:
         """``interval`` while any address is (or may be) reported on, else ``follower_interval``."""
@@ -165,7 +182,7 @@ class CclRasSource(Source):
         """Query every due address; fail only when every address is unreachable or in error."""
         due = self._due(time.monotonic())
         if due:
-            self._refresh_local(time.monotonic())
+            await self._refresh_local(time.monotonic())
             await asyncio.gather(*(self._query(entry) for entry in due))
         readings: list[Reading] = []
         for entry in self._addresses:
@@ -189,30 +206,61 @@ class CclRasSource(Source):
             if not e.queried or self._cadence(e) <= pace or e.next_due - slack <= now
         ]
 
-    def _refresh_local(self, now: float) -> None:
+    async def _refresh_local(self, now: float) -> None:
         if now - self._local_read < LOCAL_REFRESH_SECONDS and self._local:
             return
         self._local_read = now
         if self.ras.local_addresses:
             self._local = frozenset(normalize(a) for a in self.ras.local_addresses)
             return
+        try:
+            found = await asyncio.wait_for(
+                self._local_call(self._read_local), timeout=LOCAL_READ_TIMEOUT
+            )
+        except (asyncio.TimeoutError, SourceError) as exc:
+            # A stuck /proc read: keep the last list, try again at the next refresh.
+            self._log.warning("reading this node's addresses is stuck", error=str(exc))
+            return
+        self._local = found
+
+    def _read_local(self) -> frozenset[str]:
+        # Blocking (/proc, or a resolver call where /proc/net is missing): on a thread.
         found = set(local_addresses(self.proc))
         for entry in self._addresses:
             # RAS bound to a pod or host IP (NCCL_RAS_ADDR): ranks behind it live there.
             with contextlib.suppress(ValueError):
                 if not ipaddress.ip_address(normalize(entry.endpoint.host)).is_loopback:
                     found.add(normalize(entry.endpoint.host))
-        self._local = frozenset(found)
+        return frozenset(found)
+
+    def _format(self, entry: _Address) -> str:
+        entry.fallback = self.ras.format == "auto" and time.monotonic() < entry.text_until
+        return "text" if entry.fallback else self.ras.format
+
+    def _json_unreadable(self, entry: _Address) -> None:
+        if self.ras.format != "auto":
+            return
+        entry.json_failures += 1
+        wait = self.ras.follower_seconds * 2 ** min(entry.json_failures - 1, 16)
+        wait = min(wait, max(MAX_TEXT_FALLBACK_SECONDS, self.ras.follower_seconds))
+        entry.text_until = time.monotonic() + wait
+        self._log.warning(
+            "ras json report unreadable, using text",
+            address=entry.endpoint.label,
+            retry_json_after_seconds=round(wait),
+            detail=entry.detail,
+        )
 
     async def _query(self, entry: _Address) -> None:
         options = QueryOptions(
             deadline=self.ras.poll_timeout,
-            format=self.ras.format,
+            format=self._format(entry),
             verbose=self.ras.verbose,
             max_bytes=self.ras.max_response_bytes,
         )
         started = time.monotonic()
         report: RasReport | None = None
+        state, reasons = "healthy", []
         try:
             response = await query(entry.endpoint, options, self.resolver)
             entry.format, entry.peer = response.format, response.peer
@@ -221,20 +269,44 @@ class CclRasSource(Source):
         except RasClientError as exc:
             state, reasons, entry.detail = exc.state, [exc.reason], exc.detail
         except RasParseError as exc:
-            state, reasons, entry.detail = "error", ["parse_error"], str(exc)
-        else:
-            state, reasons = self._judge(entry, report)
-            entry.detail = ""
+            state, reasons, entry.detail = "error", ["parse_error"], str(exc)[:500]
+            if entry.format == "json":
+                self._json_unreadable(entry)
+        except Exception as exc:
+            state, reasons = self._internal_error(entry, "query", exc)
         if state != "no_job":
             entry.durations.observe(time.monotonic() - started)
         else:
             # The job is gone: a next one starts from scratch (and may have other nodes).
             entry.progress.reset()
             entry.elected = None
+        readings: list[Reading] | None = None
+        if report is not None:
+            try:
+                state, reasons = self._judge(entry, report)
+                readings = self._readings(entry, state, reasons, report)
+                entry.detail = ""
+            except Exception as exc:
+                state, reasons = self._internal_error(entry, "judge", exc)
+                report = None
         entry.queried = True
         entry.next_due = time.monotonic() + self._cadence(entry)
         self._enter(entry, state, reasons)
-        entry.readings = self._readings(entry, state, reasons, report)
+        if readings is None:
+            readings = self._readings(entry, state, reasons, report)
+        entry.readings = readings
+
+    def _internal_error(self, entry: _Address, step: str, exc: Exception) -> tuple[str, list[str]]:
+        # A report (or a failure) this code cannot digest is this address's problem
+        # only: the other addresses of the poll still report.
+        self._log.error(
+            "ras query failed unexpectedly",
+            address=entry.endpoint.label,
+            step=step,
+            error=repr(exc)[:500],
+        )
+        entry.detail = f"{step} failed: {type(exc).__name__}"
+        return "error", ["internal_error"]
 
     def _judge(self, entry: _Address, report: RasReport) -> tuple[str, list[str]]:
         stalled = entry.progress.observe(report, time.time())
@@ -246,16 +318,30 @@ class CclRasSource(Source):
                 address=entry.endpoint.label,
                 lines=report.unparsed_lines,
             )
-        elected = elect_reporter(report, self._local)
-        if elected is not None and elected != entry.elected and self.ras.role == "auto":
+        if report.format == "json":
+            entry.json_failures = 0
+        self._elect(entry, report)
+        return classify(report, stalled)
+
+    def _elect(self, entry: _Address, report: RasReport) -> None:
+        if report.format == "json":
+            elected = elect_reporter(report, self._local)
+            if elected is None:
+                return  # no rank answered at all: the last election holds
+        elif entry.fallback:
+            return  # text stands in for unreadable JSON for a while: the election holds
+        else:
+            # The server speaks text: it cannot elect, and an earlier election (an
+            # older job's JSON) must not keep this exporter a follower.
+            elected = None
+        was_reporter = self._reporter(entry)
+        entry.elected = elected
+        if self._reporter(entry) != was_reporter:
             self._log.info(
                 "ras role changed",
                 address=entry.endpoint.label,
-                role="reporter" if elected else "follower",
+                role="reporter" if self._reporter(entry) else "follower",
             )
-        if elected is not None:
-            entry.elected = elected
-        return classify(report, stalled)
 
     def _enter(self, entry: _Address, state: str, reasons: list[str]) -> None:
         entry.reasons = reasons
@@ -359,7 +445,7 @@ class CclRasSource(Source):
                     self._log.debug("ras monitor malformed events", address=label, count=malformed)
             except RasClientError as exc:
                 if exc.reason == "unsupported":
-                    delay = self.ras.follower_interval
+                    delay = self.ras.follower_seconds
                     if not unsupported_logged:
                         unsupported_logged = True
                         self._log.info("ras monitor unsupported (NCCL < 2.29.2)", address=label)

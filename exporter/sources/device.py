@@ -5,7 +5,9 @@ status and readings. This class checks the answer against the inventory the
 worker announced at bootstrap, adds the identity families (info, up, count),
 and keeps slow fields (read every ``slow_interval``) between slow polls. When
 the worker fails, every known device is exported ``up 0`` with the reason and
-its identity stays visible, so alerts can still say which GPU is gone.
+its identity stays visible, so alerts can still say which GPU is gone. With
+``expected_devices`` set, ``accel_devices_expected`` is exported in every state,
+and a library that cannot load is a failure rather than "no such hardware here".
 
 Wire shapes (all JSON):
 
@@ -42,7 +44,7 @@ from exporter.backends.base import INVENTORY_CHANGED
 from exporter.backends.wire import ROW_WIDTH
 from exporter.catalog.device import INFO_LABELS
 from exporter.config.schema import DeviceSourceConfig
-from exporter.errors import SourceError, WorkerError
+from exporter.errors import SourceError, SourceUnavailable, WorkerError
 from exporter.model import Reading, readings_of
 from exporter.sources.worker import WorkerSource
 
@@ -162,6 +164,7 @@ class DeviceSource(WorkerSource):
         *,
         backend_config: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
+        vendor: str = "",
     ) -> None:
         super().__init__(
             name,
@@ -172,6 +175,8 @@ class DeviceSource(WorkerSource):
             env=env,
         )
         self.device_config = config
+        # The vendor label before the worker's inventory names it (the library may never load).
+        self._default_vendor = vendor
         self._vendor = ""
         self._devices: list[DeviceId] = []
         self._inventory_raw: dict[str, Any] | None = None
@@ -182,8 +187,17 @@ class DeviceSource(WorkerSource):
         """Worker state plus the devices known."""
         return {**super().status(), "vendor": self._vendor, "devices": len(self._devices)}
 
+    def _expected(self) -> list[Reading]:
+        """``accel_devices_expected`` when configured, whatever state the worker is in."""
+        expected = self.device_config.expected_devices
+        vendor = self._vendor or self._default_vendor
+        if expected is None or not vendor:
+            return []
+        return [Reading("accel_devices_expected", (vendor,), float(expected))]
+
     def _identity(self) -> list[Reading]:
         out = [Reading("accel_devices", (self._vendor,), float(len(self._devices)))]
+        out.extend(self._expected())
         for dev in self._devices:
             info = dict(dev.info)
             info.update(vendor=self._vendor, device=dev.device, uuid=dev.uuid)
@@ -193,7 +207,7 @@ class DeviceSource(WorkerSource):
         return out
 
     def _all_down(self, reason: str) -> list[Reading]:
-        out = self._identity() if self._devices else []
+        out = self._identity() if self._devices else self._expected()
         for dev in self._devices:
             out.append(Reading("accel_device_up", (dev.device, dev.uuid), 0.0))
             out.append(
@@ -239,6 +253,14 @@ class DeviceSource(WorkerSource):
             raise SourceError(
                 "protocol_error", str(exc), self._all_down("protocol_error")
             ) from None
+        except SourceUnavailable as exc:
+            if self.device_config.expected_devices is not None:
+                # The node is declared to have accelerators: a missing library or driver
+                # is a fault to alert on, not a machine without this vendor's hardware.
+                raise SourceError(exc.reason, exc.detail, self._all_down(exc.reason)) from None
+            # Devices seen before stay visible, down with the reason (an unavailable
+            # library after a success is a failure: the scheduler decides).
+            raise SourceUnavailable(exc.reason, exc.detail, self._all_down(exc.reason)) from None
         except WorkerError as exc:
             raise type(exc)(exc.reason, exc.detail, self._all_down(exc.reason)) from None
         if slow:

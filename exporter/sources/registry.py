@@ -7,8 +7,10 @@ so the order of the phase offsets.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+from exporter.catalog import CATALOG, MetricSpec, with_rows
+from exporter.catalog.workload import pod_labels_row
 from exporter.config.schema import Config, SourceConfig
 from exporter.sources.base import Source
 from exporter.sources.ccl_inspector import CclInspectorSource
@@ -30,6 +32,7 @@ def _nvml(config: Config) -> Source:
         nvml,
         "exporter.backends.nvml:NvmlBackend",
         backend_config={"events": nvml.events, "processes": nvml.processes},
+        vendor="nvidia",
     )
 
 
@@ -45,6 +48,7 @@ def _amdsmi(config: Config) -> Source:
             "sys_path": cfg.sys_path,
             "dev_path": cfg.dev_path,
         },
+        vendor="amd",
     )
 
 
@@ -99,3 +103,15 @@ def build_sources(config: Config) -> list[Source]:
         for name, factory in FACTORIES.items()
         if section(config, name).enabled is not False
     ]
+
+
+def catalog_for(config: Config) -> Mapping[str, MetricSpec]:
+    """The catalog as ``config``'s sources export it: rows with configured labels.
+
+    The store validates readings against it and the outputs render by it, so the
+    label set of such a row is fixed for the life of a store (a daemon run).
+    """
+    pod_labels = config.enrich.k8s.pod_labels
+    if config.enrich.enabled is False or not pod_labels.enabled:
+        return CATALOG
+    return with_rows([pod_labels_row(pod_labels.keys)])

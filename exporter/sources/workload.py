@@ -8,8 +8,18 @@ environment) under ``enrich.proc_path``, and publishes the join families.
 
 A failed lookup never fails the others: its labels are left out and
 ``accel_workload_attribution_errors_total{reason}`` counts it. A kubelet that
-cannot be asked makes the source report ``kubelet_<reason>`` (when k8s is
-``auto``, a missing socket just means "not a Kubernetes node").
+cannot be asked makes the source report ``kubelet_<reason>``, except with
+``enrich.k8s.enabled: auto`` before any kubelet ever answered: then a missing
+socket means "not a Kubernetes node", and a socket this process may not open
+(root-only, the default on most distributions, while the exporter runs as
+non-root) or that nobody listens on means "pod attribution is not set up
+here". Both leave the Kubernetes part inactive (the reason in ``/status``; the
+latter two still counted), and the source up: a default install must not page
+on every node.
+
+With ``enrich.k8s.pod_labels`` (opt-in) the allowlisted Kubernetes labels of the
+pods named by the pass are added as ``accel_pod_labels_info``, from a listing
+the API server answers in the background (:mod:`exporter.sources.workload_labels`).
 """
 
 from __future__ import annotations
@@ -31,9 +41,18 @@ from exporter.enrich.slurm_files import JobFile, read_job_files
 from exporter.errors import SourceError
 from exporter.model import Reading
 from exporter.sources.base import BlockingCall, Source, StoreReader
+from exporter.sources.workload_labels import PodLabelRefresher, pods_named
 
 # Reasons that mean "this node has no kubelet for us" when k8s is enabled: auto.
 _NOT_KUBERNETES = frozenset({"socket_missing", "grpc_missing"})
+# Reasons that, before any kubelet answered, mean "not set up for pod attribution"
+# when k8s is enabled: auto: inactive too, but counted, with what to do.
+_NOT_SET_UP = {
+    "permission_denied": "the socket is root-only: run the exporter as root (capabilities"
+    " may stay dropped) or set enrich.k8s.enabled: false",
+    "connect_failed": "nothing answers on the socket: check the kubelet's pod-resources API"
+    " and the hostPath mount, or set enrich.k8s.enabled: false",
+}
 # Share of the poll deadline the kubelet call may use, leaving time for /proc.
 KUBELET_SHARE = 0.6
 
@@ -59,6 +78,24 @@ class WorkloadSource(Source):
         self._kubelet_seen = False
         self._k8s_state = "pending" if config.k8s.enabled is not False else "disabled"
         self._counts: dict[str, Any] = {}
+        self._pod_labels: PodLabelRefresher | None = None
+        if config.k8s.enabled is not False and config.k8s.pod_labels.enabled:
+            self._pod_labels = PodLabelRefresher(name, config.k8s.pod_labels, self._errors)
+
+    async def start(self) -> None:
+        """Start listing pod labels in the background, when asked for."""
+        if self._pod_labels is not None:
+            await self._pod_labels.start()
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Until the first pod-label listing ended (one-shot commands want its answer)."""
+        if self._pod_labels is not None:
+            await self._pod_labels.wait_first(timeout)
+
+    async def close(self) -> None:
+        """Stop the pod-label listing."""
+        if self._pod_labels is not None:
+            await self._pod_labels.close()
 
     def attach(self, store: StoreReader) -> None:
         """Keep the store to read the device sources' data from."""
@@ -74,6 +111,7 @@ class WorkloadSource(Source):
             "k8s_assignments": None if self._assignments is None else len(self._assignments),
             "k8s_cache_age_seconds": age,
             "slurm": self.enrich.slurm.mode if self.enrich.slurm.enabled is not False else "off",
+            **(self._pod_labels.status() if self._pod_labels is not None else {}),
             **self._counts,
         }
 
@@ -91,11 +129,17 @@ class WorkloadSource(Source):
                 self._wanted,
             )
         except (AttributionError, SourceError) as exc:
-            if k8s.enabled == "auto" and exc.reason in _NOT_KUBERNETES and not self._kubelet_seen:
-                self._k8s_state = f"inactive: {exc.detail}"
-                self._assignments = None
-                self._next_list = time.monotonic() + k8s.interval
-                return "", ""
+            if k8s.enabled == "auto" and not self._kubelet_seen:
+                hint = _NOT_SET_UP.get(exc.reason)
+                if exc.reason in _NOT_KUBERNETES or hint is not None:
+                    if hint is not None:
+                        self._errors[exc.reason] += 1
+                        self._k8s_state = f"inactive: {exc.reason}: {exc.detail} ({hint})"
+                    else:
+                        self._k8s_state = f"inactive: {exc.detail}"
+                    self._assignments = None
+                    self._next_list = time.monotonic() + k8s.interval
+                    return "", ""
             self._errors[exc.reason] += 1
             self._k8s_state = f"failing: {exc.reason}: {exc.detail}"
             self._expire_assignments()
@@ -176,6 +220,8 @@ class WorkloadSource(Source):
                 " sources.<nvml|amdsmi>.processes: true for per-process and Slurm attribution"
             )
         readings = list(result.readings)
+        if self._pod_labels is not None:
+            readings.extend(self._pod_labels.readings(pods_named(result.readings)))
         readings.extend(
             Reading("accel_workload_attribution_errors_total", (reason,), float(count))
             for reason, count in sorted(self._errors.items())

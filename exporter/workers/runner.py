@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter import log
-from exporter.errors import SourceUnavailable, WorkerError
+from exporter.errors import SourcePending, SourceUnavailable, WorkerError
 from exporter.workers.protocol import ProtocolError, encode, read_frame
 
 RESTART_BASE_SECONDS = 1.0
@@ -84,12 +84,16 @@ class WorkerRunner:
         self._log = log.get(source=name)
         self._proc: asyncio.subprocess.Process | None = None
         self._ready = asyncio.Event()
+        # Set whenever a start attempt has ended (ready, unavailable or failed).
+        self._attempt_done = asyncio.Event()
         self._dead = asyncio.Event()
         self._wake = asyncio.Event()
         self._call_lock = asyncio.Lock()
         self._next_id = 0
         self._failures = 0
-        self._was_ready = False
+        self._ended_badly = False
+        self._probed_at = 0.0
+        self._unreaped: list[asyncio.subprocess.Process] = []
         self._killed_for: tuple[str, str] | None = None
         self._restart_now = False
         self._supervisor: asyncio.Task[None] | None = None
@@ -130,13 +134,18 @@ class WorkerRunner:
         """
         self._log.info("worker restart", reason=reason, detail=detail)
         self._restart_now = True
+        self.state.restarts += 1  # asked for, not a failure, but a new process all the same
         await self._terminate(graceful=True)
         self.state.state = "starting"
         self._wake.set()  # in case the supervisor sits in a backoff
 
     async def _supervise(self) -> None:
         while True:
-            ok = await self._launch()
+            self._attempt_done.clear()
+            try:
+                ok = await self._launch()
+            finally:
+                self._attempt_done.set()
             if ok:
                 self._failures = 0
                 await self._dead.wait()
@@ -146,13 +155,15 @@ class WorkerRunner:
                 self._failures += 1
                 delay = restart_delay(self._failures)
             elif self.state.state == "unavailable":
-                delay = UNAVAILABLE_REPROBE_SECONDS
+                # Probed again when a poll asks (see ready()), so the scheduler's
+                # re-probe cadence is the only one.
+                delay = None
             else:
                 self._failures += 1
                 delay = restart_delay(self._failures)
             if self.state.state != "unavailable":
                 self.state.state = "backoff"
-            self.state.next_start = time.time() + delay
+            self.state.next_start = time.time() + delay if delay is not None else None
             self._wake.clear()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
@@ -164,8 +175,13 @@ class WorkerRunner:
         self._dead.clear()
         self._killed_for = None
         self._restart_now = False
-        if self._was_ready:
+        self._probed_at = time.monotonic()
+        if not await self._previous_gone():
+            return False
+        if self._ended_badly:
+            # The previous worker was killed or died: this start is a restart.
             self.state.restarts += 1
+            self._ended_badly = False
         self.state.state = "starting"
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -208,7 +224,6 @@ class WorkerRunner:
             self.state.state = "ready"
             self.state.last_reason = ""
             self.state.last_detail = ""
-            self._was_ready = True
             self._aux.append(asyncio.create_task(self._watch_exit(proc)))
             self._ready.set()
             self._log.info("worker ready", pid=proc.pid, restarts=self.state.restarts)
@@ -226,6 +241,27 @@ class WorkerRunner:
         await self._kill("protocol_error", f"unexpected first frame of type {kind!r}")
         return False
 
+    async def _previous_gone(self) -> bool:
+        """False (and the reason recorded) while a killed worker has not died.
+
+        A process in uninterruptible sleep inside a driver ignores SIGKILL until
+        the call returns; starting another one each backoff would pile them up.
+        """
+        loop = asyncio.get_running_loop()
+        end = loop.time() + STOP_GRACE_SECONDS
+        while any(p.returncode is None for p in self._unreaped) and loop.time() < end:
+            await asyncio.sleep(0.05)
+        self._unreaped = [p for p in self._unreaped if p.returncode is None]
+        if self._unreaped:
+            pids = ", ".join(str(p.pid) for p in self._unreaped)
+            self._fail(
+                "worker_unkillable",
+                f"killed worker {pids} has not exited (stuck in the driver?); "
+                "no new worker until it does",
+            )
+            return False
+        return True
+
     def _fail(self, reason: str, detail: str) -> None:
         self.state.last_reason = reason
         self.state.last_detail = detail
@@ -240,6 +276,7 @@ class WorkerRunner:
                 self._fail(*self._killed_for)
             else:
                 self._fail("crashed", f"worker exited with {how}")
+            self._ended_badly = True
             self._proc = None
             self.state.pid = None
             _close_transport(proc)
@@ -287,6 +324,7 @@ class WorkerRunner:
     async def _kill(self, reason: str, detail: str) -> None:
         """Kill the worker's process group, reap it, and record why."""
         self._fail(reason, detail)
+        self._ended_badly = True
         await self._terminate(graceful=False)
 
     async def _terminate(self, *, graceful: bool) -> None:
@@ -304,6 +342,7 @@ class WorkerRunner:
                 if proc.returncode is None:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.killpg(proc.pid, signal.SIGKILL)
+                    self._unreaped.append(proc)
                 _close_transport(proc)
             for task in self._aux:
                 task.cancel()
@@ -337,20 +376,28 @@ class WorkerRunner:
     # -- requests ----------------------------------------------------------
 
     async def ready(self, timeout: float) -> dict[str, Any]:
-        """Wait up to ``timeout`` for a ready worker; its inventory, or an error."""
+        """Wait up to ``timeout`` for a ready worker; its inventory, or an error.
+
+        SourcePending while a bootstrap is under way (bounded by its own
+        deadline); SourceUnavailable when the library is missing, and when the
+        last probe is old, a new probe starts and this answers SourcePending.
+        """
         if self._ready.is_set():
             return self.state.inventory
         if self.state.state == "unavailable":
+            if time.monotonic() - self._probed_at >= UNAVAILABLE_REPROBE_SECONDS:
+                self.request_restart()
+                raise SourcePending("probing", "looking for the library again")
             raise SourceUnavailable(self.state.last_reason, self.state.last_detail)
-        if self.state.state == "starting":
+        if self.state.state in ("starting", "stopped"):
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._ready.wait(), timeout=timeout)
+                await asyncio.wait_for(self._attempt_done.wait(), timeout=timeout)
             if self._ready.is_set():
                 return self.state.inventory
             if self.state.state == "unavailable":
                 raise SourceUnavailable(self.state.last_reason, self.state.last_detail)
-            if self.state.state == "starting":
-                raise WorkerError("starting", "the worker is still starting")
+            if self.state.state in ("starting", "stopped"):
+                raise SourcePending("starting", "the worker is still starting")
         reason = self.state.last_reason or "not_running"
         wait = ""
         if self.state.next_start is not None:
@@ -359,10 +406,8 @@ class WorkerRunner:
 
     async def settled(self, timeout: float) -> None:
         """Wait up to ``timeout`` for the current start attempt to end, however it ends."""
-        loop = asyncio.get_running_loop()
-        end = loop.time() + timeout
-        while self.state.state in ("stopped", "starting") and loop.time() < end:
-            await asyncio.sleep(0.02)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._attempt_done.wait(), timeout=timeout)
 
     async def call(self, op: str, args: Mapping[str, Any], timeout: float) -> Any:
         """Send one request and return its result; WorkerError on any failure.

@@ -205,7 +205,29 @@ def test_follower_exports_no_job_series(daemon_factory):
         assert ranks == {"4", "5", "6", "7"}
 
 
-def test_inspector_through_the_daemon_with_a_gigabyte_file(daemon_factory, tmp_path):
+def inspector_config(directory):
+    return {
+        "sources": {
+            "host": {"interval": "500ms"},
+            "ccl_ras": {"enabled": False},
+            "ccl_inspector": {"dir": str(directory), "interval": "300ms"},
+        }
+    }
+
+
+# Real records the daemon parses while following (two files, appended between polls).
+APPEND_ROUNDS = 6
+APPEND_CHUNK = 6 << 20  # per file and round, below the default max_read_bytes (8 MiB)
+
+
+def test_inspector_backlog_skipped_then_real_records_parsed_in_flat_memory(
+    daemon_factory, tmp_path
+):
+    """A 1 GiB backlog (a sparse hole: skipped, never read), then ~72 MiB of real records.
+
+    The records are appended round after round while the daemon follows the files; the
+    daemon's RSS after the last round stays within a few MB of the RSS after the first.
+    """
     out = tmp_path / "inspector"
     out.mkdir()
     comm = 0x7F8C496AE9F661
@@ -221,15 +243,7 @@ def test_inspector_through_the_daemon_with_a_gigabyte_file(daemon_factory, tmp_p
         coll_line(comm, 1, "AllReduce", sn, 1 << 24, 300, pid=1001) for sn in range(50)
     )
     small.write_bytes(records[:-20])  # the last line is still being written
-    d = daemon_factory(
-        {
-            "sources": {
-                "host": {"interval": "500ms"},
-                "ccl_ras": {"enabled": False},
-                "ccl_inspector": {"dir": str(out), "interval": "300ms"},
-            }
-        }
-    )
+    d = daemon_factory(inspector_config(out))
     label = f"{comm:016x}"
     d.wait_metric("accel_ccl_inspector_lines_total", 99, outcome="used", timeout=30)
     with small.open("ab") as fh:
@@ -237,6 +251,7 @@ def test_inspector_through_the_daemon_with_a_gigabyte_file(daemon_factory, tmp_p
     d.wait_metric("accel_ccl_inspector_lines_total", 100, outcome="used", timeout=30)
     text = d.metrics()
     assert value(text, "accel_ccl_straggler_rank", comm=label) == 1
+    assert value(text, "accel_ccl_straggler_sampled", comm=label) == 0
     assert value(text, "accel_ccl_collective_skew_ratio", comm=label, collective="AllReduce") == 3
     assert (
         value(
@@ -249,6 +264,99 @@ def test_inspector_through_the_daemon_with_a_gigabyte_file(daemon_factory, tmp_p
         == 100
     )
     assert value(text, "accel_ccl_inspector_skipped_bytes_total") >= (1 << 30) - (8 << 20)
+    skipped = value(text, "accel_ccl_inspector_skipped_bytes_total")
+    # Now real records, round after round: every one parsed, memory flat.
+    total, sn, rss = 100, 50, []
+    for _ in range(APPEND_ROUNDS):
+        blocks = {0: bytearray(), 1: bytearray()}
+        while len(blocks[0]) < APPEND_CHUNK:
+            size = 1 << (14 + sn % 8)
+            for rank in blocks:
+                blocks[rank] += coll_line(
+                    comm, rank, "AllReduce", sn, size, 200 + 50 * rank, pid=1000 + rank
+                )
+            sn += 1
+            total += 2
+        for rank, path in ((0, big), (1, small)):
+            with path.open("ab") as fh:
+                fh.write(blocks[rank])
+        d.wait_metric("accel_ccl_inspector_lines_total", total, outcome="used", timeout=60)
+        rss.append(rss_kib(d.pid))
+    text = d.metrics()
+    assert value(text, "accel_ccl_inspector_skipped_bytes_total") == skipped
+    assert value(text, "accel_ccl_inspector_incomplete_groups_total") == 0
+    assert (
+        value(text, "accel_ccl_collective_skew_ratio", comm=label, collective="AllReduce") == 1.25
+    )
     assert value(text, "accel_exporter_source_up", source="ccl_inspector") == 1
     check_metrics(text)
-    assert rss_kib(d.pid) < 200 * 1024
+    assert max(rss[1:]) - rss[0] < 16 * 1024, rss
+
+
+def test_inspector_sampled_dumps_before_nccl_2_30(daemon_factory, tmp_path):
+    """NCCL 2.28.3-2.29.x / RCCL: each dump holds each rank's latest operation only.
+
+    The two ranks' records never share a coll_sn, so no collective is ever seen by both:
+    the straggler and skew come from each rank's latest record per collective and size in
+    the same poll (accel_ccl_straggler_sampled 1), and the collectives given up are
+    counted. Histograms and per-rank bandwidth do not need matching and are complete.
+    """
+    out = tmp_path / "inspector"
+    out.mkdir()
+    comm = 0x1D2C3B4A59687
+    label = f"{comm:016x}"
+    files = {rank: out / f"node-b-pid{2000 + rank}.log" for rank in (0, 1)}
+    d = daemon_factory(inspector_config(out))
+    sn = {0: 100, 1: 103}
+    written = 0
+    for _ in range(3):
+        for rank, path in files.items():
+            with path.open("ab") as fh:
+                for _ in range(2):  # two dumps between polls, each the latest op only
+                    sn[rank] += 7
+                    fh.write(
+                        coll_line(
+                            comm,
+                            rank,
+                            "AllGather",
+                            sn[rank],
+                            1 << 22,
+                            (800, 200)[rank],
+                            pid=2000 + rank,
+                            hostname="node-b",
+                        )
+                    )
+                    written += 1
+        d.wait_metric("accel_ccl_inspector_lines_total", written, outcome="used", timeout=30)
+    d.wait_for(
+        lambda: value(d.metrics(), "accel_ccl_straggler_sampled", comm=label) == 1,
+        timeout=30,
+        what="sampled straggler",
+    )
+    text = d.metrics()
+    # Rank 1 has the shorter kernel: it arrives last, the others wait for it.
+    assert value(text, "accel_ccl_straggler_rank", comm=label) == 1
+    assert value(text, "accel_ccl_collective_skew_ratio", comm=label, collective="AllGather") == 4
+    assert value(text, "accel_ccl_inspector_incomplete_groups_total") > 0
+    assert (
+        value(
+            text,
+            "accel_ccl_collective_duration_seconds_count",
+            comm=label,
+            collective="AllGather",
+            msg_size=str(1 << 22),
+        )
+        == written
+    )
+    for rank in ("0", "1"):
+        assert (
+            value(
+                text,
+                "accel_ccl_rank_bus_bandwidth_bytes_per_second",
+                comm=label,
+                rank=rank,
+                collective="AllGather",
+            )
+            > 0
+        )
+    check_metrics(text)

@@ -174,3 +174,37 @@ def test_sighup_reload_keeps_old_config_when_new_is_invalid(daemon_factory, tmp_
     start = d.status()["sources"]["host"]["polls"]
     time.sleep(1.5)
     assert d.status()["sources"]["host"]["polls"] >= start + 3
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (["--bogus"], {}),
+        (["--url", "http://127.0.0.1:1"], {"ACCEL_EXPORTER_WEB__LISTEN_ADDRESS": "garbage::"}),
+        (["--local"], {"ACCEL_EXPORTER_WEB__LISTEN_ADDRESS": "garbage::"}),
+        (["--url", "https://127.0.0.1:1", "--ca-file", "/nonexistent/ca.pem"], {}),
+    ],
+)
+def test_a_check_never_exits_2_for_its_own_problems(args, env):
+    # Exit 2 is CRITICAL: a Slurm prolog would drain a healthy node for a typo.
+    result = cli("check", "gpu-count", "--expected", "2", *args, env=env)
+    assert result.returncode == 3, (result.stdout, result.stderr)
+    (line,) = result.stdout.splitlines()
+    assert " UNKNOWN - " in line, line
+    assert "Traceback" not in result.stderr
+
+
+def test_config_errors_never_show_secrets(tmp_path):
+    bad = cli(
+        "config",
+        "show",
+        env={"ACCEL_EXPORTER_OUTPUTS__OTLP__HEADERS": "{authorization: Bearer SUPERSECRET"},
+    )
+    assert bad.returncode == 2
+    assert "outputs.otlp.headers: cannot parse" in bad.stderr
+    assert "SUPERSECRET" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("web:\n  basic_auth:\n    users:\n      alice: 987654\n")
+    bad = cli("--config.file", str(cfg), "config", "show")
+    assert bad.returncode == 2 and "web.basic_auth.users.alice: must be a string" in bad.stderr
+    assert "987654" not in bad.stderr

@@ -256,6 +256,40 @@ def test_no_library_is_unavailable_with_reason(daemon_factory, tmp_path):
     assert "accel_device_up" not in text
 
 
+def test_expected_count_next_to_the_count_found(daemon_factory, fake_nvml):
+    # A node that booted with 7 of its 8 GPUs: both numbers are on /metrics for the alert.
+    fake = fake_nvml(7)
+    d = daemon_factory(nvml_config(expected_devices=8), env=fake.env())
+    d.wait_metric("accel_device_up", 1, device="6", uuid=fake.uuid(6))
+    s = samples(d.metrics())
+    assert value(s, "accel_devices", vendor="nvidia") == 7
+    assert value(s, "accel_devices_expected", vendor="nvidia") == 8
+    check_metrics(d.metrics())
+
+
+def test_no_library_with_an_expected_count_is_a_failure(daemon_factory, tmp_path):
+    # The node is declared to have GPUs: a missing driver is a fault, and the expected
+    # count stays on /metrics so that the GPU-missing alert fires for this node.
+    empty = tmp_path / "no-driver"
+    empty.mkdir()
+    d = daemon_factory(
+        {"sources": {"nvml": {"interval": "1s", "expected_devices": 8}}},
+        env={"LD_LIBRARY_PATH": str(empty)},
+    )
+    d.wait_metric("accel_exporter_source_up", 0, source="nvml")
+    s = samples(d.metrics())
+    assert value(s, "accel_devices_expected", vendor="nvidia") == 8
+    assert value(s, "accel_devices", vendor="nvidia") is None
+    assert not [
+        k
+        for k in s
+        if k[0] == "accel_exporter_source_unavailable_info" and dict(k[1])["source"] == "nvml"
+    ]
+    reasons = [dict(k[1])["reason"] for k in s if k[0] == "accel_exporter_source_down_reason_info"]
+    assert reasons == ["library_not_found"]
+    assert "libnvidia-ml.so.1" in d.status()["sources"]["nvml"]["last_error"]
+
+
 def run_cli(args, env):
     full_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), **env}
     return subprocess.run(

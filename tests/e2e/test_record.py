@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import resource
+import signal
+import subprocess
 import sys
+import time
 
-from tests.helpers.cli import record, run_log
+import pytest
+
+from tests.helpers.cli import cli_command, cli_env, record, run_log
 
 SCRIPT = """
 import json, os, sys, time
@@ -71,3 +77,90 @@ def test_refuses_to_overwrite_and_needs_a_command(tmp_path):
     assert again.returncode == 2 and "already holds a run" in again.stderr
     empty = record(tmp_path / "other")
     assert empty.returncode == 2 and "give the command" in empty.stderr
+
+
+def test_bad_phase_times_are_bad_lines_and_the_status_survives(tmp_path):
+    out = tmp_path / "run"
+    script = (
+        'f=$ACCEL_EXPORTER_PHASE_FILE; echo \'{"phase": "inf", "time": 1e999}\' >> "$f"; '
+        'echo \'{"phase": "huge", "time": 1' + "0" * 400 + '}\' >> "$f"; '
+        'echo \'{"phase": "fine"}\' >> "$f"; sleep 0.5; exit 7'
+    )
+    result = record(out, "sh", "-c", script, args=("--interval", "100ms"))
+    assert result.returncode == 7, result.stderr
+    assert "Traceback" not in result.stderr
+    log = run_log(out)
+    bad = [e["detail"] for e in log if e.get("event") == "bad_phase_line"]
+    assert bad == ["time must be a finite number (Unix seconds)"] * 2, log
+    assert log[-1]["type"] == "exit" and log[-1]["status"] == 7
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["exit_status"] == 7 and [p["name"] for p in summary["phases"]] == ["fine"]
+
+
+def test_a_summary_that_cannot_be_written_keeps_the_status(tmp_path):
+    out = tmp_path / "run"
+    # The command blocks the summary's temporary file with a directory (root ignores
+    # permission bits, so a read-only directory would prove nothing here).
+    script = 'mkdir "$(dirname "$ACCEL_EXPORTER_PHASE_FILE")/summary.json.tmp"; exit 7'
+    result = record(out, "sh", "-c", script)
+    assert result.returncode == 7, result.stderr
+    assert "record_error" in result.stderr and "Traceback" not in result.stderr
+    assert not (out / "summary.json").exists()
+    assert run_log(out)[-1] == {**run_log(out)[-1], "type": "exit", "status": 7}
+
+
+def test_a_full_disk_keeps_the_status(tmp_path):
+    out = tmp_path / "run"
+
+    def small_files() -> None:
+        # Writes past 1 KiB fail with EFBIG, as a full disk fails them with ENOSPC.
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+
+    result = subprocess.run(
+        cli_command(
+            "record", "--interval", "100ms", "--out", str(out), "--", "sh", "-c", "sleep 1; exit 7"
+        ),
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=small_files,
+    )
+    assert result.returncode == 7, result.stderr
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if "record_error" in line]
+    assert len(errors) == 1 and "run log" in errors[0], result.stderr
+    assert (out / "run.jsonl").stat().st_size <= 1024
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["exit_status"] == 7
+
+
+def test_sigterm_is_passed_on_and_the_command_status_returned(tmp_path):
+    out = tmp_path / "run"
+    command = "trap 'echo got TERM; exit 42' TERM; while :; do sleep 0.1; done"
+    proc = subprocess.Popen(
+        cli_command("record", "--interval", "100ms", "--out", str(out), "--", "sh", "-c", command),
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            log = run_log(out) if (out / "run.jsonl").exists() else []
+            if sum(1 for line in log if line["type"] == "sample") >= 2:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("record never sampled")
+        proc.send_signal(signal.SIGTERM)  # to record only, not to its process group
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 42, stderr
+    assert stdout == "got TERM\n"
+    assert run_log(out)[-1] == {**run_log(out)[-1], "type": "exit", "status": 42}
+    assert json.loads((out / "summary.json").read_text())["exit_status"] == 42

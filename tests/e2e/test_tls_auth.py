@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ssl
-import subprocess
 import urllib.error
 import urllib.request
 
@@ -11,65 +10,12 @@ import bcrypt
 import pytest
 
 from tests.helpers.daemon import Daemon
-
-
-def openssl(*args: str, cwd) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+from tests.helpers.pki import make_pki
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    d = tmp_path_factory.mktemp("pki")
-    openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=test-ca",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        cwd=d,
-    )
-    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
-    for name, cn in (("server", "127.0.0.1"), ("client", "scraper")):
-        openssl(
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            f"/CN={cn}",
-            "-keyout",
-            f"{name}.key",
-            "-out",
-            f"{name}.csr",
-            cwd=d,
-        )
-        openssl(
-            "x509",
-            "-req",
-            "-in",
-            f"{name}.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-            "-out",
-            f"{name}.pem",
-            cwd=d,
-        )
-    return d
+    return make_pki(tmp_path_factory.mktemp("pki"), ("server", "127.0.0.1"), ("client", "scraper"))
 
 
 def client_context(pki, with_cert: bool) -> ssl.SSLContext:

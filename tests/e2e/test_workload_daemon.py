@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 
 import yaml
 
+from tests.fakes.kube_api import FakeApiPod, FakeApiServer
 from tests.fakes.kubelet import FakeContainer, FakeKubelet, FakePod
 from tests.helpers.daemon import value
 from tests.helpers.fakeproc import CID, POD_UID, FakeProc, k8s_v2_systemd, slurm_v2
+from tests.helpers.pki import make_pki
 from tests.helpers.promtool import check_metrics
 from tests.helpers.workload import QUIET, enrich, job_row, process_row, workload_row
 
@@ -78,7 +81,7 @@ def test_stamping_device_series_is_opt_in_and_reloadable(daemon_factory, tmp_pat
     )
     with FakeKubelet(str(sock_dir / "kubelet.sock")) as kubelet:
         kubelet.pods = [FakePod("ml", "train-0", [FakeContainer("t", {"nvidia.com/gpu": [G0]})])]
-        stamp = {"stamp_device_series": True, "pod_label_allowlist": ["namespace", "pod"]}
+        stamp = {"stamp_device_series": True, "stamp_labels": ["namespace", "pod"]}
         config = {"sources": QUIET, "enrich": enrich(str(tmp_path), kubelet.socket_path, **stamp)}
         d = daemon_factory(
             config,
@@ -97,3 +100,91 @@ def test_stamping_device_series_is_opt_in_and_reloadable(daemon_factory, tmp_pat
         d.config_file.write_text(yaml.safe_dump(config))
         d.signal(signal.SIGHUP)
         d.wait_metric("accel_utilization_ratio", 0.75, device="0", uuid=G0)
+
+
+def test_a_kubelet_socket_nobody_answers_leaves_the_source_up(daemon_factory, tmp_path, sock_dir):
+    # M4: the chart mounts the socket on every node; where the exporter cannot use it,
+    # the workload source must not be down (AccelExporterSourceDown would page).
+    dead = sock_dir / "kubelet.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(dead))
+    server.close()
+    devices = tmp_path / "devices.json"
+    devices.write_text(json.dumps({"devices": [["0", G0, "00000000:17:00.0"]]}))
+    d = daemon_factory(
+        {"sources": QUIET, "enrich": enrich(str(tmp_path), str(dead))},
+        extra_sources="tests.helpers.devices:build",
+        env={"ACCEL_TEST_DEVICES": str(devices)},
+    )
+    counted = {"reason": "connect_failed"}
+    d.wait_for(
+        lambda: (
+            (value(d.metrics(), "accel_workload_attribution_errors_total", **counted) or 0) >= 2
+        ),
+        timeout=30,
+        what="two counted kubelet attempts",
+    )
+    text = d.metrics()
+    assert value(text, "accel_exporter_source_up", source="workload") == 1
+    assert "accel_device_workload_info{" not in text
+    assert d.status()["sources"]["workload"]["k8s"].startswith("inactive: connect_failed")
+
+
+def test_pod_labels_from_the_api_server(daemon_factory, tmp_path, sock_dir, tmp_path_factory):
+    pki = make_pki(tmp_path_factory.mktemp("pki"), ("server", "127.0.0.1"))
+    token = tmp_path / "token"
+    token.write_text("t0ken\n")
+    devices = tmp_path / "devices.json"
+    devices.write_text(json.dumps({"devices": [["0", G0, ""], ["1", G1, ""]]}))
+    with (
+        FakeKubelet(str(sock_dir / "kubelet.sock")) as kubelet,
+        FakeApiServer(pki, token="t0ken") as api,
+    ):
+        kubelet.pods = [FakePod("ml", "train-0", [FakeContainer("t", {"nvidia.com/gpu": [G0]})])]
+        api.pods = [
+            FakeApiPod("ml", "train-0", "gpu-7", {"team": "vision", "app.kubernetes.io/name": "x"}),
+            FakeApiPod("web", "frontend", "gpu-7", {"team": "web"}),  # holds no accelerator
+        ]
+        pod_labels = {
+            "enabled": True,
+            "keys": ["team", "app.kubernetes.io/name", "cost-center"],
+            "interval": "1s",
+            "api_server": api.url,
+            "token_file": str(token),
+            "ca_file": str(pki / "ca.pem"),
+        }
+        config = {
+            "sources": QUIET,
+            "enrich": enrich(str(tmp_path), kubelet.socket_path, pod_labels=pod_labels),
+        }
+        d = daemon_factory(
+            config,
+            extra_sources="tests.helpers.devices:build",
+            env={"ACCEL_TEST_DEVICES": str(devices), "NODE_NAME": "gpu-7"},
+        )
+        row = {
+            "namespace": "ml",
+            "pod": "train-0",
+            "label_team": "vision",
+            "label_app_kubernetes_io_name": "x",
+            "label_cost_center": "",
+        }
+        d.wait_metric("accel_pod_labels_info", 1, **row, timeout=30)
+        text = d.metrics()
+        assert 'pod="frontend"' not in text
+        check_metrics(text)
+        assert api.requests[0]["query"]["fieldSelector"] == ["spec.nodeName=gpu-7"]
+        assert d.status()["sources"]["workload"]["k8s_pod_labels"] == "ok"
+
+        # The exported label set is fixed for the daemon's life: a reload that would
+        # change it is rejected, and the old configuration keeps running.
+        pod_labels["keys"] = ["team"]
+        d.config_file.write_text(yaml.safe_dump(config))
+        d.signal(signal.SIGHUP)
+        d.wait_for(
+            lambda: any(e.get("event") == "reload rejected" for e in d.events),
+            what="the reload rejected",
+        )
+        (problem,) = [e["problem"] for e in d.events if e.get("event") == "reload rejected"]
+        assert "enrich.k8s.pod_labels" in problem and "restart" in problem
+        assert value(d.metrics(), "accel_pod_labels_info", **row) == 1

@@ -13,16 +13,26 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 
 
+def cli_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This environment without ACCEL_EXPORTER_* variables, plus ``env``."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_EXPORTER_")}
+    full_env["PYTHONPATH"] = str(REPO)
+    full_env.update(env or {})
+    return full_env
+
+
+def cli_command(*args: str) -> list[str]:
+    """The argv of ``accel-exporter ARGS`` run from this checkout."""
+    return [sys.executable, "-m", "exporter", *args]
+
+
 def run_cli(
     *args: str, env: Mapping[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     """``python -m exporter ARGS`` with a clean ACCEL_EXPORTER_* environment plus ``env``."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_EXPORTER_")}
-    full_env["PYTHONPATH"] = str(REPO)
-    full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "exporter", *args],
-        env=full_env,
+        cli_command(*args),
+        env=cli_env(env),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -240,23 +240,43 @@ _RELABEL = {
         },
     },
 }
-_TLS = {
+_KEY_SELECTOR = {
+    "type": "object",
+    "required": ["key"],
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string"},
+        "key": {"type": "string"},
+        "optional": {"type": "boolean"},
+    },
+}
+_SECRET_OR_CONFIG_MAP = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"secret": _KEY_SELECTOR, "configMap": _KEY_SELECTOR},
+}
+_TLS_VERSION = {"enum": ["TLS10", "TLS11", "TLS12", "TLS13"]}
+# PodMonitor endpoints take a SafeTLSConfig; ServiceMonitor endpoints add files.
+_SAFE_TLS = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        key: {}
-        for key in (
-            "ca",
-            "caFile",
-            "cert",
-            "certFile",
-            "insecureSkipVerify",
-            "keyFile",
-            "keySecret",
-            "maxVersion",
-            "minVersion",
-            "serverName",
-        )
+        "ca": _SECRET_OR_CONFIG_MAP,
+        "cert": _SECRET_OR_CONFIG_MAP,
+        "keySecret": _KEY_SELECTOR,
+        "serverName": {"type": "string"},
+        "insecureSkipVerify": {"type": "boolean"},
+        "minVersion": _TLS_VERSION,
+        "maxVersion": _TLS_VERSION,
+    },
+}
+_TLS = {
+    **_SAFE_TLS,
+    "properties": {
+        **_SAFE_TLS["properties"],
+        "caFile": {"type": "string"},
+        "certFile": {"type": "string"},
+        "keyFile": {"type": "string"},
     },
 }
 _ENDPOINT_COMMON = {
@@ -266,7 +286,16 @@ _ENDPOINT_COMMON = {
     "scrapeTimeout": _DURATION,
     "honorLabels": {"type": "boolean"},
     "honorTimestamps": {"type": "boolean"},
-    "tlsConfig": _TLS,
+    "basicAuth": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"username": _KEY_SELECTOR, "password": _KEY_SELECTOR},
+    },
+    "authorization": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"type": {"type": "string"}, "credentials": _KEY_SELECTOR},
+    },
     "relabelings": {"type": "array", "items": _RELABEL},
     "metricRelabelings": {"type": "array", "items": _RELABEL},
     "params": {"type": "object"},
@@ -344,8 +373,12 @@ def _monitor(
 # Structural schemas of the Prometheus Operator kinds the chart creates, written
 # from the fields of the operator's v1 CRDs (monitoring.coreos.com_*.yaml).
 CRD_SCHEMAS: dict[str, dict[str, Any]] = {
-    "ServiceMonitor": _monitor("endpoints", {"targetPort": {}}, required=("endpoints",)),
-    "PodMonitor": _monitor("podMetricsEndpoints", {"portNumber": {"type": "integer"}}),
+    "ServiceMonitor": _monitor(
+        "endpoints", {"targetPort": {}, "tlsConfig": _TLS}, required=("endpoints",)
+    ),
+    "PodMonitor": _monitor(
+        "podMetricsEndpoints", {"portNumber": {"type": "integer"}, "tlsConfig": _SAFE_TLS}
+    ),
     "PrometheusRule": _crd(
         {
             "type": "object",

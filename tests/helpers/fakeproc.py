@@ -55,6 +55,7 @@ class FakeProc:
         uid: int = 1000,
         tgid: int | None = None,
         maps: str = "",
+        starttime: int = 1000,
     ) -> Path:
         d = self.root / str(pid)
         d.mkdir(parents=True, exist_ok=True)
@@ -66,6 +67,9 @@ class FakeProc:
             f"Uid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
         )
         (d / "maps").write_text(maps)
+        # Fields 3..52 of a real stat line; field 22 is the start time (clock ticks).
+        rest = ["S", "1", str(pid), str(pid), "0", "-1", "4194304"] + ["0"] * 12 + [str(starttime)]
+        (d / "stat").write_text(f"{pid} (python3 (x)) " + " ".join(rest + ["0"] * 30) + "\n")
         return d
 
     def remove(self, pid: int) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from tests.helpers.http_server import LoopbackServer
 
-class MetricsServer:
+
+class MetricsServer(LoopbackServer):
     """``with MetricsServer() as s: s.body = "..."; s.url``; ``status`` sets the HTTP code."""
 
     def __init__(self) -> None:
@@ -29,19 +30,4 @@ class MetricsServer:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def __enter__(self) -> MetricsServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        super().__init__(Handler)

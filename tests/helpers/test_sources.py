@@ -40,6 +40,10 @@ class ControlledSource(Source):
         self.control_file = control_file
         self._call = BlockingCall(name)
 
+    async def start(self) -> None:
+        # A slow start widens the window in which start-up races can happen.
+        await asyncio.sleep(float(os.environ.get("ACCEL_TEST_START_DELAY", "0")))
+
     def _blocking_read(self) -> dict[str, Any]:
         while control(self.control_file).get("mode") == "block":
             time.sleep(0.05)
@@ -66,7 +70,7 @@ def build(config: Config) -> list[Source]:
     cfg = SourceConfig(
         enabled=True,
         interval=interval,
-        timeout=float(os.environ.get("ACCEL_TEST_TIMEOUT", "1.0")),
+        timeout=float(os.environ.get("ACCEL_TEST_TIMEOUT", "5.0")),
         stale_after=float(os.environ.get("ACCEL_TEST_STALE", str(3 * interval))),
     )
     return [ControlledSource("test", cfg, os.environ["ACCEL_TEST_CONTROL"])]
@@ -75,7 +79,7 @@ def build(config: Config) -> list[Source]:
 def build_worker(config: Config) -> list[Source]:
     """``--extra-sources tests.helpers.test_sources:build_worker``: a device source on the test backend."""
     cfg = DeviceSourceConfig(
-        enabled=True,
+        enabled="auto" if os.environ.get("ACCEL_TEST_AUTO") else True,
         interval=float(os.environ.get("ACCEL_TEST_INTERVAL", "0.5")),
         timeout=float(os.environ.get("ACCEL_TEST_TIMEOUT", "1.0")),
         slow_interval=5.0,

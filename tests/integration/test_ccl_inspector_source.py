@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import time
 import tracemalloc
+from pathlib import Path
 
 import pytest
 
@@ -115,6 +114,11 @@ def test_overlong_lines_are_skipped_and_counted(tmp_path):
 
 
 def test_a_gigabyte_of_history_is_skipped_not_read(tmp_path):
+    """A file with 1 GiB of backlog when following starts: skipped, counted, never read.
+
+    The backlog is a sparse hole (it is never read, so its content does not matter);
+    parsing real records at volume is the next test's subject.
+    """
     path = tmp_path / "node-a-pid1000.log"
     with path.open("wb") as fh:
         fh.truncate(GIB)  # 1 GiB of history without a newline (sparse: quick to make)
@@ -123,43 +127,63 @@ def test_a_gigabyte_of_history_is_skipped_not_read(tmp_path):
     source = make(tmp_path, max_read_bytes=4 << 20)
     tracemalloc.start()
     try:
-        started = time.monotonic()
         values = poll(source)
-        elapsed = time.monotonic() - started
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert used(values) == 100
     assert values[("accel_ccl_inspector_skipped_bytes_total", ())] >= GIB - (4 << 20)
     assert peak < 32 << 20, peak
-    assert elapsed < 60
 
 
-def test_a_gigabyte_appended_while_following_keeps_memory_flat(tmp_path):
-    path = tmp_path / "node-a-pid1000.log"
-    path.write_bytes(lines(0, 1, 10))
-    source = make(tmp_path, max_read_bytes=2 << 20)
-    poll(source)
-    step = GIB // 8
-    peaks = []
-    sn = 11
-    tracemalloc.start()
-    try:
-        for _ in range(8):
-            with path.open("r+b") as fh:
-                fh.seek(0, os.SEEK_END)
-                fh.truncate(fh.tell() + step)  # most of the growth as a hole
-                fh.seek(0, os.SEEK_END)
-                chunk = lines(0, sn, 2000)
-                sn += 2000
-                fh.write(b"\n" + chunk)
-            tracemalloc.reset_peak()
-            values = poll(source)
-            peaks.append(tracemalloc.get_traced_memory()[1])
-    finally:
-        tracemalloc.stop()
-    assert path.stat().st_size > GIB
-    assert used(values) > 8 * 1000
-    assert max(peaks) < 32 << 20, peaks
-    # No growth with history: the last poll needs no more memory than the first.
-    assert peaks[-1] < peaks[0] * 1.5 + (1 << 20), peaks
+def rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+# Real records appended while following: 256 MiB parsed (about 600,000 records) keeps
+# this test near 20 s on a busy 2-core machine; a full GiB (~2.4 million records, over
+# a minute of parsing) does not fit the suite's budget. What matters is the shape: the
+# memory after hundreds of MB equals the memory after the first few.
+APPENDED = 256 << 20
+CHUNK = 8 << 20  # per file and poll, below max_read_bytes: every byte is parsed
+
+
+def test_hundreds_of_megabytes_of_real_records_keep_memory_flat(tmp_path):
+    files = {rank: tmp_path / f"node-a-pid{1000 + rank}.log" for rank in (0, 1)}
+    for path in files.values():
+        path.write_bytes(b"")
+    source = make(tmp_path, max_read_bytes=2 * CHUNK)
+    sn = 0
+    written = records = 0
+    rss = []
+    while written < APPENDED:
+        # Both ranks record the same collectives (coll_sn), several ops and sizes.
+        block = {rank: bytearray() for rank in files}
+        start = sn
+        while len(block[0]) < CHUNK:
+            op = ("AllReduce", "AllGather", "ReduceScatter")[sn % 3]
+            size = 1 << (12 + sn % 10)
+            for rank in files:
+                block[rank] += coll_line(
+                    COMM, rank, op, sn, size, 100 + 7 * rank + sn % 13, pid=1000 + rank
+                )
+            sn += 1
+        for rank, path in files.items():
+            with path.open("ab") as fh:
+                fh.write(block[rank])
+            written += len(block[rank])
+        records += 2 * (sn - start)
+        del block
+        values = poll(source)
+        rss.append(rss_bytes())
+    assert used(values) == records
+    assert values[("accel_ccl_inspector_skipped_bytes_total", ())] == 0
+    assert values[("accel_ccl_inspector_lines_total", ("malformed",))] == 0
+    assert values[("accel_ccl_straggler_sampled", (LABEL,))] == 0
+    assert values[("accel_ccl_inspector_incomplete_groups_total", ())] == 0
+    # The first polls allocate the statistics; after that, hundreds of MB add nothing.
+    baseline = max(rss[:3])
+    assert max(rss[3:]) - baseline < 16 << 20, [r >> 20 for r in rss]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
+import time
 
 import pytest
 
@@ -11,7 +14,7 @@ from exporter.errors import SourceError
 from exporter.sources.ccl_ras import CclRasSource
 from exporter.store import validate
 from tests.helpers.fake_ras import FakeRasServer, free_port
-from tests.helpers.ras_reports import make_job
+from tests.helpers.ras_reports import json_report, make_job, text_report
 
 
 def run(coro):
@@ -58,6 +61,14 @@ async def with_server(server, body, **kwargs):
     finally:
         await source.close()
         await server.stop()
+
+
+async def from_second_node(job, body):
+    """``body`` against a 2.29 server for ``job``, from 10.0.0.2: a follower by election."""
+    server = FakeRasServer("2.29", job)
+    return await with_server(
+        server, body, local_addresses=["10.0.0.2"], interval=0.1, follower_interval=0.5
+    )
 
 
 def test_healthy_json_reporter_exports_job_comm_and_local_rank_series():
@@ -142,15 +153,7 @@ def test_follower_takes_over_when_the_reporter_node_goes_missing():
         values, _ = await poll(source)
         return values, server.address, source.interval()
 
-    values, a, interval = run(
-        with_server(
-            FakeRasServer("2.29", job),
-            body,
-            local_addresses=["10.0.0.2"],
-            interval=0.1,
-            follower_interval=0.5,
-        )
-    )
+    values, a, interval = run(from_second_node(job, body))
     assert values[("accel_ccl_ras_reporter", (a,))] == 1 and interval == 0.1
     assert state_of(values, a) == "degraded"
     assert values[("accel_ccl_job_missing_processes", (a,))] == 4
@@ -310,3 +313,222 @@ def test_follower_address_waits_for_its_turn_next_to_a_reported_one():
     assert before == (4, 1) and after == (5, 2)
     # The follower's series are kept between its queries.
     assert state_of(values, theirs) == "healthy"
+
+
+def _huge_counts(job):
+    """The job's JSON with one op count beyond 64 bits (NCCL prints %lu)."""
+    return json_report(job).replace('"AllReduce": 100', '"AllReduce": 1' + "0" * 400, 1)
+
+
+def test_numbers_beyond_64_bits_fail_that_address_only_and_recover():
+    job = make_job(2, 4, version="2.26.2")
+    job.timeouts = 1
+    good_text = text_report(job)
+    bad_text = good_text.replace(
+        "Encountered 1 communication timeout ",
+        "Encountered 1" + "0" * 400 + " communication timeouts ",
+    )
+    assert bad_text != good_text
+
+    async def go():
+        text = await FakeRasServer("2.26", text=bad_text).start()
+        js = FakeRasServer("2.29", make_job(1, 2), json_text=_huge_counts(make_job(1, 2)))
+        await js.start()
+        fine = await FakeRasServer("2.29", make_job(1, 2)).start()
+        source = CclRasSource("ccl_ras", config([text.address, js.address, fine.address]))
+        try:
+            first, error = await poll(source)
+            text.text = good_text
+            js.json_text = json_report(make_job(1, 2))
+            second, _ = await poll(source)
+            return first, error, second, (text.address, js.address, fine.address)
+        finally:
+            for server in (text, js, fine):
+                await server.stop()
+
+    first, error, second, (text, js, fine) = run(go())
+    assert error is None  # one healthy address keeps the source up
+    assert [state_of(first, a) for a in (text, js, fine)] == ["error", "error", "healthy"]
+    assert first[("accel_ccl_job_state_reason_info", (text, "parse_error"))] == 1
+    assert first[("accel_ccl_job_state_reason_info", (js, "parse_error"))] == 1
+    # Nothing was poisoned: the next good reports are judged normally.
+    assert [state_of(second, a) for a in (text, js, fine)] == ["healthy"] * 3
+    assert second[("accel_ccl_ras_timeouts_total", (text,))] == 1
+
+
+class _Clumsy(CclRasSource):
+    """A source whose judging fails for one address, standing in for any bug there."""
+
+    victim = ""
+
+    def _judge(self, entry, report):
+        if entry.endpoint.label == self.victim:
+            raise ZeroDivisionError("judging went wrong")
+        return super()._judge(entry, report)
+
+
+def test_an_unexpected_failure_judging_one_address_leaves_the_others_alone():
+    async def go():
+        one = await FakeRasServer("2.29", make_job(1, 2)).start()
+        two = await FakeRasServer("2.29", make_job(1, 2)).start()
+        source = _Clumsy("ccl_ras", config([one.address, two.address]))
+        source.victim = one.address
+        try:
+            values, error = await poll(source)
+            return values, error, source.status(), (one.address, two.address)
+        finally:
+            await one.stop()
+            await two.stop()
+
+    values, error, status, (one, two) = run(go())
+    assert error is None
+    assert state_of(values, one) == "error" and state_of(values, two) == "healthy"
+    assert values[("accel_ccl_job_state_reason_info", (one, "internal_error"))] == 1
+    assert "ZeroDivisionError" in status["addresses"][one]["detail"]
+    assert values[("accel_ccl_comm_ranks", (two, "3b2fe521bf43bc04"))] == 2
+
+
+async def _reporter_and_state(source):
+    values, _ = await poll(source)
+    (address,) = {labels[0] for (m, labels) in values if m == "accel_ccl_ras_up"}
+    return values[("accel_ccl_ras_reporter", (address,))], state_of(values, address)
+
+
+def test_a_text_report_naming_a_higher_node_does_not_demote_the_lowest_node():
+    # The exporter runs on 10.0.0.1, the lowest node; the server speaks text only.
+    job = make_job(2, 4, version="2.28.3")
+
+    async def body(source, server):
+        seen = [await _reporter_and_state(source)]
+        job.comms[0].ranks[5].counts[4] -= 1  # rank 5 on 10.0.0.2 lags: a MISMATCH names it
+        seen.append(await _reporter_and_state(source))
+        job.comms[0].ranks[5].counts[4] += 1
+        seen.append(await _reporter_and_state(source))
+        job.set_fate("10.0.0.2", 10005, "dead")
+        seen.append(await _reporter_and_state(source))
+        return seen, source.interval()
+
+    seen, interval = run(
+        with_server(FakeRasServer("2.26", job), body, interval=0.1, follower_interval=0.5)
+    )
+    assert seen == [(1, "healthy"), (1, "healthy"), (1, "healthy"), (1, "degraded")]
+    assert interval == 0.1
+
+
+def test_a_json_election_does_not_outlive_the_json():
+    # A follower by JSON (10.0.0.2 is not the lowest node); then the job behind the
+    # address is one that speaks text only: nobody can be elected, so it reports.
+    job = make_job(2, 4)
+
+    async def body(source, server):
+        first = await _reporter_and_state(source)
+        server.family = "2.26"
+        second = await _reporter_and_state(source)
+        return first, second, source.interval()
+
+    first, second, interval = run(from_second_node(job, body))
+    assert first == (0, "healthy") and second == (1, "healthy") and interval == 0.1
+
+
+def test_unreadable_json_falls_back_to_text_then_tries_json_again():
+    job = make_job(2, 4)
+    broken = json_report(job)[:-40] + "\n}garbage\n"
+
+    async def body(source, server):
+        formats = []
+        for _ in range(3):
+            values, _ = await poll(source)
+            formats.append(
+                (
+                    source.status()["addresses"][server.address]["format"],
+                    state_of(values, server.address),
+                    values[("accel_ccl_ras_reporter", (server.address,))],
+                )
+            )
+        server.json_text = None  # the server's JSON is fine again
+        await asyncio.sleep(0.6)  # follower_interval: JSON is tried again
+        values, _ = await poll(source)
+        formats.append(
+            (
+                source.status()["addresses"][server.address]["format"],
+                state_of(values, server.address),
+                values[("accel_ccl_ras_reporter", (server.address,))],
+            )
+        )
+        return formats
+
+    async def go():
+        server = FakeRasServer("2.29", job)
+        await server.start()
+        # First a good JSON report makes this exporter (10.0.0.2) a follower.
+        source = CclRasSource(
+            "ccl_ras",
+            config([server.address], local_addresses=["10.0.0.2"], follower_interval=0.5),
+        )
+        try:
+            await poll(source)
+            server.json_text = broken
+            return await body(source, server)
+        finally:
+            await source.close()
+            await server.stop()
+
+    formats = run(go())
+    assert formats[0] == ("json", "error", 0)
+    # Text meanwhile, and the JSON election (follower) holds while it stands in.
+    assert formats[1] == ("text", "healthy", 0) and formats[2] == ("text", "healthy", 0)
+    assert formats[3] == ("json", "healthy", 0)
+
+
+def test_reading_this_nodes_addresses_never_blocks_the_event_loop(tmp_path):
+    # /proc/net/fib_trie as a FIFO: opening it blocks until a writer comes, like a
+    # stuck /proc read. The writer comes only once the event loop has ticked meanwhile.
+    (tmp_path / "net").mkdir()
+    fifo = tmp_path / "net" / "fib_trie"
+    os.mkfifo(fifo)
+    ticks = [0]
+    seen = {}
+
+    def writer():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError:  # no reader yet
+                time.sleep(0.005)
+        else:
+            return
+        start = ticks[0]
+        while ticks[0] < start + 5 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        seen["ticks_while_blocked"] = ticks[0] - start
+        os.close(fd)
+
+    async def go():
+        server = await FakeRasServer("2.29", make_job(1, 2)).start()
+        source = CclRasSource(
+            "ccl_ras",
+            CclRasSourceConfig(addresses=[server.address], monitor=False, interval=0.1),
+            proc=str(tmp_path),
+        )
+
+        async def tick():
+            while True:
+                ticks[0] += 1
+                await asyncio.sleep(0.005)
+
+        ticker = asyncio.create_task(tick())
+        thread = threading.Thread(target=writer, daemon=True)
+        thread.start()
+        try:
+            values, _ = await poll(source)
+            return values, server.address
+        finally:
+            ticker.cancel()
+            thread.join(timeout=40)
+            await server.stop()
+
+    values, address = run(go())
+    assert seen["ticks_while_blocked"] >= 5
+    assert state_of(values, address) == "healthy"

@@ -124,6 +124,36 @@ def test_every_state_name(fake):
     assert one_hot(readings) == {("", str(5000 + i)): s for i, s in enumerate(CHECKPOINT_STATES)}
 
 
+def test_a_state_the_bindings_cannot_name_is_that_pids_error_not_a_failed_poll(fake):
+    # cuda-bindings turns the state into CUprocessState: 7 raises ValueError there.
+    fake.proc.add(5100, maps=LIBCUDA_MAP)
+    fake.proc.add(5101, maps=LIBCUDA_MAP)
+    fake.write("driver_version 12080", "pid 5100 7", "pid 5101 2 77")
+    (readings,), status = run_source(fake)
+    assert not isinstance(readings, Exception), readings
+    assert one_hot(readings) == {("", "5101"): "checkpointed"}
+    errors = {r.labels: r.value for r in readings if r.metric.endswith("errors_total")}
+    assert errors == {("unknown_state",): 1.0}
+    assert status["restore_thread_ids"] == {"5101": 77}
+
+
+def test_libcuda_without_cuda_state_is_not_an_error(fake):
+    # A process that maps libcuda but never initialised CUDA: the driver answers
+    # NOT_INITIALIZED or INVALID_VALUE. Found only through its maps, it is no error;
+    # a process the device sources report on a GPU still counts the failure.
+    fake.proc.add(5200, maps=LIBCUDA_MAP)
+    fake.proc.add(5201, maps=LIBCUDA_MAP)
+    fake.proc.add(5202)
+    fake.write("driver_version 12080", "error 5200 3", "error 5201 1", "error 5202 3")
+    store = Store()
+    store.put(snapshot("nvml", [process("0", G0, 5202)]))
+    (readings,), status = run_source(fake, store=store)
+    assert one_hot(readings) == {}
+    errors = {r.labels: r.value for r in readings if r.metric.endswith("errors_total")}
+    assert errors == {("not_initialized",): 1.0}
+    assert status["candidates_queried"] == 3
+
+
 def test_process_seen_on_a_gpu_keeps_its_uuid_after_leaving_the_list(fake):
     fake.proc.add(4100)
     fake.write("driver_version 12080", "pid 4100 0")

@@ -44,6 +44,10 @@ EVERYTHING_ON: dict[str, Any] = {
         "enabled": True,
         "labels": {"release": "kube-prometheus-stack"},
         "tlsConfig": {"insecureSkipVerify": True},
+        "basicAuth": {
+            "username": {"name": "scrape-auth", "key": "username"},
+            "password": {"name": "scrape-auth", "key": "password"},
+        },
         "relabelings": [{"targetLabel": "cluster", "replacement": "gpu-a"}],
         "metricRelabelings": [
             {"sourceLabels": ["__name__"], "regex": "accel_process_.*", "action": "drop"}
@@ -190,6 +194,14 @@ def test_rendered_manifests_validate_against_kubernetes_schemas(renderer, tmp_pa
         assert doc["metadata"]["name"].startswith(FULLNAME)
 
 
+def test_renders_as_a_subchart(renderer, tmp_path):
+    # What a parent chart passes down: its globals and the dependency condition's key.
+    values = {"global": {"imageRegistry": "registry.example.com"}, "enabled": True}
+    docs = render(renderer, tmp_path, values)
+    assert validate_manifests(docs) == []
+    assert docs == render(renderer, tmp_path)
+
+
 def test_null_removes_a_default(renderer, tmp_path):
     values = {"podSecurityContext": None, "tolerations": None}
     docs = render(renderer, tmp_path, values, strict=False)
@@ -288,6 +300,12 @@ def test_pod_resources_socket_is_mounted_read_only(renderer, tmp_path):
     assert "pod-resources" not in volumes(
         render(renderer, tmp_path, {"podResources": {"enabled": False}})
     )
+    # A kubelet with another root directory (k0s): only the node side of the mount moves.
+    k0s = "/var/lib/k0s/kubelet/pod-resources"
+    docs = render(renderer, tmp_path, {"podResources": {"hostPath": k0s}})
+    assert volumes(docs)["pod-resources"]["hostPath"] == {"path": k0s, "type": "Directory"}
+    assert mounts(docs)["pod-resources"] == mount
+    assert daemon_config(docs, tmp_path).enrich.k8s.socket == socket
 
 
 def test_host_pid_and_host_network_are_opt_in(renderer, tmp_path):
@@ -384,6 +402,28 @@ def test_user_config_merges_with_the_keys_the_chart_owns(renderer, tmp_path):
     assert container(docs)["args"][1:] == ["--sources.host.interval=10s"]
 
 
+def test_expected_devices_reach_the_daemon_config(renderer, tmp_path):
+    config = daemon_config(render(renderer, tmp_path), tmp_path)
+    assert config.sources.nvml.expected_devices is None
+    assert config.sources.amdsmi.expected_devices is None
+    values = {
+        "expectedDevices": {"nvidia": 8},
+        "config": {"sources": {"nvml": {"processes": True}}},
+        "cclInspector": {"hostPath": "/var/run/nccl-inspector"},
+    }
+    config = daemon_config(render(renderer, tmp_path, values), tmp_path)
+    assert config.sources.nvml.expected_devices == 8
+    # Merged with the user's keys of the same section and the chart's other owned keys.
+    assert config.sources.nvml.processes is True
+    assert config.sources.ccl_inspector.dir == "/var/run/nccl-inspector"
+    assert config.sources.amdsmi.expected_devices is None
+    config = daemon_config(render(renderer, tmp_path, {"expectedDevices": {"amd": 4}}), tmp_path)
+    assert (config.sources.nvml.expected_devices, config.sources.amdsmi.expected_devices) == (
+        None,
+        4,
+    )
+
+
 def test_a_config_change_rolls_the_pods(renderer, tmp_path):
     def checksum(values):
         return one(render(renderer, tmp_path, values), "DaemonSet")["spec"]["template"]["metadata"][
@@ -438,6 +478,8 @@ def test_service_monitor(renderer, tmp_path):
     assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert endpoint["scheme"] == "https"
     assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    assert endpoint["basicAuth"] == EVERYTHING_ON["serviceMonitor"]["basicAuth"]
+    assert "authorization" not in endpoint
     assert endpoint["relabelings"][3:] == EVERYTHING_ON["serviceMonitor"]["relabelings"]
     assert endpoint["metricRelabelings"] == EVERYTHING_ON["serviceMonitor"]["metricRelabelings"]
     service = one(docs, "Service")
@@ -454,6 +496,7 @@ def test_pod_monitor(renderer, tmp_path):
     (endpoint,) = pm["spec"]["podMetricsEndpoints"]
     check_monitor_endpoint(docs, endpoint, pm)
     assert endpoint["scheme"] == "http"
+    assert not {"tlsConfig", "basicAuth", "authorization"} & set(endpoint)
     docs = render(
         renderer,
         tmp_path,
@@ -463,6 +506,47 @@ def test_pod_monitor(renderer, tmp_path):
     assert endpoint["relabelings"] == [
         {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}
     ]
+
+
+def test_monitor_credentials_and_tls_pass_through(renderer, tmp_path):
+    tls = {
+        "ca": {"secret": {"name": "accel-exporter-tls", "key": "ca.crt"}},
+        "serverName": "accel-exporter",
+        "minVersion": "TLS12",
+    }
+    authorization = {"type": "Bearer", "credentials": {"name": "proxy-token", "key": "token"}}
+    for kind, key, endpoints in (
+        ("podMonitor", "PodMonitor", "podMetricsEndpoints"),
+        ("serviceMonitor", "ServiceMonitor", "endpoints"),
+    ):
+        values = {
+            kind: {"enabled": True, "tlsConfig": tls, "authorization": authorization},
+            "tls": {"enabled": True, "secretName": "accel-exporter-tls"},
+        }
+        docs = render(renderer, tmp_path, values)
+        assert validate_manifests(docs) == []
+        (endpoint,) = one(docs, key)["spec"][endpoints]
+        assert endpoint["scheme"] == "https"
+        assert endpoint["tlsConfig"] == tls
+        assert endpoint["authorization"] == authorization
+        assert "basicAuth" not in endpoint
+        # The rest of the endpoint is unchanged by the credentials.
+        check_monitor_endpoint(docs, endpoint, one(docs, key))
+
+
+def test_monitor_refuses_two_kinds_of_credentials(renderer, tmp_path):
+    both = {
+        "serviceMonitor": {
+            "enabled": True,
+            "basicAuth": {
+                "username": {"name": "a", "key": "u"},
+                "password": {"name": "a", "key": "p"},
+            },
+            "authorization": {"credentials": {"name": "t", "key": "token"}},
+        }
+    }
+    with pytest.raises(RenderError, match="basicAuth or authorization"):
+        render_chart(renderer, tmp_path, both)
 
 
 def shipped_groups() -> list[dict[str, Any]]:
@@ -523,13 +607,55 @@ def test_dashboards_are_shipped_as_sidecar_config_maps(renderer, tmp_path):
     assert found == dashboards()
 
 
-def test_no_api_access_in_any_configuration(renderer, tmp_path):
-    # Pod attribution uses the kubelet's node-local socket: no RBAC, no token, ever.
-    for values in ({}, EVERYTHING_ON):
+POD_LABELS = {"workloadPodLabels": {"enabled": True, "keys": ["team", "app.kubernetes.io/name"]}}
+
+
+def test_no_api_access_unless_pod_labels_are_enabled(renderer, tmp_path):
+    # Pod attribution uses the kubelet's node-local socket: no RBAC and no token for it.
+    for values in ({}, EVERYTHING_ON, {"rbac": {"create": True}}):
         docs = render(renderer, tmp_path, values)
         assert not {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"} & set(by_kind(docs))
         assert pod_spec(docs)["automountServiceAccountToken"] is False
         assert one(docs, "ServiceAccount")["automountServiceAccountToken"] is False
+
+
+def test_pod_labels_add_read_access_to_pods_and_nothing_else(renderer, tmp_path):
+    docs = render(renderer, tmp_path, POD_LABELS)
+    assert validate_manifests(docs) == []
+    role = one(docs, "ClusterRole")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    ]
+    binding = one(docs, "ClusterRoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}
+    ]
+    assert one(docs, "ServiceAccount")["metadata"]["name"] == FULLNAME
+    # The token is mounted into the pod (the account itself keeps automount off).
+    assert pod_spec(docs)["automountServiceAccountToken"] is True
+    # The node name the listing filters on comes from the downward API.
+    assert env_of(container(docs))["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    pod_labels = daemon_config(docs, tmp_path).enrich.k8s.pod_labels
+    assert pod_labels.enabled and pod_labels.keys == ["team", "app.kubernetes.io/name"]
+    assert pod_labels.interval == 60.0
+
+
+def test_pod_labels_with_an_existing_account_or_own_rbac(renderer, tmp_path):
+    values = {**POD_LABELS, "serviceAccount": {"create": False, "name": "gpu-reader"}}
+    docs = render(renderer, tmp_path, values)
+    assert "ServiceAccount" not in by_kind(docs)
+    assert one(docs, "ClusterRoleBinding")["subjects"][0]["name"] == "gpu-reader"
+    assert pod_spec(docs)["serviceAccountName"] == "gpu-reader"
+    docs = render(renderer, tmp_path, {**POD_LABELS, "rbac": {"create": False}})
+    assert not {"ClusterRole", "ClusterRoleBinding"} & set(by_kind(docs))
+    assert pod_spec(docs)["automountServiceAccountToken"] is True
+    notes = render_chart(renderer, tmp_path, {**POD_LABELS, "rbac": {"create": False}}, notes=True)
+    assert "get/list/watch on pods" in notes
 
 
 def test_notes_render(renderer, tmp_path):

@@ -14,6 +14,10 @@ from tests.helpers.deploy import REPO, all_rules, dashboards
 from tests.helpers.promql import BUILTIN_SERIES, as_promql, dashboard_queries, metric_names
 
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+# Series of other exporters the rules join with, and the labels they carry there.
+# kube-state-metrics: kube_node_status_capacity{node, resource, unit} (resource names
+# sanitised: nvidia.com/gpu becomes nvidia_com_gpu).
+FOREIGN_SERIES = {"kube_node_status_capacity": {"node", "resource", "unit"}}
 # Labels Prometheus adds to every scraped series (the chart also relabels node).
 TARGET_LABELS = {"job", "instance", "node"}
 _SELECTOR = re.compile(r"([A-Za-z_:][\w:]*)\s*\{([^{}]*)\}")
@@ -49,7 +53,7 @@ def uses() -> dict[str, set[str]]:
 
 
 def test_rule_and_dashboard_names_are_in_the_catalog() -> None:
-    known = exposed_names() | recorded_names() | BUILTIN_SERIES
+    known = exposed_names() | recorded_names() | BUILTIN_SERIES | set(FOREIGN_SERIES)
     used = uses()
     missing = {name: sorted(where)[:3] for name, where in sorted(used.items()) if name not in known}
     assert missing == {}, "metric names used but not in exporter.catalog.CATALOG:\n" + "\n".join(
@@ -76,9 +80,12 @@ def test_selector_labels_exist_on_the_selected_family() -> None:
                 if name.endswith(suffix) and name[: -len(suffix)] in CATALOG:
                     base = name[: -len(suffix)]
             spec = CATALOG.get(base)
-            if spec is None:
+            if name in FOREIGN_SERIES:
+                allowed = FOREIGN_SERIES[name] | TARGET_LABELS
+            elif spec is None:
                 continue  # unknown names are the other test's finding
-            allowed = set(spec.labels) | TARGET_LABELS | ({"le"} if base != name else set())
+            else:
+                allowed = set(spec.labels) | TARGET_LABELS | ({"le"} if base != name else set())
             wrong += [
                 f"{where}: {name} has no label {label!r}"
                 for label in _MATCHER.findall(matchers)
@@ -104,3 +111,15 @@ def test_every_recording_rule_output_is_used_or_documented() -> None:
         if not (used.get(name, set()) - {f"rule {name}"}) and name not in doc
     )
     assert unused == []
+
+
+def test_skew_ratio_means_one_thing() -> None:
+    # accel_ccl_collective_skew_ratio is longest over shortest (1 = even, grows with skew);
+    # a recorded 1 - min/max (0 = even, at most 1) must not share the name.
+    assert "longest over shortest" in CATALOG["accel_ccl_collective_skew_ratio"].help.lower()
+    reused = sorted(
+        name
+        for name in recorded_names() | set(uses())
+        if name.endswith("skew_ratio") and name != "accel_ccl_collective_skew_ratio"
+    )
+    assert reused == []

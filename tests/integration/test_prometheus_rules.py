@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import yaml
 
+from exporter.catalog.nvidia import CRITICAL_XIDS
 from tests.helpers.deploy import REPO, RULE_FILES, RULES_DIR, all_rules, need, rule_docs
 from tests.helpers.promql import metric_names
 
@@ -110,6 +112,24 @@ def test_critical_xids_alert_on_a_recent_last_seen_timestamp_not_on_a_counter() 
         assert "accel_xid_last_timestamp_seconds" in expr
         assert "time()" in expr
         assert "accel_xid_errors_total" not in expr and "increase(" not in expr
+
+
+def xids_in(expr: str) -> set[int]:
+    """The XID codes an expression selects with xid="N" or xid=~"A|B|..."."""
+    found: set[int] = set()
+    for match in re.finditer(r'xid=~?"([0-9|]+)"', expr):
+        found.update(int(code) for code in match.group(1).split("|"))
+    return found
+
+
+def test_every_critical_xid_pages_through_exactly_one_alert() -> None:
+    # One list (exporter/catalog/nvidia.py) for `check xid` and the alerts: 79 has its
+    # own alert (it also covers a lost GPU without the XID), the rest AccelCriticalXid.
+    critical = xids_in(alerts()["AccelCriticalXid"]["expr"])
+    off_the_bus = xids_in(alerts()["AccelGpuFallenOffBus"]["expr"])
+    assert off_the_bus == {79}
+    assert not critical & off_the_bus
+    assert critical | off_the_bus == CRITICAL_XIDS
 
 
 def test_alert_names_are_documented() -> None:

@@ -259,6 +259,6 @@ def test_leg_timeout_fits_the_deadline():
 def test_endpoint_parsing():
     assert Endpoint.parse("localhost") == Endpoint("localhost", "localhost", 28028)
     assert Endpoint.parse("[::1]:29000").host == "::1"
-    for bad in ("", ":28028", "::1:28028", "host:99999"):
+    for bad in ("", ":28028", "::1:28028", "host:99999", "host:0", "[::1]:0"):
         with pytest.raises(ValueError):
             Endpoint.parse(bad)

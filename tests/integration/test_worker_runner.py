@@ -222,16 +222,111 @@ def test_bootstrap_deadline_kills(ctl):
     run(go())
 
 
-def device_source(ctl) -> DeviceSource:
-    cfg = DeviceSourceConfig(enabled=True, interval=1.0, timeout=2.0, bootstrap_timeout=10.0)
+def device_source(ctl, enabled: bool | str = True, expected: int | None = None) -> DeviceSource:
+    cfg = DeviceSourceConfig(
+        enabled=enabled,
+        interval=1.0,
+        timeout=2.0,
+        bootstrap_timeout=10.0,
+        expected_devices=expected,
+    )
     src = DeviceSource(
         "testdev",
         cfg,
         BACKEND,
         backend_config={"control": ctl.path, "devices": 2},
         env=dict(os.environ, PYTHONPATH=str(REPO)),
+        vendor="testvendor",
     )
     return src
+
+
+def counts(readings) -> dict[tuple[str, tuple[str, ...]], float]:
+    """accel_devices and accel_devices_expected by (metric, labels)."""
+    return {
+        (r.metric, r.labels): r.value
+        for r in readings
+        if r.metric in ("accel_devices", "accel_devices_expected")
+    }
+
+
+def test_expected_count_is_exported_with_the_inventory_vendor(ctl):
+    async def go():
+        src = device_source(ctl, expected=4)
+        await src.start()
+        try:
+            await src.wait_ready(10)
+            # The inventory's vendor ("test") wins over the source's default.
+            assert counts(await src.poll()) == {
+                ("accel_devices", ("test",)): 2.0,
+                ("accel_devices_expected", ("test",)): 4.0,
+            }
+            pid = src.runner.pid
+            ctl("crash")
+            with pytest.raises(WorkerError) as info:
+                await src.poll()
+            assert not alive(pid)
+            # A dead worker still says how many devices there were and should be.
+            assert counts(info.value.readings) == {
+                ("accel_devices", ("test",)): 2.0,
+                ("accel_devices_expected", ("test",)): 4.0,
+            }
+        finally:
+            ctl("ok")
+            await src.close()
+
+    run(go())
+
+
+def test_no_expected_count_unless_configured(ctl):
+    async def go():
+        src = device_source(ctl)
+        await src.start()
+        try:
+            await src.wait_ready(10)
+            assert counts(await src.poll()) == {("accel_devices", ("test",)): 2.0}
+        finally:
+            await src.close()
+
+    run(go())
+
+
+@pytest.mark.parametrize("enabled", ["auto", True])
+def test_missing_library_with_an_expected_count_is_a_failure(ctl, enabled):
+    async def go():
+        ctl("bootstrap_unavailable")
+        src = device_source(ctl, enabled=enabled, expected=8)
+        await src.start()
+        try:
+            await src.wait_ready(10)
+            with pytest.raises(SourceError) as info:
+                await src.poll()
+            # Not "no such hardware here": the node is declared to have 8 devices.
+            assert not isinstance(info.value, SourceUnavailable)
+            assert info.value.reason == "library_not_found"
+            assert counts(info.value.readings) == {("accel_devices_expected", ("testvendor",)): 8.0}
+        finally:
+            ctl("ok")
+            await src.close()
+
+    run(go())
+
+
+def test_missing_library_without_an_expected_count_stays_unavailable(ctl):
+    async def go():
+        ctl("bootstrap_unavailable")
+        src = device_source(ctl, enabled="auto")
+        await src.start()
+        try:
+            await src.wait_ready(10)
+            with pytest.raises(SourceUnavailable) as info:
+                await src.poll()
+            assert info.value.readings == ()
+        finally:
+            ctl("ok")
+            await src.close()
+
+    run(go())
 
 
 @pytest.mark.parametrize("mode", ["short", "bad_reading", "ragged"])
@@ -282,5 +377,44 @@ def test_inventory_change_restarts_the_worker_and_the_same_poll_succeeds(ctl):
         finally:
             ctl("ok")
             await src.close()
+
+    run(go())
+
+
+def test_slow_answers_within_the_deadline_are_kept_and_beyond_it_killed(ctl):
+    async def go():
+        r = make_runner(ctl)
+        await r.start()
+        try:
+            await wait_ready(r)
+            pid = r.pid
+            ctl("slow", delay=0.3)
+            result = await r.call("poll", {}, timeout=5)
+            assert result["devices"][0]["up"] is True and r.pid == pid
+            ctl("slow", delay=3.0)
+            with pytest.raises(WorkerError) as info:
+                await r.call("poll", {}, timeout=0.5)
+            assert info.value.reason == "timeout" and not alive(pid)
+        finally:
+            ctl("ok")
+            await r.stop()
+
+    run(go())
+
+
+def test_a_worker_killed_at_bootstrap_counts_as_a_restart(ctl):
+    async def go():
+        ctl("bootstrap_hang")
+        r = make_runner(ctl, bootstrap_timeout=0.5)
+        await r.start()
+        try:
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 30
+            while r.state.restarts < 1 and loop.time() < end:
+                await asyncio.sleep(0.05)
+            assert r.state.restarts >= 1
+        finally:
+            ctl("ok")
+            await r.stop()
 
     run(go())

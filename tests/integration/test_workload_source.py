@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +17,7 @@ from exporter.store import Store
 from tests.fakes.kubelet import FakeContainer, FakeKubelet, FakePod
 from tests.helpers.devices import info, process, snapshot
 from tests.helpers.fakeproc import CID, POD_UID, FakeProc, k8s_v2_systemd, slurm_v1
+from tests.helpers.privileges import NOBODY, run_as
 
 G0, G1 = "GPU-00000000-1111-2222-3333-444444444444", "GPU-55555555-6666-7777-8888-999999999999"
 
@@ -153,3 +158,59 @@ def test_hint_when_processes_are_counted_but_not_listed(tmp_path):
     source = make(store, str(tmp_path / "absent.sock"), str(tmp_path))
     asyncio.run(source.poll())
     assert "processes: true" in source.status()["hint"]
+
+
+def no_listener(path: str) -> str:
+    """A socket file nobody listens on (a kubelet that is not serving pod-resources)."""
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.close()
+    return path
+
+
+def test_auto_with_a_socket_nobody_answers_is_inactive_not_down(setup, tmp_path):
+    store, _, proc = setup
+    source = make(store, no_listener(str(tmp_path / "dead.sock")), proc, interval=0.05)
+
+    async def twice():
+        first = await source.poll()
+        await asyncio.sleep(0.1)
+        return first, await source.poll()
+
+    first, second = asyncio.run(twice())
+    for readings in (first, second):
+        assert "accel_device_workload_info" not in by_metric(readings)
+    # Counted on every attempt, never a failed poll.
+    assert by_metric(second)["accel_workload_attribution_errors_total"][("connect_failed",)] == 2
+    state = source.status()["k8s"]
+    assert state.startswith("inactive: connect_failed") and "enrich.k8s.enabled" in state
+    # Explicitly enabled, the same socket is a failure.
+    with pytest.raises(SourceError) as failed:
+        asyncio.run(make(store, str(tmp_path / "dead.sock"), proc, enabled=True).poll())
+    assert failed.value.reason == "kubelet_connect_failed"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another user")
+def test_auto_with_a_root_only_socket_is_inactive_for_a_non_root_exporter(tmp_path):
+    # The chart's default: a non-root pod and the kubelet's root-only socket.
+    with tempfile.TemporaryDirectory(prefix="accel-kubelet-") as name:
+        os.chmod(name, 0o755)
+        with FakeKubelet(str(Path(name) / "kubelet.sock")) as kubelet:
+            os.chmod(kubelet.socket_path, 0o600)
+            store = Store()
+            store.put(snapshot("nvml", [info("0", G0, "00000000:17:00.0")]))
+
+            def poll() -> dict:
+                source = make(store, kubelet.socket_path, name)
+                got = by_metric(asyncio.run(source.poll()))
+                errors = got["accel_workload_attribution_errors_total"]
+                return {
+                    "attributed": "accel_device_workload_info" in got,
+                    "errors": {k[0]: v for k, v in errors.items()},
+                    "k8s": source.status()["k8s"],
+                }
+
+            got = run_as(NOBODY, poll)
+    assert got["attributed"] is False
+    assert got["errors"] == {"permission_denied": 1.0}
+    assert got["k8s"].startswith("inactive: permission_denied") and "root" in got["k8s"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from exporter.enrich.attribution import Inputs, PodMemory, attribute
 from exporter.enrich.cgroup import CgroupIdentity
 from exporter.enrich.devices import DeviceIndex, DeviceRef, MigRef
@@ -186,15 +188,20 @@ def test_switches():
     assert process_rows(no_slurm)["1"] == ("ns", "a", "main", UID_A, "c", "", "")
 
 
-def test_mig_assignments():
+@pytest.mark.parametrize(
+    "ids",
+    [("MIG-a", "MIG-b"), ("nvidia0/gi1", "nvidia0/gi2/vgpu0")],
+    ids=["mig-uuids", "gke-gpu-instances"],
+)
+def test_mig_assignments(ids):
     index = DeviceIndex(
         [G0],
         [(G0.uuid, 1), (G0.uuid, 2)],
         [MigRef("MIG-a", G0.uuid, "1", "0"), MigRef("MIG-b", G0.uuid, "2", "0")],
     )
     assignments = [
-        Assignment("ns", "p1", "c", "nvidia.com/mig-1g.10gb", "MIG-a"),
-        Assignment("ns", "p2", "c", "nvidia.com/mig-1g.10gb", "MIG-b"),
+        Assignment("ns", "p1", "c", "nvidia.com/mig-1g.10gb", ids[0]),
+        Assignment("ns", "p2", "c", "nvidia.com/mig-1g.10gb", ids[1]),
     ]
     result = attribute(Inputs(index, {}, assignments), PodMemory())
     assert rows(result, "accel_mig_workload_info") == [
@@ -205,3 +212,19 @@ def test_mig_assignments():
         ("0", G0.uuid, "ns", "p1", "c"),
         ("0", G0.uuid, "ns", "p2", "c"),
     ]
+    assert not result.errors
+
+
+def test_gke_time_sharing_shares_name_the_whole_gpu():
+    index = DeviceIndex([G0, G1])
+    assignments = [
+        Assignment("ns", "p3", "c", "nvidia.com/gpu", "nvidia1/vgpu3"),
+        Assignment("ns", "p4", "c", "nvidia.com/gpu", "nvidia1/vgpu4"),
+    ]
+    result = attribute(Inputs(index, {}, assignments), PodMemory())
+    assert rows(result, "accel_mig_workload_info") == []
+    assert rows(result, "accel_device_workload_info") == [
+        ("1", G1.uuid, "ns", "p3", "c"),
+        ("1", G1.uuid, "ns", "p4", "c"),
+    ]
+    assert not result.errors

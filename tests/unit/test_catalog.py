@@ -33,3 +33,34 @@ def test_duplicates_are_refused():
     row = MetricSpec("accel_x", Kind.GAUGE, "X.")
     with pytest.raises(ValueError):
         build([row, row])
+
+
+def test_configured_rows_may_only_append_labels():
+    from dataclasses import replace
+
+    from exporter.catalog import with_rows
+    from exporter.catalog.workload import pod_label_name, pod_labels_row
+
+    row = pod_labels_row(["team", "app.kubernetes.io/name", "Tier"])
+    assert row.labels == (
+        "namespace",
+        "pod",
+        "label_team",
+        "label_app_kubernetes_io_name",
+        "label_tier",
+    )
+    catalog = with_rows([row])
+    assert catalog["accel_pod_labels_info"] == row
+    assert CATALOG["accel_pod_labels_info"].labels == ("namespace", "pod")
+    assert {k: v for k, v in catalog.items() if k != row.name} == {
+        k: v for k, v in CATALOG.items() if k != row.name
+    }
+    base = CATALOG["accel_pod_labels_info"]
+    for bad in (
+        replace(base, labels=("pod", "namespace", "label_x")),
+        replace(base, kind=Kind.GAUGE, name="accel_pod_labels_info"),
+        MetricSpec("accel_not_a_row_info", Kind.INFO, "Not in the catalog."),
+    ):
+        with pytest.raises(ValueError):
+            with_rows([bad])
+    assert pod_label_name("example.com/gpu-pool") == "label_example_com_gpu_pool"

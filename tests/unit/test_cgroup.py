@@ -25,6 +25,21 @@ UID_32 = "6c2d9b1e0f3a4b5c6d7e8f9012345678"  # static (mirror) pods have hash UI
         (k8s_v2_systemd(runtime="docker"), CgroupIdentity(POD_UID, f"docker://{CID}")),
         # cgroupfs driver: no runtime prefix, so the bare id.
         (k8s_v1_cgroupfs(), CgroupIdentity(POD_UID, CID)),
+        # CRI-O with the cgroupfs driver names the container crio-<id>, without .scope.
+        (
+            f"0::/kubepods/burstable/pod{POD_UID}/crio-{CID}\n",
+            CgroupIdentity(POD_UID, f"cri-o://{CID}"),
+        ),
+        (
+            f"4:memory:/kubepods/besteffort/pod{POD_UID}/crio-{CID}\n",
+            CgroupIdentity(POD_UID, f"cri-o://{CID}"),
+        ),
+        # crun under CRI-O (cgroup v2) runs the process in a child of the scope.
+        (
+            f"0::/kubepods.slice/kubepods-pod{POD_UID.replace('-', '_')}.slice/"
+            f"crio-{CID}.scope/container\n",
+            CgroupIdentity(POD_UID, f"cri-o://{CID}"),
+        ),
         # Guaranteed QoS pods sit directly under kubepods.
         (
             f"0::/kubepods.slice/kubepods-pod{POD_UID.replace('-', '_')}.slice/"

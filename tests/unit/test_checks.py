@@ -6,6 +6,7 @@ exposition; tests/e2e/test_checks_daemon.py runs them against the real daemon.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 
@@ -276,6 +277,105 @@ def test_npd_exit_codes(server, capsys):
     server.body = TWO
     assert main([*args, "--exit-codes", "npd"]) == 2
     capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("args", "body", "code", "fragment"),
+    [
+        # Nagios range semantics: a threshold T alerts when the value is above T.
+        (["temperature", "--warn", "80", "--crit", "90"], TWO + temp("0", U0, 80), 0, "none at"),
+        (["temperature", "--warn", "80", "--crit", "90"], TWO + temp("0", U0, 90), 1, "gpu0 90C"),
+        (["temperature", "--warn", "80", "--crit", "90"], TWO + temp("0", U0, 90.5), 2, "90.5C"),
+        (["ecc"], TWO + ecc_lines("0", U0, 0, 1), 2, "gpu0 1 uncorrectable"),
+        (["ecc", "--crit-uncorrected", "1"], TWO + ecc_lines("0", U0, 0, 1), 0, "no uncorr"),
+        (["ecc", "--crit-uncorrected", "1"], TWO + ecc_lines("0", U0, 0, 2), 2, "2 uncorrect"),
+        (["ecc", "--warn-corrected", "5"], TWO + ecc_lines("0", U0, 5), 0, "no uncorrectable"),
+        (["retired-pages"], TWO + retired("0", U0, 30), 0, "no pages near"),
+        (["retired-pages"], TWO + retired("0", U0, 31), 1, "gpu0 31 pages"),
+        (["retired-pages"], TWO + retired("0", U0, 60), 1, "gpu0 60 pages"),
+    ],
+)
+def test_thresholds_alert_above_the_value(server, capsys, args, body, code, fragment):
+    server.body = body
+    status = main(["check", *args, "--url", server.url])
+    out = capsys.readouterr().out
+    assert status == code, out
+    assert fragment in out, out
+
+
+def test_perfdata_thresholds_are_nagios_ranges(server, capsys):
+    server.body = TWO + ecc_lines("0", U0, 3, 0) + ecc_lines("1", U1)
+    assert main(["check", "ecc", "--url", server.url]) == 0
+    out = capsys.readouterr().out
+    # crit=0: the range 0:0, i.e. CRITICAL above 0 uncorrectable errors, as the check does.
+    assert "gpu0_uncorrected=0;;0" in out and "gpu0_corrected=3" in out, out
+
+
+@pytest.mark.parametrize(
+    "args", [["temperature", "--warn", "90", "--crit", "80"], ["retired-pages", "--warn", "61"]]
+)
+def test_warn_above_crit_is_unknown(server, capsys, args):
+    server.body = TWO + temp("0", U0, 20) + retired("0", U0)
+    assert main(["check", *args, "--url", server.url]) == 3
+    out = capsys.readouterr().out.strip()
+    assert LINE.match(out) and "UNKNOWN" in out and "is above --crit" in out, out
+    assert main(["check", *args, "--url", server.url, "--exit-codes", "npd"]) == 2
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("argv", "code"),
+    [
+        (["check", "gpu-count", "--expected", "2", "--bogus"], 3),
+        (["check", "gpu-count", "--expected", "2", "--bogus", "--exit-codes", "npd"], 2),
+        (["check", "gpu-count", "--exit-codes=npd"], 2),
+        (["check", "temperature", "--exit-codes", "npd", "--warn", "x", "--crit", "9"], 2),
+    ],
+)
+def test_usage_errors_follow_the_exit_convention(capsys, argv, code):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == code
+    out = capsys.readouterr().out.strip()
+    assert len(out.splitlines()) == 1 and out.startswith("CHECK UNKNOWN - "), out
+
+
+def test_the_config_is_read_only_for_local(server, capsys, monkeypatch):
+    monkeypatch.setenv("ACCEL_EXPORTER_WEB__LISTEN_ADDRESS", "garbage::")
+    server.body = TWO + up("0", U0) + up("1", U1)
+    # --url: the broken daemon config is not this check's business.
+    assert main(["check", "gpu-count", "--expected", "2", "--url", server.url]) == 0
+    assert "GPU-COUNT OK" in capsys.readouterr().out
+    # --local needs it: UNKNOWN naming the key, never the config error's exit 2.
+    assert main(["check", "gpu-count", "--expected", "2", "--local"]) == 3
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("GPU-COUNT UNKNOWN - config error:") and "listen_address" in out, out
+    assert main(["check", "gpu-count", "--expected", "2", "--local", "--exit-codes", "npd"]) == 2
+    capsys.readouterr()
+
+
+def test_unreadable_ca_file_is_unknown(capsys, tmp_path):
+    url = "https://127.0.0.1:1"
+    argv = ["check", "gpu-count", "--expected", "2", "--url", url, "--ca-file"]
+    assert main([*argv, str(tmp_path / "missing.pem")]) == 3
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("GPU-COUNT UNKNOWN - cannot read https://127.0.0.1:1/metrics"), out
+    assert len(out.splitlines()) == 1
+
+
+def test_an_internal_error_is_unknown(server, capsys, monkeypatch):
+    from exporter.checks import command
+
+    def broken(args, samples):
+        raise RuntimeError("bug")
+
+    spec = command.CHECKS["exporter"]
+    monkeypatch.setitem(command.CHECKS, "exporter", dataclasses.replace(spec, evaluate=broken))
+    server.body = BUILD
+    assert main(["check", "exporter", "--url", server.url]) == 3
+    assert (
+        capsys.readouterr().out.strip() == "EXPORTER UNKNOWN - internal error: RuntimeError('bug')"
+    )
 
 
 @pytest.mark.parametrize(

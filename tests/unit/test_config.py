@@ -82,6 +82,32 @@ def test_all_problems_at_once(tmp_path):
     assert len(info.value.problems) == 5
 
 
+def test_expected_devices_per_vendor_source():
+    config = load_config(
+        None,
+        env={
+            "ACCEL_EXPORTER_SOURCES__NVML__EXPECTED_DEVICES": "8",
+            "ACCEL_EXPORTER_SOURCES__AMDSMI__EXPECTED_DEVICES": "null",
+        },
+    )
+    assert config.sources.nvml.expected_devices == 8
+    assert config.sources.amdsmi.expected_devices is None
+    assert load_config(None, env={}).sources.nvml.expected_devices is None
+    with pytest.raises(ConfigError, match=r"sources\.amdsmi\.expected_devices: must be at least 1"):
+        load_config(None, env={"ACCEL_EXPORTER_SOURCES__AMDSMI__EXPECTED_DEVICES": "0"})
+    with pytest.raises(ConfigError, match=r"sources\.nvml\.expected_devices"):
+        load_config(None, env={"ACCEL_EXPORTER_SOURCES__NVML__EXPECTED_DEVICES": "eight"})
+
+
+def test_defaults_shown_for_null_keys():
+    from exporter.config.loader import format_default
+    from exporter.config.schema import Duration
+
+    # A null duration is computed from the interval; any other null is just not set.
+    assert format_default(None, Duration | None) == "derived"
+    assert format_default(None, int | None) == "unset"
+
+
 def test_list_and_dict_from_env():
     config = load_config(
         None,
@@ -103,3 +129,30 @@ def test_unrelated_env_is_ignored():
 def test_stale_after_below_interval_is_rejected():
     with pytest.raises(ConfigError, match="stale_after: must be at least the interval"):
         load_config(None, env={"ACCEL_EXPORTER_SOURCES__HOST__STALE_AFTER": "1s"})
+
+
+def test_default_resources_include_mig_profiles_and_shared_gpus():
+    from exporter.config.schema import K8sEnrichConfig
+    from exporter.enrich.pod_resources import resource_filter
+
+    k8s = K8sEnrichConfig()
+    wanted = resource_filter(k8s.resource_names, k8s.resource_patterns)
+    for name in ("nvidia.com/gpu", "amd.com/gpu", "nvidia.com/mig-1g.10gb"):
+        assert wanted(name), name
+    # Time-slicing and MPS with renameByDefault advertise nvidia.com/gpu.shared.
+    assert wanted("nvidia.com/gpu.shared")
+    for name in ("nvidia.com/gpu.sharedx", "example.com/gpu.shared", "cpu"):
+        assert not wanted(name), name
+
+
+def test_single_underscore_env_is_a_typo():
+    with pytest.raises(ConfigError, match="did you mean ACCEL_EXPORTER_WEB__LISTEN_ADDRESS"):
+        load_config(None, env={"ACCEL_EXPORTER_WEB_LISTEN_ADDRESS": ":1"})
+    load_config(None, env={"ACCEL_EXPORTER_WORKER_LOG_LEVEL": "info"})  # not a config key
+
+
+def test_duplicate_yaml_keys_are_errors(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("web:\n  max_requests: 3\n  max_requests: 4\n")
+    with pytest.raises(ConfigError, match=r"c.yaml:3: web.max_requests: key given twice"):
+        load_config(str(cfg), env={})

@@ -17,7 +17,10 @@ def index():
     return DeviceIndex(
         [GPU0, GPU1],
         processes=[(GPU0.uuid, 10), (GPU0.uuid, 11), (GPU1.uuid.upper(), 12), ("GPU-unknown", 13)],
-        migs=[MigRef("MIG-11111111-2222-3333-4444-555555555555", GPU1.uuid, "1", "0")],
+        migs=[
+            MigRef("MIG-11111111-2222-3333-4444-555555555555", GPU1.uuid, "1", "0"),
+            MigRef("MIG-22222222-2222-3333-4444-555555555555", GPU1.uuid, "2", "0"),
+        ],
     )
 
 
@@ -34,7 +37,14 @@ def index():
         ("1", GPU1),
         ("1:0", GPU1),  # deviceIDStrategy=index with MIG
         ("nvidia0", GPU0),  # GKE device names
+        ("nvidia0/vgpu3", GPU0),  # GKE time-sharing: a share of GPU 0
+        ("nvidia1/gi1", GPU1),  # GKE MIG: the GPU instance 1 of GPU 1
+        ("nvidia1/gi2/vgpu0", GPU1),  # GKE MIG with time-sharing
         ("nvidia7", None),
+        ("nvidia7/vgpu0", None),
+        ("nvidia0/vgpu", None),
+        ("nvidia0/gi", None),
+        ("nvidia0/vgpu1/gi1", None),
         ("GPU-ffffffff-0000-0000-0000-000000000000", None),
         ("0000:99:00.0", None),
         ("", None),
@@ -86,9 +96,16 @@ def test_normalise_pci(raw, expected):
 
 
 def test_mig_lookup(index):
-    mig = index.mig("MIG-11111111-2222-3333-4444-555555555555::1")
-    assert mig == MigRef("MIG-11111111-2222-3333-4444-555555555555", GPU1.uuid, "1", "0")
-    assert index.mig(GPU1.uuid) is None
+    mig = MigRef("MIG-11111111-2222-3333-4444-555555555555", GPU1.uuid, "1", "0")
+    assert index.migs("MIG-11111111-2222-3333-4444-555555555555::1") == (mig,)
+    assert index.migs(GPU1.uuid) == ()
+    # GKE names the GPU instance: nvidia<index>/gi<GPU instance>[/vgpu<n>].
+    assert index.migs("nvidia1/gi1") == (mig,)
+    assert index.migs("nvidia1/gi1/vgpu0") == (mig,)
+    assert [m.gpu_instance for m in index.migs("nvidia1/gi2")] == ["2"]
+    assert index.migs("nvidia1/gi5") == ()
+    assert index.migs("nvidia0/gi1") == ()  # GPU 0 has no MIG devices
+    assert index.migs("nvidia1") == index.migs("nvidia1/vgpu2") == ()
 
 
 def test_migs_from_readings():
@@ -103,5 +120,7 @@ def test_migs_from_readings():
         ],
     )
     assert index.resolve("MIG-abc").uuid == GPU1.uuid
-    assert index.mig("MIG-abc").gpu_instance == "2"
+    assert [m.gpu_instance for m in index.migs("MIG-abc")] == ["2"]
     assert index.resolve("MIG-zzz") is None
+    # Without a MIG UUID, GKE's form still names it.
+    assert [m.gpu_instance for m in index.migs("nvidia1/gi3")] == ["3"]

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from exporter.ccl.inspector import (
     MAX_COLLECTIVES,
+    MAX_RECENT,
     InspectorAggregator,
     InspectorParseError,
     parse_record,
@@ -185,4 +186,161 @@ def test_state_stays_bounded():
     ops = {labels[1] for (m, labels) in values if m == "accel_ccl_collective_duration_seconds"}
     assert len(ops) <= MAX_COLLECTIVES + 1 and "other" in ops
     for state in agg._comms.values():
-        assert len(state.pending) <= 256
+        assert all(len(recent) <= MAX_RECENT for recent in state.recent.values())
+
+
+def _with(line: bytes, key: str, value: str) -> bytes:
+    """``line`` with the number after ``"key":`` replaced by ``value`` (raw JSON text)."""
+    head, _, rest = line.partition(f'"{key}":'.encode())
+    assert rest, key
+    end = min(i for i in (rest.find(b","), rest.find(b"}")) if i >= 0)
+    return head + f'"{key}":{value}'.encode() + rest[end:]
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("coll_exec_time_us", "1" + "0" * 400),
+        ("coll_exec_time_us", str(1 << 64)),
+        ("coll_msg_size_bytes", str(1 << 64)),
+        ("coll_sn", str(1 << 70)),
+        ("rank", str(1 << 64)),
+        ("n_ranks", "1" + "0" * 30),
+        ("coll_busbw_gbs", "1" + "0" * 400),
+        ("coll_busbw_gbs", "1e400"),
+        ("coll_busbw_gbs", "NaN"),
+        ("coll_busbw_gbs", "-Infinity"),
+    ],
+)
+def test_numbers_the_plugin_cannot_write_are_malformed(key, value):
+    agg = InspectorAggregator(PEAK, 8)
+    good = coll_line(COMM, 0, "AllReduce", 1, 1 << 20, 100)
+    assert agg.add_line("f", _with(good, key, value)) == "malformed"
+    assert agg.add_line("f", good) == "used"  # and the lines after it still count
+    agg.finish()
+    values = table(agg)
+    assert values[("accel_ccl_inspector_lines_total", ("malformed",))] == 1
+
+
+def test_largest_message_size_and_bucket_count():
+    agg = InspectorAggregator(1e30, 8, max_series=1000)  # no record is implausible here
+    for k in range(70):
+        size = min(1 << k, (1 << 64) - 1)
+        agg.add_line("f", coll_line(COMM, 0, "AllReduce", 10 + k, size, 100))
+    values = table(agg)
+    sizes = {labels[2] for (m, labels) in values if m == "accel_ccl_collective_duration_seconds"}
+    # Powers of two up to 2**64: 65 buckets at most, each label at most 20 digits.
+    assert len(sizes) == 65 and max(len(s) for s in sizes) == 20
+    assert str(1 << 64) in sizes
+
+
+def test_label_sets_are_capped_over_all_communicators_and_the_rest_counted():
+    agg = InspectorAggregator(PEAK, max_comms=2, max_series=3)
+    outcomes = [
+        agg.add_line("f", coll_line(COMM, 0, "AllReduce", sn, 1 << sn, 100)) for sn in range(5)
+    ]
+    assert outcomes == ["used"] * 3 + ["series_limit"] * 2
+    # A known label set still takes records.
+    assert agg.add_line("f", coll_line(COMM, 0, "AllReduce", 9, 1, 100)) == "used"
+    values = table(agg)
+    label_sets = [k for k in values if k[0] == "accel_ccl_collective_duration_seconds"]
+    assert len(label_sets) == 3
+    assert values[("accel_ccl_inspector_lines_total", ("series_limit",))] == 2
+    # Forgetting a communicator (max_comms) gives its label sets back.
+    agg.add_line("f", coll_line(COMM + 1, 0, "AllReduce", 1, 1, 100))
+    agg.add_line("f", coll_line(COMM + 2, 0, "AllReduce", 1, 1, 100))
+    assert agg.add_line("f", coll_line(COMM + 2, 0, "AllReduce", 2, 2, 100)) == "used"
+
+
+def test_sampled_dumps_compare_each_ranks_latest_in_the_batch():
+    # NCCL 2.28.3-2.29.x / RCCL: each dump holds a rank's latest operation only, so the
+    # two ranks' records never share a coll_sn and no group ever completes.
+    agg = InspectorAggregator(PEAK, 8)
+    label = f"{COMM:016x}"
+    sn = {0: 1000, 1: 1003}
+    for _ in range(3):
+        for rank, time_us in ((0, 900), (1, 300)):
+            for _ in range(2):
+                sn[rank] += 7
+                agg.add_line(
+                    f"r{rank}", coll_line(COMM, rank, "AllReduce", sn[rank], 1 << 24, time_us)
+                )
+            # A small, latency-bound op in the same window is not what is compared.
+            agg.add_line(f"r{rank}", coll_line(COMM, rank, "AllReduce", sn[rank] + 1, 64, 5))
+            sn[rank] += 1
+        agg.finish()
+        values = table(agg)
+    assert values[("accel_ccl_straggler_rank", (label,))] == 1
+    assert values[("accel_ccl_straggler_sampled", (label,))] == 1
+    assert values[("accel_ccl_collective_skew_ratio", (label, "AllReduce"))] == 3.0
+    assert values[("accel_ccl_inspector_incomplete_groups_total", ())] > 0
+    # Then NCCL 2.30+ ring dumps: every rank records every collective, groups complete.
+    for sn_common in range(5000, 5003):
+        for rank, time_us in ((0, 500), (1, 400)):
+            agg.add_line(
+                f"r{rank}", coll_line(COMM, rank, "AllReduce", sn_common, 1 << 24, time_us)
+            )
+    agg.finish()
+    values = table(agg)
+    assert values[("accel_ccl_straggler_sampled", (label,))] == 0
+    assert values[("accel_ccl_collective_skew_ratio", (label, "AllReduce"))] == 1.25
+
+
+def test_a_rank_one_dump_behind_is_not_incomplete():
+    # Ring dumps read while one rank's latest dump is not written yet: its groups wait.
+    agg = InspectorAggregator(PEAK, 8)
+    for sn in range(1, 11):
+        agg.add_line("r0", coll_line(COMM, 0, "AllReduce", sn, 1 << 20, 100))
+        if sn <= 8:
+            agg.add_line("r1", coll_line(COMM, 1, "AllReduce", sn, 1 << 20, 200))
+    agg.finish()
+    assert agg.incomplete_groups == 0 and list(agg._comms[COMM].recent[0]) == [9, 10]
+    for sn in (9, 10):
+        agg.add_line("r1", coll_line(COMM, 1, "AllReduce", sn, 1 << 20, 200))
+    agg.finish()
+    values = table(agg)
+    assert agg.incomplete_groups == 0
+    assert not any(agg._comms[COMM].recent.values())
+    assert values[("accel_ccl_straggler_sampled", (f"{COMM:016x}",))] == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(
+        ["rank", "n_ranks", "coll_sn", "coll_msg_size_bytes", "coll_exec_time_us", "coll_busbw_gbs"]
+    ),
+    st.one_of(
+        st.integers(-(1 << 65), 1 << 66),
+        st.integers(10**18, 10**400),
+        st.floats(allow_nan=True, allow_infinity=True),
+    ),
+)
+def test_any_number_in_any_field_never_escapes(key, number):
+    agg = InspectorAggregator(PEAK, 4)
+    text = repr(number) if isinstance(number, float) else str(number)
+    text = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}.get(text, text)
+    line = _with(coll_line(COMM, 0, "AllReduce", 1, 1 << 20, 100), key, text)
+    assert agg.add_line("f", line) in agg.outcomes
+    agg.add_line("g", coll_line(COMM, 1, "AllReduce", 1, 1 << 20, 100))
+    agg.finish()
+    table(agg)
+
+
+def test_files_read_one_after_the_other_still_match_and_dropped_ops_are_counted():
+    # NCCL 2.30 ring dumps, a busy poll: thousands of collectives per file, read file by
+    # file. The latest ones are matched exactly; one op rank 1's plugin did not write
+    # (e.g. not GPU-timed there) is an incomplete group, and nothing is "sampled".
+    agg = InspectorAggregator(PEAK, 8)
+    count = 4 * MAX_RECENT
+    for rank, time_us in ((0, 300), (1, 600)):
+        for sn in range(count):
+            if rank == 1 and sn == count - 10:
+                continue
+            agg.add_line(f"r{rank}", coll_line(COMM, rank, "AllReduce", sn, 1 << 20, time_us))
+    agg.finish()
+    values = table(agg)
+    label = f"{COMM:016x}"
+    assert values[("accel_ccl_straggler_rank", (label,))] == 0
+    assert values[("accel_ccl_straggler_sampled", (label,))] == 0
+    assert values[("accel_ccl_collective_skew_ratio", (label, "AllReduce"))] == 2.0
+    assert values[("accel_ccl_inspector_incomplete_groups_total", ())] == 1

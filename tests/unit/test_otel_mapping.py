@@ -11,6 +11,7 @@ from opentelemetry.semconv._incubating.metrics import hw_metrics
 
 from exporter.catalog import CATALOG, Kind, MetricSpec
 from exporter.catalog.otel import (
+    COUNTS,
     INSTRUMENTS,
     METRICS,
     Instrument,
@@ -166,3 +167,18 @@ def rows(*names: str, labels=("device", "uuid")) -> dict[str, MetricSpec]:
 def test_broken_mappings_are_refused(catalog, overrides, words):
     with pytest.raises(ValueError, match=words):
         build(catalog, overrides)
+
+
+def test_count_families_carry_what_they_count_as_their_unit():
+    for name, annotation in COUNTS.items():
+        assert CATALOG[name].ucum_unit == "1", name  # only unit-less families are annotated
+        assert re.fullmatch(r"\{[a-z_]+\}", annotation), annotation
+        assert METRICS[name].unit == annotation
+    # Every unit-less counter counts something: none is left as a bare "1".
+    bare = [m.row.name for m in METRICS.values() if m.row.kind is Kind.COUNTER and m.unit == "1"]
+    assert bare == []
+    assert METRICS["accel_xid_errors_total"].unit == "{error}"
+    assert METRICS["accel_ccl_ras_timeouts_total"].unit == "{timeout}"
+    assert METRICS["accel_ccl_inspector_lines_total"].unit == "{line}"
+    assert METRICS["accel_ccl_ras_events_total"].unit == "{event}"
+    assert METRICS["accel_ccl_inspector_skipped_bytes_total"].unit == "By"

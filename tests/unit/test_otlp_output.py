@@ -258,3 +258,32 @@ def test_an_unreadable_certificate_fails_start_cleanly(tmp_path):
     assert out.status()["state"] == "failed"
     assert "gone.pem" in out.status()["last_error"]
     assert [e["event"] for e in logs] == ["otlp push cannot start"]
+
+
+def test_stop_aborts_the_export_in_flight_so_the_final_flush_gets_the_budget():
+    # A collector that accepts and never answers holds an export for its whole timeout;
+    # shutting the SDK exporter down cancels it (gRPC) but leaves that exporter unusable.
+    store = store_with_data()
+    gate = threading.Event()
+
+    class Silent(Recorder):
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+            super().shutdown()
+            gate.set()
+
+    stuck = Silent(MetricExportResult.FAILURE, gate=gate)
+    fresh = Recorder()
+    made = [stuck, fresh]
+
+    async def go():
+        out = OtlpOutput(settings(0.1), store, {}, exporter_factory=lambda _: made.pop(0))
+        await out.start()
+        await asyncio.to_thread(wait, lambda: out.status()["exporting"])
+        await asyncio.wait_for(out.stop(1.5), timeout=10)
+        return out
+
+    out = asyncio.run(go())
+    assert out.status()["state"] == "stopped"
+    # The final flush went out, through a new exporter, and was the success it should be.
+    assert len(fresh.batches) == 1 and fresh.shut.is_set()
+    assert counts(store) == {"success": 1.0, "failure": 1.0}

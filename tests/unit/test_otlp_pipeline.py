@@ -8,6 +8,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.sdk.resources import Resource
 
+from exporter.catalog.otel import INSTRUMENTS
 from exporter.model import OK, HistogramValue, Reading, Snapshot
 from exporter.outputs import otlp_pipeline
 from exporter.outputs.otlp_pipeline import Pipeline
@@ -91,7 +92,7 @@ def hist(counts: tuple[int, ...], total: float) -> HistogramValue:
 
 def test_histogram_delta_first_pass_later_series_and_reset():
     bridge = otlp_pipeline.HistogramBridge(
-        otlp_pipeline.INSTRUMENTS["accel.exporter.source.poll.duration"][0], delta=True
+        INSTRUMENTS["accel.exporter.source.poll.duration"][0], delta=True
     )
 
     class FakeView:
@@ -183,3 +184,64 @@ def test_series_churn_wears_the_pipeline_out(monkeypatch):
     fresh = Pipeline(Resource({}), "cumulative")
     collect(fresh, store)
     assert not fresh.worn_out
+
+
+def test_configured_labels_reach_otlp_as_attributes():
+    from exporter.catalog import with_rows
+    from exporter.catalog.workload import pod_labels_row
+
+    catalog = with_rows([pod_labels_row(["team", "app.kubernetes.io/name"])])
+    store = Store(mono=lambda: 1000.0, catalog=catalog)
+    put(store, Reading("accel_pod_labels_info", ("ml", "train-0", "vision", ""), 1.0))
+    pipeline = Pipeline(Resource({"service.name": "x"}), "cumulative", catalog)
+    _, values, _ = collect(pipeline, store)
+    attrs = {
+        "namespace": "ml",
+        "pod": "train-0",
+        "label_team": "vision",
+        "label_app_kubernetes_io_name": "",
+    }
+    assert values[key("accel.pod.labels.info", **attrs)] == 1.0
+
+
+def _sum_points(request, name):
+    return [
+        point
+        for rm in request.resource_metrics
+        for sm in rm.scope_metrics
+        for metric in sm.metrics
+        if metric.name == name
+        for point in metric.sum.data_points
+    ]
+
+
+@pytest.mark.parametrize("temporality", ["cumulative", "lowmemory"])
+def test_a_cumulative_counter_that_goes_down_starts_a_new_series(temporality):
+    # A job restart resets the RAS timeout count: 5, 7, then 3, 4. The OTLP data model
+    # wants a monotonic cumulative sum to restart with a new start time.
+    store = Store(mono=lambda: 1000.0)
+    pipeline = Pipeline(Resource({}), temporality)
+    seen = []
+    for i, value in enumerate((5.0, 7.0, 3.0, 4.0)):
+        put(
+            store,
+            Reading("accel_ccl_ras_timeouts_total", ("a:1",), value),
+            Reading("accel_ccl_ras_timeouts_total", ("b:1",), float(i)),
+            Reading("accel_ccl_ras_events_total", ("a:1", "PEER_DEAD"), 1.0),
+        )
+        request = encode_metrics(pipeline.collect(store.view(), timeout=5))
+        points = {
+            p.attributes[0].value.string_value: p
+            for p in _sum_points(request, "accel.ccl.ras.timeouts")
+        }
+        (steady,) = _sum_points(request, "accel.ccl.ras.events")
+        seen.append((points, steady))
+    starts = [p["a:1"].start_time_unix_nano for p, _ in seen]
+    times = [p["a:1"].time_unix_nano for p, _ in seen]
+    assert starts[0] == starts[1] < times[0]
+    # The reset: the new series starts where the previous point was, and keeps that start.
+    assert starts[2] == starts[3] == times[1]
+    assert [p["a:1"].as_double for p, _ in seen] == [5.0, 7.0, 3.0, 4.0]
+    # The other series of the family, and of other families, keep their start.
+    assert len({p["b:1"].start_time_unix_nano for p, _ in seen}) == 1
+    assert len({s.start_time_unix_nano for _, s in seen}) == 1

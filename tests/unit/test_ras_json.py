@@ -177,6 +177,19 @@ def test_both_formats_agree_on_the_same_job():
         lambda d: d["communicators"][0]["ranks"][0].__setitem__(
             "collective_counts", {f"C{i}": 0 for i in range(17)}
         ),
+        # Numbers NCCL cannot print (%d / %ld / %lu): 2**64 and beyond, below -2**63.
+        lambda d: d["communicators"][0]["ranks"][0]["collective_counts"].__setitem__(
+            "AllReduce", 1 << 64
+        ),
+        lambda d: d["communicators"][0]["ranks"][0]["collective_counts"].__setitem__(
+            "AllReduce", 10**400
+        ),
+        lambda d: d["ras"].__setitem__("timeouts_count", 10**400),
+        lambda d: d["communicators"][0]["ranks"][0].__setitem__("pid", -(10**30)),
+        lambda d: d["communicators"][0].__setitem__("size", 1 << 64),
+        lambda d: d["ras"].__setitem__("collection_time_sec", 10**400),
+        lambda d: d["ras"].__setitem__("collection_time_sec", float("inf")),
+        lambda d: d["ras"].__setitem__("collection_time_sec", float("nan")),
     ],
 )
 def test_wrong_shapes_are_parse_errors(mutate):
@@ -192,3 +205,13 @@ def test_not_json_or_not_an_object():
             parse_json(text)
     with pytest.raises(RasParseError):
         parse_text(DOCS_SAMPLE)
+
+
+def test_largest_numbers_nccl_prints_are_accepted():
+    document = json.loads(json_report(make_job(1, 2)))
+    document["communicators"][0]["ranks"][0]["collective_counts"]["AllReduce"] = (1 << 64) - 1
+    document["communicators"][0]["ranks"][0]["pid"] = -(1 << 63)
+    document["ras"]["timeouts_count"] = (1 << 64) - 1
+    report = parse_json(json.dumps(document, indent=2))
+    assert report.communicators[0].op_range["AllReduce"] == (100, (1 << 64) - 1)
+    assert report.timeouts == (1 << 64) - 1

@@ -1,20 +1,37 @@
-"""Property tests: on any input the parsers return a model or raise their own error, nothing else."""
+"""Property tests: on any input the parsers return a model or raise their own error, nothing else.
+
+Whatever they return must also go all the way to valid readings: judged,
+turned into job, communicator and rank series, and accepted by the store.
+"""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from exporter.ccl import ras_readings
 from exporter.ccl.ras_events import MonitorDecoder, MonitorEvent
 from exporter.ccl.ras_model import RasParseError, RasReport
 from exporter.ccl.ras_parse import parse_json, parse_report, parse_text
 from exporter.ccl.ras_state import classify, degradations, fingerprint
+from exporter.store import validate
 from tests.helpers.ras_reports import json_report, make_job, text_report
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rcclras"
 
 _JOB = make_job(2, 4)
 _JOB.set_fate("10.0.0.2", 10005, "missing")
 _JOB.comms[0].ranks[1].counts[0] += 4
+# Real captures (tests/fixtures/rcclras) and reports generated to the documented formats.
+REAL = [
+    (FIXTURES / name).read_text()
+    for name in ("rccl_v2283_text_healthy.txt", "rccl_v2283_text_degraded.txt")
+]
 SEEDS = [
+    *REAL,
     text_report(_JOB),
     text_report(_JOB, style="2.24"),
     json_report(_JOB),
@@ -29,10 +46,15 @@ def _outcome(parser, data) -> RasReport | None:
     except RasParseError:
         return None
     assert isinstance(report, RasReport)
-    # Whatever was parsed can be judged without raising either.
-    classify(report, stalled=False)
+    # Whatever was parsed can be judged and exported without raising either.
+    state, reasons = classify(report, stalled=False)
     degradations(report)
     fingerprint(report)
+    readings = ras_readings.state_readings("a:1", state, reasons)
+    readings += ras_readings.job_readings("a:1", report)
+    readings += ras_readings.rank_readings("a:1", report, lambda ref: True)
+    _, bad = validate(readings)
+    assert not bad, bad
     return report
 
 
@@ -72,10 +94,37 @@ def mutated(draw):
 
 @FAST
 @given(mutated())
-def test_mutated_real_reports(text):
+def test_mutated_captured_and_generated_reports(text):
     _outcome(parse_text, text)
     _outcome(parse_json, text)
     _outcome(parse_report, text.encode())
+
+
+_NUMBER = re.compile(r"\d+")
+
+
+@st.composite
+def renumbered(draw):
+    """A seed with some of its numbers replaced by any integer, 64-bit or far beyond."""
+    seed = draw(st.sampled_from(SEEDS))
+    spans = [m.span() for m in _NUMBER.finditer(seed)]
+    chosen = draw(st.lists(st.sampled_from(spans), min_size=1, max_size=4, unique=True))
+    for start, end in sorted(chosen, reverse=True):
+        value = draw(
+            st.one_of(
+                st.integers(-(1 << 64), 1 << 65),
+                st.integers(10**18, 10**400),
+                st.sampled_from([(1 << 64) - 1, 1 << 64, -(1 << 63), -(1 << 63) - 1]),
+            )
+        )
+        seed = seed[:start] + str(value) + seed[end:]
+    return seed
+
+
+@FAST
+@given(renumbered())
+def test_any_number_anywhere(text):
+    _outcome(parse_report, text)
 
 
 @FAST

@@ -116,6 +116,17 @@ def test_election_lowest_responding_host():
     assert elect_reporter(parse_report(text_report(make_job(2, 2))), {"10.0.0.1"}) is None
 
 
+def test_text_reports_never_elect_even_when_they_name_nodes():
+    job = make_job(2, 4)
+    job.comms[0].ranks[5].counts[4] -= 1  # a transient lag on 10.0.0.2, named in a MISMATCH
+    text = parse_report(text_report(job))
+    assert "10.0.0.2" in text.responding_hosts
+    assert elect_reporter(text, {"10.0.0.1"}) is None
+    assert elect_reporter(text, {"10.0.0.2"}) is None
+    # The same job in JSON elects the lowest node.
+    assert elect_reporter(parse_report(json_report(job)), {"10.0.0.1"}) is True
+
+
 def test_address_order_is_numeric_ipv4_first():
     assert lowest_host(["10.0.0.10", "10.0.0.9", "::1", "9.255.0.1"]) == "9.255.0.1"
     assert lowest_host(["fd00::2", "fd00::10"]) == "fd00::2"

@@ -275,3 +275,37 @@ def test_unknown_lines_are_counted_not_fatal():
     report = parse_text(text)
     assert report.unparsed_lines == 2
     assert report.missing_process_count == 1
+
+
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ("Encountered 2 communication", "Encountered 1" + "0" * 400 + " communication"),
+        ("Encountered 2 communication", "Encountered 18446744073709551616 communication"),
+        ("launched up to operation 1207", "launched up to operation 1" + "0" * 25),
+        ("Communicators... (0.01s)", "Communicators... (" + "9" * 400 + ".5s)"),
+        ("from 1 rank", "from 99999999999999999999999 rank"),
+    ],
+)
+def test_numbers_beyond_64_bits_are_parse_errors(old, new):
+    job = make_job(2, 4, version="2.26.2")
+    job.timeouts = 2
+    job.collection = 0.01
+    job.set_fate("10.0.0.2", 10005, "missing")
+    job.comms[0].ranks[1].counts[4] = 1206
+    for rank in job.comms[0].ranks:
+        rank.counts[4] = 1207 if rank.rank != 1 else 1206
+    good = text_report(job)
+    assert old in good
+    parse_text(good)
+    with pytest.raises(RasParseError, match=r"64-bit|not a number"):
+        parse_text(good.replace(old, new, 1))
+
+
+def test_largest_count_nccl_prints_is_accepted():
+    job = make_job(1, 4, version="2.26.2")
+    job.timeouts = 2
+    text = text_report(job).replace(
+        "Encountered 2 communication", f"Encountered {(1 << 64) - 1} communication"
+    )
+    assert parse_text(text).timeouts == (1 << 64) - 1

@@ -102,14 +102,30 @@ def test_config():
         {},
         {
             "enrich.k8s.stamp_device_series": "true",
-            "enrich.k8s.pod_label_allowlist": "namespace,pod",
+            "enrich.k8s.stamp_labels": "namespace,pod",
         },
     )
     assert stamp.from_config(cfg) is not None
     assert stamp.from_config(load_config(None, {}, {})) is None
     with pytest.raises(ConfigError) as info_:
         load_config(None, {}, {"enrich.k8s.stamp_device_series": "true"})
-    assert "pod_label_allowlist" in str(info_.value)
+    assert "stamp_labels" in str(info_.value)
     with pytest.raises(ConfigError) as info_:
-        load_config(None, {}, {"enrich.k8s.pod_label_allowlist": "app"})
-    assert "pod_label_allowlist.0" in str(info_.value)
+        load_config(None, {}, {"enrich.k8s.stamp_labels": "app"})
+    assert "stamp_labels.0" in str(info_.value)
+
+
+def test_the_old_allowlist_key_names_its_new_name(tmp_path):
+    # pod_label_allowlist chose among namespace/pod/container: it is stamp_labels now,
+    # and Kubernetes pod labels have their own allowlist (pod_labels.keys).
+    old = tmp_path / "old.yaml"
+    old.write_text("enrich:\n  k8s:\n    pod_label_allowlist: [pod]\n")
+    for args in (
+        (str(old), {}),
+        (None, {"ACCEL_EXPORTER_ENRICH__K8S__POD_LABEL_ALLOWLIST": "pod"}),
+    ):
+        with pytest.raises(ConfigError) as info_:
+            load_config(*args)
+        (problem,) = info_.value.problems
+        assert "enrich.k8s.pod_label_allowlist" in problem
+        assert "renamed to stamp_labels" in problem and "pod_labels.keys" in problem

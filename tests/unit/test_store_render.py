@@ -158,3 +158,14 @@ def test_histogram_readings_render():
 def test_histogram_value_shape(bad):
     with pytest.raises(ValueError):
         HistogramValue((1.0, 2.0), (1,), 0.0)
+
+
+def test_worker_restarts_never_go_back_across_a_reload():
+    clock = Clock()
+    store = Store(mono=clock)
+    store.put(snap("nvml", [], clock), restarts=2)
+    store.put(snap("nvml", [], clock), restarts=3)
+    store.put(snap("nvml", [], clock), restarts=0)  # a reload: a new runner counts from 0
+    store.put(snap("nvml", [], clock), restarts=1)
+    (record,) = store.records()
+    assert record.restarts == 4

@@ -10,6 +10,7 @@ import yaml
 from tests.helpers.deploy import CHART, chart_values, values_schema
 
 VALIDATOR = values_schema()
+CRED = {"name": "scrape-auth", "key": "token"}
 
 
 def problems(over: dict[str, Any]) -> list[str]:
@@ -71,6 +72,45 @@ def test_every_default_key_is_described_by_the_schema() -> None:
         ({"nodeSelector": {"gpu": True}}, "nodeSelector.gpu"),
         ({"fullnameOverride": "Accel_Exporter"}, "fullnameOverride"),
         ({"nvidia": {"driverCapabilities": "utility compute"}}, "nvidia.driverCapabilities"),
+        ({"workloadPodLabels": {"enabled": True}}, "workloadPodLabels.keys"),
+        ({"workloadPodLabels": {"enabled": True, "keys": []}}, "workloadPodLabels.keys"),
+        ({"workloadPodLabels": {"keys": ["bad key"]}}, "workloadPodLabels.keys.0"),
+        ({"workloadPodLabels": {"interval": "60"}}, "workloadPodLabels.interval"),
+        ({"workloadPodLabels": {"allowlist": ["team"]}}, "allowlist"),
+        ({"rbac": {"create": "yes"}}, "rbac.create"),
+        (
+            {"serviceMonitor": {"basicAuth": {"username": {"name": "s", "key": "u"}}}},
+            "password",
+        ),
+        (
+            {"podMonitor": {"basicAuth": {"username": {"name": "s"}, "password": {"name": "s"}}}},
+            "podMonitor.basicAuth.username",
+        ),
+        ({"serviceMonitor": {"authorization": {"type": "Bearer"}}}, "credentials"),
+        (
+            {"serviceMonitor": {"authorization": {"type": "Basic", "credentials": CRED}}},
+            "serviceMonitor.authorization.type",
+        ),
+        ({"serviceMonitor": {"authorization": {"token": "abc"}}}, "token"),
+        (
+            {
+                "serviceMonitor": {
+                    "basicAuth": {"username": CRED, "password": CRED},
+                    "authorization": {"credentials": CRED},
+                }
+            },
+            "should not be valid",
+        ),
+        ({"podMonitor": {"tlsConfig": {"caFile": "/etc/ca.crt"}}}, "caFile"),
+        ({"serviceMonitor": {"tlsConfig": {"minVersion": "1.2"}}}, "tlsConfig.minVersion"),
+        ({"serviceMonitor": {"tlsConfig": {"insecure": True}}}, "insecure"),
+        (
+            {"serviceMonitor": {"tlsConfig": {"ca": {"secret": CRED, "configMap": CRED}}}},
+            "tlsConfig.ca",
+        ),
+        ({"expectedDevices": {"nvidia": -1}}, "expectedDevices.nvidia"),
+        ({"expectedDevices": {"amd": "8"}}, "expectedDevices.amd"),
+        ({"expectedDevices": {"intel": 8}}, "intel"),
     ],
 )
 def test_bad_values_are_rejected_naming_the_key(over: dict[str, Any], where: str) -> None:
@@ -85,7 +125,24 @@ def test_good_variants_are_accepted() -> None:
         {"updateStrategy": {"type": "OnDelete"}},
         {"tls": {"enabled": True, "secretName": "certs"}},
         {"podMonitor": {"enabled": True}},
+        {"expectedDevices": {"nvidia": 8, "amd": 0}},
+        {"nvidia": {"driverCapabilities": "compute,utility"}},
+        {
+            "serviceMonitor": {
+                "basicAuth": {"username": CRED, "password": CRED},
+                "tlsConfig": {"ca": {"configMap": CRED}, "caFile": "/etc/ca.crt"},
+            }
+        },
+        {
+            "podMonitor": {
+                "authorization": {"credentials": CRED},
+                "tlsConfig": {"ca": {"secret": CRED}, "insecureSkipVerify": False},
+            }
+        },
         {"image": {"digest": "sha256:" + "a" * 64}},
+        {"workloadPodLabels": {"enabled": True, "keys": ["team", "app.kubernetes.io/name"]}},
+        {"workloadPodLabels": {"enabled": False, "keys": [], "interval": "1h30m"}},
+        {"rbac": {"create": False}},
         {
             "config": {
                 "sources": {"nvml": {"processes": True}},
@@ -100,3 +157,12 @@ def test_good_variants_are_accepted() -> None:
         },
     ):
         assert problems(over) == [], over
+
+
+def test_values_a_parent_chart_adds_are_accepted() -> None:
+    # As a dependency, the chart's values carry the parent's `global` section and the
+    # `enabled` key of the dependency's condition; Helm validates them with the rest.
+    assert problems({"global": {"imageRegistry": "registry.example.com"}, "enabled": True}) == []
+    assert problems({"global": {}, "enabled": False}) == []
+    assert any("enabled" in p for p in problems({"enabled": "yes"}))
+    assert any("global" in p for p in problems({"global": "x"}))

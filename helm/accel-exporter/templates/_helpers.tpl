@@ -68,8 +68,23 @@ The daemon's config file: the user's config with the keys the chart owns set on 
 {{- $_ := set $web "tls" (dict "cert_file" (printf "%s/tls.crt" (include "accel-exporter.tlsDir" .)) "key_file" (printf "%s/tls.key" (include "accel-exporter.tlsDir" .))) }}
 {{- end }}
 {{- $owned := dict "web" $web "log" (dict "format" "json") }}
+{{- $sources := dict }}
 {{- if .Values.cclInspector.hostPath }}
-{{- $_ := set $owned "sources" (dict "ccl_inspector" (dict "dir" .Values.cclInspector.hostPath)) }}
+{{- $_ := set $sources "ccl_inspector" (dict "dir" .Values.cclInspector.hostPath) }}
+{{- end }}
+{{- if .Values.expectedDevices.nvidia }}
+{{- $_ := set $sources "nvml" (dict "expected_devices" (int .Values.expectedDevices.nvidia)) }}
+{{- end }}
+{{- if .Values.expectedDevices.amd }}
+{{- $_ := set $sources "amdsmi" (dict "expected_devices" (int .Values.expectedDevices.amd)) }}
+{{- end }}
+{{- if $sources }}
+{{- $_ := set $owned "sources" $sources }}
+{{- end }}
+{{- with .Values.workloadPodLabels }}
+{{- if .enabled }}
+{{- $_ := set $owned "enrich" (dict "k8s" (dict "pod_labels" (dict "enabled" true "keys" .keys "interval" .interval))) }}
+{{- end }}
 {{- end }}
 {{- toYaml (mergeOverwrite $config $owned) }}
 {{- end }}
@@ -97,5 +112,39 @@ then the user's own. Argument: the monitor's values.
 {{- end }}
 {{- with .relabelings }}
 {{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The scrape endpoint shared by the ServiceMonitor and the PodMonitor, after its port.
+Argument: dict "root" (the chart's context) "m" (the monitor's values).
+*/}}
+{{- define "accel-exporter.monitorEndpoint" -}}
+{{- $m := .m -}}
+{{- if and $m.basicAuth $m.authorization }}
+{{- fail "set basicAuth or authorization of the monitor, not both: Prometheus accepts one" }}
+{{- end -}}
+path: /metrics
+scheme: {{ include "accel-exporter.scheme" .root }}
+interval: {{ $m.interval }}
+scrapeTimeout: {{ $m.scrapeTimeout }}
+honorLabels: {{ $m.honorLabels }}
+{{- with $m.tlsConfig }}
+tlsConfig:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $m.basicAuth }}
+basicAuth:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $m.authorization }}
+authorization:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+relabelings:
+  {{- include "accel-exporter.relabelings" $m | nindent 2 }}
+{{- with $m.metricRelabelings }}
+metricRelabelings:
+  {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}

@@ -8,8 +8,11 @@
  *
  *   driver_version 12080         value of cuDriverGetVersion
  *   init_error 0                 CUresult returned by cuInit (e.g. 100 no device)
- *   pid <pid> <state> [<tid>]    a CUDA process: state 0..5, restore thread id
+ *   pid <pid> <state> [<tid>]    a CUDA process: state 0..5 (others: a state the
+ *                                bindings do not know), restore thread id
  *   deny <pid>                   queries about <pid> fail NOT_PERMITTED (800)
+ *   error <pid> <code>           queries about <pid> fail with <code>, e.g. 3
+ *                                (NOT_INITIALIZED: maps libcuda, never called cuInit)
  *   hang <pid> <ms>              queries about <pid> sleep first
  *
  * Unknown pids answer CUDA_ERROR_NOT_FOUND (500), as the driver does for a
@@ -42,6 +45,7 @@ struct fake_pid {
     int state;
     int tid;
     int deny;
+    int error;
     int hang_ms;
 };
 
@@ -97,6 +101,10 @@ static void load(struct fake_state *st) {
             struct fake_pid *p = slot(st, a);
             if (p != NULL)
                 p->deny = 1;
+        } else if (strcmp(key, "error") == 0 && n >= 3) {
+            struct fake_pid *p = slot(st, a);
+            if (p != NULL)
+                p->error = b;
         } else if (strcmp(key, "hang") == 0 && n >= 3) {
             struct fake_pid *p = slot(st, a);
             if (p != NULL)
@@ -175,6 +183,8 @@ static CUresult lookup(const char *fn, int pid, struct fake_state *st, struct fa
     }
     if (p != NULL && p->deny)
         return CUDA_ERROR_NOT_PERMITTED;
+    if (p != NULL && p->error != 0)
+        return p->error;
     if (p == NULL || p->state < 0)
         return CUDA_ERROR_NOT_FOUND;
     *found = p;

@@ -1,0 +1,160 @@
+"""Lifecycle edge cases: signals during start-up and reload, failure data during backoff,
+a library that disappears after working, slow bootstraps, credential rotation."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+import bcrypt
+import pytest
+
+from tests.helpers.daemon import Daemon, value
+
+
+@pytest.fixture
+def ctl(tmp_path):
+    path = tmp_path / "control.json"
+
+    def set_mode(mode: str, **extra) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"mode": mode, **extra}))
+        tmp.replace(path)
+
+    set_mode("ok", value=3)
+    set_mode.path = str(path)
+    return set_mode
+
+
+def worker_env(ctl, **extra: str) -> dict[str, str]:
+    return {
+        "ACCEL_TEST_CONTROL": ctl.path,
+        "ACCEL_TEST_INTERVAL": "0.5",
+        "ACCEL_TEST_TIMEOUT": "1.0",
+        **extra,
+    }
+
+
+def test_device_down_stays_visible_through_backoff(daemon_factory, ctl):
+    d = daemon_factory(extra_sources="tests.helpers.test_sources:build_worker", env=worker_env(ctl))
+    d.wait_metric("accel_device_up", 1, device="0", uuid="TEST-0")
+    ctl("crash")
+    d.wait_metric("accel_device_up", 0, device="0", uuid="TEST-0")
+    # Backoff pushes polls 1, 2, 4 s apart; the down state must never vanish meanwhile.
+    seen = []
+    end = time.monotonic() + 7
+    while time.monotonic() < end:
+        seen.append(value(d.metrics(), "accel_device_up", device="0", uuid="TEST-0"))
+        time.sleep(0.25)
+    assert seen and all(v == 0 for v in seen), seen
+    assert d.status()["sources"]["testdev"]["consecutive_failures"] >= 3
+
+
+def test_auto_source_whose_library_vanishes_is_down_not_unavailable(daemon_factory, ctl):
+    d = daemon_factory(
+        extra_sources="tests.helpers.test_sources:build_worker",
+        env=worker_env(ctl, ACCEL_TEST_AUTO="1"),
+    )
+    d.wait_metric("accel_device_up", 1, device="1", uuid="TEST-1")
+    ctl("crash")  # the driver goes away: the worker dies...
+    d.wait_for(lambda: d.status()["sources"]["testdev"]["state"] != "ok", what="worker died")
+    ctl("bootstrap_unavailable")  # ...and every new worker says: no library here
+    # A reload keeps what was learned: this node had the library.
+    d.signal(signal.SIGHUP)
+    d.wait_metric("accel_exporter_source_up", 0, source="testdev")
+    text = d.metrics()
+    assert (
+        value(
+            text,
+            "accel_exporter_source_unavailable_info",
+            source="testdev",
+            reason="library_not_found",
+        )
+        is None
+    )
+    assert value(text, "accel_device_up", device="1", uuid="TEST-1") == 0
+
+
+def test_slow_bootstrap_is_pending_not_failing(daemon_factory, ctl):
+    ctl("bootstrap_hang")
+    d = daemon_factory(extra_sources="tests.helpers.test_sources:build_worker", env=worker_env(ctl))
+    time.sleep(2.5)  # several poll intervals while the worker is still bootstrapping
+    assert d.get("/readyz").status == 503
+    text = d.metrics()
+    assert value(text, "accel_exporter_source_up", source="testdev") is None
+    assert 'accel_exporter_source_errors_total{reason="starting"' not in text
+    ctl("ok", value=9)
+    d.wait_metric("accel_power_watts", 9, device="0", uuid="TEST-0")
+    assert d.get("/readyz").status == 200
+    assert 'source="testdev"' not in "".join(
+        line
+        for line in d.metrics().splitlines()
+        if line.startswith("accel_exporter_source_errors_total")
+    )
+
+
+def test_sighup_during_startup_does_not_start_twice(tmp_path, ctl):
+    d = Daemon(
+        tmp_path,
+        {"sources": {"host": {"interval": "1s"}}},
+        extra_sources="tests.helpers.test_sources:build",
+        env={
+            "ACCEL_TEST_CONTROL": ctl.path,
+            "ACCEL_TEST_START_DELAY": "3",
+            "ACCEL_TEST_INTERVAL": "5",
+        },
+    )
+    proc_started = time.monotonic()
+    try:
+        import threading
+
+        def hup_soon() -> None:
+            while d.proc is None:
+                time.sleep(0.01)
+            time.sleep(1.0)
+            d.signal(signal.SIGHUP)
+
+        threading.Thread(target=hup_soon, daemon=True).start()
+        d.start(wait=30)
+        assert d.proc.poll() is None, "a SIGHUP during start-up must not kill the daemon"
+        before = d.status()["sources"]["host"]["polls"]
+        time.sleep(4.2)
+        polls = d.status()["sources"]["host"]["polls"] - before
+        # One runtime polls host about once a second; two would poll about twice as often.
+        assert polls <= 6, polls
+        assert time.monotonic() - proc_started > 1
+    finally:
+        d.__exit__()
+
+
+def test_sighup_then_sigterm_leaves_nothing_behind(daemon_factory, ctl):
+    d = daemon_factory(extra_sources="tests.helpers.test_sources:build_worker", env=worker_env(ctl))
+    d.wait_metric("accel_device_up", 1, device="0", uuid="TEST-0")
+    d.descendants()
+    d.signal(signal.SIGHUP)
+    time.sleep(0.3)
+    d.descendants()
+    d.signal(signal.SIGTERM)
+    try:
+        code = d.proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        pytest.fail("daemon did not exit within 5 s of SIGTERM after a SIGHUP")
+    assert code == 0
+    time.sleep(0.2)
+    assert d.leftover_children() == set()
+
+
+def test_basic_auth_password_rotation_by_sighup(daemon_factory):
+    old = bcrypt.hashpw(b"one", bcrypt.gensalt(rounds=4)).decode()
+    new = bcrypt.hashpw(b"two", bcrypt.gensalt(rounds=4)).decode()
+    d = daemon_factory({"web": {"basic_auth": {"users": {"prom": old}}}})
+    assert d.get("/metrics", auth=("prom", "one")).status == 200
+    assert d.get("/metrics", auth=("prom", "two")).status == 401
+    d.config_file.write_text(json.dumps({"web": {"basic_auth": {"users": {"prom": new}}}}))
+    d.signal(signal.SIGHUP)
+    d.wait_for(lambda: any(e.get("event") == "config reloaded" for e in d.events), what="reload")
+    assert d.get("/metrics", auth=("prom", "two")).status == 200
+    assert d.get("/metrics", auth=("prom", "one")).status == 401
+    assert not any(e.get("event") == "reload rejected" for e in d.events)
