@@ -151,7 +151,10 @@ class Gpu:
         try:
             value = fn(*args)
         except self.nvml.NVMLError as exc:
-            return self.failure(getattr(fn, "__name__", "nvml"), int(exc.value), str(exc))
+            code = int(exc.value)
+            if code in nv.ABSENT:  # the common failure (no fans, no ECC): no message built
+                return None
+            return self.failure(getattr(fn, "__name__", "nvml"), code, str(exc))
         except getattr(self.nvml, "NVMLLibraryMismatchError", ()):
             return None  # an unversioned symbol this driver lacks: the field is absent
         self.ok += 1
@@ -201,6 +204,7 @@ class DeviceReader:
         self.nvml = nvml
         # Newer entry points first; older nvidia-ml-py releases or drivers lack them.
         self._memory_v2 = nvml.has("nvmlMemory_v2")
+        self._memory_version = getattr(nvml, "nvmlMemory_v2", None)
         self._temperature_v = nvml.has("nvmlDeviceGetTemperatureV")
         self._event_reasons = nvml.has("nvmlDeviceGetCurrentClocksEventReasons")
         self._has_gpm = all(
@@ -228,15 +232,18 @@ class DeviceReader:
         handle = gpu.handle
         rows = out.rows
         error = self.nvml.NVMLError
+        sentinels, absent = nv.SENTINELS, nv.ABSENT
         answered = 0
         for fn, args, metric, prefix, scale, most in plan:
             try:
                 value = fn(handle, *args)
             except error as exc:
-                gpu.failure(fn.__name__, int(exc.value), str(exc))
+                code = int(exc.value)
+                if code not in absent:
+                    gpu.failure(fn.__name__, code, str(exc))
                 continue
             answered += 1
-            if value not in nv.SENTINELS and value <= most:
+            if value not in sentinels and value <= most:
                 target = rows[metric]  # new_rows(): a new family gets its list
                 target += prefix
                 target.append(value * scale)
@@ -268,7 +275,14 @@ class DeviceReader:
         self._mig_fast(gpu, out)
 
     def _newer(
-        self, gpu: Gpu, api: str, name: str, available: bool, read: Callable[[], Any]
+        self,
+        gpu: Gpu,
+        api: str,
+        name: str,
+        available: bool,
+        fn: Callable[..., Any],
+        *args: Any,
+        **kwargs: Any,
     ) -> Any:
         """The value of a newer entry point, or OLDER when this GPU must use the older one.
 
@@ -281,7 +295,7 @@ class DeviceReader:
         if not available or api in gpu.legacy:
             return OLDER
         try:
-            value = read()
+            value = fn(*args, **kwargs)
         except self.nvml.NVMLError as exc:
             code = int(exc.value)
             if code not in nv.DOWNGRADE:
@@ -314,7 +328,9 @@ class DeviceReader:
             "mig_memory" if gpu_instance else "memory",
             "nvmlDeviceGetMemoryInfo_v2",
             self._memory_v2,
-            lambda: n.nvmlDeviceGetMemoryInfo(handle, version=n.nvmlMemory_v2),
+            n.nvmlDeviceGetMemoryInfo,
+            handle,
+            version=self._memory_version,
         )
         if mem is OLDER:
             mem = gpu.call(n.nvmlDeviceGetMemoryInfo, handle)
@@ -340,7 +356,9 @@ class DeviceReader:
             "temperature",
             "nvmlDeviceGetTemperatureV",
             self._temperature_v,
-            lambda: n.nvmlDeviceGetTemperatureV(h, 0),
+            n.nvmlDeviceGetTemperatureV,
+            h,
+            0,
         )
         if value is OLDER:
             value = gpu.call(n.nvmlDeviceGetTemperature, h, 0)
@@ -361,7 +379,8 @@ class DeviceReader:
             "throttle",
             "nvmlDeviceGetCurrentClocksEventReasons",
             self._event_reasons,
-            lambda: n.nvmlDeviceGetCurrentClocksEventReasons(handle),
+            n.nvmlDeviceGetCurrentClocksEventReasons,
+            handle,
         )
         if reasons is OLDER:
             reasons = gpu.call(n.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
@@ -401,6 +420,7 @@ class DeviceReader:
             gpu.failure("nvmlDeviceGetFieldValues", int(exc.value), str(exc))
             return
         rows = out.rows
+        sentinels, union_value = nv.SENTINELS, nv.union_value
         answered = 0
         # ~50 entries per GPU per poll, answered in the order asked, each with its
         # own status: decoded from the raw array in one tight loop (pynvml's
@@ -412,8 +432,8 @@ class DeviceReader:
                 gpu.status(metric, code)
                 continue
             answered += 1
-            number = raw if kind == 3 else nv.union_value(kind, raw)
-            if number not in nv.SENTINELS:
+            number = raw if kind == 3 else union_value(kind, raw)
+            if number not in sentinels:
                 target = rows[metric]
                 target += prefix
                 target.append(number * scale)
