@@ -65,11 +65,12 @@ def load_amdsmi() -> Any:
         return importlib.import_module("amdsmi")
     except ImportError as exc:
         raise BackendUnavailable(
-            "library_missing", f"the amdsmi Python package is not installed ({exc})"
+            "binding_missing",
+            f"the amdsmi package is not installed (pip install accel-exporter[amd]): {exc}",
         ) from None
     except (KeyError, OSError) as exc:
         raise BackendUnavailable(
-            "library_missing",
+            "library_not_found",
             "amdsmi cannot load libamd_smi.so (install amd-smi-lib, or set ROCM_PATH): "
             f"{type(exc).__name__}: {exc}",
         ) from None

@@ -169,7 +169,7 @@ def test_once_and_probe_without_the_library(tmp_path: Path) -> None:
     assert line.split()[1:3] == ["auto", "unavailable"] and "libamd_smi.so" in line
     forced = cli("once", "--sources.amdsmi.enabled=true", env=missing)
     assert forced.returncode == 1  # asked for explicitly, its absence is an error
-    assert "amdsmi: library_missing: " in forced.stderr  # the down reason names the cause
+    assert "amdsmi: library_not_found: " in forced.stderr  # the down reason names the cause
 
 
 def test_probe_with_the_library_but_no_driver(amdsmi_root: Path) -> None:

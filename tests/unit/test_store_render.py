@@ -121,7 +121,7 @@ def test_unavailable_source_exports_info_not_up():
     clock = Clock()
     store = Store(mono=clock)
     store.register("nvml")
-    store.mark_unavailable("nvml", "library_missing", detail="libnvidia-ml.so.1 not found")
+    store.mark_unavailable("nvml", "library_not_found", detail="libnvidia-ml.so.1 not found")
     text = Exposition(store, process_metrics=False, clock=clock).render(None, None)[0].decode()
     assert value(text, "accel_exporter_source_up", source="nvml") is None
     assert (
@@ -129,7 +129,7 @@ def test_unavailable_source_exports_info_not_up():
             text,
             "accel_exporter_source_unavailable_info",
             source="nvml",
-            reason="library_missing",
+            reason="library_not_found",
         )
         == 1
     )
