@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import time
@@ -10,20 +9,12 @@ import time
 import pytest
 
 from tests.helpers.daemon import value
+from tests.helpers.test_sources import control_writer
 
 
 @pytest.fixture
 def ctl(tmp_path):
-    path = tmp_path / "control.json"
-
-    def set_mode(mode: str, **extra) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"mode": mode, **extra}))
-        tmp.replace(path)
-
-    set_mode("ok", value=3)
-    set_mode.path = str(path)
-    return set_mode
+    return control_writer(tmp_path / "control.json", value=3)
 
 
 def host_polls(d) -> int:

@@ -12,20 +12,12 @@ import bcrypt
 import pytest
 
 from tests.helpers.daemon import Daemon, value
+from tests.helpers.test_sources import control_writer
 
 
 @pytest.fixture
 def ctl(tmp_path):
-    path = tmp_path / "control.json"
-
-    def set_mode(mode: str, **extra) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"mode": mode, **extra}))
-        tmp.replace(path)
-
-    set_mode("ok", value=3)
-    set_mode.path = str(path)
-    return set_mode
+    return control_writer(tmp_path / "control.json", value=3)
 
 
 def worker_env(ctl, **extra: str) -> dict[str, str]:

@@ -32,6 +32,22 @@ def control(path: str | None = None) -> dict[str, Any]:
         return {"mode": "ok"}
 
 
+def control_writer(path: Path, **initial: Any) -> Any:
+    """``set_mode(mode, **extra)`` writing the control file atomically, started as "ok".
+
+    ``set_mode.path`` is the file, for the config of the source or backend it drives.
+    """
+
+    def set_mode(mode: str, **extra: Any) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"mode": mode, **extra}))
+        tmp.replace(path)  # a reader never sees half a file
+
+    set_mode("ok", **initial)
+    set_mode.path = str(path)  # type: ignore[attr-defined]
+    return set_mode
+
+
 class ControlledSource(Source):
     """Exports ``accel_devices{vendor=<source name>}`` = the control value."""
 

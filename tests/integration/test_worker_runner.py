@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from exporter.sources.device import DeviceSource
 from exporter.workers import runner as runner_mod
 from exporter.workers.runner import WorkerRunner
 from tests.helpers.daemon import REPO, children_of
+from tests.helpers.test_sources import control_writer
 
 BACKEND = "tests.helpers.worker_backend:MisbehavingBackend"
 
@@ -27,16 +27,7 @@ def fast_restarts(monkeypatch):
 
 @pytest.fixture
 def ctl(tmp_path):
-    path = tmp_path / "control.json"
-
-    def set_mode(mode: str, **extra) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"mode": mode, **extra}))
-        tmp.replace(path)
-
-    set_mode("ok")
-    set_mode.path = str(path)
-    return set_mode
+    return control_writer(tmp_path / "control.json")
 
 
 def make_runner(ctl, bootstrap_timeout: float = 10.0) -> WorkerRunner:
