@@ -133,6 +133,9 @@ class WorkerRunner:
         them anew. Returns once the old worker is reaped; the new one is starting.
         """
         self._log.info("worker restart", reason=reason, detail=detail)
+        # A poll waiting in ready() must wait for the new attempt, not return on
+        # the finished one's event (Python 3.12+ wait_for checks it without yielding).
+        self._attempt_done.clear()
         self._restart_now = True
         self.state.restarts += 1  # asked for, not a failure, but a new process all the same
         await self._terminate(graceful=True)
