@@ -117,8 +117,9 @@ def parse_readings(raw: Any, devices: Sequence[DeviceId], where: str) -> list[Re
         if type(rows) is not list or len(rows) % width:
             raise ShapeError(f"{where}.{metric} is not a list of rows of {width}")
         positions = rows[0::width]
-        # (the type check also refuses True and 1.0, which the set check would take for 1)
-        if not set(positions) <= known or not set(map(type, positions)) <= _INT:
+        # Types first: a list or dict there is unhashable for the set check, and the
+        # type check also refuses True and 1.0, which the set check would take for 1.
+        if not set(map(type, positions)) <= _INT or not set(positions) <= known:
             raise ShapeError(f"{where}.{metric} names a device outside the inventory")
         extras = []
         for k in range(1, width - 1):

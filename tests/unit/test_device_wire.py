@@ -49,6 +49,13 @@ def test_rows_become_readings_with_the_identity_of_their_position():
         ({"accel_power_watts": [True, 1.0]}, "outside the inventory"),
         ({"accel_power_watts": [0.0, 1.0]}, "outside the inventory"),
         ({"accel_power_watts": ["0", 1.0]}, "outside the inventory"),
+        ({"accel_power_watts": [[0], 1.0]}, "outside the inventory"),  # unhashable
+        ({"accel_power_watts": [{}, 1.0]}, "outside the inventory"),
+        # Families the daemon derives itself: a worker cannot overrule its verdict.
+        ({"accel_device_up": [0, 1.0]}, "not a device family"),
+        ({"accel_device_down_reason_info": [0, "ok", 1.0]}, "not a device family"),
+        # Another source's family, though it has device labels.
+        ({"accel_device_workload_info": [0, "ns", "pod", "c", 1.0]}, "not a device family"),
         ({"accel_clock_hertz": [0, 7, 1.0]}, "not a string"),
         ({"accel_clock_hertz": [0, None, 1.0]}, "not a string"),
         ({"accel_power_watts": [0, "1.0"]}, "not a number"),
