@@ -433,10 +433,14 @@ class DeviceReader:
                 continue
             answered += 1
             number = raw if kind == 3 else union_value(kind, raw)
-            if number not in sentinels:
-                target = rows[metric]
-                target += prefix
-                target.append(number * scale)
+            if number in sentinels:
+                continue
+            number *= scale
+            if number - number:  # a double entry (valueType 0) that is NaN or infinite
+                continue
+            target = rows[metric]
+            target += prefix
+            target.append(number)
         gpu.ok += answered
 
     def _processes(self, gpu: Gpu, handle: Any, out: Emitter, per_process: bool) -> None:

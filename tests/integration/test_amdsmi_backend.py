@@ -198,6 +198,29 @@ def test_lost_device_is_down_others_unaffected_and_it_comes_back(
     assert poll(backend)["devices"][5] == {"uuid": lost_uuid, "up": True, "reason": ""}
 
 
+@pytest.mark.parametrize(
+    ("func", "slow"),
+    [
+        ("amdsmi_get_violation_status", False),  # the last fast read
+        ("amdsmi_get_gpu_ecc_count", True),  # slow, after every fast read and the ECC total
+    ],
+)
+def test_device_lost_half_way_through_a_poll_has_none_of_its_rows(
+    make: Make, amdsmi_inprocess: FakeAmdSmi, func: str, slow: bool
+) -> None:
+    backend = make()
+    backend.bootstrap()
+    full = reply_values(poll(backend, slow=slow))
+    assert len([k for k in full if k[1][0] == "3"]) > 40
+    amdsmi_inprocess.rule(func, state.IO, device=3)
+    reply = poll(backend, slow=slow)
+    assert reply["devices"][3]["up"] is False and reply["devices"][3]["reason"] == "gpu_lost"
+    got = reply_values(reply)
+    assert not [k for k in got if k[1][0] == "3"]
+    for other in ("2", "4"):
+        assert {k for k in got if k[1][0] == other} == {k for k in full if k[1][0] == other}
+
+
 def test_device_answering_only_errors_is_down_with_that_reason(
     make: Make, amdsmi_inprocess: FakeAmdSmi
 ) -> None:

@@ -166,6 +166,41 @@ def test_not_supported_and_sentinels_are_omitted_not_exported(fake, backend):
     assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_double_field_value_is_omitted_and_the_reply_still_encodes(fake, backend, bad):
+    fake.device(0).memory_temp_double = bad  # NVML_FI_DEV_MEMORY_TEMP as valueType 0
+    fake.device(1).memory_temp_double = 47.5
+    b = started(backend)
+    reply = poll(b)
+    assert [d["up"] for d in reply["devices"]] == [True, True]
+    v = values(reply)  # through the real frame encoding, which refuses NaN and infinity
+    assert ("accel_temperature_celsius", ("0", fake.uuid(0), "memory")) not in v
+    assert v[("accel_temperature_celsius", ("0", fake.uuid(0), "gpu"))] == 34
+    assert v[("accel_temperature_celsius", ("1", fake.uuid(1), "memory"))] == 47.5
+    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+
+
+@pytest.mark.parametrize("code", [control.GPU_IS_LOST, control.RESET_REQUIRED])
+@pytest.mark.parametrize("slow", [True, False])
+def test_gpu_lost_half_way_through_a_poll_has_none_of_its_rows(fake, backend, code, slow):
+    b = started(backend)
+    full = values(poll(b, slow=slow))
+    ident0 = ("0", fake.uuid(0))
+    assert len([k for k in full if k[1][:2] == ident0]) > 40
+    # The process lists are read after every other fast field (and after the slow
+    # ones): by then the poll has added dozens of rows for the GPU.
+    fake.add_rule("nvmlDeviceGetComputeRunningProcesses_v3", device=0, error=code)
+    calls = fake.device(0).calls
+    reply = poll(b, slow=slow)
+    assert fake.device(0).calls - calls > 20  # it was read most of the way
+    assert reply["devices"][0]["up"] is False
+    v = values(reply)
+    assert not [k for k in v if k[1][:2] == ident0]
+    # The other GPU keeps every series it had, fast and slow.
+    ident1 = ("1", fake.uuid(1))
+    assert {k for k in v if k[1][:2] == ident1} == {k for k in full if k[1][:2] == ident1}
+
+
 def test_lost_gpu_is_down_and_others_unaffected(fake, backend):
     b = started(backend)
     before = values(poll(b))

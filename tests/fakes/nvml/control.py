@@ -171,6 +171,7 @@ class Device(ctypes.Structure):
         ("calls", ctypes.c_uint64),
         ("proc_sample_us", ctypes.c_uint64),
         ("proc_last_seen", ctypes.c_uint64),
+        ("memory_temp_double", ctypes.c_double),
     ]
 
 

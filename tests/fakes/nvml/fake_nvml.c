@@ -509,6 +509,7 @@ static const struct layout_entry layout[] = {
     OF(fake_device_t, mig_mode), OF(fake_device_t, mig_pending), OF(fake_device_t, mig),
     OF(fake_device_t, proc_count), OF(fake_device_t, pad2), OF(fake_device_t, procs),
     OF(fake_device_t, calls), OF(fake_device_t, proc_sample_us), OF(fake_device_t, proc_last_seen),
+    OF(fake_device_t, memory_temp_double),
     SZ(fake_state_t), OF(fake_state_t, magic), OF(fake_state_t, version),
     OF(fake_state_t, device_count), OF(fake_state_t, init_error),
     OF(fake_state_t, driver_version), OF(fake_state_t, cuda_driver_version),
@@ -900,6 +901,11 @@ static void field_value(fake_device_t *d, nvmlFieldValue_t *v) {
     }
     switch (v->fieldId) {
     case 82: /* NVML_FI_DEV_MEMORY_TEMP */
+        if (d->memory_temp_double != 0) { /* a double entry; NaN compares != 0 too */
+            v->valueType = 0;
+            v->value.dVal = d->memory_temp_double;
+            return;
+        }
         if (d->temperature_memory == 0) {
             v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
             return;

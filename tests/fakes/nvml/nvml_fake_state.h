@@ -109,6 +109,7 @@ typedef struct {
     uint64_t calls; /* NVML calls made on this device (written by the fake) */
     uint64_t proc_sample_us;  /* timeStamp of process utilization samples; 0: the time of the call */
     uint64_t proc_last_seen;  /* lastSeenTimeStamp of the last GetProcessUtilization (written by the fake) */
+    double memory_temp_double; /* nonzero (NaN too): memory temperature served as a double field value */
 } fake_device_t;
 
 typedef struct {
