@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,14 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state not in ("Z", "X")
+
+
+async def eventually(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """Wait until ``condition()`` holds or ``timeout`` passes; its last value."""
+    end = asyncio.get_running_loop().time() + timeout
+    while not condition() and asyncio.get_running_loop().time() < end:
+        await asyncio.sleep(0.01)
+    return condition()
 
 
 async def wait_ready(runner: WorkerRunner, timeout: float = 15.0) -> dict:
@@ -190,18 +199,13 @@ def test_bootstrap_deadline_kills(ctl):
         r = make_runner(ctl, bootstrap_timeout=1.0)
         await r.start()
         try:
-            loop = asyncio.get_running_loop()
-            end = loop.time() + 30
-            while r.pid is None and loop.time() < end:
-                await asyncio.sleep(0.01)
+            assert await eventually(lambda: r.pid is not None)
             first = r.pid
-            assert first is not None
             # "backoff" is set once the killed worker has been reaped; last_reason
             # alone is set just before the kill, while the worker may still run.
-            while (
-                r.state.last_reason != "bootstrap_timeout" or r.state.state != "backoff"
-            ) and loop.time() < end:
-                await asyncio.sleep(0.02)
+            await eventually(
+                lambda: r.state.last_reason == "bootstrap_timeout" and r.state.state == "backoff"
+            )
             assert r.state.last_reason == "bootstrap_timeout"
             # The hung worker is gone; at most its successor (also hanging) is alive.
             assert not alive(first)
@@ -399,10 +403,7 @@ def test_a_worker_killed_at_bootstrap_counts_as_a_restart(ctl):
         r = make_runner(ctl, bootstrap_timeout=0.5)
         await r.start()
         try:
-            loop = asyncio.get_running_loop()
-            end = loop.time() + 30
-            while r.state.restarts < 1 and loop.time() < end:
-                await asyncio.sleep(0.05)
+            await eventually(lambda: r.state.restarts >= 1)
             assert r.state.restarts >= 1
         finally:
             ctl("ok")
