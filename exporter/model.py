@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from itertools import repeat
 from typing import Union
 
@@ -77,11 +77,6 @@ def readings_of(
     return out
 
 
-def gauge(metric: str, value: float, *labels: str) -> Reading:
-    """Build a scalar reading; a small convenience for sources."""
-    return Reading(metric, tuple(labels), float(value))
-
-
 def is_number(value: object) -> bool:
     """True for a finite int or float that is not a bool (bools are not readings)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -119,14 +114,8 @@ class Snapshot:
     completed_mono: float
     duration: float
     stale_after: float
-    extra_status: dict[str, object] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         """True when the poll that made this snapshot succeeded."""
         return self.outcome.ok
-
-
-def readings_tuple(items: Sequence[Reading]) -> tuple[Reading, ...]:
-    """Freeze a list of readings."""
-    return tuple(items)

@@ -97,6 +97,7 @@ class EventWatcher:
             self._readers.append(reader)
             self._by_handle[dev.handle.value] = dev
         if self._readers:
+            self._log.info("events watched", devices=len(self._readers), types=self.types)
             self._thread = threading.Thread(target=self._run, name="amdsmi-events", daemon=True)
             self._thread.start()
 

@@ -63,8 +63,8 @@ class EventWatcher:
         self._thread: threading.Thread | None = None
         self._set: Any = None
         self._log = log.get(source="nvml")
-        self.registered = 0
-        self.wait_errors = 0
+        self._wait_failures: set[int] = set()
+        self.registered = 0  # GPUs registered for events
 
     def start(self) -> bool:
         """Create the event set, register each GPU, start the thread; False if impossible."""
@@ -85,6 +85,7 @@ class EventWatcher:
                 self._log.warning(
                     "event registration failed", device=device, reason=nv.reason_of(int(exc.value))
                 )
+        self._log.info("events watched", devices=self.registered, of=len(self._devices))
         self._thread = threading.Thread(target=self._run, name="nvml-events", daemon=True)
         self._thread.start()
         return True
@@ -110,8 +111,11 @@ class EventWatcher:
             try:
                 data = n.nvmlEventSetWait(self._set, self.wait_ms)
             except n.NVMLError as exc:
-                if int(exc.value) != nv.TIMEOUT:
-                    self.wait_errors += 1
+                code = int(exc.value)
+                if code != nv.TIMEOUT:
+                    if code not in self._wait_failures:  # once per reason, not per wait
+                        self._wait_failures.add(code)
+                        self._log.warning("event wait failed", reason=nv.reason_of(code))
                     self._stop.wait(ERROR_PAUSE_SECONDS)
                 else:
                     rest_after_empty_wait(self._stop, began, self.wait_ms / 1000)

@@ -58,7 +58,7 @@ GPU_IS_LOST = 15
 ARGUMENT_VERSION_MISMATCH = 25
 
 # The device as a whole is gone or unusable: stop reading it, export it down.
-DEVICE_FATAL = frozenset({1, 9, 15, 16, 18, 28})
+DEVICE_FATAL = frozenset({1, DRIVER_NOT_LOADED, GPU_IS_LOST, 16, 18, 28})
 # "This field does not exist here": omit it silently (a fact about the SKU,
 # the driver version or the container's permissions, not a fault).
 ABSENT = frozenset({NOT_SUPPORTED, NO_PERMISSION, NOT_FOUND, FUNCTION_NOT_FOUND, 21, 26})

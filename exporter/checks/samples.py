@@ -27,10 +27,9 @@ class SampleError(Exception):
 
 @dataclass
 class Samples:
-    """Samples by sample name (counters with their ``_total``), and when they were taken."""
+    """Samples by sample name (counters with their ``_total``), and how long fetching took."""
 
     by_name: dict[str, list[tuple[Labels, float]]] = field(default_factory=dict)
-    taken_at: float = field(default_factory=time.time)
     fetch_seconds: float = 0.0
 
     def get(self, name: str, **match: str) -> list[tuple[Labels, float]]:
