@@ -72,12 +72,15 @@ def test_connections_beyond_the_limit_get_503(daemon_factory):
     finally:
         hog.close()
     d.wait_for(lambda: d.get("/healthz").status == 200, what="slot released")
-    assert (
-        value(
-            d.metrics(),
-            "accel_exporter_build_info",
-            version=d.status()["version"],
-            python=".".join(map(str, __import__("sys").version_info[:3])),
-        )
-        == 1
-    )
+
+    # The server frees a slot only after it has closed the connection, which a client
+    # that has read the whole reply may beat: the next request can still get 503 for an
+    # instant. Each request therefore waits for its own free slot.
+    def served(path: str):
+        resp = d.get(path)
+        return resp if resp.status == 200 else None
+
+    text = d.wait_for(lambda: served("/metrics"), what="/metrics served").text
+    version = d.wait_for(lambda: served("/status"), what="/status served").json()["version"]
+    python = ".".join(map(str, __import__("sys").version_info[:3]))
+    assert value(text, "accel_exporter_build_info", version=version, python=python) == 1
