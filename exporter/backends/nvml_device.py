@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from exporter import log
 from exporter.backends import nvml_support as nv
@@ -78,13 +78,22 @@ FIELD_SPECS: dict[int, tuple[str, str, float]] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass
 class FieldPlan:
     """One GPU's nvmlDeviceGetFieldValues request and, entry by entry, where answers go."""
 
     links: tuple[int, ...]
     wanted: list[tuple[int, int] | int]
     targets: list[tuple[str, tuple[Any, ...], float]]  # (family, row prefix, scale)
+    # The same, as runs of consecutive entries with one family and scale:
+    # (family, scale, first entry, entry after the last, each entry's row prefix).
+    runs: list[tuple[str, float, int, int, list[tuple[Any, ...]]]] = field(default_factory=list)
+    # The driver's valueType of each entry at the last poll, and the entries whose
+    # raw 64 bits are not already the number (anything but an unsigned integer):
+    # a field's type does not change, so they are found once, not every poll.
+    kinds: bytes = b""
+    convert: tuple[int, ...] = ()
+    no_errors: bytes = b""
 
 
 class DeviceDown(Exception):
@@ -409,7 +418,17 @@ class DeviceReader:
                 for link in gpu.active_links:
                     wanted.append((fid, link))
                     targets.append((metric, out.prefix(str(link)), scale))
-            gpu.field_plan = FieldPlan(gpu.active_links, wanted, targets)
+            runs: list[tuple[str, float, int, int, list[tuple[Any, ...]]]] = []
+            for i, (metric, prefix, scale) in enumerate(targets):
+                if runs and runs[-1][:2] == (metric, scale):
+                    first, _, prefixes = runs[-1][2:]
+                    prefixes.append(prefix)
+                    runs[-1] = (metric, scale, first, i + 1, prefixes)
+                else:
+                    runs.append((metric, scale, i, i + 1, [prefix]))
+            gpu.field_plan = FieldPlan(
+                gpu.active_links, wanted, targets, runs, no_errors=bytes(4 * len(wanted))
+            )
         return gpu.field_plan
 
     def _field_values(self, gpu: Gpu, handle: Any, out: Emitter) -> None:
@@ -419,28 +438,33 @@ class DeviceReader:
         except self.nvml.NVMLError as exc:
             gpu.failure("nvmlDeviceGetFieldValues", int(exc.value), str(exc))
             return
-        rows = out.rows
-        sentinels, union_value = nv.SENTINELS, nv.union_value
-        answered = 0
-        # ~50 entries per GPU per poll, answered in the order asked, each with its
-        # own status: decoded from the raw array in one tight loop (pynvml's
-        # struct attributes are slow; and a plain loop over few C routines keeps
-        # the instruction cache warm, which bought more than slicing columns did).
-        statuses = nv.FIELD_STATUS.iter_unpack(bytes(values))
-        for (metric, prefix, scale), (kind, code, raw) in zip(plan.targets, statuses, strict=True):
-            if code:
-                gpu.status(metric, code)
-                continue
-            answered += 1
-            number = raw if kind == 3 else union_value(kind, raw)
-            if number in sentinels:
-                continue
-            number *= scale
-            if number - number:  # a double entry (valueType 0) that is NaN or infinite
-                continue
+        kinds, codes, raws = nv.field_columns(values)
+        numbers = cast("list[float]", raws)  # the raw bits become numbers in place
+        if len(numbers) != len(plan.targets):
+            raise ValueError(f"{len(numbers)} field values for {len(plan.targets)} asked")
+        kind_bytes = kinds.tobytes()
+        if kind_bytes != plan.kinds:
+            plan.kinds = kind_bytes
+            plan.convert = tuple(i for i, kind in enumerate(kinds) if kind not in nv.RAW_KINDS)
+        union_value = nv.union_value
+        for i in plan.convert:
+            number = union_value(kinds[i], raws[i])
+            # A NaN or infinite double is dropped like a sentinel.
+            numbers[i] = number if number - number == 0 else -1
+        answered = len(numbers)
+        if codes.tobytes() != plan.no_errors:  # some entries failed: the rare case
+            for i, code in enumerate(codes):
+                if code:
+                    answered -= 1
+                    numbers[i] = -1
+                    gpu.status(plan.targets[i][0], code)
+        rows, sentinels = out.rows, nv.SENTINELS
+        for metric, scale, first, end, prefixes in plan.runs:
             target = rows[metric]
-            target += prefix
-            target.append(number)
+            for prefix, number in zip(prefixes, numbers[first:end], strict=True):
+                if number not in sentinels:
+                    target += prefix
+                    target.append(number * scale)
         gpu.ok += answered
 
     def _processes(self, gpu: Gpu, handle: Any, out: Emitter, per_process: bool) -> None:

@@ -61,8 +61,22 @@ def test_unknown_names_are_refused(layout):
 def test_backend_struct_decoders_match_pynvml():
     from exporter.backends import nvml_support as nv
 
-    assert nv.FIELD_VALUE.size == nv.FIELD_STATUS.size == ctypes.sizeof(pynvml.c_nvmlFieldValue_t)
-    assert nv.FIELD_STATUS.size - 16 == pynvml.c_nvmlFieldValue_t.valueType.offset
+    assert nv.FIELD_VALUE.size == ctypes.sizeof(pynvml.c_nvmlFieldValue_t)
+    entries = (pynvml.c_nvmlFieldValue_t * 3)()
+    for i, (kind, code, raw) in enumerate(
+        [(3, 0, 2**64 - 2), (1, 15, 7), (0, 0, 4613937818241073152)]
+    ):
+        entries[i].fieldId, entries[i].scopeId = 140 + i, i
+        entries[i].timestamp, entries[i].latencyUsec = -5, -6
+        entries[i].valueType, entries[i].nvmlReturn = kind, code
+        entries[i].value.ullVal = raw
+    kinds, codes, raws = nv.field_columns(entries)
+    assert (kinds.tolist(), codes.tolist(), raws) == (
+        [3, 1, 0],
+        [0, 15, 0],
+        [2**64 - 2, 7, 4613937818241073152],
+    )
+    assert nv.union_value(0, raws[2]) == 3.0
     assert nv.UTILIZATION.size == ctypes.sizeof(pynvml.c_nvmlUtilization_t)
     assert nv.MEMORY_V1.size == ctypes.sizeof(pynvml.c_nvmlMemory_t)
     assert nv.MEMORY_V2.size == ctypes.sizeof(pynvml.c_nvmlMemory_v2_t)
