@@ -37,6 +37,9 @@ LOST = frozenset(
 U16_MAX = 0xFFFF
 U32_MAX = 0xFFFF_FFFF
 U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
+# "N/A" of a fan speed or its maximum, as a signed 64-bit -1 or all ones at the
+# widths the library and the SMU use.
+FAN_NOT_AVAILABLE = (-1, U16_MAX, U32_MAX, U64_MAX)
 # Exact scales are ints, so integral values stay ints (cheaper for JSON both ways).
 MHZ = 1_000_000
 KIB = 1024
@@ -277,20 +280,23 @@ def read_clocks(r: DeviceReader) -> None:
         info = r.call("clock", r.api.amdsmi_get_clock_info, kind)
         if info is None:
             continue
-        cur = number(info.get("clk"), U32_MAX)
-        top = number(info.get("max_clk"), U32_MAX)
+        # Some builds fill these from gpu_metrics' 16-bit fields, whose "N/A" is 0xFFFF:
+        # no clock domain runs at 65.535 GHz.
+        cur = number(info.get("clk"), U16_MAX, U32_MAX)
+        top = number(info.get("max_clk"), U16_MAX, U32_MAX)
         r.add("accel_clock_hertz", None if cur is None else cur * MHZ, clock)
         r.add("accel_clock_max_hertz", None if top is None else top * MHZ, clock)
 
 
 def read_fan(r: DeviceReader) -> None:
     """Fan 0 speed as a share of its maximum (Instinct boards have none: omitted)."""
-    speed = number(r.call("fan_speed", r.api.amdsmi_get_gpu_fan_speed, 0))
+    speed = number(r.call("fan_speed", r.api.amdsmi_get_gpu_fan_speed, 0), *FAN_NOT_AVAILABLE)
     if speed is None:
         return
-    top = number(r.call("fan_speed_max", r.api.amdsmi_get_gpu_fan_speed_max, 0))
-    if top:
-        r.add("accel_fan_speed_ratio", min(max(speed / top, 0.0), 1.0), "0")
+    top = number(r.call("fan_speed_max", r.api.amdsmi_get_gpu_fan_speed_max, 0), *FAN_NOT_AVAILABLE)
+    # A speed outside 0..max is not a reading: dropped, not clamped into a plausible one.
+    if top and top > 0 and 0 <= speed <= top:
+        r.add("accel_fan_speed_ratio", speed / top, "0")
 
 
 def read_pcie(r: DeviceReader) -> None:

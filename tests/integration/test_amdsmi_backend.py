@@ -52,6 +52,11 @@ def as_series(reply: dict[str, Any]) -> dict[expected.Series, float]:
     return out
 
 
+def series(metric: str, **labels: str) -> expected.Series:
+    """The key of one series in as_series()."""
+    return (metric, tuple(sorted(labels.items())))
+
+
 def up_series(reply: dict[str, Any], uuids: dict[str, str]) -> dict[expected.Series, float]:
     out = {}
     for dev in reply["devices"]:
@@ -166,6 +171,48 @@ def test_pcie_generations_from_gts_rates_and_the_interface_version(
     assert gen("accel_pcie_link_generation", gts, 1) == 4
     assert gen("accel_pcie_link_max_generation", gts, 1) == 5
     assert gen("accel_pcie_link_max_generation", unstated, 2) == 4
+
+
+FANS = [  # (speed, max) the library gives -> the ratio exported, None for none
+    ((120, 255), 120 / 255),
+    ((0, 255), 0.0),
+    ((-1, 255), None),  # int64 all ones
+    ((0xFFFF, 255), None),
+    ((0xFFFFFFFF, 255), None),
+    ((120, -1), None),  # the maximum as uint64 all ones
+    ((300, 255), None),  # above its maximum: not clamped into a plausible 1.0
+    ((120, 0), None),
+]
+
+
+@pytest.mark.parametrize(("fan", "ratio"), FANS)
+def test_fan_speed_is_a_ratio_of_its_maximum_and_na_is_omitted(
+    make: Make, amdsmi_inprocess: FakeAmdSmi, fan: tuple[int, int], ratio: float | None
+) -> None:
+    dev = amdsmi_inprocess.device(2)
+    dev.fan_supported = 1
+    dev.fan_speed, dev.fan_max = fan
+    backend = make()
+    backend.bootstrap()
+    got = as_series(poll(backend))
+    uuid = expected.uuid(dev)
+    assert got.get(series("accel_fan_speed_ratio", device="2", uuid=uuid, fan="0")) == ratio
+    assert got[series("accel_utilization_ratio", device="2", uuid=uuid)] == dev.gfx_activity / 100
+
+
+def test_a_16_bit_na_clock_is_omitted(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
+    # Builds that fill clk and max_clk from gpu_metrics' uint16 fields give 0xFFFF for N/A.
+    dev = amdsmi_inprocess.device(4)
+    dev.clk[6] = dev.clk_max[6] = 0xFFFF  # VCLK0
+    backend = make()
+    backend.bootstrap()
+    got = as_series(poll(backend))
+    ident = {"device": "4", "uuid": expected.uuid(dev)}
+    for metric in ("accel_clock_hertz", "accel_clock_max_hertz"):
+        assert series(metric, clock="video", **ident) not in got
+        assert got[series(metric, clock="graphics", **ident)] == 2100 * 10**6
+    other = {"device": "3", "uuid": expected.uuid(amdsmi_inprocess.device(3))}
+    assert got[series("accel_clock_hertz", clock="video", **other)] == 914 * 10**6
 
 
 def test_power_limit_falls_back_to_the_power_cap(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
