@@ -23,36 +23,45 @@ from exporter.backends.nvml_support import Emitter
 # Returned by DeviceReader._newer: read this GPU with the older entry point.
 OLDER = object()
 
+# To base units: (multiply by, divide by), one of them 1. A division is exact where
+# multiplying by 1e-3 is not (250123 mW * 1e-3 = 250.12300000000002 W); an integer
+# multiplication keeps integral values ints, which JSON writes and reads faster.
+Scale = tuple[int, int]
+ONE: Scale = (1, 1)
+KIB: Scale = (1024, 1)
+MHZ: Scale = (1_000_000, 1)
+MILLI: Scale = (1, 1000)
+NANO: Scale = (1, 1_000_000_000)
+
 # (pynvml function, extra arguments, family, dimension label, scale to base units,
-# largest valid value): the calls that read one number each. Exact scales are
-# ints, so integral values stay ints: JSON writes and reads those much faster.
-Scalar = tuple[str, tuple[int, ...], str, str, float, float]
-BoundScalar = tuple[Any, tuple[int, ...], str, str, float, float]
+# largest valid value): the calls that read one number each.
+Scalar = tuple[str, tuple[int, ...], str, str, Scale, float]
+BoundScalar = tuple[Any, tuple[int, ...], str, str, Scale, float]
 ANY = float("inf")
 FAST_SCALARS: tuple[Scalar, ...] = (
-    ("nvmlDeviceGetPowerUsage", (), "accel_power_watts", "", 1e-3, ANY),  # mW
-    ("nvmlDeviceGetEnforcedPowerLimit", (), "accel_power_limit_watts", "", 1e-3, ANY),
-    ("nvmlDeviceGetTotalEnergyConsumption", (), "accel_energy_joules_total", "", 1e-3, ANY),  # mJ
+    ("nvmlDeviceGetPowerUsage", (), "accel_power_watts", "", MILLI, ANY),  # mW
+    ("nvmlDeviceGetEnforcedPowerLimit", (), "accel_power_limit_watts", "", MILLI, ANY),
+    ("nvmlDeviceGetTotalEnergyConsumption", (), "accel_energy_joules_total", "", MILLI, ANY),  # mJ
     *(
-        ("nvmlDeviceGetClockInfo", (clock,), "accel_clock_hertz", name, 1_000_000, ANY)  # MHz
+        ("nvmlDeviceGetClockInfo", (clock,), "accel_clock_hertz", name, MHZ, ANY)
         for clock, name in nv.CLOCKS
     ),
-    ("nvmlDeviceGetPerformanceState", (), "accel_performance_state", "", 1, 15),  # 32: unknown
+    ("nvmlDeviceGetPerformanceState", (), "accel_performance_state", "", ONE, 15),  # 32: unknown
     # KB/s of 1024 bytes
-    ("nvmlDeviceGetPcieThroughput", (0,), "accel_pcie_tx_bytes_per_second", "", 1024, ANY),
-    ("nvmlDeviceGetPcieThroughput", (1,), "accel_pcie_rx_bytes_per_second", "", 1024, ANY),
-    ("nvmlDeviceGetPcieReplayCounter", (), "accel_pcie_replays_total", "", 1, ANY),
-    ("nvmlDeviceGetCurrPcieLinkGeneration", (), "accel_pcie_link_generation", "", 1, ANY),
-    ("nvmlDeviceGetCurrPcieLinkWidth", (), "accel_pcie_link_width", "", 1, ANY),
+    ("nvmlDeviceGetPcieThroughput", (0,), "accel_pcie_tx_bytes_per_second", "", KIB, ANY),
+    ("nvmlDeviceGetPcieThroughput", (1,), "accel_pcie_rx_bytes_per_second", "", KIB, ANY),
+    ("nvmlDeviceGetPcieReplayCounter", (), "accel_pcie_replays_total", "", ONE, ANY),
+    ("nvmlDeviceGetCurrPcieLinkGeneration", (), "accel_pcie_link_generation", "", ONE, ANY),
+    ("nvmlDeviceGetCurrPcieLinkWidth", (), "accel_pcie_link_width", "", ONE, ANY),
 )
 SLOW_SCALARS: tuple[Scalar, ...] = (
     *(
-        ("nvmlDeviceGetMaxClockInfo", (clock,), "accel_clock_max_hertz", name, 1_000_000, ANY)
+        ("nvmlDeviceGetMaxClockInfo", (clock,), "accel_clock_max_hertz", name, MHZ, ANY)
         for clock, name in nv.CLOCKS
     ),
-    ("nvmlDeviceGetMaxPcieLinkGeneration", (), "accel_pcie_link_max_generation", "", 1, ANY),
-    ("nvmlDeviceGetMaxPcieLinkWidth", (), "accel_pcie_link_max_width", "", 1, ANY),
-    ("nvmlDeviceGetRetiredPagesPendingStatus", (), "accel_retired_pages_pending", "", 1, 1),
+    ("nvmlDeviceGetMaxPcieLinkGeneration", (), "accel_pcie_link_max_generation", "", ONE, ANY),
+    ("nvmlDeviceGetMaxPcieLinkWidth", (), "accel_pcie_link_max_width", "", ONE, ANY),
+    ("nvmlDeviceGetRetiredPagesPendingStatus", (), "accel_retired_pages_pending", "", ONE, 1),
 )
 MEMORY = (
     "accel_memory_total_bytes",
@@ -67,12 +76,12 @@ MIG_MEMORY = (
     "",
 )
 # Field id -> (family, dimension label or "" for the NVLink link in scopeId, scale to base units).
-FIELD_SPECS: dict[int, tuple[str, str, float]] = {
-    nv.FI_MEMORY_TEMP: ("accel_temperature_celsius", "memory", 1),
-    nv.FI_NVLINK_THROUGHPUT_DATA_TX: ("accel_nvlink_tx_bytes_total", "", 1024),  # KiB
-    nv.FI_NVLINK_THROUGHPUT_DATA_RX: ("accel_nvlink_rx_bytes_total", "", 1024),
+FIELD_SPECS: dict[int, tuple[str, str, Scale]] = {
+    nv.FI_MEMORY_TEMP: ("accel_temperature_celsius", "memory", ONE),
+    nv.FI_NVLINK_THROUGHPUT_DATA_TX: ("accel_nvlink_tx_bytes_total", "", KIB),
+    nv.FI_NVLINK_THROUGHPUT_DATA_RX: ("accel_nvlink_rx_bytes_total", "", KIB),
     **{
-        fid: ("accel_clock_violation_seconds_total", name, 1e-9)  # nanoseconds
+        fid: ("accel_clock_violation_seconds_total", name, NANO)
         for fid, name in nv.VIOLATION_FIELDS
     },
 }
@@ -84,10 +93,10 @@ class FieldPlan:
 
     links: tuple[int, ...]
     wanted: list[tuple[int, int] | int]
-    targets: list[tuple[str, tuple[Any, ...], float]]  # (family, row prefix, scale)
-    # The same, as runs of consecutive entries with one family and scale:
-    # (family, scale, first entry, entry after the last, each entry's row prefix).
-    runs: list[tuple[str, float, int, int, list[tuple[Any, ...]]]] = field(default_factory=list)
+    targets: list[tuple[str, tuple[Any, ...], Scale]]  # (family, row prefix, scale)
+    # The same, as runs of consecutive entries with one family and scale: (family,
+    # multiply by, divide by, first entry, entry after the last, each one's row prefix).
+    runs: list[tuple[str, int, int, int, int, list[tuple[Any, ...]]]] = field(default_factory=list)
     # The driver's valueType of each entry at the last poll, and the entries whose
     # raw 64 bits are not already the number (anything but an unsigned integer):
     # a field's type does not change, so they are found once, not every poll.
@@ -216,6 +225,18 @@ class DeviceReader:
         self._memory_version = getattr(nvml, "nvmlMemory_v2", None)
         self._temperature_v = nvml.has("nvmlDeviceGetTemperatureV")
         self._event_reasons = nvml.has("nvmlDeviceGetCurrentClocksEventReasons")
+        # (api, newer name, newer available, newer, older): drivers before the _v3
+        # entry points list processes through _v2, with the same struct.
+        self._process_lists = tuple(
+            (
+                api,
+                f"nvmlDeviceGet{kind}RunningProcesses_v3",
+                nvml.has(f"nvmlDeviceGet{kind}RunningProcesses_v3"),
+                getattr(nvml, f"nvmlDeviceGet{kind}RunningProcesses_v3"),
+                getattr(nvml, f"nvmlDeviceGet{kind}RunningProcesses_v2"),
+            )
+            for api, kind in (("compute_processes", "Compute"), ("graphics_processes", "Graphics"))
+        )
         self._has_gpm = all(
             nvml.has(name)
             for name in (
@@ -235,15 +256,15 @@ class DeviceReader:
         plan = gpu.plans.get(table)
         if plan is None:  # the rows with this GPU's row prefixes, built once
             plan = gpu.plans[table] = [
-                (fn, args, metric, out.prefix(extra) if extra else out.prefix(), scale, most)
-                for fn, args, metric, extra, scale, most in self._tables[table]
+                (fn, args, metric, out.prefix(extra) if extra else out.prefix(), mul, per, most)
+                for fn, args, metric, extra, (mul, per), most in self._tables[table]
             ]
         handle = gpu.handle
         rows = out.rows
         error = self.nvml.NVMLError
         sentinels, absent = nv.SENTINELS, nv.ABSENT
         answered = 0
-        for fn, args, metric, prefix, scale, most in plan:
+        for fn, args, metric, prefix, mul, per, most in plan:
             try:
                 value = fn(handle, *args)
             except error as exc:
@@ -255,7 +276,7 @@ class DeviceReader:
             if value not in sentinels and value <= most:
                 target = rows[metric]  # new_rows(): a new family gets its list
                 target += prefix
-                target.append(value * scale)
+                target.append(value * mul if per == 1 else value / per)
         gpu.ok += answered
 
     # -- fast ---------------------------------------------------------------
@@ -409,7 +430,7 @@ class DeviceReader:
         """The field-value request of a GPU and where each answer goes (per NVLink layout)."""
         if gpu.field_plan is None or gpu.field_plan.links != gpu.active_links:
             wanted: list[tuple[int, int] | int] = []
-            targets: list[tuple[str, tuple[Any, ...], float]] = []
+            targets: list[tuple[str, tuple[Any, ...], Scale]] = []
             for fid, (metric, extra, scale) in FIELD_SPECS.items():
                 if extra:
                     wanted.append(fid)
@@ -418,14 +439,14 @@ class DeviceReader:
                 for link in gpu.active_links:
                     wanted.append((fid, link))
                     targets.append((metric, out.prefix(str(link)), scale))
-            runs: list[tuple[str, float, int, int, list[tuple[Any, ...]]]] = []
-            for i, (metric, prefix, scale) in enumerate(targets):
-                if runs and runs[-1][:2] == (metric, scale):
-                    first, _, prefixes = runs[-1][2:]
+            runs: list[tuple[str, int, int, int, int, list[tuple[Any, ...]]]] = []
+            for i, (metric, prefix, (mul, per)) in enumerate(targets):
+                if runs and runs[-1][:3] == (metric, mul, per):
+                    first, _, prefixes = runs[-1][3:]
                     prefixes.append(prefix)
-                    runs[-1] = (metric, scale, first, i + 1, prefixes)
+                    runs[-1] = (metric, mul, per, first, i + 1, prefixes)
                 else:
-                    runs.append((metric, scale, i, i + 1, [prefix]))
+                    runs.append((metric, mul, per, i, i + 1, [prefix]))
             gpu.field_plan = FieldPlan(
                 gpu.active_links, wanted, targets, runs, no_errors=bytes(4 * len(wanted))
             )
@@ -457,24 +478,26 @@ class DeviceReader:
                 if code:
                     answered -= 1
                     numbers[i] = -1
-                    gpu.status(plan.targets[i][0], code)
+                    gpu.status(f"nvmlDeviceGetFieldValues {plan.wanted[i]}", code)
         rows, sentinels = out.rows, nv.SENTINELS
-        for metric, scale, first, end, prefixes in plan.runs:
+        for metric, mul, per, first, end, prefixes in plan.runs:
             target = rows[metric]
             for prefix, number in zip(prefixes, numbers[first:end], strict=True):
                 if number not in sentinels:
                     target += prefix
-                    target.append(number * scale)
+                    target.append(number * mul if per == 1 else number / per)
         gpu.ok += answered
 
     def _processes(self, gpu: Gpu, handle: Any, out: Emitter, per_process: bool) -> None:
         n = self.nvml
-        compute = gpu.call(n.nvmlDeviceGetComputeRunningProcesses_v3, handle)
-        graphics = gpu.call(n.nvmlDeviceGetGraphicsRunningProcesses_v3, handle)
-        if compute is None and graphics is None:
+        lists = []
+        for api, name, available, newer, older in self._process_lists:
+            found = self._newer(gpu, api, name, available, newer, handle)
+            lists.append(gpu.call(older, handle) if found is OLDER else found)
+        if all(found is None for found in lists):
             return
         memory: dict[int, int | None] = {}
-        for proc in [*(compute or []), *(graphics or [])]:
+        for proc in [proc for found in lists for proc in found or ()]:
             used = proc.usedGpuMemory
             known = memory.get(proc.pid)
             # A process can be in both lists; its memory is the same allocation.

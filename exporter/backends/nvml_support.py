@@ -162,6 +162,8 @@ FUNCTIONS = (
     "nvmlDeviceGetFieldValues",
     "nvmlDeviceGetComputeRunningProcesses_v3",
     "nvmlDeviceGetGraphicsRunningProcesses_v3",
+    "nvmlDeviceGetComputeRunningProcesses_v2",
+    "nvmlDeviceGetGraphicsRunningProcesses_v2",
     "nvmlDeviceGetProcessUtilization",
     "nvmlDeviceGetTotalEccErrors",
     "nvmlDeviceGetRetiredPages",
@@ -316,23 +318,22 @@ class Emitter:
             prefix = self._cache[extra] = (self.position, *extra)
         return prefix
 
-    def add(self, metric: str, value: float | None, *extra: str, scale: float = 1) -> None:
-        """Add one reading, scaled; silently skipped when ``value`` is absent or a sentinel.
+    def add(self, metric: str, value: float | None, *extra: str) -> None:
+        """Add one reading; silently skipped when ``value`` is absent or a sentinel.
 
         ``extra`` are the family's label values after ``device`` and ``uuid``.
         """
         if value is None or value in SENTINELS:
             return
-        number = value * scale
-        if number - number:  # inf or nan
+        if value - value:  # inf or nan
             return
-        # put(self.rows, metric, self.prefix(*extra), number), inlined: ~10 a GPU a poll
+        # put(self.rows, metric, self.prefix(*extra), value), inlined: ~10 a GPU a poll
         prefix = self._cache.get(extra) if extra else self._base
         if prefix is None:
             prefix = self.prefix(*extra)
         rows = self.rows[metric]  # the reply's rows (new_rows()): created on first use
         rows += prefix
-        rows.append(number)
+        rows.append(value)
 
     def ratio(self, metric: str, percent: float | None, *extra: str) -> None:
         """Add a percent as a 0..1 ratio (sentinels and out-of-range values are dropped)."""

@@ -27,9 +27,10 @@ def nvml_config(**nvml):
 def test_exact_values_on_metrics_and_promtool(daemon_factory, fake_nvml):
     fake = fake_nvml(2)
     dev = fake.device(1)
-    dev.power_mw, dev.energy_mj, dev.util_gpu = 123456, 5_000_001, 99
+    # Values whose conversion by multiplying (x 1e-3, x 1e-9) is off in the last digit.
+    dev.power_mw, dev.power_limit_mw, dev.energy_mj, dev.util_gpu = 250123, 700123, 5_000_001, 99
     dev.memory_used, dev.pcie_rx_kbs, dev.temperature_gpu = 7 << 30, 1000, 71
-    dev.violation_ns[8] = 3_000_000_000
+    dev.violation_ns[8] = 123_456_789
     d = daemon_factory(nvml_config(), env=fake.env())
     u0, u1 = fake.uuid(0), fake.uuid(1)
     d.wait_metric("accel_device_up", 1, device="1", uuid=u1)
@@ -53,7 +54,8 @@ def test_exact_values_on_metrics_and_promtool(daemon_factory, fake_nvml):
     )
     assert value(s, "accel_device_info", **info) == 1
     one = {"device": "1", "uuid": u1}
-    assert value(s, "accel_power_watts", **one) == 123.456
+    assert value(s, "accel_power_watts", **one) == 250.123
+    assert value(s, "accel_power_limit_watts", **one) == 700.123
     assert value(s, "accel_energy_joules_total", **one) == 5000.001
     assert value(s, "accel_utilization_ratio", **one) == 0.99
     assert value(s, "accel_memory_used_bytes", **one) == 7 * 2**30
@@ -62,7 +64,7 @@ def test_exact_values_on_metrics_and_promtool(daemon_factory, fake_nvml):
     assert value(s, "accel_clock_hertz", clock="graphics", **one) == 1.755e9
     assert (
         value(s, "accel_clock_violation_seconds_total", reason="hw_power_brake_slowdown", **one)
-        == 3.0
+        == 0.123456789
     )
     assert value(s, "accel_ecc_errors_total", type="corrected", counter="aggregate", **one) == 17
     assert value(s, "accel_power_watts", device="0", uuid=u0) == 312.456

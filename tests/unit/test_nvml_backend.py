@@ -439,6 +439,34 @@ def test_processes_two_call_protocol_and_per_process_series(fake, backend):
     assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
 
 
+@pytest.mark.parametrize("code", [13, *NEWER_REFUSALS])  # 13: FUNCTION_NOT_FOUND
+def test_process_lists_fall_back_to_v2_on_drivers_without_v3(fake, backend, code):
+    rules = [
+        fake.add_rule(f"nvmlDeviceGet{kind}RunningProcesses_v3", error=code)
+        for kind in ("Compute", "Graphics")
+    ]
+    fake.set_processes(
+        0,
+        [
+            Process(4242, used_memory=3 << 30, sm_util=55),
+            Process(6060, used_memory=1 << 20, graphics=True),
+        ],
+    )
+    b = started(backend)
+    v = values(poll(b, processes=True))
+    ident = ("0", fake.uuid(0))
+    assert v[("accel_processes", ident)] == 2
+    assert v[("accel_process_memory_bytes", (*ident, "4242"))] == 3 * 2**30
+    assert v[("accel_process_memory_bytes", (*ident, "6060"))] == 2**20
+    assert v[("accel_process_sm_utilization_ratio", (*ident, "4242"))] == 0.55
+    assert v[("accel_processes", ("1", fake.uuid(1)))] == 0
+    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+    # The downgrade is remembered: _v3 is not asked again.
+    asked = [fake.state.rules[rule].matched for rule in rules]
+    values(poll(b, slow=False, processes=True))
+    assert [fake.state.rules[rule].matched for rule in rules] == asked
+
+
 def test_process_utilization_passes_the_last_sample_time_seen(fake, backend):
     fake.set_processes(0, [Process(4242, sm_util=55)])
     dev = fake.device(0)

@@ -1009,6 +1009,19 @@ EXPORT int nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t h, unsigned int
     return process_list(d, 1, count, infos);
 }
 
+/* Drivers before R510: the same lists through _v2, with the same 24-byte struct. */
+EXPORT int nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t h, unsigned int *count,
+                                                   nvmlProcessInfo_t *infos) {
+    ENTER(h);
+    return process_list(d, 0, count, infos);
+}
+
+EXPORT int nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t h, unsigned int *count,
+                                                    nvmlProcessInfo_t *infos) {
+    ENTER(h);
+    return process_list(d, 1, count, infos);
+}
+
 EXPORT int nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessUtilizationSample_t *samples,
                                            unsigned int *count, unsigned long long lastSeen) {
     ENTER(h);
