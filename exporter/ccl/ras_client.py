@@ -79,6 +79,7 @@ class RasResponse:
     format: str
     peer: str
     seconds: float
+    protocol: str = str(PROTOCOL)  # the number in the server's SERVER PROTOCOL line
 
 
 @dataclass(frozen=True)
@@ -172,14 +173,19 @@ async def _command(
 
 async def handshake(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, progress: _Progress
-) -> None:
-    """``CLIENT PROTOCOL 2`` -> ``SERVER PROTOCOL n`` (any n: the number is never bumped)."""
+) -> str:
+    """``CLIENT PROTOCOL 2`` -> ``SERVER PROTOCOL n``; n, which is accepted whatever it is.
+
+    ncclras itself only warns on a different number and goes on: the number has
+    never been bumped, and features are detected by trying them.
+    """
     reply = await _command(reader, writer, f"CLIENT PROTOCOL {PROTOCOL}", progress)
     words = reply.split()
     if len(words) != 3 or words[0].upper() != "SERVER" or words[1].upper() != "PROTOCOL":
         raise RasClientError(
             "error", "protocol_error", f"unexpected handshake reply {reply[:80]!r}"
         )
+    return words[2][:20]
 
 
 async def choose_format(
@@ -251,7 +257,7 @@ async def query(
         writer: asyncio.StreamWriter | None = None
         try:
             reader, writer, peer = await _connect(endpoint, resolver, progress)
-            await handshake(reader, writer, progress)
+            protocol = await handshake(reader, writer, progress)
             reply = await _command(reader, writer, f"TIMEOUT {options.leg_timeout}", progress)
             if reply.upper() != "OK" and not reply.startswith("ERROR:"):
                 raise RasClientError("error", "protocol_error", f"unexpected reply {reply[:80]!r}")
@@ -260,7 +266,7 @@ async def query(
             writer.write(b"VERBOSE STATUS\n" if options.verbose else b"STATUS\n")
             await writer.drain()
             body = await _read_body(reader, options.max_bytes, progress)
-            return RasResponse(body, fmt, peer, time.monotonic() - started)
+            return RasResponse(body, fmt, peer, time.monotonic() - started, protocol)
         except RasClientError:
             raise
         except ConnectionResetError:

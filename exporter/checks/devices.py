@@ -163,7 +163,7 @@ def temperature(
         return Verdict(status, [perf], note)
 
     def head(verdicts: list[Verdict]) -> str:
-        hottest = max(p.value for v in verdicts for p in v.perf)
+        hottest = max(p.value for v in verdicts for p in v.perf if p.value is not None)
         return f"hottest {sensor} sensor {hottest:g}C over {len(verdicts)} GPUs"
 
     what = f"{sensor} temperature"

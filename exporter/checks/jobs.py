@@ -40,6 +40,7 @@ def ccl_job(samples: Samples, address: str = "") -> Result:
         if lost:
             part += f" ({dead.get(addr, 0):g} dead, {missing.get(addr, 0):g} missing processes)"
         parts.append(part)
-        perf.append(Perf(f"{addr}_dead", dead.get(addr, 0), crit="0", minimum=0))
-        perf.append(Perf(f"{addr}_missing", missing.get(addr, 0), crit="0", minimum=0))
+        # No report (unreachable, error, no job): the counts are unknown, not 0.
+        perf.append(Perf(f"{addr}_dead", dead.get(addr), crit="0", minimum=0))
+        perf.append(Perf(f"{addr}_missing", missing.get(addr), crit="0", minimum=0))
     return Result(worst(statuses), "; ".join(parts), perf)

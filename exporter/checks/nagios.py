@@ -37,10 +37,14 @@ def _number(value: float | None) -> str:
 
 @dataclass(frozen=True)
 class Perf:
-    """One perfdata item: ``'label'=value[uom];[warn];[crit];[min];[max]``."""
+    """One perfdata item: ``'label'=value[uom];[warn];[crit];[min];[max]``.
+
+    A value of None is rendered ``U`` (the plugin guidelines' "undetermined"):
+    a figure the exporter does not have is never shown as 0.
+    """
 
     label: str
-    value: float
+    value: float | None
     uom: str = ""
     warn: str = ""
     crit: str = ""
@@ -53,7 +57,7 @@ class Perf:
             self.label if _LABEL_SAFE.match(self.label) else "'" + self.label.replace("'", "") + "'"
         )
         fields = [
-            f"{_number(self.value)}{self.uom}",
+            "U" if self.value is None else f"{_number(self.value)}{self.uom}",
             self.warn,
             self.crit,
             _number(self.minimum),

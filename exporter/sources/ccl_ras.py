@@ -43,6 +43,7 @@ from exporter.catalog.ccl import QUERY_BUCKETS
 from exporter.ccl import ras_readings
 from exporter.ccl.hosts import local_addresses, normalize
 from exporter.ccl.ras_client import (
+    PROTOCOL,
     Endpoint,
     QueryOptions,
     RasClientError,
@@ -100,6 +101,7 @@ class _Address:
     format: str = ""
     peer: str = ""
     version: str = ""
+    protocol: str = str(PROTOCOL)
     monitor_task: asyncio.Task[None] | None = None
     monitor_up: bool = False
     events: dict[str, int] = field(default_factory=dict)
@@ -264,6 +266,7 @@ class CclRasSource(Source):
         try:
             response = await query(entry.endpoint, options, self.resolver)
             entry.format, entry.peer = response.format, response.peer
+            self._note_protocol(entry, response.protocol)
             loop = asyncio.get_running_loop()
             report = await loop.run_in_executor(None, parse_report, response.body)
         except RasClientError as exc:
@@ -343,18 +346,32 @@ class CclRasSource(Source):
                 role="reporter" if self._reporter(entry) else "follower",
             )
 
+    def _note_protocol(self, entry: _Address, protocol: str) -> None:
+        """Log once per change a server that announces another protocol number than ours."""
+        if protocol == entry.protocol:
+            return
+        entry.protocol = protocol
+        if protocol != str(PROTOCOL):
+            self._log.warning(
+                "RAS server announces another protocol number; going on, as ncclras does",
+                address=entry.endpoint.label,
+                server_protocol=protocol,
+                client_protocol=PROTOCOL,
+            )
+
     def _enter(self, entry: _Address, state: str, reasons: list[str]) -> None:
         entry.reasons = reasons
+        first = not entry.machine.state
         previous = entry.machine.move(state)
-        if previous is None:
+        bad = state in BAD_STATES | {"degraded", "stalled"}
+        # A job already degraded when the daemon starts deserves a line too; a failed
+        # first query has its own ("poll failed").
+        if previous is None and not (first and state in {"degraded", "stalled"}):
             return
-        level = (
-            self._log.warning if state in BAD_STATES | {"degraded", "stalled"} else self._log.info
-        )
-        level(
-            "ccl job state changed",
+        (self._log.warning if bad else self._log.info)(
+            "ccl job state changed" if previous is not None else "ccl job state",
             address=entry.endpoint.label,
-            previous=previous,
+            previous=previous or "",
             state=state,
             reasons=reasons,
             detail=entry.detail,

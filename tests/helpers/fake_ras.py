@@ -57,6 +57,7 @@ class FakeRasServer:
         host: str = "127.0.0.1",
         fault: str | None = None,
         collective_delay: float = 0.0,
+        protocol: str = "2",
     ) -> None:
         self.family = family
         self.job = job
@@ -65,6 +66,7 @@ class FakeRasServer:
         self.host = host
         self.fault = fault
         self.collective_delay = collective_delay
+        self.protocol = protocol  # the number in SERVER PROTOCOL (2 in every release)
         self.commands: list[str] = []
         self.connections = 0
         self.reports = 0
@@ -147,7 +149,11 @@ class FakeRasServer:
                 if self.fault == "silent":
                     continue
                 if low.startswith("client protocol "):
-                    reply = "HELLO\n" if self.fault == "bad_handshake" else "SERVER PROTOCOL 2\n"
+                    reply = (
+                        "HELLO\n"
+                        if self.fault == "bad_handshake"
+                        else f"SERVER PROTOCOL {self.protocol}\n"
+                    )
                 elif low.startswith("timeout "):
                     value = command[len("timeout ") :]
                     ok = value.isdigit()

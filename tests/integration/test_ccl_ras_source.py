@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from structlog.testing import capture_logs
 
 from exporter.config.schema import CclRasSourceConfig
 from exporter.errors import SourceError
@@ -264,6 +265,42 @@ def test_text_family_degraded_and_missing_comma_json():
         assert values[("accel_ccl_job_dead_processes", (a,))] == 1
         assert values[("accel_ccl_comm_missing_ranks", (a, "3b2fe521bf43bc04"))] == 1
         assert values[("accel_ccl_job_state_reason_info", (a, "dead_processes"))] == 1
+
+
+def test_another_protocol_number_is_served_and_logged_once():
+    async def body(source, server):
+        first = await poll(source)
+        second = await poll(source)
+        return first, second, server.address
+
+    with capture_logs() as logs:
+        (values, error), (_, again), a = run(
+            with_server(FakeRasServer("2.29", make_job(1, 4), protocol="3"), body)
+        )
+    assert error is None and again is None
+    assert state_of(values, a) == "healthy"
+    noted = [e for e in logs if e.get("server_protocol")]
+    assert [(e["log_level"], e["server_protocol"], e["address"]) for e in noted] == [
+        ("warning", "3", a)
+    ]
+
+
+def test_a_job_degraded_at_the_first_query_is_logged():
+    job = make_job(2, 4)
+    job.set_fate("10.0.0.2", 10005, "dead")
+
+    async def body(source, server):
+        await poll(source)
+        await poll(source)
+        return server.address
+
+    with capture_logs() as logs:
+        a = run(with_server(FakeRasServer("2.29", job), body))
+    lines = [e for e in logs if e["event"].startswith("ccl job state")]
+    assert [(e["log_level"], e["state"], e["previous"], e["address"]) for e in lines] == [
+        ("warning", "degraded", "", a)
+    ]
+    assert "dead_processes" in lines[0]["reasons"]
 
 
 def test_monitor_events_are_counted():

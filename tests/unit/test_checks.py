@@ -76,8 +76,9 @@ def ccl(state, dead=0, missing=0, address="localhost:28028"):
     out = ""
     for s in ("no_job", "unreachable", "error", "healthy", "degraded", "stalled"):
         out += f'accel_ccl_job_state{{address="{address}",state="{s}"}} {1 if s == state else 0}\n'
-    out += f'accel_ccl_job_dead_processes{{address="{address}"}} {dead}\n'
-    out += f'accel_ccl_job_missing_processes{{address="{address}"}} {missing}\n'
+    if dead is not None:  # None: no report, so the source exports no counts
+        out += f'accel_ccl_job_dead_processes{{address="{address}"}} {dead}\n'
+        out += f'accel_ccl_job_missing_processes{{address="{address}"}} {missing}\n'
     return out
 
 
@@ -201,6 +202,8 @@ CASES = [
     ("ccl-job", [], ccl("stalled"), 2, "stalled"),
     ("ccl-job", [], ccl("degraded", dead=2), 2, "2 dead"),
     ("ccl-job", [], ccl("unreachable"), 3, "unreachable"),
+    ("ccl-job", [], ccl("unreachable", dead=None), 3, "localhost:28028_dead=U;;0;0"),
+    ("ccl-job", [], ccl("healthy"), 0, "localhost:28028_dead=0;;0;0"),
     ("ccl-job", [], BUILD, 3, "no NCCL/RCCL job state"),
     ("exporter", [], BUILD + source("host") + source("nvml"), 0, "2 of 2 sources up"),
     (
