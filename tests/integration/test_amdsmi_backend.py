@@ -407,6 +407,14 @@ def test_events_are_counted_per_device_and_type(make: Make, amdsmi_inprocess: Fa
     ]
     assert len(stamps) == 2 and all(before <= s <= time.time() for s in stamps)
     assert amdsmi_inprocess.state.event_head == amdsmi_inprocess.state.event_tail
+    # A device found lost keeps its event counters: they are what explains it.
+    amdsmi_inprocess.device(6).lost_status = state.DRIVER_NOT_LOADED
+    lost = poll(backend)
+    assert lost["devices"][6]["up"] is False
+    assert _events(lost)[("6", "gpu_pre_reset")] == 1
+    assert not [
+        r for r in reply_readings(lost) if r.metric == "accel_power_watts" and r.labels[0] == "6"
+    ]
 
 
 def test_event_types_are_configurable(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:

@@ -591,6 +591,13 @@ def test_xid_events_are_counted_without_delaying_polls(fake, backend):
         poll(b, slow=False)
     per_poll = (time.monotonic() - began) / 10
     assert per_poll / (b.events.wait_ms / 1000) < 0.5
+    # A GPU found lost keeps its XID counters: they are what explains it.
+    fake.device(1).lost = 1
+    reply = poll(b, slow=False)
+    assert reply["devices"][1]["up"] is False
+    lost = values(reply)
+    assert lost[("accel_xid_errors_total", ("1", fake.uuid(1), "79"))] == 2
+    assert ("accel_power_watts", ("1", fake.uuid(1))) not in lost
 
 
 def test_event_wait_returning_at_once_does_not_spin(fake, backend):
