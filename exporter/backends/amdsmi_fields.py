@@ -295,7 +295,7 @@ def read_fan(r: DeviceReader) -> None:
         return
     top = number(r.call("fan_speed_max", r.api.amdsmi_get_gpu_fan_speed_max, 0), *FAN_NOT_AVAILABLE)
     # A speed outside 0..max is not a reading: dropped, not clamped into a plausible one.
-    if top and top > 0 and 0 <= speed <= top:
+    if top is not None and top > 0 and 0 <= speed <= top:
         r.add("accel_fan_speed_ratio", speed / top, "0")
 
 

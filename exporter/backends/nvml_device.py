@@ -93,10 +93,10 @@ class FieldPlan:
 
     links: tuple[int, ...]
     wanted: list[tuple[int, int] | int]
-    targets: list[tuple[str, tuple[Any, ...], Scale]]  # (family, row prefix, scale)
-    # The same, as runs of consecutive entries with one family and scale: (family,
-    # multiply by, divide by, first entry, entry after the last, each one's row prefix).
-    runs: list[tuple[str, int, int, int, int, list[tuple[Any, ...]]]] = field(default_factory=list)
+    # Where the answers go, as runs of consecutive entries with one family and scale:
+    # (family, multiply by, divide by, first entry, entry after the last, each
+    # entry's row prefix).
+    runs: list[tuple[str, int, int, int, int, list[tuple[Any, ...]]]]
     # The driver's valueType of each entry at the last poll, and the entries whose
     # raw 64 bits are not already the number (anything but an unsigned integer):
     # a field's type does not change, so they are found once, not every poll.
@@ -430,25 +430,21 @@ class DeviceReader:
         """The field-value request of a GPU and where each answer goes (per NVLink layout)."""
         if gpu.field_plan is None or gpu.field_plan.links != gpu.active_links:
             wanted: list[tuple[int, int] | int] = []
-            targets: list[tuple[str, tuple[Any, ...], Scale]] = []
-            for fid, (metric, extra, scale) in FIELD_SPECS.items():
-                if extra:
-                    wanted.append(fid)
-                    targets.append((metric, out.prefix(extra), scale))
-                    continue
-                for link in gpu.active_links:
-                    wanted.append((fid, link))
-                    targets.append((metric, out.prefix(str(link)), scale))
             runs: list[tuple[str, int, int, int, int, list[tuple[Any, ...]]]] = []
-            for i, (metric, prefix, (mul, per)) in enumerate(targets):
-                if runs and runs[-1][:3] == (metric, mul, per):
-                    first, _, prefixes = runs[-1][3:]
-                    prefixes.append(prefix)
-                    runs[-1] = (metric, mul, per, first, i + 1, prefixes)
-                else:
-                    runs.append((metric, mul, per, i, i + 1, [prefix]))
+            for fid, (metric, extra, (mul, per)) in FIELD_SPECS.items():
+                first = len(wanted)
+                if extra:  # one entry per GPU
+                    wanted.append(fid)
+                    prefixes = [out.prefix(extra)]
+                else:  # one entry per NVLink link, the link in scopeId
+                    wanted += [(fid, link) for link in gpu.active_links]
+                    prefixes = [out.prefix(str(link)) for link in gpu.active_links]
+                if runs and runs[-1][:3] == (metric, mul, per):  # the violation reasons
+                    first, prefixes = runs[-1][3], runs[-1][5] + prefixes
+                    runs.pop()
+                runs.append((metric, mul, per, first, len(wanted), prefixes))
             gpu.field_plan = FieldPlan(
-                gpu.active_links, wanted, targets, runs, no_errors=bytes(4 * len(wanted))
+                gpu.active_links, wanted, runs, no_errors=bytes(4 * len(wanted))
             )
         return gpu.field_plan
 
@@ -461,8 +457,8 @@ class DeviceReader:
             return
         kinds, codes, raws = nv.field_columns(values)
         numbers = cast("list[float]", raws)  # the raw bits become numbers in place
-        if len(numbers) != len(plan.targets):
-            raise ValueError(f"{len(numbers)} field values for {len(plan.targets)} asked")
+        if len(numbers) != len(plan.wanted):
+            raise ValueError(f"{len(numbers)} field values for {len(plan.wanted)} asked")
         kind_bytes = kinds.tobytes()
         if kind_bytes != plan.kinds:
             plan.kinds = kind_bytes
