@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -236,6 +238,19 @@ def device_source(ctl, enabled: bool | str = True, expected: int | None = None) 
     return src
 
 
+@contextlib.asynccontextmanager
+async def ready_device_source(ctl, **kwargs: Any) -> AsyncIterator[DeviceSource]:
+    """device_source(), started and past its first bootstrap; closed (worker healthy) after."""
+    src = device_source(ctl, **kwargs)
+    await src.start()
+    try:
+        await src.wait_ready(10)
+        yield src
+    finally:
+        ctl("ok")
+        await src.close()
+
+
 def counts(readings) -> dict[tuple[str, tuple[str, ...]], float]:
     """accel_devices and accel_devices_expected by (metric, labels)."""
     return {
@@ -247,10 +262,7 @@ def counts(readings) -> dict[tuple[str, tuple[str, ...]], float]:
 
 def test_expected_count_is_exported_with_the_inventory_vendor(ctl):
     async def go():
-        src = device_source(ctl, expected=4)
-        await src.start()
-        try:
-            await src.wait_ready(10)
+        async with ready_device_source(ctl, expected=4) as src:
             # The inventory's vendor ("test") wins over the source's default.
             assert counts(await src.poll()) == {
                 ("accel_devices", ("test",)): 2.0,
@@ -266,22 +278,14 @@ def test_expected_count_is_exported_with_the_inventory_vendor(ctl):
                 ("accel_devices", ("test",)): 2.0,
                 ("accel_devices_expected", ("test",)): 4.0,
             }
-        finally:
-            ctl("ok")
-            await src.close()
 
     run(go())
 
 
 def test_no_expected_count_unless_configured(ctl):
     async def go():
-        src = device_source(ctl)
-        await src.start()
-        try:
-            await src.wait_ready(10)
+        async with ready_device_source(ctl) as src:
             assert counts(await src.poll()) == {("accel_devices", ("test",)): 2.0}
-        finally:
-            await src.close()
 
     run(go())
 
@@ -290,19 +294,13 @@ def test_no_expected_count_unless_configured(ctl):
 def test_missing_library_with_an_expected_count_is_a_failure(ctl, enabled):
     async def go():
         ctl("bootstrap_unavailable")
-        src = device_source(ctl, enabled=enabled, expected=8)
-        await src.start()
-        try:
-            await src.wait_ready(10)
+        async with ready_device_source(ctl, enabled=enabled, expected=8) as src:
             with pytest.raises(SourceError) as info:
                 await src.poll()
             # Not "no such hardware here": the node is declared to have 8 devices.
             assert not isinstance(info.value, SourceUnavailable)
             assert info.value.reason == "library_not_found"
             assert counts(info.value.readings) == {("accel_devices_expected", ("testvendor",)): 8.0}
-        finally:
-            ctl("ok")
-            await src.close()
 
     run(go())
 
@@ -310,16 +308,10 @@ def test_missing_library_with_an_expected_count_is_a_failure(ctl, enabled):
 def test_missing_library_without_an_expected_count_stays_unavailable(ctl):
     async def go():
         ctl("bootstrap_unavailable")
-        src = device_source(ctl, enabled="auto")
-        await src.start()
-        try:
-            await src.wait_ready(10)
+        async with ready_device_source(ctl, enabled="auto") as src:
             with pytest.raises(SourceUnavailable) as info:
                 await src.poll()
             assert info.value.readings == ()
-        finally:
-            ctl("ok")
-            await src.close()
 
     run(go())
 
@@ -327,10 +319,7 @@ def test_missing_library_without_an_expected_count_stays_unavailable(ctl):
 @pytest.mark.parametrize("mode", ["short", "bad_reading", "ragged"])
 def test_shape_mismatch_is_an_error_and_kills(ctl, mode):
     async def go():
-        src = device_source(ctl)
-        await src.start()
-        try:
-            await src.wait_ready(10)
+        async with ready_device_source(ctl) as src:
             ok = await src.poll()
             assert {r.metric for r in ok} >= {
                 "accel_device_up",
@@ -345,19 +334,13 @@ def test_shape_mismatch_is_an_error_and_kills(ctl, mode):
             assert not alive(pid)
             down = {r.labels: r.value for r in info.value.readings if r.metric == "accel_device_up"}
             assert down == {("0", "TEST-0"): 0.0, ("1", "TEST-1"): 0.0}
-        finally:
-            ctl("ok")
-            await src.close()
 
     run(go())
 
 
 def test_inventory_change_restarts_the_worker_and_the_same_poll_succeeds(ctl):
     async def go():
-        src = device_source(ctl)
-        await src.start()
-        try:
-            await src.wait_ready(10)
+        async with ready_device_source(ctl) as src:
             await src.poll()
             first = src.runner.pid
             ctl("ok", devices=3)  # the worker finds a device it did not announce
@@ -369,9 +352,6 @@ def test_inventory_change_restarts_the_worker_and_the_same_poll_succeeds(ctl):
             assert src.runner.state.restarts == 1
             assert src.runner.state.last_reason == ""  # a restart, not a failure
             assert len([p for p in children_of(os.getpid()) if alive(p)]) == 1
-        finally:
-            ctl("ok")
-            await src.close()
 
     run(go())
 
