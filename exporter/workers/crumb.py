@@ -1,0 +1,126 @@
+"""Breadcrumbs: which device a worker is touching, readable by the daemon after a hang.
+
+A vendor call that hangs blocks the worker's only thread, so the worker cannot
+say which GPU hung. Before touching device ``i`` (bootstrap identification or a
+poll) a backend calls :func:`device`; the worker writes ``i`` into a small page
+it shares with the daemon (a memfd the daemon created and passed down). When a
+call misses its deadline the daemon reads the page before it kills the worker:
+the culprit is named without any cooperation from the stuck process, and the
+worker is restarted without that device while a separate probe retries it.
+
+The write is one store into a shared buffer (tens of nanoseconds), made once
+per device per poll, not per vendor call; which call hung is learnt from a
+Python stack dump only when something did hang (see the runner).
+
+Layout of the page: ``int32`` device index + 1 (0: no device), ``int32`` length
+of the identity text, then up to :data:`TEXT_BYTES` bytes of UTF-8 identity
+(the PCI bus id or uuid learnt so far, so a device that hangs while being
+identified can still be named).
+
+Outside a worker (unit tests, ``python -c``) the page is private memory and
+every call still works.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+ENV_FD = "ACCEL_EXPORTER_CRUMB_FD"
+PAGE_BYTES = 128
+TEXT_BYTES = PAGE_BYTES - 8
+_HEAD = struct.Struct("=ii")
+
+# The worker's page: shared with the daemon once attach() found the fd, else private.
+_page: mmap.mmap | bytearray = bytearray(PAGE_BYTES)
+_slot = memoryview(_page)[0:4].cast("i")
+
+
+def attach(environ: Mapping[str, str] = os.environ) -> bool:
+    """Map the page the daemon passed down (worker side); False when there is none."""
+    global _page, _slot
+    raw = environ.get(ENV_FD, "")
+    if not raw.isdigit():
+        return False
+    try:
+        page = mmap.mmap(int(raw), PAGE_BYTES)
+    except (OSError, ValueError):
+        return False
+    _page = page
+    _slot = memoryview(page)[0:4].cast("i")
+    return True
+
+
+def device(index: int) -> None:
+    """Say that every vendor call from now on concerns device ``index`` (library order)."""
+    _slot[0] = index + 1
+    _page[4:8] = b"\0\0\0\0"
+
+
+def identity(text: str) -> None:
+    """Record what is known of the current device's identity (PCI bus id, uuid)."""
+    data = text.encode("utf-8", "replace")[:TEXT_BYTES]
+    _page[4:8] = struct.pack("=i", len(data))
+    _page[8 : 8 + len(data)] = data
+
+
+def clear() -> None:
+    """No device is being touched (system-wide calls, or between polls)."""
+    _slot[0] = 0
+
+
+class Page:
+    """The daemon's side: creates the shared page and reads it after a missed deadline."""
+
+    def __init__(self) -> None:
+        self.fd = os.memfd_create("accel-exporter-crumb", 0)
+        os.ftruncate(self.fd, PAGE_BYTES)
+        self._map = mmap.mmap(self.fd, PAGE_BYTES)
+
+    def env(self) -> dict[str, str]:
+        """Environment entries that tell a worker where its page is."""
+        return {ENV_FD: str(self.fd)}
+
+    def reset(self) -> None:
+        """Forget the previous worker's crumb before a new one starts."""
+        self._map[0:PAGE_BYTES] = bytes(PAGE_BYTES)
+
+    def read(self) -> tuple[int | None, str]:
+        """The device index the worker last said it was touching (None: none), and its identity."""
+        index, length = _HEAD.unpack_from(self._map, 0)
+        text = ""
+        if 0 < length <= TEXT_BYTES:
+            text = self._map[8 : 8 + length].decode("utf-8", "replace")
+        return (index - 1 if index > 0 else None), text
+
+    def close(self) -> None:
+        """Release the page."""
+        with contextlib.suppress(Exception):
+            self._map.close()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+# -- which devices a worker serves ---------------------------------------------------
+
+# Key of the backend config that restricts a worker to some devices.
+ISOLATION_KEY = "isolation"
+
+
+def wanted(config: Mapping[str, Any], count: int) -> list[int]:
+    """The library indices of the devices this worker should serve, of ``count`` enumerated.
+
+    The daemon sets ``config["isolation"]`` to ``{"skip": [i, ...]}`` for the
+    main worker (devices quarantined after a hang) or ``{"only": [i]}`` for a
+    probe of one quarantined device. A backend enumerates only these, calling
+    :func:`device` before it touches each one.
+    """
+    rules = config.get(ISOLATION_KEY) or {}
+    only: Sequence[int] | None = rules.get("only")
+    skip = set(rules.get("skip") or ())
+    indices = range(count) if only is None else [i for i in only if 0 <= i < count]
+    return [i for i in indices if i not in skip]
