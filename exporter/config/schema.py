@@ -165,6 +165,10 @@ class DeviceSourceConfig(SourceConfig):
     # The accelerators this node should have, exported as accel_devices_expected so an
     # alert can tell a node that booted short; set, it also makes a missing library a failure.
     expected_devices: int | None = None
+    # Where the PCI bus is read (bus/pci/devices) to count this vendor's accelerators
+    # as accel_pci_devices, whether or not the library sees them: the host's, if
+    # mounted elsewhere.
+    sys_path: str = "/sys"
 
     def check(self) -> list[tuple[str, str]]:
         """The slow interval cannot be shorter than the fast one; an expected count is positive."""
@@ -208,9 +212,8 @@ class AmdSmiSourceConfig(DeviceSourceConfig):
     """AMD GPUs through amdsmi; ``event_types`` picks the event notifications counted."""
 
     event_types: list[AmdEvent] = field(default_factory=lambda: list(AMD_DEFAULT_EVENTS))
-    # Where to look for the amdgpu driver (module/amdgpu, kfd) when amdsmi_init fails,
-    # to tell "no AMD driver here" from a fault: the host's, if mounted elsewhere.
-    sys_path: str = "/sys"
+    # Where to look for the amdgpu driver (module/amdgpu under sys_path, kfd under
+    # dev_path) when amdsmi_init fails, to tell "no AMD driver here" from a fault.
     dev_path: str = "/dev"
 
 
