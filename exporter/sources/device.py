@@ -52,11 +52,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from exporter import log
 from exporter.backends.base import INVENTORY_CHANGED
 from exporter.backends.wire import ROW_WIDTH
 from exporter.catalog.device import INFO_LABELS
 from exporter.config.schema import DeviceSourceConfig
-from exporter import log
 from exporter.errors import SourceError, SourcePending, SourceUnavailable, WorkerError
 from exporter.model import Reading, readings_of
 from exporter.sources import pci
@@ -347,7 +347,7 @@ class DeviceSource(WorkerSource):
     # -- polls ---------------------------------------------------------------------
 
     async def poll(self) -> Sequence[Reading]:
-        """One poll (plus the bus count); a worker whose devices changed is replaced and asked again."""
+        """One poll plus the bus count; a worker whose devices changed is replaced, asked again."""
         extra = self._own_readings(await self._scan_pci())
         try:
             return [*await self._poll_device(), *extra]
@@ -458,7 +458,7 @@ class DeviceSource(WorkerSource):
     # -- the bus -----------------------------------------------------------------------
 
     async def _scan_pci(self) -> list[str] | None:
-        """This vendor's accelerators on the PCI bus, read again every slow interval."""
+        """The vendor's accelerators on the PCI bus, read again every slow interval."""
         vendor = self._vendor or self._default_vendor
         if vendor not in pci.VENDOR_IDS or time.monotonic() < self._next_pci:
             return self._pci
@@ -488,7 +488,5 @@ class DeviceSource(WorkerSource):
             out.append(Reading("accel_pci_devices", (vendor,), float(len(bus))))
         stuck = self.runner.stuck_processes()
         if stuck or self._known:  # once a worker ran here; a node without the vendor has none
-            out.append(
-                Reading("accel_exporter_worker_stuck_processes", (self.name,), float(stuck))
-            )
+            out.append(Reading("accel_exporter_worker_stuck_processes", (self.name,), float(stuck)))
         return out

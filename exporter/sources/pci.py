@@ -74,7 +74,7 @@ def normalize_bus_id(bus_id: str) -> str:
     """``00000000:3B:00.0`` (NVML's 8-digit domain) and ``0000:3b:00.0`` (sysfs) alike."""
     text = bus_id.strip().lower()
     domain, sep, rest = text.partition(":")
-    if not sep or not rest.count(":") == 1:
+    if not sep or rest.count(":") != 1:
         return text
     try:
         return f"{int(domain, 16):04x}:{rest}"

@@ -16,9 +16,9 @@ Layout of the page: ``int32`` device index + 1 (0: no device), ``int32`` length
 of the identity text, ``uint64`` ident of the worker's main thread (to find its
 stack in a dump of every thread), ``int64`` CLOCK_MONOTONIC nanoseconds when the
 current device was entered (so a poll that is merely slow overall, spread over
-every device, does not get the device it happened to be on blamed), then up to :data:`TEXT_BYTES` bytes of UTF-8
-identity (the PCI bus id or uuid learnt so far, so a device that hangs while
-being identified can still be named).
+every device, does not get the device it happened to be on blamed), then up to
+:data:`TEXT_BYTES` bytes of UTF-8 identity (the PCI bus id or uuid learnt so
+far, so a device that hangs while being identified can still be named).
 
 Outside a worker (unit tests, ``python -c``) the page is private memory and
 every call still works.
