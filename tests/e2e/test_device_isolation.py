@@ -142,17 +142,15 @@ def test_one_call_hangs_after_a_healthy_start(daemon_factory: Any, fake_nvml: An
     time.sleep(3)
     fresh(s, nvml_power(fake), healthy, 212.5)
     assert value(s.get(), "accel_power_watts", **sick) is None  # never a stale number
-    # The metric and /status count the same restarts.
-    status = d.status()["sources"]["nvml"]
-    assert status["worker_restarts"] > restarts_before
-    assert value(s.get(), "accel_exporter_worker_restarts_total", source="nvml") == status[
-        "worker_restarts"
-    ] or d.wait_for(
+    # The metric and /status count the same restarts (both read the store's count).
+    assert d.status()["sources"]["nvml"]["worker_restarts"] > restarts_before
+    d.wait_for(
         lambda: (
             value(d.metrics(), "accel_exporter_worker_restarts_total", source="nvml")
             == d.status()["sources"]["nvml"]["worker_restarts"]
         ),
         10,
+        what="the same restart count on /metrics and /status",
     )
     assert len(d.workers()) <= 2  # the worker, and at times one probe
     fake.release(rule)
@@ -182,6 +180,36 @@ def test_worker_sigkilled_mid_poll(daemon_factory: Any, fake_nvml: Any) -> None:
         s.wait("accel_device_up", 1, device=device, uuid=uuid)
     assert d.status()["sources"]["nvml"]["isolated_devices"] == []
     assert worker not in d.workers()
+    stop_clean(d)
+
+
+def test_last_state_stays_while_a_replacement_worker_starts(
+    daemon_factory: Any, fake_nvml: Any
+) -> None:
+    """A worker that died is replaced by one slow to start: the devices stay shown, down."""
+    fake = fake_nvml(2)
+    d = daemon_factory(nvml_config(**{**NVML, "bootstrap_timeout": "30s"}), env=fake.env())
+    u = [fake.uuid(i) for i in range(2)]
+    d.wait_metric("accel_device_up", 1, device="1", uuid=u[1])
+    rule = fake.add_rule("nvmlDeviceGetCount_v2", device=-2, hang=True)  # the next start hangs
+    (worker,) = d.workers()
+    os.kill(worker, signal.SIGKILL)
+    for i in range(2):
+        d.wait_metric("accel_device_up", 0, device=str(i), uuid=u[i])
+    d.wait_for(lambda: fake.hangs_entered >= 1, 20, what="the new worker stuck starting")
+    time.sleep(5)  # past stale_after (3 intervals): what the last poll said is still shown
+    got = samples(d.metrics())
+    for i in range(2):
+        me = {"device": str(i), "uuid": u[i]}
+        assert value(got, "accel_device_up", **me) == 0
+        assert value(got, "accel_device_down_reason_info", reason="crashed", **me) == 1
+        assert value(got, "accel_power_watts", **me) is None
+    assert value(got, "accel_devices", vendor="nvidia") == 2
+    assert value(got, "accel_exporter_source_up", source="nvml") == 0
+    assert d.status()["sources"]["nvml"]["worker_state"] == "starting"
+    fake.release(rule)
+    for i in range(2):
+        d.wait_metric("accel_device_up", 1, device=str(i), uuid=u[i])
     stop_clean(d)
 
 
