@@ -17,6 +17,7 @@ from tests.e2e.test_amdsmi_daemon import CONFIG as AMD_CONFIG
 from tests.e2e.test_amdsmi_daemon import ident
 from tests.e2e.test_nvml_daemon import nvml_config
 from tests.fakes.amdsmi.state import FakeAmdSmi
+from tests.fakes.nvml.control import CRASH
 from tests.helpers.daemon import Daemon, samples, value
 
 FREEZER = Path("/sys/fs/cgroup/freezer")
@@ -333,4 +334,30 @@ def test_amd_one_call_hangs_after_a_healthy_start(
     amdsmi_fake.release_hangs()
     s.wait("accel_device_up", 1, timeout=60, **sick)
     assert s.slowest < 1.0, f"a scrape took {s.slowest:.2f}s"
+    stop_clean(d)
+
+
+def test_a_call_that_crashes_the_library_costs_its_gpu_only(
+    daemon_factory: Any, fake_nvml: Any
+) -> None:
+    fake = fake_nvml(4)
+    d = daemon_factory(nvml_config(**NVML), env=fake.env())
+    s = Scrapes(d)
+    u = [fake.uuid(i) for i in range(4)]
+    s.wait("accel_device_up", 1, device="3", uuid=u[3])
+    rule = fake.add_rule("nvmlDeviceGetPowerUsage", device=2, error=CRASH)
+    sick = {"device": "2", "uuid": u[2]}
+    s.wait("accel_device_up", 0, **sick)
+    got = samples(s.get())
+    assert value(got, "accel_device_down_reason_info", reason="crashed", **sick) == 1
+    assert (
+        value(got, "accel_device_isolated_info", reason="crashed", call="nvmlDeviceGetPowerUsage",
+              **sick) == 1
+    )  # fmt: skip
+    healthy = {str(i): u[i] for i in (0, 1, 3)}
+    fresh(s, nvml_power(fake), healthy, 241.5)
+    time.sleep(3)  # its probes crash too, apart: the others stay fresh
+    fresh(s, nvml_power(fake), healthy, 242.5)
+    fake.clear_rule(rule)
+    s.wait("accel_device_up", 1, timeout=60, **sick)
     stop_clean(d)
