@@ -1,0 +1,73 @@
+"""The TPU source: a device worker (exporter.backends.tpu) plus the state of each runtime address.
+
+Besides the device shapes of :mod:`exporter.sources.device`, the worker's poll
+reply carries ``"runtimes": [{"address": str, "attached": bool, "reason": str,
+"detail": str}]``, one per configured address. They become
+``accel_tpu_runtime_attached{address}`` and the ``runtimes`` entry of /status;
+a failing address (hung, erroring, malformed) is a reason there, not a source
+failure: the chips are still counted and up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from exporter.config.schema import TpuSourceConfig
+from exporter.model import Reading
+from exporter.sources.device import CALL_SHARE, DeviceSource, ShapeError
+
+# Share of the worker's part of the poll deadline one gRPC call may take: all the
+# calls run at once, and the reply must still be built and sent in time.
+RPC_SHARE = 0.6
+
+
+class TpuSource(DeviceSource):
+    """Polls the TPU worker; exports each runtime address's state."""
+
+    def __init__(self, name: str, config: TpuSourceConfig) -> None:
+        super().__init__(
+            name,
+            config,
+            "exporter.backends.tpu:TpuBackend",
+            backend_config={
+                "addresses": list(config.addresses),
+                "host_root": config.host_root,
+                "max_message_bytes": config.max_message_bytes,
+                "call_timeout": config.poll_timeout * CALL_SHARE * RPC_SHARE,
+            },
+            vendor="google",
+        )
+        self.addresses = tuple(config.addresses)
+        self._runtimes: list[dict[str, Any]] = []
+
+    def status(self) -> dict[str, Any]:
+        """The device worker's state plus each runtime address's."""
+        return {**super().status(), "runtimes": self._runtimes}
+
+    def _check_reply(self, reply: Any, slow: bool) -> list[Reading]:
+        out = super()._check_reply(reply, slow)
+        runtimes = reply.get("runtimes")
+        if not isinstance(runtimes, list) or len(runtimes) != len(self.addresses):
+            raise ShapeError(f"poll reply needs one runtime per address ({len(self.addresses)})")
+        checked = []
+        for address, item in zip(self.addresses, runtimes, strict=True):
+            if (
+                not isinstance(item, dict)
+                or item.get("address") != address
+                or not isinstance(item.get("attached"), bool)
+                or not isinstance(item.get("reason", ""), str)
+                or not isinstance(item.get("detail", ""), str)
+            ):
+                raise ShapeError(f"runtime entry for {address} is malformed")
+            entry = {
+                "address": address,
+                "attached": item["attached"],
+                "reason": item.get("reason", ""),
+                "detail": item.get("detail", "")[:500],
+            }
+            checked.append(entry)
+            out.append(
+                Reading("accel_tpu_runtime_attached", (address,), 1.0 if item["attached"] else 0.0)
+            )
+        self._runtimes = checked
+        return out
