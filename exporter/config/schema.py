@@ -226,21 +226,9 @@ class TpuSourceConfig(DeviceSourceConfig):
 
     def check(self) -> list[tuple[str, str]]:
         """Distinct host:port addresses, a sane message limit."""
-        from exporter.config.addresses import split_host_port
+        from exporter.config.addresses import address_list_problems
 
-        out = super().check()
-        if not self.addresses:
-            out.append(("addresses", "needs at least one host:port"))
-        for i, address in enumerate(self.addresses):
-            try:
-                host, port = split_host_port(address)
-            except ValueError as exc:
-                out.append((f"addresses.{i}", str(exc)))
-                continue
-            if not host or port == 0:
-                out.append((f"addresses.{i}", f"{address!r} needs a host and a real port"))
-        if len(set(self.addresses)) != len(self.addresses):
-            out.append(("addresses", "lists an address twice"))
+        out = super().check() + address_list_problems(self.addresses, None, "libtpu")
         if self.max_message_bytes < 4096:
             out.append(("max_message_bytes", "must be at least 4096"))
         return out
@@ -297,23 +285,9 @@ class CclRasSourceConfig(SourceConfig):
         """Sane addresses and counts."""
         import ipaddress
 
-        from exporter.config.addresses import split_host_port
+        from exporter.config.addresses import address_list_problems
 
-        out = super().check()
-        if not self.addresses:
-            out.append(("addresses", "needs at least one host:port"))
-        for i, address in enumerate(self.addresses):
-            try:
-                host, port = split_host_port(address, default_port=28028)
-            except ValueError as exc:
-                out.append((f"addresses.{i}", str(exc)))
-                continue
-            if not host:
-                out.append((f"addresses.{i}", f"missing host in {address!r}"))
-            if port == 0:
-                out.append((f"addresses.{i}", f"port 0 in {address!r}: RAS listens on a real port"))
-        if len(set(self.addresses)) != len(self.addresses):
-            out.append(("addresses", "lists an address twice"))
+        out = super().check() + address_list_problems(self.addresses, 28028, "RAS")
         for i, local in enumerate(self.local_addresses):
             try:
                 ipaddress.ip_address(local.strip("[]"))

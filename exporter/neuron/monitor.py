@@ -117,7 +117,8 @@ class Monitor:
             self._dir = ""
         self.state.state, self.state.pid = "stopped", None
 
-    def _fail(self, reason: str, detail: str) -> None:
+    def note(self, reason: str, detail: str) -> None:
+        """Record why the child is not giving reports (shown in /status)."""
         self.state.last_reason, self.state.last_detail = reason, detail[:500]
 
     async def _supervise(self) -> None:
@@ -149,7 +150,7 @@ class Monitor:
                 limit=self.max_line_bytes,
             )
         except OSError as exc:
-            self._fail("spawn_failed", f"cannot start {self.command[0]}: {exc}")
+            self.note("spawn_failed", f"cannot start {self.command[0]}: {exc}")
             self.state.state = "failed"
             return False
         self._proc = proc
@@ -176,17 +177,17 @@ class Monitor:
             try:
                 line = await asyncio.wait_for(proc.stdout.readline(), timeout=stall)
             except asyncio.TimeoutError:
-                self._fail("stalled", f"no line for {stall:g}s ({STALL_PERIODS} periods)")
+                self.note("stalled", f"no line for {stall:g}s ({STALL_PERIODS} periods)")
                 return produced
             except ValueError:
                 # Longer than the limit: asyncio dropped it (up to its newline, when it saw one).
                 self.state.rejected_lines += 1
-                self._fail("line_too_long", f"a line over {self.max_line_bytes} bytes was dropped")
+                self.note("line_too_long", f"a line over {self.max_line_bytes} bytes was dropped")
                 self._log.warning("neuron-monitor line too long", limit=self.max_line_bytes)
                 continue
             if not line:
                 code = await proc.wait()
-                self._fail("exited", f"neuron-monitor exited with status {code}")
+                self.note("exited", f"neuron-monitor exited with status {code}")
                 return produced
             if not line.endswith(b"\n"):
                 # The last bytes before the child died: not a whole document.

@@ -11,6 +11,7 @@ with the reason, and the counters as they were.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Sequence
@@ -46,6 +47,7 @@ class NeuronSource(Source):
         self._driver = ""
         self._next_scan = 0.0
         self._program: str | None = None
+        self._running = False
         self._started_mono = 0.0
         self._latest: Report | None = None
         self._latest_mono = 0.0
@@ -65,14 +67,30 @@ class NeuronSource(Source):
     async def start(self) -> None:
         """Count the devices; start neuron-monitor when it can be found."""
         self._rescan()
+        await self._start_monitor()
+
+    async def _start_monitor(self) -> None:
+        """Start the child once it can be found and there is something to watch."""
+        if self._running:
+            return
         self._program = self.monitor.resolve()
-        self._started_mono = time.monotonic()
         if self._program is not None and (self.devices or self.config.enabled is True):
+            self._started_mono = time.monotonic()
             await self.monitor.start()
+            self._running = True
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Wait for neuron-monitor's first report (it prints one per period) or a failure."""
+        deadline = time.monotonic() + max(timeout, self.neuron_config.interval + 2.0)
+        while self._running and self._latest is None and time.monotonic() < deadline:
+            if self.monitor.state.last_reason:
+                return
+            await asyncio.sleep(0.05)
 
     async def close(self) -> None:
         """Stop neuron-monitor."""
         await self.monitor.stop()
+        self._running = False
 
     def status(self) -> dict[str, Any]:
         """The child's state, the devices, and what the last report could not be read for."""
@@ -101,6 +119,7 @@ class NeuronSource(Source):
         except BadReport as exc:
             self.monitor.state.rejected_lines += 1
             self._bad_line = f"{exc} ({len(line)} bytes)"
+            self.monitor.note("bad_report", self._bad_line)
             self._log.warning("neuron-monitor line rejected", reason=str(exc), size=len(line))
             return
         first = self._latest is None
@@ -136,6 +155,7 @@ class NeuronSource(Source):
         """Identity, the fresh report's gauges, and the counters."""
         if time.monotonic() >= self._next_scan:
             self._rescan()
+        await self._start_monitor()
         if self._program is None:
             reason, detail = "command_not_found", f"{self.neuron_config.command[0]} is not on PATH"
             if not self.devices:

@@ -6,13 +6,20 @@ reply carries ``"runtimes": [{"address": str, "attached": bool, "reason": str,
 ``accel_tpu_runtime_attached{address}`` and the ``runtimes`` entry of /status;
 a failing address (hung, erroring, malformed) is a reason there, not a source
 failure: the chips are still counted and up.
+
+On a host without TPU chips (most nodes of a mixed cluster) no worker is
+started at all: the parent's own sysfs scan says so, and is repeated at each
+poll until chips appear.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from exporter.backends.tpu_chips import scan
 from exporter.config.schema import TpuSourceConfig
+from exporter.errors import SourceError, SourceUnavailable
 from exporter.model import Reading
 from exporter.sources.device import CALL_SHARE, DeviceSource, ShapeError
 
@@ -38,7 +45,32 @@ class TpuSource(DeviceSource):
             vendor="google",
         )
         self.addresses = tuple(config.addresses)
+        self.host_root = config.host_root
         self._runtimes: list[dict[str, Any]] = []
+        self._started = False
+
+    async def start(self) -> None:
+        """Start the worker only when the host has TPU chips."""
+        if scan(self.host_root):
+            await super().start()
+            self._started = True
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Wait for the worker's bootstrap, if one was started."""
+        if self._started:
+            await super().wait_ready(timeout)
+
+    async def poll(self) -> Sequence[Reading]:
+        """No chips: unavailable without a worker; else the device poll."""
+        if not self._started:
+            if not scan(self.host_root):
+                detail = f"no TPU chip under {self.host_root} (PCI vendor 0x1ae0, dev/accelN)"
+                if self.device_config.expected_devices is not None:
+                    raise SourceError("no_devices", detail, self._expected())
+                raise SourceUnavailable("no_devices", detail)
+            await super().start()
+            self._started = True
+        return await super().poll()
 
     def status(self) -> dict[str, Any]:
         """The device worker's state plus each runtime address's."""
