@@ -25,8 +25,10 @@ from typing import Any
 from exporter import log
 from exporter.backends.base import BackendError, BackendUnavailable
 from exporter.backends.tpu_chips import Chip, present, scan
+from exporter.backends.tpu_distributions import MAX_POINTS, fold, label_of
 from exporter.backends.tpu_metrics import BadMetric, device_values
 from exporter.backends.wire import Rows, new_rows, put
+from exporter.catalog.tpu import LATENCY_BUCKETS
 from exporter.workers import crumb
 
 SOURCE = "tpu"
@@ -35,7 +37,22 @@ HBM_TOTAL = "tpu.runtime.hbm.memory.total.bytes"
 HBM_USAGE = "tpu.runtime.hbm.memory.usage.bytes"
 DUTY_CYCLE = "tpu.runtime.tensorcore.dutycycle.percent"
 HBM_BANDWIDTH = "tpu.runtime.hbm.utilization.percent"
-METRICS = (HBM_TOTAL, HBM_USAGE, DUTY_CYCLE, HBM_BANDWIDTH)
+GAUGES = (HBM_TOTAL, HBM_USAGE, DUTY_CYCLE, HBM_BANDWIDTH)
+# Latency distributions of multislice workloads, in microseconds, by kind (the
+# histogram's kind label); a single-slice workload answers NOT_FOUND.
+DISTRIBUTIONS = {
+    f"megascale.{kind}.microsecond.cumulative.distribution": kind.removesuffix("_latencies")
+    for kind in (
+        "dcn_transfer_latencies",
+        "dcn_inbound_transfer_latencies",
+        "host_to_device_transfer_latencies",
+        "device_to_host_transfer_latencies",
+        "collective_end_to_end_latencies",
+        "mxla_compute_latencies",
+        "grpc_tcp_min_rtt",
+    )
+}
+METRICS = (*GAUGES, *DISTRIBUTIONS)
 # A chip's HBM is at most 192 GiB today; a byte count past 1 PiB is a broken reply.
 MAX_BYTES = float(2**50)
 # Chips whose duty cycle the service reports once per chip, not per runtime device.
@@ -164,6 +181,7 @@ class TpuBackend:
         }
         runtimes = {address: Runtime(address) for address in self.addresses}
         values: dict[str, dict[int, float]] = defaultdict(dict)
+        histograms: list[dict[str, Any]] = []
         for (address, name), future in pending.items():
             runtime = runtimes[address]
             try:
@@ -176,6 +194,12 @@ class TpuBackend:
                     runtime.fail(self._reason(code, exc.details() or ""), exc.details() or code)
                 continue
             runtime.attached = True
+            if name in DISTRIBUTIONS:
+                try:
+                    histograms += _histograms(response, address, DISTRIBUTIONS[name])
+                except BadMetric as exc:
+                    runtime.fail("malformed_reply", f"{name}: {exc}")
+                continue
             try:
                 got = device_values(response, name, self.runtime_devices, self._upper(name))
             except BadMetric as exc:
@@ -192,6 +216,7 @@ class TpuBackend:
             "devices": self._devices(),
             "readings": self._rows(values),
             "runtimes": [vars(r) for r in runtimes.values()],
+            "histograms": histograms,
         }
 
     @staticmethod
@@ -260,6 +285,33 @@ class TpuBackend:
         for channel in self._channels:
             channel.close()
         self._channels = []
+
+
+def _histograms(response: Any, address: str, kind: str) -> list[dict[str, Any]]:
+    """One histogram per buffer size of a distribution metric; BadMetric when malformed."""
+    points = response.metric.metrics
+    if len(points) > MAX_POINTS:
+        raise BadMetric(f"{len(points)} distributions, more than {MAX_POINTS}")
+    out = []
+    seen: set[str] = set()
+    for point in points:
+        if point.WhichOneof("measure") != "distribution":
+            raise BadMetric(f"a point holds a {point.WhichOneof('measure')}, not a distribution")
+        size = label_of(point.attribute, "buffer-size")
+        if size in seen:
+            raise BadMetric(f"buffer size {size!r} appears twice")
+        seen.add(size)
+        counts, total = fold(point.distribution, 1e-6, LATENCY_BUCKETS)
+        out.append(
+            {
+                "address": address,
+                "kind": kind,
+                "buffer_size": size,
+                "counts": list(counts),
+                "sum": total,
+            }
+        )
+    return out
 
 
 def uuid_of(chip: Chip) -> str:

@@ -14,15 +14,20 @@ poll until chips appear.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
+from exporter.backends.tpu import DISTRIBUTIONS
 from exporter.backends.tpu_chips import scan
+from exporter.backends.tpu_distributions import MAX_LABEL, MAX_POINTS
+from exporter.catalog.tpu import LATENCY_BUCKETS
 from exporter.config.schema import TpuSourceConfig
 from exporter.errors import SourceError, SourceUnavailable
-from exporter.model import Reading
+from exporter.model import HistogramValue, Reading, is_number
 from exporter.sources.device import CALL_SHARE, DeviceSource, ShapeError
 
+KINDS = frozenset(DISTRIBUTIONS.values())
 # Share of the worker's part of the poll deadline one gRPC call may take: all the
 # calls run at once, and the reply must still be built and sent in time.
 RPC_SHARE = 0.6
@@ -102,4 +107,35 @@ class TpuSource(DeviceSource):
                 Reading("accel_tpu_runtime_attached", (address,), 1.0 if item["attached"] else 0.0)
             )
         self._runtimes = checked
+        out += self._histograms(reply.get("histograms", []))
+        return out
+
+    def _histograms(self, raw: Any) -> list[Reading]:
+        """``accel_tpu_transfer_latency_seconds`` from the reply, every field checked."""
+        limit = len(self.addresses) * len(KINDS) * MAX_POINTS
+        if not isinstance(raw, list) or len(raw) > limit:
+            raise ShapeError(f"histograms is not a list of at most {limit}")
+        width = len(LATENCY_BUCKETS) + 1
+        out = []
+        for item in raw:
+            if not isinstance(item, dict):
+                raise ShapeError("a histogram is not an object")
+            counts, total = item.get("counts"), item.get("sum")
+            labels = (item.get("address"), item.get("kind"), item.get("buffer_size"))
+            if (
+                labels[0] not in self.addresses
+                or labels[1] not in KINDS
+                or not isinstance(labels[2], str)
+                or len(labels[2]) > MAX_LABEL
+                or not isinstance(counts, list)
+                or len(counts) != width
+                or any(type(c) is not int or c < 0 for c in counts)
+                or any(a > b for a, b in itertools.pairwise(counts))
+                or not isinstance(total, (int, float))
+                or not is_number(total)
+                or total < 0
+            ):
+                raise ShapeError(f"histogram {labels} is malformed")
+            value = HistogramValue(LATENCY_BUCKETS, tuple(counts), float(total))
+            out.append(Reading("accel_tpu_transfer_latency_seconds", labels, value))  # type: ignore[arg-type]
         return out

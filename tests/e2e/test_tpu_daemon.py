@@ -264,3 +264,56 @@ def test_once_probe_and_gpu_count(
     assert status == 0 and "4 of 4" in out, out
     status = main(["check", "gpu-count", "--expected", "5", "--url", d.url])
     assert status == 2, capsys.readouterr().out
+
+
+DCN = "megascale.dcn_transfer_latencies.microsecond.cumulative.distribution"
+H2D = "megascale.host_to_device_transfer_latencies.microsecond.cumulative.distribution"
+
+
+def test_latency_distributions_become_histograms(
+    daemon_factory: Any, tmp_path: Path, service: Any
+) -> None:
+    host = make_host(tmp_path / "host", 1)
+    # Exponential: underflow < 10us, then [10, 20), [20, 40), [40, 80), overflow >= 80 us.
+    dcn = {
+        "buffer_size": "8MiB",
+        "exponential": [3, 2.0, 10.0],
+        "counts": [1, 2, 3, 4, 5],
+        "mean": 30.0,
+    }
+    # Explicit bounds 100us and 1000us: three buckets.
+    h2d = {"buffer_size": "1MiB", "explicit": [100.0, 1000.0], "counts": [7, 0, 1], "mean": 200.0}
+    svc = service(devices=devices(1), distributions={DCN: [dcn], H2D: [h2d]})
+    d = daemon_factory(config(host, [svc.address]))
+    labels = {"address": svc.address, "kind": "dcn_transfer", "buffer_size": "8MiB"}
+    d.wait_metric("accel_tpu_transfer_latency_seconds_count", 15, **labels)
+    got = samples(d.metrics())
+
+    def bucket(le: str, **lab: str) -> float | None:
+        return value(got, "accel_tpu_transfer_latency_seconds_bucket", le=le, **lab)
+
+    # Service buckets end at 10, 20, 40, 80 us and +Inf; each lands in the first
+    # fixed bucket at or above its end: 10us, 25us, 50us, 100us, +Inf.
+    assert bucket("1e-05", **labels) == 1
+    assert bucket("2.5e-05", **labels) == 3
+    assert bucket("5e-05", **labels) == 6
+    assert bucket("0.0001", **labels) == 10
+    assert bucket("10.0", **labels) == 10
+    assert bucket("+Inf", **labels) == 15
+    total = value(got, "accel_tpu_transfer_latency_seconds_sum", **labels)
+    assert total is not None and abs(total - 15 * 30e-6) < 1e-12
+    h2d_labels = {"address": svc.address, "kind": "host_to_device_transfer", "buffer_size": "1MiB"}
+    assert bucket("0.0001", **h2d_labels) == 7
+    assert bucket("0.001", **h2d_labels) == 7
+    assert bucket("+Inf", **h2d_labels) == 8
+    check_metrics(d.metrics())
+    # Counts that do not add up to the count: the distribution is refused, with the reason.
+    svc.set(distributions={DCN: [{**dcn, "count": 99}]})
+    found = d.wait_for(
+        lambda: runtime(d, svc.address) if runtime(d, svc.address)["reason"] else None,
+        what="the inconsistent distribution's reason",
+    )
+    assert found["reason"] == "malformed_reply" and "add up" in found["detail"], found
+    got = samples(d.metrics())
+    assert value(got, "accel_tpu_transfer_latency_seconds_count", **labels) is None
+    assert value(got, "accel_utilization_ratio", device="0", uuid=uuid(0)) == 0.1

@@ -9,7 +9,10 @@ so a test changes the service's behaviour by rewriting it:
    "device_attr": "int" | "kvlist_string" | "kvlist_int",
    "devices": {"<runtime device id>": {"total": B, "usage": B, "duty": %, "bw": %}},
    "duty_per_chip": {"<chip id>": %}   (v2/v3: duty cycle reported once per chip),
-   "missing": ["<metric name>", ...]   (answered NOT_FOUND)}``
+   "missing": ["<metric name>", ...]   (answered NOT_FOUND),
+   "distributions": {"<megascale metric name>": [{"buffer_size": str, "counts": [n, ...],
+       "mean": us, "exponential": [n, growth, scale] | "explicit": [bound, ...],
+       "count": n (default: the sum of counts)}]}}``
 
 It runs in its own process because tpu-info's descriptors and the exporter's
 own (identical wire format, other file) cannot share one protobuf pool.
@@ -73,6 +76,8 @@ class Service:
         if mode == "garbage":
             return b"\xff\xff\xff\xff not a MetricResponse"
         name = request.metric_name
+        if name.startswith("megascale."):
+            return self.distribution(name, s, context)
         if name not in FIELDS or name in s.get("missing", []):
             context.abort(grpc.StatusCode.NOT_FOUND, f"metric {name} not found")
         key, kind = FIELDS[name]
@@ -92,6 +97,33 @@ class Service:
             else:
                 gauge = pb.Gauge(as_double=float(value))
             points.append(pb.Metric(attribute=_attribute(int(device), how), gauge=gauge))
+        return pb.MetricResponse(metric=pb.TPUMetric(name=name, metrics=points))
+
+    def distribution(self, name: str, s: dict[str, Any], context: Any) -> Any:
+        wanted = s.get("distributions", {}).get(name)
+        if wanted is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"metric {name} not found")
+        points = []
+        for d in wanted:
+            options = pb.Distribution.BucketOptions()
+            if "explicit" in d:
+                options.explicit_buckets.bounds.extend(d["explicit"])
+            else:
+                n, growth, scale = d["exponential"]
+                options.exponential_buckets.num_finite_buckets = n
+                options.exponential_buckets.growth_factor = growth
+                options.exponential_buckets.scale = scale
+            dist = pb.Distribution(
+                count=d.get("count", sum(d["counts"])),
+                mean=d["mean"],
+                bucket_options=options,
+                bucket_counts=d["counts"],
+            )
+            size = pb.Attribute(key="buffer-size", value=pb.AttrValue(string_attr=d["buffer_size"]))
+            attribute = pb.Attribute(
+                key="labels", value=pb.AttrValue(kvlist_attr=pb.KeyValueList(attributes=[size]))
+            )
+            points.append(pb.Metric(attribute=attribute, distribution=dist))
         return pb.MetricResponse(metric=pb.TPUMetric(name=name, metrics=points))
 
 
