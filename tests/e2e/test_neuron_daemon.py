@@ -11,14 +11,27 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
+import structlog
 
 from tests.fakes.neuron.control import FakeMonitor, install, make_host, serial
 from tests.helpers.daemon import REPO, Daemon, samples, value
 from tests.helpers.promtool import check_metrics
 
 OFF = {"enabled": False}
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    # The check subcommand runs in this process and configures logging for it.
+    yield
+    structlog.reset_defaults()
+
+
 STATUS_DELTA = {"completed": 3, "timed_out": 1}
 ECC_DELTA = {
     "neuron_device_index": 1,
@@ -125,6 +138,10 @@ def test_idle_devices_are_counted(daemon_factory: Any, tmp_path: Path) -> None:
         assert value(got, "accel_device_up", **ident(i)) == 1
         assert value(got, "accel_memory_used_bytes", **ident(i)) == 0
     assert not [k for k in got if k[0] == "accel_neuroncore_utilization_ratio"]
+    from exporter.cli import main
+
+    assert main(["check", "gpu-count", "--expected", "16", "--vendor", "aws", "--url", d.url]) == 0
+    assert main(["check", "gpu-count", "--expected", "17", "--vendor", "aws", "--url", d.url]) == 2
 
 
 def test_restarts_mid_stream_neither_reset_nor_double(daemon_factory: Any, tmp_path: Path) -> None:

@@ -16,12 +16,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from tests.fakes.tpu.control import V3, FakeService, devices, make_host, uuid
 from tests.helpers.daemon import REPO, Daemon, samples, value
 from tests.helpers.promtool import check_metrics
 
 OFF = {"enabled": False}
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    # The check subcommand runs in this process and configures logging for it.
+    yield
+    structlog.reset_defaults()
+
+
 GiB = 1 << 30
 
 
