@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from grpc_tools import protoc
+from tests.helpers.proto import assert_gencode_fresh
 
 PROTO_DIR = Path(__file__).resolve().parents[2] / "exporter" / "backends" / "_tpu_proto"
 
@@ -43,22 +42,7 @@ def _dump(module: str) -> dict[str, Any]:
 
 
 def test_gencode_matches_proto(tmp_path: Path) -> None:
-    shutil.copy(PROTO_DIR / "tpu_metric_service.proto", tmp_path)
-    status = protoc.main(
-        [
-            "protoc",
-            f"-I{tmp_path}",
-            f"-I{Path(protoc.__file__).parent / '_proto'}",
-            f"--python_out={tmp_path}",
-            f"--pyi_out={tmp_path}",
-            str(tmp_path / "tpu_metric_service.proto"),
-        ]
-    )
-    assert status == 0
-    for name in ("tpu_metric_service_pb2.py", "tpu_metric_service_pb2.pyi"):
-        assert (tmp_path / name).read_text() == (PROTO_DIR / name).read_text(), (
-            f"{name} is stale: regenerate it (see exporter/backends/_tpu_proto/__init__.py)"
-        )
+    assert_gencode_fresh(PROTO_DIR, "tpu_metric_service", tmp_path)
 
 
 def test_every_message_and_field_is_tpu_infos() -> None:
