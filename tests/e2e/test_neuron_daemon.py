@@ -273,3 +273,19 @@ def test_once_and_probe(tmp_path: Path) -> None:
     )
     line = next(x for x in probe.stdout.splitlines() if x.startswith("neuron"))
     assert line.split()[1:3] == ["auto", "unavailable"], probe.stdout
+
+
+def test_shutdown_leaves_no_process(daemon_factory: Any, tmp_path: Path) -> None:
+    # One report, then silence: the stalled child is replaced; the new one (alive,
+    # silent) must go with the daemon.
+    d, _ = start(daemon_factory, tmp_path, runtimes=[RUNTIME], limit=1)
+    d.wait_for(
+        lambda: d.status()["sources"]["neuron"]["monitor"]["restarts"] >= 1,
+        what="a restart",
+        timeout=30,
+    )
+    pid = d.wait_for(lambda: d.status()["sources"]["neuron"]["monitor"]["pid"], what="a child")
+    assert pid in d.descendants()
+    code, _ = d.stop()
+    assert code == 0
+    assert not d.leftover_children()
