@@ -82,6 +82,12 @@ IDENTITY = frozenset(
 )
 
 
+def call_budget(timeout: float) -> float:
+    """Seconds a worker call may take within a poll deadline of ``timeout`` seconds."""
+    spare = min(FAULT_BUDGET_SECONDS, FAULT_SHARE * timeout)
+    return max(0.05, timeout * CALL_SHARE - spare)
+
+
 @dataclass(frozen=True)
 class DeviceId:
     """Identity of one device as announced in the inventory."""
@@ -236,9 +242,7 @@ class DeviceSource(WorkerSource):
         )
 
     def _call_budget(self) -> float:
-        """Seconds a worker call may take within one poll's deadline."""
-        spare = min(FAULT_BUDGET_SECONDS, FAULT_SHARE * self.timeout)
-        return max(0.05, self.timeout * CALL_SHARE - spare)
+        return call_budget(self.timeout)
 
     def status(self) -> dict[str, Any]:
         """Worker state plus the devices known; isolated devices by name."""

@@ -25,7 +25,7 @@ from exporter.catalog.tpu import LATENCY_BUCKETS
 from exporter.config.schema import TpuSourceConfig
 from exporter.errors import SourceError, SourceUnavailable
 from exporter.model import HistogramValue, Reading, is_number
-from exporter.sources.device import CALL_SHARE, DeviceSource, ShapeError
+from exporter.sources.device import DeviceSource, ShapeError, call_budget
 
 KINDS = frozenset(DISTRIBUTIONS.values())
 # Share of the worker's part of the poll deadline one gRPC call may take: all the
@@ -45,7 +45,7 @@ class TpuSource(DeviceSource):
                 "addresses": list(config.addresses),
                 "host_root": config.host_root,
                 "max_message_bytes": config.max_message_bytes,
-                "call_timeout": config.poll_timeout * CALL_SHARE * RPC_SHARE,
+                "call_timeout": call_budget(config.poll_timeout) * RPC_SHARE,
             },
             vendor="google",
         )
@@ -81,8 +81,10 @@ class TpuSource(DeviceSource):
         """The device worker's state plus each runtime address's."""
         return {**super().status(), "runtimes": self._runtimes}
 
-    def _check_reply(self, reply: Any, slow: bool) -> list[Reading]:
-        out = super()._check_reply(reply, slow)
+    def _check_reply(
+        self, reply: Any, slow: bool
+    ) -> tuple[dict[tuple[str, str], str], list[Reading]]:
+        states, out = super()._check_reply(reply, slow)
         runtimes = reply.get("runtimes")
         if not isinstance(runtimes, list) or len(runtimes) != len(self.addresses):
             raise ShapeError(f"poll reply needs one runtime per address ({len(self.addresses)})")
@@ -108,7 +110,7 @@ class TpuSource(DeviceSource):
             )
         self._runtimes = checked
         out += self._histograms(reply.get("histograms", []))
-        return out
+        return states, out
 
     def _histograms(self, raw: Any) -> list[Reading]:
         """``accel_tpu_transfer_latency_seconds`` from the reply, every field checked."""
