@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         _parser().print_usage(sys.stderr)
         return 2
     kit = Kit(
-        out=args.out,
+        out=args.out.resolve(),
         python=args.python or sys.executable,
         smi=Smi(args.nvidia_smi),
         deadline=time.monotonic() + args.budget,
@@ -110,10 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         for name, fn, timeout in phases(args):
-            if name in skip:
-                phase = Phase(name, SKIPPED, "--skip")
-            else:
-                phase = run(kit, name, fn, timeout)
+            phase = Phase(name, SKIPPED, "--skip") if name in skip else run(kit, name, fn, timeout)
             done.append(phase)
             about["torch"] = kit._torch[1] if kit._torch else None
             write(args.out, done, about)

@@ -99,11 +99,19 @@ FIELDS: tuple[Field, ...] = (
     Field(("memory.total",), "accel_memory_total_bytes", scale=MIB),
     Field(("memory.reserved",), "accel_memory_reserved_bytes", scale=MIB),
     Field(("enforced.power.limit", "power.limit"), "accel_power_limit_watts"),
-    Field(("clocks.max.graphics", "clocks.max.gr"), "accel_clock_max_hertz",
-          (("clock", "graphics"),), scale=MHZ),
+    Field(
+        ("clocks.max.graphics", "clocks.max.gr"),
+        "accel_clock_max_hertz",
+        (("clock", "graphics"),),
+        scale=MHZ,
+    ),
     Field(("clocks.max.sm",), "accel_clock_max_hertz", (("clock", "sm"),), scale=MHZ),
-    Field(("clocks.max.memory", "clocks.max.mem"), "accel_clock_max_hertz",
-          (("clock", "memory"),), scale=MHZ),
+    Field(
+        ("clocks.max.memory", "clocks.max.mem"),
+        "accel_clock_max_hertz",
+        (("clock", "memory"),),
+        scale=MHZ,
+    ),
     Field(("pcie.link.gen.max",), "accel_pcie_link_max_generation"),
     Field(("pcie.link.width.max",), "accel_pcie_link_max_width"),
     Field(("ecc.mode.current",), "accel_ecc_errors_total", read="presence"),
@@ -118,43 +126,114 @@ FIELDS: tuple[Field, ...] = (
         for kind in ("corrected", "uncorrected")
         for counter in ("volatile", "aggregate")
     ),
-    Field(("retired_pages.single_bit_ecc.count", "retired_pages.sbe"), "accel_retired_pages",
-          (("cause", "multiple_single_bit_ecc"),), moving=True),
-    Field(("retired_pages.double_bit.count", "retired_pages.dbe"), "accel_retired_pages",
-          (("cause", "double_bit_ecc"),), moving=True),
+    Field(
+        ("retired_pages.single_bit_ecc.count", "retired_pages.sbe"),
+        "accel_retired_pages",
+        (("cause", "multiple_single_bit_ecc"),),
+        moving=True,
+    ),
+    Field(
+        ("retired_pages.double_bit.count", "retired_pages.dbe"),
+        "accel_retired_pages",
+        (("cause", "double_bit_ecc"),),
+        moving=True,
+    ),
     Field(("retired_pages.pending",), "accel_retired_pages_pending", read="flag", moving=True),
-    Field(("remapped_rows.correctable",), "accel_remapped_rows", (("type", "corrected"),),
-          moving=True),
-    Field(("remapped_rows.uncorrectable",), "accel_remapped_rows", (("type", "uncorrected"),),
-          moving=True),
+    Field(
+        ("remapped_rows.correctable",), "accel_remapped_rows", (("type", "corrected"),), moving=True
+    ),
+    Field(
+        ("remapped_rows.uncorrectable",),
+        "accel_remapped_rows",
+        (("type", "uncorrected"),),
+        moving=True,
+    ),
     Field(("remapped_rows.pending",), "accel_remapped_rows_pending", read="flag", moving=True),
     Field(("remapped_rows.failure",), "accel_remapped_rows_failure", read="flag", moving=True),
     # Moving quantities.
     Field(("memory.used",), "accel_memory_used_bytes", scale=MIB, moving=True, tol_abs=4),
     Field(("memory.free",), "accel_memory_free_bytes", scale=MIB, moving=True, tol_abs=4),
-    Field(("temperature.gpu",), "accel_temperature_celsius", (("sensor", "gpu"),),
-          moving=True, tol_abs=2),
-    Field(("temperature.memory",), "accel_temperature_celsius", (("sensor", "memory"),),
-          moving=True, tol_abs=2),
+    Field(
+        ("temperature.gpu",),
+        "accel_temperature_celsius",
+        (("sensor", "gpu"),),
+        moving=True,
+        tol_abs=2,
+    ),
+    Field(
+        ("temperature.memory",),
+        "accel_temperature_celsius",
+        (("sensor", "memory"),),
+        moving=True,
+        tol_abs=2,
+    ),
     Field(("power.draw",), "accel_power_watts", moving=True, tol_abs=15, tol_rel=0.10),
-    Field(("utilization.gpu",), "accel_utilization_ratio", scale=PERCENT, moving=True,
-          tol_abs=15),
-    Field(("utilization.memory",), "accel_memory_bandwidth_utilization_ratio", scale=PERCENT,
-          moving=True, tol_abs=15),
-    Field(("utilization.encoder",), "accel_encoder_utilization_ratio", scale=PERCENT,
-          moving=True, tol_abs=15),
-    Field(("utilization.decoder",), "accel_decoder_utilization_ratio", scale=PERCENT,
-          moving=True, tol_abs=15),
-    Field(("clocks.current.graphics", "clocks.gr"), "accel_clock_hertz",
-          (("clock", "graphics"),), scale=MHZ, moving=True, tol_abs=50, tol_rel=0.05),
-    Field(("clocks.current.sm", "clocks.sm"), "accel_clock_hertz", (("clock", "sm"),),
-          scale=MHZ, moving=True, tol_abs=50, tol_rel=0.05),
-    Field(("clocks.current.memory", "clocks.mem"), "accel_clock_hertz",
-          (("clock", "memory"),), scale=MHZ, moving=True, tol_abs=50, tol_rel=0.05),
-    Field(("clocks.current.video", "clocks.video"), "accel_clock_hertz",
-          (("clock", "video"),), scale=MHZ, moving=True, tol_abs=50, tol_rel=0.05),
-    Field(("fan.speed",), "accel_fan_speed_ratio", (("fan", "0"),), scale=PERCENT,
-          moving=True, tol_abs=5),
+    Field(("utilization.gpu",), "accel_utilization_ratio", scale=PERCENT, moving=True, tol_abs=15),
+    Field(
+        ("utilization.memory",),
+        "accel_memory_bandwidth_utilization_ratio",
+        scale=PERCENT,
+        moving=True,
+        tol_abs=15,
+    ),
+    Field(
+        ("utilization.encoder",),
+        "accel_encoder_utilization_ratio",
+        scale=PERCENT,
+        moving=True,
+        tol_abs=15,
+    ),
+    Field(
+        ("utilization.decoder",),
+        "accel_decoder_utilization_ratio",
+        scale=PERCENT,
+        moving=True,
+        tol_abs=15,
+    ),
+    Field(
+        ("clocks.current.graphics", "clocks.gr"),
+        "accel_clock_hertz",
+        (("clock", "graphics"),),
+        scale=MHZ,
+        moving=True,
+        tol_abs=50,
+        tol_rel=0.05,
+    ),
+    Field(
+        ("clocks.current.sm", "clocks.sm"),
+        "accel_clock_hertz",
+        (("clock", "sm"),),
+        scale=MHZ,
+        moving=True,
+        tol_abs=50,
+        tol_rel=0.05,
+    ),
+    Field(
+        ("clocks.current.memory", "clocks.mem"),
+        "accel_clock_hertz",
+        (("clock", "memory"),),
+        scale=MHZ,
+        moving=True,
+        tol_abs=50,
+        tol_rel=0.05,
+    ),
+    Field(
+        ("clocks.current.video", "clocks.video"),
+        "accel_clock_hertz",
+        (("clock", "video"),),
+        scale=MHZ,
+        moving=True,
+        tol_abs=50,
+        tol_rel=0.05,
+    ),
+    Field(
+        ("fan.speed",),
+        "accel_fan_speed_ratio",
+        (("fan", "0"),),
+        scale=PERCENT,
+        moving=True,
+        tol_abs=5,
+    ),
     Field(("pstate",), "accel_performance_state", read="pstate", moving=True),
     Field(("pcie.link.gen.current",), "accel_pcie_link_generation", moving=True),
     Field(("pcie.link.width.current",), "accel_pcie_link_width", moving=True),
@@ -279,8 +358,11 @@ def compare(f: Field, c: Cell, seen: Sequence[Any], uuid: str) -> Check:
 
 
 def _exact(smi: float, value: float, resolution: float) -> bool:
-    """Equal as far as nvidia-smi's print shows: less than one unit of its last digit
-    apart (it rounds watts, floors MiB); exactly equal for flags and P-states."""
+    """Equal as far as nvidia-smi's print shows.
+
+    Less than one unit of its last digit apart (it rounds watts, floors MiB);
+    exactly equal for flags and P-states.
+    """
     if resolution == 0:
         return abs(smi - value) <= 1e-9
     return abs(smi - value) < resolution
@@ -317,8 +399,12 @@ def compare_round(
             name = names.get(f.key)
             if name is None:
                 checks.append(
-                    Check(f.key, uuid, "skip", note="this nvidia-smi offers none of "
-                          + ", ".join(f.names))
+                    Check(
+                        f.key,
+                        uuid,
+                        "skip",
+                        note="this nvidia-smi offers none of " + ", ".join(f.names),
+                    )
                 )
                 continue
             seen = [exporter_value(f, s, uuid) for s in (before, after)]
@@ -348,8 +434,13 @@ def combine(rounds: Sequence[Sequence[Check]], fields: Sequence[Field]) -> list[
             continue
         ok = passed * 2 > len(group) if name in moving else not failed
         merged = Check(
-            last.name, last.uuid, "pass" if ok else "fail", last.smi, last.exporter,
-            last.tolerance, last.note,
+            last.name,
+            last.uuid,
+            "pass" if ok else "fail",
+            last.smi,
+            last.exporter,
+            last.tolerance,
+            last.note,
         )
         if len(group) > 1:
             merged.note = f"{passed}/{len(group)} rounds agreed" + (

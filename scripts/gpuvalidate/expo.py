@@ -100,6 +100,8 @@ class Daemon:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
+            cwd=self.config.parent,  # not the checkout: the installed project is imported
+            start_new_session=True,
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -147,11 +149,11 @@ class Daemon:
         """/status as JSON."""
         return json.loads(self.get("/status"))
 
-    def wait(
-        self, ready: Any, timeout: float, every: float = 0.25
-    ) -> tuple[Scrape, bool]:
-        """Scrape until ``ready(scrape)`` is true or ``timeout`` passes: the last scrape and
-        whether it was ready."""
+    def wait(self, ready: Any, timeout: float, every: float = 0.25) -> tuple[Scrape, bool]:
+        """Scrape until ``ready(scrape)`` holds or ``timeout`` passes.
+
+        Returns the last scrape and whether it was ready.
+        """
         deadline = time.monotonic() + timeout
         while True:
             scrape = self.scrape()

@@ -57,13 +57,17 @@ def main() -> int:
     fast = cost(lambda: backend.poll(slow=False, processes=True, events=False), 20)
     slow = cost(lambda: backend.poll(slow=True, processes=True, events=False), 5)
     backend.close()
-    print(json.dumps({
-        "devices": len(inventory.get("devices", [])),
-        "per_call": per_call,
-        "cpu_seconds_per_call_median": statistics.median(cpus) if cpus else None,
-        "backend_fast_poll": fast,
-        "backend_slow_poll": slow,
-    }))
+    print(
+        json.dumps(
+            {
+                "devices": len(inventory.get("devices", [])),
+                "per_call": per_call,
+                "cpu_seconds_per_call_median": statistics.median(cpus) if cpus else None,
+                "backend_fast_poll": fast,
+                "backend_slow_poll": slow,
+            }
+        )
+    )
     return 0
 
 

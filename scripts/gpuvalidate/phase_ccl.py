@@ -1,6 +1,9 @@
-"""Phase 4: a single-node torch.distributed NCCL job with RAS on, read by ``ccl_ras``:
-healthy, its ranks and NCCL version; then stopped: ``no_job``. With NCCL's Inspector
-profiler plugin present, its files are read by ``ccl_inspector`` too."""
+"""Phase 4: a single-node torch.distributed NCCL job with RAS on, read by ``ccl_ras``.
+
+Running, the job must be healthy, with its ranks and NCCL version; stopped, the
+address must say ``no_job``. With NCCL's Inspector profiler plugin present, its
+files are read by ``ccl_inspector`` too.
+"""
 
 from __future__ import annotations
 
@@ -27,8 +30,11 @@ def state(samples: Samples) -> str | None:
 
 
 def inspector_plugin(kit: Kit) -> str | None:
-    """The Inspector plugin library, looked for beside the NCCL torch loads and in the
-    usual library folders; None when this NCCL build has none."""
+    """The Inspector plugin library, or None when this NCCL build has none.
+
+    Looked for beside the NCCL torch loads (the nvidia-* wheels) and in the usual
+    library folders.
+    """
     code = (
         "import json, os, site\n"
         "dirs = site.getsitepackages() + [site.getusersitepackages()]\n"
@@ -37,9 +43,15 @@ def inspector_plugin(kit: Kit) -> str | None:
     done = subprocess.run([kit.python, "-c", code], capture_output=True, text=True, timeout=60)
     roots: list[str] = json.loads(done.stdout) if done.returncode == 0 else []
     patterns = [os.path.join(r, "nvidia", "*", "lib", PLUGIN) for r in roots]
-    patterns += [os.path.join(d, PLUGIN) for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
-    patterns += [f"/usr/lib/x86_64-linux-gnu/{PLUGIN}", f"/usr/local/lib/{PLUGIN}",
-                 f"/usr/local/nccl/lib/{PLUGIN}", f"/usr/local/cuda/lib64/{PLUGIN}"]
+    patterns += [
+        os.path.join(d, PLUGIN) for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d
+    ]
+    patterns += [
+        f"/usr/lib/x86_64-linux-gnu/{PLUGIN}",
+        f"/usr/local/lib/{PLUGIN}",
+        f"/usr/local/nccl/lib/{PLUGIN}",
+        f"/usr/local/cuda/lib64/{PLUGIN}",
+    ]
     for pattern in patterns:
         found = sorted(glob.glob(pattern))
         if found:
@@ -53,8 +65,10 @@ def run_phase(kit: Kit, phase: Phase) -> None:
     daemon = kit.need_daemon()
     scrape, _ = daemon.wait(lambda s: state(s.samples) is not None, timeout=10, every=0.5)
     phase.check(
-        "no job before the job starts", state(scrape.samples) == "no_job",
-        seen=state(scrape.samples), bound="no_job",
+        "no job before the job starts",
+        state(scrape.samples) == "no_job",
+        seen=state(scrape.samples),
+        bound="no_job",
     )
     env = {
         "NCCL_RAS_ENABLE": "1",
@@ -66,12 +80,14 @@ def run_phase(kit: Kit, phase: Phase) -> None:
     inspector_dir = kit.work / "inspector"
     inspector_dir.mkdir(exist_ok=True)
     if plugin:
-        env.update({
-            "NCCL_PROFILER_PLUGIN": plugin,
-            "NCCL_INSPECTOR_ENABLE": "1",
-            "NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS": "500000",
-            "NCCL_INSPECTOR_DUMP_DIR": str(inspector_dir),
-        })
+        env.update(
+            {
+                "NCCL_PROFILER_PLUGIN": plugin,
+                "NCCL_INSPECTOR_ENABLE": "1",
+                "NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS": "500000",
+                "NCCL_INSPECTOR_DUMP_DIR": str(inspector_dir),
+            }
+        )
     marker = kit.work / "nccl.marker"
     init = f"tcp://127.0.0.1:{free_port()}"
     proc = kit.spawn([kit.python, "-c", NCCL, "120", str(marker), init], env=env, log="nccl.log")
@@ -79,34 +95,48 @@ def run_phase(kit: Kit, phase: Phase) -> None:
     phase.figures["job"] = started
     scrape, healthy = daemon.wait(lambda s: state(s.samples) == "healthy", timeout=30, every=0.5)
     phase.figures.update(_job(scrape))
-    phase.check("job state healthy", healthy, seen=state(scrape.samples), bound="healthy within 30 s")
+    phase.check(
+        "job state healthy", healthy, seen=state(scrape.samples), bound="healthy within 30 s"
+    )
     version = phase.figures.get("version")
     phase.check(
-        "NCCL version as torch reports it", version == started.get("nccl"),
-        seen=[version, started.get("nccl")], bound="equal",
+        "NCCL version as torch reports it",
+        version == started.get("nccl"),
+        seen=[version, started.get("nccl")],
+        bound="equal",
     )
     phase.check(
-        "ranks of the job", phase.figures.get("comm_ranks") == [float(started["world_size"])],
-        seen=phase.figures.get("comm_ranks"), bound=f"one communicator of {started['world_size']}",
+        "ranks of the job",
+        phase.figures.get("comm_ranks") == [float(started["world_size"])],
+        seen=phase.figures.get("comm_ranks"),
+        bound=f"one communicator of {started['world_size']}",
     )
     if plugin:
         scrape, seen = daemon.wait(
             lambda s: any(v >= 1 for _, v in find(s.samples, "accel_ccl_inspector_files")),
-            timeout=20, every=0.5,
+            timeout=20,
+            every=0.5,
         )
         files = [v for _, v in find(scrape.samples, "accel_ccl_inspector_files")]
         phase.figures["inspector_files"] = files
         phase.figures["inspector_dump"] = sorted(p.name for p in inspector_dir.iterdir())
         phase.check("Inspector files read", seen, seen=files, bound=">= 1 file within 20 s")
     else:
-        phase.checks.append(Check(
-            "Inspector files read", "", "skip",
-            note=f"no {PLUGIN} in this NCCL build or the library folders",
-        ))
+        phase.checks.append(
+            Check(
+                "Inspector files read",
+                "",
+                "skip",
+                note=f"no {PLUGIN} in this NCCL build or the library folders",
+            )
+        )
     stop(proc)
     scrape, gone = daemon.wait(lambda s: state(s.samples) == "no_job", timeout=20, every=0.5)
     phase.check(
-        "no_job after the job stopped", gone, seen=state(scrape.samples), bound="within 20 s",
+        "no_job after the job stopped",
+        gone,
+        seen=state(scrape.samples),
+        bound="within 20 s",
     )
 
 
@@ -116,8 +146,12 @@ def _job(scrape: Scrape) -> dict[str, Any]:
     out: dict[str, Any] = {"state": state(s)}
     if info:
         out["library"], out["version"] = info[0][0].get("library"), info[0][0].get("version")
-    for name in ("accel_ccl_job_processes", "accel_ccl_job_gpus", "accel_ccl_job_nodes",
-                 "accel_ccl_communicators"):
+    for name in (
+        "accel_ccl_job_processes",
+        "accel_ccl_job_gpus",
+        "accel_ccl_job_nodes",
+        "accel_ccl_communicators",
+    ):
         values = [v for _, v in find(s, name)]
         out[name.removeprefix("accel_ccl_")] = values[0] if values else None
     out["comm_ranks"] = sorted(v for _, v in find(s, "accel_ccl_comm_ranks"))

@@ -34,6 +34,8 @@ def run_phase(kit: Kit, phase: Phase) -> None:
     if unavailable:
         phase.figures["source_unavailable"] = unavailable[0][0].get("reason")
     phase.check(
-        "checkpoint state of the torch process is running", seen,
-        seen=phase.figures["states"], bound="state=running is 1 within 30 s",
+        "checkpoint state of the torch process is running",
+        seen,
+        seen=phase.figures["states"],
+        bound="state=running is 1 within 30 s",
     )

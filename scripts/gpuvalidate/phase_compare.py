@@ -1,5 +1,8 @@
-"""Phase 2: start the daemon with every NVIDIA-side source on, and compare each family
-nvidia-smi also gives, on every GPU, in three scrape / query / scrape rounds."""
+"""Phase 2: the daemon against nvidia-smi, family by family, on every GPU.
+
+The daemon runs with every NVIDIA-side source on; each family nvidia-smi also
+gives is compared in three scrape / query / scrape rounds.
+"""
 
 from __future__ import annotations
 
@@ -28,9 +31,12 @@ def free_port() -> int:
 
 
 def daemon_config(kit: Kit, ras_port: int) -> dict[str, Any]:
-    """The daemon's configuration: nvml fast (1 s, slow fields every 2 s) with processes
-    and events; ccl_ras on the port the kit's NCCL job will use; the Inspector folder
-    the kit points the plugin at; CUDA checkpoint states."""
+    """The daemon's configuration for every phase.
+
+    nvml fast (1 s, slow fields every 2 s) with processes and events; ccl_ras on the
+    port the kit's NCCL job will use; the Inspector folder the kit points the plugin
+    at; CUDA checkpoint states.
+    """
     return {
         "log": {"level": "info"},
         "sources": {
@@ -99,7 +105,7 @@ def run_phase(kit: Kit, phase: Phase) -> None:
     kit.ras_port = free_port()
     kit.daemon = start_daemon(kit, daemon_config(kit, kit.ras_port), "daemon")
     kit.children.append(("kit", kit.daemon.proc))  # type: ignore[arg-type]
-    scrape, ready = kit.daemon.wait(complete(kit.uuids), timeout=60)
+    _, ready = kit.daemon.wait(complete(kit.uuids), timeout=60)
     phase.figures["daemon_ready_seconds"] = round(time.monotonic() - kit.daemon.started_at, 3)
     if not ready:
         raise RuntimeError("the daemon did not export every GPU's fast and slow fields in 60 s")
@@ -113,6 +119,4 @@ def run_phase(kit: Kit, phase: Phase) -> None:
         rounds.append(compare_round(FIELDS, names, result.rows, before.samples, after.samples))
         phase.figures.setdefault("nvidia_smi_query_seconds", []).append(round(result.seconds, 3))
     phase.checks.extend(combine(rounds, FIELDS))
-    phase.figures["fields_compared"] = sorted(
-        {c.name for c in phase.checks if c.verdict != "skip"}
-    )
+    phase.figures["fields_compared"] = sorted({c.name for c in phase.checks if c.verdict != "skip"})

@@ -1,6 +1,7 @@
-"""Phase 7: what the exporter costs on this machine: CPU per poll (daemon and worker)
-and per NVML call, memory of the daemon and its workers, and the time from start to
-the first complete /metrics.
+"""Phase 7: what the exporter costs on this machine.
+
+CPU per poll (daemon and worker) and per NVML call, memory of the daemon and its
+workers, and the time from start to the first complete /metrics.
 
 Bounds are loose (an order of magnitude above the figures in docs/nvidia.md): they
 catch a pathology (a poll that burns a core, a leak), not a regression of a few
@@ -68,24 +69,30 @@ def run_phase(kit: Kit, phase: Phase) -> None:
         per_poll = (cpu1 - cpu0) / (polls1 - polls0) if polls1 > polls0 else None
         rss = {str(p): rss_bytes(p) for p in tree}
         total = sum(v for v in rss.values() if v)
-        phase.figures.update({
-            "daemon_and_worker_cpu_seconds_per_poll": per_poll,
-            "polls_in_window": polls1 - polls0,
-            "rss_bytes": rss,
-            "rss_bytes_total": total,
-        })
-        phase.check(
-            "daemon + worker CPU per poll", per_poll is not None and per_poll <= 0.1,
-            seen=per_poll, bound="<= 0.1 s",
+        phase.figures.update(
+            {
+                "daemon_and_worker_cpu_seconds_per_poll": per_poll,
+                "polls_in_window": polls1 - polls0,
+                "rss_bytes": rss,
+                "rss_bytes_total": total,
+            }
         )
         phase.check(
-            "daemon + worker RSS", total <= 400 * MIB, seen=total, bound="<= 400 MiB"
+            "daemon + worker CPU per poll",
+            per_poll is not None and per_poll <= 0.1,
+            seen=per_poll,
+            bound="<= 0.1 s",
         )
+        phase.check("daemon + worker RSS", total <= 400 * MIB, seen=total, bound="<= 400 MiB")
     finally:
         daemon.stop()
     done = subprocess.run(
-        [kit.python, str(COST_SCRIPT)], capture_output=True, text=True, timeout=120,
+        [kit.python, str(COST_SCRIPT)],
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, **kit.env},
+        cwd=kit.work,
     )
     if done.returncode != 0:
         raise RuntimeError("nvml_cost.py failed: " + done.stderr.strip()[-300:])
@@ -93,6 +100,8 @@ def run_phase(kit: Kit, phase: Phase) -> None:
     phase.figures["nvml"] = nvml
     median = nvml.get("cpu_seconds_per_call_median")
     phase.check(
-        "CPU per NVML call (median)", median is not None and median <= 0.001,
-        seen=median, bound="<= 1 ms",
+        "CPU per NVML call (median)",
+        median is not None and median <= 0.001,
+        seen=median,
+        bound="<= 1 ms",
     )

@@ -9,6 +9,7 @@ installed twice.
 
 from __future__ import annotations
 
+import importlib
 import re
 import shutil
 import subprocess
@@ -28,14 +29,22 @@ PREINSTALLED = frozenset(
 )
 TARGET = (
     "--only-binary=:all:",
-    "--implementation", "cp",
-    "--python-version", "3.12",
-    "--abi", "cp312",
-    "--abi", "abi3",
-    "--abi", "none",
-    "--platform", "manylinux_2_28_x86_64",
-    "--platform", "manylinux_2_17_x86_64",
-    "--platform", "manylinux2014_x86_64",
+    "--implementation",
+    "cp",
+    "--python-version",
+    "3.12",
+    "--abi",
+    "cp312",
+    "--abi",
+    "abi3",
+    "--abi",
+    "none",
+    "--platform",
+    "manylinux_2_28_x86_64",
+    "--platform",
+    "manylinux_2_17_x86_64",
+    "--platform",
+    "manylinux2014_x86_64",
 )
 
 
@@ -74,7 +83,7 @@ def wheel_project(path: Path) -> str:
 def fetch_wheels(dest: Path) -> int:
     """``pip download`` what the GPU machine lacks into ``dest``; pip's exit status."""
     try:
-        import tomllib
+        tomllib = importlib.import_module("tomllib")
     except ModuleNotFoundError:
         print("--fetch-wheels needs Python 3.11+ (tomllib)", file=sys.stderr)
         return 2
@@ -110,17 +119,27 @@ def install(kit: Kit, phase: Phase, wheels: Path, base: str) -> None:
     if not python.exists():
         made = subprocess.run(
             [base, "-m", "venv", "--system-site-packages", str(venv)],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         if made.returncode != 0:  # no ensurepip on this Python: a venv without pip
             shutil.rmtree(venv, ignore_errors=True)
             subprocess.run(
                 [base, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
-                check=True, capture_output=True, timeout=120,
+                check=True,
+                capture_output=True,
+                timeout=120,
             )
     cmd = [
-        *_pip(kit, python, base), "install", "--no-index", "--find-links", str(wheels),
-        "--disable-pip-version-check", "--no-cache-dir", f"{ROOT}[{','.join(EXTRAS)}]",
+        *_pip(kit, python, base),
+        "install",
+        "--no-index",
+        "--find-links",
+        str(wheels),
+        "--disable-pip-version-check",
+        "--no-cache-dir",
+        f"{ROOT}[{','.join(EXTRAS)}]",
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     (kit.work / "install.log").write_text(" ".join(cmd) + "\n" + done.stdout + done.stderr)
@@ -134,12 +153,15 @@ def install(kit: Kit, phase: Phase, wheels: Path, base: str) -> None:
 def verify(kit: Kit, phase: Phase) -> bool:
     """The interpreter imports the exporter and the NVIDIA binding."""
     done = subprocess.run(
-        [kit.python, "-c", "import exporter, pynvml; print(exporter.__version__)"],
-        capture_output=True, text=True, timeout=60,
+        [kit.python, "-c", "import exporter, pynvml; print(exporter.__file__)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=kit.work,
     )
     ok = done.returncode == 0
     said = (done.stdout + done.stderr).strip().splitlines()
-    phase.figures["exporter_version"] = said[-1] if said else ""
+    phase.figures["exporter_imported_from"] = said[-1] if said else ""
     return phase.check("exporter and pynvml import", ok, seen=said[-1:] or None)
 
 

@@ -1,5 +1,6 @@
-"""Phase 3: a torch matmul loop, then idle; utilization, SM and tensor activity, power,
-energy and memory must move as they must.
+"""Phase 3: a torch matmul loop, then idle: the activity families must follow.
+
+Utilization, SM and tensor activity, power, energy and memory must move as they must.
 
 Bounds are loose on purpose (any H100/H200 clears them by far under bf16 matmuls):
 they catch a family that does not move, moves the wrong way, or is off by a unit,
@@ -47,7 +48,8 @@ class Series:
         out = []
         for s in self.exporter:
             hits = [
-                v for labels, v in find(s, "accel_pipe_active_ratio", uuid=uuid)
+                v
+                for labels, v in find(s, "accel_pipe_active_ratio", uuid=uuid)
                 if word in labels.get("pipe", "")
             ]
             if hits:
@@ -63,7 +65,7 @@ def integral(times: Sequence[float], watts: Sequence[float]) -> float:
     """Trapezoid integral of power samples: joules."""
     return sum(
         (t1 - t0) * (w0 + w1) / 2
-        for t0, t1, w0, w1 in zip(times, times[1:], watts, watts[1:])
+        for t0, t1, w0, w1 in zip(times, times[1:], watts, watts[1:], strict=False)
     )
 
 
@@ -140,32 +142,41 @@ def _checks(phase: Phase, base: dict[str, Any], load: dict[str, Any], rest: dict
     util_load, util_idle = load["utilization_mean"], rest["utilization_mean"]
     phase.check("utilization under load", (util_load or 0) >= 0.5, seen=util_load, bound=">= 0.5")
     phase.check(
-        "utilization idle", util_idle is not None and util_idle <= 0.2, seen=util_idle,
+        "utilization idle",
+        util_idle is not None and util_idle <= 0.2,
+        seen=util_idle,
         bound="<= 0.2",
     )
     p_load, p_idle = load["power_watts_mean"], rest["power_watts_mean"]
     phase.check(
         "power rises under load",
         p_load is not None and p_idle is not None and p_load >= p_idle + 30,
-        seen=[p_idle, p_load], bound="load >= idle + 30 W",
+        seen=[p_idle, p_load],
+        bound="load >= idle + 30 W",
     )
     e, smi_e = load["energy_joules"], load["smi_energy_joules"]
     phase.check(
         "energy counter vs nvidia-smi power integral (load)",
         e is not None and smi_e is not None and abs(e - smi_e) <= 0.25 * smi_e + 50,
-        seen=[e, smi_e], bound="within 25% + 50 J",
+        seen=[e, smi_e],
+        bound="within 25% + 50 J",
     )
     rate_load = (e or 0) / load["window_seconds"] if load["window_seconds"] else 0
-    rate_idle = (rest["energy_joules"] or 0) / rest["window_seconds"] if rest["window_seconds"] else 0
+    rate_idle = (
+        (rest["energy_joules"] or 0) / rest["window_seconds"] if rest["window_seconds"] else 0
+    )
     phase.check(
-        "energy grows faster under load", rate_load > rate_idle > 0,
-        seen=[rate_idle, rate_load], bound="idle > 0 and load > idle (J/s)",
+        "energy grows faster under load",
+        rate_load > rate_idle > 0,
+        seen=[rate_idle, rate_load],
+        bound="idle > 0 and load > idle (J/s)",
     )
     m_base, m_load = base["memory_used_bytes_max"], load["memory_used_bytes_max"]
     phase.check(
         "memory used rises by the workload's allocations",
         m_base is not None and m_load is not None and m_load - m_base >= 1024 * MIB,
-        seen=[m_base, m_load], bound=">= +1 GiB (the workload holds 1.25 GiB)",
+        seen=[m_base, m_load],
+        bound=">= +1 GiB (the workload holds 1.25 GiB)",
     )
     for name, key, bound in (
         ("SM active under load (GPM)", "sm_active_mean", 0.3),
@@ -180,10 +191,10 @@ def _checks(phase: Phase, base: dict[str, Any], load: dict[str, Any], rest: dict
             phase.check(
                 name.replace("under load", "idle"),
                 idle_value is not None and idle_value < value,
-                seen=[idle_value, value], bound="below the load figure",
+                seen=[idle_value, value],
+                bound="below the load figure",
             )
 
 
 def _absent(name: str) -> Check:
     return Check(name, "", "skip", note="this build does not export the family")
-

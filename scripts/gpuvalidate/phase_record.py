@@ -1,5 +1,8 @@
-"""Phase 6: ``accel-exporter record`` around a torch load; its summary against what
-nvidia-smi saw meanwhile (peak memory; energy as its power samples integrated)."""
+"""Phase 6: ``accel-exporter record`` around a torch load, against nvidia-smi.
+
+Its summary's peak memory and energy are compared with what nvidia-smi saw
+meanwhile (energy as nvidia-smi's power samples integrated).
+"""
 
 from __future__ import annotations
 
@@ -18,7 +21,9 @@ MIB = 1048576.0
 SECONDS = 15.0
 
 
-def _watch(kit: Kit, uuid: str, stop: threading.Event, into: list[tuple[float, float, float]]) -> None:
+def _watch(
+    kit: Kit, uuid: str, stop: threading.Event, into: list[tuple[float, float, float]]
+) -> None:
     """nvidia-smi every ~0.2 s: (unix time, memory.used MiB, power.draw W)."""
     while not stop.is_set():
         try:
@@ -27,7 +32,11 @@ def _watch(kit: Kit, uuid: str, stop: threading.Event, into: list[tuple[float, f
             continue
         now = time.time() - (time.monotonic() - query.at)
         for row in query.rows:
-            if row["uuid"].text == uuid and row["memory.used"].present and row["power.draw"].present:
+            if (
+                row["uuid"].text == uuid
+                and row["memory.used"].present
+                and row["power.draw"].present
+            ):
                 into.append((now, row["memory.used"].number(), row["power.draw"].number()))
         stop.wait(0.2)
 
@@ -45,9 +54,23 @@ def run_phase(kit: Kit, phase: Phase) -> None:
     watcher = threading.Thread(target=_watch, args=(kit, uuid, halt, samples), daemon=True)
     watcher.start()
     cmd = [
-        kit.python, "-m", "exporter", "record", "--config.file", str(kit.daemon.config),
-        "--out", str(out), "--interval", "500ms", "--",
-        kit.python, "-c", TORCH, "load", str(SECONDS), str(marker),
+        kit.python,
+        "-m",
+        "exporter",
+        "record",
+        "--config.file",
+        str(kit.daemon.config),
+        "--out",
+        str(out),
+        "--interval",
+        "500ms",
+        "--",
+        kit.python,
+        "-c",
+        TORCH,
+        "load",
+        str(SECONDS),
+        str(marker),
     ]
     proc = kit.spawn(cmd, log="record.log")
     status = proc.wait(timeout=SECONDS + 120)
@@ -62,28 +85,35 @@ def run_phase(kit: Kit, phase: Phase) -> None:
     energy_smi = integral([t for t, _, _ in inside], [w for _, _, w in inside]) if inside else None
     peak = device.get("peak_memory_bytes")
     energy = device.get("energy_joules")
-    phase.figures.update({
-        "uuid": uuid,
-        "wall_seconds": summary.get("wall_seconds"),
-        "peak_memory_bytes": peak,
-        "smi_peak_memory_bytes": None if peak_smi is None else peak_smi * MIB,
-        "energy_joules": energy,
-        "energy_method": device.get("energy_method"),
-        "smi_energy_joules": energy_smi,
-        "smi_samples": len(inside),
-        "record_samples": device.get("samples"),
-        "record_errors": summary.get("record_errors"),
-    })
+    phase.figures.update(
+        {
+            "uuid": uuid,
+            "wall_seconds": summary.get("wall_seconds"),
+            "peak_memory_bytes": peak,
+            "smi_peak_memory_bytes": None if peak_smi is None else peak_smi * MIB,
+            "energy_joules": energy,
+            "energy_method": device.get("energy_method"),
+            "smi_energy_joules": energy_smi,
+            "smi_samples": len(inside),
+            "record_samples": device.get("samples"),
+            "record_errors": summary.get("record_errors"),
+        }
+    )
     phase.check(
         "peak memory vs nvidia-smi",
-        peak is not None and peak_smi is not None
+        peak is not None
+        and peak_smi is not None
         and abs(peak - peak_smi * MIB) <= max(0.05 * peak_smi * MIB, 512 * MIB),
         seen=[peak, None if peak_smi is None else peak_smi * MIB],
-        bound="within 5% or 512 MiB (the larger)", uuid=uuid,
+        bound="within 5% or 512 MiB (the larger)",
+        uuid=uuid,
     )
     phase.check(
         "energy vs nvidia-smi power integral",
-        energy is not None and energy_smi is not None
+        energy is not None
+        and energy_smi is not None
         and abs(energy - energy_smi) <= 0.25 * energy_smi + 50,
-        seen=[energy, energy_smi], bound="within 25% + 50 J", uuid=uuid,
+        seen=[energy, energy_smi],
+        bound="within 25% + 50 J",
+        uuid=uuid,
     )

@@ -8,6 +8,7 @@ next phase runs; processes a phase started are killed when it ends.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -65,6 +66,7 @@ class Kit:
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
+            cwd=self.work,
             start_new_session=True,
         )
         if log:
@@ -94,6 +96,7 @@ class Kit:
                     text=True,
                     timeout=120,
                     env={**os.environ, **self.env},
+                    cwd=self.work,
                 )
                 lines = (done.stdout + done.stderr).strip().splitlines()
                 tail = lines[-1] if lines else f"exit {done.returncode}"
@@ -103,7 +106,7 @@ class Kit:
         return self._torch
 
     def need_torch(self) -> str:
-        """torch's version line, or Skip with the reason."""
+        """Torch's version line, or Skip with the reason."""
         ok, said = self.torch()
         if not ok:
             raise Skip(f"torch with CUDA is not usable here: {said}")
@@ -123,10 +126,8 @@ class Kit:
 def stop(proc: subprocess.Popen[Any], grace: float = 5.0) -> None:
     """SIGTERM the process group, SIGKILL it after ``grace``, reap."""
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
         try:
             proc.wait(wait)
             return

@@ -34,9 +34,7 @@ class Phase:
         self, name: str, ok: bool, *, seen: Any = None, bound: str = "", uuid: str = ""
     ) -> bool:
         """Record a check with a loose bound (load, NCCL, cost phases); returns ``ok``."""
-        self.checks.append(
-            Check(name, uuid, "pass" if ok else "fail", "", [seen], bound, "")
-        )
+        self.checks.append(Check(name, uuid, "pass" if ok else "fail", "", [seen], bound, ""))
         return ok
 
     def skip(self, reason: str) -> None:

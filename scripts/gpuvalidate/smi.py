@@ -64,8 +64,10 @@ class Cell:
         return 10.0 ** -len(frac) if frac else 1.0
 
     def flag(self) -> float:
-        """``Active``/``Enabled``/``Yes`` (or 1) -> 1, their opposites (or 0) -> 0; ValueError
-        otherwise."""
+        """``Active``/``Enabled``/``Yes`` (or 1) -> 1, their opposites (or 0) -> 0.
+
+        Anything else is a ValueError.
+        """
         if self.text.strip() in ("0", "1"):
             return float(self.text.strip())
         try:
@@ -91,8 +93,10 @@ def cell(text: str) -> Cell:
 
 
 def offered(help_text: str) -> set[str]:
-    """Field names ``nvidia-smi --help-query-gpu`` lists (each entry starts its line with
-    the quoted name, aliases follow as ``or "alias"``)."""
+    """Field names ``nvidia-smi --help-query-gpu`` lists.
+
+    Each entry starts its line with the quoted name; aliases follow as ``or "alias"``.
+    """
     names: set[str] = set()
     for line in help_text.splitlines():
         if line.startswith('"'):
@@ -114,7 +118,7 @@ def parse_csv(text: str, fields: Sequence[str]) -> list[dict[str, Cell]]:
             raise SmiError(
                 f"nvidia-smi line {number} has {len(values)} cells for {len(fields)} fields"
             )
-        rows.append({name: cell(value) for name, value in zip(fields, values)})
+        rows.append({name: cell(value) for name, value in zip(fields, values, strict=True)})
     return rows
 
 

@@ -60,8 +60,10 @@ dist.destroy_process_group()
 
 
 def wait_marker(marker: Path, proc: Any, timeout: float) -> dict[str, Any]:
-    """The marker's content once written; RuntimeError when the process ends first or
-    ``timeout`` passes."""
+    """The marker's content once written.
+
+    RuntimeError when the process ends first or ``timeout`` passes.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if marker.exists():

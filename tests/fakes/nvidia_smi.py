@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.fakes.nvml.control import State  # noqa: E402
+from tests.fakes.nvml.control import State
 
 NA = "[N/A]"
 MIB = 1 << 20
@@ -66,14 +66,20 @@ def fields(state: State) -> dict[str, Callable[[int, object], str]]:
         "serial": lambda i, d: _text(d.serial) or NA,
         "vbios_version": lambda i, d: _text(d.vbios),
         "driver_version": lambda i, d: _text(state.driver_version),
-        "pci.bus_id": lambda i, d: f"{d.pci_domain:08X}:{d.pci_bus & 0xFF:02X}:{d.pci_device & 0x1F:02X}.0",
+        "pci.bus_id": lambda i, d: (
+            f"{d.pci_domain:08X}:{d.pci_bus & 0xFF:02X}:{d.pci_device & 0x1F:02X}.0"
+        ),
         "mig.mode.current": lambda i, d: "Enabled" if d.mig_mode else "Disabled",
         "memory.total": lambda i, d: str(d.memory_total // MIB),
         "memory.reserved": lambda i, d: str(d.memory_reserved // MIB),
         "memory.used": lambda i, d: str(d.memory_used // MIB),
-        "memory.free": lambda i, d: str((d.memory_total - d.memory_used - d.memory_reserved) // MIB),
+        "memory.free": lambda i, d: str(
+            (d.memory_total - d.memory_used - d.memory_reserved) // MIB
+        ),
         "temperature.gpu": lambda i, d: str(d.temperature_gpu),
-        "temperature.memory": lambda i, d: str(d.temperature_memory) if d.temperature_memory else NA,
+        "temperature.memory": lambda i, d: (
+            str(d.temperature_memory) if d.temperature_memory else NA
+        ),
         "power.draw": lambda i, d: _u32(d.power_mw, lambda v: f"{v / 1000:.2f}"),
         "enforced.power.limit": lambda i, d: _u32(d.power_limit_mw, lambda v: f"{v / 1000:.2f}"),
         "power.limit": lambda i, d: _u32(d.power_limit_mw, lambda v: f"{v / 1000:.2f}"),
@@ -98,16 +104,16 @@ def fields(state: State) -> dict[str, Callable[[int, object], str]]:
     }
     for kind, t in (("corrected", 0), ("uncorrected", 1)):
         for counter, c in (("volatile", 0), ("aggregate", 1)):
-            out[f"ecc.errors.{kind}.{counter}.total"] = (
-                lambda i, d, t=t, c=c: str(d.ecc[t][c]) if d.ecc_enabled else NA
+            out[f"ecc.errors.{kind}.{counter}.total"] = lambda i, d, t=t, c=c: (
+                str(d.ecc[t][c]) if d.ecc_enabled else NA
             )
     for clock, k in CLOCKS.items():
         out[f"clocks.current.{clock}"] = lambda i, d, k=k: _u32(d.clock_mhz[k])
         if clock != "video":
             out[f"clocks.max.{clock}"] = lambda i, d, k=k: _u32(d.max_clock_mhz[k])
     for reason, bit in REASON_BITS.items():
-        out[f"clocks_event_reasons.{reason}"] = (
-            lambda i, d, bit=bit: "Active" if d.clocks_event_reasons & bit else "Not Active"
+        out[f"clocks_event_reasons.{reason}"] = lambda i, d, bit=bit: (
+            "Active" if d.clocks_event_reasons & bit else "Not Active"
         )
     return out
 

@@ -24,7 +24,7 @@ TORCH_PHASES = ("load", "checkpoint", "ccl", "record")
 def fake_smi(tmp_path: Path) -> Path:
     path = tmp_path / "bin" / "nvidia-smi"
     path.parent.mkdir(exist_ok=True)
-    path.write_text(f"#!/bin/sh\nexec {sys.executable} {ROOT / 'tests/fakes/nvidia_smi.py'} \"$@\"\n")
+    path.write_text(f'#!/bin/sh\nexec {sys.executable} {ROOT / "tests/fakes/nvidia_smi.py"} "$@"\n')
     path.chmod(0o755)
     return path
 
@@ -34,15 +34,28 @@ def run_kit(
 ) -> tuple[int, dict[str, Any], str]:
     out = tmp_path / "out"
     done = subprocess.run(
-        [str(KIT), str(out), "--python", sys.executable, "--nvidia-smi", str(fake_smi(tmp_path)),
-         "--budget", "300", *args],
+        [
+            str(KIT),
+            str(out),
+            "--python",
+            sys.executable,
+            "--nvidia-smi",
+            str(fake_smi(tmp_path)),
+            "--budget",
+            "300",
+            *args,
+        ],
         env={**os.environ, **fake.env(), "PYTHON": sys.executable, **(env or {})},
         capture_output=True,
         text=True,
         timeout=400,
     )
     assert (out / "summary.txt").exists(), done.stdout + done.stderr
-    return done.returncode, json.loads((out / "report.json").read_text()), (out / "summary.txt").read_text()
+    return (
+        done.returncode,
+        json.loads((out / "report.json").read_text()),
+        (out / "summary.txt").read_text(),
+    )
 
 
 def phases(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -71,7 +84,12 @@ def test_dry_run_agrees_with_the_fake_nvidia_smi(tmp_path, fake_nvml):
         for f in FIELDS:
             assert verdicts[(f.key, uuid)]["verdict"] == "pass", (f.key, uuid)
     gpu1 = fake.uuid(1)
-    for key in ("serial", "ecc.mode.current", "temperature.memory", "ecc.errors.corrected.volatile.total"):
+    for key in (
+        "serial",
+        "ecc.mode.current",
+        "temperature.memory",
+        "ecc.errors.corrected.volatile.total",
+    ):
         assert verdicts[(key, fake.uuid(0))]["nvidia_smi"] not in ("[N/A]", "Disabled"), key
     assert verdicts[("serial", gpu1)]["nvidia_smi"] == "[N/A]"
     assert verdicts[("ecc.mode.current", gpu1)]["nvidia_smi"] == "Disabled"
@@ -98,14 +116,13 @@ def test_a_disagreement_fails_the_run_and_names_the_field(tmp_path, fake_nvml):
     compare = phases(doc)["compare"]
     assert compare["status"] == "failed"
     assert {c["name"] for c in compare["checks"] if c["verdict"] == "fail"} == {
-        "serial", "power.draw",
+        "serial",
+        "power.draw",
     }
     assert "Disagreements:" in summary and "power.draw" in summary
 
 
-def test_a_broken_nvidia_smi_is_an_error_not_a_failure_and_the_next_phases_run(
-    tmp_path, fake_nvml
-):
+def test_a_broken_nvidia_smi_is_an_error_not_a_failure_and_the_next_phases_run(tmp_path, fake_nvml):
     fake = fake_nvml(1)
     # Without a state file the fake nvidia-smi fails as the real one does without a driver.
     status, doc, _ = run_kit(tmp_path, fake, "--skip", "cost", env={"FAKE_NVML_STATE": ""})
@@ -114,6 +131,12 @@ def test_a_broken_nvidia_smi_is_an_error_not_a_failure_and_the_next_phases_run(
     assert by["compare"]["status"] == "error"
     assert "NVIDIA-SMI has failed" in by["compare"]["reason"]
     assert [p["name"] for p in doc["phases"]] == [
-        "install", "compare", "load", "checkpoint", "ccl", "record", "cost",
+        "install",
+        "compare",
+        "load",
+        "checkpoint",
+        "ccl",
+        "record",
+        "cost",
     ]
     assert by["load"]["status"] == "skipped"

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from exporter.catalog import CATALOG
-
 from scripts.gpuvalidate.compare import (
     FIELDS,
     Check,
@@ -29,26 +28,35 @@ FIELD = {f.key: f for f in FIELDS}
 def exposition(uuid: str = U, **values: float) -> str:
     """A /metrics page for one GPU; ``values`` override the defaults by short name."""
     v = {
-        "power": 312.456, "total": 85520809984, "used": 1073741824, "util": 0.37,
-        "clock_sm": 1755e6, "limit": 700.0, "pstate": 0, "sw_power_cap": 1, **values,
+        "power": 312.456,
+        "total": 85520809984,
+        "used": 1073741824,
+        "util": 0.37,
+        "clock_sm": 1755e6,
+        "limit": 700.0,
+        "pstate": 0,
+        "sw_power_cap": 1,
+        **values,
     }
     ident = f'device="0",uuid="{uuid}"'
-    return "\n".join([
-        f'accel_device_info{{{ident},vendor="nvidia",model="NVIDIA H100 80GB HBM3",'
-        f'pci_bus_id="00000000:18:00.0",serial="",vbios="96.00.99.00.01",'
-        f'driver_version="580.82.07",cuda_driver_version="12.8",mig_mode="disabled"}} 1',
-        'accel_devices{vendor="nvidia"} 1',
-        f"accel_power_watts{{{ident}}} {v['power']}",
-        f"accel_power_limit_watts{{{ident}}} {v['limit']}",
-        f"accel_memory_total_bytes{{{ident}}} {v['total']}",
-        f"accel_memory_used_bytes{{{ident}}} {v['used']}",
-        f"accel_utilization_ratio{{{ident}}} {v['util']}",
-        f'accel_clock_hertz{{{ident},clock="sm"}} {v["clock_sm"]}',
-        f"accel_performance_state{{{ident}}} {v['pstate']}",
-        f'accel_clock_throttle_active{{{ident},reason="sw_power_cap"}} {v["sw_power_cap"]}',
-        f'accel_ecc_errors_total{{{ident},type="corrected",counter="volatile"}} 3',
-        "",
-    ])
+    return "\n".join(
+        [
+            f'accel_device_info{{{ident},vendor="nvidia",model="NVIDIA H100 80GB HBM3",'
+            f'pci_bus_id="00000000:18:00.0",serial="",vbios="96.00.99.00.01",'
+            f'driver_version="580.82.07",cuda_driver_version="12.8",mig_mode="disabled"}} 1',
+            'accel_devices{vendor="nvidia"} 1',
+            f"accel_power_watts{{{ident}}} {v['power']}",
+            f"accel_power_limit_watts{{{ident}}} {v['limit']}",
+            f"accel_memory_total_bytes{{{ident}}} {v['total']}",
+            f"accel_memory_used_bytes{{{ident}}} {v['used']}",
+            f"accel_utilization_ratio{{{ident}}} {v['util']}",
+            f'accel_clock_hertz{{{ident},clock="sm"}} {v["clock_sm"]}',
+            f"accel_performance_state{{{ident}}} {v['pstate']}",
+            f'accel_clock_throttle_active{{{ident},reason="sw_power_cap"}} {v["sw_power_cap"]}',
+            f'accel_ecc_errors_total{{{ident},type="corrected",counter="volatile"}} 3',
+            "",
+        ]
+    )
 
 
 def one_check(key: str, text: str, before: str, after: str | None = None) -> Check:
@@ -103,8 +111,7 @@ def test_moving_values_are_bracketed_by_the_two_scrapes_within_the_tolerance():
     # Flags and P-states move, exactly.
     assert one_check("clocks_event_reasons.sw_power_cap", "Active", exposition()).verdict == "pass"
     assert (
-        one_check("clocks_event_reasons.sw_power_cap", "Not Active", exposition()).verdict
-        == "fail"
+        one_check("clocks_event_reasons.sw_power_cap", "Not Active", exposition()).verdict == "fail"
     )
     changed = exposition(sw_power_cap=0)
     assert (

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
+
+import pytest
 
 from scripts.gpuvalidate.phase_install import (
     PREINSTALLED,
@@ -15,6 +16,7 @@ from scripts.gpuvalidate.phase_install import (
 )
 
 ROOT = Path(__file__).parents[2]
+tomllib = pytest.importorskip("tomllib", reason="--fetch-wheels reads pyproject with Python 3.11+")
 
 
 def test_project_names_are_normalised():

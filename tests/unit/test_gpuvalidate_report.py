@@ -14,8 +14,12 @@ from scripts.gpuvalidate.smi import Smi
 
 
 def kit(tmp_path, budget: float = 120.0) -> Kit:
-    return Kit(out=tmp_path, python=sys.executable, smi=Smi("/nonexistent"),
-               deadline=time.monotonic() + budget)
+    return Kit(
+        out=tmp_path,
+        python=sys.executable,
+        smi=Smi("/nonexistent"),
+        deadline=time.monotonic() + budget,
+    )
 
 
 def test_a_phase_that_raises_is_an_error_and_the_traceback_is_kept(tmp_path):

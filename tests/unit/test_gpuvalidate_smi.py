@@ -11,13 +11,26 @@ import pytest
 from scripts.gpuvalidate.compare import FIELDS, choose
 from scripts.gpuvalidate.smi import Smi, SmiError, cell, offered, parse_csv
 
-HELP = (Path(__file__).parents[1] / "fixtures" / "nvidia_smi" / "help-query-gpu-580.txt").read_text()
+HELP = (
+    Path(__file__).parents[1] / "fixtures" / "nvidia_smi" / "help-query-gpu-580.txt"
+).read_text()
 
 # An H100 SXM on driver 580, as `--format=csv,noheader,nounits` prints it.
 QUERY = [
-    "uuid", "name", "serial", "pci.bus_id", "memory.total", "memory.used", "power.draw",
-    "enforced.power.limit", "temperature.memory", "fan.speed", "pstate",
-    "clocks_event_reasons.sw_power_cap", "ecc.mode.current", "retired_pages.single_bit_ecc.count",
+    "uuid",
+    "name",
+    "serial",
+    "pci.bus_id",
+    "memory.total",
+    "memory.used",
+    "power.draw",
+    "enforced.power.limit",
+    "temperature.memory",
+    "fan.speed",
+    "pstate",
+    "clocks_event_reasons.sw_power_cap",
+    "ecc.mode.current",
+    "retired_pages.single_bit_ecc.count",
     "clocks.current.sm",
 ]
 ROWS = (
@@ -101,7 +114,8 @@ def test_smi_runs_the_query_and_reports_failures(tmp_path):
     result = smi.query(["uuid", "temperature.gpu"])
     assert result.rows[0]["temperature.gpu"].number() == 34
     assert (tmp_path / "nvidia-smi.args").read_text().split() == [
-        "--query-gpu=uuid,temperature.gpu", "--format=csv,noheader,nounits",
+        "--query-gpu=uuid,temperature.gpu",
+        "--format=csv,noheader,nounits",
     ]
     failing = Smi(_script(tmp_path, 'echo "NVIDIA-SMI has failed"; exit 9\n'))
     with pytest.raises(SmiError, match="exited 9: NVIDIA-SMI has failed"):
