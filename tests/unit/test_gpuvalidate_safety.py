@@ -84,10 +84,10 @@ def literals(path: Path, text: str) -> list[str]:
 def problems(path: Path, text: str) -> list[str]:
     """Every NVML setter named, and every forbidden nvidia-smi option among the words of
     the string literals. One-letter options (``-c``, ``-r``, ...) mean something else
-    to other programs (``python -c``): they count in nvidia-smi's own module, in the
-    shell entry point, and in any literal that names nvidia-smi."""
+    to other programs (``python -c``): they count in nvidia-smi's own module and in
+    any literal (or shell line) that names nvidia-smi."""
     found = [f"{path.name}: {m.group(0)}" for m in SETTER.finditer(text)]
-    everywhere = path.name in ("smi.py", "gpu-validate")
+    everywhere = path.name == "smi.py"
     for literal in literals(path, text):
         strict = everywhere or "nvidia-smi" in literal
         for word in re.split(r"[\s=,\"']+", literal):
