@@ -16,11 +16,12 @@ from typing import Any
 from .compare import Check
 from .expo import Samples, Scrape, find
 from .phase_compare import free_port
-from .phases import Kit, stop
+from .phases import Kit, Skip, stop
 from .report import Phase
 from .workloads import NCCL, wait_marker
 
 PLUGIN = "libnccl-profiler-inspector.so*"
+RAS_SINCE = (2, 24)  # the first NCCL release with the RAS service
 
 
 def state(samples: Samples) -> str | None:
@@ -61,7 +62,10 @@ def inspector_plugin(kit: Kit) -> str | None:
 
 def run_phase(kit: Kit, phase: Phase) -> None:
     """Baseline no_job, job healthy (ranks, version, Inspector files), stopped: no_job."""
-    kit.need_torch()
+    said = kit.need_torch().split()
+    nccl = tuple(int(p) for p in said[3].split(".")) if len(said) > 3 else ()
+    if nccl < RAS_SINCE:
+        raise Skip(f"torch's NCCL {'.'.join(map(str, nccl)) or '?'} has no RAS (2.24+)")
     daemon = kit.need_daemon()
     scrape, _ = daemon.wait(lambda s: state(s.samples) is not None, timeout=10, every=0.5)
     phase.check(

@@ -21,7 +21,7 @@ from .expo import Samples, find, one
 from .phases import Kit
 from .report import Phase
 from .smi import Cell
-from .workloads import TORCH, wait_marker
+from .workloads import TORCH, gpu_of, wait_marker
 
 LOAD_SECONDS = 25.0
 IDLE_SECONDS = 12.0
@@ -36,7 +36,7 @@ class Series:
     times: list[float] = field(default_factory=list)
     exporter: list[Samples] = field(default_factory=list)
     smi_times: list[float] = field(default_factory=list)
-    smi: list[dict[str, Cell]] = field(default_factory=list)
+    smi: list[dict[str, dict[str, Cell]]] = field(default_factory=list)  # per query: by UUID
 
     def values(self, name: str, uuid: str, **labels: str) -> list[float]:
         """The exporter's values of one series, where present."""
@@ -56,9 +56,15 @@ class Series:
                 out.append(max(hits))
         return out
 
-    def smi_values(self, name: str) -> list[float]:
-        """nvidia-smi's numbers of one field, where present."""
-        return [row[name].number() for row in self.smi if row[name].present]
+    def smi_values(self, name: str, uuid: str) -> tuple[list[float], list[float]]:
+        """nvidia-smi's numbers of one field of one GPU where present, and their times."""
+        times, values = [], []
+        for at, rows in zip(self.smi_times, self.smi, strict=True):
+            row = rows.get(uuid)
+            if row is not None and row[name].present:
+                times.append(at)
+                values.append(row[name].number())
+        return times, values
 
 
 def integral(times: Sequence[float], watts: Sequence[float]) -> float:
@@ -69,7 +75,7 @@ def integral(times: Sequence[float], watts: Sequence[float]) -> float:
     )
 
 
-def sample(kit: Kit, uuid: str, seconds: float, series: Series, until: Any = None) -> None:
+def sample(kit: Kit, seconds: float, series: Series, until: Any = None) -> None:
     """Scrape the daemon and query nvidia-smi about once a second for ``seconds``."""
     assert kit.daemon is not None
     end = time.monotonic() + seconds
@@ -78,10 +84,8 @@ def sample(kit: Kit, uuid: str, seconds: float, series: Series, until: Any = Non
         series.times.append(scrape.at)
         series.exporter.append(scrape.samples)
         query = kit.smi.query(SMI_FIELDS)
-        for row in query.rows:
-            if row["uuid"].text == uuid:
-                series.smi_times.append(query.at)
-                series.smi.append(row)
+        series.smi_times.append(query.at)
+        series.smi.append({row["uuid"].text: row for row in query.rows})
         time.sleep(max(0.0, 1.0 - (time.monotonic() - scrape.at)))
 
 
@@ -93,16 +97,14 @@ def mean(values: Sequence[float]) -> float | None:
 def figures(series: Series, uuid: str) -> dict[str, Any]:
     """What one window showed."""
     energy = series.values("accel_energy_joules_total", uuid)
-    smi_power = series.smi_values("power.draw")
+    power_times, smi_power = series.smi_values("power.draw", uuid)
     return {
         "utilization_mean": mean(series.values("accel_utilization_ratio", uuid)),
         "power_watts_mean": mean(series.values("accel_power_watts", uuid)),
         "smi_power_watts_mean": mean(smi_power),
-        "smi_utilization_percent_mean": mean(series.smi_values("utilization.gpu")),
+        "smi_utilization_percent_mean": mean(series.smi_values("utilization.gpu", uuid)[1]),
         "energy_joules": energy[-1] - energy[0] if len(energy) > 1 else None,
-        "smi_energy_joules": integral(series.smi_times, smi_power)
-        if len(smi_power) == len(series.smi_times) and len(smi_power) > 1
-        else None,
+        "smi_energy_joules": integral(power_times, smi_power) if len(smi_power) > 1 else None,
         "window_seconds": series.times[-1] - series.times[0] if series.times else 0.0,
         "memory_used_bytes_max": max(series.values("accel_memory_used_bytes", uuid), default=None),
         "sm_active_mean": mean(series.values("accel_sm_active_ratio", uuid)),
@@ -115,23 +117,22 @@ def run_phase(kit: Kit, phase: Phase) -> None:
     """Idle baseline, load window, idle window; then the loose checks."""
     phase.figures["torch"] = kit.need_torch()
     kit.need_daemon()
-    uuid = kit.uuids[0]  # torch's cuda:0 is nvidia-smi's first GPU unless CUDA_VISIBLE_DEVICES
-    phase.figures["uuid"] = uuid
     baseline = Series()
-    sample(kit, uuid, 3.0, baseline)
+    sample(kit, 3.0, baseline)
     marker = kit.work / "load.marker"
     proc = kit.spawn(
         [kit.python, "-c", TORCH, "load", str(LOAD_SECONDS), str(marker)], log="load.log"
     )
     phase.figures["load_pid"] = proc.pid
-    wait_marker(marker, proc, timeout=90)
+    uuid = gpu_of(kit.uuids, wait_marker(marker, proc, timeout=90))
+    phase.figures["uuid"] = uuid
     time.sleep(2.0)  # past the first poll after the load began
     busy = Series()
-    sample(kit, uuid, LOAD_SECONDS - 4.0, busy, until=lambda: proc.poll() is not None)
+    sample(kit, LOAD_SECONDS - 4.0, busy, until=lambda: proc.poll() is not None)
     proc.wait(timeout=LOAD_SECONDS + 30)
     time.sleep(3.0)  # utilization is averaged over the driver's last sample period
     idle = Series()
-    sample(kit, uuid, IDLE_SECONDS - 3.0, idle)
+    sample(kit, IDLE_SECONDS - 3.0, idle)
     base, load, rest = figures(baseline, uuid), figures(busy, uuid), figures(idle, uuid)
     phase.figures.update({"baseline": base, "load": load, "idle": rest})
     phase.figures["workload"] = (kit.work / "load.log").read_text().strip().splitlines()[-1:]

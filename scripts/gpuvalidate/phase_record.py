@@ -15,29 +15,26 @@ from .phase_load import integral
 from .phases import Kit, Skip
 from .report import Phase
 from .smi import SmiError
-from .workloads import TORCH
+from .workloads import TORCH, gpu_of
 
 MIB = 1048576.0
 SECONDS = 15.0
 
 
-def _watch(
-    kit: Kit, uuid: str, stop: threading.Event, into: list[tuple[float, float, float]]
-) -> None:
-    """nvidia-smi every ~0.2 s: (unix time, memory.used MiB, power.draw W)."""
+def _watch(kit: Kit, stop: threading.Event, into: list[tuple[float, str, float, float]]) -> None:
+    """nvidia-smi every ~0.2 s: (unix time, UUID, memory.used MiB, power.draw W)."""
     while not stop.is_set():
         try:
             query = kit.smi.query(["uuid", "memory.used", "power.draw"])
         except SmiError:
+            stop.wait(0.2)
             continue
         now = time.time() - (time.monotonic() - query.at)
         for row in query.rows:
-            if (
-                row["uuid"].text == uuid
-                and row["memory.used"].present
-                and row["power.draw"].present
-            ):
-                into.append((now, row["memory.used"].number(), row["power.draw"].number()))
+            if row["memory.used"].present and row["power.draw"].present:
+                into.append(
+                    (now, row["uuid"].text, row["memory.used"].number(), row["power.draw"].number())
+                )
         stop.wait(0.2)
 
 
@@ -46,12 +43,11 @@ def run_phase(kit: Kit, phase: Phase) -> None:
     kit.need_torch()
     if kit.daemon is None:
         raise Skip("no daemon configuration (see the compare phase)")
-    uuid = kit.uuids[0]
     out = kit.work / "record"
     marker = kit.work / "record.marker"
-    samples: list[tuple[float, float, float]] = []
+    samples: list[tuple[float, str, float, float]] = []
     halt = threading.Event()
-    watcher = threading.Thread(target=_watch, args=(kit, uuid, halt, samples), daemon=True)
+    watcher = threading.Thread(target=_watch, args=(kit, halt, samples), daemon=True)
     watcher.start()
     cmd = [
         kit.python,
@@ -77,10 +73,15 @@ def run_phase(kit: Kit, phase: Phase) -> None:
     halt.set()
     watcher.join(10)
     phase.check("record exits with the command's status", status == 0, seen=status, bound="0")
+    uuid = gpu_of(kit.uuids, json.loads(marker.read_text()))
     summary: dict[str, Any] = json.loads((out / "summary.json").read_text())
     device = summary.get("devices", {}).get(uuid, {})
     start, end = summary.get("start_time"), summary.get("end_time")
-    inside = [s for s in samples if start is not None and end is not None and start <= s[0] <= end]
+    inside = [
+        (t, m, w)
+        for t, u, m, w in samples
+        if u == uuid and start is not None and end is not None and start <= t <= end
+    ]
     peak_smi = max((m for _, m, _ in inside), default=None)
     energy_smi = integral([t for t, _, _ in inside], [w for _, _, w in inside]) if inside else None
     peak = device.get("peak_memory_bytes")

@@ -20,8 +20,9 @@ a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
 b = torch.randn_like(a)
 hold = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
 torch.cuda.synchronize()
+uuid = str(getattr(torch.cuda.get_device_properties(0), "uuid", ""))
 with open(marker, "w") as f:
-    json.dump({"time": time.time(), "mode": mode}, f)
+    json.dump({"time": time.time(), "mode": mode, "uuid": uuid}, f)
 end, n, began = time.monotonic() + seconds, 0, time.monotonic()
 while time.monotonic() < end:
     if mode == "load":
@@ -57,6 +58,16 @@ while time.monotonic() < end:
     time.sleep(0.05)
 dist.destroy_process_group()
 """
+
+
+def gpu_of(uuids: list[str], started: dict[str, Any]) -> str:
+    """The UUID (as NVML spells it) of the GPU the workload runs on.
+
+    torch prints it without the ``GPU-`` prefix; without it (an old torch) the
+    first GPU, which is CUDA's device 0 on a machine with one GPU.
+    """
+    seen = str(started.get("uuid") or "")
+    return next((u for u in uuids if seen and u.endswith(seen)), uuids[0])
 
 
 def wait_marker(marker: Path, proc: Any, timeout: float) -> dict[str, Any]:

@@ -192,3 +192,24 @@ def test_every_family_the_kit_reads_is_in_the_catalog():
     for name in used - OPTIONAL:
         family = re.sub(r"_(count|sum|bucket)$", "", name) if name not in CATALOG else name
         assert family in CATALOG, name
+
+
+def expand(token: str) -> list[str]:
+    """``a.{b,c}.{d,e}`` -> the four names it abbreviates."""
+    parts = re.split(r"\{([^}]*)\}", token)
+    names = [""]
+    for n, part in enumerate(parts):
+        options = [o.strip() for o in part.split(",")] if n % 2 else [part]
+        names = [name + option for name in names for option in options]
+    return names
+
+
+def test_every_field_is_documented():
+    doc = (Path(__file__).parents[2] / "docs" / "gpu-validation.md").read_text()
+    rows = [line for line in doc.splitlines() if line.startswith("| `")]
+    named = {
+        name for row in rows for token in re.findall(r"`([^`]+)`", row) for name in expand(token)
+    }
+    for f in FIELDS:
+        assert f.key in named, f.key
+        assert f"`{f.family}" in doc, f.family
