@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, fn, timeout in phases(args):
             phase = Phase(name, SKIPPED, "--skip") if name in skip else run(kit, name, fn, timeout)
             done.append(phase)
-            about["torch"] = kit._torch[1] if kit._torch else None
+            about["torch"] = kit.torch_said()
             write(args.out, done, about)
             print(f"{name}: {phase.status}{f' ({phase.reason})' if phase.reason else ''}")
     finally:

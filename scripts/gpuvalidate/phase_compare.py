@@ -99,9 +99,7 @@ def run_phase(kit: Kit, phase: Phase) -> None:
         phase.figures["help_query_gpu"] = f"unreadable ({exc}); querying the newest names"
     names = choose(FIELDS, offered)
     query = ["uuid", *sorted({n for n in names.values() if n is not None})]
-    first = kit.smi.query(["uuid"])
-    kit.uuids = [row["uuid"].text for row in first.rows]
-    phase.figures["gpus"] = kit.uuids
+    phase.figures["gpus"] = kit.gpus()
     kit.ras_port = free_port()
     kit.daemon = start_daemon(kit, daemon_config(kit, kit.ras_port), "daemon")
     kit.children.append(("kit", kit.daemon.proc))  # type: ignore[arg-type]

@@ -55,10 +55,11 @@ def run_phase(kit: Kit, phase: Phase) -> None:
     if kit.daemon is not None and kit.daemon.proc is not None and kit.daemon.proc.poll() is None:
         tree = family_tree(kit.daemon.pid)
         phase.figures["full_daemon_rss_bytes"] = {str(p): rss_bytes(p) for p in tree}
+    uuids = kit.gpus()  # asked before the clock starts
     daemon = start_daemon(kit, nvml_only(kit), "cost-daemon")
     kit.children.append((kit.current, daemon.proc))  # type: ignore[arg-type]
     try:
-        _, ready = daemon.wait(complete(kit.uuids), timeout=30, every=0.05)
+        _, ready = daemon.wait(complete(uuids), timeout=30, every=0.05)
         first = time.monotonic() - daemon.started_at
         phase.figures["first_complete_metrics_seconds"] = round(first, 3)
         phase.check("first complete /metrics", ready and first <= 15, seen=first, bound="<= 15 s")

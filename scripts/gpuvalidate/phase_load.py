@@ -124,7 +124,7 @@ def run_phase(kit: Kit, phase: Phase) -> None:
         [kit.python, "-c", TORCH, "load", str(LOAD_SECONDS), str(marker)], log="load.log"
     )
     phase.figures["load_pid"] = proc.pid
-    uuid = gpu_of(kit.uuids, wait_marker(marker, proc, timeout=90))
+    uuid = gpu_of(kit.gpus(), wait_marker(marker, proc, timeout=90))
     phase.figures["uuid"] = uuid
     time.sleep(2.0)  # past the first poll after the load began
     busy = Series()

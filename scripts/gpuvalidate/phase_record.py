@@ -73,7 +73,7 @@ def run_phase(kit: Kit, phase: Phase) -> None:
     halt.set()
     watcher.join(10)
     phase.check("record exits with the command's status", status == 0, seen=status, bound="0")
-    uuid = gpu_of(kit.uuids, json.loads(marker.read_text()))
+    uuid = gpu_of(kit.gpus(), json.loads(marker.read_text()))
     summary: dict[str, Any] = json.loads((out / "summary.json").read_text())
     device = summary.get("devices", {}).get(uuid, {})
     start, end = summary.get("start_time"), summary.get("end_time")

@@ -105,6 +105,18 @@ class Kit:
                 self._torch = (False, str(exc))
         return self._torch
 
+    def gpus(self) -> list[str]:
+        """The UUIDs nvidia-smi lists (asked once); RuntimeError when it lists none."""
+        if not self.uuids:
+            self.uuids = [row["uuid"].text for row in self.smi.query(["uuid"]).rows]
+            if not self.uuids:
+                raise RuntimeError("nvidia-smi lists no GPU")
+        return self.uuids
+
+    def torch_said(self) -> str | None:
+        """What the torch probe printed (its versions line or its error), None if not run."""
+        return None if self._torch is None else self._torch[1]
+
     def need_torch(self) -> str:
         """Torch's version line, or Skip with the reason."""
         ok, said = self.torch()

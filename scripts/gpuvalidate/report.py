@@ -65,9 +65,11 @@ def exit_status(phases: list[Phase]) -> int:
 
 def _short(value: Any) -> str:
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return f"{value:.4g}"
     if isinstance(value, list):
         return "/".join(_short(v) for v in value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_short(v)}" for k, v in value.items()) + "}"
     return str(value)
 
 

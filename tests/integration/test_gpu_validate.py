@@ -72,7 +72,7 @@ def test_dry_run_agrees_with_the_fake_nvidia_smi(tmp_path, fake_nvml):
     fake.device(0).fan_count = 1
     fake.device(0).fan_percent[0] = 40
     fake.device(0).energy_step_mj = 1000
-    status, doc, summary = run_kit(tmp_path, fake)
+    status, doc, summary = run_kit(tmp_path, fake, "--skip", "cost")
     by = phases(doc)
     assert status == 0, summary
     assert by["install"]["status"] == "skipped" and "--python" in by["install"]["reason"]
@@ -99,11 +99,31 @@ def test_dry_run_agrees_with_the_fake_nvidia_smi(tmp_path, fake_nvml):
         assert by[name]["status"] == "skipped", name
         assert "torch" in by[name]["reason"]
         assert by[name]["checks"] == []
-    cost = by["cost"]
-    assert cost["status"] == "passed", summary
-    assert cost["figures"]["polls_in_window"] >= 3
-    assert cost["figures"]["nvml"]["devices"] == 2
+    assert by["cost"]["status"] == "skipped" and by["cost"]["reason"] == "--skip"
     assert "compare      PASSED" in summary and "load         SKIPPED" in summary
+
+
+def test_the_cost_phase_measures_the_daemon_and_nvml(tmp_path, fake_nvml):
+    fake = fake_nvml(2)
+    status, doc, _ = run_kit(tmp_path, fake, "--skip", "compare")
+    cost = phases(doc)["cost"]
+    # Its bounds are wall-clock and CPU limits meant for a real node: on a loaded CI
+    # machine they may be missed, so only that it measured everything is asserted.
+    assert cost["status"] in ("passed", "failed")
+    assert status == (1 if cost["status"] == "failed" else 0)
+    assert {c["name"] for c in cost["checks"]} == {
+        "first complete /metrics",
+        "daemon + worker CPU per poll",
+        "daemon + worker RSS",
+        "CPU per NVML call (median)",
+    }
+    figures = cost["figures"]
+    assert figures["polls_in_window"] >= 1
+    assert figures["daemon_and_worker_cpu_seconds_per_poll"] > 0
+    assert len(figures["rss_bytes"]) >= 2  # the daemon and its nvml worker
+    assert figures["nvml"]["devices"] == 2
+    assert set(figures["nvml"]["per_call"]) >= {"nvmlDeviceGetPowerUsage"}
+    assert figures["nvml"]["backend_fast_poll"]["cpu_seconds"] > 0
 
 
 def test_a_disagreement_fails_the_run_and_names_the_field(tmp_path, fake_nvml):
