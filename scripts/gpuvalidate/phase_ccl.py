@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import subprocess
 from typing import Any
 
@@ -62,10 +63,10 @@ def inspector_plugin(kit: Kit) -> str | None:
 
 def run_phase(kit: Kit, phase: Phase) -> None:
     """Baseline no_job, job healthy (ranks, version, Inspector files), stopped: no_job."""
-    said = kit.need_torch().split()
-    nccl = tuple(int(p) for p in said[3].split(".")) if len(said) > 3 else ()
-    if nccl < RAS_SINCE:
-        raise Skip(f"torch's NCCL {'.'.join(map(str, nccl)) or '?'} has no RAS (2.24+)")
+    said = kit.need_torch()
+    match = re.search(r" nccl (\d+)\.(\d+)", said)
+    if match is None or (int(match[1]), int(match[2])) < RAS_SINCE:
+        raise Skip(f"no NCCL with RAS (2.24+) in torch: {said}")
     daemon = kit.need_daemon()
     scrape, _ = daemon.wait(lambda s: state(s.samples) is not None, timeout=10, every=0.5)
     phase.check(

@@ -23,6 +23,7 @@ from typing import Any
 from .expo import Daemon
 from .report import ERROR, Phase
 from .smi import Smi
+from .workloads import NCCL_VERSION
 
 # Kept free at the end of the overall budget, to stop processes and write the report.
 RESERVE_SECONDS = 15.0
@@ -84,10 +85,11 @@ class Kit:
         """Whether torch with CUDA and NCCL imports in the kit's interpreter, and what it said."""
         if self._torch is None:
             code = (
-                "import torch, torch.distributed as d\n"
+                "import torch\n"
                 "assert torch.cuda.is_available(), 'torch.cuda.is_available() is False'\n"
-                "print(torch.__version__, torch.version.cuda, d.is_nccl_available(),"
-                " '.'.join(map(str, torch.cuda.nccl.version())), torch.cuda.get_device_name(0))\n"
+                f"{NCCL_VERSION}\n"
+                "print(f'torch {torch.__version__} cuda {torch.version.cuda} nccl {nccl_version()}"
+                " on {torch.cuda.get_device_name(0)}')\n"
             )
             try:
                 done = subprocess.run(

@@ -11,6 +11,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+# Source of ``nccl_version()``: torch's NCCL as "2.27.5", "none" without NCCL (old
+# torch releases return NCCL's integer version code instead of a tuple).
+NCCL_VERSION = """\
+def nccl_version():
+    import torch.distributed
+    if not torch.distributed.is_nccl_available():
+        return "none"
+    v = torch.cuda.nccl.version()
+    if isinstance(v, int):  # NCCL_VERSION_CODE: 2708 (2.7.8), 21905 (2.19.5) from 2.9
+        v = (v // 10000, v // 100 % 100, v % 100) if v >= 10000 else (v // 1000, v // 100 % 10, v % 100)
+    return ".".join(map(str, v))"""
+
 # argv: mode ("load": bf16 matmuls; "hold": 1 GiB allocated, then sleep), seconds, marker.
 TORCH = """\
 import json, sys, time
@@ -38,10 +50,11 @@ print(json.dumps({"matmuls": n, "tflops": 2 * 8192**3 * n / took / 1e12}))
 
 # argv: seconds, marker, init address (tcp://127.0.0.1:port). One rank per GPU: NCCL
 # refuses two ranks on one GPU, and the kit's machine has one.
-NCCL = """\
+NCCL = f"""\
 import json, sys, time
 import torch
 import torch.distributed as dist
+{NCCL_VERSION}
 seconds, marker, init = float(sys.argv[1]), sys.argv[2], sys.argv[3]
 torch.cuda.set_device(0)
 dist.init_process_group("nccl", init_method=init, rank=0, world_size=1)
@@ -49,8 +62,8 @@ x = torch.ones(1 << 20, device="cuda")
 dist.all_reduce(x)
 torch.cuda.synchronize()
 with open(marker, "w") as f:
-    json.dump({"time": time.time(), "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-               "world_size": dist.get_world_size()}, f)
+    json.dump({{"time": time.time(), "nccl": nccl_version(),
+               "world_size": dist.get_world_size()}}, f)
 end = time.monotonic() + seconds
 while time.monotonic() < end:
     dist.all_reduce(x)

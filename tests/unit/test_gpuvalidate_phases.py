@@ -140,3 +140,11 @@ def test_ras_job_state_and_job_figures():
     assert (job["library"], job["version"], job["job_processes"]) == ("NCCL", "2.27.5", 1.0)
     assert job["comm_ranks"] == [1.0] and job["job_gpus"] is None
     assert state(parse('accel_ccl_job_state{address="a",state="healthy"} 0\n')) is None
+
+
+def test_the_workload_programs_compile():
+    from scripts.gpuvalidate import workloads
+
+    for source in (workloads.TORCH, workloads.NCCL, workloads.NCCL_VERSION):
+        compile(source, "<workload>", "exec")
+    assert "def nccl_version()" in workloads.NCCL
