@@ -19,8 +19,10 @@ def nccl_version():
     if not torch.distributed.is_nccl_available():
         return "none"
     v = torch.cuda.nccl.version()
-    if isinstance(v, int):  # NCCL_VERSION_CODE: 2708 (2.7.8), 21905 (2.19.5) from 2.9
-        v = (v // 10000, v // 100 % 100, v % 100) if v >= 10000 else (v // 1000, v // 100 % 10, v % 100)
+    if isinstance(v, int) and v >= 10000:  # NCCL_VERSION_CODE from 2.9: 21905 is 2.19.5
+        v = (v // 10000, v // 100 % 100, v % 100)
+    elif isinstance(v, int):  # before 2.9: 2708 is 2.7.8
+        v = (v // 1000, v // 100 % 10, v % 100)
     return ".".join(map(str, v))"""
 
 # argv: mode ("load": bf16 matmuls; "hold": 1 GiB allocated, then sleep), seconds, marker.
