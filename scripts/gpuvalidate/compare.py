@@ -403,7 +403,7 @@ def compare_round(
                         f.key,
                         uuid,
                         "skip",
-                        note="this nvidia-smi offers none of " + ", ".join(f.names),
+                        note="this nvidia-smi answers none of " + ", ".join(f.names),
                     )
                 )
                 continue

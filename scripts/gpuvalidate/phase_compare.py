@@ -98,7 +98,12 @@ def run_phase(kit: Kit, phase: Phase) -> None:
         offered = None
         phase.figures["help_query_gpu"] = f"unreadable ({exc}); querying the newest names"
     names = choose(FIELDS, offered)
-    query = ["uuid", *sorted({n for n in names.values() if n is not None})]
+    query, refused = kit.smi.usable(["uuid", *sorted({n for n in names.values() if n})])
+    if "uuid" not in query:
+        raise RuntimeError(f"nvidia-smi does not answer a query of uuid: {refused.get('uuid')}")
+    if refused:
+        phase.figures["nvidia_smi_refused"] = refused
+        names = {key: (n if n in query else None) for key, n in names.items()}
     phase.figures["gpus"] = kit.gpus()
     kit.ras_port = free_port()
     kit.daemon = start_daemon(kit, daemon_config(kit, kit.ras_port), "daemon")

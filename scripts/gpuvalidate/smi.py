@@ -161,6 +161,27 @@ class Smi:
         """The fields this nvidia-smi can query."""
         return offered(self._run(["--help-query-gpu"]))
 
+    def usable(self, fields: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+        """The fields this nvidia-smi answers in one query, and why it refused the others.
+
+        Normally that is all of them (they come from its own help); when the query
+        as a whole fails, each field is tried alone so one refused field does not
+        cost the rest.
+        """
+        try:
+            self.query(fields)
+            return list(fields), {}
+        except SmiError:
+            pass
+        ok, refused = [], {}
+        for name in fields:
+            try:
+                self.query([name])
+                ok.append(name)
+            except SmiError as exc:
+                refused[name] = str(exc)
+        return ok, refused
+
     def query(self, fields: Sequence[str]) -> Query:
         """Every GPU's values of ``fields``."""
         started = time.monotonic()

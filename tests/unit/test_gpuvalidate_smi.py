@@ -125,3 +125,17 @@ def test_smi_runs_the_query_and_reports_failures(tmp_path):
     hung = Smi(_script(tmp_path, "exec sleep 30\n"), timeout=0.5)
     with pytest.raises(SmiError, match="timed out"):
         hung.query(["uuid"])
+
+
+def test_a_field_nvidia_smi_refuses_costs_only_that_field(tmp_path):
+    smi = Smi(
+        _script(
+            tmp_path,
+            'case "$1" in *bad.field*) echo "Field \\"bad.field\\" is not a valid field to query."; exit 2;; esac\n'
+            'echo "$1" | tr -cd , | sed "s/,/x, /g; s/$/x/"\n',
+        )
+    )
+    ok, refused = smi.usable(["uuid", "bad.field", "power.draw"])
+    assert ok == ["uuid", "power.draw"]
+    assert list(refused) == ["bad.field"] and "not a valid field" in refused["bad.field"]
+    assert smi.usable(["uuid", "power.draw"]) == (["uuid", "power.draw"], {})
