@@ -138,10 +138,17 @@ class Kit:
 
 
 def stop(proc: subprocess.Popen[Any], grace: float = 5.0) -> None:
-    """SIGTERM the process group, SIGKILL it after ``grace``, reap."""
+    """SIGTERM the process group, SIGKILL it after ``grace``, reap.
+
+    Every process the kit starts leads its own session (so its children go with it);
+    one that does not is signalled alone.
+    """
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        try:
             os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(sig)
         try:
             proc.wait(wait)
             return

@@ -51,11 +51,25 @@ def run_kit(
         timeout=400,
     )
     assert (out / "summary.txt").exists(), done.stdout + done.stderr
+    assert left_running(out) == [], "the kit left processes behind"
     return (
         done.returncode,
         json.loads((out / "report.json").read_text()),
         (out / "summary.txt").read_text(),
     )
+
+
+def left_running(out: Path) -> list[str]:
+    """Command lines of processes still running with the kit's output folder in them."""
+    left = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(out) in text:
+            left.append(text)
+    return left
 
 
 def phases(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -87,3 +87,13 @@ def test_report_files(tmp_path):
     assert "load         SKIPPED" in text and "no torch" in text
     assert "daemon_ready_seconds: 0.61" in text
     assert text.rstrip().endswith("exit status 1")
+
+
+def test_stop_ends_a_process_that_does_not_lead_its_own_group():
+    import subprocess
+
+    from scripts.gpuvalidate.phases import stop
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    stop(proc, grace=5)
+    assert proc.poll() is not None
