@@ -403,7 +403,7 @@ class DeviceSource(WorkerSource):
             ) from None
         except SourcePending as exc:
             # A new worker is starting: what the last poll said stays true until it answers.
-            raise SourcePending(exc.reason, exc.detail, self._last) from None
+            raise SourcePending(exc.reason, exc.detail, self._last or self._expected()) from None
         except SourceUnavailable as exc:
             if self.device_config.expected_devices is not None:
                 # The node is declared to have accelerators: a missing library or driver
