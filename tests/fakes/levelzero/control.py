@@ -60,19 +60,38 @@ class Device(ctypes.Structure):
     _fields_ = [
         *(
             (name, _I32)
-            for name in (
-                "type lost tiles vendor_id device_id pci_domain pci_bus pci_dev pci_fn "
-                "pci_max_gen pci_max_width pci_gen pci_width have_bandwidth have_replay "
-                "ecc_state"
-            ).split()
+            for name in [
+                "type",
+                "lost",
+                "tiles",
+                "vendor_id",
+                "device_id",
+                "pci_domain",
+                "pci_bus",
+                "pci_dev",
+                "pci_fn",
+                "pci_max_gen",
+                "pci_max_width",
+                "pci_gen",
+                "pci_width",
+                "have_bandwidth",
+                "have_replay",
+                "ecc_state",
+            ]
         ),
         ("reset_flags", ctypes.c_uint32),
         *(
             (name, _I32)
-            for name in (
-                "mem_health power_domains engine_mask temp_mask freq_mask ras_sets "
-                "fabric_ports pad0"
-            ).split()
+            for name in [
+                "mem_health",
+                "power_domains",
+                "engine_mask",
+                "temp_mask",
+                "freq_mask",
+                "ras_sets",
+                "fabric_ports",
+                "pad0",
+            ]
         ),
         ("uuid", ctypes.c_uint8 * 16),
         ("name", ctypes.c_char * 256),
@@ -82,14 +101,25 @@ class Device(ctypes.Structure):
         ("pci_max_bandwidth", ctypes.c_int64),
         *(
             (name, _U64)
-            for name in "pci_rx pci_tx pci_replay pci_ts pci_rx_step pci_tx_step pci_ts_step".split()
+            for name in [
+                "pci_rx",
+                "pci_tx",
+                "pci_replay",
+                "pci_ts",
+                "pci_rx_step",
+                "pci_tx_step",
+                "pci_ts_step",
+            ]
         ),
         ("mem_size", _U64 * TILES),
         ("mem_free", _U64 * TILES),
-        *((name, _U64) for name in "mem_read mem_write mem_bw_max mem_ts".split()),
+        *((name, _U64) for name in ["mem_read", "mem_write", "mem_bw_max", "mem_ts"]),
         ("mem_read_step", _U64),
         ("mem_write_step", _U64),
-        *((name, _U64) for name in "energy_uj energy_ts_us energy_step_uj energy_ts_step_us".split()),
+        *(
+            (name, _U64)
+            for name in ["energy_uj", "energy_ts_us", "energy_step_uj", "energy_ts_step_us"]
+        ),
         ("engine_active", (_U64 * ENGINE_TYPES) * TILES),
         ("engine_ts", (_U64 * ENGINE_TYPES) * TILES),
         ("engine_step", (_U64 * ENGINE_TYPES) * TILES),
