@@ -483,19 +483,22 @@ class LevelZeroBackend:
         total = free = 0
         reads = writes = 0
         have_bw = False
+        sane = True
         state, bw = ze.zes_mem_state_t(), ze.zes_mem_bandwidth_t()
         for c in gpu.memory:
             state.stype = ze.ZES_STRUCTURE_TYPE_MEM_STATE
             if self._read(gpu, "memory", ze.zesMemoryGetState, c.handle, ctypes.byref(state)):
                 total += c.size
                 free += int(state.free)
+                # More free than the module holds is garbage: no memory figures this poll.
+                sane = sane and (not c.size or state.free <= c.size)
             if self._read(
                 gpu, "memory_bandwidth", ze.zesMemoryGetBandwidth, c.handle, ctypes.byref(bw)
             ):
                 reads += int(bw.readCounter)
                 writes += int(bw.writeCounter)
                 have_bw = True
-        if gpu.memory and (total or free):
+        if gpu.memory and sane and (total or free):
             put(rows, "accel_memory_free_bytes", me, free)
             if total >= free:
                 put(rows, "accel_memory_total_bytes", me, total)

@@ -83,9 +83,6 @@ def _loader_at(path: str) -> Iterator[None]:
 
 def load(library_path: str) -> Any:
     """Import pyzes bound to the loader at ``library_path``; BackendUnavailable with the reason."""
-    loaded = sys.modules.get("pyzes")
-    if loaded is not None:
-        return loaded
     if importlib.util.find_spec("pyzes") is None:
         raise BackendUnavailable(
             "binding_missing",
@@ -97,6 +94,9 @@ def load(library_path: str) -> Any:
             f"{library_path} does not exist (install the Level Zero loader, libze1 or"
             " level-zero, or set sources.levelzero.library_path)",
         )
+    loaded = sys.modules.get("pyzes")
+    if loaded is not None:  # bound once per process, to the first loader (in-process tests)
+        return loaded
     try:
         with _loader_at(library_path):
             return importlib.import_module("pyzes")

@@ -85,10 +85,14 @@ static int guard(const char *fn, int dev) {
     hf_device_t *v = &S->dev[d_]
 #define OUT(p) if (!(p)) return HLML_ERROR_INVALID_ARGUMENT
 
+static char state_path[4096];
+
+/* Maps $FAKE_HLML_STATE; a later hlml_init with another path (the next in-process
+ * test) maps that one instead. */
 static int map_state(void) {
-    if (S) return HLML_SUCCESS;
     const char *path = getenv("FAKE_HLML_STATE");
     if (!path || !*path) return HLML_ERROR_DRIVER_NOT_LOADED;
+    if (S && strcmp(path, state_path) == 0) return HLML_SUCCESS;
     int fd = open(path, O_RDWR);
     if (fd < 0) return HLML_ERROR_DRIVER_NOT_LOADED;
     void *m = mmap(NULL, sizeof(hf_state_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -96,7 +100,9 @@ static int map_state(void) {
     if (m == MAP_FAILED) return HLML_ERROR_DRIVER_NOT_LOADED;
     if (((hf_state_t *)m)->magic != HF_MAGIC) { munmap(m, sizeof(hf_state_t));
         return HLML_ERROR_DRIVER_NOT_LOADED; }
+    if (S) munmap(S, sizeof(hf_state_t));
     S = (hf_state_t *)m;
+    snprintf(state_path, sizeof state_path, "%s", path);
     return HLML_SUCCESS;
 }
 

@@ -175,22 +175,28 @@ static ze_result_t enumerate(int dev, int kind, uint32_t *pCount, void **out) {
     return OK;
 }
 
+static char state_path[4096];
+
+/* Maps $FAKE_ZE_STATE; a later zesInit with another path (the next in-process test)
+ * maps that one instead. */
 EXPORT ze_result_t zesInit(uint32_t flags) {
     (void)flags;
-    if (S) return S->init_rc;
     const char *path = getenv("FAKE_ZE_STATE");
     if (!path || !*path) return UNINITIALIZED;  /* no driver behind the loader */
+    if (S && strcmp(path, state_path) == 0) return S->init_rc;
     int fd = open(path, O_RDWR);
     if (fd < 0) return UNINITIALIZED;
     void *m = mmap(NULL, sizeof(zf_state_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (m == MAP_FAILED) return UNINITIALIZED;
     zf_state_t *s = (zf_state_t *)m;
-    if (s->magic != ZF_MAGIC || s->init_rc) { ze_result_t rc = s->magic != ZF_MAGIC ? UNINITIALIZED : s->init_rc;
-        munmap(m, sizeof(zf_state_t)); return rc; }
+    if (s->magic != ZF_MAGIC) { munmap(m, sizeof(zf_state_t)); return UNINITIALIZED; }
+    if (S) munmap(S, sizeof(zf_state_t));
     S = s;
+    snprintf(state_path, sizeof state_path, "%s", path);
     build_components();
-    return OK;
+    if (S->chatty) { printf("fake ze: zesInit\n"); fflush(stdout); }
+    return S->init_rc;
 }
 
 EXPORT ze_result_t zesDriverGet(uint32_t *pCount, void **phDrivers) {
