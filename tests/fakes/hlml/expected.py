@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from exporter.catalog.device import INFO_LABELS
 from tests.fakes.hlml.control import NIC_STAT_NAMES, PORTS, SERVED_SENSORS, Device, bdf, uuid
 from tests.fakes.levelzero.expected import Series, key
 
@@ -53,8 +54,9 @@ def series(dev: Device, i: int, *, device: str | None = None) -> Series:
 
 
 def info(dev: Device, i: int) -> dict[str, str]:
-    """accel_device_info labels of device ``i`` (the ones the backend fills)."""
+    """accel_device_info labels of device ``i`` (those the backend leaves empty too)."""
     return {
+        **dict.fromkeys(INFO_LABELS, ""),
         "vendor": "intel_gaudi",
         "device": str(i),
         "uuid": uuid(i),

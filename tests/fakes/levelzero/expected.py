@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from exporter.catalog.device import INFO_LABELS
 from tests.fakes.levelzero.control import CLOCKS, ENGINES, SENSORS, Device, uuid
 
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -82,8 +83,9 @@ def series(dev: Device, i: int, *, device: str | None = None) -> Series:
 
 
 def info(dev: Device, i: int) -> dict[str, str]:
-    """accel_device_info labels of device ``i`` (the ones the backend fills)."""
+    """accel_device_info labels of device ``i`` (those the backend leaves empty too)."""
     return {
+        **dict.fromkeys(INFO_LABELS, ""),
         "vendor": "intel",
         "device": str(i),
         "uuid": uuid(i),
