@@ -13,7 +13,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from exporter.catalog import CATALOG, amd, ccl, device, exporter_self, host, nvidia, workload  # noqa: E402
+from exporter.catalog import (  # noqa: E402
+    CATALOG,
+    amd,
+    ccl,
+    device,
+    exporter_self,
+    gaudi,
+    host,
+    intel,
+    nvidia,
+    workload,
+)
 from exporter.catalog.otel import METRICS as OTEL  # noqa: E402
 from exporter.catalog.otel import SEMCONV_VERSION  # noqa: E402
 from exporter.config import leaves  # noqa: E402
@@ -23,9 +34,11 @@ PIPE = "\\|"
 DOMAINS = [
     ("Daemon", exporter_self),
     ("Host", host),
-    ("Devices (NVIDIA and AMD)", device),
+    ("Devices (every vendor)", device),
     ("NVIDIA only", nvidia),
     ("AMD only", amd),
+    ("Intel GPU only", intel),
+    ("Intel Gaudi only", gaudi),
     ("NCCL/RCCL", ccl),
     ("Workloads", workload),
 ]
