@@ -140,9 +140,10 @@ class Aip:
     uuid: str
     info: dict[str, str]
     energy: Energy = field(default_factory=lambda: Energy(1000))
-    ports: list[int] = field(default_factory=list)
-    # (function, argument) pairs that answered NOT_SUPPORTED: not asked again until a slow poll.
-    unsupported: set[tuple[str, int]] = field(default_factory=set)
+    # (port, label) of the NIC ports the MAC info mask lists.
+    ports: list[tuple[int, str]] = field(default_factory=list)
+    # The sensors not found unsupported since the last slow poll.
+    sensors: list[tuple[int, str]] = field(default_factory=list)
     unidentified: str = ""
     down: str = ""
 
@@ -236,15 +237,17 @@ class HlmlBackend:
         }
         aip = Aip(index, handle, str(index), uuid or (f"pci-{bdf}" if bdf else ""), info)
         aip.ports = self._ports(aip)
+        aip.sensors = list(SENSORS)
         return aip
 
-    def _ports(self, aip: Aip) -> list[int]:
-        """The NIC ports the MAC info mask lists."""
+    def _ports(self, aip: Aip) -> list[tuple[int, str]]:
+        """The NIC ports the MAC info mask lists, with their labels."""
         try:
             mask, _external = self.api.hlmlDeviceGetMacAddrInfo(aip.handle)
         except self.api.HLMLError:
             return []
-        return [w * 64 + b for w in range(2) for b in range(64) if (int(mask[w]) >> b) & 1]
+        ports = [w * 64 + b for w in range(2) for b in range(64) if (int(mask[w]) >> b) & 1]
+        return [(port, str(port)) for port in ports]
 
     # -- requests --------------------------------------------------------------
 
@@ -258,7 +261,7 @@ class HlmlBackend:
         for position, aip in enumerate(self.aips):
             crumb.device(aip.index)
             if slow:
-                aip.unsupported.clear()
+                aip.sensors = list(SENSORS)
             reason = aip.unidentified
             if not reason:
                 try:
@@ -283,77 +286,95 @@ class HlmlBackend:
 
     def _call(self, aip: Aip, name: str, *args: Any) -> Any:
         """``pyhlml.<name>(handle, *args)``; None when not supported or failed."""
-        key = (name, args[0] if args else -1)
-        if key in aip.unsupported:
-            return None
         try:
             return getattr(self.api, name)(aip.handle, *args)
         except self.api.HLMLError as exc:
-            code = int(exc.value)
-            if code == AIP_IS_LOST:
-                raise DeviceDown from None
-            if code == NOT_SUPPORTED:
-                aip.unsupported.add(key)
-            else:
-                self._note(aip, name, return_name(code))
+            self._failed(aip, name, exc)
             return None
+
+    def _failed(self, aip: Aip, name: str, exc: Any) -> None:
+        """DeviceDown for a lost device; a failure other than NOT_SUPPORTED is logged once."""
+        code = int(exc.value)
+        if code == AIP_IS_LOST:
+            raise DeviceDown from None
+        if code != NOT_SUPPORTED:
+            self._note(aip, name, return_name(code))
 
     def _fast(self, aip: Aip, pos: int, rows: Rows) -> None:
         me = (pos,)
-        util = self._call(aip, "hlmlDeviceGetUtilizationRates")
+        call = self._call
+        util = call(aip, "hlmlDeviceGetUtilizationRates")
         if util is not None:
             if util.aip <= 100:
-                put(rows, "accel_utilization_ratio", me, util.aip / 100)
+                rows["accel_utilization_ratio"] += (pos, util.aip / 100)
             if util.memory <= 100:
-                put(rows, "accel_gaudi_memory_utilization_ratio", me, util.memory / 100)
-        mem = self._call(aip, "hlmlDeviceGetMemoryInfo")
+                rows["accel_gaudi_memory_utilization_ratio"] += (pos, util.memory / 100)
+        mem = call(aip, "hlmlDeviceGetMemoryInfo")
         if mem is not None and 0 < mem.total != U64_NA and mem.used <= mem.total:
-            put(rows, "accel_memory_total_bytes", me, int(mem.total))
-            put(rows, "accel_memory_used_bytes", me, int(mem.used))
+            rows["accel_memory_total_bytes"] += (pos, mem.total)
+            rows["accel_memory_used_bytes"] += (pos, mem.used)
             if mem.free <= mem.total:
-                put(rows, "accel_memory_free_bytes", me, int(mem.free))
-        power = self._call(aip, "hlmlDeviceGetPowerUsage")
+                rows["accel_memory_free_bytes"] += (pos, mem.free)
+        power = call(aip, "hlmlDeviceGetPowerUsage")
         if power is not None and power != U32_NA:
-            put(rows, "accel_power_watts", me, power / 1000)
-        limit = self._call(aip, "hlmlDeviceGetPowerManagementLimit")
+            rows["accel_power_watts"] += (pos, power / 1000)
+        limit = call(aip, "hlmlDeviceGetPowerManagementLimit")
         if limit and limit != U32_NA:
-            put(rows, "accel_power_limit_watts", me, limit / 1000)
-        energy = self._call(aip, "hlmlDeviceGetTotalEnergyConsumption")
+            rows["accel_power_limit_watts"] += (pos, limit / 1000)
+        energy = call(aip, "hlmlDeviceGetTotalEnergyConsumption")
         if energy is not None and energy != U64_NA:
-            joules, _watts = aip.energy.update(int(energy), time.monotonic())
-            put(rows, "accel_energy_joules_total", me, joules)
-        for sensor, label in SENSORS:
-            celsius = self._call(aip, "hlmlDeviceGetTemperature", sensor)
-            if celsius is not None and celsius <= MAX_CELSIUS:
-                put(rows, "accel_temperature_celsius", (pos, label), celsius)
-        soc = self._call(aip, "hlmlDeviceGetClockInfo", 0)
+            joules, _watts = aip.energy.update(energy, time.monotonic())
+            rows["accel_energy_joules_total"] += (pos, joules)
+        self._temperatures(aip, pos, rows)
+        soc = call(aip, "hlmlDeviceGetClockInfo", 0)
         if soc and soc <= MAX_MHZ:
-            put(rows, "accel_clock_hertz", (pos, "soc"), soc * 1_000_000)
-        reasons = self._call(aip, "hlmlDeviceGetCurrentClocksThrottleReasons")
+            rows["accel_clock_hertz"] += (pos, "soc", soc * 1_000_000)
+        reasons = call(aip, "hlmlDeviceGetCurrentClocksThrottleReasons")
         if reasons is not None and reasons != U64_NA:
+            target = rows["accel_clock_throttle_active"]
             for bit, name in THROTTLE_REASONS:
-                put(rows, "accel_clock_throttle_active", (pos, name), 1 if reasons & bit else 0)
+                target += (pos, name, 1 if reasons & bit else 0)
         for policy, name in VIOLATIONS:
-            violation = self._call(aip, "hlmlDeviceGetViolationStatus", policy)
+            violation = call(aip, "hlmlDeviceGetViolationStatus", policy)
             if violation is not None and violation.violation_time != U64_NA:
-                put(
-                    rows,
-                    "accel_clock_violation_seconds_total",
-                    (pos, name),
-                    violation.violation_time / NANO,
-                )
+                seconds = violation.violation_time / NANO
+                rows["accel_clock_violation_seconds_total"] += (pos, name, seconds)
         for fn, family in (
             ("hlmlDeviceGetPCIEReplayCounter", "accel_pcie_replays_total"),
             ("hlmlDeviceGetCurrPCIELinkGeneration", "accel_pcie_link_generation"),
             ("hlmlDeviceGetCurrPCIELinkWidth", "accel_pcie_link_width"),
         ):
-            value = self._call(aip, fn)
+            value = call(aip, fn)
             if value is not None and value != U32_NA:
                 put(rows, family, me, value)
-        for port in aip.ports:
-            up = self._call(aip, "hlmlDeviceNicGetLink", port)
-            if up is not None:
-                put(rows, "accel_gaudi_nic_port_up", (pos, str(port)), 1 if up else 0)
+        self._links(aip, pos, rows)
+
+    def _temperatures(self, aip: Aip, pos: int, rows: Rows) -> None:
+        """The sensors not found unsupported (since the last slow poll, which asks all)."""
+        read, error, h = self.api.hlmlDeviceGetTemperature, self.api.HLMLError, aip.handle
+        target = rows["accel_temperature_celsius"]
+        for sensor, label in list(aip.sensors):
+            try:
+                celsius = read(h, sensor)
+            except error as exc:
+                if int(exc.value) == NOT_SUPPORTED:
+                    aip.sensors.remove((sensor, label))
+                self._failed(aip, "hlmlDeviceGetTemperature", exc)
+                continue
+            if celsius <= MAX_CELSIUS:
+                target += (pos, label, celsius)
+
+    def _links(self, aip: Aip, pos: int, rows: Rows) -> None:
+        """NIC port link state: many ports per device, so one tight loop."""
+        link, error, h = self.api.hlmlDeviceNicGetLink, self.api.HLMLError, aip.handle
+        target = rows["accel_gaudi_nic_port_up"]
+        for port, label in aip.ports:
+            try:
+                up = link(h, port)
+            except error as exc:
+                self._failed(aip, "hlmlDeviceNicGetLink", exc)
+                continue
+            target += (pos, label, 1 if up else 0)
 
     def _slow(self, aip: Aip, pos: int, rows: Rows) -> None:
         me = (pos,)
@@ -374,10 +395,10 @@ class HlmlBackend:
         if pending is not None and pending in (0, 1):
             put(rows, "accel_gaudi_row_replacement_pending", me, pending)
         if self.config.get("nic_statistics", True):
-            for port in aip.ports:
-                self._nic_statistics(aip, pos, port, rows)
+            for port, label in aip.ports:
+                self._nic_statistics(aip, pos, port, label, rows)
 
-    def _nic_statistics(self, aip: Aip, pos: int, port: int, rows: Rows) -> None:
+    def _nic_statistics(self, aip: Aip, pos: int, port: int, label: str, rows: Rows) -> None:
         stats = self._call(aip, "hlmlDeviceNicGetStatistics", port)
         if stats is None:
             return
@@ -390,7 +411,7 @@ class HlmlBackend:
             value = int(stats.val_buf[k])
             if name and name not in seen and value != U64_NA:
                 seen.add(name)
-                put(rows, "accel_gaudi_nic_statistic_total", (pos, str(port), name), value)
+                put(rows, "accel_gaudi_nic_statistic_total", (pos, label, name), value)
 
     def _note(self, aip: Aip, name: str, why: str) -> None:
         """Log a failing call once, not on every poll."""

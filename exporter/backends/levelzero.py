@@ -194,6 +194,28 @@ class Gpu:
     down: str = ""
 
 
+class Structs:
+    """Output structs the fast readings reuse (and their byref()s), made once."""
+
+    def __init__(self, ze: Any) -> None:
+        self.mem_state = ze.zes_mem_state_t()
+        self.mem_state_ref = ctypes.byref(self.mem_state)
+        self.mem_bandwidth = ze.zes_mem_bandwidth_t()
+        self.mem_bandwidth_ref = ctypes.byref(self.mem_bandwidth)
+        self.energy = ze.zes_power_energy_counter_t()
+        self.energy_ref = ctypes.byref(self.energy)
+        self.engine = ze.zes_engine_stats_t()
+        self.engine_ref = ctypes.byref(self.engine)
+        self.double = ctypes.c_double()
+        self.double_ref = ctypes.byref(self.double)
+        self.freq = ze.zes_freq_state_t()
+        self.freq_ref = ctypes.byref(self.freq)
+        self.pci_stats = ze.zes_pci_stats_t()
+        self.pci_stats_ref = ctypes.byref(self.pci_stats)
+        self.pci_state = ze.zes_pci_state_t()
+        self.pci_state_ref = ctypes.byref(self.pci_state)
+
+
 class LevelZeroBackend:
     """The ``levelzero`` device backend (see the module docstring)."""
 
@@ -201,6 +223,7 @@ class LevelZeroBackend:
         self.config = config
         self.ze: Any = None
         self.extra: zb.Extra | None = None
+        self._structs: Structs  # made by bootstrap, once the binding is loaded
         self.gpus: list[Gpu] = []
         self._log = log.get(source=SOURCE)
         self._failing: dict[tuple[str, str], str] = {}
@@ -212,6 +235,7 @@ class LevelZeroBackend:
         path = str(self.config.get("library_path") or LEVELZERO_DEFAULT_LIBRARY)
         ze = self.ze = zb.load(path)
         self.extra = zb.Extra(ze.gpuLib)
+        self._structs = Structs(ze)
         if self.extra.missing:
             self._log.warning(
                 "the Level Zero loader lacks entry points; their readings are omitted",
@@ -476,158 +500,184 @@ class LevelZeroBackend:
             return False
         return True
 
+    def _bad(self, gpu: Gpu, reading: str, rc: int) -> None:
+        """A reading call did not succeed: DeviceDown, or noted (see _refused)."""
+        try:
+            check(rc)
+        except (Absent, Failed) as exc:
+            self._refused(gpu, reading, exc)
+
+    # The fast readings call the library directly and test the result inline: they run
+    # for every component of every device on every poll (bench/poll.py measures them).
+
     def _fast(self, gpu: Gpu, pos: int, rows: Rows) -> None:
-        ze = self.ze
-        me = (pos,)
+        ze, s = self.ze, self._structs
         self._engines(gpu, pos, rows)
-        total = free = 0
-        reads = writes = 0
-        have_bw = False
-        sane = True
-        state, bw = ze.zes_mem_state_t(), ze.zes_mem_bandwidth_t()
+        total = free = reads = writes = 0
+        have_bw, sane = False, True
+        state, bw = s.mem_state, s.mem_bandwidth
         for c in gpu.memory:
             state.stype = ze.ZES_STRUCTURE_TYPE_MEM_STATE
-            if self._read(gpu, "memory", ze.zesMemoryGetState, c.handle, ctypes.byref(state)):
+            rc = ze.zesMemoryGetState(c.handle, s.mem_state_ref)
+            if rc:
+                self._bad(gpu, "memory", rc)
+            else:
                 total += c.size
-                free += int(state.free)
+                free += state.free
                 # More free than the module holds is garbage: no memory figures this poll.
                 sane = sane and (not c.size or state.free <= c.size)
-            if self._read(
-                gpu, "memory_bandwidth", ze.zesMemoryGetBandwidth, c.handle, ctypes.byref(bw)
-            ):
-                reads += int(bw.readCounter)
-                writes += int(bw.writeCounter)
+            rc = ze.zesMemoryGetBandwidth(c.handle, s.mem_bandwidth_ref)
+            if rc:
+                self._bad(gpu, "memory_bandwidth", rc)
+            else:
+                reads += bw.readCounter
+                writes += bw.writeCounter
                 have_bw = True
         if gpu.memory and sane and (total or free):
-            put(rows, "accel_memory_free_bytes", me, free)
+            rows["accel_memory_free_bytes"] += (pos, free)
             if total >= free:
-                put(rows, "accel_memory_total_bytes", me, total)
-                put(rows, "accel_memory_used_bytes", me, total - free)
+                rows["accel_memory_total_bytes"] += (pos, total)
+                rows["accel_memory_used_bytes"] += (pos, total - free)
         if have_bw:
-            put(rows, "accel_intel_memory_read_bytes_total", me, reads)
-            put(rows, "accel_intel_memory_write_bytes_total", me, writes)
+            rows["accel_intel_memory_read_bytes_total"] += (pos, reads)
+            rows["accel_intel_memory_write_bytes_total"] += (pos, writes)
         for c in gpu.power:
-            e = ze.zes_power_energy_counter_t()
-            if self._read(gpu, "power", ze.zesPowerGetEnergyCounter, c.handle, ctypes.byref(e)):
-                joules, watts = gpu.energy.update(int(e.energy), int(e.timestamp) / 1e6)
-                put(rows, "accel_energy_joules_total", me, joules)
-                if watts is not None:
-                    put(rows, "accel_power_watts", me, watts)
+            rc = ze.zesPowerGetEnergyCounter(c.handle, s.energy_ref)
+            if rc:
+                self._bad(gpu, "power", rc)
+                continue
+            joules, watts = gpu.energy.update(s.energy.energy, s.energy.timestamp / 1e6)
+            rows["accel_energy_joules_total"] += (pos, joules)
+            if watts is not None:
+                rows["accel_power_watts"] += (pos, watts)
         self._temperatures(gpu, pos, rows)
         self._clocks(gpu, pos, rows)
         self._pci(gpu, pos, rows)
-        self._ports(gpu, pos, rows)
+        if gpu.ports:
+            self._ports(gpu, pos, rows)
         for reading in sorted(gpu.denied):
-            put(rows, "accel_intel_reading_denied_info", (pos, reading), 1)
+            rows["accel_intel_reading_denied_info"] += (pos, reading, 1)
 
     def _engines(self, gpu: Gpu, pos: int, rows: Rows) -> None:
-        ze = self.ze
-        stats = ze.zes_engine_stats_t()
+        activity, stats, ref = (
+            self.ze.zesEngineGetActivity,
+            self._structs.engine,
+            self._structs.engine_ref,
+        )
         busy: dict[str, list[float]] = {}
         for c in gpu.engines:
-            if self._read(gpu, "engines", ze.zesEngineGetActivity, c.handle, ctypes.byref(stats)):
-                ratio = c.delta.rate(int(stats.activeTime), int(stats.timestamp))
-                if ratio is not None and ratio <= 1.0:
-                    busy.setdefault(c.label, []).append(ratio)
-        means = {label: sum(v) / len(v) for label, v in busy.items()}
-        for label, mean in means.items():
-            put(rows, "accel_intel_engine_utilization_ratio", (pos, label), mean)
+            rc = activity(c.handle, ref)
+            if rc:
+                self._bad(gpu, "engines", rc)
+                continue
+            ratio = c.delta.rate(stats.activeTime, stats.timestamp)
+            if ratio is not None and ratio <= 1.0:
+                if c.label in busy:
+                    busy[c.label].append(ratio)
+                else:
+                    busy[c.label] = [ratio]
+        if not busy:
+            return
+        target = rows["accel_intel_engine_utilization_ratio"]
+        means = {}
+        for label, ratios in busy.items():
+            means[label] = mean = sum(ratios) / len(ratios)
+            target += (pos, label, mean)
         for label in UTILIZATION_FROM:
             if label in means:
-                put(rows, "accel_utilization_ratio", (pos,), means[label])
+                rows["accel_utilization_ratio"] += (pos, means[label])
                 break
 
     def _temperatures(self, gpu: Gpu, pos: int, rows: Rows) -> None:
-        ze = self.ze
-        value = ctypes.c_double()
+        read, value, ref = (
+            self.ze.zesTemperatureGetState,
+            self._structs.double,
+            self._structs.double_ref,
+        )
         seen: dict[str, float] = {}
         for c in gpu.sensors:
-            if not self._read(
-                gpu, "temperature", ze.zesTemperatureGetState, c.handle, ctypes.byref(value)
-            ):
+            rc = read(c.handle, ref)
+            if rc:
+                self._bad(gpu, "temperature", rc)
                 continue
             v = value.value
             # -1 is the spec's "unknown"; a sensor reading below freezing on a GPU is too.
-            if not _finite(v, 0.0, MAX_CELSIUS):
+            if not 0.0 <= v <= MAX_CELSIUS:  # NaN fails both comparisons
                 continue
             # Several sensors of one type (one per tile): the extreme is what matters.
             if c.label in seen:
                 v = min(v, seen[c.label]) if c.label.endswith("_min") else max(v, seen[c.label])
             seen[c.label] = v
-        for label, v in seen.items():
-            put(rows, "accel_temperature_celsius", (pos, label), v)
+        if seen:
+            target = rows["accel_temperature_celsius"]
+            for label, v in seen.items():
+                target += (pos, label, v)
 
     def _clocks(self, gpu: Gpu, pos: int, rows: Rows) -> None:
         ze = self.ze
-        state = ze.zes_freq_state_t()
+        state, ref = self._structs.freq, self._structs.freq_ref
         reasons = 0
         throttle_known = False
         for c in gpu.clocks:
             state.stype = ze.ZES_STRUCTURE_TYPE_FREQ_STATE
-            if not self._read(
-                gpu, "clocks", ze.zesFrequencyGetState, c.handle, ctypes.byref(state)
-            ):
+            rc = ze.zesFrequencyGetState(c.handle, ref)
+            if rc:
+                self._bad(gpu, "clocks", rc)
                 continue
-            if _finite(state.actual, 0.0, MAX_MHZ):
-                put(rows, "accel_clock_hertz", (pos, c.label), state.actual * MHZ)
+            if 0.0 <= state.actual <= MAX_MHZ:
+                rows["accel_clock_hertz"] += (pos, c.label, state.actual * MHZ)
             if c.kind == 0:  # the GPU domain's throttling is the device's
-                reasons |= int(state.throttleReasons)
+                reasons |= state.throttleReasons
                 throttle_known = True
         if throttle_known:
+            target = rows["accel_clock_throttle_active"]
             for bit, name in THROTTLE_REASONS:
-                put(rows, "accel_clock_throttle_active", (pos, name), 1 if reasons & bit else 0)
+                target += (pos, name, 1 if reasons & bit else 0)
 
     def _pci(self, gpu: Gpu, pos: int, rows: Rows) -> None:
-        ze = self.ze
-        me = (pos,)
-        stats = ze.zes_pci_stats_t()
-        if (gpu.have_bandwidth or gpu.have_replay) and self._read(
-            gpu, "pcie", ze.zesDevicePciGetStats, gpu.handle, ctypes.byref(stats)
-        ):
-            if gpu.have_replay:
-                put(rows, "accel_pcie_replays_total", me, int(stats.replayCounter))
-            if gpu.have_bandwidth:
-                seconds = int(stats.timestamp) / 1e6
-                rx = gpu.pci_rx.rate(int(stats.rxCounter), seconds)
-                tx = gpu.pci_tx.rate(int(stats.txCounter), seconds)
-                if rx is not None:
-                    put(rows, "accel_pcie_rx_bytes_per_second", me, rx)
-                if tx is not None:
-                    put(rows, "accel_pcie_tx_bytes_per_second", me, tx)
-        state = ze.zes_pci_state_t()
+        ze, s = self.ze, self._structs
+        stats = s.pci_stats
+        if gpu.have_bandwidth or gpu.have_replay:
+            rc = ze.zesDevicePciGetStats(gpu.handle, s.pci_stats_ref)
+            if rc:
+                self._bad(gpu, "pcie", rc)
+            else:
+                if gpu.have_replay:
+                    rows["accel_pcie_replays_total"] += (pos, stats.replayCounter)
+                if gpu.have_bandwidth:
+                    seconds = stats.timestamp / 1e6
+                    rx = gpu.pci_rx.rate(stats.rxCounter, seconds)
+                    tx = gpu.pci_tx.rate(stats.txCounter, seconds)
+                    if rx is not None:
+                        rows["accel_pcie_rx_bytes_per_second"] += (pos, rx)
+                    if tx is not None:
+                        rows["accel_pcie_tx_bytes_per_second"] += (pos, tx)
+        state = s.pci_state
         state.stype = ze.ZES_STRUCTURE_TYPE_PCI_STATE
-        if self._read(gpu, "pcie", ze.zesDevicePciGetState, gpu.handle, ctypes.byref(state)):
-            if 0 < state.speed.gen <= 64:
-                put(rows, "accel_pcie_link_generation", me, int(state.speed.gen))
-            if 0 < state.speed.width <= 64:
-                put(rows, "accel_pcie_link_width", me, int(state.speed.width))
+        rc = ze.zesDevicePciGetState(gpu.handle, s.pci_state_ref)
+        if rc:
+            self._bad(gpu, "pcie", rc)
+            return
+        speed = state.speed
+        if 0 < speed.gen <= 64:
+            rows["accel_pcie_link_generation"] += (pos, speed.gen)
+        if 0 < speed.width <= 64:
+            rows["accel_pcie_link_width"] += (pos, speed.width)
 
     def _ports(self, gpu: Gpu, pos: int, rows: Rows) -> None:
-        assert self.extra is not None
         state = zb.FabricPortState()
         through = zb.FabricPortThroughput()
         for c in gpu.ports:
             state.stype = zb.STYPE_FABRIC_PORT_STATE
             if self._ok_extra(gpu, "fabric", "zesFabricPortGetState", c.handle, state):
-                put(
-                    rows,
-                    "accel_intel_fabric_port_up",
-                    (pos, c.label),
+                rows["accel_intel_fabric_port_up"] += (
+                    pos,
+                    c.label,
                     1 if state.status in PORT_UP else 0,
                 )
             if self._ok_extra(gpu, "fabric", "zesFabricPortGetThroughput", c.handle, through):
-                put(
-                    rows,
-                    "accel_intel_fabric_rx_bytes_total",
-                    (pos, c.label),
-                    int(through.rxCounter),
-                )
-                put(
-                    rows,
-                    "accel_intel_fabric_tx_bytes_total",
-                    (pos, c.label),
-                    int(through.txCounter),
-                )
+                rows["accel_intel_fabric_rx_bytes_total"] += (pos, c.label, through.rxCounter)
+                rows["accel_intel_fabric_tx_bytes_total"] += (pos, c.label, through.txCounter)
 
     def _slow(self, gpu: Gpu, pos: int, rows: Rows) -> None:
         assert self.extra is not None
