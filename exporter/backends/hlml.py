@@ -33,7 +33,8 @@ from typing import Any
 from exporter import log
 from exporter.backends.base import BackendError, BackendUnavailable, unique_uuids
 from exporter.backends.counters import Energy
-from exporter.backends.wire import Rows, drop, new_rows, put
+from exporter.backends.polling import poll_devices
+from exporter.backends.wire import Rows, put
 from exporter.config.schema import HLML_DEFAULT_LIBRARY
 from exporter.workers import crumb
 
@@ -255,34 +256,21 @@ class HlmlBackend:
         """Answer ``poll``; anything else is an error."""
         if op != "poll":
             raise BackendError("unknown_op", f"the hlml backend has no operation {op!r}")
-        slow = bool(args.get("slow"))
-        devices = []
-        readings, slow_readings = new_rows(), new_rows()
-        for position, aip in enumerate(self.aips):
-            crumb.device(aip.index)
-            if slow:
-                aip.sensors = list(SENSORS)
-            reason = aip.unidentified
-            if not reason:
-                try:
-                    self._fast(aip, position, readings)
-                    if slow:
-                        self._slow(aip, position, slow_readings)
-                except DeviceDown:
-                    reason = "gpu_lost"
-            if reason != aip.down:
-                log_fn = self._log.warning if reason else self._log.info
-                log_fn("device down" if reason else "device up", device=aip.device, reason=reason)
-                aip.down = reason
-            devices.append({"uuid": aip.uuid, "up": not reason, "reason": reason})
-            if reason:
-                drop(readings, position)
-                drop(slow_readings, position)
-        crumb.clear()
-        reply: dict[str, Any] = {"devices": devices, "readings": readings}
-        if slow:
-            reply["slow_readings"] = slow_readings
-        return reply
+        return poll_devices(self.aips, bool(args.get("slow")), self._poll_aip, self._log)
+
+    def _poll_aip(self, aip: Aip, position: int, rows: Rows, slow: Rows | None) -> str:
+        """Read one device into the reply's rows; the reason it is down, or ""."""
+        if aip.unidentified:
+            return aip.unidentified
+        try:
+            if slow is not None:
+                aip.sensors = list(SENSORS)  # ask the unsupported ones again
+            self._fast(aip, position, rows)
+            if slow is not None:
+                self._slow(aip, position, slow)
+        except DeviceDown:
+            return "gpu_lost"
+        return ""
 
     def _call(self, aip: Aip, name: str, *args: Any) -> Any:
         """``pyhlml.<name>(handle, *args)``; None when not supported or failed."""

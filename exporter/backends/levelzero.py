@@ -28,7 +28,8 @@ from exporter import log
 from exporter.backends import levelzero_binding as zb
 from exporter.backends.base import BackendError, BackendUnavailable, unique_uuids
 from exporter.backends.counters import Delta, Energy
-from exporter.backends.wire import Rows, drop, new_rows, put
+from exporter.backends.polling import poll_devices
+from exporter.backends.wire import Rows, put
 from exporter.config.schema import LEVELZERO_DEFAULT_LIBRARY
 from exporter.workers import crumb
 
@@ -458,38 +459,19 @@ class LevelZeroBackend:
         """Answer ``poll``; anything else is an error."""
         if op != "poll":
             raise BackendError("unknown_op", f"the levelzero backend has no operation {op!r}")
-        slow = bool(args.get("slow"))
-        devices = []
-        readings, slow_readings = new_rows(), new_rows()
-        for position, gpu in enumerate(self.gpus):
-            crumb.device(gpu.index)
-            reason = self._poll_gpu(gpu, position, readings, slow_readings if slow else None)
-            devices.append({"uuid": gpu.uuid, "up": not reason, "reason": reason})
-            if reason:  # a device found down shows no readings, not half of them
-                drop(readings, position)
-                drop(slow_readings, position)
-        crumb.clear()
-        reply: dict[str, Any] = {"devices": devices, "readings": readings}
-        if slow:
-            reply["slow_readings"] = slow_readings
-        return reply
+        return poll_devices(self.gpus, bool(args.get("slow")), self._poll_gpu, self._log)
 
     def _poll_gpu(self, gpu: Gpu, position: int, rows: Rows, slow: Rows | None) -> str:
-        reason = gpu.unidentified
-        if not reason:
-            try:
-                self._fast(gpu, position, rows)
-                if slow is not None:
-                    self._slow(gpu, position, slow)
-            except DeviceDown as exc:
-                reason = exc.reason
-        if reason != gpu.down:
-            if reason:
-                self._log.warning("device down", device=gpu.device, reason=reason)
-            else:
-                self._log.info("device up", device=gpu.device)
-            gpu.down = reason
-        return reason
+        """Read one GPU into the reply's rows; the reason it is down, or ""."""
+        if gpu.unidentified:
+            return gpu.unidentified
+        try:
+            self._fast(gpu, position, rows)
+            if slow is not None:
+                self._slow(gpu, position, slow)
+        except DeviceDown as exc:
+            return exc.reason
+        return ""
 
     def _read(self, gpu: Gpu, reading: str, fn: Callable[..., int], *args: Any) -> bool:
         """One reading call; False (and noted) when it yields nothing."""

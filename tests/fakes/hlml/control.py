@@ -17,9 +17,9 @@ with the compiled library.
 from __future__ import annotations
 
 import ctypes
-import mmap
 from pathlib import Path
 
+from tests.fakes.state_file import Rule, StateFile
 from tests.helpers.native import compile_shared
 
 HERE = Path(__file__).resolve().parent
@@ -35,16 +35,6 @@ AIP_IS_LOST = 15
 GIB = 1 << 30
 # hlml_temperature_sensors_t values the fake serves, with the backend's labels
 SERVED_SENSORS = {0: "gpu", 1: "board", 3: "hbm"}
-
-
-class Rule(ctypes.Structure):
-    _fields_ = [
-        ("active", ctypes.c_int32),
-        ("device", ctypes.c_int32),
-        ("rc", ctypes.c_int32),
-        ("hang", ctypes.c_int32),
-        ("fn", ctypes.c_char * 48),
-    ]
 
 
 _U32 = ctypes.c_uint32
@@ -151,49 +141,18 @@ def populate(dev: Device, i: int) -> None:
     dev.nic_stat[:] = [1_000_000, 2_000_000, 3, 1]
 
 
-class FakeHlml:
+class FakeHlml(StateFile):
     """The shared state file of one fake Gaudi node."""
 
-    def __init__(self, path: Path, mem: mmap.mmap) -> None:
-        self.path = path
-        self._mem = mem
-        self.state = State.from_buffer(mem)
+    STATE = State
+    MAGIC = MAGIC
+    ENV = "FAKE_HLML_STATE"
 
     @classmethod
     def create(cls, path: Path, devices: int = 8) -> FakeHlml:
         """A state file with ``devices`` Gaudi devices, each with its :func:`populate` values."""
-        path.write_bytes(bytes(ctypes.sizeof(State)))
-        with path.open("r+b") as f:
-            mem = mmap.mmap(f.fileno(), ctypes.sizeof(State))
-        fake = cls(path, mem)
-        fake.state.magic = MAGIC
-        fake.state.devices = devices
+        fake = cls.new(path, devices)
         fake.state.driver_version = b"1.24.2-a7d6ed4"
         for i in range(devices):
             populate(fake.state.dev[i], i)
         return fake
-
-    @property
-    def env(self) -> dict[str, str]:
-        """What the worker needs to find this state."""
-        return {"FAKE_HLML_STATE": str(self.path)}
-
-    def device(self, i: int) -> Device:
-        """Device ``i``'s live record."""
-        return self.state.dev[i]
-
-    def rule(self, fn: str, device: int = -1, rc: int = 0, hang: bool = False) -> int:
-        """Make C symbol ``fn`` (or "*") answer ``rc`` or hang on ``device`` (-1: all); the slot."""
-        for slot, r in enumerate(self.state.rules):
-            if not r.active:
-                r.fn, r.device, r.rc, r.hang = fn.encode(), device, rc, int(hang)
-                r.active = 1
-                return slot
-        raise RuntimeError("no free rule slot")
-
-    def clear(self, slot: int | None = None) -> None:
-        """Clear one rule (or all): a call hung on it returns."""
-        for i, r in enumerate(self.state.rules):
-            if slot is None or i == slot:
-                r.active = 0
-                r.hang = 0

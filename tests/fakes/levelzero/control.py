@@ -17,9 +17,9 @@ The daemon is pointed at the library with ``sources.levelzero.library_path``
 from __future__ import annotations
 
 import ctypes
-import mmap
 from pathlib import Path
 
+from tests.fakes.state_file import Rule, StateFile
 from tests.helpers.native import compile_shared
 
 HERE = Path(__file__).resolve().parent
@@ -40,16 +40,6 @@ SENSORS = {"global": 0, "gpu": 1, "memory": 2, "gpu_board": 6}
 CLOCKS = {"gpu": 0, "memory": 1, "media": 2}
 TICKS = 1 << 20  # engine timestamp step per call: ratios in 1/2^k are exact
 GIB = 1 << 30
-
-
-class Rule(ctypes.Structure):
-    _fields_ = [
-        ("active", ctypes.c_int32),
-        ("device", ctypes.c_int32),
-        ("rc", ctypes.c_int32),
-        ("hang", ctypes.c_int32),
-        ("fn", ctypes.c_char * 48),
-    ]
 
 
 _I32 = ctypes.c_int32
@@ -237,48 +227,17 @@ def populate(dev: Device, i: int) -> None:
     dev.port_step = 4096
 
 
-class FakeZe:
+class FakeZe(StateFile):
     """The shared state file of one fake Level Zero node."""
 
-    def __init__(self, path: Path, mem: mmap.mmap) -> None:
-        self.path = path
-        self._mem = mem
-        self.state = State.from_buffer(mem)
+    STATE = State
+    MAGIC = MAGIC
+    ENV = "FAKE_ZE_STATE"
 
     @classmethod
     def create(cls, path: Path, devices: int = 4) -> FakeZe:
         """A state file with ``devices`` GPUs, each with its :func:`populate` values."""
-        path.write_bytes(bytes(ctypes.sizeof(State)))
-        with path.open("r+b") as f:
-            mem = mmap.mmap(f.fileno(), ctypes.sizeof(State))
-        fake = cls(path, mem)
-        fake.state.magic = MAGIC
-        fake.state.devices = devices
+        fake = cls.new(path, devices)
         for i in range(devices):
             populate(fake.state.dev[i], i)
         return fake
-
-    @property
-    def env(self) -> dict[str, str]:
-        """What the worker needs to find this state."""
-        return {"FAKE_ZE_STATE": str(self.path)}
-
-    def device(self, i: int) -> Device:
-        """Device ``i``'s live record."""
-        return self.state.dev[i]
-
-    def rule(self, fn: str, device: int = -1, rc: int = 0, hang: bool = False) -> int:
-        """Make ``fn`` (or "*") answer ``rc`` or hang on ``device`` (-1: all); the slot."""
-        for slot, r in enumerate(self.state.rules):
-            if not r.active:
-                r.fn, r.device, r.rc, r.hang = fn.encode(), device, rc, int(hang)
-                r.active = 1
-                return slot
-        raise RuntimeError("no free rule slot")
-
-    def clear(self, slot: int | None = None) -> None:
-        """Clear one rule (or all): a call hung on it returns."""
-        for i, r in enumerate(self.state.rules):
-            if slot is None or i == slot:
-                r.active = 0
-                r.hang = 0
