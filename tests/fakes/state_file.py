@@ -77,3 +77,11 @@ class StateFile:
             if slot is None or i == slot:
                 r.active = 0
                 r.hang = 0
+
+
+def layout_problems(lib: Path, symbol: str, want: list[int]) -> list[str]:
+    """Where ``want`` (sizes and offsets from the ctypes mirror) differs from what the
+    library's ``symbol(uint64_t *out)`` reports from C (empty: they agree)."""
+    out = (ctypes.c_uint64 * len(want))()
+    getattr(ctypes.CDLL(str(lib)), symbol)(out)
+    return [f"item {i}: C {c} != ctypes {p}" for i, (c, p) in enumerate(zip(out, want)) if c != p]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
+from tests.fakes import state_file
 from tests.fakes.state_file import Rule, StateFile
 from tests.helpers.native import compile_shared
 
@@ -88,19 +89,20 @@ def build(out_dir: Path) -> Path:
 
 def layout_problems(lib: Path) -> list[str]:
     """Where the ctypes mirror and the compiled state layout disagree (empty: they agree)."""
-    out = (ctypes.c_uint64 * 8)()
-    ctypes.CDLL(str(lib)).hf_layout(out)
-    want = [
-        ctypes.sizeof(State),
-        ctypes.sizeof(Device),
-        State.dev.offset,
-        Device.mem_total.offset,
-        Device.ecc.offset,
-        Device.nic_stat.offset,
-        Device.name.offset,
-        84,  # hlml_pci_info_t in 1.24
-    ]
-    return [f"item {i}: C {c} != ctypes {p}" for i, (c, p) in enumerate(zip(out, want)) if c != p]
+    return state_file.layout_problems(
+        lib,
+        "hf_layout",
+        [
+            ctypes.sizeof(State),
+            ctypes.sizeof(Device),
+            State.dev.offset,
+            Device.mem_total.offset,
+            Device.ecc.offset,
+            Device.nic_stat.offset,
+            Device.name.offset,
+            84,  # hlml_pci_info_t in 1.24
+        ],
+    )
 
 
 def uuid(i: int) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
+from tests.fakes import state_file
 from tests.fakes.state_file import Rule, StateFile
 from tests.helpers.native import compile_shared
 
@@ -146,19 +147,20 @@ def build(out_dir: Path) -> Path:
 
 def layout_problems(lib: Path) -> list[str]:
     """Where the ctypes mirror and the compiled state layout disagree (empty: they agree)."""
-    out = (ctypes.c_uint64 * 8)()
-    ctypes.CDLL(str(lib)).zf_layout(out)
-    want = [
-        ctypes.sizeof(State),
-        ctypes.sizeof(Device),
-        State.dev.offset,
-        Device.uuid.offset,
-        Device.engine_step.offset,
-        Device.temp.offset,
-        Device.ras.offset,
-        Device.port_step.offset,
-    ]
-    return [f"item {i}: C {c} != ctypes {p}" for i, (c, p) in enumerate(zip(out, want)) if c != p]
+    return state_file.layout_problems(
+        lib,
+        "zf_layout",
+        [
+            ctypes.sizeof(State),
+            ctypes.sizeof(Device),
+            State.dev.offset,
+            Device.uuid.offset,
+            Device.engine_step.offset,
+            Device.temp.offset,
+            Device.ras.offset,
+            Device.port_step.offset,
+        ],
+    )
 
 
 def uuid_bytes(i: int) -> bytes:
