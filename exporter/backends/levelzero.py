@@ -107,6 +107,28 @@ MAX_CELSIUS = 250.0
 MAX_MHZ = 100_000.0
 
 
+# The pyzes functions each reading calls: a loader older than pyzes may lack some, and
+# pyzes raises AttributeError for those, so a reading whose functions are not all
+# there is left out from the start.
+READING_FUNCTIONS = {
+    "engines": ("zesDeviceEnumEngineGroups", "zesEngineGetProperties", "zesEngineGetActivity"),
+    "memory": ("zesDeviceEnumMemoryModules", "zesMemoryGetProperties", "zesMemoryGetState"),
+    "memory_bandwidth": ("zesMemoryGetBandwidth",),
+    "power": ("zesDeviceEnumPowerDomains", "zesPowerGetProperties", "zesPowerGetEnergyCounter"),
+    "clocks": (
+        "zesDeviceEnumFrequencyDomains",
+        "zesFrequencyGetProperties",
+        "zesFrequencyGetState",
+    ),
+    "temperature": (
+        "zesDeviceEnumTemperatureSensors",
+        "zesTemperatureGetProperties",
+        "zesTemperatureGetState",
+    ),
+    "pcie": ("zesDevicePciGetProperties", "zesDevicePciGetStats", "zesDevicePciGetState"),
+}
+
+
 class Absent(Exception):
     """A reading this device does not offer (or not to this process)."""
 
@@ -177,6 +199,8 @@ class Gpu:
     uuid: str
     info: dict[str, str]
     engines: list[Component] = field(default_factory=list)
+    # Engine groups of each label (one per tile).
+    tiles_of: dict[str, int] = field(default_factory=dict)
     memory: list[Component] = field(default_factory=list)
     power: list[Component] = field(default_factory=list)
     clocks: list[Component] = field(default_factory=list)
@@ -225,6 +249,8 @@ class LevelZeroBackend:
         self.ze: Any = None
         self.extra: zb.Extra | None = None
         self._structs: Structs  # made by bootstrap, once the binding is loaded
+        # Readings whose functions the loaded library lacks (READING_FUNCTIONS).
+        self._lacking: set[str] = set()
         self.gpus: list[Gpu] = []
         self._log = log.get(source=SOURCE)
         self._failing: dict[tuple[str, str], str] = {}
@@ -237,10 +263,17 @@ class LevelZeroBackend:
         ze = self.ze = zb.load(path)
         self.extra = zb.Extra(ze.gpuLib)
         self._structs = Structs(ze)
-        if self.extra.missing:
+        lacking = [
+            name
+            for names in READING_FUNCTIONS.values()
+            for name in names
+            if not hasattr(ze.gpuLib, name)
+        ]
+        self._lacking = {r for r, names in READING_FUNCTIONS.items() if set(names) & set(lacking)}
+        if self.extra.missing or lacking:
             self._log.warning(
                 "the Level Zero loader lacks entry points; their readings are omitted",
-                missing=self.extra.missing,
+                missing=[*lacking, *self.extra.missing],
             )
         try:
             rc = int(ze.zesInit(0))
@@ -318,6 +351,8 @@ class LevelZeroBackend:
         gpu_uuid = _uuid(bytes(props.core.uuid.id))
         gpu = Gpu(index, handle, str(index), gpu_uuid, {})
         try:
+            if "pcie" in self._lacking:
+                raise Absent(zb.UNSUPPORTED_FEATURE)
             check(int(ze.zesDevicePciGetProperties(handle, ctypes.byref(pci))))
             a = pci.address
             bdf = f"{a.domain:04x}:{a.bus:02x}:{a.device:02x}.{a.function:x}"
@@ -352,6 +387,7 @@ class LevelZeroBackend:
             ):
                 c.kind, c.tile, c.label = p.type, p.subdeviceId, ENGINE_GROUPS[p.type]
                 gpu.engines.append(c)
+                gpu.tiles_of[c.label] = gpu.tiles_of.get(c.label, 0) + 1
         for c in self._enum(gpu, "memory", ze.zesDeviceEnumMemoryModules, ze.zes_mem_handle_t):
             p = ze.zes_mem_properties_t()
             p.stype = ze.ZES_STRUCTURE_TYPE_MEM_PROPERTIES
@@ -405,6 +441,8 @@ class LevelZeroBackend:
 
     def _enum(self, gpu: Gpu, reading: str, fn: Callable[..., int], kind: Any) -> list[Component]:
         """The two-call enumeration; an empty list when the device offers none."""
+        if reading in self._lacking:
+            return []
         count = ctypes.c_uint32(0)
         try:
             check(int(fn(gpu.handle, ctypes.byref(count), None)))
@@ -497,6 +535,7 @@ class LevelZeroBackend:
         self._engines(gpu, pos, rows)
         total = free = reads = writes = 0
         have_bw, sane = False, True
+        bandwidth_lacking = "memory_bandwidth" in self._lacking
         state, bw = s.mem_state, s.mem_bandwidth
         for c in gpu.memory:
             state.stype = ze.ZES_STRUCTURE_TYPE_MEM_STATE
@@ -508,6 +547,8 @@ class LevelZeroBackend:
                 free += state.free
                 # More free than the module holds is garbage: no memory figures this poll.
                 sane = sane and (not c.size or state.free <= c.size)
+            if bandwidth_lacking:
+                continue
             rc = ze.zesMemoryGetBandwidth(c.handle, s.mem_bandwidth_ref)
             if rc:
                 self._bad(gpu, "memory_bandwidth", rc)
@@ -563,11 +604,15 @@ class LevelZeroBackend:
         target = rows["accel_intel_engine_utilization_ratio"]
         means = {}
         for label, ratios in busy.items():
-            means[label] = mean = sum(ratios) / len(ratios)
-            target += (pos, label, mean)
+            # A tile without a ratio this poll (a counter reset) would skew the mean.
+            if len(ratios) == gpu.tiles_of[label]:
+                means[label] = mean = sum(ratios) / len(ratios)
+                target += (pos, label, mean)
+        # The group the device has (not merely the one that answered this poll).
         for label in UTILIZATION_FROM:
-            if label in means:
-                rows["accel_utilization_ratio"] += (pos, means[label])
+            if label in gpu.tiles_of:
+                if label in means:
+                    rows["accel_utilization_ratio"] += (pos, means[label])
                 break
 
     def _temperatures(self, gpu: Gpu, pos: int, rows: Rows) -> None:
@@ -617,6 +662,8 @@ class LevelZeroBackend:
                 target += (pos, name, 1 if reasons & bit else 0)
 
     def _pci(self, gpu: Gpu, pos: int, rows: Rows) -> None:
+        if "pcie" in self._lacking:
+            return
         ze, s = self.ze, self._structs
         stats = s.pci_stats
         if gpu.have_bandwidth or gpu.have_replay:

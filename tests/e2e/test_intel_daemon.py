@@ -9,6 +9,7 @@ worker's protocol channel must not care.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -208,3 +209,25 @@ def test_record_summarises_gaudi_and_intel_devices(
     i1 = summary["devices"][ze.uuid(1)]
     assert i1["vendor"] == "intel" and i1["energy_joules"] > 0
     assert i1["power_watts"]["max"] == 310.0
+
+
+def test_a_loader_older_than_pyzes_loses_only_its_missing_readings(
+    ze_fake: FakeZe, tmp_path: Path
+) -> None:
+    # No zesEngineGetActivity and no zesMemoryGetBandwidth: pyzes would raise
+    # AttributeError on the call; the backend leaves those readings out from the start.
+    old = tmp_path / "old" / "libze_loader.so.1"
+    old.parent.mkdir()
+    source = Path(ze.__file__).with_name("fake_ze.c")
+    cmd = ["gcc", "-shared", "-fPIC", "-DZF_OLD_LOADER", "-o", str(old), str(source)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+    once = cli("once", "--format", "json", f"--sources.levelzero.library-path={old}",
+               "--sources.hlml.enabled=false", env=ze_fake.env)  # fmt: skip
+    assert once.returncode == 0, once.stderr
+    doc = json.loads(once.stdout)["levelzero"]
+    assert doc["ok"] is True
+    metrics = {r["metric"] for r in doc["readings"]}
+    assert "accel_intel_engine_utilization_ratio" not in metrics
+    assert "accel_intel_memory_read_bytes_total" not in metrics
+    assert {"accel_memory_used_bytes", "accel_energy_joules_total", "accel_clock_hertz"} <= metrics
+    assert "zesEngineGetActivity" in once.stderr  # said once, at start

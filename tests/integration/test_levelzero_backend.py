@@ -119,6 +119,26 @@ def test_energy_counter_that_drops_and_comes_back(ze_lib: Path, ze_inprocess: Fa
     assert final[watts] == 300.0 and final[joules] == after[joules] + 300.0
 
 
+def test_activity_counters_going_backwards_give_no_ratio(
+    ze_lib: Path, ze_inprocess: FakeZe
+) -> None:
+    backend = started(ze_lib)
+    poll(backend, slow=False)
+    zero = {"device": "0", "uuid": control.uuid(0)}
+    compute = expected.key("accel_intel_engine_utilization_ratio", engine="compute", **zero)
+    assert values(poll(backend, slow=False))[compute] == 0.625
+    ze_inprocess.device(0).engine_active[1][1] = 0  # tile 1's compute counter reset
+    ze_inprocess.device(0).pci_rx = 0
+    got = values(poll(backend, slow=False))
+    assert compute not in got  # not tile 0's ratio passed off as the device's
+    assert expected.key("accel_utilization_ratio", **zero) not in got
+    assert expected.key("accel_pcie_rx_bytes_per_second", **zero) not in got
+    assert (
+        got[expected.key("accel_intel_engine_utilization_ratio", engine="render", **zero)] == 0.375
+    )
+    assert values(poll(backend, slow=False))[compute] == 0.625
+
+
 def test_unsupported_and_denied_readings_are_absent(ze_lib: Path, ze_inprocess: FakeZe) -> None:
     # The xe driver as non-root: engines and temperatures refused on device 1.
     ze_inprocess.rule("zesDeviceEnumEngineGroups", device=1, rc=control.INSUFFICIENT_PERMISSIONS)

@@ -326,6 +326,8 @@ EXPORT ze_result_t zesMemoryGetState(void *h, zes_mem_state_t *p) {
     return OK;
 }
 
+/* Left out of a build with -DZF_OLD_LOADER: a loader older than the pyzes binding. */
+#ifndef ZF_OLD_LOADER
 EXPORT ze_result_t zesMemoryGetBandwidth(void *h, zes_mem_bandwidth_t *p) {
     COMP_CALL(h);
     if (c->tile == 0) { v->mem_read += v->mem_read_step; v->mem_write += v->mem_write_step; }
@@ -337,6 +339,7 @@ EXPORT ze_result_t zesMemoryGetBandwidth(void *h, zes_mem_bandwidth_t *p) {
     p->timestamp = v->mem_ts;
     return OK;
 }
+#endif
 
 EXPORT ze_result_t zesPowerGetProperties(void *h, zes_power_properties_t *p) {
     COMP_CALL(h);
@@ -404,6 +407,7 @@ EXPORT ze_result_t zesEngineGetProperties(void *h, zes_engine_properties_t *p) {
     return OK;
 }
 
+#ifndef ZF_OLD_LOADER
 EXPORT ze_result_t zesEngineGetActivity(void *h, zes_engine_stats_t *p) {
     COMP_CALL(h);
     v->engine_active[c->tile][c->type] += v->engine_step[c->tile][c->type];
@@ -412,6 +416,7 @@ EXPORT ze_result_t zesEngineGetActivity(void *h, zes_engine_stats_t *p) {
     p->timestamp = v->engine_ts[c->tile][c->type];
     return OK;
 }
+#endif
 
 EXPORT ze_result_t zesRasGetProperties(void *h, zes_ras_properties_t *p) {
     COMP_CALL(h);
