@@ -158,6 +158,7 @@ class HlmlBackend:
         self.aips: list[Aip] = []
         self._log = log.get(source=SOURCE)
         self._failing: dict[tuple[str, str], str] = {}
+        self._names: dict[bytes, tuple[tuple[int, str], ...]] = {}
 
     # -- bootstrap -------------------------------------------------------------
 
@@ -390,16 +391,34 @@ class HlmlBackend:
         stats = self._call(aip, "hlmlDeviceNicGetStatistics", port)
         if stats is None:
             return
-        count = min(int(stats.num_of_counters_out[0]), 256)
-        names = ctypes.string_at(stats.str_buf, 32 * count)
+        count = min(int(stats.num_of_counters_out[0]), 256)  # pyhlml's buffers hold 256
+        names = self._counter_names(ctypes.string_at(stats.str_buf, 32 * count))
+        target = rows["accel_gaudi_nic_statistic_total"]
+        values = stats.val_buf[:count]
+        for k, name in names:
+            if values[k] != U64_NA:
+                target += (pos, label, name, values[k])
+
+    def _counter_names(self, block: bytes) -> tuple[tuple[int, str], ...]:
+        """(index, label) of each NIC counter name in a block of 32-byte names.
+
+        Names are made label-safe; an empty or repeated one is left out. Every port
+        of every device names the same counters, so a block is parsed once.
+        """
+        cached = self._names.get(block)
+        if cached is not None:
+            return cached
         seen: set[str] = set()
-        for k in range(count):
-            raw = names[32 * k : 32 * (k + 1)].split(b"\0", 1)[0]
+        out = []
+        for k in range(len(block) // 32):
+            raw = block[32 * k : 32 * (k + 1)].split(b"\0", 1)[0]
             name = _COUNTER_NAME.sub("_", raw.decode("ascii", "replace").lower()).strip("_")
-            value = int(stats.val_buf[k])
-            if name and name not in seen and value != U64_NA:
+            if name and name not in seen:
                 seen.add(name)
-                put(rows, "accel_gaudi_nic_statistic_total", (pos, label, name), value)
+                out.append((k, name))
+        if len(self._names) < 64:  # a driver that changes its names every poll: no growth
+            self._names[block] = tuple(out)
+        return tuple(out)
 
     def _note(self, aip: Aip, name: str, why: str) -> None:
         """Log a failing call once, not on every poll."""
