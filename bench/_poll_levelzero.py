@@ -77,6 +77,11 @@ def _bare_slow(ze: Any, extra: zb.Extra, gpus: list[Gpu]) -> None:
         for c in g.ras:
             r = zb.RasState()
             extra.call("zesRasGetState", c.handle, 0, byref(r))
+        for c in g.ras:
+            n = ctypes.c_uint32(0)
+            extra.call("zesRasGetStateExp", c.handle, byref(n), None)
+            states = (zb.RasStateExp * n.value)()
+            extra.call("zesRasGetStateExp", c.handle, byref(n), states)
 
 
 def prepare(devices: int, workdir: Path) -> Subject:

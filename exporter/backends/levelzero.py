@@ -750,6 +750,30 @@ class LevelZeroBackend:
             if seen[kind]:
                 for name, count in zip(RAS_CATEGORIES, totals[kind], strict=True):
                     put(rows, family, (pos, name), count)
+        self._ecc(gpu, pos, rows)
+
+    def _ecc(self, gpu: Gpu, pos: int, rows: Rows) -> None:
+        """Memory (ECC) errors: the MEMORY_ERRORS category of zesRasGetStateExp."""
+        assert self.extra is not None
+        totals = [0, 0]
+        seen = [False, False]
+        for c in gpu.ras:
+            count = ctypes.c_uint32(0)
+            try:
+                check(self.extra.call("zesRasGetStateExp", c.handle, ctypes.byref(count), None))
+                states = (zb.RasStateExp * min(count.value, 64))()
+                count.value = len(states)
+                check(self.extra.call("zesRasGetStateExp", c.handle, ctypes.byref(count), states))
+            except (Absent, Failed) as exc:
+                self._refused(gpu, "ras", exc)
+                continue
+            for state in states[: count.value]:
+                if state.category == zb.RAS_CATEGORY_EXP_MEMORY:
+                    totals[c.kind] += int(state.errorCounter)
+                    seen[c.kind] = True
+        for kind, type_name in enumerate(("correctable", "uncorrectable")):
+            if seen[kind]:
+                put(rows, "accel_ecc_errors_total", (pos, type_name, ""), totals[kind])
 
     def _note(self, gpu: Gpu, reading: str, why: str) -> None:
         """Log a failing reading once, not on every poll."""

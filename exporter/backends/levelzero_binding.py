@@ -142,6 +142,16 @@ class RasState(ctypes.Structure):
     ]
 
 
+class RasStateExp(ctypes.Structure):
+    """zes_ras_state_exp_t (16 bytes): one category of zesRasGetStateExp and its count."""
+
+    _fields_ = [("category", ctypes.c_int32), ("errorCounter", ctypes.c_uint64)]
+
+
+# zes_ras_error_category_exp_t: memory (ECC) errors, which zes_ras_state_t has no field for.
+RAS_CATEGORY_EXP_MEMORY = 7
+
+
 class FabricPortId(ctypes.Structure):
     """zes_fabric_port_id_t (12 bytes)."""
 
@@ -212,6 +222,7 @@ _SIGNATURES: dict[str, list[Any]] = {
     "zesDeviceEnumRasErrorSets": [_P, _COUNT, ctypes.POINTER(_P)],
     "zesRasGetProperties": [_P, ctypes.POINTER(RasProperties)],
     "zesRasGetState": [_P, ctypes.c_uint8, ctypes.POINTER(RasState)],
+    "zesRasGetStateExp": [_P, _COUNT, ctypes.POINTER(RasStateExp)],
     "zesDeviceEnumFabricPorts": [_P, _COUNT, ctypes.POINTER(_P)],
     "zesFabricPortGetProperties": [_P, ctypes.POINTER(FabricPortProperties)],
     "zesFabricPortGetState": [_P, ctypes.POINTER(FabricPortState)],

@@ -51,6 +51,7 @@ def test_layouts_agree_with_the_spec_and_the_fake(ze_lib: Path) -> None:
         zb.DeviceState: 24,
         zb.RasProperties: 32,
         zb.RasState: 72,
+        zb.RasStateExp: 16,
         zb.FabricPortProperties: 328,
         zb.FabricPortState: 72,
         zb.FabricPortThroughput: 24,

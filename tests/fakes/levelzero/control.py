@@ -125,6 +125,7 @@ class Device(ctypes.Structure):
         ("port_rx", _U64 * PORTS),
         ("port_tx", _U64 * PORTS),
         ("port_step", _U64),
+        ("ras_memory", _U64 * 2),
     ]
 
 
@@ -223,6 +224,7 @@ def populate(dev: Device, i: int) -> None:
     dev.ras[0][3] = 1 + i  # correctable compute errors
     dev.ras[0][5] = 2  # correctable cache errors
     dev.ras[1][1] = i  # uncorrectable programming errors
+    dev.ras_memory[0], dev.ras_memory[1] = 7 + i, 0  # memory (ECC) errors
     dev.fabric_ports = 2
     dev.port_status[0] = 1  # healthy
     dev.port_status[1] = 3 if i == 1 else 1  # failed on device 1

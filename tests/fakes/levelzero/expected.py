@@ -74,6 +74,9 @@ def series(dev: Device, i: int, *, device: str | None = None) -> Series:
         for c, name in enumerate(RAS):
             metric = f"accel_intel_ras_{family}_errors_total"
             out[key(metric, category=name, **me)] = dev.ras[kind][c]
+    for kind, type_name in enumerate(("correctable", "uncorrectable")):
+        labels = {"type": type_name, "counter": "", **me}
+        out[key("accel_ecc_errors_total", **labels)] = dev.ras_memory[kind]
     for p in range(dev.fabric_ports):
         port = f"{i + 1}.0.{p + 1}"
         out[key("accel_intel_fabric_port_up", port=port, **me)] = (

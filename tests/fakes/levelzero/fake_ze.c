@@ -68,6 +68,7 @@ typedef struct { uint64_t activeTime, timestamp; } zes_engine_stats_t;
 typedef struct { int32_t stype; void *pNext; int32_t type; ze_bool_t onSubdevice; uint32_t subdeviceId; }
     zes_ras_properties_t;
 typedef struct { int32_t stype; void *pNext; uint64_t category[7]; } zes_ras_state_t;
+typedef struct { int32_t category; uint64_t errorCounter; } zes_ras_state_exp_t;
 typedef struct { uint32_t fabricId, attachId; uint8_t portNumber; } zes_fabric_port_id_t;
 typedef struct { int64_t bitRate; int32_t width; } zes_fabric_port_speed_t;
 typedef struct { int32_t stype; void *pNext; char model[256]; ze_bool_t onSubdevice; uint32_t subdeviceId;
@@ -96,6 +97,7 @@ _Static_assert(sizeof(zes_temp_properties_t) == 48, "zes_temp_properties_t");
 _Static_assert(sizeof(zes_engine_properties_t) == 32, "zes_engine_properties_t");
 _Static_assert(sizeof(zes_ras_properties_t) == 32, "zes_ras_properties_t");
 _Static_assert(sizeof(zes_ras_state_t) == 72, "zes_ras_state_t");
+_Static_assert(sizeof(zes_ras_state_exp_t) == 16, "zes_ras_state_exp_t");
 _Static_assert(sizeof(zes_fabric_port_properties_t) == 328, "zes_fabric_port_properties_t");
 _Static_assert(offsetof(zes_fabric_port_properties_t, maxRxSpeed) == 296, "maxRxSpeed");
 _Static_assert(sizeof(zes_fabric_port_state_t) == 72, "zes_fabric_port_state_t");
@@ -431,6 +433,20 @@ EXPORT ze_result_t zesRasGetState(void *h, ze_bool_t clear, zes_ras_state_t *p) 
     COMP_CALL(h);
     for (int i = 0; i < ZF_RAS_CATEGORIES; i++) p->category[i] = v->ras[c->type][i];
     if (clear) memset(v->ras[c->type], 0, sizeof v->ras[c->type]);
+    return OK;
+}
+
+/* The 13 experimental categories: the seven of zes_ras_state_t, then MEMORY_ERRORS (7),
+ * SCALE, L3FABRIC, PCIE, FABRIC_PORT, SOC_INTERNAL; counts only, never cleared. */
+EXPORT ze_result_t zesRasGetStateExp(void *h, uint32_t *pCount, zes_ras_state_exp_t *p) {
+    COMP_CALL(h);
+    if (!pCount) return INVALID_NULL_POINTER;
+    if (*pCount == 0 || !p) { *pCount = 13; return OK; }
+    if (*pCount > 13) *pCount = 13;
+    for (uint32_t i = 0; i < *pCount; i++) {
+        p[i].category = (int32_t)i;
+        p[i].errorCounter = i < ZF_RAS_CATEGORIES ? v->ras[c->type][i] : i == 7 ? v->ras_memory[c->type] : 0;
+    }
     return OK;
 }
 

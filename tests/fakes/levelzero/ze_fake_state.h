@@ -67,6 +67,7 @@ typedef struct {
     uint64_t ras[2][ZF_RAS_CATEGORIES];               /* [correctable, uncorrectable] */
     int32_t port_status[ZF_PORTS];
     uint64_t port_rx[ZF_PORTS], port_tx[ZF_PORTS], port_step;
+    uint64_t ras_memory[2];           /* zesRasGetStateExp MEMORY_ERRORS [correctable, uncorrectable] */
 } zf_device_t;
 
 typedef struct {
