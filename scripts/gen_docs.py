@@ -22,7 +22,9 @@ from exporter.catalog import (  # noqa: E402
     gaudi,
     host,
     intel,
+    neuron,
     nvidia,
+    tpu,
     workload,
 )
 from exporter.catalog.otel import METRICS as OTEL  # noqa: E402
@@ -39,6 +41,8 @@ DOMAINS = [
     ("AMD only", amd),
     ("Intel GPU only", intel),
     ("Intel Gaudi only", gaudi),
+    ("Google TPU only", tpu),
+    ("AWS Neuron only", neuron),
     ("NCCL/RCCL", ccl),
     ("Workloads", workload),
 ]

@@ -74,6 +74,18 @@ def _hlml(config: Config) -> Source:
     )
 
 
+def _tpu(config: Config) -> Source:
+    from exporter.sources.tpu import TpuSource
+
+    return TpuSource("tpu", config.sources.tpu)
+
+
+def _neuron(config: Config) -> Source:
+    from exporter.sources.neuron import NeuronSource
+
+    return NeuronSource("neuron", config.sources.neuron)
+
+
 def _ccl_ras(config: Config) -> Source:
     return CclRasSource("ccl_ras", config.sources.ccl_ras)
 
@@ -100,6 +112,8 @@ FACTORIES: dict[str, Factory] = {
     "amdsmi": _amdsmi,
     "levelzero": _levelzero,
     "hlml": _hlml,
+    "tpu": _tpu,
+    "neuron": _neuron,
     "ccl_ras": _ccl_ras,
     "ccl_inspector": _ccl_inspector,
     # Enrichers come last: they read what the sources above reported.

@@ -56,6 +56,8 @@ GPU_IS_LOST = 15
 RESET_REQUIRED = 16
 LIB_RM_VERSION_MISMATCH = 18
 UNKNOWN = 999
+# A rule "error" that makes the call crash the calling process (SIGSEGV) in native code.
+CRASH = -11
 
 # Order of FakeDevice.violation_ns: NVML field ids 74..79, 269, 270, 271.
 VIOLATION_FIELDS = (74, 75, 76, 77, 78, 79, 269, 270, 271)
