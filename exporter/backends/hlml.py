@@ -225,13 +225,14 @@ class HlmlBackend:
             # A copy: pyhlml 1.9 returned one shared handle object for every device.
             handle = ctypes.c_void_p(api.hlmlDeviceGetHandleByIndex(index).value)
             uuid = self._text(api.hlmlDeviceGetUUID, handle)
+            crumb.identity(f"uuid={uuid}")
             pci = api.hlmlDeviceGetPCIInfo(handle)
         except api.HLMLError as exc:
             reason = "gpu_lost" if int(exc.value) == AIP_IS_LOST else return_name(int(exc.value))
             self._log.warning("device unidentified", device=index, reason=reason)
             return Aip(index, None, str(index), "", {}, unidentified=reason)
         bdf = "".join(ch for ch in pci.bus_id.decode("ascii", "replace") if ch.isprintable())
-        crumb.identity(bdf or uuid)
+        crumb.identity(f"uuid={uuid};pci_bus_id={bdf.strip()}")
         info = {
             "model": self._text(api.hlmlDeviceGetName, handle),
             "pci_bus_id": bdf.strip(),

@@ -349,6 +349,7 @@ class LevelZeroBackend:
         pci.stype = ze.ZES_STRUCTURE_TYPE_PCI_PROPERTIES
         bdf = ""
         gpu_uuid = _uuid(bytes(props.core.uuid.id))
+        crumb.identity(f"uuid={gpu_uuid}")
         gpu = Gpu(index, handle, str(index), gpu_uuid, {})
         try:
             if "pcie" in self._lacking:
@@ -361,7 +362,7 @@ class LevelZeroBackend:
             gpu.have_replay = bool(pci.haveReplayCounters)
         except (Absent, Failed, DeviceDown):
             pass
-        crumb.identity(bdf or gpu_uuid)
+        crumb.identity(f"uuid={gpu_uuid};pci_bus_id={bdf}")
         if not gpu.uuid and bdf:
             gpu.uuid = f"pci-{bdf}"
         gpu.info = {

@@ -233,3 +233,23 @@ def test_a_loader_older_than_pyzes_loses_only_its_missing_readings(
     assert "accel_intel_memory_read_bytes_total" not in metrics
     assert {"accel_memory_used_bytes", "accel_energy_joules_total", "accel_clock_hertz"} <= metrics
     assert "zesEngineGetActivity" in once.stderr  # said once, at start
+
+
+def test_a_device_that_hangs_while_identified_is_named_by_what_was_learnt(
+    daemon_factory: Any, ze_lib: Path, ze_fake: FakeZe, hlml_lib: Path, hlml_fake: FakeHlml
+) -> None:
+    # The uuid is known, the PCI address is not yet: the crumb carries the uuid.
+    ze_fake.rule("zesDevicePciGetProperties", device=1, hang=True)
+    hlml_fake.rule("hlml_device_get_pci_info", device=2, hang=True)
+    d: Daemon = daemon_factory(
+        config=config(ze_lib, hlml_lib), env={**ze_fake.env, **hlml_fake.env}
+    )
+    d.wait_metric("accel_device_up", 0, timeout=90, **intel(1))
+    d.wait_metric("accel_device_up", 0, timeout=90, **gaudi(2))
+    for i in (0, 2, 3):
+        d.wait_metric("accel_device_up", 1, timeout=60, **intel(i))
+    for i in (0, 1, 3, 4, 5, 6, 7):
+        d.wait_metric("accel_device_up", 1, timeout=60, **gaudi(i))
+    got = samples(d.metrics())
+    assert value(got, "accel_device_down_reason_info", reason="hung", **intel(1)) == 1
+    assert value(got, "accel_device_down_reason_info", reason="hung", **gaudi(2)) == 1
