@@ -239,6 +239,10 @@ class Structs:
         self.pci_stats_ref = ctypes.byref(self.pci_stats)
         self.pci_state = ze.zes_pci_state_t()
         self.pci_state_ref = ctypes.byref(self.pci_state)
+        self.port_state = zb.FabricPortState()
+        self.port_state_ref = ctypes.byref(self.port_state)
+        self.port_throughput = zb.FabricPortThroughput()
+        self.port_throughput_ref = ctypes.byref(self.port_throughput)
 
 
 class LevelZeroBackend:
@@ -695,19 +699,27 @@ class LevelZeroBackend:
             rows["accel_pcie_link_width"] += (pos, speed.width)
 
     def _ports(self, gpu: Gpu, pos: int, rows: Rows) -> None:
-        state = zb.FabricPortState()
-        through = zb.FabricPortThroughput()
+        assert self.extra is not None
+        get_state = self.extra.function("zesFabricPortGetState")
+        get_throughput = self.extra.function("zesFabricPortGetThroughput")
+        s = self._structs
+        state, through = s.port_state, s.port_throughput
         for c in gpu.ports:
-            state.stype = zb.STYPE_FABRIC_PORT_STATE
-            if self._ok_extra(gpu, "fabric", "zesFabricPortGetState", c.handle, state):
-                rows["accel_intel_fabric_port_up"] += (
-                    pos,
-                    c.label,
-                    1 if state.status in PORT_UP else 0,
-                )
-            if self._ok_extra(gpu, "fabric", "zesFabricPortGetThroughput", c.handle, through):
-                rows["accel_intel_fabric_rx_bytes_total"] += (pos, c.label, through.rxCounter)
-                rows["accel_intel_fabric_tx_bytes_total"] += (pos, c.label, through.txCounter)
+            if get_state is not None:
+                state.stype = zb.STYPE_FABRIC_PORT_STATE
+                rc = get_state(c.handle, s.port_state_ref)
+                if rc:
+                    self._bad(gpu, "fabric", rc)
+                else:
+                    up = 1 if state.status in PORT_UP else 0
+                    rows["accel_intel_fabric_port_up"] += (pos, c.label, up)
+            if get_throughput is not None:
+                rc = get_throughput(c.handle, s.port_throughput_ref)
+                if rc:
+                    self._bad(gpu, "fabric", rc)
+                else:
+                    rows["accel_intel_fabric_rx_bytes_total"] += (pos, c.label, through.rxCounter)
+                    rows["accel_intel_fabric_tx_bytes_total"] += (pos, c.label, through.txCounter)
 
     def _slow(self, gpu: Gpu, pos: int, rows: Rows) -> None:
         assert self.extra is not None

@@ -250,6 +250,10 @@ class Extra:
             fn.restype = ctypes.c_int32
             self._fns[name] = fn
 
+    def function(self, name: str) -> Any:
+        """The bound function ``name`` (None when the library lacks it), for tight loops."""
+        return self._fns.get(name)
+
     def call(self, name: str, *args: Any) -> int:
         """Call ``name``; its ze_result_t."""
         fn = self._fns.get(name)
