@@ -31,7 +31,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter import log
-from exporter.backends.base import BackendError, BackendUnavailable, unique_uuids
+from exporter.backends.base import (
+    BackendError,
+    BackendUnavailable,
+    InventoryChanged,
+    unique_uuids,
+)
 from exporter.backends.counters import Energy
 from exporter.backends.polling import poll_devices
 from exporter.backends.wire import Rows, put
@@ -84,6 +89,12 @@ _COUNTER_NAME = re.compile(r"[^a-z0-9_]+")
 def return_name(code: int) -> str:
     """An hlml_return_t as a short reason."""
     return RETURN_NAMES.get(code, f"hlml_return_{code}")
+
+
+def printable(raw: Any) -> str:
+    """An HLML string (bytes) decoded, without control characters, stripped."""
+    value = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    return "".join(ch for ch in value if ch.isprintable()).strip()
 
 
 class DeviceDown(Exception):
@@ -213,18 +224,16 @@ class HlmlBackend:
     def _text(self, fn: Callable[..., Any], *args: Any) -> str:
         """A string answer, decoded and printable; empty when the call fails."""
         try:
-            raw = fn(*args)
+            return printable(fn(*args))
         except self.api.HLMLError:
             return ""
-        value = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-        return "".join(ch for ch in value if ch.isprintable()).strip()
 
     def _describe(self, index: int) -> Aip:
         api = self.api
         try:
             # A copy: pyhlml 1.9 returned one shared handle object for every device.
             handle = ctypes.c_void_p(api.hlmlDeviceGetHandleByIndex(index).value)
-            uuid = self._text(api.hlmlDeviceGetUUID, handle)
+            uuid = printable(api.hlmlDeviceGetUUID(handle))
             crumb.identity(f"uuid={uuid}")
             pci = api.hlmlDeviceGetPCIInfo(handle)
         except api.HLMLError as exc:
@@ -263,6 +272,8 @@ class HlmlBackend:
     def _poll_aip(self, aip: Aip, position: int, rows: Rows, slow: Rows | None) -> str:
         """Read one device into the reply's rows; the reason it is down, or ""."""
         if aip.unidentified:
+            if slow is not None:
+                self._identify_again(aip)
             return aip.unidentified
         try:
             if slow is not None:
@@ -273,6 +284,16 @@ class HlmlBackend:
         except DeviceDown:
             return "gpu_lost"
         return ""
+
+    def _identify_again(self, aip: Aip) -> None:
+        """InventoryChanged when a device unidentified at bootstrap answers now."""
+        api = self.api
+        try:
+            handle = api.hlmlDeviceGetHandleByIndex(aip.index)
+            uuid = api.hlmlDeviceGetUUID(handle)
+        except api.HLMLError:
+            return  # still lost: asked again at the next slow poll
+        raise InventoryChanged(f"Gaudi {aip.device} answers again, as {uuid!r}")
 
     def _call(self, aip: Aip, name: str, *args: Any) -> Any:
         """``pyhlml.<name>(handle, *args)``; None when not supported or failed."""

@@ -26,7 +26,12 @@ from typing import Any
 
 from exporter import log
 from exporter.backends import levelzero_binding as zb
-from exporter.backends.base import BackendError, BackendUnavailable, unique_uuids
+from exporter.backends.base import (
+    BackendError,
+    BackendUnavailable,
+    InventoryChanged,
+    unique_uuids,
+)
 from exporter.backends.counters import Delta, Energy
 from exporter.backends.polling import poll_devices
 from exporter.backends.wire import Rows, put
@@ -507,6 +512,8 @@ class LevelZeroBackend:
     def _poll_gpu(self, gpu: Gpu, position: int, rows: Rows, slow: Rows | None) -> str:
         """Read one GPU into the reply's rows; the reason it is down, or ""."""
         if gpu.unidentified:
+            if slow is not None:
+                self._identify_again(gpu)
             return gpu.unidentified
         try:
             self._fast(gpu, position, rows)
@@ -515,6 +522,17 @@ class LevelZeroBackend:
         except DeviceDown as exc:
             return exc.reason
         return ""
+
+    def _identify_again(self, gpu: Gpu) -> None:
+        """InventoryChanged when a GPU unidentified at bootstrap answers now.
+
+        It is listed under a placeholder uuid with no components, so it could only
+        ever be reported down; a new worker enumerates it properly.
+        """
+        props = self.ze.zes_device_properties_t()
+        props.stype = self.ze.ZES_STRUCTURE_TYPE_DEVICE_PROPERTIES
+        if int(self.ze.zesDeviceGetProperties(gpu.handle, ctypes.byref(props))) == zb.SUCCESS:
+            raise InventoryChanged(f"GPU {gpu.device} answers again")
 
     def _read(self, gpu: Gpu, reading: str, fn: Callable[..., int], *args: Any) -> bool:
         """One reading call; False (and noted) when it yields nothing."""

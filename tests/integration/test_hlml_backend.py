@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from exporter.backends.base import BackendUnavailable
+from exporter.backends.base import BackendUnavailable, InventoryChanged
 from exporter.backends.hlml import HlmlBackend
 from tests.fakes.hlml import control, expected
 from tests.fakes.hlml.control import FakeHlml
@@ -126,6 +126,20 @@ def test_a_lost_device_is_down_and_the_others_read(
     assert not [k for k in got if dict(k[1]).get("device") == "6"]
     hlml_inprocess.device(6).lost = 0
     assert poll(backend)["devices"][6]["up"] is True
+
+
+def test_a_device_lost_before_the_start_is_listed_down(
+    hlml_lib: Path, hlml_inprocess: FakeHlml
+) -> None:
+    hlml_inprocess.rule("hlml_device_get_uuid", device=4, rc=control.AIP_IS_LOST)
+    backend = started(hlml_lib)
+    assert backend.aips[4].uuid == "gaudi-4"
+    reply = poll(backend)
+    assert reply["devices"][4] == {"uuid": "gaudi-4", "up": False, "reason": "gpu_lost"}
+    assert sum(d["up"] for d in reply["devices"]) == 7
+    hlml_inprocess.clear()
+    with pytest.raises(InventoryChanged):
+        poll(backend)
 
 
 def test_unavailable_without_driver_or_library(

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from exporter.backends import levelzero_binding as zb
-from exporter.backends.base import BackendUnavailable
+from exporter.backends.base import BackendUnavailable, InventoryChanged
 from exporter.backends.levelzero import LevelZeroBackend
 from exporter.catalog import CATALOG
 from tests.fakes.levelzero import control, expected
@@ -219,6 +219,10 @@ def test_a_device_lost_before_the_start_is_listed_down(ze_lib: Path, ze_inproces
     assert backend.gpus[1].uuid == "intel-gpu-1"
     reply = poll(backend)
     assert reply["devices"][1] == {"uuid": "intel-gpu-1", "up": False, "reason": "gpu_lost"}
+    ze_inprocess.device(1).lost = 0
+    assert poll(backend, slow=False)["devices"][1]["up"] is False  # asked again on slow polls
+    with pytest.raises(InventoryChanged):  # a new worker describes it properly
+        poll(backend)
 
 
 def test_isolation_skips_and_probes_by_library_index(ze_lib: Path, ze_inprocess: FakeZe) -> None:
