@@ -52,7 +52,8 @@ def reply_parser(inventory: dict[str, Any]) -> Parse:
     source._vendor, source._devices = parse_inventory(inventory)
 
     def parse(frame: bytes, slow: bool) -> list[Any]:
-        return source._check_reply(decode(frame[4:])["result"], slow)
+        _states, readings = source._check_reply(decode(frame[4:])["result"], slow)
+        return readings
 
     return parse
 

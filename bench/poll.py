@@ -1,6 +1,7 @@
 """Poll-cycle cost of the device backends, printed as JSON. Run by hand, never by CI:
 
-    .venv/bin/python bench/poll.py --backend nvml|amdsmi|all [--devices 8] [--polls 200]
+    .venv/bin/python bench/poll.py --backend nvml|amdsmi|levelzero|hlml|all \
+        [--devices 8] [--polls 200]
 
 Each backend has a module ``bench/_poll_<backend>.py`` (nvml: ``_poll_nvml.py``;
 amdsmi: ``_poll_amdsmi.py``) that defines exactly this function::
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-BACKENDS = ("nvml", "amdsmi")
+BACKENDS = ("nvml", "amdsmi", "levelzero", "hlml")
 
 
 def run_backend(name: str, devices: int, polls: int) -> dict[str, Any]:

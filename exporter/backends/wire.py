@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from exporter.catalog import amd, device, nvidia
+from exporter.catalog import amd, device, gaudi, intel, nvidia
 from exporter.catalog.device import ID
 
 # family -> [position, label..., value, position, label..., value, ...]
@@ -32,7 +32,7 @@ DAEMON_OWNED = frozenset({"accel_device_up", "accel_device_down_reason_info"})
 # Only the device domains: workload attribution and the rest come from other sources.
 ROW_WIDTH: dict[str, int] = {
     spec.name: len(spec.labels)
-    for module in (device, nvidia, amd)
+    for module in (device, nvidia, amd, intel, gaudi)
     for spec in module.ROWS
     if spec.labels[: len(ID)] == ID and spec.name not in DAEMON_OWNED
 }
