@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from exporter import log
+from exporter.backends import nvml_gpm
 from exporter.backends import nvml_support as nv
 from exporter.backends.base import InventoryChanged
 from exporter.backends.binding import Binding
@@ -136,6 +137,8 @@ class Gpu:
     mig: list[MigDevice] = field(default_factory=list)
     gpm_supported: bool = False
     gpm_samples: dict[int, Any] = field(default_factory=dict)
+    # GPM of the whole GPU: None until asked, nvml_gpm.OFF, or its GpmState.
+    gpm_full: Any = None
     last_process_sample: int = 0
     # Set when the GPU could not be identified at bootstrap: the reason it is down.
     unidentified: str = ""
@@ -204,10 +207,11 @@ class Gpu:
         return None
 
     def free_gpm(self) -> None:
-        """Release GPM samples (MIG utilization) held between polls."""
+        """Release GPM samples (whole GPU and MIG instances) held between polls."""
         for sample in self.gpm_samples.values():
             self.release_gpm(sample)
         self.gpm_samples.clear()
+        nvml_gpm.free(self)
 
     def release_gpm(self, sample: Any) -> None:
         """Free one GPM sample; a failure (the GPU is gone) is not the field's."""
@@ -247,6 +251,7 @@ class DeviceReader:
             )
         )
         self._tables = {"fast": self._bind(FAST_SCALARS), "slow": self._bind(SLOW_SCALARS)}
+        self._gpm_full = nvml_gpm.GpmReader(nvml)
 
     def _bind(self, table: tuple[Scalar, ...]) -> list[BoundScalar]:
         return [(getattr(self.nvml, fn), *rest) for fn, *rest in table]
@@ -303,6 +308,7 @@ class DeviceReader:
         self._field_values(gpu, h, out)
         self._processes(gpu, h, out, processes)
         self._mig_fast(gpu, out)
+        self._gpm_full.read(gpu, out)
 
     def _newer(
         self,

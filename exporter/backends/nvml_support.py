@@ -179,6 +179,7 @@ FUNCTIONS = (
     "nvmlGpmSampleAlloc",
     "nvmlGpmSampleFree",
     "nvmlGpmMigSampleGet",
+    "nvmlGpmSampleGet",
     "nvmlGpmMetricsGet",
     "nvmlEventSetCreate",
     "nvmlEventSetWait",

@@ -156,6 +156,7 @@ COUNTS: Mapping[str, str] = MappingProxyType(
     {
         "accel_xid_errors_total": "{error}",
         "accel_nvml_field_errors_total": "{error}",
+        "accel_nvlink_errors_total": "{error}",
         "accel_amd_ecc_correctable_errors_total": "{error}",
         "accel_amd_ecc_uncorrectable_errors_total": "{error}",
         "accel_amd_ecc_deferred_errors_total": "{error}",
