@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from exporter import log
-from exporter.backends import nvml_gpm
+from exporter.backends import nvml_gpm, nvml_reliability
 from exporter.backends import nvml_support as nv
 from exporter.backends.base import InventoryChanged
 from exporter.backends.binding import Binding
@@ -252,6 +252,7 @@ class DeviceReader:
         )
         self._tables = {"fast": self._bind(FAST_SCALARS), "slow": self._bind(SLOW_SCALARS)}
         self._gpm_full = nvml_gpm.GpmReader(nvml)
+        self._reliability = nvml_reliability.ReliabilityReader(nvml)
 
     def _bind(self, table: tuple[Scalar, ...]) -> list[BoundScalar]:
         return [(getattr(self.nvml, fn), *rest) for fn, *rest in table]
@@ -309,6 +310,7 @@ class DeviceReader:
         self._processes(gpu, h, out, processes)
         self._mig_fast(gpu, out)
         self._gpm_full.read(gpu, out)
+        self._reliability.fast(gpu, out)
 
     def _newer(
         self,
@@ -528,7 +530,15 @@ class DeviceReader:
                 latest[sample.pid] = sample
             gpu.last_process_sample = max(gpu.last_process_sample, int(sample.timeStamp))
         for pid, sample in sorted(latest.items()):
-            out.ratio("accel_process_sm_utilization_ratio", sample.smUtil, str(pid))
+            label = str(pid)
+            out.ratio("accel_process_sm_utilization_ratio", sample.smUtil, label)
+            out.ratio("accel_process_memory_utilization_ratio", sample.memUtil, label)
+            out.ratio("accel_process_encoder_utilization_ratio", sample.encUtil, label)
+            out.ratio("accel_process_decoder_utilization_ratio", sample.decUtil, label)
+        for pid in sorted(memory):
+            name = gpu.call(n.nvmlSystemGetProcessName, pid)
+            if name:  # NOT_FOUND: the process ended between the two calls
+                out.add("accel_process_info", 1, str(pid), nv.text(name))
 
     def _mig_fast(self, gpu: Gpu, out: Emitter) -> None:
         # Memory belongs to the GPU instance: every MIG device (compute instance)
@@ -606,6 +616,7 @@ class DeviceReader:
             out.add("accel_remapped_rows_pending", rows[2])
             out.add("accel_remapped_rows_failure", rows[3])
         self._nvlinks(gpu, out)
+        self._reliability.slow(gpu, out)
         self._mig_layout(gpu, out)
 
     def _nvlinks(self, gpu: Gpu, out: Emitter) -> None:

@@ -144,7 +144,7 @@ class GpmReader:
         gpu.ok += 1
         if not support.isSupportedDevice:  # before Hopper
             return OFF
-        buffers = []
+        buffers: list[Any] = []
         for _ in range(2):
             sample = gpu.call(n.nvmlGpmSampleAlloc)
             if sample is None:

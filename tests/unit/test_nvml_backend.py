@@ -797,3 +797,86 @@ def test_gpm_buffers_are_freed_when_a_gpu_is_lost_mid_poll(fake, backend, failin
     assert fake.state.gpm_samples_live - before == 4
     b.close()
     assert fake.state.gpm_samples_live == before
+
+
+# -- reliability fields ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("action", "name"),
+    [(0, "none"), (1, "gpu_reset"), (2, "node_reboot"), (3, "drain_p2p"), (4, "drain_and_reset")],
+)
+def test_recovery_action_is_one_hot(fake, backend, action, name):
+    fake.device(1).recovery_action = action
+    v = values(poll(started(backend)))
+    ident = ("1", fake.uuid(1))
+    actions = {
+        k[1][2]: x
+        for k, x in v.items()
+        if k[0] == "accel_device_recovery_action" and k[1][:2] == ident
+    }
+    assert actions == {
+        a: (1.0 if a == name else 0.0)
+        for a in ("none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset")
+    }
+
+
+def test_recovery_action_field_failing_is_absent_and_counted(fake, backend):
+    fake.add_rule("field:230", device=0, error=control.UNKNOWN)
+    v = values(poll(started(backend)))
+    assert not [k for k in v if k[0] == "accel_device_recovery_action" and k[1][0] == "0"]
+    assert v[("accel_nvml_field_errors_total", ("0", fake.uuid(0), "unknown"))] == 1
+    assert [k for k in v if k[0] == "accel_device_recovery_action" and k[1][0] == "1"]
+
+
+def test_nvlink_errors_fabric_margin_and_power_bounds(fake, backend):
+    dev = fake.device(0)
+    dev.nvlink_active_mask = 0b11
+    dev.nvlink_errors[1][control.NVLINK_CRC_FLIT] = 7
+    dev.nvlink_errors[1][control.NVLINK_REPLAY] = 3
+    dev.nvlink_errors[0][control.NVLINK_RECOVERY] = 1
+    dev.fabric_state = 3
+    # degraded bandwidth TRUE, route recovery FALSE, others not supported, config "none"
+    dev.fabric_health_mask = 0b01 | (0b10 << 2) | (1 << 8)
+    dev.margin_temperature = -1  # past the limit: a real temperature, not "not available"
+    dev.power_min_mw, dev.power_max_mw, dev.power_default_mw = 100000, 650000, 600000
+    v = values(poll(started(backend)))
+    ident = ("0", fake.uuid(0))
+    errors = {
+        k[1][2:]: x
+        for k, x in v.items()
+        if k[0] == "accel_nvlink_errors_total" and k[1][:2] == ident
+    }
+    assert errors[("1", "crc_flit")] == 7
+    assert errors[("1", "replay")] == 3
+    assert errors[("0", "recovery")] == 1
+    assert errors[("0", "crc_data")] == 0
+    assert {link for link, _ in errors} == {"0", "1"}  # active links only
+    assert v[("accel_nvidia_fabric_state", (*ident, "completed"))] == 1
+    assert v[("accel_nvidia_fabric_state", (*ident, "in_progress"))] == 0
+    health = {
+        k[1][2]: x
+        for k, x in v.items()
+        if k[0] == "accel_nvidia_fabric_health_issue" and k[1][:2] == ident
+    }
+    assert health == {"degraded_bandwidth": 1, "route_recovery": 0, "incorrect_configuration": 0}
+    assert v[("accel_temperature_margin_celsius", ident)] == -1
+    assert v[("accel_power_limit_bound_watts", (*ident, "min"))] == 100.0
+    assert v[("accel_power_limit_bound_watts", (*ident, "max"))] == 650.0
+    assert v[("accel_power_limit_bound_watts", (*ident, "default"))] == 600.0
+    # GPU 1 is on no fabric (NOT_SUPPORTED): no fabric series, no error.
+    assert not [k for k in v if k[0].startswith("accel_nvidia_fabric") and k[1][0] == "1"]
+    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+
+
+def test_per_process_encoder_decoder_memory_and_name(fake, backend):
+    fake.set_processes(
+        0, [Process(4242, sm_util=50, mem_util=20, enc_util=7, dec_util=9, name="python3")]
+    )
+    fake.device(0).proc_sample_us = 1_000_000
+    v = values(poll(started(backend), processes=True))
+    key = ("0", fake.uuid(0), "4242")
+    assert v[("accel_process_memory_utilization_ratio", key)] == 0.2
+    assert v[("accel_process_encoder_utilization_ratio", key)] == 0.07
+    assert v[("accel_process_decoder_utilization_ratio", key)] == 0.09
+    assert v[("accel_process_info", (*key, "python3"))] == 1
