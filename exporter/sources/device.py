@@ -45,6 +45,7 @@ from exporter.backends.wire import ROW_WIDTH
 from exporter.catalog.device import INFO_LABELS
 from exporter.config.schema import DeviceSourceConfig
 from exporter.errors import SourceError, SourceUnavailable, WorkerError
+from exporter.health import HealthJudge
 from exporter.model import Reading, readings_of
 from exporter.sources.worker import WorkerSource
 
@@ -183,6 +184,8 @@ class DeviceSource(WorkerSource):
         self._inventory_raw: dict[str, Any] | None = None
         self._slow: list[Reading] = []
         self._next_slow = 0.0
+        # The health verdict of each device, derived from every poll's readings.
+        self._health = HealthJudge()
 
     def status(self) -> dict[str, Any]:
         """Worker state plus the devices known."""
@@ -214,7 +217,7 @@ class DeviceSource(WorkerSource):
             out.append(
                 Reading("accel_device_down_reason_info", (dev.device, dev.uuid, reason), 1.0)
             )
-        return out
+        return self._health.judge(out)
 
     async def poll(self) -> Sequence[Reading]:
         """One poll; a worker whose devices changed is replaced and asked again."""
@@ -305,4 +308,4 @@ class DeviceSource(WorkerSource):
             )
         # Slow fields read before a device went down must not outlive it.
         out.extend(r for r in self._slow if r.labels[:2] not in down)
-        return out
+        return self._health.judge(out)
