@@ -1,5 +1,4 @@
-"""Checks about the accelerators themselves: count, temperature, memory health, XID errors,
-and the daemon's own health verdict.
+"""Checks about the accelerators: count, temperature, memory, XID errors, health verdict.
 
 Every check reads the daemon's metric families (``accel_device_info``,
 ``accel_device_up``, ``accel_temperature_celsius``, ``accel_ecc_errors_total``,
@@ -315,8 +314,10 @@ HEALTH_STATUS = {
 
 
 def health(samples: Samples, missing_ok: bool = False) -> Result:
-    """The daemon's verdict per device (docs/health.md): failed CRITICAL, degraded and
-    predicted_failure WARNING, with the reasons of the devices that are not ok."""
+    """The daemon's verdict per device (docs/health.md), with the reasons of the others.
+
+    failed is CRITICAL; degraded and predicted_failure are WARNING.
+    """
     states = {
         labels.get("uuid", ""): labels.get("state", "")
         for labels, value in samples.get("accel_device_health")
