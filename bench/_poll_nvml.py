@@ -143,6 +143,7 @@ def prepare(devices: int, workdir: Path) -> Subject:
     def close() -> None:
         gpm.close()
         backend.close()
+
     return Subject(
         calls=lambda: int(fake.state.calls),
         parse=parse,
