@@ -92,3 +92,42 @@ def test_recovery_action_node_reboot_makes_the_device_failed(daemon_factory, fak
     fake.device(1).lost = 1
     d.wait_metric("accel_device_health_reason_info", 1, reason="device_down", **one)
     assert value(d.metrics(), "accel_device_health", state="failed", **one) == 1
+
+
+def test_rank_to_gpu_join_through_the_daemon(daemon_factory, fake_nvml):
+    from tests.helpers.fake_ras import ThreadedFakeRas
+    from tests.helpers.ras_reports import make_job
+
+    fake = fake_nvml(4)
+    job = make_job(2, 4)  # ranks 0..3 on 10.0.0.1 (this node), 4..7 elsewhere
+    for comm in job.comms:
+        for rank in comm.ranks:
+            rank.nvml_dev = 3 - rank.cuda_dev
+    with ThreadedFakeRas("2.29", job) as server:
+        config = nvml_config()
+        config["sources"]["ccl_ras"] = {
+            "enabled": True,
+            "addresses": [server.address],
+            "interval": "300ms",
+            "timeout": "2s",
+            "local_addresses": ["10.0.0.1"],
+            "monitor": False,
+        }
+        d = daemon_factory(config, env=fake.env())
+        labels = {"address": server.address, "comm": "3b2fe521bf43bc04"}
+        d.wait_metric(
+            "accel_ccl_rank_device_info",
+            1,
+            **labels,
+            rank="0",
+            device="3",
+            uuid=fake.uuid(3),
+            pid="10000",
+        )
+        s = samples(d.metrics())
+    joined = sorted(
+        (dict(k[1])["rank"], dict(k[1])["device"], dict(k[1])["uuid"])
+        for k in s
+        if k[0] == "accel_ccl_rank_device_info"
+    )
+    assert joined == [(str(r), str(3 - r), fake.uuid(3 - r)) for r in range(4)]

@@ -610,7 +610,7 @@ def test_local_ranks_join_their_gpu_by_nvml_index_and_uuid():
         values, _ = await poll(source)
         return values, server.address
 
-    values, a = run(with_server(FakeRasServer("2.29", job), body))
+    values, _ = run(with_server(FakeRasServer("2.29", job), body))
     joined = {
         labels[2:]: v for (m, labels), v in values.items() if m == "accel_ccl_rank_device_info"
     }
