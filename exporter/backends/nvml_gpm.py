@@ -215,9 +215,9 @@ class GpmReader:
             _METRIC.iter_unpack(raw), state.targets, strict=True
         ):
             if code:
-                if code in nv.ABSENT:  # this GPU lacks the metric: not asked again
+                if code == nv.NOT_SUPPORTED:  # this GPU lacks the metric: not asked again
                     dropped.append(metric)
-                else:
+                elif code not in nv.ABSENT:  # absent this time (no data...): omitted only
                     gpu.status(f"nvmlGpmMetricsGet {metric}", code)
                 continue
             if percent:
