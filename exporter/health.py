@@ -42,10 +42,29 @@ UNCORRECTABLE = frozenset({"uncorrected", "uncorrectable"})
 Identity = tuple[str, ...]
 
 
-@dataclass
-class _Device:
-    reasons: dict[str, str] = field(default_factory=dict)
-    retired_pages: float = 0.0
+# family -> (reason, state, test of the value and labels): the rules that look at one
+# reading alone.
+Test = Callable[[float, tuple[str, ...]], bool]
+_SINGLE: dict[str, tuple[str, str, Test]] = {
+    "accel_device_up": ("device_down", FAILED, lambda v, _l: v == 0),
+    "accel_device_recovery_action": (
+        "recovery_action",
+        FAILED,
+        lambda v, labels: v == 1 and labels[2] not in HARMLESS_ACTIONS,
+    ),
+    "accel_remapped_rows_failure": ("row_remap_failure", FAILED, lambda v, _l: v > 0),
+    "accel_retired_pages_pending": ("retired_pages_pending", FAILED, lambda v, _l: v > 0),
+    "accel_remapped_rows_pending": ("row_remap_pending", DEGRADED, lambda v, _l: v > 0),
+    "accel_nvidia_fabric_health_issue": ("fabric_degraded", DEGRADED, lambda v, _l: v == 1),
+    "accel_temperature_margin_celsius": (
+        "thermal_margin_low",
+        DEGRADED,
+        lambda v, _l: v < THERMAL_MARGIN_C,
+    ),
+}
+_FAMILIES = frozenset(
+    {*_SINGLE, *LINK_UP_FAMILIES, "accel_retired_pages", "accel_ecc_errors_total"}
+)
 
 
 @dataclass
@@ -53,74 +72,57 @@ class HealthJudge:
     """Derives the verdicts of one source's devices; remembers what the rules compare with."""
 
     clock: Callable[[], float] = time.monotonic
-    # (identity, family, link) seen up at least once.
-    _links_up: set[tuple[Identity, str, str]] = field(default_factory=set)
-    # (identity, type and counter labels) -> the last uncorrectable error count seen.
-    _ecc: dict[tuple[Identity, tuple[str, ...]], float] = field(default_factory=dict)
+    # (family, labels) of the links seen up at least once.
+    _links_up: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
+    # labels of an uncorrectable ECC counter -> the last count seen.
+    _ecc: dict[tuple[str, ...], float] = field(default_factory=dict)
     # identity -> when its uncorrectable count last grew.
     _ecc_grew: dict[Identity, float] = field(default_factory=dict)
 
     def judge(self, readings: Sequence[Reading]) -> list[Reading]:
         """``readings`` followed by the health families of every device they report up or down."""
         now = self.clock()
-        devices: dict[Identity, _Device] = {}
-        for r in readings:
-            if r.metric == "accel_device_up":
-                devices.setdefault(r.labels[:2], _Device())
-        for r in readings:
-            dev = devices.get(r.labels[:2])
-            if dev is not None:
-                self._apply(r, dev, now)
+        # A poll has thousands of readings and the rules read a few families.
+        picked = [r for r in readings if r.metric in _FAMILIES]
+        devices: dict[Identity, dict[str, str]] = {
+            r.labels: {} for r in picked if r.metric == "accel_device_up"
+        }
+        retired: dict[Identity, float] = {}
+        links_up, ecc = self._links_up, self._ecc
+        for r in picked:
+            metric, labels, value = r.metric, r.labels, r.value
+            if not isinstance(value, float):  # device families are gauges and counters
+                continue
+            single = _SINGLE.get(metric)
+            if single is not None:
+                reason, state, test = single
+                if test(value, labels):
+                    reasons = devices.get(labels[:2])
+                    if reasons is not None:
+                        reasons[reason] = state
+            elif metric == "accel_ecc_errors_total":
+                if labels[2] in UNCORRECTABLE:
+                    last = ecc.get(labels)
+                    if last is not None and value > last:
+                        self._ecc_grew[labels[:2]] = now
+                    ecc[labels] = value
+            elif metric == "accel_retired_pages":
+                retired[labels[:2]] = retired.get(labels[:2], 0.0) + value
+            else:  # a link: down after having been up
+                key = (metric, labels)
+                if value == 1:
+                    links_up.add(key)
+                elif key in links_up and labels[:2] in devices:
+                    devices[labels[:2]]["link_down"] = DEGRADED
         out = list(readings)
-        for ident, dev in devices.items():
+        for ident, reasons in devices.items():
             grew = self._ecc_grew.get(ident)
             if grew is not None and now - grew < ECC_GROWTH_HOLD_S:
-                dev.reasons["ecc_uncorrected_growth"] = DEGRADED
-            if dev.retired_pages >= RETIRED_PAGES_NEAR_LIMIT:
-                dev.reasons["retired_pages_near_limit"] = PREDICTED
-            out.extend(verdict(ident, dev.reasons))
+                reasons["ecc_uncorrected_growth"] = DEGRADED
+            if retired.get(ident, 0.0) >= RETIRED_PAGES_NEAR_LIMIT:
+                reasons["retired_pages_near_limit"] = PREDICTED
+            out.extend(verdict(ident, reasons))
         return out
-
-    def _apply(self, r: Reading, dev: _Device, now: float) -> None:
-        metric, value = r.metric, r.value
-        if not isinstance(value, float):  # device families are gauges and counters
-            return
-        reasons = dev.reasons
-        if metric == "accel_device_up":
-            if value == 0:
-                reasons["device_down"] = FAILED
-        elif metric == "accel_device_recovery_action":
-            if value == 1 and r.labels[2] not in HARMLESS_ACTIONS:
-                reasons["recovery_action"] = FAILED
-        elif metric == "accel_remapped_rows_failure":
-            if value > 0:
-                reasons["row_remap_failure"] = FAILED
-        elif metric == "accel_retired_pages_pending":
-            if value > 0:
-                reasons["retired_pages_pending"] = FAILED
-        elif metric == "accel_remapped_rows_pending":
-            if value > 0:
-                reasons["row_remap_pending"] = DEGRADED
-        elif metric == "accel_retired_pages":
-            dev.retired_pages += value
-        elif metric in LINK_UP_FAMILIES:
-            link = (r.labels[:2], metric, r.labels[2])
-            if value == 1:
-                self._links_up.add(link)
-            elif link in self._links_up:
-                reasons["link_down"] = DEGRADED
-        elif metric == "accel_nvidia_fabric_health_issue":
-            if value == 1:
-                reasons["fabric_degraded"] = DEGRADED
-        elif metric == "accel_temperature_margin_celsius":
-            if value < THERMAL_MARGIN_C:
-                reasons["thermal_margin_low"] = DEGRADED
-        elif metric == "accel_ecc_errors_total" and r.labels[2] in UNCORRECTABLE:
-            key = (r.labels[:2], r.labels[2:])
-            last = self._ecc.get(key)
-            if last is not None and value > last:
-                self._ecc_grew[r.labels[:2]] = now
-            self._ecc[key] = value
 
 
 def verdict(ident: Identity, reasons: dict[str, str]) -> Iterable[Reading]:

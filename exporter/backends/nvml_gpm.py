@@ -68,10 +68,14 @@ GPM_METRICS: dict[int, tuple[str, str, bool]] = {
 
 @dataclass
 class GpmState:
-    """What one GPU keeps between polls for GPM: sample buffers and its request."""
+    """What one GPU keeps between polls for GPM: sample buffers and its requests.
+
+    ``requests[k]`` pairs the samples with buffer ``k`` as the later one, so a poll
+    sets no field of a request (pynvml's struct setters cost more than the call).
+    """
 
     buffers: list[Any]
-    request: Any
+    requests: list[Any]
     ids: list[int] = field(default_factory=list)
     # (family, row prefix, percent) of each asked id, in request order: the percent
     # figures first (``ratios`` of them), then the rates.
@@ -125,16 +129,14 @@ class GpmReader:
         first, state.previous = state.previous, slot
         if first < 0 or not state.ids:
             return
-        request = state.request
-        request.sample1 = state.buffers[first]
-        request.sample2 = state.buffers[slot]
+        request = state.requests[slot]
         try:
             n.nvmlGpmMetricsGet(request)
         except n.NVMLError as exc:
             self._guard(gpu, state, "nvmlGpmMetricsGet", int(exc.value), str(exc))
             return
         gpu.ok += 1
-        self._emit(gpu, state, out)
+        self._emit(gpu, state, request, out)
 
     def _start(self, gpu: Gpu, out: Emitter) -> GpmState | str | None:
         """The GPU's GPM state, OFF when it has none, None to ask again next poll."""
@@ -160,9 +162,13 @@ class GpmReader:
                     gpu.release_gpm(held)
                 return None
             buffers.append(sample)
-        request = n.c_nvmlGpmMetricsGet_t()
-        request.version = n.NVML_GPM_METRICS_GET_VERSION
-        state = GpmState(buffers, request)
+        requests = []
+        for later in range(2):
+            request = n.c_nvmlGpmMetricsGet_t()
+            request.version = n.NVML_GPM_METRICS_GET_VERSION
+            request.sample1, request.sample2 = buffers[1 - later], buffers[later]
+            requests.append(request)
+        state = GpmState(buffers, requests)
         self._plan(state, list(GPM_METRICS), out)
         return state
 
@@ -177,10 +183,12 @@ class GpmReader:
         state.no_errors = bytes(4 * len(ids))
         state.runs = []
         for i, metric in enumerate(ids):
-            state.request.metrics[i].metricId = metric
+            for request in state.requests:
+                request.metrics[i].metricId = metric
             family, label, percent = GPM_METRICS[metric]
             state.targets.append((family, out.prefix(label) if label else out.prefix(), percent))
-        state.request.numMetrics = len(ids)
+        for request in state.requests:
+            request.numMetrics = len(ids)
         first = 0
         for i, (family, _prefix, _percent) in enumerate(state.targets):
             if i + 1 == len(ids) or state.targets[i + 1][0] != family:
@@ -188,9 +196,9 @@ class GpmReader:
                 state.runs.append((family, first, i + 1, template))
                 first = i + 1
 
-    def _emit(self, gpu: Gpu, state: GpmState, out: Emitter) -> None:
+    def _emit(self, gpu: Gpu, state: GpmState, request: Any, out: Emitter) -> None:
         raw = ctypes.string_at(
-            ctypes.addressof(state.request) + _METRICS_OFFSET, _METRIC.size * len(state.ids)
+            ctypes.addressof(request) + _METRICS_OFFSET, _METRIC.size * len(state.ids)
         )
         rows = out.rows
         # The common case, every entry answered and in range, checked and converted
