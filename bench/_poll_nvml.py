@@ -112,6 +112,7 @@ def _bare_slow(n: Any, handles: list[Any], links: int, gpm: BareGpm) -> None:
                 n.nvmlDeviceGetNvLinkErrorCounter(h, link, counter)
         # No fabric info call: the fake's GPUs have no NVSwitch fabric, which the backend
         # learns at its first slow poll and does not ask again.
+        n.nvmlDeviceGetSramEccErrorStatus(h, ctypes.byref(n.c_nvmlEccSramErrorStatus_v1_t()))
         n.nvmlDeviceGetPowerManagementLimitConstraints(h)
         n.nvmlDeviceGetPowerManagementDefaultLimit(h)
         n.nvmlDeviceGetMigMode(h)

@@ -56,6 +56,11 @@ _SINGLE: dict[str, tuple[str, str, Test]] = {
     "accel_retired_pages_pending": ("retired_pages_pending", FAILED, lambda v, _l: v > 0),
     "accel_remapped_rows_pending": ("row_remap_pending", DEGRADED, lambda v, _l: v > 0),
     "accel_nvidia_fabric_health_issue": ("fabric_degraded", DEGRADED, lambda v, _l: v == 1),
+    "accel_sram_ecc_threshold_exceeded": (
+        "sram_ecc_threshold",
+        PREDICTED,
+        lambda v, _l: v == 1,
+    ),
     "accel_temperature_margin_celsius": (
         "thermal_margin_low",
         DEGRADED,

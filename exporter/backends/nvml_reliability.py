@@ -47,6 +47,7 @@ class ReliabilityReader:
     def __init__(self, nvml: Any) -> None:
         self.nvml = nvml
         self._fabric = nvml.has("c_nvmlGpuFabricInfo_v3_t")
+        self._sram = nvml.has("c_nvmlEccSramErrorStatus_v1_t")
 
     def slow(self, gpu: Gpu, out: Emitter) -> None:
         """Recovery action, NVLink errors (after the link layout is known), fabric, bounds."""
@@ -57,6 +58,7 @@ class ReliabilityReader:
                 value = gpu.call(n.nvmlDeviceGetNvLinkErrorCounter, h, link, counter)
                 out.add("accel_nvlink_errors_total", value, str(link), kind)
         self._fabric_info(gpu, out)
+        self._sram_threshold(gpu, out)
         bounds = gpu.call(n.nvmlDeviceGetPowerManagementLimitConstraints, h)
         if bounds is not None:
             out.add("accel_power_limit_bound_watts", bounds[0] / 1000, "min")
@@ -91,6 +93,16 @@ class ReliabilityReader:
             out.add("accel_device_recovery_action", 1, newer)
         elif action >= len(RECOVERY_ACTIONS):
             gpu.errors["invalid_value"] = gpu.errors.get("invalid_value", 0) + 1
+
+    def _sram_threshold(self, gpu: Gpu, out: Emitter) -> None:
+        if not self._sram:
+            return
+        n = self.nvml
+        status = n.c_nvmlEccSramErrorStatus_v1_t()
+        if gpu.call(n.nvmlDeviceGetSramEccErrorStatus, gpu.handle, ctypes.byref(status)) is None:
+            return
+        exceeded = int(status.bThresholdExceeded)
+        out.add("accel_sram_ecc_threshold_exceeded", 1 if exceeded else 0)
 
     def _fabric_info(self, gpu: Gpu, out: Emitter) -> None:
         if not self._fabric or "fabric" in gpu.legacy:

@@ -182,6 +182,7 @@ FUNCTIONS = (
     "nvmlGpmSampleGet",
     "nvmlDeviceGetNvLinkErrorCounter",
     "nvmlDeviceGetGpuFabricInfoV",
+    "nvmlDeviceGetSramEccErrorStatus",
     "nvmlDeviceGetPowerManagementLimitConstraints",
     "nvmlDeviceGetPowerManagementDefaultLimit",
     "nvmlDeviceGetMarginTemperature",

@@ -255,6 +255,13 @@ ROWS = (
         (*ID, "check"),
     ),
     MetricSpec(
+        "accel_sram_ecc_threshold_exceeded",
+        Kind.GAUGE,
+        "1 when the GPU's SRAM ECC errors passed the threshold at which NVIDIA advises"
+        " replacing it (nvmlDeviceGetSramEccErrorStatus), else 0.",
+        ID,
+    ),
+    MetricSpec(
         "accel_temperature_margin_celsius",
         Kind.GAUGE,
         "Degrees left before the GPU slows down for heat (NVML margin temperature, T.Limit);"

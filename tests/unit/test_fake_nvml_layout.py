@@ -28,6 +28,7 @@ PYNVML_STRUCTS = {
     "nvmlGpmSupport_t": pynvml.c_nvmlGpmSupport_t,
     "nvmlGpuFabricInfo_v3_t": pynvml.c_nvmlGpuFabricInfo_v3_t,
     "nvmlMarginTemperature_v1_t": pynvml.c_nvmlMarginTemperature_v1_t,
+    "nvmlEccSramErrorStatus_v1_t": pynvml.c_nvmlEccSramErrorStatus_v1_t,
 }
 
 

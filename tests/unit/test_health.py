@@ -71,6 +71,11 @@ def test_every_state_is_exported_one_hot_for_each_device():
         (Reading("accel_temperature_margin_celsius", A, 4.0), "degraded", "thermal_margin_low"),
         (Reading("accel_temperature_margin_celsius", A, -3.0), "degraded", "thermal_margin_low"),
         (
+            Reading("accel_sram_ecc_threshold_exceeded", A, 1.0),
+            "predicted_failure",
+            "sram_ecc_threshold",
+        ),
+        (
             Reading("accel_retired_pages", (*A, "double_bit_ecc"), 60.0),
             "predicted_failure",
             "retired_pages_near_limit",
@@ -94,6 +99,7 @@ def test_each_rule(reading, state, reason):
         Reading("accel_nvidia_fabric_health_issue", (*A, "route_recovery"), 0.0),
         Reading("accel_temperature_margin_celsius", A, 5.0),
         Reading("accel_retired_pages", (*A, "double_bit_ecc"), 59.0),
+        Reading("accel_sram_ecc_threshold_exceeded", A, 0.0),
     ],
 )
 def test_values_that_are_fine(reading):

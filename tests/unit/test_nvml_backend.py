@@ -880,3 +880,12 @@ def test_per_process_encoder_decoder_memory_and_name(fake, backend):
     assert v[("accel_process_encoder_utilization_ratio", key)] == 0.07
     assert v[("accel_process_decoder_utilization_ratio", key)] == 0.09
     assert v[("accel_process_info", (*key, "python3"))] == 1
+
+
+def test_sram_ecc_threshold(fake, backend):
+    fake.device(0).sram_threshold_exceeded = 1
+    fake.device(1).sram_threshold_exceeded = 2  # NOT_SUPPORTED there
+    v = values(poll(started(backend)))
+    assert v[("accel_sram_ecc_threshold_exceeded", ("0", fake.uuid(0)))] == 1
+    assert ("accel_sram_ecc_threshold_exceeded", ("1", fake.uuid(1))) not in v
+    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]

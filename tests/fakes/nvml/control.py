@@ -207,7 +207,7 @@ class Device(ctypes.Structure):
         ("power_min_mw", ctypes.c_uint32),
         ("power_max_mw", ctypes.c_uint32),
         ("power_default_mw", ctypes.c_uint32),
-        ("pad3", ctypes.c_uint32),
+        ("sram_threshold_exceeded", ctypes.c_uint32),
     ]
 
 

@@ -159,6 +159,15 @@ typedef struct {
     int marginTemperature;
 } nvmlMarginTemperature_v1_t;
 
+typedef struct {
+    unsigned int version;
+    unsigned long long aggregateUncParity, aggregateUncSecDed, aggregateCor;
+    unsigned long long volatileUncParity, volatileUncSecDed, volatileCor;
+    unsigned long long aggregateUncBucketL2, aggregateUncBucketSm, aggregateUncBucketPcie;
+    unsigned long long aggregateUncBucketMcu, aggregateUncBucketOther;
+    unsigned int bThresholdExceeded;
+} nvmlEccSramErrorStatus_v1_t;
+
 /* Sizes of the real nvml.h (13.5) on x86-64: a drift here is a build error. */
 _Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t");
 _Static_assert(sizeof(nvmlMemory_t) == 24, "nvmlMemory_t");
@@ -171,11 +180,13 @@ _Static_assert(sizeof(nvmlGpmMetric_t) == 40, "nvmlGpmMetric_t");
 _Static_assert(sizeof(nvmlGpmMetricsGet_t) == 24 + 40 * NVML_GPM_METRIC_MAX, "nvmlGpmMetricsGet_t");
 _Static_assert(sizeof(nvmlGpuFabricInfo_v3_t) == 40, "nvmlGpuFabricInfo_v3_t");
 _Static_assert(sizeof(nvmlMarginTemperature_v1_t) == 8, "nvmlMarginTemperature_v1_t");
+_Static_assert(sizeof(nvmlEccSramErrorStatus_v1_t) == 104, "nvmlEccSramErrorStatus_v1_t");
 
 #define MEMORY_V2_VERSION 0x02000028u
 #define TEMPERATURE_V1_VERSION 0x0100000Cu
 #define FABRIC_INFO_V3_VERSION 0x03000028u
 #define MARGIN_TEMPERATURE_V1_VERSION 0x01000008u
+#define SRAM_ECC_STATUS_V1_VERSION 0x01000068u
 #define SUPPORTED_EVENTS (0x1ull | 0x2ull | 0x8ull | 0x4000ull | 0x8000ull)
 
 /* ---- state ---------------------------------------------------------------- */
@@ -567,7 +578,21 @@ static const struct layout_entry layout[] = {
     OF(fake_device_t, fabric_health_mask), OF(fake_device_t, fabric_clique),
     OF(fake_device_t, margin_temperature), OF(fake_device_t, margin_supported),
     OF(fake_device_t, power_min_mw), OF(fake_device_t, power_max_mw),
-    OF(fake_device_t, power_default_mw), OF(fake_device_t, pad3),
+    OF(fake_device_t, power_default_mw), OF(fake_device_t, sram_threshold_exceeded),
+    SZ(nvmlEccSramErrorStatus_v1_t),
+    OF(nvmlEccSramErrorStatus_v1_t, version),
+    OF(nvmlEccSramErrorStatus_v1_t, aggregateUncParity),
+    OF(nvmlEccSramErrorStatus_v1_t, aggregateUncSecDed),
+    OF(nvmlEccSramErrorStatus_v1_t, aggregateCor),
+    OF(nvmlEccSramErrorStatus_v1_t, volatileUncParity),
+    OF(nvmlEccSramErrorStatus_v1_t, volatileUncSecDed),
+    OF(nvmlEccSramErrorStatus_v1_t, volatileCor),
+    OF(nvmlEccSramErrorStatus_v1_t, aggregateUncBucketL2),
+    OF(nvmlEccSramErrorStatus_v1_t, aggregateUncBucketSm),
+    OF(nvmlEccSramErrorStatus_v1_t, aggregateUncBucketPcie),
+    OF(nvmlEccSramErrorStatus_v1_t, aggregateUncBucketMcu),
+    OF(nvmlEccSramErrorStatus_v1_t, aggregateUncBucketOther),
+    OF(nvmlEccSramErrorStatus_v1_t, bThresholdExceeded),
     SZ(fake_state_t), OF(fake_state_t, magic), OF(fake_state_t, version),
     OF(fake_state_t, device_count), OF(fake_state_t, init_error),
     OF(fake_state_t, driver_version), OF(fake_state_t, cuda_driver_version),
@@ -1164,6 +1189,22 @@ EXPORT int nvmlDeviceGetMarginTemperature(nvmlDevice_t h, nvmlMarginTemperature_
     if (!d->margin_supported)
         return NVML_ERROR_NOT_SUPPORTED;
     m->marginTemperature = d->margin_temperature;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetSramEccErrorStatus(nvmlDevice_t h, nvmlEccSramErrorStatus_v1_t *st) {
+    ENTER(h);
+    if (st == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (st->version != SRAM_ECC_STATUS_V1_VERSION)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (d->sram_threshold_exceeded > 1)
+        return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int version = st->version;
+    memset(st, 0, sizeof(*st));
+    st->version = version;
+    st->aggregateUncSecDed = d->ecc[1][1];
+    st->bThresholdExceeded = d->sram_threshold_exceeded;
     return NVML_SUCCESS;
 }
 

@@ -129,7 +129,7 @@ typedef struct {
     int32_t margin_temperature; /* C; nvmlDeviceGetMarginTemperature */
     uint32_t margin_supported;
     uint32_t power_min_mw, power_max_mw, power_default_mw;
-    uint32_t pad3;
+    uint32_t sram_threshold_exceeded; /* nvmlDeviceGetSramEccErrorStatus; 2: NOT_SUPPORTED */
 } fake_device_t;
 
 typedef struct {
