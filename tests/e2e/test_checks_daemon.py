@@ -146,3 +146,29 @@ def test_local_mode_polls_the_library_itself(fake_nvml):
     env["LD_LIBRARY_PATH"] = ""
     none = run("gpu-count", "--expected", "3")
     assert none.returncode == 2 and "0 of 3" in none.stdout and "unavailable" in none.stdout
+
+
+def test_check_health_follows_the_recovery_action(daemon_factory, fake_nvml, capsys):
+    fake = fake_nvml(2)
+    d = daemon_factory(
+        {
+            "sources": {
+                **QUIET,
+                "nvml": {"enabled": True, "interval": "300ms", "slow_interval": "600ms"},
+            }
+        },
+        env=fake.env(),
+    )
+    g1 = fake.uuid(1)
+    d.wait_metric("accel_device_health", 1, device="1", uuid=g1, state="ok", timeout=40)
+    status, out = check(capsys, d, "health")
+    assert status == 0 and out.startswith("HEALTH OK - 2 GPUs, all ok |"), out
+    fake.device(1).margin_temperature = 3  # 3 degrees before slowing down for heat
+    d.wait_metric("accel_device_health", 1, device="1", uuid=g1, state="degraded")
+    status, out = check(capsys, d, "health")
+    assert status == 1 and "gpu1 degraded (thermal_margin_low)" in out, out
+    fake.device(1).recovery_action = 2  # node reboot
+    d.wait_metric("accel_device_health", 1, device="1", uuid=g1, state="failed")
+    status, out = check(capsys, d, "health")
+    assert status == 2 and "gpu1 failed (recovery_action,thermal_margin_low)" in out, out
+    assert check(capsys, d, "health", "--exit-codes", "npd")[0] == 1
