@@ -216,15 +216,18 @@ class Scheduler:
                 snapshot.outcome.reason,
                 snapshot.outcome.detail,
             )
+            # Not a result: no poll or error is counted. What the source still knows
+            # (devices down with the reason, while a new worker starts) stays shown.
+            self.store.pending(snapshot, restarts=source.restarts)
             return min(interval, PENDING_RETRY_SECONDS)
         failures = 0 if snapshot.ok or unavailable else schedule.consecutive_failures + 1
         if unavailable:
             delay = max(interval, UNAVAILABLE_REPROBE_SECONDS)
         else:
             delay = backoff_delay(interval, failures) if failures else interval
-        if failures:
-            # What a failed poll says (devices down, the reason) stays true until the
-            # next poll, however far backoff pushes it: keep it visible that long.
+        if failures or unavailable:
+            # What a failed poll says (devices down, the reason, the bus count) stays
+            # true until the next poll, however far backoff pushes it: keep it visible.
             keep = delay + source.timeout + JITTER_FRACTION * interval
             if keep > snapshot.stale_after:
                 snapshot = dataclasses.replace(snapshot, stale_after=keep)
@@ -257,6 +260,7 @@ class Scheduler:
                 snapshot.outcome.reason,
                 detail=snapshot.outcome.detail,
                 restarts=source.restarts,
+                snapshot=snapshot if snapshot.readings else None,
             )
             schedule.consecutive_failures = 0
             schedule.last_reason = "unavailable"

@@ -208,16 +208,39 @@ class Store:
                 record.count_restarts(restarts)
             self._generation += 1
 
+    def pending(self, snapshot: Snapshot, *, restarts: int | None = None) -> None:
+        """A poll that had no result yet (a worker starting): counted nowhere.
+
+        Its readings, if any (what the source still knows, e.g. devices down while
+        their worker restarts), replace the last snapshot's; without readings the
+        last snapshot stays until it goes stale.
+        """
+        with self._lock:
+            record = self._records.setdefault(snapshot.source, SourceRecord(snapshot.source))
+            if snapshot.readings and record.unavailable is None:
+                record.snapshot = snapshot
+            if restarts is not None:
+                record.count_restarts(restarts)
+            self._generation += 1
+
     def mark_unavailable(
-        self, source: str, reason: str, *, detail: str = "", restarts: int | None = None
+        self,
+        source: str,
+        reason: str,
+        *,
+        detail: str = "",
+        restarts: int | None = None,
+        snapshot: Snapshot | None = None,
     ) -> None:
-        """Record that an ``enabled: auto`` source cannot run here; drops its data.
+        """Record that an ``enabled: auto`` source cannot run here.
 
         ``reason`` is a short code (exported as a label), ``detail`` the human text.
+        Its data is dropped, except what ``snapshot`` still holds (e.g. how many of
+        this vendor's devices the PCI bus has, which a missing driver cannot see).
         """
         with self._lock:
             record = self._records.setdefault(source, SourceRecord(source))
-            record.snapshot = None
+            record.snapshot = snapshot
             record.unavailable = reason
             record.unavailable_detail = detail or reason
             if restarts is not None:

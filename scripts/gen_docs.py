@@ -13,7 +13,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from exporter.catalog import CATALOG, amd, ccl, device, exporter_self, host, nvidia, workload  # noqa: E402
+from exporter.catalog import (  # noqa: E402
+    CATALOG,
+    amd,
+    ccl,
+    device,
+    exporter_self,
+    host,
+    neuron,
+    nvidia,
+    tpu,
+    workload,
+)
 from exporter.catalog.otel import METRICS as OTEL  # noqa: E402
 from exporter.catalog.otel import SEMCONV_VERSION  # noqa: E402
 from exporter.config import leaves  # noqa: E402
@@ -26,6 +37,8 @@ DOMAINS = [
     ("Devices (NVIDIA and AMD)", device),
     ("NVIDIA only", nvidia),
     ("AMD only", amd),
+    ("Google TPU only", tpu),
+    ("AWS Neuron only", neuron),
     ("NCCL/RCCL", ccl),
     ("Workloads", workload),
 ]

@@ -37,6 +37,7 @@ from exporter.backends.base import (
 )
 from exporter.backends.wire import drop, merge, new_rows
 from exporter.config.schema import AMD_DEFAULT_EVENTS
+from exporter.workers import crumb
 
 SOURCE = "amdsmi"
 # amdsmi_init statuses that mean "no usable AMD GPU driver here" rather than a fault.
@@ -156,7 +157,10 @@ class AmdSmiBackend:
         self._log.info("amdsmi ready", devices=len(self.gpus), version=self._lib_version())
         return {
             "vendor": "amd",
-            "devices": [{"device": g.device, "uuid": g.uuid, "info": g.info} for g in self.gpus],
+            "devices": [
+                {"device": g.device, "uuid": g.uuid, "info": g.info, "index": int(g.device)}
+                for g in self.gpus
+            ],
         }
 
     def _missing_driver_files(self) -> list[str]:
@@ -173,9 +177,16 @@ class AmdSmiBackend:
         except api.AmdSmiLibraryException as exc:
             status = status_name(self._names, int(exc.get_error_code()))
             raise BackendError("enumeration_failed", f"listing GPUs failed: {status}") from None
-        self.gpus = [gpu for gpu in (self._identify(h) for h in handles) if gpu is not None]
-        for i, gpu in enumerate(self.gpus):
-            gpu.device = str(i)
+        # The device label is the library's index, so it stays the same when
+        # a worker serves only some of them (the others isolated after a hang).
+        self.gpus = []
+        for index in crumb.wanted(self.config, len(handles)):
+            crumb.device(index)
+            gpu = self._identify(handles[index])
+            if gpu is not None:
+                gpu.device = str(index)
+                self.gpus.append(gpu)
+        crumb.clear()
         self._dedupe_uuids()
         if not self.gpus:
             raise BackendUnavailable("no_devices", "amdsmi found no AMD GPU")
@@ -203,8 +214,10 @@ class AmdSmiBackend:
             kind = r.call("processor_type", api.amdsmi_get_processor_type)
             if kind is not None and not self._is_gpu(kind.get("processor_type")):
                 return None
-            uuid = _text(r.call("uuid", api.amdsmi_get_gpu_device_uuid))
             bdf = _text(r.call("bdf", api.amdsmi_get_gpu_device_bdf))
+            crumb.identity(f"pci_bus_id={bdf}")
+            uuid = _text(r.call("uuid", api.amdsmi_get_gpu_device_uuid))
+            crumb.identity(f"pci_bus_id={bdf};uuid={uuid}")
             asic = r.call("asic_info", api.amdsmi_get_gpu_asic_info) or {}
             board = r.call("board_info", api.amdsmi_get_gpu_board_info) or {}
             vbios = r.call("vbios_info", api.amdsmi_get_gpu_vbios_info) or {}
@@ -247,6 +260,7 @@ class AmdSmiBackend:
         devices: list[dict[str, Any]] = []
         readings, slow_readings = new_rows(), new_rows()
         for position, gpu in enumerate(self.gpus):
+            crumb.device(int(gpu.device))
             r = DeviceReader(self.api, gpu.handle, position, readings)
             slow_r = DeviceReader(self.api, gpu.handle, position, slow_readings)
             reason = self._read(gpu, r, slow_r if slow else None, processes)
@@ -254,6 +268,7 @@ class AmdSmiBackend:
             if reason:  # a device found down shows no readings, not half of them
                 drop(readings, position)
                 drop(slow_readings, position)
+        crumb.clear()
         if self.events is not None and args.get("events", True):
             merge(readings, self.events.readings())
         reply: dict[str, Any] = {"devices": devices, "readings": readings}
@@ -270,6 +285,7 @@ class AmdSmiBackend:
         for gpu in self.gpus:
             if gpu.identified:
                 continue
+            crumb.device(int(gpu.device))
             found = self._identify(gpu.handle)
             if found is not None and found.identified:
                 raise InventoryChanged(f"GPU {gpu.device} answers again, as {found.uuid}")

@@ -21,6 +21,7 @@ from exporter import log
 from exporter.backends.amdsmi_fields import status_name
 from exporter.backends.event_wait import rest_after_empty_wait
 from exporter.backends.wire import Rows, put
+from exporter.workers import crumb
 
 # Event type value -> label. Keyed by value because amdsmi 7.0's enum makes
 # PAGE_FAULT_START an alias of PAGE_FAULT_END (both 8), so names mislead.
@@ -87,6 +88,7 @@ class EventWatcher:
         if not wanted:
             return
         for dev in self.devices:
+            crumb.device(int(dev.device))
             try:
                 reader = self.api.AmdSmiEventReader(dev.handle, wanted)
             except self.api.AmdSmiException as exc:
@@ -96,6 +98,7 @@ class EventWatcher:
                 continue
             self._readers.append(reader)
             self._by_handle[dev.handle.value] = dev
+        crumb.clear()
         if self._readers:
             self._log.info("events watched", devices=len(self._readers), types=self.types)
             self._thread = threading.Thread(target=self._run, name="amdsmi-events", daemon=True)

@@ -29,6 +29,7 @@ from exporter.backends.nvml_device import DeviceDown, DeviceReader, Gpu
 from exporter.backends.nvml_events import EventWatcher
 from exporter.backends.nvml_support import Emitter
 from exporter.backends.wire import drop, merge, new_rows
+from exporter.workers import crumb
 
 # uuid placeholder of a GPU that failed to identify itself at bootstrap, + index.
 UNIDENTIFIED = "unidentified-"
@@ -105,25 +106,30 @@ class NvmlBackend:
         driver_text = info_text(driver)
         cuda_text = nv.cuda_version(int(cuda)) if cuda is not None else ""
         infos = []
-        for index in range(count):
+        # Only the GPUs this worker serves: a GPU isolated after a hang is left to
+        # its own probe (see exporter.workers.runner).
+        for index in crumb.wanted(self.config, count):
+            crumb.device(index)
             gpu, info = self._describe(index)
             info["driver_version"] = driver_text
             info["cuda_driver_version"] = cuda_text
             self.gpus.append(gpu)
             infos.append(info)
+        crumb.clear()
         uuids = unique_uuids([(g.device, g.uuid) for g in self.gpus], UNIDENTIFIED)
         for gpu, uuid in zip(self.gpus, uuids, strict=True):
             if uuid != gpu.uuid:
                 self._log.warning("duplicate uuid", device=gpu.index, uuid=gpu.uuid, now=uuid)
                 gpu.uuid = uuid
         devices = [
-            {"device": g.device, "uuid": g.uuid, "info": info}
+            {"device": g.device, "uuid": g.uuid, "info": info, "index": g.index}
             for g, info in zip(self.gpus, infos, strict=True)
         ]
         self.reader = DeviceReader(n)
         if self.config.get("events", True):
             known = [(i, g.handle) for i, g in enumerate(self.gpus) if g.handle is not None]
-            watcher = EventWatcher(n, known)
+            indices = [g.index for g in self.gpus if g.handle is not None]
+            watcher = EventWatcher(n, known, indices=indices)
             if watcher.start():
                 self.events = watcher
         # Everything loaded so far (pynvml's classes and constants) lives as long as
@@ -148,6 +154,7 @@ class NvmlBackend:
         try:
             handle = n.nvmlDeviceGetHandleByIndex(index)
             uuid = nv.text(n.nvmlDeviceGetUUID(handle))
+            crumb.identity(f"uuid={uuid}")
         except n.NVMLError as exc:
             # Keep the GPU in the inventory, down with the reason, so a GPU lost
             # before the worker (re)started still shows as missing, not as absent.
@@ -166,6 +173,8 @@ class NvmlBackend:
         pci = None
         try:
             pci = gpu.call(n.nvmlDeviceGetPciInfo, handle)
+            if pci is not None:
+                crumb.identity(f"uuid={uuid};pci_bus_id={nv.text(pci.busId)}")
             mig = gpu.call(n.nvmlDeviceGetMigMode, handle)
         except DeviceDown:
             mig = None
@@ -198,6 +207,7 @@ class NvmlBackend:
         devices = []
         readings, slow_readings = new_rows(), new_rows()
         for position, gpu in enumerate(self.gpus):
+            crumb.device(gpu.index)
             fast_out = Emitter(position, readings, gpu.prefixes)
             slow_out = Emitter(position, slow_readings, gpu.prefixes)
             reason = self._poll_gpu(gpu, fast_out, slow_out, slow, processes)
@@ -205,6 +215,7 @@ class NvmlBackend:
             if reason:  # a device found down shows no readings, not half of them
                 drop(readings, position)
                 drop(slow_readings, position)
+        crumb.clear()
         if events and self.events is not None:
             merge(readings, self.events.readings())
         reply: dict[str, Any] = {"devices": devices, "readings": readings}
@@ -222,6 +233,7 @@ class NvmlBackend:
         for gpu in self.gpus:
             if not gpu.unidentified:
                 continue
+            crumb.device(gpu.index)
             try:
                 uuid = nv.text(n.nvmlDeviceGetUUID(n.nvmlDeviceGetHandleByIndex(gpu.index)))
             except n.NVMLError:

@@ -20,6 +20,7 @@ from exporter import log
 from exporter.backends import nvml_support as nv
 from exporter.backends.event_wait import rest_after_empty_wait
 from exporter.backends.wire import Rows, put
+from exporter.workers import crumb
 
 WAIT_MS = 500
 # After an error other than TIMEOUT, wait this long before trying again (no spin).
@@ -49,6 +50,7 @@ class EventWatcher:
         *,
         wait_ms: int = WAIT_MS,
         clock: Callable[[], float] = time.time,
+        indices: Sequence[int] | None = None,
     ) -> None:
         self.nvml = nvml
         self.wait_ms = wait_ms
@@ -56,6 +58,8 @@ class EventWatcher:
         # (inventory position, handle) of each GPU; events name the handle.
         self._positions = {handle_address(h): position for position, h in devices}
         self._devices = list(devices)
+        # The library index of each, for the breadcrumb (positions differ when some are isolated).
+        self._indices = list(indices) if indices is not None else [p for p, _ in devices]
         self._lock = threading.Lock()
         self._xid: dict[tuple[int, str], Tally] = {}
         self._events: dict[tuple[int, str], Tally] = {}
@@ -74,7 +78,8 @@ class EventWatcher:
         except n.NVMLError as exc:
             self._log.warning("events unavailable", reason=nv.reason_of(int(exc.value)))
             return False
-        for device, handle in self._devices:
+        for (device, handle), index in zip(self._devices, self._indices, strict=True):
+            crumb.device(index)
             try:
                 mask = self._mask(handle)
                 if mask:
@@ -85,6 +90,7 @@ class EventWatcher:
                 self._log.warning(
                     "event registration failed", device=device, reason=nv.reason_of(int(exc.value))
                 )
+        crumb.clear()
         self._log.info("events watched", devices=self.registered, of=len(self._devices))
         self._thread = threading.Thread(target=self._run, name="nvml-events", daemon=True)
         self._thread.start()

@@ -67,6 +67,29 @@ ROWS = (
         ("vendor",),
     ),
     MetricSpec(
+        "accel_pci_devices",
+        Kind.GAUGE,
+        "Number of the vendor's accelerators on the PCI bus (sysfs: display and processing"
+        " accelerator classes, NVSwitches and audio functions left out), whether or not"
+        " the library sees them.",
+        ("vendor",),
+    ),
+    MetricSpec(
+        "accel_device_isolated_info",
+        Kind.INFO,
+        "A device isolated because a call on it hung or crashed the worker (reason hung or"
+        " crashed), with the call (empty when unknown); the other devices are served meanwhile"
+        " and this one is probed apart until it answers.",
+        (*ID, "reason", "call"),
+    ),
+    MetricSpec(
+        "accel_device_isolated_since_timestamp_seconds",
+        Kind.GAUGE,
+        "Unix time the device was isolated.",
+        ID,
+        unit="seconds",
+    ),
+    MetricSpec(
         "accel_devices_expected",
         Kind.GAUGE,
         "Number of accelerators this node should have (expected_devices); only when configured.",

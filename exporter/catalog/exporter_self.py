@@ -56,7 +56,15 @@ ROWS = (
     MetricSpec(
         "accel_exporter_worker_restarts_total",
         Kind.COUNTER,
-        "Times a source's worker process was killed or died and was started again.",
+        "Times a source's worker process was started again: killed, died, failed its"
+        " bootstrap, or replaced to isolate or take back a device.",
+        ("source",),
+    ),
+    MetricSpec(
+        "accel_exporter_worker_stuck_processes",
+        Kind.GAUGE,
+        "Killed worker processes of a source that have not exited (stuck in the driver);"
+        " at most one per isolated device.",
         ("source",),
     ),
     MetricSpec(

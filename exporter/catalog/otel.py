@@ -198,6 +198,9 @@ COUNTS: Mapping[str, str] = MappingProxyType(
         "accel_ccl_inspector_files": "{file}",
         "accel_ccl_inspector_lines_total": "{line}",
         "accel_ccl_inspector_incomplete_groups_total": "{group}",
+        "accel_neuron_runtimes": "{runtime}",
+        "accel_neuron_execution_status_total": "{execution}",
+        "accel_neuron_execution_errors_total": "{error}",
     }
 )
 

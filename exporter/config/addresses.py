@@ -31,6 +31,30 @@ def split_host_port(text: str, *, default_port: int | None = None) -> tuple[str,
     return host, int(port_text)
 
 
+def address_list_problems(
+    addresses: list[str], default_port: int | None, service: str
+) -> list[tuple[str, str]]:
+    """(field, problem) for a config list of ``host:port`` to connect to: empty, bad, or twice."""
+    out = []
+    if not addresses:
+        out.append(("addresses", "needs at least one host:port"))
+    for i, address in enumerate(addresses):
+        try:
+            host, port = split_host_port(address, default_port=default_port)
+        except ValueError as exc:
+            out.append((f"addresses.{i}", str(exc)))
+            continue
+        if not host:
+            out.append((f"addresses.{i}", f"missing host in {address!r}"))
+        if port == 0:
+            out.append(
+                (f"addresses.{i}", f"port 0 in {address!r}: {service} listens on a real port")
+            )
+    if len(set(addresses)) != len(addresses):
+        out.append(("addresses", "lists an address twice"))
+    return out
+
+
 def parse_listen_address(text: str) -> tuple[str, int]:
     """Host (empty = every interface) and port for the HTTP listener."""
     return split_host_port(text)

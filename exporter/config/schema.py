@@ -165,6 +165,10 @@ class DeviceSourceConfig(SourceConfig):
     # The accelerators this node should have, exported as accel_devices_expected so an
     # alert can tell a node that booted short; set, it also makes a missing library a failure.
     expected_devices: int | None = None
+    # Where the PCI bus is read (bus/pci/devices) to count this vendor's accelerators
+    # as accel_pci_devices, whether or not the library sees them: the host's, if
+    # mounted elsewhere.
+    sys_path: str = "/sys"
 
     def check(self) -> list[tuple[str, str]]:
         """The slow interval cannot be shorter than the fast one; an expected count is positive."""
@@ -208,10 +212,55 @@ class AmdSmiSourceConfig(DeviceSourceConfig):
     """AMD GPUs through amdsmi; ``event_types`` picks the event notifications counted."""
 
     event_types: list[AmdEvent] = field(default_factory=lambda: list(AMD_DEFAULT_EVENTS))
-    # Where to look for the amdgpu driver (module/amdgpu, kfd) when amdsmi_init fails,
-    # to tell "no AMD driver here" from a fault: the host's, if mounted elsewhere.
-    sys_path: str = "/sys"
+    # Where to look for the amdgpu driver (module/amdgpu under sys_path, kfd under
+    # dev_path) when amdsmi_init fails, to tell "no AMD driver here" from a fault.
     dev_path: str = "/dev"
+
+
+@dataclass(frozen=True)
+class TpuSourceConfig(DeviceSourceConfig):
+    """Google TPUs: chips counted from the host, runtime metrics from libtpu's gRPC service."""
+
+    # One address per workload process (libtpu: 8431, then TPU_RUNTIME_METRICS_PORTS).
+    addresses: list[str] = field(default_factory=lambda: ["localhost:8431"])
+    # Where the host's dev/ and sys/ are read (the host's / mounted elsewhere in a container).
+    host_root: str = "/"
+    max_message_bytes: int = 4 * 1024 * 1024
+
+    def check(self) -> list[tuple[str, str]]:
+        """Distinct host:port addresses, a sane message limit."""
+        from exporter.config.addresses import address_list_problems
+
+        out = super().check() + address_list_problems(self.addresses, None, "libtpu")
+        if self.max_message_bytes < 4096:
+            out.append(("max_message_bytes", "must be at least 4096"))
+        return out
+
+
+@dataclass(frozen=True)
+class NeuronSourceConfig(SourceConfig):
+    """AWS Trainium / Inferentia: devices from sysfs, metrics streamed by neuron-monitor."""
+
+    enabled: Enabled = "auto"
+    # Also neuron-monitor's reporting period; no line for three of them is a stall.
+    interval: Duration = 5.0
+    # Where the host's dev/ and sys/ are read to enumerate the devices.
+    host_root: str = "/"
+    # The program and its arguments; the daemon appends "-c <its own config file>".
+    command: list[str] = field(default_factory=lambda: ["neuron-monitor"])
+    # One JSON document per line; lines grow with runtimes, cores and loaded models.
+    max_line_bytes: int = 16 * 1024 * 1024
+
+    def check(self) -> list[tuple[str, str]]:
+        """A command to run, interval in whole seconds, a bounded line limit."""
+        out = super().check()
+        if not self.command or not self.command[0]:
+            out.append(("command", "needs the neuron-monitor program"))
+        if self.interval < 1 or self.interval != int(self.interval):
+            out.append(("interval", "neuron-monitor periods are whole seconds (at least 1s)"))
+        if not 64 * 1024 <= self.max_line_bytes <= 1024 * 1024 * 1024:
+            out.append(("max_line_bytes", "must be between 64 KiB and 1 GiB"))
+        return out
 
 
 @dataclass(frozen=True)
@@ -239,23 +288,9 @@ class CclRasSourceConfig(SourceConfig):
         """Sane addresses and counts."""
         import ipaddress
 
-        from exporter.config.addresses import split_host_port
+        from exporter.config.addresses import address_list_problems
 
-        out = super().check()
-        if not self.addresses:
-            out.append(("addresses", "needs at least one host:port"))
-        for i, address in enumerate(self.addresses):
-            try:
-                host, port = split_host_port(address, default_port=28028)
-            except ValueError as exc:
-                out.append((f"addresses.{i}", str(exc)))
-                continue
-            if not host:
-                out.append((f"addresses.{i}", f"missing host in {address!r}"))
-            if port == 0:
-                out.append((f"addresses.{i}", f"port 0 in {address!r}: RAS listens on a real port"))
-        if len(set(self.addresses)) != len(self.addresses):
-            out.append(("addresses", "lists an address twice"))
+        out = super().check() + address_list_problems(self.addresses, 28028, "RAS")
         for i, local in enumerate(self.local_addresses):
             try:
                 ipaddress.ip_address(local.strip("[]"))
@@ -343,6 +378,8 @@ class SourcesConfig:
     host: HostSourceConfig = field(default_factory=HostSourceConfig)
     nvml: DeviceSourceConfig = field(default_factory=DeviceSourceConfig)
     amdsmi: AmdSmiSourceConfig = field(default_factory=AmdSmiSourceConfig)
+    tpu: TpuSourceConfig = field(default_factory=TpuSourceConfig)
+    neuron: NeuronSourceConfig = field(default_factory=NeuronSourceConfig)
     ccl_ras: CclRasSourceConfig = field(default_factory=CclRasSourceConfig)
     ccl_inspector: CclInspectorSourceConfig = field(default_factory=CclInspectorSourceConfig)
     cuda_checkpoint: CudaCheckpointSourceConfig = field(default_factory=CudaCheckpointSourceConfig)

@@ -8,10 +8,21 @@ the worker fails, every known device is exported ``up 0`` with the reason and
 its identity stays visible, so alerts can still say which GPU is gone. With
 ``expected_devices`` set, ``accel_devices_expected`` is exported in every state,
 and a library that cannot load is a failure rather than "no such hardware here".
+``accel_pci_devices`` (the vendor's accelerators on the PCI bus, from sysfs) is
+exported in every state too: it is what the library should have found.
+
+Device isolation (see :mod:`exporter.workers.runner`): a device whose call hung
+or crashed the worker is *isolated*. It stays in the exported inventory, down
+with reason ``hung`` (or ``crashed``), with the call and the time in
+``accel_device_isolated_info`` and ``..._since_timestamp_seconds``; the worker
+serves the others. The poll that caught it carries the others' last values
+(they were fresh one poll ago and are not at fault); the next poll reads them
+from the new worker. While a worker starts, the last state stays exported.
 
 Wire shapes (all JSON):
 
-inventory  ``{"vendor": str, "devices": [{"device": str, "uuid": str, "info": {label: str}}]}``
+inventory  ``{"vendor": str, "devices": [{"device": str, "uuid": str, "info": {label: str},
+                                          "index": int (the library's; default: position)}]}``
 poll args  ``{"slow": bool, "processes": bool, "events": bool}``
 poll fault ``inventory_changed`` (the devices differ from the inventory): the
            worker is restarted at once and asked again
@@ -34,24 +45,48 @@ never a truncation.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from exporter import log
 from exporter.backends.base import INVENTORY_CHANGED
 from exporter.backends.wire import ROW_WIDTH
 from exporter.catalog.device import INFO_LABELS
 from exporter.config.schema import DeviceSourceConfig
-from exporter.errors import SourceError, SourceUnavailable, WorkerError
+from exporter.errors import SourceError, SourcePending, SourceUnavailable, WorkerError
 from exporter.health import HealthJudge
 from exporter.model import Reading, readings_of
+from exporter.sources import pci
 from exporter.sources.worker import WorkerSource
+from exporter.workers.runner import FAULT_BUDGET_SECONDS, DeviceFault, Fault, Probe
 
 # Share of the poll deadline given to the worker call, so the runner's own
-# deadline (which kills the worker with reason "timeout") fires first.
+# deadline (which kills the worker with reason "timeout") fires first, with room
+# left for naming and killing a stuck worker (at most a quarter of the deadline).
 CALL_SHARE = 0.85
+FAULT_SHARE = 0.25
+# Families this source derives itself, never taken from a worker nor carried over.
+IDENTITY = frozenset(
+    {
+        "accel_devices",
+        "accel_devices_expected",
+        "accel_device_info",
+        "accel_device_up",
+        "accel_device_down_reason_info",
+        "accel_device_isolated_info",
+        "accel_device_isolated_since_timestamp_seconds",
+    }
+)
+
+
+def call_budget(timeout: float) -> float:
+    """Seconds a worker call may take within a poll deadline of ``timeout`` seconds."""
+    spare = min(FAULT_BUDGET_SECONDS, FAULT_SHARE * timeout)
+    return max(0.05, timeout * CALL_SHARE - spare)
 
 
 @dataclass(frozen=True)
@@ -61,6 +96,7 @@ class DeviceId:
     device: str
     uuid: str
     info: tuple[tuple[str, str], ...]
+    index: int = -1  # the library's index of the device (what a worker's isolation names)
 
 
 class ShapeError(Exception):
@@ -87,7 +123,11 @@ def parse_inventory(raw: Mapping[str, Any]) -> tuple[str, list[DeviceId]]:
         unknown = set(info) - set(INFO_LABELS)
         if unknown:
             raise ShapeError(f"inventory device {i} has unknown info labels {sorted(unknown)}")
-        out.append(DeviceId(device, uuid, tuple((k, str(v)) for k, v in sorted(info.items()))))
+        index = item.get("index", i)
+        if type(index) is not int or index < 0:
+            raise ShapeError(f"inventory device {i} has an index that is not a natural number")
+        labels = tuple((k, str(v)) for k, v in sorted(info.items()))
+        out.append(DeviceId(device, uuid, labels, index))
     return vendor, out
 
 
@@ -177,6 +217,7 @@ class DeviceSource(WorkerSource):
             env=env,
         )
         self.device_config = config
+        self._log = log.get(source=name)
         # The vendor label before the worker's inventory names it (the library may never load).
         self._default_vendor = vendor
         self._vendor = ""
@@ -186,10 +227,79 @@ class DeviceSource(WorkerSource):
         self._next_slow = 0.0
         # The health verdict of each device, derived from every poll's readings.
         self._health = HealthJudge()
+        # Identity of every device any inventory named, by library index: an isolated
+        # device keeps the name it had.
+        self._known: dict[int, DeviceId] = {}
+        # The last poll's outcome (kept while a worker starts), and its device values
+        # and device states (carried for the others when one device is isolated).
+        self._last: list[Reading] = []
+        self._values: list[Reading] = []
+        self._states: dict[tuple[str, str], str] = {}
+        self._pci: list[str] | None = None
+        self._pci_problem = ""
+        self._next_pci = 0.0
+        self.runner.probe = Probe(
+            "poll",
+            {"slow": True, "processes": config.processes, "events": False},
+            timeout=self._call_budget(),
+        )
+
+    def _call_budget(self) -> float:
+        return call_budget(self.timeout)
 
     def status(self) -> dict[str, Any]:
-        """Worker state plus the devices known."""
-        return {**super().status(), "vendor": self._vendor, "devices": len(self._devices)}
+        """Worker state plus the devices known; isolated devices by name."""
+        out = {**super().status(), "vendor": self._vendor, "devices": len(self._exported())}
+        names = {d.index: d for d in self._exported()}
+        for entry in out.get("isolated_devices", []):
+            dev = names.get(entry["index"])
+            if dev is not None:
+                entry["device"], entry["uuid"] = dev.device, dev.uuid
+        if self._pci is not None:
+            out["pci_devices"] = len(self._pci)
+        elif self._pci_problem:
+            out["pci_problem"] = self._pci_problem
+        return out
+
+    # -- which devices are exported ----------------------------------------------
+
+    def _isolated(self) -> list[tuple[DeviceId, Fault]]:
+        faults = sorted(self.runner.faults.values(), key=lambda f: f.index)
+        return [(self._known.get(f.index) or self._unnamed(f), f) for f in faults]
+
+    def _unnamed(self, fault: Fault) -> DeviceId:
+        """Identity of a device isolated before any worker described it.
+
+        What the worker had learnt before it hung (its breadcrumb), else the bus
+        address the device must have: the library numbers devices in bus order,
+        so when it numbers as many as the bus holds and every device it did
+        describe sits at its own index on the bus, the index gives the address.
+        """
+        learnt = dict(
+            part.split("=", 1) for part in fault.identity.split(";") if part.count("=") == 1
+        )
+        uuid = learnt.get("uuid") or f"unidentified-{fault.index}"
+        bus = learnt.get("pci_bus_id", "")
+        if not bus and self._pci is not None:
+            bus = self._bus_by_order(fault.index)
+        info = (("pci_bus_id", bus),) if bus else ()
+        return DeviceId(str(fault.index), uuid, info, fault.index)
+
+    def _bus_by_order(self, index: int) -> str:
+        assert self._pci is not None
+        named = {d.index: dict(d.info).get("pci_bus_id", "") for d in self._devices}
+        if len(self._pci) != len(named) + len(self.runner.faults) or index >= len(self._pci):
+            return ""
+        for i, bus in named.items():
+            if i >= len(self._pci) or pci.normalize_bus_id(bus) != self._pci[i]:
+                return ""
+        return self._pci[index]
+
+    def _exported(self) -> list[DeviceId]:
+        faults = self.runner.faults
+        return [d for d in self._devices if d.index not in faults] + [
+            d for d, _ in self._isolated()
+        ]
 
     def _expected(self) -> list[Reading]:
         """``accel_devices_expected`` when configured, whatever state the worker is in."""
@@ -200,9 +310,10 @@ class DeviceSource(WorkerSource):
         return [Reading("accel_devices_expected", (vendor,), float(expected))]
 
     def _identity(self) -> list[Reading]:
-        out = [Reading("accel_devices", (self._vendor,), float(len(self._devices)))]
+        devices = self._exported()
+        out = [Reading("accel_devices", (self._vendor,), float(len(devices)))]
         out.extend(self._expected())
-        for dev in self._devices:
+        for dev in devices:
             info = dict(dev.info)
             info.update(vendor=self._vendor, device=dev.device, uuid=dev.uuid)
             out.append(
@@ -210,18 +321,49 @@ class DeviceSource(WorkerSource):
             )
         return out
 
-    def _all_down(self, reason: str) -> list[Reading]:
-        out = self._identity() if self._devices else self._expected()
+    def _compose(
+        self, states: Mapping[tuple[str, str], str], values: Iterable[Reading]
+    ) -> list[Reading]:
+        """Identity, each device's state ("" = up, else the reason it is down), and values."""
+        if not self._devices and not self.runner.faults:
+            return self._expected()
+        out = self._identity()
+        faults = self.runner.faults
         for dev in self._devices:
-            out.append(Reading("accel_device_up", (dev.device, dev.uuid), 0.0))
-            out.append(
-                Reading("accel_device_down_reason_info", (dev.device, dev.uuid, reason), 1.0)
-            )
+            if dev.index in faults:
+                continue
+            key = (dev.device, dev.uuid)
+            reason = states.get(key, "")
+            out.append(Reading("accel_device_up", key, 0.0 if reason else 1.0))
+            if reason:
+                out.append(Reading("accel_device_down_reason_info", (*key, reason), 1.0))
+        for dev, fault in self._isolated():
+            key = (dev.device, dev.uuid)
+            out.append(Reading("accel_device_up", key, 0.0))
+            out.append(Reading("accel_device_down_reason_info", (*key, fault.reason), 1.0))
+            out.append(Reading("accel_device_isolated_info", (*key, fault.reason, fault.call), 1.0))
+            out.append(Reading("accel_device_isolated_since_timestamp_seconds", key, fault.since))
+        out.extend(values)
         return self._health.judge(out)
 
+    def _all_down(self, reason: str) -> list[Reading]:
+        out = self._compose({(d.device, d.uuid): reason for d in self._devices}, ())
+        self._last = out
+        return out
+
+    # -- polls ---------------------------------------------------------------------
+
     async def poll(self) -> Sequence[Reading]:
-        """One poll; a worker whose devices changed is replaced and asked again."""
-        deadline = time.monotonic() + self.timeout * CALL_SHARE
+        """One poll plus the bus count; a worker whose devices changed is replaced, asked again."""
+        extra = self._own_readings(await self._scan_pci())
+        try:
+            return [*await self._poll_device(), *extra]
+        except SourceError as exc:
+            exc.readings = (*exc.readings, *extra)
+            raise
+
+    async def _poll_device(self) -> Sequence[Reading]:
+        deadline = time.monotonic() + self._call_budget()
         try:
             return await self._poll_once(deadline)
         except WorkerError as exc:
@@ -232,15 +374,20 @@ class DeviceSource(WorkerSource):
             await self.runner.restart(exc.reason, exc.detail)
         return await self._poll_once(deadline)
 
+    def _adopt(self, inventory: dict[str, Any]) -> None:
+        if inventory is self._inventory_raw:
+            return
+        self._vendor, self._devices = parse_inventory(inventory)
+        self._inventory_raw = inventory
+        self._known.update((d.index, d) for d in self._devices)
+        self._slow = []
+        self._next_slow = 0.0
+
     async def _poll_once(self, deadline: float) -> Sequence[Reading]:
         """Wait for the worker if it is starting, ask it, check the answer."""
         try:
             inventory = await self.runner.ready(timeout=max(0.0, deadline - time.monotonic()))
-            if inventory is not self._inventory_raw:
-                self._vendor, self._devices = parse_inventory(inventory)
-                self._inventory_raw = inventory
-                self._slow = []
-                self._next_slow = 0.0
+            self._adopt(inventory)
             slow = time.monotonic() >= self._next_slow
             reply = await self.runner.call(
                 "poll",
@@ -251,12 +398,15 @@ class DeviceSource(WorkerSource):
                 },
                 timeout=max(0.05, deadline - time.monotonic()),
             )
-            readings = self._check_reply(reply, slow)
+            states, values = self._check_reply(reply, slow)
         except ShapeError as exc:
             await self.runner.invalidate("protocol_error", str(exc))
             raise SourceError(
                 "protocol_error", str(exc), self._all_down("protocol_error")
             ) from None
+        except SourcePending as exc:
+            # A new worker is starting: what the last poll said stays true until it answers.
+            raise SourcePending(exc.reason, exc.detail, self._last) from None
         except SourceUnavailable as exc:
             if self.device_config.expected_devices is not None:
                 # The node is declared to have accelerators: a missing library or driver
@@ -265,13 +415,25 @@ class DeviceSource(WorkerSource):
             # Devices seen before stay visible, down with the reason (an unavailable
             # library after a success is a failure: the scheduler decides).
             raise SourceUnavailable(exc.reason, exc.detail, self._all_down(exc.reason)) from None
+        except DeviceFault as exc:
+            # The culprit is isolated and a worker without it is starting: the others
+            # are not at fault, and what they said one poll ago stays until it answers.
+            isolated = {(d.device, d.uuid) for d, _ in self._isolated()}
+            values = [r for r in self._values if r.labels[:2] not in isolated]
+            self._last = self._compose(self._states, values)
+            raise WorkerError(exc.reason, exc.detail, self._last) from None
         except WorkerError as exc:
             raise type(exc)(exc.reason, exc.detail, self._all_down(exc.reason)) from None
         if slow:
             self._next_slow = time.monotonic() + self.device_config.slow_interval
-        return readings
+        self._states, self._values = states, values
+        self._last = self._compose(states, values)
+        return self._last
 
-    def _check_reply(self, reply: Any, slow: bool) -> list[Reading]:
+    def _check_reply(
+        self, reply: Any, slow: bool
+    ) -> tuple[dict[tuple[str, str], str], list[Reading]]:
+        """Each device's state ("" = up, else why it is down) and the value readings."""
         if not isinstance(reply, dict):
             raise ShapeError("poll reply is not an object")
         devices = reply.get("devices")
@@ -282,30 +444,56 @@ class DeviceSource(WorkerSource):
                 f"asked about {len(self._devices)} devices, the worker answered for {len(devices)}"
             )
         known = {dev.uuid: dev for dev in self._devices}
-        out = self._identity()
-        seen: set[str] = set()
-        down: set[tuple[str, ...]] = set()
+        states: dict[tuple[str, str], str] = {}
         for i, item in enumerate(devices):
             if not isinstance(item, dict) or not isinstance(item.get("uuid"), str):
                 raise ShapeError(f"devices[{i}] needs a uuid")
             dev = known.get(item["uuid"])
-            if dev is None or dev.uuid in seen:
+            if dev is None or (dev.device, dev.uuid) in states:
                 raise ShapeError(f"devices[{i}] uuid {item['uuid']!r} is not in the inventory")
-            seen.add(dev.uuid)
             up = item.get("up") is True
-            out.append(Reading("accel_device_up", (dev.device, dev.uuid), 1.0 if up else 0.0))
-            if not up:
-                reason = str(item.get("reason") or "error")
-                out.append(
-                    Reading("accel_device_down_reason_info", (dev.device, dev.uuid, reason), 1.0)
-                )
-            if not up:
-                down.add((dev.device, dev.uuid))
-        out.extend(parse_readings(reply.get("readings", {}), self._devices, "readings"))
+            states[(dev.device, dev.uuid)] = "" if up else str(item.get("reason") or "error")
+        values = parse_readings(reply.get("readings", {}), self._devices, "readings")
         if slow:
             self._slow = parse_readings(
                 reply.get("slow_readings", {}), self._devices, "slow_readings"
             )
         # Slow fields read before a device went down must not outlive it.
-        out.extend(r for r in self._slow if r.labels[:2] not in down)
-        return self._health.judge(out)
+        values.extend(r for r in self._slow if not states.get((r.labels[0], r.labels[1])))
+        return states, values
+
+    # -- the bus -----------------------------------------------------------------------
+
+    async def _scan_pci(self) -> list[str] | None:
+        """The vendor's accelerators on the PCI bus, read again every slow interval."""
+        vendor = self._vendor or self._default_vendor
+        if vendor not in pci.VENDOR_IDS or time.monotonic() < self._next_pci:
+            return self._pci
+        self._next_pci = time.monotonic() + self.device_config.slow_interval
+        try:
+            found: list[str] | None = await asyncio.wait_for(
+                asyncio.to_thread(pci.accelerators, self.device_config.sys_path, vendor),
+                timeout=max(0.05, FAULT_SHARE * self.timeout),
+            )
+            problem = ""
+        except (pci.PciError, asyncio.TimeoutError) as exc:
+            found, problem = None, str(exc) or "reading sysfs took too long"
+        if problem != self._pci_problem:
+            if problem:
+                self._log.warning("PCI device count unavailable", detail=problem)
+            else:
+                self._log.info("PCI device count available again")
+            self._pci_problem = problem
+        self._pci = found
+        return found
+
+    def _own_readings(self, bus: list[str] | None) -> list[Reading]:
+        """The bus count and the stuck worker count, exported whatever the worker does."""
+        out = []
+        vendor = self._vendor or self._default_vendor
+        if bus is not None:
+            out.append(Reading("accel_pci_devices", (vendor,), float(len(bus))))
+        stuck = self.runner.stuck_processes()
+        if stuck or self._known:  # once a worker ran here; a node without the vendor has none
+            out.append(Reading("accel_exporter_worker_stuck_processes", (self.name,), float(stuck)))
+        return out

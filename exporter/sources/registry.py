@@ -52,6 +52,18 @@ def _amdsmi(config: Config) -> Source:
     )
 
 
+def _tpu(config: Config) -> Source:
+    from exporter.sources.tpu import TpuSource
+
+    return TpuSource("tpu", config.sources.tpu)
+
+
+def _neuron(config: Config) -> Source:
+    from exporter.sources.neuron import NeuronSource
+
+    return NeuronSource("neuron", config.sources.neuron)
+
+
 def _ccl_ras(config: Config) -> Source:
     return CclRasSource("ccl_ras", config.sources.ccl_ras)
 
@@ -76,6 +88,8 @@ FACTORIES: dict[str, Factory] = {
     "host": _host,
     "nvml": _nvml,
     "amdsmi": _amdsmi,
+    "tpu": _tpu,
+    "neuron": _neuron,
     "ccl_ras": _ccl_ras,
     "ccl_inspector": _ccl_inspector,
     # Enrichers come last: they read what the sources above reported.

@@ -19,6 +19,7 @@ from typing import Any
 
 from exporter import log
 from exporter.backends.base import Backend, BackendError, BackendUnavailable
+from exporter.workers import crumb, stackdump
 from exporter.workers.protocol import ProtocolError, encode, read_frame_fd, write_fd, write_frame_fd
 
 __all__ = ["main", "protocol_out", "serve", "write_frame_fd"]
@@ -152,6 +153,10 @@ def main() -> int:
     protocol_out = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    # Where the daemon looks when a call hangs or the library crashes: the device
+    # being touched (crumb) and every thread's stack (faulthandler).
+    crumb.attach()
+    stackdump.attach()
     # JSON lines on stderr: the parent re-logs them with its own context.
     log.configure(os.environ.get("ACCEL_EXPORTER_WORKER_LOG_LEVEL", "info"), "json", sys.stderr)
     try:

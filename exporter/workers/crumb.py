@@ -13,9 +13,12 @@ per device per poll, not per vendor call; which call hung is learnt from a
 Python stack dump only when something did hang (see the runner).
 
 Layout of the page: ``int32`` device index + 1 (0: no device), ``int32`` length
-of the identity text, then up to :data:`TEXT_BYTES` bytes of UTF-8 identity
-(the PCI bus id or uuid learnt so far, so a device that hangs while being
-identified can still be named).
+of the identity text, ``uint64`` ident of the worker's main thread (to find its
+stack in a dump of every thread), ``int64`` CLOCK_MONOTONIC nanoseconds when the
+current device was entered (so a poll that is merely slow overall, spread over
+every device, does not get the device it happened to be on blamed), then up to
+:data:`TEXT_BYTES` bytes of UTF-8 identity (the PCI bus id or uuid learnt so
+far, so a device that hangs while being identified can still be named).
 
 Outside a worker (unit tests, ``python -c``) the page is private memory and
 every call still works.
@@ -27,22 +30,26 @@ import contextlib
 import mmap
 import os
 import struct
+import threading
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 ENV_FD = "ACCEL_EXPORTER_CRUMB_FD"
 PAGE_BYTES = 128
-TEXT_BYTES = PAGE_BYTES - 8
-_HEAD = struct.Struct("=ii")
+_HEAD = struct.Struct("=iiQq")
+TEXT_BYTES = PAGE_BYTES - _HEAD.size
 
 # The worker's page: shared with the daemon once attach() found the fd, else private.
 _page: mmap.mmap | bytearray = bytearray(PAGE_BYTES)
 _slot = memoryview(_page)[0:4].cast("i")
+_since = memoryview(_page)[16:24].cast("q")
 
 
 def attach(environ: Mapping[str, str] = os.environ) -> bool:
     """Map the page the daemon passed down (worker side); False when there is none."""
-    global _page, _slot
+    global _page, _slot, _since
     raw = environ.get(ENV_FD, "")
     if not raw.isdigit():
         return False
@@ -52,11 +59,14 @@ def attach(environ: Mapping[str, str] = os.environ) -> bool:
         return False
     _page = page
     _slot = memoryview(page)[0:4].cast("i")
+    _since = memoryview(page)[16:24].cast("q")
+    _HEAD.pack_into(page, 0, 0, 0, threading.main_thread().ident or 0, 0)
     return True
 
 
 def device(index: int) -> None:
     """Say that every vendor call from now on concerns device ``index`` (library order)."""
+    _since[0] = time.monotonic_ns()
     _slot[0] = index + 1
     _page[4:8] = b"\0\0\0\0"
 
@@ -65,12 +75,22 @@ def identity(text: str) -> None:
     """Record what is known of the current device's identity (PCI bus id, uuid)."""
     data = text.encode("utf-8", "replace")[:TEXT_BYTES]
     _page[4:8] = struct.pack("=i", len(data))
-    _page[8 : 8 + len(data)] = data
+    _page[_HEAD.size : _HEAD.size + len(data)] = data
 
 
 def clear() -> None:
     """No device is being touched (system-wide calls, or between polls)."""
     _slot[0] = 0
+
+
+@dataclass(frozen=True)
+class Crumb:
+    """The page as the daemon reads it."""
+
+    index: int | None  # library index of the device being touched; None: no device
+    identity: str  # what the worker learnt of that device's identity so far
+    main_thread: int  # ident of the worker's main thread (0: not attached yet)
+    held: float  # seconds since the worker entered that device
 
 
 class Page:
@@ -89,13 +109,14 @@ class Page:
         """Forget the previous worker's crumb before a new one starts."""
         self._map[0:PAGE_BYTES] = bytes(PAGE_BYTES)
 
-    def read(self) -> tuple[int | None, str]:
-        """The device index the worker last said it was touching (None: none), and its identity."""
-        index, length = _HEAD.unpack_from(self._map, 0)
+    def read(self) -> Crumb:
+        """What the worker last said: the device it was touching, its identity, its main thread."""
+        index, length, thread, since = _HEAD.unpack_from(self._map, 0)
         text = ""
         if 0 < length <= TEXT_BYTES:
-            text = self._map[8 : 8 + length].decode("utf-8", "replace")
-        return (index - 1 if index > 0 else None), text
+            text = self._map[_HEAD.size : _HEAD.size + length].decode("utf-8", "replace")
+        held = max(0.0, (time.monotonic_ns() - since) / 1e9) if since else 0.0
+        return Crumb(index - 1 if index > 0 else None, text, thread, held)
 
     def close(self) -> None:
         """Release the page."""

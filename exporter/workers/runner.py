@@ -6,6 +6,20 @@ to die or be killed, and starts it again after a backoff. Calls are
 request/response under a deadline; a missed deadline, a crash or a malformed
 reply kills the whole process group and reaps it before anything else happens,
 so the number of workers never grows and no zombie survives.
+
+Device isolation: before touching device ``i`` the worker says so in a page it
+shares with this runner (:mod:`exporter.workers.crumb`). When a call or the
+bootstrap misses its deadline, or the worker crashes, the runner reads the page
+and asks for a stack dump (:mod:`exporter.workers.stackdump`) before killing
+it: device ``i`` and the call are named, the device is *isolated* (a
+:class:`Fault`), and a new worker starts at once without it, so one sick GPU
+costs that GPU only. Each isolated device is retried apart, with backoff, by a
+probe: a one-device worker of its own, bootstrapped and polled under the same
+deadlines, killed and reaped like any worker. When a probe answers, the device
+is released and the worker restarted with it. A killed process that does not
+die (stuck in the driver) is left behind for the device it was stuck on (at
+most one per device: no probe runs while it lives) and never blocks the
+healthy devices' worker.
 """
 
 from __future__ import annotations
@@ -23,6 +37,7 @@ from typing import Any
 
 from exporter import log
 from exporter.errors import SourcePending, SourceUnavailable, WorkerError
+from exporter.workers import crumb, stackdump
 from exporter.workers.protocol import ProtocolError, encode, read_frame
 
 RESTART_BASE_SECONDS = 1.0
@@ -30,6 +45,14 @@ RESTART_CAP_SECONDS = 60.0
 UNAVAILABLE_REPROBE_SECONDS = 60.0
 STDERR_LINES_PER_LIFE = 200
 STOP_GRACE_SECONDS = 1.0
+# How long a stuck worker gets to write its stack dump after SIGUSR1.
+DUMP_WAIT_SECONDS = 0.3
+# What naming and killing a stuck worker may take after its deadline (the dump
+# wait and the kill's grace): callers leave this much of their own deadline.
+FAULT_BUDGET_SECONDS = DUMP_WAIT_SECONDS + STOP_GRACE_SECONDS
+# An isolated device is probed again after 2, 4, 8, ... seconds, at most this far apart.
+PROBE_BASE_SECONDS = 2.0
+PROBE_CAP_SECONDS = 60.0
 
 
 @dataclass
@@ -43,6 +66,48 @@ class WorkerState:
     last_detail: str = ""
     next_start: float | None = None
     inventory: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Fault:
+    """A device isolated from the worker: what it did, since when, how its probes go."""
+
+    index: int  # the library's index of the device
+    reason: str  # hung | crashed
+    call: str  # the vendor call it was in, "" when the stack dump did not say
+    identity: str  # what the worker had learnt of its identity (PCI bus id, uuid)
+    since: float  # wall time it was isolated
+    probes: int = 0  # failed probes so far
+    next_probe: float | None = None  # wall time of the next probe
+    stuck_pid: int | None = None  # a killed process still stuck on it
+
+    def describe(self) -> str:
+        """One line for logs and /status."""
+        call = self.call or "a vendor call"
+        verb = "hung in" if self.reason == "hung" else "crashed the worker in"
+        return f"device {self.index} {verb} {call}"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The request a probe of an isolated device must answer to release it."""
+
+    op: str
+    args: Mapping[str, Any]
+    timeout: float
+
+
+class DeviceFault(WorkerError):
+    """A call failed because of one device, now isolated (see the module docstring)."""
+
+    def __init__(self, reason: str, detail: str, fault: Fault) -> None:
+        super().__init__(reason, detail)
+        self.fault = fault
+
+
+def probe_delay(failures: int) -> float:
+    """Wait before the next probe of a device after ``failures`` failed probes."""
+    return float(min(PROBE_BASE_SECONDS * 2**failures, PROBE_CAP_SECONDS))
 
 
 def _close_transport(proc: asyncio.subprocess.Process) -> None:
@@ -73,6 +138,7 @@ class WorkerRunner:
         bootstrap_timeout: float = 30.0,
         env: Mapping[str, str] | None = None,
         python: str = sys.executable,
+        isolate: bool = True,
     ) -> None:
         self.name = name
         self.backend = backend
@@ -98,6 +164,14 @@ class WorkerRunner:
         self._restart_now = False
         self._supervisor: asyncio.Task[None] | None = None
         self._aux: list[asyncio.Task[Any]] = []
+        # Device isolation (see the module docstring); off in probes themselves.
+        self.isolate = isolate
+        self.probe: Probe | None = None
+        self.faults: dict[int, Fault] = {}
+        self._stuck: dict[int, asyncio.subprocess.Process] = {}
+        self._probes: dict[int, asyncio.Task[None]] = {}
+        self._page: crumb.Page | None = None
+        self._dump: stackdump.DumpFile | None = None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -113,8 +187,23 @@ class WorkerRunner:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._supervisor
             self._supervisor = None
+        probes = list(self._probes.values())
+        for task in probes:
+            task.cancel()
+        for task in probes:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         await self._terminate(graceful=True)
         self.state.state = "stopped"
+        self._close_files()
+
+    def _close_files(self) -> None:
+        if self._page is not None:
+            self._page.close()
+            self._page = None
+        if self._dump is not None:
+            self._dump.close()
+            self._dump = None
 
     @property
     def pid(self) -> int | None:
@@ -157,6 +246,10 @@ class WorkerRunner:
                     continue
                 self._failures += 1
                 delay = restart_delay(self._failures)
+            elif self._restart_now:
+                # A device was isolated at bootstrap: the others are not to blame.
+                self._restart_now = False
+                continue
             elif self.state.state == "unavailable":
                 # Probed again when a poll asks (see ready()), so the scheduler's
                 # re-probe cadence is the only one.
@@ -186,6 +279,14 @@ class WorkerRunner:
             self.state.restarts += 1
             self._ended_badly = False
         self.state.state = "starting"
+        if self._page is None:
+            self._page, self._dump = crumb.Page(), stackdump.DumpFile()
+        assert self._dump is not None
+        self._page.reset()
+        self._dump.clear()
+        env = dict(os.environ if self.env is None else self.env)
+        env.update(self._page.env())
+        env.update(self._dump.env())
         try:
             proc = await asyncio.create_subprocess_exec(
                 self.python,
@@ -195,7 +296,8 @@ class WorkerRunner:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
-                env=self.env,
+                env=env,
+                pass_fds=(self._page.fd, self._dump.fd),
                 limit=2**20,
             )
         except OSError as exc:
@@ -209,16 +311,26 @@ class WorkerRunner:
         try:
             assert proc.stdin is not None and proc.stdout is not None
             proc.stdin.write(
-                encode({"type": "init", "backend": self.backend, "config": self.config})
+                encode({"type": "init", "backend": self.backend, "config": self.child_config()})
             )
             await proc.stdin.drain()
             first = await asyncio.wait_for(read_frame(proc.stdout), timeout=self.bootstrap_timeout)
         except asyncio.TimeoutError:
+            # A start slow over many devices is not the last one's fault: blame a device
+            # only if it held the worker for a quarter of the deadline.
+            fault = await self._diagnose(proc, "hung", min_held=self.bootstrap_timeout / 4)
+            if fault is not None:
+                await self._kill_isolating(fault, f"while the worker started ({fault.describe()})")
+                return False
             await self._kill(
                 "bootstrap_timeout", f"no answer from the worker within {self.bootstrap_timeout:g}s"
             )
             return False
         except (EOFError, ProtocolError, ConnectionError, OSError) as exc:
+            fault = await self._diagnose(proc, "crashed", dump=False)
+            if fault is not None:
+                await self._kill_isolating(fault, f"while the worker started: {exc}")
+                return False
             await self._kill("bootstrap_failed", f"worker failed during bootstrap: {exc}")
             return False
         kind = first.get("type")
@@ -240,6 +352,7 @@ class WorkerRunner:
                 self.state.last_reason, self.state.last_detail = reason, detail
                 return False
             self._fail(reason, detail)
+            self._ended_badly = True  # a failed bootstrap: the next start is a restart
             return False
         await self._kill("protocol_error", f"unexpected first frame of type {kind!r}")
         return False
@@ -250,6 +363,9 @@ class WorkerRunner:
         A process in uninterruptible sleep inside a driver ignores SIGKILL until
         the call returns; starting another one each backoff would pile them up.
         """
+        # Processes stuck on an isolated device do not count: the new worker will
+        # not touch that device. One whose culprit is unknown might be stuck on
+        # any of them, so it holds back the next worker.
         loop = asyncio.get_running_loop()
         end = loop.time() + STOP_GRACE_SECONDS
         while any(p.returncode is None for p in self._unreaped) and loop.time() < end:
@@ -324,13 +440,155 @@ class WorkerRunner:
             emit = self._log.info if ready else self._log.debug
             emit("worker output", worker_pid=pid, line=line[:500])
 
-    async def _kill(self, reason: str, detail: str) -> None:
+    async def _kill(self, reason: str, detail: str, fault: Fault | None = None) -> None:
         """Kill the worker's process group, reap it, and record why."""
         self._fail(reason, detail)
         self._ended_badly = True
-        await self._terminate(graceful=False)
+        await self._terminate(graceful=False, fault=fault)
 
-    async def _terminate(self, *, graceful: bool) -> None:
+    async def _kill_isolating(self, fault: Fault, detail: str) -> None:
+        """Kill the worker for one device's fault and start a new one at once without it."""
+        self._restart_now = True
+        await self._kill(fault.reason, detail, fault)
+        self._wake.set()  # the exit watcher may have put the supervisor in a backoff
+        self._schedule_probe(fault)
+
+    async def _diagnose(
+        self,
+        proc: asyncio.subprocess.Process,
+        reason: str,
+        *,
+        dump: bool = True,
+        min_held: float = 0.0,
+    ) -> Fault | None:
+        """Which device (and call) the worker was stuck on or crashed in; isolates it.
+
+        None when the worker was not inside a device (a system-wide call, the
+        library's own start), when it had been on that device for less than
+        ``min_held`` seconds (a poll slow over every device is nobody's fault),
+        or, for a crash, when it was not a fatal signal in native code (an
+        outside SIGKILL is not the device's doing).
+        """
+        if not self.isolate or self._page is None or self._dump is None:
+            return None
+        seen = self._page.read()
+        if seen.index is None or seen.index in self.faults or seen.held < min_held:
+            return None
+        call = ""
+        if dump and proc.returncode is None:
+            self._dump.clear()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(proc.pid, stackdump.DUMP_SIGNAL)
+            loop = asyncio.get_running_loop()
+            end = loop.time() + DUMP_WAIT_SECONDS
+            while not call and loop.time() < end:
+                await asyncio.sleep(0.02)
+                call = stackdump.hung_call(self._dump.read(), seen.main_thread)
+        else:
+            text = self._dump.read()
+            if not dump and not stackdump.fatal(text):
+                return None
+            call = stackdump.hung_call(text, seen.main_thread)
+        fault = Fault(seen.index, reason, call, seen.identity, time.time())
+        self.faults[seen.index] = fault
+        self._log.error(
+            "device isolated",
+            device=seen.index,
+            reason=reason,
+            call=call or "unknown",
+            identity=seen.identity,
+            held_seconds=round(seen.held, 3),
+        )
+        return fault
+
+    def child_config(self) -> dict[str, Any]:
+        """The backend config a new worker gets: isolated devices skipped."""
+        config = dict(self.config)
+        if self.faults:
+            rules = dict(config.get(crumb.ISOLATION_KEY) or {})
+            rules["skip"] = sorted(set(rules.get("skip") or ()) | set(self.faults))
+            config[crumb.ISOLATION_KEY] = rules
+        return config
+
+    # -- probes of isolated devices ----------------------------------------
+
+    def _schedule_probe(self, fault: Fault) -> None:
+        if self.probe is None or fault.index in self._probes:
+            return
+        task = asyncio.create_task(self._probe_loop(fault), name=f"probe-{self.name}-{fault.index}")
+        self._probes[fault.index] = task
+        task.add_done_callback(lambda done: self._forget_probe(fault.index, done))
+
+    def _forget_probe(self, index: int, task: asyncio.Task[None]) -> None:
+        if self._probes.get(index) is task:
+            del self._probes[index]
+
+    def _stuck_on(self, index: int) -> bool:
+        proc = self._stuck.get(index)
+        if proc is not None and proc.returncode is not None:
+            del self._stuck[index]
+            fault = self.faults.get(index)
+            if fault is not None:
+                fault.stuck_pid = None
+            self._log.info("stuck worker exited", device=index, worker_pid=proc.pid)
+            proc = None
+        return proc is not None
+
+    async def _probe_loop(self, fault: Fault) -> None:
+        """Probe an isolated device with backoff until it answers; then take it back."""
+        while self.faults.get(fault.index) is fault:
+            delay = probe_delay(fault.probes)
+            fault.next_probe = time.time() + delay
+            await asyncio.sleep(delay)
+            fault.next_probe = None
+            # While a process is still stuck on the device a probe would only join it.
+            if self._stuck_on(fault.index) or not await self._probe_once(fault):
+                fault.probes += 1
+                continue
+            self.faults.pop(fault.index, None)
+            self._log.info(
+                "device answers again", device=fault.index, call=fault.call, probes=fault.probes
+            )
+            async with self._call_lock:  # not in the middle of a poll
+                await self.restart("device_recovered", f"device {fault.index} answers again")
+            return
+
+    async def _probe_once(self, fault: Fault) -> bool:
+        """One probe: a worker for this device alone, bootstrapped and asked under deadlines."""
+        assert self.probe is not None
+        config = {**self.config, "events": False, crumb.ISOLATION_KEY: {"only": [fault.index]}}
+        probe = WorkerRunner(
+            self.name,
+            self.backend,
+            config,
+            bootstrap_timeout=self.bootstrap_timeout,
+            env=self.env,
+            python=self.python,
+            isolate=False,
+        )
+        probe._log = self._log.bind(probe_of=fault.index)
+        try:
+            if not await probe._launch():
+                return False
+            await probe.call(self.probe.op, self.probe.args, timeout=self.probe.timeout)
+            return True
+        except WorkerError:
+            return False
+        finally:
+            await probe._terminate(graceful=True)
+            for proc in probe._unreaped:
+                if proc.returncode is None:
+                    self._stuck[fault.index] = proc
+                    fault.stuck_pid = proc.pid
+            probe._close_files()
+
+    def stuck_processes(self) -> int:
+        """Killed workers (and probes) that have not exited yet."""
+        for index in list(self._stuck):
+            self._stuck_on(index)
+        return len(self._stuck) + sum(1 for p in self._unreaped if p.returncode is None)
+
+    async def _terminate(self, *, graceful: bool, fault: Fault | None = None) -> None:
         proc = self._proc
         self._proc = None
         self._ready.clear()
@@ -345,7 +603,15 @@ class WorkerRunner:
                 if proc.returncode is None:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.killpg(proc.pid, signal.SIGKILL)
-                    self._unreaped.append(proc)
+                    if fault is not None and fault.index not in self._stuck:
+                        # Stuck on the isolated device, which no new worker touches.
+                        self._stuck[fault.index] = proc
+                        fault.stuck_pid = proc.pid
+                        self._log.error(
+                            "killed worker stuck", device=fault.index, worker_pid=proc.pid
+                        )
+                    else:
+                        self._unreaped.append(proc)
                 _close_transport(proc)
             for task in self._aux:
                 task.cancel()
@@ -363,8 +629,14 @@ class WorkerRunner:
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
-        # Reap, so no zombie is left; SIGKILL cannot be ignored.
-        await proc.wait()
+        # Reap, so no zombie is left. SIGKILL cannot be ignored, but a process in
+        # uninterruptible sleep inside a driver dies only when the call returns:
+        # wait a little, then leave it to asyncio's child watcher (it is counted
+        # as stuck meanwhile) rather than hold up everything behind it.
+        waiter = asyncio.ensure_future(proc.wait())
+        done, _ = await asyncio.wait({waiter}, timeout=STOP_GRACE_SECONDS)
+        if not done:
+            waiter.cancel()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)  # anything the worker forked
 
@@ -434,9 +706,16 @@ class WorkerRunner:
                 await asyncio.wait_for(proc.stdin.drain(), timeout=timeout)
                 reply = await asyncio.wait_for(read_frame(proc.stdout), timeout=timeout)
             except asyncio.TimeoutError:
-                await self._kill("timeout", f"{op} did not answer within {timeout:g}s")
-                raise WorkerError("timeout", f"{op} did not answer within {timeout:g}s") from None
+                # Shielded: a caller giving up meanwhile must not leave the worker
+                # half-killed or the culprit unrecorded.
+                handled = asyncio.ensure_future(self._after_timeout(proc, op, timeout))
+                raise await asyncio.shield(handled) from None
             except (EOFError, ConnectionError, BrokenPipeError) as exc:
+                fault = await self._diagnose(proc, "crashed", dump=False)
+                if fault is not None:
+                    detail = f"{fault.describe()}: {exc}"
+                    await self._kill_isolating(fault, detail)
+                    raise DeviceFault("crashed", detail, fault) from None
                 await self._kill("crashed", f"worker died during {op}: {exc}")
                 raise WorkerError("crashed", f"worker died during {op}") from None
             except ProtocolError as exc:
@@ -459,20 +738,46 @@ class WorkerRunner:
                 raise WorkerError("protocol_error", detail)
             return reply["result"]
 
+    async def _after_timeout(
+        self, proc: asyncio.subprocess.Process, op: str, timeout: float
+    ) -> WorkerError:
+        """Name and isolate the device a missed deadline is due to, or kill the whole worker."""
+        # Blame a device only if the worker sat on it for half the deadline.
+        fault = await self._diagnose(proc, "hung", min_held=timeout / 2)
+        if fault is not None:
+            detail = f"{fault.describe()}: no answer within {timeout:g}s"
+            await self._kill_isolating(fault, detail)
+            return DeviceFault("hung", detail, fault)
+        await self._kill("timeout", f"{op} did not answer within {timeout:g}s")
+        return WorkerError("timeout", f"{op} did not answer within {timeout:g}s")
+
     async def invalidate(self, reason: str, detail: str) -> None:
         """Kill the worker because its answer made no sense (shape mismatch)."""
         await self._kill(reason, detail)
 
     def status(self) -> dict[str, Any]:
-        """Fields for /status."""
+        """Fields for /status (the restart count is the store's, so it matches the metric)."""
         return {
             "worker_state": self.state.state,
             "worker_pid": self.pid,
-            "worker_restarts": self.state.restarts,
             "worker_last_error": (
                 f"{self.state.last_reason}: {self.state.last_detail}"
                 if self.state.last_reason
                 else ""
             ),
             "worker_next_start": self.state.next_start,
+            "worker_stuck_processes": self.stuck_processes(),
+            "isolated_devices": [
+                {
+                    "index": f.index,
+                    "reason": f.reason,
+                    "call": f.call,
+                    "identity": f.identity,
+                    "since": f.since,
+                    "failed_probes": f.probes,
+                    "next_probe": f.next_probe,
+                    "stuck_pid": f.stuck_pid,
+                }
+                for f in sorted(self.faults.values(), key=lambda f: f.index)
+            ],
         }

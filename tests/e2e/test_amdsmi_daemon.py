@@ -81,28 +81,6 @@ def test_lost_gpu_is_down_with_reason_and_the_rest_unaffected(
     d.wait_metric("accel_utilization_ratio", amdsmi_fake.device(2).gfx_activity / 100, **lost)
 
 
-def test_hung_call_kills_the_worker_and_values_return_after_release(
-    daemon_factory: Any, amdsmi_env: dict[str, str], amdsmi_fake: FakeAmdSmi
-) -> None:
-    d = start(daemon_factory, amdsmi_env)
-    first_worker = d.workers()
-    assert len(first_worker) == 1
-    slot = amdsmi_fake.rule("amdsmi_get_gpu_activity", hang=True, device=0)
-    for i in range(8):
-        d.wait_metric("accel_device_up", 0, **ident(amdsmi_fake, i))
-    got = samples(d.metrics())  # /metrics is still served while the worker hangs
-    assert value(got, "accel_device_down_reason_info", reason="timeout", **ident(amdsmi_fake, 5))
-    assert value(got, "accel_devices", vendor="amd") == 8
-    d.wait_for(lambda: d.status()["sources"]["amdsmi"]["worker_restarts"] >= 1, what="a respawn")
-    amdsmi_fake.clear_rule(slot)
-    amdsmi_fake.release_hangs()
-    for i in range(8):
-        d.wait_metric("accel_device_up", 1, timeout=40, **ident(amdsmi_fake, i))
-    d.wait_metric("accel_utilization_ratio", 0.37, **ident(amdsmi_fake, 0))
-    workers = d.wait_for(lambda: d.workers() if len(d.workers()) == 1 else None)
-    assert workers != first_worker  # the hung one was killed and reaped, one worker remains
-
-
 def test_events_reach_metrics(
     daemon_factory: Any, amdsmi_env: dict[str, str], amdsmi_fake: FakeAmdSmi
 ) -> None:

@@ -158,43 +158,6 @@ def test_gpu_lost_at_worker_start_comes_back_with_its_identity(daemon_factory, f
     assert len(d.workers()) == 1
 
 
-def test_hung_call_kills_worker_and_recovers_after_release(daemon_factory, fake_nvml):
-    fake = fake_nvml(2)
-    d = daemon_factory(nvml_config(), env=fake.env())
-    u0, u1 = fake.uuid(0), fake.uuid(1)
-    d.wait_metric("accel_device_up", 1, device="0", uuid=u0)
-    first_worker = d.workers()
-    assert len(first_worker) == 1
-    rule = fake.add_rule("nvmlDeviceGetPowerUsage", device=1, hang=True)
-    d.wait_metric("accel_device_up", 0, device="0", uuid=u0, timeout=30)
-    s = samples(d.metrics())  # /metrics is still served while the call hangs
-    for i, uuid in enumerate((u0, u1)):
-        assert value(s, "accel_device_up", device=str(i), uuid=uuid) == 0
-        assert (
-            value(s, "accel_device_down_reason_info", device=str(i), uuid=uuid, reason="timeout")
-            == 1
-        )
-    assert value(s, "accel_exporter_source_up", source="nvml") == 0
-    assert value(s, "accel_exporter_source_down_reason_info", source="nvml", reason="timeout") == 1
-    assert fake.hangs_entered >= 1
-    # The hung worker was killed and a new one started; never more than one at a time.
-    d.wait_for(
-        lambda: d.status()["sources"]["nvml"]["worker_restarts"] >= 1, 30, what="a worker restart"
-    )
-    for _ in range(10):
-        assert len(d.workers()) <= 1
-        d.wait_for(lambda: True, 0.2)
-    assert not first_worker & d.workers()
-    fake.release(rule)
-    d.wait_metric("accel_device_up", 1, device="1", uuid=u1, timeout=60)
-    d.wait_metric("accel_exporter_source_up", 1, source="nvml", timeout=30)
-    assert value(d.metrics(), "accel_power_watts", device="1", uuid=u1) == 313.456
-    assert value(d.metrics(), "accel_exporter_worker_restarts_total", source="nvml") >= 1
-    code, _ = d.stop()
-    assert code == 0
-    assert d.leftover_children() == set()
-
-
 def test_sixteen_gpu_node(daemon_factory, fake_nvml):
     fake = fake_nvml(16)
     d = daemon_factory(nvml_config(), env=fake.env())

@@ -2,33 +2,19 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 import types
 from pathlib import Path
 
 import pytest
-from grpc_tools import protoc
+
+from tests.helpers.proto import assert_gencode_fresh
 
 PROTO_DIR = Path(__file__).resolve().parents[2] / "exporter" / "enrich" / "_proto"
 
 
 def test_gencode_matches_proto(tmp_path):
-    shutil.copy(PROTO_DIR / "pod_resources.proto", tmp_path)
-    status = protoc.main(
-        [
-            "protoc",
-            f"-I{tmp_path}",
-            f"--python_out={tmp_path}",
-            f"--pyi_out={tmp_path}",
-            str(tmp_path / "pod_resources.proto"),
-        ]
-    )
-    assert status == 0
-    for name in ("pod_resources_pb2.py", "pod_resources_pb2.pyi"):
-        assert (tmp_path / name).read_text() == (PROTO_DIR / name).read_text(), (
-            f"{name} is stale: regenerate it (see exporter/enrich/_proto/__init__.py)"
-        )
+    assert_gencode_fresh(PROTO_DIR, "pod_resources", tmp_path)
 
 
 def test_service_and_fields_match_the_kubelet():

@@ -58,6 +58,8 @@ GPU_IS_LOST = 15
 RESET_REQUIRED = 16
 LIB_RM_VERSION_MISMATCH = 18
 UNKNOWN = 999
+# A rule "error" that makes the call crash the calling process (SIGSEGV) in native code.
+CRASH = -11
 
 # Index of Device.nvlink_errors[link][...] (nvmlNvLinkErrorCounter_t).
 NVLINK_REPLAY, NVLINK_RECOVERY, NVLINK_CRC_FLIT, NVLINK_CRC_DATA = 0, 1, 2, 3

@@ -16,6 +16,8 @@
 #define FAKE_NVML_VERSION 1u
 #define FAKE_MAX_DEVICES 16
 #define FAKE_MAX_RULES 32
+/* A rule error that makes the call crash its process (SIGSEGV) instead of returning. */
+#define FAKE_ERROR_CRASH (-11)
 #define FAKE_MAX_PROCS 16
 #define FAKE_MAX_MIG 7
 #define FAKE_MAX_EVENTS 64

@@ -1,0 +1,226 @@
+"""neuron-monitor as a supervised child: start, read its lines, restart it when it dies or stalls.
+
+neuron-monitor writes one complete JSON document per line on stdout, every
+period. Each line is handed to a callback as bytes, exactly once. The child
+runs in its own process group (so stopping it stops anything it started) with
+a config file the daemon writes; stderr is drained into the log, bounded. A
+child that exits, or prints nothing for ``STALL_PERIODS`` periods, is killed,
+reaped and started again after a backoff that grows with consecutive failures
+(a life that produced a line resets it).
+
+The line limit is the configured ``max_line_bytes``, far above asyncio's 64 KiB
+default: a large trn2 host's report is bigger than that. A longer line is
+discarded (counted, with the reason) without losing the ones after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from exporter import log
+from exporter.workers.runner import restart_delay
+
+# No line for this many periods is a stall.
+STALL_PERIODS = 3
+STDERR_LINES_PER_LIFE = 50
+STOP_GRACE_SECONDS = 1.0
+# The groups the daemon asks for; vcpu_usage and memory_info of the host come from the host source.
+RUNTIME_GROUPS = (
+    "neuroncore_counters",
+    "memory_used",
+    "neuron_runtime_vcpu_usage",
+    "execution_stats",
+)
+SYSTEM_GROUPS = ("neuron_hw_counters",)
+
+
+@dataclass
+class MonitorState:
+    """What /status shows about the child."""
+
+    state: str = "stopped"  # stopped | running | backoff | failed
+    pid: int | None = None
+    restarts: int = 0
+    lines: int = 0
+    rejected_lines: int = 0
+    last_line_at: float | None = None  # wall clock
+    last_reason: str = ""
+    last_detail: str = ""
+
+
+def monitor_config(period: float) -> dict[str, Any]:
+    """neuron-monitor's config: every runtime, the groups above, one period."""
+    every = f"{int(period)}s"
+    return {
+        "period": every,
+        "neuron_runtimes": [
+            {"tag_filter": ".*", "metrics": [{"type": t} for t in RUNTIME_GROUPS]},
+        ],
+        "system_metrics": [{"type": t} for t in SYSTEM_GROUPS],
+    }
+
+
+class Monitor:
+    """Runs ``command -c <config>`` and feeds each stdout line to ``on_line``."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        period: float,
+        max_line_bytes: int,
+        on_line: Callable[[bytes], None],
+        source: str = "neuron",
+    ) -> None:
+        self.command = list(command)
+        self.period = period
+        self.max_line_bytes = max_line_bytes
+        self.on_line = on_line
+        self.state = MonitorState()
+        self._log = log.get(source=source)
+        self._task: asyncio.Task[None] | None = None
+        self._proc: asyncio.subprocess.Process | None = None
+        self._dir = ""
+        self._failures = 0
+
+    def resolve(self) -> str | None:
+        """The program's path, or None when it cannot be found."""
+        return shutil.which(self.command[0]) if self.command else None
+
+    async def start(self) -> None:
+        """Write the config file and start supervising."""
+        self._dir = tempfile.mkdtemp(prefix="accel-exporter-neuron-")
+        path = os.path.join(self._dir, "neuron-monitor.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(monitor_config(self.period), f)
+        self._config_path = path
+        self._task = asyncio.create_task(self._supervise(), name="neuron-monitor")
+
+    async def stop(self) -> None:
+        """Stop the child and the supervisor; remove the config file."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = ""
+        self.state.state, self.state.pid = "stopped", None
+
+    def note(self, reason: str, detail: str) -> None:
+        """Record why the child is not giving reports (shown in /status)."""
+        self.state.last_reason, self.state.last_detail = reason, detail[:500]
+
+    async def _supervise(self) -> None:
+        while True:
+            produced = await self._life()
+            self._failures = 0 if produced else self._failures + 1
+            self.state.restarts += 1
+            delay = restart_delay(max(self._failures, 1))
+            self.state.state = "backoff"
+            self._log.warning(
+                "neuron-monitor restarting",
+                reason=self.state.last_reason,
+                detail=self.state.last_detail,
+                delay_seconds=delay,
+            )
+            await asyncio.sleep(delay)
+
+    async def _life(self) -> bool:
+        """Run one child until it exits or stalls; True when it produced a line."""
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self.command,
+                "-c",
+                self._config_path,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                limit=self.max_line_bytes,
+            )
+        except OSError as exc:
+            self.note("spawn_failed", f"cannot start {self.command[0]}: {exc}")
+            self.state.state = "failed"
+            return False
+        self._proc = proc
+        self.state.state, self.state.pid = "running", proc.pid
+        self._log.info("neuron-monitor started", pid=proc.pid)
+        stderr = asyncio.create_task(self._drain(proc))
+        produced = False
+        try:
+            produced = await self._read(proc)
+        finally:
+            await self._end(proc)
+            stderr.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await stderr
+            self._proc = None
+            self.state.pid = None
+        return produced
+
+    async def _read(self, proc: asyncio.subprocess.Process) -> bool:
+        assert proc.stdout is not None
+        produced = False
+        stall = STALL_PERIODS * self.period
+        while True:
+            try:
+                line = await asyncio.wait_for(proc.stdout.readline(), timeout=stall)
+            except asyncio.TimeoutError:
+                self.note("stalled", f"no line for {stall:g}s ({STALL_PERIODS} periods)")
+                return produced
+            except ValueError:
+                # Longer than the limit: asyncio dropped it (up to its newline, when it saw one).
+                self.state.rejected_lines += 1
+                self.note("line_too_long", f"a line over {self.max_line_bytes} bytes was dropped")
+                self._log.warning("neuron-monitor line too long", limit=self.max_line_bytes)
+                continue
+            if not line:
+                code = await proc.wait()
+                self.note("exited", f"neuron-monitor exited with status {code}")
+                return produced
+            if not line.endswith(b"\n"):
+                # The last bytes before the child died: not a whole document.
+                continue
+            produced = True
+            self.state.lines += 1
+            self.state.last_line_at = time.time()
+            self.on_line(line)
+
+    async def _drain(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stderr is not None
+        lines = 0
+        while True:
+            try:
+                raw = await proc.stderr.readline()
+            except ValueError:
+                continue
+            if not raw:
+                return
+            lines += 1
+            if lines <= STDERR_LINES_PER_LIFE:
+                text = raw.decode("utf-8", "replace").rstrip()[:500]
+                self._log.info("neuron-monitor output", pid=proc.pid, line=text)
+            elif lines == STDERR_LINES_PER_LIFE + 1:
+                self._log.warning("neuron-monitor output suppressed", pid=proc.pid)
+
+    async def _end(self, proc: asyncio.subprocess.Process) -> None:
+        """Stop the child's process group and reap it, also when cancelled."""
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(proc.wait()), STOP_GRACE_SECONDS)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await asyncio.shield(proc.wait())

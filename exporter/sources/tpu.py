@@ -1,0 +1,143 @@
+"""The TPU source: a device worker (exporter.backends.tpu) plus the state of each runtime address.
+
+Besides the device shapes of :mod:`exporter.sources.device`, the worker's poll
+reply carries ``"runtimes": [{"address": str, "attached": bool, "reason": str,
+"detail": str}]``, one per configured address. They become
+``accel_tpu_runtime_attached{address}`` and the ``runtimes`` entry of /status;
+a failing address (hung, erroring, malformed) is a reason there, not a source
+failure: the chips are still counted and up.
+
+On a host without TPU chips (most nodes of a mixed cluster) no worker is
+started at all: the parent's own sysfs scan says so, and is repeated at each
+poll until chips appear.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from exporter.backends.tpu import DISTRIBUTIONS
+from exporter.backends.tpu_chips import scan
+from exporter.backends.tpu_distributions import MAX_LABEL, MAX_POINTS
+from exporter.catalog.tpu import LATENCY_BUCKETS
+from exporter.config.schema import TpuSourceConfig
+from exporter.errors import SourceError, SourceUnavailable
+from exporter.model import HistogramValue, Reading, is_number
+from exporter.sources.device import DeviceSource, ShapeError, call_budget
+
+KINDS = frozenset(DISTRIBUTIONS.values())
+# Share of the worker's part of the poll deadline one gRPC call may take: all the
+# calls run at once, and the reply must still be built and sent in time.
+RPC_SHARE = 0.6
+
+
+class TpuSource(DeviceSource):
+    """Polls the TPU worker; exports each runtime address's state."""
+
+    def __init__(self, name: str, config: TpuSourceConfig) -> None:
+        super().__init__(
+            name,
+            config,
+            "exporter.backends.tpu:TpuBackend",
+            backend_config={
+                "addresses": list(config.addresses),
+                "host_root": config.host_root,
+                "max_message_bytes": config.max_message_bytes,
+                "call_timeout": call_budget(config.poll_timeout) * RPC_SHARE,
+            },
+            vendor="google",
+        )
+        self.addresses = tuple(config.addresses)
+        self.host_root = config.host_root
+        self._runtimes: list[dict[str, Any]] = []
+        self._started = False
+
+    async def start(self) -> None:
+        """Start the worker only when the host has TPU chips."""
+        if scan(self.host_root):
+            await super().start()
+            self._started = True
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Wait for the worker's bootstrap, if one was started."""
+        if self._started:
+            await super().wait_ready(timeout)
+
+    async def poll(self) -> Sequence[Reading]:
+        """No chips: unavailable without a worker; else the device poll."""
+        if not self._started:
+            if not scan(self.host_root):
+                detail = f"no TPU chip under {self.host_root} (PCI vendor 0x1ae0, dev/accelN)"
+                if self.device_config.expected_devices is not None:
+                    raise SourceError("no_devices", detail, self._expected())
+                raise SourceUnavailable("no_devices", detail)
+            await super().start()
+            self._started = True
+        return await super().poll()
+
+    def status(self) -> dict[str, Any]:
+        """The device worker's state plus each runtime address's."""
+        return {**super().status(), "runtimes": self._runtimes}
+
+    def _check_reply(
+        self, reply: Any, slow: bool
+    ) -> tuple[dict[tuple[str, str], str], list[Reading]]:
+        states, out = super()._check_reply(reply, slow)
+        runtimes = reply.get("runtimes")
+        if not isinstance(runtimes, list) or len(runtimes) != len(self.addresses):
+            raise ShapeError(f"poll reply needs one runtime per address ({len(self.addresses)})")
+        checked = []
+        for address, item in zip(self.addresses, runtimes, strict=True):
+            if (
+                not isinstance(item, dict)
+                or item.get("address") != address
+                or not isinstance(item.get("attached"), bool)
+                or not isinstance(item.get("reason", ""), str)
+                or not isinstance(item.get("detail", ""), str)
+            ):
+                raise ShapeError(f"runtime entry for {address} is malformed")
+            entry = {
+                "address": address,
+                "attached": item["attached"],
+                "reason": item.get("reason", ""),
+                "detail": item.get("detail", "")[:500],
+            }
+            checked.append(entry)
+            out.append(
+                Reading("accel_tpu_runtime_attached", (address,), 1.0 if item["attached"] else 0.0)
+            )
+        self._runtimes = checked
+        out += self._histograms(reply.get("histograms", []))
+        return states, out
+
+    def _histograms(self, raw: Any) -> list[Reading]:
+        """``accel_tpu_transfer_latency_seconds`` from the reply, every field checked."""
+        limit = len(self.addresses) * len(KINDS) * MAX_POINTS
+        if not isinstance(raw, list) or len(raw) > limit:
+            raise ShapeError(f"histograms is not a list of at most {limit}")
+        width = len(LATENCY_BUCKETS) + 1
+        out = []
+        for item in raw:
+            if not isinstance(item, dict):
+                raise ShapeError("a histogram is not an object")
+            counts, total = item.get("counts"), item.get("sum")
+            labels = (item.get("address"), item.get("kind"), item.get("buffer_size"))
+            if (
+                labels[0] not in self.addresses
+                or labels[1] not in KINDS
+                or not isinstance(labels[2], str)
+                or len(labels[2]) > MAX_LABEL
+                or not isinstance(counts, list)
+                or len(counts) != width
+                or any(type(c) is not int or c < 0 for c in counts)
+                or any(a > b for a, b in itertools.pairwise(counts))
+                or not isinstance(total, (int, float))
+                or not is_number(total)
+                or total < 0
+            ):
+                raise ShapeError(f"histogram {labels} is malformed")
+            value = HistogramValue(LATENCY_BUCKETS, tuple(counts), float(total))
+            out.append(Reading("accel_tpu_transfer_latency_seconds", labels, value))  # type: ignore[arg-type]
+        return out
