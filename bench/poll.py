@@ -21,6 +21,7 @@ JSON-able dict with at least:
         of the whole cycle (poll + encode + decode and parse), and its quotient to
         the bare calls (goal: as close to 1.5 as it gets);
     "slow": the same for a poll that includes the slow fields;
+    "gpm" (nvml): the same for the GPM calls alone (per GPU: divide by "devices");
     "first_complete_metrics_seconds": daemon start to the first /metrics with every
         device up (target <= 2 s).
 

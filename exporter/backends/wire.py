@@ -25,7 +25,14 @@ def new_rows() -> Rows:
 
 # Families the daemon itself derives for each device (from the reply's device
 # list): a worker that sent them could overrule the daemon's verdict on a device.
-DAEMON_OWNED = frozenset({"accel_device_up", "accel_device_down_reason_info"})
+DAEMON_OWNED = frozenset(
+    {
+        "accel_device_up",
+        "accel_device_down_reason_info",
+        "accel_device_health",
+        "accel_device_health_reason_info",
+    }
+)
 
 # The families a backend may send, with the width of a row: its label count, the
 # two identity labels (device, uuid) being replaced by one inventory position.

@@ -151,6 +151,11 @@ CHECKS: dict[str, CheckSpec] = {
         _xid_args,
         lambda a, s: devices.xid(s, a.window, time.time(), a.critical_xids, a.ignore_xids),
     ),
+    "health": CheckSpec(
+        "the daemon's health verdict per device (ok, degraded, failed, predicted_failure)",
+        _missing_flag,
+        lambda a, s: devices.health(s, a.missing_ok),
+    ),
     "ccl-job": CheckSpec(
         "NCCL/RCCL job state from the RAS service",
         _ccl_args,

@@ -58,6 +58,7 @@ from exporter.backends.wire import ROW_WIDTH
 from exporter.catalog.device import INFO_LABELS
 from exporter.config.schema import DeviceSourceConfig
 from exporter.errors import SourceError, SourcePending, SourceUnavailable, WorkerError
+from exporter.health import HealthJudge
 from exporter.model import Reading, readings_of
 from exporter.sources import pci
 from exporter.sources.worker import WorkerSource
@@ -224,6 +225,8 @@ class DeviceSource(WorkerSource):
         self._inventory_raw: dict[str, Any] | None = None
         self._slow: list[Reading] = []
         self._next_slow = 0.0
+        # The health verdict of each device, derived from every poll's readings.
+        self._health = HealthJudge()
         # Identity of every device any inventory named, by library index: an isolated
         # device keeps the name it had.
         self._known: dict[int, DeviceId] = {}
@@ -341,7 +344,7 @@ class DeviceSource(WorkerSource):
             out.append(Reading("accel_device_isolated_info", (*key, fault.reason, fault.call), 1.0))
             out.append(Reading("accel_device_isolated_since_timestamp_seconds", key, fault.since))
         out.extend(values)
-        return out
+        return self._health.judge(out)
 
     def _all_down(self, reason: str) -> list[Reading]:
         out = self._compose({(d.device, d.uuid): reason for d in self._devices}, ())
