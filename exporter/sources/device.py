@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -207,6 +208,7 @@ class DeviceSource(WorkerSource):
         backend_config: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
         vendor: str = "",
+        library_file: str | None = None,
     ) -> None:
         super().__init__(
             name,
@@ -218,6 +220,11 @@ class DeviceSource(WorkerSource):
         )
         self.device_config = config
         self._log = log.get(source=name)
+        # A library that can only be at one path (the binding loads it by absolute
+        # path): while that file is absent no worker is started, so a node without
+        # this vendor pays nothing for the source, not a process every re-probe.
+        self._library_file = library_file
+        self._started = False
         # The vendor label before the worker's inventory names it (the library may never load).
         self._default_vendor = vendor
         self._vendor = ""
@@ -246,6 +253,24 @@ class DeviceSource(WorkerSource):
 
     def _call_budget(self) -> float:
         return call_budget(self.timeout)
+
+    def _missing_library(self) -> str:
+        """Why no worker can load the library here, or "" (also when it could be anywhere)."""
+        path = self._library_file
+        if path is None or os.path.exists(path):
+            return ""
+        return f"{path} does not exist (set sources.{self.name}.library_path if it is elsewhere)"
+
+    async def start(self) -> None:
+        """Start the worker, unless its library is certainly absent (then: at a later poll)."""
+        if not self._missing_library():
+            await super().start()
+            self._started = True
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Wait for the worker's first bootstrap, if one was started."""
+        if self._started:
+            await super().wait_ready(timeout)
 
     def status(self) -> dict[str, Any]:
         """Worker state plus the devices known; isolated devices by name."""
@@ -357,6 +382,16 @@ class DeviceSource(WorkerSource):
         """One poll plus the bus count; a worker whose devices changed is replaced, asked again."""
         extra = self._own_readings(await self._scan_pci())
         try:
+            if not self._started:
+                missing = self._missing_library()
+                if missing:
+                    # As when a worker finds no library: a failure on a node declared to
+                    # have these accelerators, else "no such hardware here".
+                    declared = self.device_config.expected_devices is not None
+                    kind = SourceError if declared else SourceUnavailable
+                    raise kind("library_not_found", missing, self._expected())
+                await super().start()
+                self._started = True
             return [*await self._poll_device(), *extra]
         except SourceError as exc:
             exc.readings = (*exc.readings, *extra)

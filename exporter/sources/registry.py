@@ -60,6 +60,7 @@ def _levelzero(config: Config) -> Source:
         "exporter.backends.levelzero:LevelZeroBackend",
         backend_config={"library_path": cfg.library_path},
         vendor="intel",
+        library_file=cfg.library_path,
     )
 
 
@@ -71,6 +72,7 @@ def _hlml(config: Config) -> Source:
         "exporter.backends.hlml:HlmlBackend",
         backend_config={"library_path": cfg.library_path, "nic_statistics": cfg.nic_statistics},
         vendor="intel_gaudi",
+        library_file=cfg.library_path,
     )
 
 
