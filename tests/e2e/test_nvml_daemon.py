@@ -13,7 +13,10 @@ from tests.helpers.promtool import check_metrics
 
 # The other sources that start on their own (enabled: auto), off so that only the
 # nvml worker and its series are present.
-OTHERS_OFF = {name: {"enabled": False} for name in ("host", "amdsmi", "ccl_ras", "ccl_inspector")}
+OTHERS_OFF = {
+    name: {"enabled": False}
+    for name in ("host", "amdsmi", "levelzero", "hlml", "tpu", "neuron", "ccl_ras", "ccl_inspector")
+}
 
 OTHERS_OFF_FLAGS = [
     arg for name in OTHERS_OFF for arg in (f"--sources.{name.replace('_', '-')}.enabled", "false")
