@@ -15,6 +15,7 @@ from exporter.config.schema import Config, SourceConfig
 from exporter.sources.base import Source
 from exporter.sources.ccl_inspector import CclInspectorSource
 from exporter.sources.ccl_ras import CclRasSource
+from exporter.sources.cper_ledger import LedgerStore
 from exporter.sources.device import DeviceSource
 from exporter.sources.host import HostSource
 
@@ -47,8 +48,10 @@ def _amdsmi(config: Config) -> Source:
             "event_types": list(cfg.event_types),
             "sys_path": cfg.sys_path,
             "dev_path": cfg.dev_path,
+            "cper_per_poll": cfg.cper_per_poll,
         },
         vendor="amd",
+        ledger=LedgerStore(cfg.state_dir),
     )
 
 
