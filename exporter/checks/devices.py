@@ -1,8 +1,8 @@
-"""Checks about the accelerators themselves: count, temperature, memory health, XID errors.
+"""Checks about the accelerators themselves: count, temperature, memory health, XID and AFID errors.
 
 Every check reads the daemon's metric families (``accel_device_info``,
 ``accel_device_up``, ``accel_temperature_celsius``, ``accel_ecc_errors_total``,
-``accel_remapped_rows*``, ``accel_retired_pages*``, ``accel_xid_*``), so they
+``accel_remapped_rows*``, ``accel_retired_pages*``, ``accel_xid_*``, ``accel_amd_afid_*``), so they
 work the same for NVIDIA and AMD wherever the family exists.
 """
 
@@ -302,3 +302,47 @@ def xid(
     if parts:
         text += ": " + "; ".join(parts)
     return Result(worst(statuses), text, [Perf("xid_codes", count, minimum=0)])
+
+
+def afid(
+    samples: Samples,
+    window: float,
+    now: float,
+    ignore: frozenset[int] = frozenset(),
+    critical: frozenset[int] = frozenset(),
+) -> Result:
+    """AMD AFIDs recorded within ``window`` seconds.
+
+    CRITICAL for an AFID recorded with fatal severity (or listed in ``critical``),
+    else WARNING. The last-seen time is per AFID, so an AFID ever recorded as
+    fatal counts as fatal when it is seen again.
+    """
+    fatal = {
+        (labels.get("uuid", ""), labels.get("afid", ""))
+        for labels, count in samples.get("accel_amd_afid_errors_total")
+        if labels.get("severity") == "fatal" and count > 0
+    }
+    # uuid -> [(afid, "fatal" | "critical" | "")]
+    recent: dict[str, list[tuple[int, str]]] = {}
+    for labels, stamp in samples.get("accel_amd_afid_last_timestamp_seconds"):
+        code, uuid = labels.get("afid", ""), labels.get("uuid", "")
+        if not code.isdigit() or int(code) in ignore or now - stamp > window:
+            continue
+        why = "fatal" if (uuid, code) in fatal else "critical" if int(code) in critical else ""
+        recent.setdefault(uuid, []).append((int(code), why))
+    statuses = [Status.OK]
+    statuses += [
+        Status.CRITICAL if why else Status.WARNING for v in recent.values() for _, why in v
+    ]
+    names = {d.uuid: d.label for d in devices(samples)}
+    parts = [
+        f"{names.get(uuid, uuid)} afid "
+        + ",".join(f"{c} ({why})" if why else str(c) for c, why in sorted(codes))
+        for uuid, codes in sorted(recent.items(), key=lambda kv: names.get(kv[0], kv[0]))
+    ]
+    count = sum(len(c) for c in recent.values())
+    minutes = f"{window / 60:g}m" if window >= 60 else f"{window:g}s"
+    text = f"{count} AFIDs seen in the last {minutes}"
+    if parts:
+        text += ": " + "; ".join(parts)
+    return Result(worst(statuses), text, [Perf("afids", count, minimum=0)])
