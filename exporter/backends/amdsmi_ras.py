@@ -19,11 +19,11 @@ the fast poll.
 
 from __future__ import annotations
 
-import calendar
 import ctypes
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from exporter.backends.amdsmi_fields import LOST, U32_MAX, DeviceLost, DeviceReader, status_name
@@ -105,13 +105,18 @@ def cper_timestamp(ts: Any) -> float | None:
     century = int(ts.century)
     year = century * 100 + int(ts.year) if century else 2000 + int(ts.year)
     try:
-        return float(
-            calendar.timegm(
-                (year, int(ts.month), int(ts.day), int(ts.hours), int(ts.minutes), int(ts.seconds))
-            )
+        when = datetime(
+            year,
+            int(ts.month),
+            int(ts.day),
+            int(ts.hours),
+            int(ts.minutes),
+            int(ts.seconds),
+            tzinfo=timezone.utc,
         )
     except (ValueError, OverflowError):
         return None
+    return when.timestamp()
 
 
 @dataclass
