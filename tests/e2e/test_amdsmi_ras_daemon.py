@@ -95,8 +95,7 @@ def test_no_double_count_across_a_daemon_restart(
     daemon_factory: Any, amdsmi_env: dict[str, str], amdsmi_fake: FakeAmdSmi, tmp_path: Path
 ) -> None:
     dev = amdsmi_fake.device(5)
-    state.cper(dev, KINDS)
-    dev.cper_count = 200
+    state.cper(dev, KINDS, 200)
     uuid = expected.uuid(dev)
     state_dir = tmp_path / "state"
     first: Daemon = daemon_factory(config=config(state_dir), env=amdsmi_env)
@@ -162,6 +161,17 @@ def check(url: str, *args: str) -> tuple[int, str]:
     return done.returncode, done.stdout.strip()
 
 
+def record(d: Daemon, fake: FakeAmdSmi, i: int, severity: int, afid: int) -> None:
+    """One record on GPU i, stamped a minute ago; wait until the daemon counts it."""
+    dev = fake.device(i)
+    state.cper(dev, [(severity, [afid])])
+    dev.cper_time0 = int(time.time()) - 60
+    dev.cper_count = 1
+    sev = "fatal" if severity == FATAL else "non_fatal_corrected"
+    labels = {"device": str(i), "uuid": expected.uuid(dev), "afid": str(afid), "severity": sev}
+    d.wait_metric("accel_amd_afid_errors_total", 1, **labels)
+
+
 def test_check_afid_against_the_daemon(
     daemon_factory: Any, amdsmi_env: dict[str, str], amdsmi_fake: FakeAmdSmi
 ) -> None:
@@ -170,21 +180,11 @@ def test_check_afid_against_the_daemon(
     d.wait_metric("accel_devices", 8, vendor="amd")
     code, out = check(d.url, "--window", "1h")
     assert code == 0 and out.startswith("AFID OK - 0 AFIDs seen in the last 60m"), out
-    corrected = amdsmi_fake.device(1)
-    state.cper(corrected, [(CORRECTED, [12])])
-    corrected.cper_time0 = int(time.time()) - 60
-    corrected.cper_count = 1
-    d.wait_metric("accel_amd_afid_errors_total", 1, afid="12", severity="non_fatal_corrected",
-                  device="1", uuid=expected.uuid(corrected))  # fmt: skip
+    record(d, amdsmi_fake, 1, CORRECTED, 12)
     code, out = check(d.url, "--window", "1h")
     assert code == 1 and "gpu1 afid 12" in out
     assert check(d.url, "--window", "1h", "--exit-codes", "npd")[0] == 1
-    fatal = amdsmi_fake.device(2)
-    state.cper(fatal, [(FATAL, [30])])
-    fatal.cper_time0 = int(time.time()) - 60
-    fatal.cper_count = 1
-    d.wait_metric("accel_amd_afid_errors_total", 1, afid="30", severity="fatal",
-                  device="2", uuid=expected.uuid(fatal))  # fmt: skip
+    record(d, amdsmi_fake, 2, FATAL, 30)
     code, out = check(d.url, "--window", "1h")
     assert code == 2 and "gpu2 afid 30 (fatal)" in out
     assert check(d.url, "--window", "1h", "--exit-codes", "npd")[0] == 1

@@ -7,7 +7,7 @@ from the ring's contents (entry i is record kind i % kinds).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -30,17 +30,8 @@ KINDS: list[Any] = [(FATAL, [30]), (CORRECTED, [12, 13]), (UNCORRECTED, [12])]
 
 
 @pytest.fixture
-def make(amdsmi_inprocess: FakeAmdSmi) -> Iterator[Make]:
-    made: list[AmdSmiBackend] = []
-
-    def build(**config: Any) -> AmdSmiBackend:
-        backend = AmdSmiBackend({"events": False, **config})
-        made.append(backend)
-        return backend
-
-    yield build
-    for backend in made:
-        backend.close()
+def make(amdsmi_backends: Make) -> Make:
+    return amdsmi_backends
 
 
 def poll(backend: AmdSmiBackend, ledger: dict[str, Any] | None = None, **args: Any) -> Any:
@@ -76,8 +67,7 @@ def test_afid_counts_are_exact_and_nothing_is_read_twice(
     make: Make, amdsmi_inprocess: FakeAmdSmi
 ) -> None:
     dev = amdsmi_inprocess.device(0)
-    state.cper(dev, KINDS)
-    dev.cper_count = 7
+    state.cper(dev, KINDS, 7)
     backend = make()
     backend.bootstrap()
     uuid = expected.uuid(dev)
@@ -107,8 +97,7 @@ def test_a_new_worker_goes_on_from_the_ledger_it_is_given(
     make: Make, amdsmi_inprocess: FakeAmdSmi
 ) -> None:
     dev = amdsmi_inprocess.device(3)
-    state.cper(dev, KINDS)
-    dev.cper_count = 5
+    state.cper(dev, KINDS, 5)
     old = make()
     old.bootstrap()
     ledger = poll(old, {})["ledger"]
@@ -129,8 +118,7 @@ def test_a_new_worker_goes_on_from_the_ledger_it_is_given(
 
 def test_a_burst_is_read_in_bounded_chunks(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
     dev = amdsmi_inprocess.device(0)
-    state.cper(dev, KINDS)
-    dev.cper_count = 10_000
+    state.cper(dev, KINDS, 10_000)
     backend = make(cper_per_poll=256)
     backend.bootstrap()
     uuid = expected.uuid(dev)
@@ -156,8 +144,7 @@ def test_bad_records_are_skipped_and_counted_the_rest_exported(
         (UNCORRECTED, [40], state.CPER_SHORT_SECTION),
         (CORRECTED, [12]),
     ]
-    state.cper(dev, kinds)
-    dev.cper_count = 10
+    state.cper(dev, kinds, 10)
     backend = make()
     backend.bootstrap()
     reply = poll(backend, {})
@@ -241,8 +228,7 @@ def test_cpx_node_of_64_partitions_exports_each_partitions_own_xcp(
 ) -> None:
     state.cpx(amdsmi_inprocess, gpus=8)
     for g in range(8):  # one CPER ring per GPU, read through its first partition
-        state.cper(amdsmi_inprocess.device(8 * g), KINDS)
-        amdsmi_inprocess.device(8 * g).cper_count = g + 1
+        state.cper(amdsmi_inprocess.device(8 * g), KINDS, g + 1)
     backend = make()
     inventory = backend.bootstrap()
     assert len(inventory["devices"]) == 64

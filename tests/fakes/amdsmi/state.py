@@ -326,8 +326,10 @@ def cpx(fake: FakeAmdSmi, gpus: int = 8) -> None:
             set_xcps(dev, [[5 * g + x] for x in range(NUM_XCP)])
 
 
-def cper(dev: Device, kinds: list[tuple[int, list[int]] | tuple[int, list[int], int]]) -> None:
-    """Set a device's CPER record kinds: (severity, afids[, flaw]) each; the ring stays empty."""
+def cper(
+    dev: Device, kinds: list[tuple[int, list[int]] | tuple[int, list[int], int]], count: int = 0
+) -> None:
+    """Set a device's CPER record kinds, (severity, afids[, flaw]) each, and ``count`` entries."""
     dev.cper_kinds_n = len(kinds)
     for k, kind in enumerate(kinds):
         slot = dev.cper_kinds[k]
@@ -336,7 +338,7 @@ def cper(dev: Device, kinds: list[tuple[int, list[int]] | tuple[int, list[int], 
         slot.afid_count = len(afids)
         for j, afid in enumerate(afids):
             slot.afids[j] = afid
-    dev.cper_count = 0
+    dev.cper_count = count
 
 
 def create(path: Path, devices: int = 8) -> FakeAmdSmi:
