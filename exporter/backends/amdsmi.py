@@ -300,9 +300,8 @@ class AmdSmiBackend:
             r = DeviceReader(self.api, gpu.handle, position, readings, partitioned=gpu.partitioned)
             r.xcp = gpu.xcp
             slow_r = DeviceReader(self.api, gpu.handle, position, slow_readings)
-            reason = self._read(gpu, r, slow_r if slow else None, processes)
-            if not reason and gpu.primary:
-                reason = self._read_cper(gpu, r, ledgers.get(gpu.uuid, Ledger()), ledger_out)
+            cper = (ledgers.get(gpu.uuid, Ledger()), ledger_out) if gpu.primary else None
+            reason = self._read(gpu, r, slow_r if slow else None, processes, cper)
             devices.append({"uuid": gpu.uuid, "up": not reason, "reason": reason})
             if reason:  # a device found down shows no readings, not half of them
                 drop(readings, position)
@@ -328,19 +327,13 @@ class AmdSmiBackend:
         except LedgerError as exc:
             raise BackendError("bad_request", f"poll args: ledger: {exc}") from None
 
-    def _read_cper(self, gpu: Gpu, r: DeviceReader, ledger: Ledger, out: dict[str, Any]) -> str:
+    def _read_cper(self, gpu: Gpu, r: DeviceReader, ledger: Ledger, out: dict[str, Any]) -> None:
         """New CPER records into the ledger (returned to the daemon) and its readings."""
         if self._cper is None or not self._cper.offered:
-            return ""
-        try:
-            ledger = self._cper.read(r, ledger)
-        except DeviceLost as exc:
-            self._note(gpu, "device", exc.status)
-            return "gpu_lost"
+            return
+        ledger = self._cper.read(r, ledger)
         out[gpu.uuid] = ledger.to_wire()
         export_ledger(r, ledger)
-        self._note_failures(gpu, r)
-        return ""
 
     def _count_errors(self, gpu: Gpu, r: DeviceReader) -> None:
         for reason, n in r.errors.items():
@@ -365,13 +358,26 @@ class AmdSmiBackend:
             if found is not None and found.identified:
                 raise InventoryChanged(f"GPU {gpu.device} answers again, as {found.uuid}")
 
-    def _read(self, gpu: Gpu, r: DeviceReader, slow_r: DeviceReader | None, processes: bool) -> str:
-        """Read one device into the reply's rows; the reason it is down, or ""."""
+    def _read(
+        self,
+        gpu: Gpu,
+        r: DeviceReader,
+        slow_r: DeviceReader | None,
+        processes: bool,
+        cper: tuple[Ledger, dict[str, Any]] | None,
+    ) -> str:
+        """Read one device into the reply's rows; the reason it is down, or "".
+
+        ``cper``: the GPU's ledger from the daemon and where to put the advanced
+        one (None for a partition other than the first).
+        """
         try:
             for read in FAST:
                 read(r)
             if processes:
                 read_processes(r)
+            if cper is not None:
+                self._read_cper(gpu, r, *cper)
             if slow_r is not None:
                 read_ecc(slow_r, self._blocks)
                 read_partition(slow_r)

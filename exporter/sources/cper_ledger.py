@@ -31,6 +31,26 @@ FILE_NAME = "amdsmi-cper.json"
 FORMAT = 1
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
+# One store per state directory and process: a configuration reload builds new
+# sources, and they must go on from the ledgers of the ones they replace.
+_STORES: dict[str, LedgerStore] = {}
+# Only the daemon writes the file; one-shot commands (once, probe, check --local)
+# read it, so their counts go on from the daemon's, and leave it alone.
+_WRITES = {"enabled": False}
+
+
+def enable_writes() -> None:
+    """Let this process write state files (the daemon calls this once)."""
+    _WRITES["enabled"] = True
+
+
+def store_for(state_dir: str) -> LedgerStore:
+    """The process's store for ``state_dir`` ("" = in memory only)."""
+    store = _STORES.get(state_dir)
+    if store is None:
+        store = _STORES[state_dir] = LedgerStore(state_dir)
+    return store
+
 
 def boot_id(path: Path = BOOT_ID) -> str:
     """The kernel's id of this boot ("" when it cannot be read)."""
@@ -101,9 +121,12 @@ class LedgerStore:
             {"format": FORMAT, "boot_id": self.boot, "devices": self.ledgers}, sort_keys=True
         )
 
-    def save(self) -> None:
-        """Write the file when it differs from what was written (no-op without a directory)."""
-        if self.path is None:
+    def save(self, *, force: bool = False) -> None:
+        """Write the file when it differs from what was written.
+
+        A no-op without a directory, and outside the daemon unless ``force``.
+        """
+        if self.path is None or not (force or _WRITES["enabled"]):
             return
         text = self._text()
         if text == self._written:

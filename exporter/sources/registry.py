@@ -12,10 +12,10 @@ from collections.abc import Callable, Mapping
 from exporter.catalog import CATALOG, MetricSpec, with_rows
 from exporter.catalog.workload import pod_labels_row
 from exporter.config.schema import Config, SourceConfig
+from exporter.sources import cper_ledger
 from exporter.sources.base import Source
 from exporter.sources.ccl_inspector import CclInspectorSource
 from exporter.sources.ccl_ras import CclRasSource
-from exporter.sources.cper_ledger import LedgerStore
 from exporter.sources.device import DeviceSource
 from exporter.sources.host import HostSource
 
@@ -51,7 +51,7 @@ def _amdsmi(config: Config) -> Source:
             "cper_per_poll": cfg.cper_per_poll,
         },
         vendor="amd",
-        ledger=LedgerStore(cfg.state_dir),
+        ledger=cper_ledger.store_for(cfg.state_dir),
     )
 
 

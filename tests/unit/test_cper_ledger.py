@@ -17,7 +17,7 @@ def test_adopted_ledgers_are_written_and_read_back_on_the_same_boot(tmp_path: Pa
     store = LedgerStore(str(tmp_path), boot="boot-a")
     assert store.update({"GPU-0": LEDGER}, {"GPU-0", "GPU-1"}) is True
     assert store.update({"GPU-0": LEDGER}, {"GPU-0"}) is False  # unchanged
-    store.save()
+    store.save(force=True)
     again = LedgerStore(str(tmp_path), boot="boot-a")
     assert again.ledgers == {"GPU-0": LEDGER}
 
@@ -25,7 +25,7 @@ def test_adopted_ledgers_are_written_and_read_back_on_the_same_boot(tmp_path: Pa
 def test_a_new_boot_restarts_the_cursors_and_keeps_the_counts(tmp_path: Path) -> None:
     store = LedgerStore(str(tmp_path), boot="boot-a")
     store.update({"GPU-0": LEDGER}, {"GPU-0"})
-    store.save()
+    store.save(force=True)
     rebooted = LedgerStore(str(tmp_path), boot="boot-b")
     assert rebooted.ledgers["GPU-0"] == {**LEDGER, "cursor": 0}
 
@@ -33,7 +33,7 @@ def test_a_new_boot_restarts_the_cursors_and_keeps_the_counts(tmp_path: Path) ->
 def test_without_a_directory_nothing_is_written(tmp_path: Path) -> None:
     store = LedgerStore("", boot="boot-a")
     store.update({"GPU-0": LEDGER}, {"GPU-0"})
-    store.save()
+    store.save(force=True)
     assert store.path is None and list(tmp_path.iterdir()) == []
 
 
@@ -50,7 +50,7 @@ def test_an_unreadable_file_starts_empty_and_is_replaced(tmp_path: Path, text: s
     store = LedgerStore(str(tmp_path), boot="boot-a")
     assert store.ledgers == {}
     store.update({"GPU-0": LEDGER}, {"GPU-0"})
-    store.save()
+    store.save(force=True)
     assert json.loads((tmp_path / FILE_NAME).read_text())["devices"] == {"GPU-0": LEDGER}
 
 
@@ -65,7 +65,7 @@ def test_an_unwritable_directory_keeps_counting_in_memory(tmp_path: Path) -> Non
     blocker.write_text("")
     store = LedgerStore(str(blocker / "sub"), boot="b")  # a directory under a file
     store.update({"GPU-0": LEDGER}, {"GPU-0"})
-    store.save()  # logs, does not raise
+    store.save(force=True)  # logs, does not raise
     assert store.ledgers == {"GPU-0": LEDGER}
 
 
@@ -107,3 +107,27 @@ def test_cper_timestamps_are_utc_and_nonsense_is_none() -> None:
     assert cper_timestamp(Stamp(month=13)) is None
     assert cper_timestamp(Stamp(day=31, month=2)) is None
     assert cper_timestamp(Stamp(hours=24)) is None
+
+
+def test_only_the_daemon_writes_unless_forced(tmp_path: Path) -> None:
+    from exporter.sources import cper_ledger
+
+    store = LedgerStore(str(tmp_path), boot="b")
+    store.update({"GPU-0": LEDGER}, {"GPU-0"})
+    was = cper_ledger._WRITES["enabled"]
+    cper_ledger._WRITES["enabled"] = False
+    try:
+        store.save()  # a one-shot command: reads the file, leaves it alone
+        assert not (tmp_path / FILE_NAME).exists()
+        cper_ledger.enable_writes()
+        store.save()
+        assert (tmp_path / FILE_NAME).exists()
+    finally:
+        cper_ledger._WRITES["enabled"] = was
+
+
+def test_one_store_per_directory_and_process(tmp_path: Path) -> None:
+    from exporter.sources.cper_ledger import store_for
+
+    assert store_for(str(tmp_path)) is store_for(str(tmp_path))
+    assert store_for(str(tmp_path)) is not store_for(str(tmp_path / "other"))
