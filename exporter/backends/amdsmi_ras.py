@@ -149,13 +149,22 @@ class CperReader:
         """The ledger after up to ``budget`` new records; failures go to ``r``."""
         out = Ledger.from_wire(ledger.to_wire())
         counts, last, skipped = Counter(out.counts), dict(out.last), Counter(out.skipped)
-        left = self.budget
+        left, restarted = self.budget, False
         while left > 0:
             chunk = self._chunk(r, out.cursor, min(left, HEADERS_PER_CALL))
             if chunk.status not in ("", "done"):
                 if chunk.status not in NO_CPER:
                     r.failure("cper", chunk.status)
                 break
+            if chunk.cursor < out.cursor and not chunk.records:
+                # The ring is shorter than our cursor: the driver was reloaded and
+                # its ring started again (a reboot is caught by the daemon's boot id).
+                # Its records are new: read it from the start, once.
+                r.errors["cper_ring_restarted"] += 1
+                if out.cursor == 0 or restarted:
+                    break
+                out.cursor, restarted = 0, True
+                continue
             skipped.update(chunk.bad)
             moved = chunk.cursor != out.cursor
             out.cursor = chunk.cursor

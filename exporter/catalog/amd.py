@@ -141,7 +141,8 @@ ROWS = (
         "accel_amd_field_errors_total",
         Kind.COUNTER,
         "Items of amdsmi answers skipped as malformed, by reason (xcp_value_not_available,"
-        " xcp_not_available, xcp_out_of_range; counted since the worker started).",
+        " xcp_not_available, xcp_out_of_range), and CPER rings found restarted"
+        " (cper_ring_restarted: read again from the start); counted since the worker started.",
         (*ID, "reason"),
     ),
     MetricSpec(

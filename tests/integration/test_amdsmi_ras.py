@@ -290,3 +290,22 @@ def test_a_partition_whose_xcp_is_not_available_has_no_utilization(
     assert values(reply, "accel_amd_xcp_utilization_ratio", device=5) == {}
     assert values(reply, "accel_amd_field_errors_total", device=5) == {("xcp_not_available",): 1}
     assert values(reply, "accel_utilization_ratio", device=4) == {(): 0.04}
+
+
+def test_a_ring_shorter_than_the_cursor_is_read_again_from_its_start(
+    make: Make, amdsmi_inprocess: FakeAmdSmi
+) -> None:
+    dev = amdsmi_inprocess.device(0)
+    state.cper(dev, KINDS, 7)
+    backend = make()
+    backend.bootstrap()
+    first = poll(backend, {}, slow=False)
+    # The driver is reloaded: its ring starts again, with two new records.
+    dev.cper_count = 2
+    again = poll(backend, first["ledger"], slow=False)
+    assert again["ledger"][expected.uuid(dev)]["cursor"] == 2
+    both = want_counts(KINDS, 0, 7)
+    for key, n in want_counts(KINDS, 0, 2).items():
+        both[key] = both.get(key, 0) + n
+    assert values(again, "accel_amd_afid_errors_total") == both
+    assert values(again, "accel_amd_field_errors_total") == {("cper_ring_restarted",): 1}
