@@ -123,7 +123,7 @@ def cper_timestamp(ts: Any) -> float | None:
 class _Chunk:
     status: str  # "" read (more may follow), "done" the ring is drained, else a status name
     cursor: int
-    records: list[tuple[bytes, int, float | None]]  # (bytes, severity, timestamp)
+    records: list[tuple[list[int], int, float | None]]  # (AFIDs, severity, timestamp)
     bad: Counter[str]
 
 
@@ -139,6 +139,9 @@ class CperReader:
         self._decode = getattr(w, "amdsmi_get_afids_from_cper", None)
         self._hdr = getattr(w, "amdsmi_cper_hdr_t", None)
         self._size = BUFFER
+        # Reused by every decoding (one worker thread polls).
+        self._afid_out = (ctypes.c_uint64 * MAX_AFIDS)()
+        self._afid_n = ctypes.c_uint32()
 
     @property
     def offered(self) -> bool:
@@ -168,8 +171,7 @@ class CperReader:
             skipped.update(chunk.bad)
             moved = chunk.cursor != out.cursor
             out.cursor = chunk.cursor
-            for raw, severity, when in chunk.records:
-                afids = self._afids(raw, skipped)
+            for afids, severity, when in chunk.records:
                 label = SEVERITIES.get(severity, "unknown")
                 for afid in afids:
                     counts[f"{afid}/{label}"] += 1
@@ -218,10 +220,11 @@ class CperReader:
 
     def _records(
         self, buf: Any, used: int, hdrs: Any, n: int
-    ) -> tuple[list[tuple[bytes, int, float | None]], Counter[str]]:
+    ) -> tuple[list[tuple[list[int], int, float | None]], Counter[str]]:
+        """Each well-formed record's AFIDs, severity and time; the others counted by reason."""
         base = ctypes.addressof(buf)
         header_size = ctypes.sizeof(self._hdr)  # type: ignore[arg-type]
-        records: list[tuple[bytes, int, float | None]] = []
+        records: list[tuple[list[int], int, float | None]] = []
         bad: Counter[str] = Counter()
         for k in range(n):
             ptr = hdrs[k]
@@ -242,23 +245,25 @@ class CperReader:
                 continue
             valid = int(hdr.cper_valid_bits.valid_mask)
             when = cper_timestamp(hdr.timestamp) if valid & TIMESTAMP_VALID else None
-            records.append((ctypes.string_at(base + start, length), int(hdr.error_severity), when))
+            afids = self._afids(ctypes.cast(base + start, ctypes.POINTER(ctypes.c_char)), length)
+            if isinstance(afids, str):
+                bad[afids] += 1
+                continue
+            records.append((afids, int(hdr.error_severity), when))
         return records, bad
 
-    def _afids(self, raw: bytes, skipped: Counter[str]) -> list[int]:
-        """The AFIDs of one record; [] (and a skipped count) when it cannot be decoded."""
-        buf = ctypes.create_string_buffer(raw, len(raw))
-        afids = (ctypes.c_uint64 * MAX_AFIDS)()
-        n = ctypes.c_uint32(MAX_AFIDS)
+    def _afids(self, record: Any, length: int) -> list[int] | str:
+        """The AFIDs of one record (decoded in place), or why they cannot be."""
+        n = self._afid_n
+        n.value = MAX_AFIDS
         code = int(
             self._decode(  # type: ignore[misc]
-                buf, ctypes.c_uint32(len(raw)), afids, ctypes.byref(n)
+                record, ctypes.c_uint32(length), self._afid_out, ctypes.byref(n)
             )
         )
         if code != SUCCESS:
-            skipped["afid_" + status_name(self.api.status_names, code)] += 1
-            return []
-        return [int(afids[k]) for k in range(min(int(n.value), MAX_AFIDS))]
+            return "afid_" + status_name(self.api.status_names, code)
+        return list(self._afid_out[: min(int(n.value), MAX_AFIDS)])
 
 
 def export_ledger(r: DeviceReader, ledger: Ledger) -> None:
