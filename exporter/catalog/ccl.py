@@ -129,6 +129,14 @@ RAS_ROWS = (
         (*_COMM, "rank", "collective"),
     ),
     MetricSpec(
+        "accel_ccl_rank_device_info",
+        Kind.INFO,
+        "Which GPU of this node a communicator rank runs on, as RAS reports it (device: the"
+        " NVML/SMI index; uuid from the device source, empty when unknown), for the ranks on"
+        " this node only: join on device or uuid with the GPU's series.",
+        (*_COMM, "rank", "device", "uuid", "pid"),
+    ),
+    MetricSpec(
         "accel_ccl_ras_query_duration_seconds",
         Kind.HISTOGRAM,
         "Wall time of RAS queries from connect to the end of the report, failed ones included "

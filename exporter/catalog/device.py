@@ -47,6 +47,20 @@ ROWS = (
         (*ID, "reason"),
     ),
     MetricSpec(
+        "accel_device_health",
+        Kind.GAUGE,
+        "The exporter's verdict on a device, one-hot over ok, degraded, failed and"
+        " predicted_failure (OpenTelemetry hw.status states); the rules are in docs/health.md.",
+        (*ID, "state"),
+    ),
+    MetricSpec(
+        "accel_device_health_reason_info",
+        Kind.INFO,
+        "Why a device is not ok (device_down, recovery_action, ecc_uncorrected_growth, ...);"
+        " one series per reason, present only while it holds.",
+        (*ID, "reason"),
+    ),
+    MetricSpec(
         "accel_devices",
         Kind.GAUGE,
         "Number of accelerators the vendor library enumerated.",

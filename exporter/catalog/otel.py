@@ -84,7 +84,8 @@ _PCIE = "PCIe throughput by direction over the driver's last sample window."
 
 
 # The hardware conventions (semantic-conventions docs/hardware/gpu.md and common.md).
-# hw.status is not used: it wants one series per state, accel_device_up is one 0/1 series.
+# hw.status carries the health verdict (one series per hw.state, as the convention wants);
+# accel_device_up is one 0/1 series, not a status.
 # hw.errors is not used for ECC: our counter label (volatile/aggregate) would double count.
 # hw.gpu.io counts bytes; our PCIe figures are rates, so they stay accel.*.
 _SEMCONV = {
@@ -98,6 +99,15 @@ _SEMCONV = {
     "accel_memory_total_bytes": _hw("hw.gpu.memory.limit", Instrument.UPDOWNCOUNTER),
     "accel_memory_used_bytes": _hw("hw.gpu.memory.usage", Instrument.UPDOWNCOUNTER),
     "accel_power_watts": _hw("hw.power", hw__type="gpu"),
+    "accel_device_health": Override(
+        "hw.status",
+        Instrument.UPDOWNCOUNTER,
+        "1",
+        (("hw.type", "gpu"),),
+        (("state", "hw.state"),),
+        True,
+        "Operational status: 1 for the state that holds (hw.state), 0 for the others.",
+    ),
     "accel_energy_joules_total": _hw("hw.energy", hw__type="gpu"),
 }
 
@@ -156,6 +166,7 @@ COUNTS: Mapping[str, str] = MappingProxyType(
     {
         "accel_xid_errors_total": "{error}",
         "accel_nvml_field_errors_total": "{error}",
+        "accel_nvlink_errors_total": "{error}",
         "accel_amd_ecc_correctable_errors_total": "{error}",
         "accel_amd_ecc_uncorrectable_errors_total": "{error}",
         "accel_amd_ecc_deferred_errors_total": "{error}",
@@ -172,6 +183,10 @@ COUNTS: Mapping[str, str] = MappingProxyType(
         "accel_amd_bad_pages": "{page}",
         "accel_amd_bad_page_threshold": "{page}",
         "accel_amd_process_compute_units": "{compute_unit}",
+        "accel_intel_ras_correctable_errors_total": "{error}",
+        "accel_intel_ras_uncorrectable_errors_total": "{error}",
+        "accel_gaudi_replaced_rows": "{row}",
+        "accel_gaudi_nic_statistic_total": "{count}",
         "accel_retired_pages": "{page}",
         "accel_retired_pages_pending": "{page}",
         "accel_remapped_rows": "{row}",

@@ -167,6 +167,11 @@ CHECKS: dict[str, CheckSpec] = {
         _afid_args,
         lambda a, s: devices.afid(s, a.window, time.time(), a.ignore_afids, a.critical_afids),
     ),
+    "health": CheckSpec(
+        "the daemon's health verdict per device (ok, degraded, failed, predicted_failure)",
+        _missing_flag,
+        lambda a, s: devices.health(s, a.missing_ok),
+    ),
     "ccl-job": CheckSpec(
         "NCCL/RCCL job state from the RAS service",
         _ccl_args,

@@ -1,4 +1,4 @@
-"""Checks about the accelerators themselves: count, temperature, memory health, XID and AFID errors.
+"""Checks about the accelerators: count, temperature, memory, XID and AFID errors, health.
 
 Every check reads the daemon's metric families (``accel_device_info``,
 ``accel_device_up``, ``accel_temperature_celsius``, ``accel_ecc_errors_total``,
@@ -371,3 +371,47 @@ def afid(
         ),
     )
     return _codes_result(samples, recent, window, "afid", "AFIDs", "afids", notes=True)
+
+
+# accel_device_health state -> the check status (predicted_failure: plan, not page).
+HEALTH_STATUS = {
+    "ok": Status.OK,
+    "predicted_failure": Status.WARNING,
+    "degraded": Status.WARNING,
+    "failed": Status.CRITICAL,
+}
+
+
+def health(samples: Samples, missing_ok: bool = False) -> Result:
+    """The daemon's verdict per device (docs/health.md), with the reasons of the others.
+
+    failed is CRITICAL; degraded and predicted_failure are WARNING.
+    """
+    states = {
+        labels.get("uuid", ""): labels.get("state", "")
+        for labels, value in samples.get("accel_device_health")
+        if value == 1
+    }
+    reasons: dict[str, list[str]] = {}
+    for labels, _ in samples.get("accel_device_health_reason_info"):
+        reasons.setdefault(labels.get("uuid", ""), []).append(labels.get("reason", ""))
+
+    def judge(dev: Device) -> Verdict | None:
+        state = states.get(dev.uuid)
+        if state is None:
+            return None
+        status = HEALTH_STATUS.get(state, Status.UNKNOWN)
+        note = ""
+        if status is not Status.OK:
+            why = ",".join(sorted(reasons.get(dev.uuid, []))) or "no reason given"
+            note = f"{dev.label} {state} ({why})"
+        perf = Perf(
+            f"{dev.label}_health",
+            list(HEALTH_STATUS).index(state) if state in HEALTH_STATUS else 3,
+            warn="0",
+            crit="2",
+            minimum=0,
+        )
+        return Verdict(status, [perf], note)
+
+    return _per_device(samples, judge, "health verdict", "all ok", missing_ok)

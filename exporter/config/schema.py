@@ -230,6 +230,28 @@ class AmdSmiSourceConfig(DeviceSourceConfig):
         return out
 
 
+# Where Debian and Ubuntu install the Level Zero loader (the path pyzes hard-codes).
+LEVELZERO_DEFAULT_LIBRARY = "/usr/lib/x86_64-linux-gnu/libze_loader.so.1"
+HLML_DEFAULT_LIBRARY = "/usr/lib/habanalabs/libhlml.so"
+
+
+@dataclass(frozen=True)
+class LevelZeroSourceConfig(DeviceSourceConfig):
+    """Intel GPUs through Level Zero Sysman (pyzes); ``library_path`` is the loader to use."""
+
+    # RHEL, SUSE and Fedora install it as /usr/lib64/libze_loader.so.1.
+    library_path: str = LEVELZERO_DEFAULT_LIBRARY
+
+
+@dataclass(frozen=True)
+class HlmlSourceConfig(DeviceSourceConfig):
+    """Intel Gaudi through libhlml (habana-pyhlml); ``library_path`` is the library to use."""
+
+    library_path: str = HLML_DEFAULT_LIBRARY
+    # Per-port NIC counters (the driver names them; dozens per port): read on slow polls.
+    nic_statistics: bool = True
+
+
 @dataclass(frozen=True)
 class TpuSourceConfig(DeviceSourceConfig):
     """Google TPUs: chips counted from the host, runtime metrics from libtpu's gRPC service."""
@@ -391,6 +413,8 @@ class SourcesConfig:
     host: HostSourceConfig = field(default_factory=HostSourceConfig)
     nvml: DeviceSourceConfig = field(default_factory=DeviceSourceConfig)
     amdsmi: AmdSmiSourceConfig = field(default_factory=AmdSmiSourceConfig)
+    levelzero: LevelZeroSourceConfig = field(default_factory=LevelZeroSourceConfig)
+    hlml: HlmlSourceConfig = field(default_factory=HlmlSourceConfig)
     tpu: TpuSourceConfig = field(default_factory=TpuSourceConfig)
     neuron: NeuronSourceConfig = field(default_factory=NeuronSourceConfig)
     ccl_ras: CclRasSourceConfig = field(default_factory=CclRasSourceConfig)

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -60,6 +61,7 @@ from exporter.backends.wire import ROW_WIDTH
 from exporter.catalog.device import INFO_LABELS
 from exporter.config.schema import DeviceSourceConfig
 from exporter.errors import SourceError, SourcePending, SourceUnavailable, WorkerError
+from exporter.health import HealthJudge
 from exporter.model import Reading, readings_of
 from exporter.sources import pci
 from exporter.sources.cper_ledger import LedgerStore
@@ -209,6 +211,7 @@ class DeviceSource(WorkerSource):
         backend_config: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
         vendor: str = "",
+        library_file: str | None = None,
         ledger: LedgerStore | None = None,
     ) -> None:
         super().__init__(
@@ -221,6 +224,11 @@ class DeviceSource(WorkerSource):
         )
         self.device_config = config
         self._log = log.get(source=name)
+        # A library that can only be at one path (the binding loads it by absolute
+        # path): while that file is absent no worker is started, so a node without
+        # this vendor pays nothing for the source, not a process every re-probe.
+        self._library_file = library_file
+        self._started = False
         # The vendor label before the worker's inventory names it (the library may never load).
         self._default_vendor = vendor
         # What the worker has consumed of each device's record stream (AMD CPER):
@@ -231,6 +239,8 @@ class DeviceSource(WorkerSource):
         self._inventory_raw: dict[str, Any] | None = None
         self._slow: list[Reading] = []
         self._next_slow = 0.0
+        # The health verdict of each device, derived from every poll's readings.
+        self._health = HealthJudge()
         # Identity of every device any inventory named, by library index: an isolated
         # device keeps the name it had.
         self._known: dict[int, DeviceId] = {}
@@ -250,6 +260,24 @@ class DeviceSource(WorkerSource):
 
     def _call_budget(self) -> float:
         return call_budget(self.timeout)
+
+    def _missing_library(self) -> str:
+        """Why no worker can load the library here, or "" (also when it could be anywhere)."""
+        path = self._library_file
+        if path is None or os.path.exists(path):
+            return ""
+        return f"{path} does not exist (set sources.{self.name}.library_path if it is elsewhere)"
+
+    async def start(self) -> None:
+        """Start the worker, unless its library is certainly absent (then: at a later poll)."""
+        if not self._missing_library():
+            await super().start()
+            self._started = True
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Wait for the worker's first bootstrap, if one was started."""
+        if self._started:
+            await super().wait_ready(timeout)
 
     def status(self) -> dict[str, Any]:
         """Worker state plus the devices known; isolated devices by name."""
@@ -348,7 +376,7 @@ class DeviceSource(WorkerSource):
             out.append(Reading("accel_device_isolated_info", (*key, fault.reason, fault.call), 1.0))
             out.append(Reading("accel_device_isolated_since_timestamp_seconds", key, fault.since))
         out.extend(values)
-        return out
+        return self._health.judge(out)
 
     def _all_down(self, reason: str) -> list[Reading]:
         out = self._compose({(d.device, d.uuid): reason for d in self._devices}, ())
@@ -361,6 +389,16 @@ class DeviceSource(WorkerSource):
         """One poll plus the bus count; a worker whose devices changed is replaced, asked again."""
         extra = self._own_readings(await self._scan_pci())
         try:
+            if not self._started:
+                missing = self._missing_library()
+                if missing:
+                    # As when a worker finds no library: a failure on a node declared to
+                    # have these accelerators, else "no such hardware here".
+                    declared = self.device_config.expected_devices is not None
+                    kind = SourceError if declared else SourceUnavailable
+                    raise kind("library_not_found", missing, self._expected())
+                await super().start()
+                self._started = True
             return [*await self._poll_device(), *extra]
         except SourceError as exc:
             exc.readings = (*exc.readings, *extra)
@@ -412,7 +450,7 @@ class DeviceSource(WorkerSource):
             ) from None
         except SourcePending as exc:
             # A new worker is starting: what the last poll said stays true until it answers.
-            raise SourcePending(exc.reason, exc.detail, self._last) from None
+            raise SourcePending(exc.reason, exc.detail, self._last or self._expected()) from None
         except SourceUnavailable as exc:
             if self.device_config.expected_devices is not None:
                 # The node is declared to have accelerators: a missing library or driver

@@ -55,6 +55,30 @@ def _amdsmi(config: Config) -> Source:
     )
 
 
+def _levelzero(config: Config) -> Source:
+    cfg = config.sources.levelzero
+    return DeviceSource(
+        "levelzero",
+        cfg,
+        "exporter.backends.levelzero:LevelZeroBackend",
+        backend_config={"library_path": cfg.library_path},
+        vendor="intel",
+        library_file=cfg.library_path,
+    )
+
+
+def _hlml(config: Config) -> Source:
+    cfg = config.sources.hlml
+    return DeviceSource(
+        "hlml",
+        cfg,
+        "exporter.backends.hlml:HlmlBackend",
+        backend_config={"library_path": cfg.library_path, "nic_statistics": cfg.nic_statistics},
+        vendor="intel_gaudi",
+        library_file=cfg.library_path,
+    )
+
+
 def _tpu(config: Config) -> Source:
     from exporter.sources.tpu import TpuSource
 
@@ -91,6 +115,8 @@ FACTORIES: dict[str, Factory] = {
     "host": _host,
     "nvml": _nvml,
     "amdsmi": _amdsmi,
+    "levelzero": _levelzero,
+    "hlml": _hlml,
     "tpu": _tpu,
     "neuron": _neuron,
     "ccl_ras": _ccl_ras,

@@ -100,11 +100,47 @@ def source(name, ok=True, reason=""):
     return out
 
 
+def health(dev, uuid, state, *reasons):
+    out = "".join(
+        f'accel_device_health{{device="{dev}",uuid="{uuid}",state="{s}"}} {int(s == state)}\n'
+        for s in ("ok", "degraded", "failed", "predicted_failure")
+    )
+    for reason in reasons:
+        out += (
+            f'accel_device_health_reason_info{{device="{dev}",uuid="{uuid}",reason="{reason}"}} 1\n'
+        )
+    return out
+
+
 BUILD = 'accel_exporter_build_info{version="0.1.0",python="3.11"} 1\n'
 LINE = re.compile(r"^[A-Z-]+ (OK|WARNING|CRITICAL|UNKNOWN) - [^|\n]+( \| \S+(?: \S+)*)?$")
 
 CASES = [
     # (name, args, body, expected status, fragment of the text)
+    ("health", [], TWO + health("0", U0, "ok") + health("1", U1, "ok"), 0, "2 GPUs, all ok"),
+    (
+        "health",
+        [],
+        TWO + health("0", U0, "ok") + health("1", U1, "failed", "recovery_action", "device_down"),
+        2,
+        "gpu1 failed (device_down,recovery_action)",
+    ),
+    (
+        "health",
+        [],
+        TWO + health("0", U0, "degraded", "link_down") + health("1", U1, "ok"),
+        1,
+        "gpu0 degraded (link_down)",
+    ),
+    (
+        "health",
+        [],
+        TWO + health("0", U0, "predicted_failure", "retired_pages_near_limit"),
+        1,
+        "gpu0 predicted_failure",
+    ),
+    ("health", [], TWO, 3, "no health verdict reported"),
+    ("health", ["--missing-ok"], TWO, 0, "no health verdict reported"),
     (
         "gpu-count",
         ["--expected", "2"],
@@ -295,6 +331,17 @@ def test_basic_auth_file(server, capsys, tmp_path):
     creds.write_text("no colon here\n")
     assert main(["check", "exporter", "--url", server.url, "--basic-auth-file", str(creds)]) == 2
     assert "user:password" in capsys.readouterr().out
+
+
+def test_health_npd_exit_codes(server, capsys):
+    args = ["check", "health", "--url", server.url, "--exit-codes", "npd"]
+    server.body = TWO + health("0", U0, "failed", "recovery_action") + health("1", U1, "ok")
+    assert main(args) == 1
+    server.body = TWO + health("0", U0, "ok") + health("1", U1, "ok")
+    assert main(args) == 0
+    server.body = TWO
+    assert main(args) == 2
+    assert "| gpu0_health=0;0;2;0 gpu1_health=0;0;2;0" in capsys.readouterr().out
 
 
 def test_npd_exit_codes(server, capsys):
