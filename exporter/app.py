@@ -29,6 +29,7 @@ from exporter.outputs.http import Endpoints, HttpServer, ListenError
 from exporter.outputs.prometheus import Exposition
 from exporter.outputs.registry import build_outputs
 from exporter.scheduler import Scheduler
+from exporter.sources import cper_ledger
 from exporter.sources.base import Source
 from exporter.sources.registry import build_sources, catalog_for
 from exporter.store import Store
@@ -72,6 +73,8 @@ class App:
         source_builder: SourceBuilder = build_sources,
     ) -> None:
         self.config = config
+        # The daemon keeps the CPER state file; one-shot commands only read it.
+        cper_ledger.enable_writes()
         self.config_path = config_path
         self.overrides = dict(overrides or {})
         self.source_builder = source_builder

@@ -34,6 +34,12 @@ ECC_GROWTH_HOLD_S = 3600.0
 # on, the GPU is close to needing replacement.
 RETIRED_PAGES_NEAR_LIMIT = 60.0
 
+# AMD: an AFID recorded within this long makes the GPU failed (fatal) or degraded.
+AFID_WINDOW_S = 3600.0
+# AMD: from this share of the driver's bad-page threshold on, the GPU is close to
+# being declared bad (the NVIDIA 64-page limit does not apply: the threshold is per GPU).
+BAD_PAGES_NEAR_SHARE = 0.9
+
 # Families whose 0 for a link that was 1 means "a link went down".
 LINK_UP_FAMILIES = ("accel_nvlink_up", "accel_amd_xgmi_link_up")
 # accel_ecc_errors_total's type label of uncorrectable errors (NVIDIA, AMD).
@@ -67,8 +73,17 @@ _SINGLE: dict[str, tuple[str, str, Test]] = {
         lambda v, _l: v < THERMAL_MARGIN_C,
     ),
 }
+# AMD families: AFIDs from CPER records, and the bad-page counts and threshold.
+_AMD = frozenset(
+    {
+        "accel_amd_afid_errors_total",
+        "accel_amd_afid_last_timestamp_seconds",
+        "accel_amd_bad_pages",
+        "accel_amd_bad_page_threshold",
+    }
+)
 _FAMILIES = frozenset(
-    {*_SINGLE, *LINK_UP_FAMILIES, "accel_retired_pages", "accel_ecc_errors_total"}
+    {*_SINGLE, *LINK_UP_FAMILIES, *_AMD, "accel_retired_pages", "accel_ecc_errors_total"}
 )
 
 
@@ -77,6 +92,8 @@ class HealthJudge:
     """Derives the verdicts of one source's devices; remembers what the rules compare with."""
 
     clock: Callable[[], float] = time.monotonic
+    # Unix time, to compare with the timestamps devices report (AFIDs).
+    wall: Callable[[], float] = time.time
     # (family, labels) of the links seen up at least once.
     _links_up: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
     # labels of an uncorrectable ECC counter -> the last count seen.
@@ -93,8 +110,12 @@ class HealthJudge:
             r.labels: {} for r in picked if r.metric == "accel_device_up"
         }
         retired: dict[Identity, float] = {}
+        amd: list[Reading] = []
         links_up, ecc = self._links_up, self._ecc
         for r in picked:
+            if r.metric in _AMD:
+                amd.append(r)
+                continue
             metric, labels, value = r.metric, r.labels, r.value
             if not isinstance(value, float):  # device families are gauges and counters
                 continue
@@ -119,15 +140,71 @@ class HealthJudge:
                     links_up.add(key)
                 elif key in links_up and labels[:2] in devices:
                     devices[labels[:2]]["link_down"] = DEGRADED
+        amd_rules = _amd_reasons(amd, retired, self.wall())
         out = list(readings)
         for ident, reasons in devices.items():
             grew = self._ecc_grew.get(ident)
             if grew is not None and now - grew < ECC_GROWTH_HOLD_S:
                 reasons["ecc_uncorrected_growth"] = DEGRADED
-            if retired.get(ident, 0.0) >= RETIRED_PAGES_NEAR_LIMIT:
+            found = amd_rules.get(ident)
+            if found is not None:
+                # AMD bad pages: pending ones are retired at the next reset and the
+                # limit is the driver's threshold, so AMD's own rules replace the
+                # NVIDIA ones the shared retired-page families would trigger.
+                reasons.pop("retired_pages_pending", None)
+                reasons.update(found)
+            elif retired.get(ident, 0.0) >= RETIRED_PAGES_NEAR_LIMIT:
                 reasons["retired_pages_near_limit"] = PREDICTED
             out.extend(verdict(ident, reasons))
         return out
+
+
+def _amd_reasons(
+    readings: Iterable[Reading], retired: dict[Identity, float], now: float
+) -> dict[Identity, dict[str, str]]:
+    """The AMD rules, by device: AFIDs within the window, bad pages against the threshold.
+
+    Only devices with AMD bad-page or AFID readings have an entry (an empty one
+    still marks a device whose bad pages AMD's rules judge).
+    """
+    fatal: set[tuple[str, ...]] = set()
+    last: list[tuple[tuple[str, ...], float]] = []
+    pending: dict[Identity, float] = {}
+    threshold: dict[Identity, float] = {}
+    out: dict[Identity, dict[str, str]] = {}
+    for r in readings:
+        if not isinstance(r.value, float):
+            continue
+        ident = r.labels[:2]
+        if r.metric == "accel_amd_afid_errors_total":
+            if r.labels[3] == "fatal" and r.value > 0:
+                fatal.add(r.labels[:3])
+        elif r.metric == "accel_amd_afid_last_timestamp_seconds":
+            last.append((r.labels[:3], r.value))
+        elif r.metric == "accel_amd_bad_pages":
+            out.setdefault(ident, {})
+            if r.labels[2] == "pending":
+                pending[ident] = r.value
+        else:  # accel_amd_bad_page_threshold
+            out.setdefault(ident, {})
+            threshold[ident] = r.value
+    for key, stamp in last:
+        if now - stamp < AFID_WINDOW_S:
+            reasons = out.setdefault(key[:2], {})
+            if key in fatal:
+                reasons["afid_fatal"] = FAILED
+            else:
+                reasons["afid_recent"] = DEGRADED
+    for ident, reasons in out.items():
+        if pending.get(ident, 0.0) > 0:
+            reasons["bad_pages_pending"] = DEGRADED
+        limit, pages = threshold.get(ident), retired.get(ident, 0.0)
+        if limit is not None and limit > 0:
+            if pages > limit:
+                reasons["bad_pages_over_threshold"] = FAILED
+            elif pages >= BAD_PAGES_NEAR_SHARE * limit:
+                reasons["bad_pages_near_threshold"] = PREDICTED
+    return out
 
 
 def verdict(ident: Identity, reasons: dict[str, str]) -> Iterable[Reading]:

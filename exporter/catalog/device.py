@@ -228,6 +228,19 @@ ROWS = (
         (*ID, "type", "counter"),
     ),
     MetricSpec(
+        "accel_retired_pages",
+        Kind.GAUGE,
+        "Device memory pages retired by the driver, by cause (NVIDIA before Ampere, whose newer"
+        " GPUs remap rows; AMD's reserved bad pages, cause empty: amdsmi gives none).",
+        (*ID, "cause"),
+    ),
+    MetricSpec(
+        "accel_retired_pages_pending",
+        Kind.GAUGE,
+        "1 when retired pages wait for a reboot or GPU reset to take effect.",
+        ID,
+    ),
+    MetricSpec(
         "accel_processes",
         Kind.GAUGE,
         "Processes running on the device.",

@@ -43,18 +43,6 @@ ROWS = (
         unit="seconds",
     ),
     MetricSpec(
-        "accel_retired_pages",
-        Kind.GAUGE,
-        "Device memory pages retired by the driver, by cause (pre-Ampere; newer GPUs remap rows).",
-        (*ID, "cause"),
-    ),
-    MetricSpec(
-        "accel_retired_pages_pending",
-        Kind.GAUGE,
-        "1 when retired pages wait for a reboot or GPU reset to take effect.",
-        ID,
-    ),
-    MetricSpec(
         "accel_remapped_rows",
         Kind.GAUGE,
         "Memory rows remapped after correctable or uncorrectable errors (Ampere and later).",

@@ -215,6 +215,19 @@ class AmdSmiSourceConfig(DeviceSourceConfig):
     # Where to look for the amdgpu driver (module/amdgpu under sys_path, kfd under
     # dev_path) when amdsmi_init fails, to tell "no AMD driver here" from a fault.
     dev_path: str = "/dev"
+    # Where the CPER cursor and AFID counts are kept across daemon restarts (a small
+    # JSON file); empty: in memory only, so a restarted daemon reads each GPU's CPER
+    # ring again from its start and counts those records again.
+    state_dir: str = ""
+    # CPER records read per GPU and poll: a burst is drained over several polls.
+    cper_per_poll: int = 256
+
+    def check(self) -> list[tuple[str, str]]:
+        """The CPER read bound is positive."""
+        out = super().check()
+        if self.cper_per_poll < 1:
+            out.append(("cper_per_poll", "must be at least 1"))
+        return out
 
 
 # Where Debian and Ubuntu install the Level Zero loader (the path pyzes hard-codes).

@@ -23,12 +23,14 @@ Wire shapes (all JSON):
 
 inventory  ``{"vendor": str, "devices": [{"device": str, "uuid": str, "info": {label: str},
                                           "index": int (the library's; default: position)}]}``
-poll args  ``{"slow": bool, "processes": bool, "events": bool}``
+poll args  ``{"slow": bool, "processes": bool, "events": bool,
+              "ledger": {uuid: object} (only for a backend with a ledger store)}``
 poll fault ``inventory_changed`` (the devices differ from the inventory): the
            worker is restarted at once and asked again
 poll reply ``{"devices": [{"uuid": str, "up": bool, "reason": str}],
               "readings": {metric: [position, label, ..., number, ...]},
-              "slow_readings": {...} (only when slow was asked)}``
+              "slow_readings": {...} (only when slow was asked),
+              "ledger": {uuid: object} (optional: the advanced ledgers, kept by the daemon)}``
 
 Readings are grouped per family, and the identity labels are not repeated:
 each family's list holds its series one after another, each as the device's
@@ -62,6 +64,7 @@ from exporter.errors import SourceError, SourcePending, SourceUnavailable, Worke
 from exporter.health import HealthJudge
 from exporter.model import Reading, readings_of
 from exporter.sources import pci
+from exporter.sources.cper_ledger import LedgerStore
 from exporter.sources.worker import WorkerSource
 from exporter.workers.runner import FAULT_BUDGET_SECONDS, DeviceFault, Fault, Probe
 
@@ -209,6 +212,7 @@ class DeviceSource(WorkerSource):
         env: Mapping[str, str] | None = None,
         vendor: str = "",
         library_file: str | None = None,
+        ledger: LedgerStore | None = None,
     ) -> None:
         super().__init__(
             name,
@@ -227,6 +231,9 @@ class DeviceSource(WorkerSource):
         self._started = False
         # The vendor label before the worker's inventory names it (the library may never load).
         self._default_vendor = vendor
+        # What the worker has consumed of each device's record stream (AMD CPER):
+        # passed in every poll, so a new worker never reads a record twice.
+        self.ledger = ledger
         self._vendor = ""
         self._devices: list[DeviceId] = []
         self._inventory_raw: dict[str, Any] | None = None
@@ -424,16 +431,18 @@ class DeviceSource(WorkerSource):
             inventory = await self.runner.ready(timeout=max(0.0, deadline - time.monotonic()))
             self._adopt(inventory)
             slow = time.monotonic() >= self._next_slow
+            args: dict[str, Any] = {
+                "slow": slow,
+                "processes": self.device_config.processes,
+                "events": self.device_config.events,
+            }
+            if self.ledger is not None:
+                args["ledger"] = self.ledger.ledgers
             reply = await self.runner.call(
-                "poll",
-                {
-                    "slow": slow,
-                    "processes": self.device_config.processes,
-                    "events": self.device_config.events,
-                },
-                timeout=max(0.05, deadline - time.monotonic()),
+                "poll", args, timeout=max(0.05, deadline - time.monotonic())
             )
             states, values = self._check_reply(reply, slow)
+            await self._keep_ledger(reply)
         except ShapeError as exc:
             await self.runner.invalidate("protocol_error", str(exc))
             raise SourceError(
@@ -496,6 +505,20 @@ class DeviceSource(WorkerSource):
         # Slow fields read before a device went down must not outlive it.
         values.extend(r for r in self._slow if not states.get((r.labels[0], r.labels[1])))
         return states, values
+
+    async def _keep_ledger(self, reply: Mapping[str, Any]) -> None:
+        """Adopt the worker's advanced ledgers, and persist them when they changed."""
+        answer = reply.get("ledger")
+        if self.ledger is None or answer is None:
+            return
+        if not isinstance(answer, dict):
+            raise ShapeError("poll reply ledger is not an object")
+        try:
+            changed = self.ledger.update(answer, {d.uuid for d in self._devices})
+        except ValueError as exc:
+            raise ShapeError(str(exc)) from None
+        if changed:
+            await asyncio.to_thread(self.ledger.save)
 
     # -- the bus -----------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from exporter.catalog import CATALOG, MetricSpec, with_rows
 from exporter.catalog.workload import pod_labels_row
 from exporter.config.schema import Config, SourceConfig
+from exporter.sources import cper_ledger
 from exporter.sources.base import Source
 from exporter.sources.ccl_inspector import CclInspectorSource
 from exporter.sources.ccl_ras import CclRasSource
@@ -47,8 +48,10 @@ def _amdsmi(config: Config) -> Source:
             "event_types": list(cfg.event_types),
             "sys_path": cfg.sys_path,
             "dev_path": cfg.dev_path,
+            "cper_per_poll": cfg.cper_per_poll,
         },
         vendor="amd",
+        ledger=cper_ledger.store_for(cfg.state_dir),
     )
 
 

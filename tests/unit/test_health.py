@@ -176,3 +176,89 @@ def test_corrected_ecc_growth_is_not_degraded():
 def test_devices_without_an_up_series_get_no_verdict():
     out = HealthJudge().judge([Reading("accel_power_watts", A, 1.0)])
     assert [r.metric for r in out] == ["accel_power_watts"]
+
+
+# -- AMD: AFIDs and bad pages -------------------------------------------------------
+
+NOW = 1_800_000_000.0
+
+
+def afid(code, severity, age, ident=A, count=1.0):
+    return [
+        Reading("accel_amd_afid_errors_total", (*ident, code, severity), count),
+        Reading("accel_amd_afid_last_timestamp_seconds", (*ident, code), NOW - age),
+    ]
+
+
+def bad_pages(retired, pending=0.0, unreservable=0.0, threshold=None, ident=A):
+    out = [
+        Reading("accel_retired_pages", (*ident, ""), float(retired)),
+        Reading("accel_retired_pages_pending", ident, 1.0 if pending else 0.0),
+        Reading("accel_amd_bad_pages", (*ident, "pending"), float(pending)),
+        Reading("accel_amd_bad_pages", (*ident, "unreservable"), float(unreservable)),
+    ]
+    if threshold is not None:
+        out.append(Reading("accel_amd_bad_page_threshold", ident, float(threshold)))
+    return out
+
+
+def amd_judge(wall):
+    return HealthJudge(clock=lambda: 0.0, wall=lambda: wall[0])
+
+
+@pytest.mark.parametrize(
+    ("readings", "state", "reasons"),
+    [
+        (afid("30", "fatal", 60), "failed", {"afid_fatal"}),
+        (afid("12", "non_fatal_corrected", 60), "degraded", {"afid_recent"}),
+        (afid("12", "non_fatal_uncorrected", 60), "degraded", {"afid_recent"}),
+        (afid("30", "fatal", 7200), "ok", set()),
+        (afid("12", "non_fatal_corrected", 7200), "ok", set()),
+        (bad_pages(5, threshold=128), "ok", set()),
+        (bad_pages(129, threshold=128), "failed", {"bad_pages_over_threshold"}),
+        (bad_pages(120, threshold=128), "predicted_failure", {"bad_pages_near_threshold"}),
+        # Pending AMD pages are retired at the next reset: degraded, not the NVIDIA
+        # "retired_pages_pending" failure the shared family would give.
+        (bad_pages(5, pending=2, threshold=128), "degraded", {"bad_pages_pending"}),
+        # 60+ pages is no "near the limit" on AMD, whose limit is the threshold.
+        (bad_pages(64, threshold=128), "ok", set()),
+        (bad_pages(64), "ok", set()),
+    ],
+)
+def test_amd_rules(readings, state, reasons):
+    states, found = verdicts([up(A), *readings], amd_judge([NOW]))
+    assert states[A] == state
+    assert found.get(A, set()) == reasons
+
+
+def test_amd_verdict_transitions_over_time():
+    wall = [NOW]
+    judge = amd_judge(wall)
+    pages = bad_pages(3, threshold=128)
+    assert verdicts([up(A), *pages], judge)[0][A] == "ok"
+    corrected = afid("12", "non_fatal_corrected", 0)
+    assert verdicts([up(A), *pages, *corrected], judge) == ({A: "degraded"}, {A: {"afid_recent"}})
+    fatal = afid("30", "fatal", 0)
+    states, reasons = verdicts([up(A), *pages, *corrected, *fatal], judge)
+    assert states[A] == "failed" and reasons[A] == {"afid_fatal", "afid_recent"}
+    pending = bad_pages(3, pending=1, threshold=128)
+    wall[0] = NOW + 3601  # an hour on: the AFIDs no longer count, the pending page does
+    assert verdicts([up(A), *pending, *corrected, *fatal], judge) == (
+        {A: "degraded"},
+        {A: {"bad_pages_pending"}},
+    )
+    assert verdicts([up(A), *pages, *corrected, *fatal], judge)[0][A] == "ok"
+
+
+def test_xgmi_link_down_that_was_up_degrades_an_amd_gpu():
+    judge = HealthJudge()
+    link = ("accel_amd_xgmi_link_up", (*A, "3"))
+    assert verdicts([up(A), Reading(*link, 1.0)], judge)[0][A] == "ok"
+    assert verdicts([up(A), Reading(*link, 0.0)], judge) == ({A: "degraded"}, {A: {"link_down"}})
+
+
+def test_nvidia_retired_pages_rules_still_apply_without_amd_families():
+    pending = [Reading("accel_retired_pages_pending", A, 1.0)]
+    assert verdicts([up(A), *pending])[0][A] == "failed"
+    near = [Reading("accel_retired_pages", (*A, "double_bit_ecc"), 61.0)]
+    assert verdicts([up(A), *near])[0][A] == "predicted_failure"
