@@ -115,6 +115,18 @@ _NAMED = {
         "accel.exporter.worker.restarts", unit="{restart}"
     ),
     "accel_exporter_otlp_exports_total": Override("accel.exporter.otlp.exports", unit="{export}"),
+    "accel_exporter_http_connections_refused_total": Override(
+        "accel.exporter.http.connections.refused", unit="{connection}"
+    ),
+    "accel_exporter_http_idle_connections_closed_total": Override(
+        "accel.exporter.http.idle_connections.closed", unit="{connection}"
+    ),
+    "accel_exporter_http_header_timeouts_total": Override(
+        "accel.exporter.http.header_timeouts", unit="{timeout}"
+    ),
+    "accel_exporter_http_auth_failures_total": Override(
+        "accel.exporter.http.auth.failures", unit="{failure}"
+    ),
     "accel_host_cpu_ratio": Override("accel.host.cpu.utilization"),
     "accel_host_cpus": Override("accel.host.cpus", unit="{cpu}"),
     "accel_device_info": Override("accel.device.info", attributes=_HW_IDENTITY),
