@@ -97,6 +97,31 @@ def test_truncation_rotation_removal_and_new_files(tmp_path):
     assert source.status()["files"] == ["node-a-pid1001.log"]
 
 
+def test_copytruncate_and_refill_between_two_polls_loses_no_record(tmp_path):
+    path = tmp_path / "node-a-pid1000.log"
+    path.write_bytes(lines(0, 1, 5))
+    source = make(tmp_path)
+    assert used(poll(source)) == 5
+    # logrotate's copytruncate: the same inode emptied in place, then the writer
+    # goes on and writes more than was there before, all before the next poll.
+    inode = path.stat().st_ino
+    with path.open("r+b") as fh:
+        fh.truncate(0)
+    with path.open("ab") as fh:
+        fh.write(lines(0, 6, 15))
+    assert path.stat().st_ino == inode and path.stat().st_size > len(lines(0, 1, 5))
+    values = poll(source)
+    # All 15 new records, none skipped for lying below the old offset.
+    assert used(values) == 20
+    restarts = "accel_ccl_inspector_file_restarts_total"
+    assert values[(restarts, ("truncated",))] == 1 and values[(restarts, ("replaced",))] == 0
+    # Growth after that is read from where the refill ended, not counted again.
+    with path.open("ab") as fh:
+        fh.write(lines(0, 21, 2))
+    values = poll(source)
+    assert used(values) == 22 and values[(restarts, ("truncated",))] == 1
+
+
 def test_hostnames_filter_and_foreign_files(tmp_path):
     (tmp_path / "node-a-pid1.log").write_bytes(lines(0, 1, 1))
     (tmp_path / "node-b.example.com-pid2.log").write_bytes(lines(1, 1, 1))
