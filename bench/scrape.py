@@ -6,6 +6,11 @@ continuously by the pre-render thread) and ``static`` (a fixed byte string).
 
 Usage: ``python bench/scrape.py [--series 5000] [--requests 400]`` (prints JSON).
 
+``--abuse`` measures instead scrape latency of the ``store`` server at 1 and 8
+clients with and without 200 idle and 40 trickling connections held against
+it (``tests/helpers/abuse.py``: each closed one reopened after a second), and
+the ratio of the two (target: at most 1.5).
+
 Both servers are the daemon's real HTTP server (``exporter.outputs.http``) in a
 child process; one serves the store through the real exposition path, the
 other a fixed byte string of the same size. The load generator runs in this
@@ -166,11 +171,46 @@ def idle_rss() -> float:
         proc.wait(timeout=10)
 
 
+def latency(lat: list[float]) -> dict[str, float]:
+    return {
+        "p50_ms": round(statistics.median(lat) * 1000, 3),
+        "p99_ms": round(pct(lat, 0.99) * 1000, 3),
+    }
+
+
+def abuse(series: int, requests: int) -> dict[str, object]:
+    from tests.helpers.abuse import Abuse
+
+    proc, port, size = start_server("store", series)
+    result: dict[str, object] = {"series": series, "body_bytes": size, "requests": requests}
+    try:
+        for clients in (1, 8):
+            load(port, clients, 32)
+            quiet = load(port, clients, requests)
+            with Abuse("127.0.0.1", port, idle=200, trickle=40, every=0.5) as attack:
+                time.sleep(2.0)  # every abuser connected, the first deadlines past
+                abused = load(port, clients, requests)
+                stats = attack.stats
+            row: dict[str, object] = {"quiet": latency(quiet), "abused": latency(abused)}
+            row["p50_ratio"] = round(statistics.median(abused) / statistics.median(quiet), 3)
+            row["p99_ratio"] = round(pct(abused, 0.99) / pct(quiet, 0.99), 3)
+            row["abuse"] = dict(stats.__dict__)
+            result[f"clients_{clients}"] = row
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--series", type=int, default=5000)
     parser.add_argument("--requests", type=int, default=640)
+    parser.add_argument("--abuse", action="store_true")
     args = parser.parse_args()
+    if args.abuse:
+        print(json.dumps(abuse(args.series, args.requests), indent=2))
+        return
     result: dict[str, object] = {"series": args.series, "requests_per_level": args.requests}
     servers = {mode: start_server(mode, args.series) for mode in ("store", "churn", "static")}
     try:

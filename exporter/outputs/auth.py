@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import binascii
 import enum
 import hashlib
 import ssl
@@ -68,7 +67,7 @@ class BasicAuth:
             return Verdict.MALFORMED
         try:
             decoded = base64.b64decode(header[6:].strip(), validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError):
+        except ValueError:  # binascii.Error, UnicodeDecodeError, or non-ASCII text
             return Verdict.MALFORMED
         user, sep, password = decoded.partition(":")
         if not sep:

@@ -160,9 +160,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.settimeout(self.server.read_timeout)
             self.handle_one_request()
 
+    # Answers, error pages included, always carry a status line and headers:
+    # HTTP/0.9 (a request line without a version, a bare body back) is refused.
+    default_request_version = "HTTP/1.0"
+
     def parse_request(self) -> bool:
         """Parse the request line and headers; from here on the connection is serving."""
         if not super().parse_request():
+            return False
+        if len(self.requestline.split()) != 3:
+            self.send_error(400, "Request line needs a method, a target and a version")
             return False
         if not self.server.conns.serving(self.conn):
             self.close_connection = True

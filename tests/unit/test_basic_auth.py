@@ -55,3 +55,11 @@ def test_one_bcrypt_at_a_time_and_remembered_verdicts_skip_the_queue():
         assert auth.verify(header("prom", "s3cret")) is Verdict.OK
         assert auth.verify(header("prom", "bad")) is Verdict.REJECTED
     assert auth.verify(header("prom", "third-wrong")) is Verdict.REJECTED
+
+
+def test_non_ascii_header_is_malformed_not_an_error():
+    # Found by the HTTP fuzz target: header bytes arrive as latin-1 text, and
+    # base64 refuses non-ASCII text with a plain ValueError.
+    auth = BasicAuth(BasicAuthConfig(users={"prom": HASHED}))
+    assert auth.verify("Basic \x80") is Verdict.MALFORMED
+    assert auth.verify("Basic " + base64.b64encode(b"\xff:\xfe").decode()) is Verdict.MALFORMED
