@@ -89,6 +89,12 @@ ROWS = (
         "arrive complete within web.header_timeout, or were the slowest at the connection limit.",
     ),
     MetricSpec(
+        "accel_exporter_http_write_timeouts_total",
+        Kind.COUNTER,
+        "Connections closed because a response was not read within web.write_timeout of its "
+        "request's headers (a client reading too slowly holds a request slot).",
+    ),
+    MetricSpec(
         "accel_exporter_http_auth_failures_total",
         Kind.COUNTER,
         "Requests answered 401, by reason: missing, malformed or rejected credentials.",

@@ -124,6 +124,9 @@ _NAMED = {
     "accel_exporter_http_header_timeouts_total": Override(
         "accel.exporter.http.header_timeouts", unit="{timeout}"
     ),
+    "accel_exporter_http_write_timeouts_total": Override(
+        "accel.exporter.http.write_timeouts", unit="{timeout}"
+    ),
     "accel_exporter_http_auth_failures_total": Override(
         "accel.exporter.http.auth.failures", unit="{failure}"
     ),

@@ -87,6 +87,9 @@ class WebConfig:
     header_timeout: Duration = 5.0
     # A client that sends or accepts nothing for this long is disconnected.
     read_timeout: Duration = 10.0
+    # From complete headers to the last byte of the answer: a client that reads
+    # it slower (a byte now and then) is disconnected and frees its slot.
+    write_timeout: Duration = 30.0
 
     def check(self) -> list[tuple[str, str]]:
         """The address must parse, the limits be positive and consistent."""
@@ -103,7 +106,7 @@ class WebConfig:
             out.append(("max_connections", f"must be more than max_requests ({self.max_requests})"))
         if not 0 <= self.max_idle_connections <= self.max_connections:
             out.append(("max_idle_connections", "must be between 0 and max_connections"))
-        for key in ("idle_timeout", "header_timeout", "read_timeout"):
+        for key in ("idle_timeout", "header_timeout", "read_timeout", "write_timeout"):
             if getattr(self, key) <= 0:
                 out.append((key, "must be positive"))
         return out

@@ -106,11 +106,13 @@ class _Server(ThreadingHTTPServer):
     def _serve_connection(self, conn: Conn, client_address: Any) -> None:
         request = conn.sock
         try:
-            request.settimeout(self.read_timeout)
             # The first byte is awaited without a TLS layer, so a connection that
-            # never speaks is "waiting", not a handshake in progress.
+            # never speaks is "waiting", not a handshake in progress; its deadline
+            # is the reaper's business, not a socket timeout's.
+            request.settimeout(None)
             if not request.recv(1, socket.MSG_PEEK) or not self.conns.reading(conn):
                 return
+            request.settimeout(self.read_timeout)
             tls = self.tls
             if tls is not None:
                 request = tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)

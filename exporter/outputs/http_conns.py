@@ -8,9 +8,10 @@ slot (``outputs/http.py`` takes it), so a client that connects and says
 nothing, or trickles its headers, holds nothing a scrape needs.
 
 Deadlines are totals, enforced by one reaper thread that shuts the socket down
-(which wakes the connection's thread blocked in ``recv``): a ``reading``
-connection gets ``header_timeout`` from its first byte, a new connection the
-same to send that byte, a keep-alive one ``idle_timeout``. The number of open
+(which wakes the connection's thread blocked in ``recv`` or ``send``): a
+``reading`` connection gets ``header_timeout`` from its first byte, a new
+connection the same to send that byte, a keep-alive one ``idle_timeout``, a
+``serving`` one ``write_timeout`` to have its answer read. The number of open
 connections and of waiting ones is capped; at a cap the oldest waiting
 connection is closed first, then the one that has spent longest on its
 headers; a new connection is refused only when every open one is serving.
@@ -38,6 +39,7 @@ PUBLISH_EVERY = 1.0
 REFUSED = "accel_exporter_http_connections_refused_total"
 IDLE_CLOSED = "accel_exporter_http_idle_connections_closed_total"
 HEADER_TIMEOUTS = "accel_exporter_http_header_timeouts_total"
+WRITE_TIMEOUTS = "accel_exporter_http_write_timeouts_total"
 AUTH_FAILURES = "accel_exporter_http_auth_failures_total"
 REFUSED_LIMITS = ("connections", "requests", "auth")
 IDLE_REASONS = ("timeout", "limit")
@@ -55,6 +57,7 @@ class HttpCounters:
         for reason in IDLE_REASONS:
             self._counts[(IDLE_CLOSED, (reason,))] = 0.0
         self._counts[(HEADER_TIMEOUTS, ())] = 0.0
+        self._counts[(WRITE_TIMEOUTS, ())] = 0.0
         for reason in AUTH_REASONS:
             self._counts[(AUTH_FAILURES, (reason,))] = 0.0
         self._changes = 0
@@ -177,7 +180,8 @@ class Connections:
         with self._lock:
             if conn.closed:
                 return False
-            conn.state, conn.since, conn.deadline = SERVING, self._clock(), float("inf")
+            now = self._clock()
+            conn.state, conn.since, conn.deadline = SERVING, now, now + self.config.write_timeout
             conn.served = True
             return True
 
@@ -270,6 +274,8 @@ class Connections:
                 self.counters.add(HEADER_TIMEOUTS)
             elif conn.state == WAITING:
                 self.counters.add(IDLE_CLOSED, reason)
+            else:
+                self.counters.add(WRITE_TIMEOUTS)
         with contextlib.suppress(OSError):
             socket.socket.shutdown(conn.sock, socket.SHUT_RDWR)
 

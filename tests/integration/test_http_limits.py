@@ -16,7 +16,7 @@ import pytest
 
 from exporter.config.schema import WebConfig
 from exporter.outputs.http import PROBE_SLOTS, Endpoints, HttpServer
-from exporter.outputs.http_conns import HEADER_TIMEOUTS, IDLE_CLOSED, REFUSED
+from exporter.outputs.http_conns import HEADER_TIMEOUTS, IDLE_CLOSED, REFUSED, WRITE_TIMEOUTS
 from exporter.outputs.prometheus import Exposition
 from exporter.store import Store
 
@@ -136,3 +136,34 @@ def test_connection_cap_closes_idle_first_then_slow_headers(served):
             t.join(timeout=20)
         for s in socks + extras:
             s.close()
+
+
+class BigExposition(Exposition):
+    """A body far larger than the socket buffers, so a client that does not read stalls it."""
+
+    def render(self, accept, accept_encoding, names=None):
+        return b"#" * (32 << 20), {"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
+
+
+def test_a_client_that_does_not_read_loses_its_slot_at_the_write_timeout():
+    store = Store()
+    config = WebConfig(
+        listen_address="127.0.0.1:0", max_requests=1, write_timeout=1.0, read_timeout=60.0
+    )
+    server = HttpServer(config, Endpoints(BigExposition(store), lambda: (True, []), lambda: {}))
+    server.start()
+    try:
+        host, port = server.address
+        slow = socket.socket()
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.connect((host, port))
+        slow.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        wait_until(lambda: server.connections.counts()["serving"] == 1)
+        # Its answer is never read: the write timeout (not the 60 s read timeout) ends it.
+        wait_until(lambda: server.connections.counters.get(WRITE_TIMEOUTS) == 1)
+        slow.close()
+        # The only slot is free again.
+        wait_until(lambda: server.connections.counts()["serving"] == 0)
+        assert get(server, "/metrics")[0] == 200
+    finally:
+        server.stop()
