@@ -78,6 +78,9 @@ if mode == "churn":
 
     import threading
     threading.Thread(target=churn, daemon=True).start()
+if mode != "static":
+    # As in the daemon; idle while nothing changes (store mode, until the listener
+    # publishes its counters under abuse).
     expo.start_prerender()
 
 
@@ -87,8 +90,11 @@ class Static(Exposition):
 
 
 chosen = Static(store) if mode == "static" else expo
+# The listener's counters go to the store as in the daemon (under abuse they change
+# all the time, and each publication invalidates the cached exposition).
 server = HttpServer(WebConfig(listen_address="127.0.0.1:0", max_requests=64),
-                    Endpoints(chosen, lambda: (True, []), lambda: {}))
+                    Endpoints(chosen, lambda: (True, []), lambda: {},
+                              publish=lambda readings: store.publish("http", readings)))
 server.start()
 print(server.address[1], len(body), flush=True)
 signal.sigwait([signal.SIGTERM])

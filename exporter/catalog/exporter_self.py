@@ -71,8 +71,8 @@ ROWS = (
         "accel_exporter_http_connections_refused_total",
         Kind.COUNTER,
         "Connections or requests the listener answered 503 at a limit: connections (every "
-        "open connection serving), requests (every request slot busy), auth (no turn for a "
-        "password check in time).",
+        "open connection serving), requests (every request slot busy), auth (too many "
+        "password checks waiting for their turn).",
         ("limit",),
     ),
     MetricSpec(

@@ -13,9 +13,11 @@ import bcrypt
 
 from exporter.config.schema import BasicAuthConfig, TLSConfig
 
-# How long a check waits for the bcrypt turn before the request is answered
-# 503 (busy): bounded, so a storm of wrong passwords queues no thread for long.
-BCRYPT_WAIT_SECONDS = 2.0
+# Checks waiting for the bcrypt turn; one more is answered 503 (busy) at once,
+# so a storm of new credentials queues a bounded number of threads.
+MAX_WAITING = 16
+# A backstop: a check that waited this long for its turn is answered busy.
+BCRYPT_WAIT_SECONDS = 10.0
 # Remembered credentials, each way; beyond this the oldest are forgotten.
 CACHE_SIZE = 1024
 
@@ -35,8 +37,9 @@ class BasicAuth:
 
     bcrypt is deliberately slow (tens to hundreds of milliseconds) and releases
     the GIL, so unbounded checks would take every core from the polls: at most
-    one runs at a time (as exporter-toolkit does), and a check that cannot get
-    its turn within ``wait`` seconds answers BUSY instead of queueing. Outcomes
+    one runs at a time (as exporter-toolkit does); at most ``max_waiting``
+    checks wait for their turn (each at most ``wait`` seconds), and one more
+    answers BUSY at once instead of queueing. Outcomes
     are remembered by a salted digest of the whole credential, both ways: a
     scrape every few seconds costs a dictionary lookup, and so does a flood
     repeating one wrong password (it tells the sender only what it already
@@ -44,10 +47,17 @@ class BasicAuth:
     cannot be probed by timing.
     """
 
-    def __init__(self, config: BasicAuthConfig, wait: float = BCRYPT_WAIT_SECONDS) -> None:
+    def __init__(
+        self,
+        config: BasicAuthConfig,
+        wait: float = BCRYPT_WAIT_SECONDS,
+        max_waiting: int = MAX_WAITING,
+    ) -> None:
         self._users = {name: hashed.encode() for name, hashed in config.users.items()}
         self._salt = bcrypt.gensalt()
         self._wait = wait
+        self._max_waiting = max_waiting
+        self._waiting = 0
         self._known: OrderedDict[bytes, bool] = OrderedDict()
         self._lock = threading.Lock()
         self._turn = threading.Lock()
@@ -76,7 +86,16 @@ class BasicAuth:
         known = self._remembered(key)
         if known is not None:
             return Verdict.OK if known else Verdict.REJECTED
-        if not self._turn.acquire(timeout=self._wait):
+        with self._lock:
+            if self._waiting >= self._max_waiting:
+                return Verdict.BUSY
+            self._waiting += 1
+        try:
+            turn = self._turn.acquire(timeout=self._wait)
+        finally:
+            with self._lock:
+                self._waiting -= 1
+        if not turn:
             return Verdict.BUSY
         try:
             # Another thread may have checked the same credential while this one waited.

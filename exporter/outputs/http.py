@@ -264,8 +264,6 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self, path: str, query: dict[str, list[str]]) -> None:
         endpoints = self.server.endpoints
         if path == "/metrics":
-            # The listener's own counters, as of this scrape.
-            self.server.conns.publish()
             names = query.get("name[]")
             body, headers = endpoints.exposition.render(
                 self.headers.get("Accept"), self.headers.get("Accept-Encoding"), names

@@ -33,7 +33,8 @@ from exporter.model import Reading
 WAITING, READING, SERVING = "waiting", "reading", "serving"
 # How often the reaper looks for expired deadlines: their resolution.
 REAP_EVERY = 0.1
-# Counters are published at most this often between scrapes (a scrape publishes at once).
+# Counters reach the store at most this often: each publication invalidates the
+# cached exposition, and under abuse they change all the time.
 PUBLISH_EVERY = 1.0
 
 REFUSED = "accel_exporter_http_connections_refused_total"

@@ -34,7 +34,13 @@ def test_idle_and_trickling_connections_never_cost_a_scrape(daemon_factory):
     assert scrapes > 10
     # The abusers were really there, and the daemon closed them (they reconnected).
     assert opened >= 240 and abuse.stats.closed_by_server >= 200, abuse.stats
-    text = d.metrics()
+    # The counters reach /metrics within a second (published by the listener's reaper).
+    text = d.wait_for(
+        lambda: (
+            (t := d.metrics()) and value(t, "accel_exporter_http_header_timeouts_total") >= 40 and t
+        ),
+        what="counters published",
+    )
     # 200 idle connections against 64 idle allowed: the oldest were closed at once.
     assert value(text, "accel_exporter_http_idle_connections_closed_total", reason="limit") >= 136
     # Every trickling connection hit the header deadline although it never stopped sending.
@@ -94,8 +100,13 @@ def test_keep_alive_connections_are_bounded_in_number(daemon_factory):
     finally:
         for s in socks:
             s.close()
-    text = d.metrics()
-    assert value(text, "accel_exporter_http_idle_connections_closed_total", reason="limit") == 2
+    d.wait_for(
+        lambda: (
+            value(d.metrics(), "accel_exporter_http_idle_connections_closed_total", reason="limit")
+            == 2
+        ),
+        what="two idle connections closed for the limit",
+    )
 
 
 def test_password_flood_keeps_the_poll_schedule(daemon_factory):
@@ -142,8 +153,14 @@ def test_password_flood_keeps_the_poll_schedule(daemon_factory):
     assert polls >= 10, polls
     mean = (last - first) / polls
     assert abs(mean - interval) <= 0.1 * interval, (mean, polls)
-    text = d.get("/metrics", auth=("prom", "s3cret")).text
-    assert value(text, "accel_exporter_http_auth_failures_total", reason="rejected") == 200
+    text = d.wait_for(
+        lambda: (
+            (t := d.get("/metrics", auth=("prom", "s3cret")).text)
+            and value(t, "accel_exporter_http_auth_failures_total", reason="rejected") == 200
+            and t
+        ),
+        what="200 auth failures counted",
+    )
     # No user name in any label of the auth counters.
     for (name, labels), _ in samples(text).items():
         if name.startswith("accel_exporter_http_"):

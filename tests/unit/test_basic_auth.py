@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import threading
+import time
 
 import bcrypt
 
@@ -31,7 +32,7 @@ def test_verdicts():
 
 
 def test_one_bcrypt_at_a_time_and_remembered_verdicts_skip_the_queue():
-    auth = BasicAuth(BasicAuthConfig(users={"prom": HASHED}), wait=0.0)
+    auth = BasicAuth(BasicAuthConfig(users={"prom": HASHED}), wait=0.0, max_waiting=1)
     # Remember one good and one bad credential first.
     assert auth.verify(header("prom", "s3cret")) is Verdict.OK
     assert auth.verify(header("prom", "bad")) is Verdict.REJECTED
@@ -63,3 +64,25 @@ def test_non_ascii_header_is_malformed_not_an_error():
     auth = BasicAuth(BasicAuthConfig(users={"prom": HASHED}))
     assert auth.verify("Basic \x80") is Verdict.MALFORMED
     assert auth.verify("Basic " + base64.b64encode(b"\xff:\xfe").decode()) is Verdict.MALFORMED
+
+
+def test_waiting_checks_are_bounded_in_number():
+    auth = BasicAuth(BasicAuthConfig(users={"prom": HASHED}), wait=30.0, max_waiting=2)
+    verdicts: list[Verdict] = []
+    with auth._turn:  # one check holds the turn
+        waiters = [
+            threading.Thread(
+                target=lambda i=i: verdicts.append(auth.verify(header("prom", f"w{i}")))
+            )
+            for i in range(2)
+        ]
+        for t in waiters:
+            t.start()
+        deadline = time.monotonic() + 10
+        while auth._waiting < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # Two wait for their turn; a third is answered busy at once.
+        assert auth.verify(header("prom", "third")) is Verdict.BUSY
+    for t in waiters:
+        t.join(30)
+    assert verdicts == [Verdict.REJECTED, Verdict.REJECTED]
