@@ -201,6 +201,7 @@ COUNTS: Mapping[str, str] = MappingProxyType(
         "accel_ccl_ras_events_total": "{event}",
         "accel_ccl_inspector_files": "{file}",
         "accel_ccl_inspector_lines_total": "{line}",
+        "accel_ccl_inspector_file_restarts_total": "{restart}",
         "accel_ccl_inspector_incomplete_groups_total": "{group}",
         "accel_neuron_runtimes": "{runtime}",
         "accel_neuron_execution_status_total": "{execution}",
