@@ -22,12 +22,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from exporter import log  # noqa: E402
 from tests.helpers.fuzz import run_all, summary, targets  # noqa: E402
 
 NAMES = tuple(targets(REPO))
 
 
 def one(name: str, inputs: int, seed: int) -> dict[str, Any]:
+    # The listener logs what it answers 500 for; keep that off the JSON on stdout.
+    log.configure("error", "json", sys.stderr)
     try:
         return summary(run_all(inputs, seed, only=(name,)))[0]
     except BaseException as exc:  # reported, with the seed that replays it

@@ -281,6 +281,9 @@ def _http_seeds() -> tuple[bytes, ...]:
         + b"Accept: application/openmetrics-text; version=1.0.0\r\n"
         b"Accept-Encoding: gzip\r\n\r\n",
         b"HEAD /status HTTP/1.0\r\n" + auth + b"\r\n",
+        b"GET /metrics HTTP/1.1\r\n" + auth + b"Accept: application/openmetrics-text;"
+        b" version=0.0.1,text/plain;version=0.0.4;q=0.5,*/*;q=0.1\r\n"
+        b"Accept-Encoding: deflate, gzip;q=0\r\n\r\n",
         b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n"
         b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n",
         b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc",
