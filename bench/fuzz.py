@@ -34,7 +34,13 @@ def one(name: str, inputs: int, seed: int) -> dict[str, Any]:
     try:
         return summary(run_all(inputs, seed, only=(name,)))[0]
     except BaseException as exc:  # reported, with the seed that replays it
-        return {"target": name, "seed": seed, "failed": f"{type(exc).__name__}: {exc}"[:2000]}
+        causes = [f"{type(e).__name__}: {e}" for e in getattr(exc, "exceptions", ())]
+        return {
+            "target": name,
+            "seed": seed,
+            "failed": f"{type(exc).__name__}: {exc}"[:2000],
+            "causes": [c[:2000] for c in causes],
+        }
 
 
 def main() -> None:

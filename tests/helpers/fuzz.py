@@ -326,7 +326,9 @@ def _http(server: HttpServer) -> Callable[[bytes], str]:
     address = server.address
 
     def check(data: bytes) -> str:
-        with socket.create_connection(address, timeout=10) as sock:
+        # Generous: a loaded machine may starve the listener for seconds, and a
+        # timeout here must mean a hang, not a busy neighbour.
+        with socket.create_connection(address, timeout=60) as sock:
             try:
                 sock.sendall(data)
                 sock.shutdown(socket.SHUT_WR)

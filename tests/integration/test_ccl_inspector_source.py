@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import tracemalloc
 from pathlib import Path
 
@@ -120,6 +121,25 @@ def test_copytruncate_and_refill_between_two_polls_loses_no_record(tmp_path):
         fh.write(lines(0, 21, 2))
     values = poll(source)
     assert used(values) == 22 and values[(restarts, ("truncated",))] == 1
+
+
+def test_a_refill_to_the_same_size_is_read_again(tmp_path):
+    path = tmp_path / "node-a-pid1000.log"
+    first = lines(0, 1, 12)
+    path.write_bytes(first)
+    source = make(tmp_path)
+    assert used(poll(source)) == 12
+    # Rewritten in place, past the fingerprint's 4 KiB, to exactly the same length:
+    # neither the size nor the inode tells, the modification time does.
+    again = lines(0, 7, 1) + lines(0, 2, 11)
+    assert len(again) == len(first) > 4096
+    with path.open("r+b") as fh:
+        fh.write(again)
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # a coarse clock still moves
+    values = poll(source)
+    assert used(values) == 24
+    assert values[("accel_ccl_inspector_file_restarts_total", ("truncated",))] == 1
 
 
 def test_hostnames_filter_and_foreign_files(tmp_path):
