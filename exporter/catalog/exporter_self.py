@@ -79,7 +79,7 @@ ROWS = (
         "accel_exporter_http_idle_connections_closed_total",
         Kind.COUNTER,
         "Connections closed before sending a request, by reason: timeout (idle too long) or "
-        "limit (too many idle or open connections; the oldest idle is closed first).",
+        "limit (too many keep-alive or open connections; the oldest idle is closed first).",
         ("reason",),
     ),
     MetricSpec(

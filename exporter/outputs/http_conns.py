@@ -12,9 +12,10 @@ Deadlines are totals, enforced by one reaper thread that shuts the socket down
 ``reading`` connection gets ``header_timeout`` from its first byte, a new
 connection the same to send that byte, a keep-alive one ``idle_timeout``, a
 ``serving`` one ``write_timeout`` to have its answer read. The number of open
-connections and of waiting ones is capped; at a cap the oldest waiting
-connection is closed first, then the one that has spent longest on its
-headers; a new connection is refused only when every open one is serving.
+connections is capped, and so is the number of keep-alive ones waiting for
+their next request; at a cap the oldest waiting connection is closed first,
+then the one that has spent longest on its headers; a new connection is
+refused only when every open one is serving.
 """
 
 from __future__ import annotations
@@ -155,7 +156,6 @@ class Connections:
                 return None
             conn = Conn(sock, WAITING, now, now + self.config.header_timeout)
             self._open[id(conn)] = conn
-            self._trim_idle()
             return conn
 
     def replace_socket(self, conn: Conn, sock: socket.socket) -> bool:
@@ -228,19 +228,29 @@ class Connections:
         while not self._stop.wait(REAP_EVERY):
             self.reap()
 
-    def _idle(self) -> list[Conn]:
-        """Waiting connections with nothing to read, oldest first (lock held).
+    def _idle(self, count: int, keep_alive: bool = False) -> list[Conn]:
+        """Up to ``count`` waiting connections with nothing to read, oldest first (lock held).
 
         One whose request already arrived (its thread has not picked it up yet,
-        as in a burst of new scrapers) is not idle, whatever its state says.
+        as in a burst of new scrapers) is not idle, whatever its state says. The
+        oldest are looked at first and no further than needed: under churn this
+        runs for every new connection. ``keep_alive``: only those that served a request.
         """
-        idle = [c for c in self._open.values() if c.state == WAITING and not _readable(c.sock)]
-        idle.sort(key=lambda c: c.since)
+        waiting = sorted(
+            (c for c in self._open.values() if c.state == WAITING and (c.served or not keep_alive)),
+            key=lambda c: c.since,
+        )
+        idle: list[Conn] = []
+        for conn in waiting:
+            if len(idle) >= count:
+                break
+            if not _readable(conn.sock):
+                idle.append(conn)
         return idle
 
     def _evict(self) -> bool:
         """Close one connection that holds nothing (lock held); False when there is none."""
-        idle = self._idle()
+        idle = self._idle(1)
         if idle:
             self._close(idle[0], "limit")
             return True
@@ -251,12 +261,16 @@ class Connections:
         return False
 
     def _trim_idle(self) -> None:
-        waiting = sum(1 for c in self._open.values() if c.state == WAITING)
-        if waiting <= self.config.max_idle_connections:
-            return
-        idle = self._idle()
-        for conn in idle[: max(0, len(idle) - self.config.max_idle_connections)]:
-            self._close(conn, "limit")
+        """Keep-alive connections beyond ``max_idle_connections``: the oldest close (lock held).
+
+        New connections are not counted: ``header_timeout`` and the connection
+        cap bound them, and closing them early only makes their senders reconnect.
+        """
+        kept = sum(1 for c in self._open.values() if c.state == WAITING and c.served)
+        excess = kept - self.config.max_idle_connections
+        if excess > 0:
+            for conn in self._idle(excess, keep_alive=True):
+                self._close(conn, "limit")
 
     def _close(self, conn: Conn, reason: str) -> None:
         """Shut the socket down so the connection's blocked thread wakes up (lock held).

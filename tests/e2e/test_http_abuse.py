@@ -41,8 +41,9 @@ def test_idle_and_trickling_connections_never_cost_a_scrape(daemon_factory):
         ),
         what="counters published",
     )
-    # 200 idle connections against 64 idle allowed: the oldest were closed at once.
-    assert value(text, "accel_exporter_http_idle_connections_closed_total", reason="limit") >= 136
+    # The idle ones were closed at their deadline (2 s to send a first byte), not evicted:
+    # 240 abusers fit under the connection cap (256).
+    assert value(text, "accel_exporter_http_idle_connections_closed_total", reason="timeout") >= 200
     # Every trickling connection hit the header deadline although it never stopped sending.
     assert value(text, "accel_exporter_http_header_timeouts_total") >= 40
     # Nothing was refused: the connection cap had room, no request found its slots busy.
