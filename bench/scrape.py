@@ -115,7 +115,9 @@ def start_server(mode: str, series: int) -> tuple[subprocess.Popen[str], int, in
     return proc, int(port), int(size)
 
 
-def load(port: int, clients: int, requests: int) -> list[float]:
+def load(port: int, clients: int, requests: int, failed: list[int] | None = None) -> list[float]:
+    """Latencies of ``requests`` scrapes over ``clients`` keep-alive connections;
+    the status of every answer that was not 200 goes to ``failed``."""
     latencies: list[float] = []
     lock = threading.Lock()
     per_client = max(1, requests // clients)
@@ -129,6 +131,11 @@ def load(port: int, clients: int, requests: int) -> list[float]:
             resp = conn.getresponse()
             resp.read()
             mine.append(time.perf_counter() - start)
+            if resp.status != 200 and failed is not None:
+                with lock:
+                    failed.append(resp.status)
+            if resp.will_close:
+                conn.close()
         conn.close()
         with lock:
             latencies.extend(mine)
@@ -210,9 +217,10 @@ def abuse(series: int, requests: int, rounds: int = 3) -> dict[str, object]:
             load(port, clients, 32)
             quiet: list[float] = []
             abused: list[float] = []
+            failed: list[int] = []
             stats: dict[str, int] = {}
             for _ in range(rounds):
-                quiet += load(port, clients, requests)
+                quiet += load(port, clients, requests, failed)
                 attacker = subprocess.Popen(
                     [sys.executable, "-c", ABUSER_CODE, str(port)],
                     stdin=subprocess.PIPE,
@@ -226,13 +234,14 @@ def abuse(series: int, requests: int, rounds: int = 3) -> dict[str, object]:
                 # Past the listener's header deadline (5 s): the abusers have been
                 # closed once and are reconnecting, the steady state of an attack.
                 time.sleep(6.5)
-                abused += load(port, clients, requests)
+                abused += load(port, clients, requests, failed)
                 for key, count in json.loads(attacker.communicate("", timeout=30)[0]).items():
                     stats[key] = stats.get(key, 0) + count
             row: dict[str, object] = {"quiet": latency(quiet), "abused": latency(abused)}
             row["p50_ratio"] = round(statistics.median(abused) / statistics.median(quiet), 3)
             row["p99_ratio"] = round(pct(abused, 0.99) / pct(quiet, 0.99), 3)
             row["abuse"] = stats
+            row["not_200"] = len(failed)
             result[f"clients_{clients}"] = row
     finally:
         proc.terminate()
