@@ -90,7 +90,7 @@ def test_keep_alive_connections_are_bounded_in_number(daemon_factory):
     socks = []
     try:
         for _ in range(4):
-            s = socket.create_connection((host, port), timeout=10)
+            s = socket.create_connection((host, port), timeout=30)
             assert _healthz(s).startswith(b"HTTP/1.1 200 OK")
             socks.append(s)
         # The two oldest keep-alive connections were closed, the newest two remain.
