@@ -26,6 +26,7 @@ from exporter.errors import ConfigError
 from exporter.outputs import stamp
 from exporter.outputs.base import Output
 from exporter.outputs.http import Endpoints, HttpServer, ListenError
+from exporter.outputs.http_conns import HttpCounters
 from exporter.outputs.prometheus import Exposition
 from exporter.outputs.registry import build_outputs
 from exporter.scheduler import Scheduler
@@ -83,6 +84,8 @@ class App:
         self.exposition = Exposition(self.store, stamp=stamp.from_config(config))
         self.runtime: Runtime | None = None
         self.http: HttpServer | None = None
+        # Kept across reloads, so a new listener continues the counters.
+        self.http_counters = HttpCounters()
         self.started_at = time.time()
         self._stop = asyncio.Event()
         # One lifecycle change at a time: start, reload and shutdown never overlap.
@@ -156,6 +159,7 @@ class App:
             "ready": ready,
             "pending": pending,
             "listen": self.http.url if self.http else None,
+            "connections": self.http.connections.counts() if self.http else None,
             "sources": sources,
             "outputs": outputs,
         }
@@ -163,7 +167,13 @@ class App:
     # -- lifecycle -----------------------------------------------------------
 
     def _endpoints(self) -> Endpoints:
-        return Endpoints(self.exposition, self.ready, self.status)
+        return Endpoints(
+            self.exposition,
+            self.ready,
+            self.status,
+            self.http_counters,
+            lambda readings: self.store.publish("http", readings),
+        )
 
     def _make_http(self, config: Config) -> HttpServer:
         try:

@@ -253,6 +253,13 @@ INSPECTOR_ROWS = (
         "or too many were pending.",
     ),
     MetricSpec(
+        "accel_ccl_inspector_file_restarts_total",
+        Kind.COUNTER,
+        "Inspector files read again from their start: truncated (shrunk, or its first bytes "
+        "changed, as after copytruncate and a refill) or replaced (a new inode under the name).",
+        ("reason",),
+    ),
+    MetricSpec(
         "accel_ccl_inspector_skipped_bytes_total",
         Kind.COUNTER,
         "Inspector bytes not parsed: backlog beyond max_read_bytes per poll, or overlong lines.",

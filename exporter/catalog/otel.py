@@ -125,6 +125,21 @@ _NAMED = {
         "accel.exporter.worker.restarts", unit="{restart}"
     ),
     "accel_exporter_otlp_exports_total": Override("accel.exporter.otlp.exports", unit="{export}"),
+    "accel_exporter_http_connections_refused_total": Override(
+        "accel.exporter.http.connections.refused", unit="{connection}"
+    ),
+    "accel_exporter_http_idle_connections_closed_total": Override(
+        "accel.exporter.http.idle_connections.closed", unit="{connection}"
+    ),
+    "accel_exporter_http_header_timeouts_total": Override(
+        "accel.exporter.http.header_timeouts", unit="{timeout}"
+    ),
+    "accel_exporter_http_write_timeouts_total": Override(
+        "accel.exporter.http.write_timeouts", unit="{timeout}"
+    ),
+    "accel_exporter_http_auth_failures_total": Override(
+        "accel.exporter.http.auth.failures", unit="{failure}"
+    ),
     "accel_host_cpu_ratio": Override("accel.host.cpu.utilization"),
     "accel_host_cpus": Override("accel.host.cpus", unit="{cpu}"),
     "accel_device_info": Override("accel.device.info", attributes=_HW_IDENTITY),
@@ -208,6 +223,7 @@ COUNTS: Mapping[str, str] = MappingProxyType(
         "accel_ccl_ras_events_total": "{event}",
         "accel_ccl_inspector_files": "{file}",
         "accel_ccl_inspector_lines_total": "{line}",
+        "accel_ccl_inspector_file_restarts_total": "{restart}",
         "accel_ccl_inspector_incomplete_groups_total": "{group}",
         "accel_neuron_runtimes": "{runtime}",
         "accel_neuron_execution_status_total": "{execution}",

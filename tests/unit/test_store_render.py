@@ -102,6 +102,10 @@ def test_exposition_is_cached_per_view_and_negotiated():
     om, omh = expo.render("application/openmetrics-text; version=1.0.0", None)
     assert omh["Content-Type"].startswith("application/openmetrics-text")
     assert om.endswith(b"# EOF\n")
+    # A malformed OpenMetrics version (found by the HTTP fuzz target; prometheus_client
+    # raises TypeError on it) gets the text format, not an error.
+    bad, badh = expo.render("application/openmetrics-text; version=x", None)
+    assert badh["Content-Type"].startswith("text/plain; version=0.0.4") and bad == first
     store.put(snap("a", [Reading("accel_host_load1", (), 3.0)], clock))
     assert value(expo.render(None, None)[0].decode(), "accel_host_load1") == 3.0
     only, _ = expo.render(None, None, names=["accel_host_load1"])
