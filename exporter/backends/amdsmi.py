@@ -212,8 +212,11 @@ class AmdSmiBackend:
                 self.gpus.append(gpu)
         crumb.clear()
         self._dedupe_uuids()
-        if not self.gpus:
+        isolated = (self.config.get(crumb.ISOLATION_KEY) or {}).get("skip")
+        if not self.gpus and not isolated:
             raise BackendUnavailable("no_devices", "amdsmi found no AMD GPU")
+        # No GPU served because every one is isolated: an empty worker, not "no AMD
+        # here"; the isolated ones stay reported, down with their reason.
 
     def _lib_version(self) -> str:
         try:

@@ -85,6 +85,9 @@ IDENTITY = frozenset(
         "accel_device_isolated_since_timestamp_seconds",
     }
 )
+# What a pending poll (a worker starting) keeps showing of the last one: identity and
+# state, with the health verdict; no values, which would pass for fresh.
+KEPT_WHILE_STARTING = IDENTITY | {"accel_device_health", "accel_device_health_reason_info"}
 
 
 def call_budget(timeout: float) -> float:
@@ -311,21 +314,26 @@ class DeviceSource(WorkerSource):
             part.split("=", 1) for part in fault.identity.split(";") if part.count("=") == 1
         )
         uuid = learnt.get("uuid") or f"unidentified-{fault.index}"
-        bus = learnt.get("pci_bus_id", "")
-        if not bus and self._pci is not None:
-            bus = self._bus_by_order(fault.index)
+        bus = learnt.get("pci_bus_id", "") or self._bus_by_order(fault.index)
         info = (("pci_bus_id", bus),) if bus else ()
         return DeviceId(str(fault.index), uuid, info, fault.index)
 
     def _bus_by_order(self, index: int) -> str:
-        assert self._pci is not None
-        named = {d.index: dict(d.info).get("pci_bus_id", "") for d in self._devices}
-        if len(self._pci) != len(named) + len(self.runner.faults) or index >= len(self._pci):
+        bus_list = self._pci  # read once: /status calls this from an HTTP thread
+        if bus_list is None:
+            return ""
+        faults = set(self.runner.faults)
+        named = {
+            d.index: dict(d.info).get("pci_bus_id", "")
+            for d in self._devices
+            if d.index not in faults
+        }
+        if len(bus_list) != len(named) + len(faults) or index >= len(bus_list):
             return ""
         for i, bus in named.items():
-            if i >= len(self._pci) or pci.normalize_bus_id(bus) != self._pci[i]:
+            if i >= len(bus_list) or pci.normalize_bus_id(bus) != bus_list[i]:
                 return ""
-        return self._pci[index]
+        return bus_list[index]
 
     def _exported(self) -> list[DeviceId]:
         faults = self.runner.faults
@@ -343,11 +351,13 @@ class DeviceSource(WorkerSource):
 
     def _identity(self) -> list[Reading]:
         devices = self._exported()
-        out = [Reading("accel_devices", (self._vendor,), float(len(devices)))]
+        # Before any worker named the vendor (every device isolated at the first start).
+        vendor = self._vendor or self._default_vendor
+        out = [Reading("accel_devices", (vendor,), float(len(devices)))]
         out.extend(self._expected())
         for dev in devices:
             info = dict(dev.info)
-            info.update(vendor=self._vendor, device=dev.device, uuid=dev.uuid)
+            info.update(vendor=vendor, device=dev.device, uuid=dev.uuid)
             out.append(
                 Reading("accel_device_info", tuple(info.get(k, "") for k in INFO_LABELS), 1.0)
             )
@@ -387,6 +397,7 @@ class DeviceSource(WorkerSource):
 
     async def poll(self) -> Sequence[Reading]:
         """One poll plus the bus count; a worker whose devices changed is replaced, asked again."""
+        deadline = time.monotonic() + self._call_budget()  # the bus scan comes out of it too
         extra = self._own_readings(await self._scan_pci())
         try:
             if not self._started:
@@ -399,13 +410,12 @@ class DeviceSource(WorkerSource):
                     raise kind("library_not_found", missing, self._expected())
                 await super().start()
                 self._started = True
-            return [*await self._poll_device(), *extra]
+            return [*await self._poll_device(deadline), *extra]
         except SourceError as exc:
             exc.readings = (*exc.readings, *extra)
             raise
 
-    async def _poll_device(self) -> Sequence[Reading]:
-        deadline = time.monotonic() + self._call_budget()
+    async def _poll_device(self, deadline: float) -> Sequence[Reading]:
         try:
             return await self._poll_once(deadline)
         except WorkerError as exc:
@@ -439,7 +449,12 @@ class DeviceSource(WorkerSource):
             if self.ledger is not None:
                 args["ledger"] = self.ledger.ledgers
             reply = await self.runner.call(
-                "poll", args, timeout=max(0.05, deadline - time.monotonic())
+                "poll",
+                args,
+                timeout=max(0.05, deadline - time.monotonic()),
+                # Measured against the whole budget: a call left with little of it (the
+                # worker was starting) must not get a slow device blamed for hanging.
+                blame_after=self._call_budget() / 2,
             )
             states, values = self._check_reply(reply, slow)
             await self._keep_ledger(reply)
@@ -449,8 +464,10 @@ class DeviceSource(WorkerSource):
                 "protocol_error", str(exc), self._all_down("protocol_error")
             ) from None
         except SourcePending as exc:
-            # A new worker is starting: what the last poll said stays true until it answers.
-            raise SourcePending(exc.reason, exc.detail, self._last or self._expected()) from None
+            # A new worker is starting: which devices there are and their state stay
+            # shown until it answers; their values do not (they would pass for fresh).
+            known = [r for r in self._last if r.metric in KEPT_WHILE_STARTING]
+            raise SourcePending(exc.reason, exc.detail, known or self._expected()) from None
         except SourceUnavailable as exc:
             if self.device_config.expected_devices is not None:
                 # The node is declared to have accelerators: a missing library or driver
@@ -464,6 +481,7 @@ class DeviceSource(WorkerSource):
             # are not at fault, and what they said one poll ago stays until it answers.
             isolated = {(d.device, d.uuid) for d, _ in self._isolated()}
             values = [r for r in self._values if r.labels[:2] not in isolated]
+            self._values = []  # carried once: a second fault in a row has nothing fresh to carry
             self._last = self._compose(self._states, values)
             raise WorkerError(exc.reason, exc.detail, self._last) from None
         except WorkerError as exc:

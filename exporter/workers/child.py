@@ -137,6 +137,9 @@ def serve(inp: int, out: int) -> int:
                     "reason": "exception",
                     "detail": _describe(exc),
                 }
+            # A request that raised mid-device must not leave that device named for
+            # whatever hangs next outside any device.
+            crumb.clear()
             write_fd(out, reply_frame(reply))
     finally:
         try:

@@ -97,7 +97,8 @@ class Page:
     """The daemon's side: creates the shared page and reads it after a missed deadline."""
 
     def __init__(self) -> None:
-        self.fd = os.memfd_create("accel-exporter-crumb", 0)
+        # Close-on-exec: the worker gets it through pass_fds, nothing else should.
+        self.fd = os.memfd_create("accel-exporter-crumb", os.MFD_CLOEXEC)
         os.ftruncate(self.fd, PAGE_BYTES)
         self._map = mmap.mmap(self.fd, PAGE_BYTES)
 

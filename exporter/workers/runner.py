@@ -47,9 +47,13 @@ STDERR_LINES_PER_LIFE = 200
 STOP_GRACE_SECONDS = 1.0
 # How long a stuck worker gets to write its stack dump after SIGUSR1.
 DUMP_WAIT_SECONDS = 0.3
+# How long a SIGKILLed worker gets to be reaped before it counts as stuck (an
+# ordinary process dies in milliseconds; one in a driver's uninterruptible sleep
+# does not die at all until the call returns).
+REAP_WAIT_SECONDS = 0.3
 # What naming and killing a stuck worker may take after its deadline (the dump
-# wait and the kill's grace): callers leave this much of their own deadline.
-FAULT_BUDGET_SECONDS = DUMP_WAIT_SECONDS + STOP_GRACE_SECONDS
+# wait and the reap wait): callers leave this much of their own deadline.
+FAULT_BUDGET_SECONDS = DUMP_WAIT_SECONDS + REAP_WAIT_SECONDS
 # An isolated device is probed again after 2, 4, 8, ... seconds, at most this far apart.
 PROBE_BASE_SECONDS = 2.0
 PROBE_CAP_SECONDS = 60.0
@@ -172,6 +176,17 @@ class WorkerRunner:
         self._probes: dict[int, asyncio.Task[None]] = {}
         self._page: crumb.Page | None = None
         self._dump: stackdump.DumpFile | None = None
+        # Held while a worker starts, so a restart never lands in the middle of one.
+        self._switch = asyncio.Lock()
+        # Timeout handling that outlives a cancelled caller (see call()).
+        self._handling: set[asyncio.Task[Any]] = set()
+        self._stopped = False
+        # The device a whole-worker timeout was last on: the same one twice is blamed
+        # even when earlier devices ate the time (a slow poll, then a hang late in it).
+        self._suspect: int | None = None
+        # Failed probes of a device when it was last released: a device isolated
+        # again resumes its backoff instead of being probed every 2 s.
+        self._probe_history: dict[int, int] = {}
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -187,15 +202,18 @@ class WorkerRunner:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._supervisor
             self._supervisor = None
-        probes = list(self._probes.values())
-        for task in probes:
-            task.cancel()
-        for task in probes:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        await self._terminate(graceful=True)
-        self.state.state = "stopped"
-        self._close_files()
+        self._stopped = True
+        try:
+            pending = [*self._probes.values(), *self._handling]
+            for task in pending:
+                task.cancel()
+            for task in pending:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            await self._terminate(graceful=True)
+            self.state.state = "stopped"
+        finally:
+            self._close_files()
 
     def _close_files(self) -> None:
         if self._page is not None:
@@ -221,21 +239,25 @@ class WorkerRunner:
         at bootstrap now can, a MIG mode switched): only a new bootstrap describes
         them anew. Returns once the old worker is reaped; the new one is starting.
         """
-        self._log.info("worker restart", reason=reason, detail=detail)
-        # A poll waiting in ready() must wait for the new attempt, not return on
-        # the finished one's event (Python 3.12+ wait_for checks it without yielding).
-        self._attempt_done.clear()
-        self._restart_now = True
-        self.state.restarts += 1  # asked for, not a failure, but a new process all the same
-        await self._terminate(graceful=True)
-        self.state.state = "starting"
-        self._wake.set()  # in case the supervisor sits in a backoff
+        async with self._switch:  # never in the middle of a start
+            self._log.info("worker restart", reason=reason, detail=detail)
+            # A poll waiting in ready() must wait for the new attempt, not return on
+            # the finished one's event (Python 3.12+ wait_for checks it without yielding).
+            self._attempt_done.clear()
+            self._restart_now = True
+            # Asked for, not a failure, but a new process all the same: the next start
+            # counts as a restart (once, even if the last worker also ended badly).
+            self._ended_badly = True
+            await self._terminate(graceful=True)
+            self.state.state = "starting"
+            self._wake.set()  # in case the supervisor sits in a backoff
 
     async def _supervise(self) -> None:
         while True:
             self._attempt_done.clear()
             try:
-                ok = await self._launch()
+                async with self._switch:
+                    ok = await self._launch()
             finally:
                 self._attempt_done.set()
             if ok:
@@ -279,9 +301,14 @@ class WorkerRunner:
             self.state.restarts += 1
             self._ended_badly = False
         self.state.state = "starting"
-        if self._page is None:
-            self._page, self._dump = crumb.Page(), stackdump.DumpFile()
-        assert self._dump is not None
+        try:
+            if self._page is None or self._dump is None:
+                self._close_files()
+                self._page, self._dump = crumb.Page(), stackdump.DumpFile()
+        except OSError as exc:  # no memfd (fd limit, sandbox): no worker either
+            self._close_files()
+            self._fail("spawn_failed", f"cannot create the worker's shared pages: {exc}")
+            return False
         self._page.reset()
         self._dump.clear()
         env = dict(os.environ if self.env is None else self.env)
@@ -469,27 +496,35 @@ class WorkerRunner:
         or, for a crash, when it was not a fatal signal in native code (an
         outside SIGKILL is not the device's doing).
         """
-        if not self.isolate or self._page is None or self._dump is None:
+        page, dump_file = self._page, self._dump  # stop() may close them meanwhile
+        if not self.isolate or page is None or dump_file is None:
             return None
-        seen = self._page.read()
-        if seen.index is None or seen.index in self.faults or seen.held < min_held:
+        seen = page.read()
+        if seen.index is None or seen.index in self.faults:
             return None
+        if seen.held < min_held and seen.index != self._suspect:
+            self._suspect = seen.index  # blamed if the next deadline finds it there again
+            return None
+        self._suspect = None
         call = ""
         if dump and proc.returncode is None:
-            self._dump.clear()
+            dump_file.clear()
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(proc.pid, stackdump.DUMP_SIGNAL)
             loop = asyncio.get_running_loop()
             end = loop.time() + DUMP_WAIT_SECONDS
             while not call and loop.time() < end:
                 await asyncio.sleep(0.02)
-                call = stackdump.hung_call(self._dump.read(), seen.main_thread)
+                call = stackdump.hung_call(dump_file.read(), seen.main_thread)
         else:
-            text = self._dump.read()
-            if not dump and not stackdump.fatal(text):
+            text = dump_file.read()
+            # A native crash of the thread reading the device; not of another thread
+            # (the event reader), and not an outside SIGKILL (no fatal dump at all).
+            if not dump and not stackdump.fatal_on(text, seen.main_thread):
                 return None
             call = stackdump.hung_call(text, seen.main_thread)
         fault = Fault(seen.index, reason, call, seen.identity, time.time())
+        fault.probes = self._probe_history.get(seen.index, 0)
         self.faults[seen.index] = fault
         self._log.error(
             "device isolated",
@@ -513,7 +548,10 @@ class WorkerRunner:
     # -- probes of isolated devices ----------------------------------------
 
     def _schedule_probe(self, fault: Fault) -> None:
-        if self.probe is None or fault.index in self._probes:
+        if self.probe is None or self._stopped:
+            return
+        running = self._probes.get(fault.index)
+        if running is not None and not running.done():
             return
         task = asyncio.create_task(self._probe_loop(fault), name=f"probe-{self.name}-{fault.index}")
         self._probes[fault.index] = task
@@ -526,7 +564,7 @@ class WorkerRunner:
     def _stuck_on(self, index: int) -> bool:
         proc = self._stuck.get(index)
         if proc is not None and proc.returncode is not None:
-            del self._stuck[index]
+            self._stuck.pop(index, None)
             fault = self.faults.get(index)
             if fault is not None:
                 fault.stuck_pid = None
@@ -536,27 +574,37 @@ class WorkerRunner:
 
     async def _probe_loop(self, fault: Fault) -> None:
         """Probe an isolated device with backoff until it answers; then take it back."""
-        while self.faults.get(fault.index) is fault:
+        while self.faults.get(fault.index) is fault and not self._stopped:
             delay = probe_delay(fault.probes)
             fault.next_probe = time.time() + delay
             await asyncio.sleep(delay)
             fault.next_probe = None
             # While a process is still stuck on the device a probe would only join it.
-            if self._stuck_on(fault.index) or not await self._probe_once(fault):
+            try:
+                answered = not self._stuck_on(fault.index) and await self._probe_once(fault)
+            except (asyncio.CancelledError, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # a bug must not end the probing of this device
+                self._log.error("probe failed", device=fault.index, error=repr(exc))
+                answered = False
+            if not answered:
                 fault.probes += 1
                 continue
-            self.faults.pop(fault.index, None)
             self._log.info(
                 "device answers again", device=fault.index, call=fault.call, probes=fault.probes
             )
+            self._probe_history[fault.index] = fault.probes + 1
             async with self._call_lock:  # not in the middle of a poll
+                # Released only now: a poll never sees it neither isolated nor served.
+                self.faults.pop(fault.index, None)
                 await self.restart("device_recovered", f"device {fault.index} answers again")
             return
 
     async def _probe_once(self, fault: Fault) -> bool:
         """One probe: a worker for this device alone, bootstrapped and asked under deadlines."""
         assert self.probe is not None
-        config = {**self.config, "events": False, crumb.ISOLATION_KEY: {"only": [fault.index]}}
+        # The main worker's config (events included): the probe must do all a worker does.
+        config = {**self.config, crumb.ISOLATION_KEY: {"only": [fault.index]}}
         probe = WorkerRunner(
             self.name,
             self.backend,
@@ -569,6 +617,17 @@ class WorkerRunner:
         probe._log = self._log.bind(probe_of=fault.index)
         try:
             if not await probe._launch():
+                return False
+            devices = probe.state.inventory.get("devices")
+            indices = (
+                [d.get("index") for d in devices if isinstance(d, dict)]
+                if isinstance(devices, list)
+                else []
+            )
+            if indices != [fault.index]:
+                # The device is gone from the library's list (or another took its
+                # index): nothing to take back; it stays isolated and named.
+                self._log.warning("probe found no such device", device=fault.index)
                 return False
             await probe.call(self.probe.op, self.probe.args, timeout=self.probe.timeout)
             return True
@@ -583,10 +642,9 @@ class WorkerRunner:
             probe._close_files()
 
     def stuck_processes(self) -> int:
-        """Killed workers (and probes) that have not exited yet."""
-        for index in list(self._stuck):
-            self._stuck_on(index)
-        return len(self._stuck) + sum(1 for p in self._unreaped if p.returncode is None)
+        """Killed workers (and probes) that have not exited yet (read-only: /status calls it)."""
+        stuck = list(self._stuck.values()) + list(self._unreaped)
+        return sum(1 for p in stuck if p.returncode is None)
 
     async def _terminate(self, *, graceful: bool, fault: Fault | None = None) -> None:
         proc = self._proc
@@ -634,7 +692,7 @@ class WorkerRunner:
         # wait a little, then leave it to asyncio's child watcher (it is counted
         # as stuck meanwhile) rather than hold up everything behind it.
         waiter = asyncio.ensure_future(proc.wait())
-        done, _ = await asyncio.wait({waiter}, timeout=STOP_GRACE_SECONDS)
+        done, _ = await asyncio.wait({waiter}, timeout=REAP_WAIT_SECONDS)
         if not done:
             waiter.cancel()
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -684,12 +742,18 @@ class WorkerRunner:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._attempt_done.wait(), timeout=timeout)
 
-    async def call(self, op: str, args: Mapping[str, Any], timeout: float) -> Any:
+    async def call(
+        self, op: str, args: Mapping[str, Any], timeout: float, *, blame_after: float | None = None
+    ) -> Any:
         """Send one request and return its result; WorkerError on any failure.
 
         On a missed deadline, a crash or a malformed reply the worker is killed
         and reaped before this raises. If the caller is cancelled mid-call the
         worker is killed too, because its reply would arrive out of turn.
+        ``blame_after``: how long the worker must have sat on one device for a
+        missed deadline to be that device's fault (default: half of ``timeout``;
+        a caller whose ``timeout`` is what was left of a longer one passes half
+        of the longer one).
         """
         async with self._call_lock:
             proc = self._proc
@@ -706,9 +770,14 @@ class WorkerRunner:
                 await asyncio.wait_for(proc.stdin.drain(), timeout=timeout)
                 reply = await asyncio.wait_for(read_frame(proc.stdout), timeout=timeout)
             except asyncio.TimeoutError:
-                # Shielded: a caller giving up meanwhile must not leave the worker
-                # half-killed or the culprit unrecorded.
-                handled = asyncio.ensure_future(self._after_timeout(proc, op, timeout))
+                # No one may talk to this worker any more; the kill is shielded, so a
+                # caller giving up meanwhile leaves neither a half-killed worker nor
+                # an unrecorded culprit (stop() waits for it).
+                self._ready.clear()
+                blame = timeout / 2 if blame_after is None else blame_after
+                handled = asyncio.ensure_future(self._after_timeout(proc, op, timeout, blame))
+                self._handling.add(handled)
+                handled.add_done_callback(self._handling.discard)
                 raise await asyncio.shield(handled) from None
             except (EOFError, ConnectionError, BrokenPipeError) as exc:
                 fault = await self._diagnose(proc, "crashed", dump=False)
@@ -728,6 +797,7 @@ class WorkerRunner:
                 detail = f"reply id {reply.get('id')!r} does not match request {call_id}"
                 await self._kill("protocol_error", detail)
                 raise WorkerError("protocol_error", detail)
+            self._suspect = None  # it answered: whatever was slow last time moved on
             if reply.get("type") == "fault":
                 raise WorkerError(
                     str(reply.get("reason") or "fault"), str(reply.get("detail") or "")
@@ -739,11 +809,10 @@ class WorkerRunner:
             return reply["result"]
 
     async def _after_timeout(
-        self, proc: asyncio.subprocess.Process, op: str, timeout: float
+        self, proc: asyncio.subprocess.Process, op: str, timeout: float, blame_after: float
     ) -> WorkerError:
         """Name and isolate the device a missed deadline is due to, or kill the whole worker."""
-        # Blame a device only if the worker sat on it for half the deadline.
-        fault = await self._diagnose(proc, "hung", min_held=timeout / 2)
+        fault = await self._diagnose(proc, "hung", min_held=blame_after)
         if fault is not None:
             detail = f"{fault.describe()}: no answer within {timeout:g}s"
             await self._kill_isolating(fault, detail)

@@ -49,9 +49,19 @@ def attach(environ: Mapping[str, str] = os.environ) -> bool:
     return True
 
 
-def fatal(text: str) -> bool:
-    """Whether the dump is faulthandler's report of a fatal signal (a crash in native code)."""
-    return text.startswith("Fatal Python error")
+def fatal_on(text: str, main_thread: int) -> bool:
+    """Whether the dump reports a fatal signal (a native crash) on the main thread.
+
+    faulthandler names the thread that received the signal "Current thread";
+    a crash on another thread (the event reader) is not the main thread's device's.
+    """
+    if not text.startswith("Fatal Python error"):
+        return False
+    for line in text.splitlines():
+        head = _HEADER.match(line)
+        if head and line.startswith("Current"):
+            return not main_thread or int(head.group(1), 16) == main_thread
+    return not main_thread
 
 
 def main_thread_frames(text: str, main_thread: int) -> list[str]:
@@ -90,7 +100,8 @@ class DumpFile:
     """The daemon's side: an in-memory file the worker's faulthandler writes to."""
 
     def __init__(self) -> None:
-        self.fd = os.memfd_create("accel-exporter-dump", 0)
+        # Close-on-exec: the worker gets it through pass_fds, nothing else should.
+        self.fd = os.memfd_create("accel-exporter-dump", os.MFD_CLOEXEC)
 
     def env(self) -> dict[str, str]:
         """Environment entries that tell a worker where to write its dumps."""
