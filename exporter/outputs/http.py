@@ -54,6 +54,7 @@ class _Server(ThreadingHTTPServer):
     endpoints: Endpoints
     auth: BasicAuth | None
     tls: ssl.SSLContext | None
+    client_cert_required: bool
     read_timeout: float
     slots: threading.BoundedSemaphore
 
@@ -106,6 +107,10 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = f"accel-exporter/{__version__}"
 
+    def version_string(self) -> str:
+        """The Server header: this program only, not the Python version (a scanner's gift)."""
+        return self.server_version
+
     def log_message(self, format: str, *args: Any) -> None:
         """Access logs are off: one line per scrape would drown everything else."""
 
@@ -133,6 +138,11 @@ class _Handler(BaseHTTPRequestHandler):
         """Route a request; any exception becomes a 500 without killing the server."""
         url = urlsplit(self.path)
         try:
+            if self.server.client_cert_required and url.path not in UNAUTHENTICATED:
+                cert = getattr(self.connection, "getpeercert", lambda: None)()
+                if not cert:
+                    self._send(403, b"Forbidden: this path needs a client certificate\n")
+                    return
             auth = self.server.auth
             if url.path not in UNAUTHENTICATED and auth is not None:  # noqa: SIM102
                 if not auth.check(self.headers.get("Authorization")):
@@ -253,6 +263,9 @@ class HttpServer:
     def _apply(self, config: WebConfig, tls: ssl.SSLContext | None) -> None:
         self._server.auth = BasicAuth(config.basic_auth) if config.basic_auth is not None else None
         self._server.tls = tls
+        self._server.client_cert_required = (
+            config.tls is not None and tls is not None and config.tls.client_cert_required
+        )
         self._server.read_timeout = config.read_timeout
         self._server.slots = threading.BoundedSemaphore(config.max_requests)
 

@@ -295,7 +295,7 @@ def test_pod_resources_socket_is_mounted_read_only(renderer, tmp_path):
     mount = mounts(docs)["pod-resources"]
     assert mount["readOnly"] is True
     # The daemon's default socket lies inside the mount.
-    socket = daemon_config(docs, tmp_path).enrich.k8s.socket
+    socket = daemon_config(docs, tmp_path).workload.k8s.socket
     assert socket.startswith(mount["mountPath"] + "/")
     assert "pod-resources" not in volumes(
         render(renderer, tmp_path, {"podResources": {"enabled": False}})
@@ -305,7 +305,7 @@ def test_pod_resources_socket_is_mounted_read_only(renderer, tmp_path):
     docs = render(renderer, tmp_path, {"podResources": {"hostPath": k0s}})
     assert volumes(docs)["pod-resources"]["hostPath"] == {"path": k0s, "type": "Directory"}
     assert mounts(docs)["pod-resources"] == mount
-    assert daemon_config(docs, tmp_path).enrich.k8s.socket == socket
+    assert daemon_config(docs, tmp_path).workload.k8s.socket == socket
 
 
 def test_host_pid_and_host_network_are_opt_in(renderer, tmp_path):
@@ -640,7 +640,7 @@ def test_pod_labels_add_read_access_to_pods_and_nothing_else(renderer, tmp_path)
     assert pod_spec(docs)["automountServiceAccountToken"] is True
     # The node name the listing filters on comes from the downward API.
     assert env_of(container(docs))["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
-    pod_labels = daemon_config(docs, tmp_path).enrich.k8s.pod_labels
+    pod_labels = daemon_config(docs, tmp_path).workload.k8s.pod_labels
     assert pod_labels.enabled and pod_labels.keys == ["team", "app.kubernetes.io/name"]
     assert pod_labels.interval == 60.0
 

@@ -184,15 +184,18 @@ CASES = [
     (
         "xid",
         ["--window", "1h"],
-        TWO + xid_line("0", U0, 79, 7200),
+        TWO + source("nvml") + xid_line("0", U0, 79, 7200),
         0,
         "0 XID codes seen in the last 60m",
     ),
-    ("xid", ["--window", "1h"], TWO + xid_line("0", U0, 13, 60), 1, "gpu0 xid 13"),
+    ("xid", ["--window", "1h"], TWO + source("nvml") + xid_line("0", U0, 13, 60), 1, "gpu0 xid 13"),
+    # No NVML source up: nothing reads XIDs, so "none seen" would be a guess.
+    ("xid", [], BUILD + source("host"), 3, "the nvml source is not running here"),
+    ("xid", [], BUILD + source("nvml", False, "timeout"), 3, "the nvml source is down"),
     (
         "xid",
         ["--window", "10m"],
-        TWO + xid_line("1", U1, 79, 30) + xid_line("0", U0, 13, 30),
+        TWO + source("nvml") + xid_line("1", U1, 79, 30) + xid_line("0", U0, 13, 30),
         2,
         "gpu1 xid 79",
     ),

@@ -83,7 +83,7 @@ The daemon's config file: the user's config with the keys the chart owns set on 
 {{- end }}
 {{- with .Values.workloadPodLabels }}
 {{- if .enabled }}
-{{- $_ := set $owned "enrich" (dict "k8s" (dict "pod_labels" (dict "enabled" true "keys" .keys "interval" .interval))) }}
+{{- $_ := set $owned "workload" (dict "k8s" (dict "pod_labels" (dict "enabled" true "keys" .keys "interval" .interval))) }}
 {{- end }}
 {{- end }}
 {{- toYaml (mergeOverwrite $config $owned) }}
