@@ -13,6 +13,12 @@ HOST_ONLY = [
     f"--sources.{name}.enabled=false"
     for name in ("nvml", "amdsmi", "tpu", "neuron", "ccl_ras", "ccl_inspector")
 ] + ["--workload.enabled=false"]
+# The same as environment variables (a check's own flags follow its name; config comes
+# from --config.file or the environment).
+HOST_ONLY_ENV = {
+    "ACCEL_EXPORTER_" + flag[2:].split("=")[0].replace(".", "__").upper(): "false"
+    for flag in HOST_ONLY
+}
 
 
 def test_config_show_round_trips_through_config_check():
@@ -70,7 +76,7 @@ def test_once_json_names_its_labels():
     result = run_cli("once", "--format", "json", *HOST_ONLY)
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
-    cpu = [r for r in doc["host"]["readings"] if r["metric"].startswith("accel_host_cpu")]
+    cpu = [r for r in doc["host"]["readings"] if r["metric"] == "accel_host_cpu_seconds_total"]
     assert cpu and all(isinstance(r["labels"], dict) for r in cpu)
     assert {"mode"} <= set(cpu[0]["labels"])
     assert set(doc["host"]) == {
@@ -84,14 +90,16 @@ def test_once_json_names_its_labels():
 
 
 def test_check_xid_without_nvml_is_unknown_and_claims_no_window():
-    result = run_cli("check", "xid", "--local", *HOST_ONLY)
+    result = run_cli("check", "xid", "--local", env=HOST_ONLY_ENV)
     assert result.returncode == 3, result.stdout
     assert result.stdout.startswith("XID UNKNOWN")
     assert "60m" not in result.stdout and "last" not in result.stdout
 
 
 def test_check_exporter_local_polls_here_not_the_url():
-    result = run_cli("check", "exporter", "--local", "--url", "http://127.0.0.1:1", *HOST_ONLY)
+    result = run_cli(
+        "check", "exporter", "--local", "--url", "http://127.0.0.1:1", env=HOST_ONLY_ENV
+    )
     assert result.returncode == 0, result.stdout
     assert result.stdout.startswith("EXPORTER OK - 1 of 1 sources up"), result.stdout
 
