@@ -769,3 +769,30 @@ def test_both_monitors_get_the_templates_message_not_a_schema_error(renderer, tm
     values_schema().validate(chart_values(values))  # the schema lets the template explain
     with pytest.raises(RenderError, match="enable serviceMonitor or podMonitor, not both"):
         render(renderer, tmp_path, values)
+
+
+def test_attribution_switch_runs_as_root_with_capabilities_still_dropped(renderer, tmp_path):
+    default = render(renderer, tmp_path)
+    assert pod_spec(default)["securityContext"]["runAsNonRoot"] is True
+    assert pod_spec(default)["hostPID"] is False
+    docs = render(renderer, tmp_path, {"attribution": {"root": True, "processes": True}})
+    spec = pod_spec(docs)
+    assert spec["securityContext"]["runAsUser"] == 0
+    assert spec["securityContext"]["runAsNonRoot"] is False
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert spec["hostPID"] is True
+    sc = container(docs)["securityContext"]
+    assert sc["capabilities"]["drop"] == ["ALL"] and not sc["capabilities"].get("add")
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    # The socket the daemon connects to lies in the chart's read-only mount.
+    socket = daemon_config(docs, tmp_path).workload.k8s.socket
+    assert socket.startswith(mounts(docs)["pod-resources"]["mountPath"] + "/")
+
+
+def test_chart_readme_for_helm_show_readme_names_real_values():
+    readme = (CHART / "README.md").read_text()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for key in ("gpuNodeAffinity", "extraTolerations", "attribution", "webConfigSecret", "tls"):
+        assert f"`{key}" in readme and key in values, key
+    assert values["image"]["repository"] in readme or "image.repository" in readme
+    assert "podman push" in readme
