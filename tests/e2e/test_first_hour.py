@@ -6,7 +6,7 @@ import json
 import re
 import sys
 
-from tests.helpers.cli import record, run_cli
+from tests.helpers.cli import REPO, record, run_cli
 
 # Only the host source: no vendor library on a CI machine, no RAS or Inspector jobs.
 HOST_ONLY = [
@@ -79,6 +79,9 @@ def test_once_json_names_its_labels():
     cpu = [r for r in doc["host"]["readings"] if r["metric"] == "accel_host_cpu_seconds_total"]
     assert cpu and all(isinstance(r["labels"], dict) for r in cpu)
     assert {"mode"} <= set(cpu[0]["labels"])
+    documented = (REPO / "docs" / "cli.md").read_text()
+    for key in doc["host"]:
+        assert f"| `{key}` |" in documented, key
     assert set(doc["host"]) == {
         "ok",
         "unavailable",

@@ -96,7 +96,7 @@ def test_stamping_device_series_is_opt_in_and_reloadable(daemon_factory, tmp_pat
         check_metrics(text)
 
         # Turned off by a reload: the plain series come back.
-        config["enrich"]["k8s"]["stamp_device_series"] = False
+        config["workload"]["k8s"]["stamp_device_series"] = False
         d.config_file.write_text(yaml.safe_dump(config))
         d.signal(signal.SIGHUP)
         d.wait_metric("accel_utilization_ratio", 0.75, device="0", uuid=G0)
