@@ -207,7 +207,7 @@ def test_null_removes_a_default(renderer, tmp_path):
     docs = render(renderer, tmp_path, values, strict=False)
     assert "securityContext" not in pod_spec(docs) and "tolerations" not in pod_spec(docs)
     notes = render_chart(renderer, tmp_path, values, notes=True, strict=False)
-    assert "runAsUser=0" not in notes
+    assert "attribution.root=true" not in notes
 
 
 def test_defaults_create_only_the_workload(renderer, tmp_path):
@@ -700,7 +700,9 @@ def test_pod_labels_with_an_existing_account_or_own_rbac(renderer, tmp_path):
 def test_notes_render(renderer, tmp_path):
     notes = render_chart(renderer, tmp_path, None, name=RELEASE, namespace=NAMESPACE, notes=True)
     assert f"ds/{FULLNAME}" in notes and "serviceMonitor.enabled=true" in notes
-    assert "runAsUser=0" in notes  # the pod-resources permission hint
+    assert "--set attribution.root=true" in notes  # the pod-resources permission hint
+    root = render_chart(renderer, tmp_path, {"attribution": {"root": True}}, notes=True)
+    assert "attribution.root=true" not in root
     notes = render_chart(renderer, tmp_path, {"serviceMonitor": {"enabled": True}}, notes=True)
     assert "ServiceMonitor" in notes and "serviceMonitorSelector" in notes
 
