@@ -217,6 +217,22 @@ CASES = [
         "nvml (timeout)",
     ),
     ("exporter", [], None, 2, "cannot read"),
+    # A GPU node whose driver was never injected: every source up, the bus says 8.
+    (
+        "exporter",
+        [],
+        BUILD + source("host") + 'accel_pci_devices{vendor="nvidia"} 8\n',
+        1,
+        "not seen by their library: nvidia 8 on the PCI bus, 0 seen",
+    ),
+    (
+        "exporter",
+        [],
+        BUILD + source("nvml") + 'accel_pci_devices{vendor="nvidia"} 8\n'
+        'accel_devices{vendor="nvidia"} 8\n',
+        0,
+        "1 of 1 sources up",
+    ),
     ("exporter", [], "# just some other exporter\nfoo 1\n", 2, "does not serve accel-exporter"),
 ]
 
