@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import pytest
+import structlog
 
 from exporter.cli import main
 from exporter.commands.flags import flag_help, key_help, leaf_class, metavar, old_spellings
 from exporter.config import leaves, load_config
 from exporter.errors import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    # main() configures structlog onto the captured stderr; later tests must not
+    # inherit a stream that pytest closes.
+    yield
+    structlog.reset_defaults()
 
 
 def help_text(capsys, *args: str) -> str:
