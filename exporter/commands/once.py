@@ -87,7 +87,7 @@ def run(config: Config, fmt: str, out: TextIO = sys.stdout) -> int:
     store = Store(catalog=catalog_for(config))
     results = asyncio.run(poll_all(build_sources(config), store))
     if fmt == "json":
-        json.dump(to_json(results, store.catalog), out, indent=2, sort_keys=True)
+        json.dump(to_json(results, store.catalog), out, indent=2)
         out.write("\n")
     else:
         body, _ = Exposition(store, process_metrics=False).render(None, None)
