@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from exporter.backends.cuda_checkpoint import CudaCheckpointBackend  # noqa: E402
-from exporter.config.schema import EnrichConfig, K8sEnrichConfig  # noqa: E402
+from exporter.config.schema import K8sEnrichConfig, WorkloadConfig  # noqa: E402
 from exporter.enrich.kube_api import ApiAccess, list_pod_labels  # noqa: E402
 from exporter.enrich.pod_resources import list_assignments, resource_filter  # noqa: E402
 from exporter.enrich.procfs import ProcReader  # noqa: E402
@@ -91,7 +91,7 @@ def main() -> None:
             )
             source = WorkloadSource(
                 "workload",
-                EnrichConfig(
+                WorkloadConfig(
                     proc_path=str(tmp / "proc"),
                     k8s=K8sEnrichConfig(socket=kubelet.socket_path, interval=3600.0),
                 ),

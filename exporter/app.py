@@ -4,7 +4,7 @@ Lifecycle: SIGTERM/SIGINT stop in order (stop scheduling and cancel polls, stop
 workers, stop HTTP, flush push outputs) well within 5 s. SIGHUP reloads the
 config; an invalid new config is logged reason by reason and the old one keeps
 running, and so does a new config that would change an exported label set
-(``enrich.k8s.pod_labels``), which needs a restart.
+(``workload.k8s.pod_labels``), which needs a restart.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from exporter import __version__, log
@@ -60,6 +61,25 @@ class StartupError(Exception):
     def __init__(self, message: str, status: int = 1) -> None:
         super().__init__(message)
         self.status = status
+
+
+# /status fields holding Unix times: each also gets a "<key>_rfc3339" twin, for people
+# reading the document; the numbers stay, for the scripts that already read them.
+EPOCH_KEYS = frozenset({"started_at", "last_success", "next_poll"})
+
+
+def with_rfc3339(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with an RFC 3339 UTC string beside every Unix time in :data:`EPOCH_KEYS`."""
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        out[key] = with_rfc3339(value) if isinstance(value, dict) else value
+        if key in EPOCH_KEYS:
+            out[f"{key}_rfc3339"] = (
+                datetime.fromtimestamp(value, timezone.utc).isoformat(timespec="milliseconds")
+                if isinstance(value, (int, float)) and not isinstance(value, bool)
+                else None
+            )
+    return out
 
 
 class App:
@@ -152,17 +172,19 @@ class App:
             except Exception as exc:
                 outputs[output.name] = {"status_error": repr(exc)}
         ready, pending = self.ready()
-        return {
-            "version": __version__,
-            "pid": os.getpid(),
-            "started_at": self.started_at,
-            "ready": ready,
-            "pending": pending,
-            "listen": self.http.url if self.http else None,
-            "connections": self.http.connections.counts() if self.http else None,
-            "sources": sources,
-            "outputs": outputs,
-        }
+        return with_rfc3339(
+            {
+                "version": __version__,
+                "pid": os.getpid(),
+                "started_at": self.started_at,
+                "ready": ready,
+                "pending": pending,
+                "listen": self.http.url if self.http else None,
+                "connections": self.http.connections.counts() if self.http else None,
+                "sources": sources,
+                "outputs": outputs,
+            }
+        )
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -297,7 +319,7 @@ class App:
             if dict(catalog_for(new)) != dict(self.store.catalog):
                 self._log.error(
                     "reload rejected",
-                    problem="enrich.k8s.pod_labels (enabled, keys) changes the exported label"
+                    problem="workload.k8s.pod_labels (enabled, keys) changes the exported label"
                     " set: restart the daemon to apply it",
                 )
                 return False

@@ -14,18 +14,18 @@ import asyncio
 import os
 import signal
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from exporter import __version__, log
-from exporter.config import leaves, load_config
-from exporter.config.loader import describe_type, format_default
+from exporter.commands.flags import OVERRIDE_PREFIX, canonical_argv
+from exporter.config import load_config
 from exporter.errors import ConfigError
 
 EXIT_CONFIG = 2
 
 SourceBuilder = Callable[[Any], Sequence[Any]]
-OVERRIDE_PREFIX = "override:"
 
 # Extra subcommands contributed by other modules: name -> (help, add_arguments, run).
 # run(args, config_loader) -> exit status; the loader raises ConfigError, which the
@@ -46,59 +46,107 @@ def _builtin_extras() -> None:
     EXTRA_COMMANDS.setdefault("record", record)
 
 
-def _config_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config.file",
-        dest="config_file",
-        metavar="FILE",
-        default=argparse.SUPPRESS,
-        help="YAML config file (optional; defaults are built in)",
-    )
-    group = parser.add_argument_group(
-        "configuration overrides",
-        "every config key as a flag; also settable as ACCEL_EXPORTER_<SECTION>__<KEY>",
-    )
-    for leaf in leaves():
-        group.add_argument(
-            leaf.flag,
-            dest=OVERRIDE_PREFIX + leaf.dotted,
-            metavar=describe_type(leaf.type).split(" ")[0].upper().strip("'"),
-            default=argparse.SUPPRESS,
-            help=f"(default {format_default(leaf.default, leaf.type)})",
-        )
+def _short_help(parser: argparse.ArgumentParser) -> str:
+    """Commands first, then the common flags and the config sections (well under 60 lines)."""
+    from exporter.commands.flags import DERIVED, sections
+
+    commands = [
+        (choice.dest, choice.help or "")
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for choice in action._choices_actions
+    ]
+    lines = [
+        f"usage: {USAGE}",
+        "",
+        parser.description or "",
+        "",
+        "commands (accel-exporter COMMAND --help for a command's own flags):",
+        *(f"  {name:<9} {text}" for name, text in commands),
+        "",
+        "flags:",
+        "  --config.file FILE   YAML config file (optional; defaults are built in)",
+        "  --version            print the version and exit",
+        "  -h, --help           this help",
+        "  --help-all           every config flag, by section, with its description",
+        "",
+        "config sections: each key is a YAML key, a flag --SECTION.KEY-NAME and an",
+        "environment variable ACCEL_EXPORTER_SECTION__KEY_NAME (docs/configuration.md):",
+        *(f"  {name:<24} {text}" for name, text in sections()),
+        "",
+        *textwrap.wrap(DERIVED, 88),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+class _ShortHelp(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        sys.stdout.write(_short_help(parser))
+        parser.exit()
+
+
+class _FullHelp(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from exporter.commands.flags import DERIVED
+
+        parser.print_help()
+        sys.stdout.write("\n" + "\n".join(textwrap.wrap(DERIVED, 88)) + "\n")
+        parser.exit()
+
+
+USAGE = "accel-exporter [COMMAND] [FLAGS]"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser, subcommands included."""
+    from exporter.commands.flags import add_config_flags
+
     _builtin_extras()
-    common = argparse.ArgumentParser(add_help=False)
-    _config_flags(common)
+    hidden = argparse.ArgumentParser(add_help=False)
+    add_config_flags(hidden, visible=False)
     parser = argparse.ArgumentParser(
         prog="accel-exporter",
+        usage=USAGE,
         # Abbreviations would make a subcommand's --out ambiguous with --outputs.*.
         allow_abbrev=False,
+        add_help=False,
         description="Accelerator and NCCL/RCCL job-health exporter (Prometheus and OTLP).",
-        parents=[common],
+    )
+    parser.add_argument("-h", "--help", action=_ShortHelp, nargs=0, help="this help")
+    parser.add_argument(
+        "--help-all", action=_FullHelp, nargs=0, help="every flag, by section, described"
     )
     parser.add_argument("--version", action="version", version=f"accel-exporter {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.add_parser("run", parents=[common], help="run the daemon (default)")
-    once = sub.add_parser(
-        "once", parents=[common], help="poll every enabled source once and print the result"
+    add_config_flags(parser, visible=True)
+    epilog = "Every config key is also a flag here: accel-exporter --help-all lists them."
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", prog="accel-exporter")
+
+    def command(name: str, help_text: str, **kw: Any) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name, parents=[hidden], help=help_text, description=help_text, epilog=epilog, **kw
+        )
+
+    command("run", "run the daemon (default)")
+    once = command("once", "poll every enabled source once and print the result")
+    once.add_argument(
+        "--format",
+        choices=("prom", "json"),
+        default="prom",
+        help="prom: the /metrics text; json: per source, readings with named labels",
     )
-    once.add_argument("--format", choices=("prom", "json"), default="prom")
-    sub.add_parser(
-        "probe", parents=[common], help="show whether each source can run on this machine"
-    )
+    command("probe", "show whether each source can run here; exit 1 if one errors")
     config = sub.add_parser("config", help="check or show configuration")
     config_sub = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     check = config_sub.add_parser("check", help="validate a config file; exit 2 if invalid")
-    check.add_argument("file")
+    check.add_argument("file", help="the YAML file, or - to read standard input")
     config_sub.add_parser(
-        "show", parents=[common], help="print the effective configuration (secrets redacted)"
+        "show",
+        parents=[hidden],
+        help="print the effective configuration (secrets redacted)",
+        epilog=epilog,
     )
     for name, (help_text, add_arguments, _) in EXTRA_COMMANDS.items():
-        extra = sub.add_parser(name, parents=[common], help=help_text)
+        extra = command(name, help_text)
         extra.set_defaults(**{USAGE_PARSER: extra})
         add_arguments(extra)
     return parser
@@ -128,36 +176,14 @@ def _config_errors(problems: Sequence[str]) -> int:
     return EXIT_CONFIG
 
 
-def _show(config: Any) -> int:
-    """Print the effective config as YAML, durations spelled as written, secrets redacted."""
-    import yaml
-
-    from exporter.config.loader import is_duration, is_secret
-
-    tree: dict[str, Any] = {}
-    for leaf in leaves():
-        node: Any = config
-        for part in leaf.path:
-            node = getattr(node, part, None) if node is not None else None
-        if is_secret(leaf.type) and node:
-            node = {k: "[redacted]" for k in node} if isinstance(node, dict) else "[redacted]"
-        elif is_duration(leaf.type) and isinstance(node, float):
-            node = format_default(node, leaf.type)
-        branch = tree
-        for part in leaf.path[:-1]:
-            branch = branch.setdefault(part, {})
-        branch[leaf.path[-1]] = node
-    print(yaml.safe_dump(tree, sort_keys=False), end="")
-    return 0
-
-
 def main(argv: Sequence[str] | None = None, source_builder: SourceBuilder | None = None) -> int:
     """Entry point of the ``accel-exporter`` console script.
 
     ``source_builder`` replaces the registry's sources (tests add their own).
     """
     parser = build_parser()
-    args = _parse(parser, argv)
+    notes: list[str] = []
+    args = _parse(parser, canonical_argv(list(sys.argv[1:] if argv is None else argv), notes))
     command = args.command or "run"
     if command == "run":
         # Until the daemon's own handler is installed (once it is fully started), a
@@ -166,9 +192,11 @@ def main(argv: Sequence[str] | None = None, source_builder: SourceBuilder | None
 
     if command == "config" and args.config_command == "check":
         try:
-            load_config(args.file, env={})
+            load_config(args.file, env={}, notes=notes)
         except ConfigError as exc:
             return _config_errors(exc.problems)
+        for note in notes:
+            print(f"accel-exporter: config warning: {note}", file=sys.stderr)
         print(f"{args.file}: ok")
         return 0
 
@@ -176,8 +204,10 @@ def main(argv: Sequence[str] | None = None, source_builder: SourceBuilder | None
     overrides = overrides_from(args)
 
     def load() -> Any:
-        config = load_config(path, os.environ, overrides)
+        config = load_config(path, os.environ, overrides, notes)
         log.configure(config.log.level, config.log.format)
+        for note in notes:
+            log.get().warning("config key renamed", detail=note)
         # Worker processes inherit the environment: they log at the daemon's level.
         os.environ["ACCEL_EXPORTER_WORKER_LOG_LEVEL"] = config.log.level
         return config
@@ -198,7 +228,9 @@ def main(argv: Sequence[str] | None = None, source_builder: SourceBuilder | None
         return _config_errors(exc.problems)
 
     if command == "config":
-        return _show(config)
+        from exporter.commands import config_show
+
+        return config_show.run(config)
     if command == "once":
         from exporter.commands import once
 

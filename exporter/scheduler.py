@@ -20,6 +20,7 @@ from typing import Any
 from exporter import log
 from exporter.catalog import CATALOG, MetricSpec
 from exporter.errors import SourceError, SourcePending, SourceUnavailable
+from exporter.logstate import StateLog
 from exporter.model import OK, Outcome, Reading, Snapshot
 from exporter.sources.base import Source
 from exporter.store import Store, validate
@@ -129,8 +130,12 @@ class Scheduler:
         sources: Sequence[Source],
         rng: random.Random | None = None,
         on_snapshot: Callable[[Snapshot], None] | None = None,
+        reprobe_seconds: float = UNAVAILABLE_REPROBE_SECONDS,
+        state_log: StateLog | None = None,
     ) -> None:
         self.store = store
+        self.reprobe_seconds = reprobe_seconds
+        self.state_log = state_log or StateLog()
         self.sources = list(sources)
         self._rng = rng or random.Random()
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -222,7 +227,7 @@ class Scheduler:
             return min(interval, PENDING_RETRY_SECONDS)
         failures = 0 if snapshot.ok or unavailable else schedule.consecutive_failures + 1
         if unavailable:
-            delay = max(interval, UNAVAILABLE_REPROBE_SECONDS)
+            delay = max(interval, self.reprobe_seconds)
         else:
             delay = backoff_delay(interval, failures) if failures else interval
         if failures or unavailable:
@@ -249,11 +254,15 @@ class Scheduler:
         schedule.last_duration = snapshot.duration
         was_failing = schedule.consecutive_failures > 0
         if unavailable:
-            if schedule.last_reason != "unavailable":
+            # Keyed on the reason and detail, not on last_reason: a device source passes
+            # through "pending" (a new worker) before each reprobe says unavailable again.
+            state = (snapshot.outcome.reason, snapshot.outcome.detail)
+            if self.state_log.due(source.name, state):
                 logger.info(
                     "source unavailable",
                     reason=snapshot.outcome.reason,
                     detail=snapshot.outcome.detail,
+                    repeats="again at most hourly while it lasts",
                 )
             self.store.mark_unavailable(
                 source.name,
@@ -270,6 +279,7 @@ class Scheduler:
             if snapshot.ok:
                 if was_failing or schedule.last_reason == "unavailable":
                     logger.info("source recovered", after_failures=schedule.consecutive_failures)
+                self.state_log.forget(source.name)
                 schedule.consecutive_failures = 0
                 schedule.last_reason = ""
                 schedule.last_detail = ""

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Slurm prolog for accel-exporter's file mode (enrich.slurm.mode: files).
+# Slurm prolog for accel-exporter's file mode (workload.slurm.mode: files).
 # Records which GPUs this job holds in $ACCEL_EXPORTER_SLURM_DIR/<job_id>.json.
 # It always exits 0: a failing prolog would drain the node over bookkeeping.
 dir="${ACCEL_EXPORTER_SLURM_DIR:-/run/accel-exporter/slurm}"

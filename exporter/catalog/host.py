@@ -6,6 +6,20 @@ from exporter.catalog.spec import Kind, MetricSpec
 
 ROWS = (
     MetricSpec(
+        "accel_host_cpu_seconds_total",
+        Kind.COUNTER,
+        "CPU time spent in each mode, summed over all CPUs, from /proc/stat "
+        "(node_cpu_seconds_total without the cpu label): rate() it.",
+        ("mode",),
+        unit="seconds",
+    ),
+    MetricSpec(
+        "accel_host_boot_time_seconds",
+        Kind.GAUGE,
+        "Unix time the host booted (btime in /proc/stat), as node_boot_time_seconds.",
+        unit="seconds",
+    ),
+    MetricSpec(
         "accel_host_cpu_ratio",
         Kind.GAUGE,
         "Share of all CPU time spent in each mode over the last host poll interval, 0..1.",

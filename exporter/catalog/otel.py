@@ -141,6 +141,8 @@ _NAMED = {
         "accel.exporter.http.auth.failures", unit="{failure}"
     ),
     "accel_host_cpu_ratio": Override("accel.host.cpu.utilization"),
+    "accel_host_cpu_seconds_total": Override("accel.host.cpu.time"),
+    "accel_host_boot_time_seconds": Override("accel.host.boot_time"),
     "accel_host_cpus": Override("accel.host.cpus", unit="{cpu}"),
     "accel_device_info": Override("accel.device.info", attributes=_HW_IDENTITY),
     "accel_devices": Override(

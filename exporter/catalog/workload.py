@@ -71,7 +71,7 @@ ROWS = (
         "accel_pod_labels_info",
         Kind.INFO,
         "Kubernetes labels of a pod that uses an accelerator on this node: one label_<key>"
-        " label per key of enrich.k8s.pod_labels.keys (empty when the pod lacks it); always 1."
+        " label per key of workload.k8s.pod_labels.keys (empty when the pod lacks it); always 1."
         " Join on namespace and pod.",
         POD_LABEL_IDENTITY,
     ),

@@ -40,7 +40,6 @@ class CheckSpec:
     help: str
     arguments: Callable[[argparse.ArgumentParser], None]
     evaluate: Callable[[argparse.Namespace, Samples], Result]
-    local: bool = True  # whether --local makes sense for it
 
 
 def _duration(text: str) -> float:
@@ -160,7 +159,9 @@ CHECKS: dict[str, CheckSpec] = {
     "xid": CheckSpec(
         "XID errors within a time window",
         _xid_args,
-        lambda a, s: devices.xid(s, a.window, time.time(), a.critical_xids, a.ignore_xids),
+        lambda a, s: devices.xid(
+            s, a.window, time.time(), a.critical_xids, a.ignore_xids, local=a.local
+        ),
     ),
     "afid": CheckSpec(
         "AMD AFIDs (CPER field diagnoses) within a time window",
@@ -181,7 +182,6 @@ CHECKS: dict[str, CheckSpec] = {
         "the daemon answers and every source is up",
         _none,
         lambda a, s: daemon.exporter_health(s),
-        local=False,
     ),
 }
 
@@ -288,7 +288,7 @@ def _auth(path: str) -> tuple[str, str] | None:
 
 
 def _samples(args: argparse.Namespace, load_config: Callable[[], Any], spec: CheckSpec) -> Samples:
-    if args.local and spec.local:
+    if args.local:
         try:
             config = load_config()
         except ConfigError as exc:

@@ -26,6 +26,11 @@ def exporter_health(samples: Samples) -> Result:
     text = f"{healthy} of {len(up)} sources up"
     if down:
         text += "; down: " + ", ".join(f"{n} ({reasons.get(n) or 'unknown'})" for n in down)
+    unseen = unseen_devices(samples)
+    if unseen:
+        # The PCI bus is the ground truth: a GPU node whose driver was never injected
+        # has every source "up" (nvml merely unavailable) and would otherwise look fine.
+        text += "; not seen by their library: " + ", ".join(unseen)
     if unavailable:
         text += "; unavailable here: " + ", ".join(unavailable)
     series = sum(len(v) for v in samples.by_name.values())
@@ -36,4 +41,15 @@ def exporter_health(samples: Samples) -> Result:
         Perf("scrape", round(samples.fetch_seconds, 4), uom="s", minimum=0),
         Perf("samples", series, minimum=0),
     ]
-    return Result(Status.WARNING if down else Status.OK, text, perf)
+    return Result(Status.WARNING if down or unseen else Status.OK, text, perf)
+
+
+def unseen_devices(samples: Samples) -> list[str]:
+    """``"nvidia 8 on the PCI bus, 0 seen"`` per vendor whose library sees fewer than the bus."""
+    seen = {labels.get("vendor", ""): value for labels, value in samples.get("accel_devices")}
+    out = []
+    for labels, on_bus in samples.get("accel_pci_devices"):
+        vendor = labels.get("vendor", "")
+        if on_bus > seen.get(vendor, 0.0):
+            out.append(f"{vendor} {on_bus:g} on the PCI bus, {seen.get(vendor, 0.0):g} seen")
+    return sorted(out)

@@ -281,8 +281,20 @@ def xid(
     now: float,
     critical: frozenset[int] = CRITICAL_XIDS,
     ignore: frozenset[int] = frozenset(),
+    local: bool = False,
 ) -> Result:
-    """XID errors seen within ``window`` seconds: CRITICAL for ``critical`` codes, else WARNING."""
+    """XID errors seen within ``window`` seconds: CRITICAL for ``critical`` codes, else WARNING.
+
+    UNKNOWN when the NVML source is not up (nothing reads XIDs there, so "none seen"
+    would be a guess). ``local``: the samples come from one poll in this process,
+    which sees only the events of that poll, so no window is claimed.
+    """
+    nvml = [
+        v for labels, v in samples.get("accel_exporter_source_up") if labels.get("source") == "nvml"
+    ]
+    if not nvml or nvml[0] != 1:
+        state = "down" if nvml else "not running"
+        return Result(Status.UNKNOWN, f"XIDs cannot be read: the nvml source is {state} here")
     recent = _recent_codes(
         samples,
         "accel_xid_last_timestamp_seconds",
@@ -292,7 +304,9 @@ def xid(
         ignore,
         lambda _uuid, code: "critical" if code in critical else "",
     )
-    return _codes_result(samples, recent, window, "xid", "XID codes", "xid_codes", notes=False)
+    return _codes_result(
+        samples, recent, window, "xid", "XID codes", "xid_codes", notes=False, local=local
+    )
 
 
 def _recent_codes(
@@ -322,6 +336,7 @@ def _codes_result(
     noun: str,
     perf: str,
     notes: bool,
+    local: bool = False,
 ) -> Result:
     statuses = [Status.OK]
     statuses += [
@@ -334,8 +349,11 @@ def _codes_result(
         for uuid, codes in sorted(recent.items(), key=lambda kv: names.get(kv[0], kv[0]))
     ]
     count = sum(len(c) for c in recent.values())
-    minutes = f"{window / 60:g}m" if window >= 60 else f"{window:g}s"
-    text = f"{count} {noun} seen in the last {minutes}"
+    if local:
+        text = f"{count} {noun} seen during one local poll (no history; ask the daemon for one)"
+    else:
+        minutes = f"{window / 60:g}m" if window >= 60 else f"{window:g}s"
+        text = f"{count} {noun} seen in the last {minutes}"
     if parts:
         text += ": " + "; ".join(parts)
     return Result(worst(statuses), text, [Perf(perf, count, minimum=0)])

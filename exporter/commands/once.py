@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Mapping
 from typing import Any, TextIO
 
+from exporter.catalog.spec import MetricSpec
 from exporter.config import Config
 from exporter.model import HistogramValue, Snapshot
 from exporter.outputs.prometheus import Exposition
@@ -52,7 +54,13 @@ async def poll_all(
     return results
 
 
-def _json(results: list[tuple[Snapshot, bool]]) -> dict[str, Any]:
+def to_json(
+    results: list[tuple[Snapshot, bool]], catalog: Mapping[str, MetricSpec]
+) -> dict[str, Any]:
+    """The ``--format json`` document (schema in docs/cli.md): per source, its readings.
+
+    Labels are a mapping named by the catalog row, in the row's order.
+    """
     out: dict[str, Any] = {}
     for snap, unavailable in results:
         readings = []
@@ -60,7 +68,9 @@ def _json(results: list[tuple[Snapshot, bool]]) -> dict[str, Any]:
             value: Any = r.value
             if isinstance(value, HistogramValue):
                 value = {"bounds": value.bounds, "counts": value.counts, "sum": value.total}
-            readings.append({"metric": r.metric, "labels": list(r.labels), "value": value})
+            names = catalog[r.metric].labels
+            labels = dict(zip(names, r.labels, strict=True))
+            readings.append({"metric": r.metric, "labels": labels, "value": value})
         out[snap.source] = {
             "ok": snap.ok,
             "unavailable": unavailable,
@@ -77,7 +87,7 @@ def run(config: Config, fmt: str, out: TextIO = sys.stdout) -> int:
     store = Store(catalog=catalog_for(config))
     results = asyncio.run(poll_all(build_sources(config), store))
     if fmt == "json":
-        json.dump(_json(results), out, indent=2, sort_keys=True)
+        json.dump(to_json(results, store.catalog), out, indent=2)
         out.write("\n")
     else:
         body, _ = Exposition(store, process_metrics=False).render(None, None)

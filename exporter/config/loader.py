@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import sys
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -20,6 +21,7 @@ import yaml
 
 from exporter.config.durations import format_duration, parse_duration
 from exporter.config.schema import Config
+from exporter.config.web_config import read_web_config
 from exporter.errors import ConfigError
 
 ENV_PREFIX = "ACCEL_EXPORTER_"
@@ -49,13 +51,22 @@ class Leaf:
 
     @property
     def flag(self) -> str:
-        """``--web.listen-address``."""
-        return "--" + ".".join(part.replace("_", "-") for part in self.path)
+        """``--web.listen-address``, ``--sources.ccl_ras.max-response-bytes``."""
+        return flag_name(self.path)
 
     @property
     def env(self) -> str:
         """``ACCEL_EXPORTER_WEB__LISTEN_ADDRESS``."""
         return ENV_PREFIX + "__".join(part.upper() for part in self.path)
+
+
+def flag_name(path: Path) -> str:
+    """The flag of a key: sections and sources spelled as in the file, the key in kebab case.
+
+    So a source has one name everywhere (``ccl_ras`` in the file, the flags, the
+    metrics and /status), and keys read like Prometheus flags (``--web.listen-address``).
+    """
+    return "--" + ".".join([*path[:-1], path[-1].replace("_", "-")])
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -158,15 +169,23 @@ class _Problems:
     def __init__(self, origins: dict[Path, str]) -> None:
         self.origins = origins
         self.items: list[str] = []
+        self.notes: list[str] = []
 
     def add(self, path: Path, message: str) -> None:
+        self.items.append(self._where(path) + message)
+
+    def note(self, path: Path, message: str) -> None:
+        """Not a problem, but worth a warning (an old key name that still works)."""
+        self.notes.append(self._where(path) + message)
+
+    def _where(self, path: Path) -> str:
         key = ".".join(path) or "(top level)"
         origin = ""
         for cut in range(len(path), -1, -1):
             if path[:cut] in self.origins:
                 origin = self.origins[path[:cut]]
                 break
-        self.items.append(f"{origin + ': ' if origin else ''}{key}: {message}")
+        return f"{origin + ': ' if origin else ''}{key}: "
 
 
 _TRUE = {"true", "yes", "on", "1"}
@@ -341,6 +360,9 @@ def _unknown_hint(cls: type, key: str, names: list[str]) -> str:
     renamed: dict[str, str] = getattr(cls, "RENAMED", {})
     if key in renamed:
         return f" (renamed to {renamed[key]})"
+    hints: dict[str, str] = getattr(cls, "HINTS", {})
+    if key in hints:
+        return f" ({hints[key]})"
     close = difflib.get_close_matches(key, names, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -353,8 +375,17 @@ def _convert_dataclass(value: Any, cls: type, path: Path, problems: _Problems) -
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs: dict[str, Any] = {}
     bad = False
+    aliases: dict[str, str] = getattr(cls, "ALIASES", {})
     for key, item in value.items():
         key = str(key)
+        if key in aliases:
+            new = aliases[key]
+            if new in value:
+                problems.add((*path, key), f"renamed to {new}, which is also given; keep {new}")
+                bad = True
+                continue
+            problems.note((*path, key), f"renamed to {'.'.join((*path, new))}; read as such")
+            key = new
         if key not in names:
             problems.add((*path, key), f"unknown key{_unknown_hint(cls, key, names)}")
             bad = True
@@ -368,11 +399,12 @@ def _convert_dataclass(value: Any, cls: type, path: Path, problems: _Problems) -
     # (timeouts, stale_after) are filled in exactly as for sections written out.
     for f in dataclasses.fields(cls):
         inner, optional = _unwrap_optional(hints[f.name])
-        if f.name not in value and not optional and _is_dataclass_type(inner):
+        given = f.name in value or any(aliases.get(str(k)) == f.name for k in value)
+        if not given and not optional and _is_dataclass_type(inner):
             kwargs[f.name] = _convert({}, inner, (*path, f.name), problems)
     # Cross-field checks still run on the keys that did convert, so that one
     # mistake does not hide another; failed keys keep their defaults here.
-    failed = {str(k) for k in value if str(k) not in kwargs}
+    failed = {aliases.get(str(k), str(k)) for k in value} - set(kwargs)
     instance = cls(**kwargs)
     check = getattr(instance, "check", None)
     for key, message in check() if check is not None else []:
@@ -407,10 +439,14 @@ def _marks(
 
 
 def read_yaml(path: str) -> tuple[dict[str, Any], dict[Path, str]]:
-    """Parse a config file into plain data plus ``file:line`` for every key."""
+    """Parse a config file (``-``: standard input) into plain data plus ``file:line`` per key."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        if path == "-":
+            text = sys.stdin.read()
+            path = "<stdin>"
+        else:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read config file: {exc.strerror or exc}"]) from None
     except UnicodeDecodeError as exc:
@@ -449,6 +485,7 @@ def _schema_path(parts: list[str]) -> tuple[Path | None, str]:
         tp, _ = _unwrap_optional(tp)
         if _is_dataclass_type(tp):
             hints = _hints(tp)
+            part = getattr(tp, "ALIASES", {}).get(part, part)
             if part not in hints:
                 hint = _unknown_hint(tp, part, list(hints))
                 return None, f"unknown key {'.'.join([*path, part])}{hint}"
@@ -476,17 +513,29 @@ def load_config(
     path: str | None = None,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, str] | None = None,
+    notes: list[str] | None = None,
 ) -> Config:
     """Build the validated config; raise :class:`ConfigError` listing every problem.
 
     ``overrides`` maps dotted keys (``web.listen_address``) to text, as flags give them.
+    ``notes`` receives warnings that are no error (an old key name, still read).
     """
+    notes = [] if notes is None else notes
     env = os.environ if env is None else env
     data: dict[str, Any] = {}
     origins: dict[Path, str] = {}
     if path:
         data, origins = read_yaml(path)
     early: list[str] = []
+    # Old section names in the file move to the new ones first, so that environment
+    # variables and flags (already spelled the new way) merge into them.
+    for old, new in Config.ALIASES.items():
+        if old in data and new not in data:
+            notes.append(f"{origins.get((old,), path)}: {old}: renamed to {new}; read as such")
+            data[new] = data.pop(old)
+            for moved in [k for k in origins if k[:1] == (old,)]:
+                renamed_key = (new, *moved[1:])
+                origins[renamed_key] = origins[moved]
     sections = [f.name.upper() + "_" for f in dataclasses.fields(Config)]
     for name in sorted(env):
         if not name.startswith(ENV_PREFIX):
@@ -505,20 +554,44 @@ def load_config(
         if key is None:
             early.append(f"env {name}: {why}")
             continue
+        if list(key) != parts:
+            new_name = ENV_PREFIX + "__".join(part.upper() for part in key)
+            notes.append(f"env {name}: renamed to {new_name}; read as such")
         _set(data, key, env[name])
         origins[key] = f"env {name}"
     for dotted, text in (overrides or {}).items():
         key, why = _schema_path(dotted.split("."))
-        flag = "--" + dotted.replace("_", "-")
+        flag = flag_name(tuple(dotted.split(".")))
         if key is None:
             early.append(f"flag {flag}: {why}")
             continue
         _set(data, key, text)
         origins[key] = f"flag {flag}"
+    early += _merge_web_config(data, origins)
     problems = _Problems(origins)
     problems.items.extend(early)
     config = _convert(data, Config, (), problems)
+    notes.extend(problems.notes)
     if problems.items or config is INVALID:
         raise ConfigError(problems.items or ["invalid configuration"])
     assert isinstance(config, Config)
     return config
+
+
+def _merge_web_config(data: dict[str, Any], origins: dict[Path, str]) -> list[str]:
+    """Fold ``web.config_file`` (exporter-toolkit format) into ``web``; the problems found."""
+    web = data.get("web")
+    path = web.get("config_file") if isinstance(web, dict) else None
+    if not isinstance(path, str) or not path:
+        return []
+    assert isinstance(web, dict)
+    mapped, problems = read_web_config(path)
+    origin = origins.get(("web", "config_file"), "")
+    for section, values in mapped.items():
+        if web.get(section):
+            problems.append(f"web.{section}: set both here and in web.config_file {path}; keep one")
+            continue
+        web[section] = values
+        for key in values:
+            origins[("web", section, key)] = f"web.config_file {path} (from {origin})"
+    return problems

@@ -25,6 +25,10 @@ Secret = Annotated[str, "secret"]
 
 Enabled = Union[bool, Literal["auto"]]  # noqa: UP007 (a runtime alias, read by the loader)
 
+# Client certificate policies, as exporter-toolkit names them (the subset TLS servers
+# in Python can honour: a certificate asked for is always verified).
+ClientAuth = Literal["NoClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert"]
+
 MIN_INTERVAL = 0.1
 # A RAS follower queries this many times less often than the reporter by default.
 FOLLOWER_FACTOR = 10
@@ -34,21 +38,54 @@ FOLLOWER_FACTOR = 10
 class TLSConfig:
     """Serve HTTPS; with ``client_ca_file`` clients must present a certificate it signed."""
 
+    HELP: ClassVar[dict[str, str]] = {
+        "cert_file": "PEM certificate (chain) the server presents",
+        "key_file": "PEM private key of cert_file",
+        "client_ca_file": "PEM CA bundle that signs client certificates (mTLS)",
+        "client_auth_type": "who must show a client certificate (unset: required with a CA)",
+        "min_version": "oldest TLS version accepted",
+    }
+
     cert_file: FilePath = ""
     key_file: FilePath = ""
     client_ca_file: FilePath = ""
+    # exporter-toolkit's names. RequireAndVerifyClientCert holds for every path but
+    # /healthz and /readyz, which a kubelet probe (no client certificate) must reach.
+    client_auth_type: ClientAuth | None = None
     min_version: Literal["TLS1.2", "TLS1.3"] = "TLS1.2"
 
     def check(self) -> list[tuple[str, str]]:
-        """cert_file and key_file come together."""
+        """cert_file and key_file come together; a client auth type needs its CA."""
+        out = []
         if not self.cert_file or not self.key_file:
-            return [("cert_file", "tls needs both cert_file and key_file")]
-        return []
+            out.append(("cert_file", "tls needs both cert_file and key_file"))
+        verifies = self.client_auth_type not in (None, "NoClientCert")
+        if verifies and not self.client_ca_file:
+            out.append(("client_ca_file", f"client_auth_type {self.client_auth_type} needs it"))
+        if self.client_auth_type == "NoClientCert" and self.client_ca_file:
+            out.append(("client_auth_type", "NoClientCert ignores client_ca_file; remove one"))
+        return out
+
+    def resolved(self) -> TLSConfig:
+        """Unset client_auth_type: RequireAndVerifyClientCert with a CA, else NoClientCert."""
+        if self.client_auth_type is not None:
+            return self
+        auth: ClientAuth = "RequireAndVerifyClientCert" if self.client_ca_file else "NoClientCert"
+        return dataclasses.replace(self, client_auth_type=auth)
+
+    @property
+    def client_cert_required(self) -> bool:
+        """Whether paths other than the health probes refuse a client without a certificate."""
+        return self.resolved().client_auth_type == "RequireAndVerifyClientCert"
 
 
 @dataclass(frozen=True)
 class BasicAuthConfig:
     """HTTP basic auth: user name -> bcrypt hash of the password."""
+
+    HELP: ClassVar[dict[str, str]] = {
+        "users": "user name -> bcrypt hash of the password",
+    }
 
     users: dict[str, Secret] = field(default_factory=dict)
 
@@ -69,7 +106,19 @@ class BasicAuthConfig:
 class WebConfig:
     """The HTTP server for /metrics, /status, /healthz, /readyz."""
 
+    HELP: ClassVar[dict[str, str]] = {
+        "tls": "HTTPS; client certificates (mTLS) for all but the probes",
+        "basic_auth": "HTTP basic auth for all but the health probes",
+        "listen_address": "host:port to serve on (:9842 is every address)",
+        "max_requests": "concurrent requests before 503 (instead of an unbounded queue)",
+        "read_timeout": "a client silent this long is disconnected",
+        "config_file": "exporter-toolkit web config (tls_server_config, basic_auth_users)",
+    }
+
     listen_address: str = ":9842"
+    # Prometheus exporter-toolkit's web config file (--web.config.file), mapped onto tls
+    # and basic_auth below; a setting given both ways is an error.
+    config_file: FilePath = ""
     tls: TLSConfig | None = None
     basic_auth: BasicAuthConfig | None = None
     # Requests being served at once (after their headers arrived); more get 503
@@ -116,6 +165,11 @@ class WebConfig:
 class LogConfig:
     """Log level and format (auto: console on a TTY, JSON otherwise)."""
 
+    HELP: ClassVar[dict[str, str]] = {
+        "level": "least severe level logged",
+        "format": "auto: console on a TTY, JSON otherwise",
+    }
+
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
 
@@ -127,6 +181,13 @@ class SourceConfig:
     ``timeout`` defaults to the interval (capped at 30 s); ``stale_after`` to
     three intervals. Data older than ``stale_after`` is not exported.
     """
+
+    HELP: ClassVar[dict[str, str]] = {
+        "enabled": "on, off, or auto (on where the hardware or service is found)",
+        "interval": "time between two polls",
+        "timeout": "deadline of one poll (derived: the interval, at most 30s)",
+        "stale_after": "older data is not exported (derived: three intervals)",
+    }
 
     enabled: Enabled = True
     interval: Duration = 15.0
@@ -164,6 +225,10 @@ class SourceConfig:
 class HostSourceConfig(SourceConfig):
     """Host CPU, memory and load from /proc."""
 
+    HELP: ClassVar[dict[str, str]] = {
+        "proc_path": "where /proc is mounted (the host's, in a container)",
+    }
+
     interval: Duration = 5.0
     proc_path: str = "/proc"
 
@@ -171,6 +236,15 @@ class HostSourceConfig(SourceConfig):
 @dataclass(frozen=True)
 class DeviceSourceConfig(SourceConfig):
     """A vendor device backend run in a worker process."""
+
+    HELP: ClassVar[dict[str, str]] = {
+        "slow_interval": "time between reads of slow-changing data (inventory, ECC, links)",
+        "bootstrap_timeout": "time for the worker to load the library and list devices",
+        "processes": "per-process series with a pid label (cardinality)",
+        "events": "count device events (NVIDIA XIDs)",
+        "expected_devices": "devices this node should have (accel_devices_expected)",
+        "sys_path": "where /sys is read to count this vendor's PCI devices",
+    }
 
     enabled: Enabled = "auto"
     interval: Duration = 5.0
@@ -230,6 +304,11 @@ AMD_DEFAULT_EVENTS: tuple[AmdEvent, ...] = (
 class AmdSmiSourceConfig(DeviceSourceConfig):
     """AMD GPUs through amdsmi; ``event_types`` picks the event notifications counted."""
 
+    HELP: ClassVar[dict[str, str]] = {
+        "event_types": "amdsmi event notifications counted",
+        "dev_path": "where /dev is read to tell no driver from a fault",
+    }
+
     event_types: list[AmdEvent] = field(default_factory=lambda: list(AMD_DEFAULT_EVENTS))
     # Where to look for the amdgpu driver (module/amdgpu under sys_path, kfd under
     # dev_path) when amdsmi_init fails, to tell "no AMD driver here" from a fault.
@@ -275,6 +354,12 @@ class HlmlSourceConfig(DeviceSourceConfig):
 class TpuSourceConfig(DeviceSourceConfig):
     """Google TPUs: chips counted from the host, runtime metrics from libtpu's gRPC service."""
 
+    HELP: ClassVar[dict[str, str]] = {
+        "addresses": "libtpu runtime metrics addresses, one per workload process",
+        "host_root": "the host's / (dev/ and sys/ are read under it)",
+        "max_message_bytes": "largest gRPC reply accepted",
+    }
+
     # One address per workload process (libtpu: 8431, then TPU_RUNTIME_METRICS_PORTS).
     addresses: list[str] = field(default_factory=lambda: ["localhost:8431"])
     # Where the host's dev/ and sys/ are read (the host's / mounted elsewhere in a container).
@@ -294,6 +379,12 @@ class TpuSourceConfig(DeviceSourceConfig):
 @dataclass(frozen=True)
 class NeuronSourceConfig(SourceConfig):
     """AWS Trainium / Inferentia: devices from sysfs, metrics streamed by neuron-monitor."""
+
+    HELP: ClassVar[dict[str, str]] = {
+        "host_root": "the host's / (dev/ and sys/ are read under it)",
+        "command": "neuron-monitor and its arguments (-c CONFIG is appended)",
+        "max_line_bytes": "longest neuron-monitor report line accepted",
+    }
 
     enabled: Enabled = "auto"
     # Also neuron-monitor's reporting period; no line for three of them is a stall.
@@ -320,6 +411,19 @@ class NeuronSourceConfig(SourceConfig):
 @dataclass(frozen=True)
 class CclRasSourceConfig(SourceConfig):
     """NCCL/RCCL RAS service client (every NCCL process listens on port 28028)."""
+
+    HELP: ClassVar[dict[str, str]] = {
+        "addresses": "RAS service host:port of the NCCL/RCCL processes",
+        "format": "RAS reply format asked for (auto: JSON where supported)",
+        "verbose": "ask for the verbose report (per-rank detail)",
+        "rank_series": "per-rank series: this node's ranks, all, or none",
+        "stall_polls": "polls without progress before a job counts as stalled",
+        "role": "reporter queries every poll, a follower less often (auto: by rank 0)",
+        "follower_interval": "a follower's query interval (derived: ten intervals)",
+        "max_response_bytes": "largest RAS reply read",
+        "monitor": "keep a RAS monitor connection for instant state changes",
+        "local_addresses": "this node's IP addresses (empty: read from the kernel)",
+    }
 
     enabled: Enabled = "auto"
     addresses: list[str] = field(default_factory=lambda: ["localhost:28028"])
@@ -376,6 +480,17 @@ class CclRasSourceConfig(SourceConfig):
 class CclInspectorSourceConfig(SourceConfig):
     """NCCL/RCCL Inspector profiler plugin output (one JSONL file per process)."""
 
+    HELP: ClassVar[dict[str, str]] = {
+        "dir": "directory of the Inspector plugin's JSONL files",
+        "link_peak_bytes_per_second": "bus bandwidth above this is flagged implausible",
+        "max_line_bytes": "longest JSONL line read",
+        "max_read_bytes": "bytes read per file and poll (a larger backlog is skipped)",
+        "max_files": "files followed at once",
+        "max_comms": "communicators tracked at once",
+        "max_series": "{comm, collective, msg_size} label sets at most",
+        "hostnames": "only files of these host names (empty: all)",
+    }
+
     enabled: Enabled = "auto"
     dir: str = "/var/run/nccl-inspector"
     interval: Duration = 15.0
@@ -409,6 +524,12 @@ class CclInspectorSourceConfig(SourceConfig):
 class CudaCheckpointSourceConfig(SourceConfig):
     """CUDA checkpoint state of GPU processes (read-only; needs CUDA 12.8 / driver r570+)."""
 
+    HELP: ClassVar[dict[str, str]] = {
+        "proc_path": "where /proc is mounted (the host's, in a container)",
+        "scan_maps": "also find processes that map libcuda (checkpointed ones)",
+        "bootstrap_timeout": "time for the worker to load libcuda and call cuInit",
+    }
+
     enabled: Enabled = False
     interval: Duration = 30.0
     proc_path: str = "/proc"
@@ -428,6 +549,23 @@ class CudaCheckpointSourceConfig(SourceConfig):
 @dataclass(frozen=True)
 class SourcesConfig:
     """Every source the daemon knows."""
+
+    HELP: ClassVar[dict[str, str]] = {
+        "host": "host CPU, memory, load and uptime from /proc",
+        "nvml": "NVIDIA GPUs through NVML (in a worker process)",
+        "amdsmi": "AMD GPUs through amdsmi (in a worker process)",
+        "tpu": "Google TPUs: chips from the host, metrics from libtpu",
+        "neuron": "AWS Trainium / Inferentia through neuron-monitor",
+        "ccl_ras": "NCCL/RCCL job health from the RAS service (port 28028)",
+        "ccl_inspector": "NCCL/RCCL Inspector profiler plugin output (JSONL files)",
+        "cuda_checkpoint": "CUDA checkpoint state of GPU processes (CUDA 12.8+)",
+    }
+
+    # Keys that are not here but where a user looks for them: the loader adds the hint.
+    HINTS: ClassVar[dict[str, str]] = {
+        "workload": "workload attribution is the top-level section workload, not under sources",
+        "enrich": "workload attribution is the top-level section workload",
+    }
 
     host: HostSourceConfig = field(default_factory=HostSourceConfig)
     nvml: DeviceSourceConfig = field(default_factory=DeviceSourceConfig)
@@ -462,6 +600,18 @@ class PodLabelsConfig:
     ``keys`` of the pods that use an accelerator are exported on
     ``accel_pod_labels_info`` as ``label_<key>``. Needs RBAC get/list/watch on pods.
     """
+
+    HELP: ClassVar[dict[str, str]] = {
+        "enabled": "export allowlisted pod labels from the API server",
+        "keys": "the allowlist of pod label keys (exact names)",
+        "interval": "time between two pod listings",
+        "timeout": "deadline of one pod listing",
+        "max_reply_bytes": "largest pod list accepted",
+        "api_server": "API server URL (empty: in-cluster)",
+        "node_name": "this node's name (empty: $NODE_NAME)",
+        "token_file": "service account token",
+        "ca_file": "CA bundle of the API server",
+    }
 
     enabled: bool = False
     # The allowlist: exact label keys (e.g. team, app.kubernetes.io/name). The exported
@@ -511,6 +661,19 @@ class PodLabelsConfig:
 class K8sEnrichConfig:
     """Kubernetes pod attribution from the kubelet pod-resources API (v1 List)."""
 
+    HELP: ClassVar[dict[str, str]] = {
+        "enabled": "attribute devices to pods through the kubelet (auto: if its socket exists)",
+        "socket": "the kubelet pod-resources socket",
+        "interval": "time between two kubelet queries",
+        "timeout": "deadline of one kubelet query",
+        "resource_names": "extended resource names of accelerators",
+        "resource_patterns": "regexes of more resource names (MIG, shared GPUs)",
+        "max_message_bytes": "largest pod-resources reply accepted",
+        "stamp_device_series": "also put workload labels on device series",
+        "stamp_labels": "the labels stamped (namespace, pod, container)",
+        "pod_labels": "allowlisted pod labels from the API server (off by default)",
+    }
+
     # Keys that were renamed: the loader names the new key in its error.
     RENAMED: ClassVar[dict[str, str]] = {
         "pod_label_allowlist": "stamp_labels; Kubernetes pod labels are pod_labels.keys"
@@ -558,7 +721,7 @@ class K8sEnrichConfig:
         if self.stamp_device_series and not self.stamp_labels:
             out.append(("stamp_labels", "stamp_device_series needs at least one label here"))
         if self.pod_labels.enabled and self.enabled is False:
-            out.append(("pod_labels.enabled", "needs enrich.k8s.enabled auto or true"))
+            out.append(("pod_labels.enabled", "needs workload.k8s.enabled auto or true"))
         return out
 
 
@@ -566,18 +729,30 @@ class K8sEnrichConfig:
 class SlurmEnrichConfig:
     """Slurm job attribution from process cgroups and environments, or prolog files."""
 
+    HELP: ClassVar[dict[str, str]] = {
+        "enabled": "attribute devices to Slurm jobs (auto: where Slurm runs)",
+        "mode": "proc: from process cgroups and environments; files: prolog files",
+        "files_dir": "where contrib/slurm/prolog.sh writes its files",
+    }
+
     enabled: Enabled = "auto"
     mode: Literal["proc", "files"] = "proc"
     files_dir: str = "/run/accel-exporter/slurm"
 
 
 @dataclass(frozen=True)
-class EnrichConfig(SourceConfig):
+class WorkloadConfig(SourceConfig):
     """Workload attribution: one source ("workload") joining devices, processes and workloads.
 
     It reads the device sources' latest data from the store (never on scrape), the
     kubelet (``k8s``) and /proc or prolog files (``slurm``), on its own interval.
     """
+
+    HELP: ClassVar[dict[str, str]] = {
+        "proc_path": "where /proc is mounted (the host's, in a container)",
+        "k8s": "Kubernetes pods, from the kubelet pod-resources API",
+        "slurm": "Slurm jobs, from process cgroups or prolog files",
+    }
 
     enabled: Enabled = "auto"
     interval: Duration = 15.0
@@ -594,6 +769,22 @@ class OtlpOutputConfig:
     and ``OTEL_EXPORTER_OTLP_*`` environment variables, then to the default
     (see docs/otlp.md): explicit configuration wins, as the OpenTelemetry spec asks.
     """
+
+    HELP: ClassVar[dict[str, str]] = {
+        "enabled": "push metrics over OTLP",
+        "endpoint": "collector URL (http/protobuf) or gRPC target",
+        "protocol": "OTLP transport (unset: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)",
+        "interval": "time between two pushes (unset: OTEL_METRIC_EXPORT_INTERVAL, else 60s)",
+        "timeout": "deadline of one push (unset: OTEL_*_TIMEOUT, else 10s)",
+        "headers": "headers sent with every push (tokens)",
+        "compression": "push compression",
+        "insecure": "gRPC without TLS (endpoints without a scheme only)",
+        "certificate_file": "CA bundle that signs the collector's certificate",
+        "client_certificate_file": "client certificate for mTLS to the collector",
+        "client_key_file": "key of client_certificate_file",
+        "temporality": "counter temporality (unset: OTEL_* preference, else cumulative)",
+        "resource_attributes": "resource attributes that win over detection",
+    }
 
     enabled: bool = False
     # Base URL (http/protobuf: /v1/metrics is appended unless already there) or gRPC target.
@@ -634,6 +825,8 @@ class OtlpOutputConfig:
 class OutputsConfig:
     """Push outputs (Prometheus pull is always on, in ``web``)."""
 
+    HELP: ClassVar[dict[str, str]] = {"otlp": "OTLP metrics push (off by default)"}
+
     otlp: OtlpOutputConfig = field(default_factory=OtlpOutputConfig)
 
 
@@ -641,8 +834,16 @@ class OutputsConfig:
 class Config:
     """The whole, validated configuration."""
 
+    # Old names still read, with a "renamed" warning: old key -> new key.
+    ALIASES: ClassVar[dict[str, str]] = {"enrich": "workload"}
+    HELP: ClassVar[dict[str, str]] = {
+        "web": "the HTTP server: /metrics, /status, /healthz, /readyz",
+        "log": "log level and format",
+        "workload": "which pod, container or Slurm job uses each device",
+    }
+
     web: WebConfig = field(default_factory=WebConfig)
     log: LogConfig = field(default_factory=LogConfig)
     sources: SourcesConfig = field(default_factory=SourcesConfig)
-    enrich: EnrichConfig = field(default_factory=EnrichConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     outputs: OutputsConfig = field(default_factory=OutputsConfig)

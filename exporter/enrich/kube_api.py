@@ -63,7 +63,7 @@ def access(
             raise AttributionError(
                 "api_not_configured",
                 "KUBERNETES_SERVICE_HOST/PORT are not set (not in a pod?): set"
-                " enrich.k8s.pod_labels.api_server",
+                " workload.k8s.pod_labels.api_server",
             )
         # An IPv6 service address needs brackets in a URL.
         url = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
@@ -72,7 +72,7 @@ def access(
         raise AttributionError(
             "api_not_configured",
             "no node name: set NODE_NAME (downward API spec.nodeName) or"
-            " enrich.k8s.pod_labels.node_name",
+            " workload.k8s.pod_labels.node_name",
         )
     return ApiAccess(url, node, token_file, ca_file)
 

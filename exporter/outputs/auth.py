@@ -135,7 +135,12 @@ def _cost(hashed: bytes) -> int:
 
 
 def tls_context(config: TLSConfig) -> ssl.SSLContext:
-    """Server-side TLS context; client certificates required when a CA is given."""
+    """Server-side TLS context; a client certificate, when given, verified against the CA.
+
+    The handshake never refuses a client without one: ``client_auth_type``
+    RequireAndVerifyClientCert is enforced per path by the HTTP handler, so that the
+    health probes stay reachable (exporter-toolkit refuses them too, which loops pods).
+    """
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = (
         ssl.TLSVersion.TLSv1_3 if config.min_version == "TLS1.3" else ssl.TLSVersion.TLSv1_2
@@ -143,5 +148,5 @@ def tls_context(config: TLSConfig) -> ssl.SSLContext:
     ctx.load_cert_chain(config.cert_file, config.key_file)
     if config.client_ca_file:
         ctx.load_verify_locations(cafile=config.client_ca_file)
-        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.verify_mode = ssl.CERT_OPTIONAL
     return ctx

@@ -81,6 +81,7 @@ class _Server(ThreadingHTTPServer):
     endpoints: Endpoints
     auth: BasicAuth | None
     tls: ssl.SSLContext | None
+    client_cert_required: bool
     read_timeout: float
     slots: threading.BoundedSemaphore
     probe_slots: threading.BoundedSemaphore
@@ -144,6 +145,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.conn = conn
         super().__init__(request, client_address, server)
 
+    def version_string(self) -> str:
+        """The Server header: this program only, not the Python version (a scanner's gift)."""
+        return self.server_version
+
     def log_message(self, format: str, *args: Any) -> None:
         """Access logs are off: one line per scrape would drown everything else."""
 
@@ -205,6 +210,11 @@ class _Handler(BaseHTTPRequestHandler):
             if url.path in UNAUTHENTICATED:
                 self._with_slot(self.server.probe_slots, url.path, parse_qs(url.query))
                 return
+            if self.server.client_cert_required:
+                cert = getattr(self.connection, "getpeercert", lambda: None)()
+                if not cert:
+                    self._send(403, b"Forbidden: this path needs a client certificate\n")
+                    return
             if not self._authorized():
                 return
             self._with_slot(self.server.slots, url.path, parse_qs(url.query))
@@ -359,6 +369,9 @@ class HttpServer:
     def _apply(self, config: WebConfig, tls: ssl.SSLContext | None) -> None:
         self._server.auth = BasicAuth(config.basic_auth) if config.basic_auth is not None else None
         self._server.tls = tls
+        self._server.client_cert_required = (
+            config.tls is not None and tls is not None and config.tls.client_cert_required
+        )
         self._server.read_timeout = config.read_timeout
         self._server.slots = threading.BoundedSemaphore(config.max_requests)
         self._server.probe_slots = threading.BoundedSemaphore(PROBE_SLOTS)

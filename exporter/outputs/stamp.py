@@ -1,7 +1,7 @@
 """Opt-in: stamp workload labels (namespace, pod, container) onto device series at render time.
 
 The store keeps device series and attribution apart (``accel_device_workload_info``
-is the join); with ``enrich.k8s.stamp_device_series`` the Prometheus output adds
+is the join); with ``workload.k8s.stamp_device_series`` the Prometheus output adds
 the allowlisted labels to every stampable family while rendering, through
 :func:`exporter.catalog.workload.stamped`, so the catalog still says which
 families may carry them. A device held by one container gets its names; a
@@ -52,7 +52,7 @@ class Stamping:
 
 def from_config(config: Config) -> StampFactory | None:
     """The stamping the config asks for, or None (the default)."""
-    k8s = config.enrich.k8s
+    k8s = config.workload.k8s
     if not k8s.stamp_device_series or not k8s.stamp_labels:
         return None
     labels = tuple(k8s.stamp_labels)

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import dataclasses
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,10 @@ def run(args: argparse.Namespace, load_config: Callable[[], Any]) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    problem = _unwritable(out)
+    if problem:
+        print(f"accel-exporter record: cannot write to --out {out}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     config = load_config()
     options = RecordOptions(out, command, args.interval, args.ready_timeout)
     recorder = Recorder(options, _sampled(config, args.interval))
@@ -87,6 +92,17 @@ def run(args: argparse.Namespace, load_config: Callable[[], Any]) -> int:
     except StartError as exc:
         print(f"accel-exporter record: {exc}", file=sys.stderr)
         return exc.status
+
+
+def _unwritable(out: Path) -> str:
+    """Why the run cannot be written under ``out`` ("" when it can), before anything starts."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return ""
 
 
 COMMAND = (HELP, add_arguments, run)

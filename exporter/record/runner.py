@@ -306,6 +306,14 @@ class Recorder:
                 self._sample(baseline, aggregate=False, markers=False)
             except Exception as exc:
                 self._failed("sample", exc)
+            if not self.stats.identity:
+                # Otherwise a summary without devices looks like a recording that broke.
+                self.run_log.write("event", started, event="no_devices")
+                self.log.warning(
+                    "no accelerator found",
+                    detail="recording the host only; accel-exporter probe tells why",
+                    sources=[s.name for s in self.sources],
+                )
             returncode = await self._supervise(proc)
             return await self._finish(returncode, started)
         finally:

@@ -1,10 +1,12 @@
-"""Host CPU, memory and load from /proc (the root is configurable for tests).
+"""Host CPU, memory, load and boot time from /proc (the root is configurable for tests).
 
-CPU ratios are computed between two readings of /proc/stat, so they describe
-the last interval. The first poll takes its own short baseline rather than
-exporting the average since boot under a name that promises "last interval".
-A file that cannot be read or parsed degrades only its own fields; the source
-is then reported down with the reason ``read_error`` while the rest is kept.
+CPU time is exported as node_exporter does, a counter of seconds per mode
+(``accel_host_cpu_seconds_total``, summed over CPUs), for ``rate()``. CPU ratios
+are computed between two readings of /proc/stat, so they describe the last
+interval. The first poll takes its own short baseline rather than exporting the
+average since boot under a name that promises "last interval". A file that
+cannot be read or parsed degrades only its own fields; the source is then
+reported down with the reason ``read_error`` while the rest is kept.
 """
 
 from __future__ import annotations
@@ -29,18 +31,24 @@ class ProcParseError(Exception):
     """A /proc file did not have the expected shape."""
 
 
+# /proc/stat counts in USER_HZ ticks (100 on every Linux ABI, but ask).
+CLOCK_TICKS = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+
+
 @dataclass(frozen=True)
 class CpuTimes:
-    """Jiffies per mode summed over all CPUs, and the number of CPUs."""
+    """Jiffies per mode summed over all CPUs, the number of CPUs, boot time (0: unknown)."""
 
     modes: tuple[int, ...]
     cpus: int
+    boot_time: int = 0
 
 
 def parse_stat(text: str) -> CpuTimes:
     """Parse /proc/stat's aggregate cpu line and count the per-CPU lines."""
     total: tuple[int, ...] | None = None
     cpus = 0
+    boot = 0
     for line in text.splitlines():
         if line.startswith("cpu "):
             fields = line.split()[1:]
@@ -54,9 +62,12 @@ def parse_stat(text: str) -> CpuTimes:
             total = tuple(values)
         elif line.startswith("cpu") and line[3:4].isdigit():
             cpus += 1
+        elif line.startswith("btime "):
+            value = line.split()[1:2]
+            boot = int(value[0]) if value and value[0].isdigit() else 0
     if total is None:
         raise ProcParseError("no aggregate cpu line")
-    return CpuTimes(total, cpus)
+    return CpuTimes(total, cpus, boot)
 
 
 def cpu_ratios(before: CpuTimes, after: CpuTimes) -> dict[str, float] | None:
@@ -128,6 +139,16 @@ class HostSource(Source):
                 taken = time.monotonic()
             self._previous = (taken, now_times)
             readings.append(Reading("accel_host_cpus", (), float(now_times.cpus)))
+            # Counters as node_exporter exports them: the ratio below covers only the
+            # last poll, so a slower scrape would miss most of the time; these rate().
+            readings.extend(
+                Reading("accel_host_cpu_seconds_total", (mode,), ticks / CLOCK_TICKS)
+                for mode, ticks in zip(CPU_MODES, now_times.modes, strict=True)
+            )
+            if now_times.boot_time:
+                readings.append(
+                    Reading("accel_host_boot_time_seconds", (), float(now_times.boot_time))
+                )
             ratios = cpu_ratios(previous[1], now_times)
             if ratios is not None:
                 readings.extend(

@@ -108,7 +108,7 @@ def _cuda_checkpoint(config: Config) -> Source:
 def _workload(config: Config) -> Source:
     from exporter.sources.workload import WorkloadSource
 
-    return WorkloadSource("workload", config.enrich)
+    return WorkloadSource("workload", config.workload)
 
 
 FACTORIES: dict[str, Factory] = {
@@ -128,7 +128,7 @@ FACTORIES: dict[str, Factory] = {
 
 # Sources whose section is not sources.<name>.
 SECTIONS: dict[str, Callable[[Config], SourceConfig]] = {
-    "workload": lambda config: config.enrich,
+    "workload": lambda config: config.workload,
 }
 
 
@@ -154,7 +154,7 @@ def catalog_for(config: Config) -> Mapping[str, MetricSpec]:
     The store validates readings against it and the outputs render by it, so the
     label set of such a row is fixed for the life of a store (a daemon run).
     """
-    pod_labels = config.enrich.k8s.pod_labels
-    if config.enrich.enabled is False or not pod_labels.enabled:
+    pod_labels = config.workload.k8s.pod_labels
+    if config.workload.enabled is False or not pod_labels.enabled:
         return CATALOG
     return with_rows([pod_labels_row(pod_labels.keys)])

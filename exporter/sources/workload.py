@@ -3,13 +3,13 @@
 It runs on its own timer like any source and never on a scrape. Each poll reads
 the device sources' latest data from the store (devices and the processes on
 them), asks the kubelet for device assignments when the cached answer is older
-than ``enrich.k8s.interval``, reads each GPU process's cgroup (and, when useful,
-environment) under ``enrich.proc_path``, and publishes the join families.
+than ``workload.k8s.interval``, reads each GPU process's cgroup (and, when useful,
+environment) under ``workload.proc_path``, and publishes the join families.
 
 A failed lookup never fails the others: its labels are left out and
 ``accel_workload_attribution_errors_total{reason}`` counts it. A kubelet that
 cannot be asked makes the source report ``kubelet_<reason>``, except with
-``enrich.k8s.enabled: auto`` before any kubelet ever answered: then a missing
+``workload.k8s.enabled: auto`` before any kubelet ever answered: then a missing
 socket means "not a Kubernetes node", and a socket this process may not open
 (root-only, the default on most distributions, while the exporter runs as
 non-root) or that nobody listens on means "pod attribution is not set up
@@ -17,7 +17,7 @@ here". Both leave the Kubernetes part inactive (the reason in ``/status``; the
 latter two still counted), and the source up: a default install must not page
 on every node.
 
-With ``enrich.k8s.pod_labels`` (opt-in) the allowlisted Kubernetes labels of the
+With ``workload.k8s.pod_labels`` (opt-in) the allowlisted Kubernetes labels of the
 pods named by the pass are added as ``accel_pod_labels_info``, from a listing
 the API server answers in the background (:mod:`exporter.sources.workload_labels`).
 """
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from exporter import log
-from exporter.config.schema import EnrichConfig
+from exporter.config.schema import WorkloadConfig
 from exporter.enrich.attribution import Inputs, PodMemory, attribute
 from exporter.enrich.cgroup import CgroupIdentity
 from exporter.enrich.devices import PROCESS_FAMILIES, DeviceIndex
@@ -49,9 +49,9 @@ _NOT_KUBERNETES = frozenset({"socket_missing", "grpc_missing"})
 # when k8s is enabled: auto: inactive too, but counted, with what to do.
 _NOT_SET_UP = {
     "permission_denied": "the socket is root-only: run the exporter as root (capabilities"
-    " may stay dropped) or set enrich.k8s.enabled: false",
+    " may stay dropped) or set workload.k8s.enabled: false",
     "connect_failed": "nothing answers on the socket: check the kubelet's pod-resources API"
-    " and the hostPath mount, or set enrich.k8s.enabled: false",
+    " and the hostPath mount, or set workload.k8s.enabled: false",
 }
 # Share of the poll deadline the kubelet call may use, leaving time for /proc.
 KUBELET_SHARE = 0.6
@@ -60,9 +60,9 @@ KUBELET_SHARE = 0.6
 class WorkloadSource(Source):
     """Polls attribution: kubelet assignments, process cgroups, Slurm jobs."""
 
-    def __init__(self, name: str, config: EnrichConfig) -> None:
+    def __init__(self, name: str, config: WorkloadConfig) -> None:
         super().__init__(name, config)
-        self.enrich = config
+        self.workload = config
         self._log = log.get(source=name)
         self._store: StoreReader | None = None
         self._kubelet_call = BlockingCall(f"{name}-kubelet")
@@ -110,14 +110,16 @@ class WorkloadSource(Source):
             "k8s": self._k8s_state,
             "k8s_assignments": None if self._assignments is None else len(self._assignments),
             "k8s_cache_age_seconds": age,
-            "slurm": self.enrich.slurm.mode if self.enrich.slurm.enabled is not False else "off",
+            "slurm": self.workload.slurm.mode
+            if self.workload.slurm.enabled is not False
+            else "off",
             **(self._pod_labels.status() if self._pod_labels is not None else {}),
             **self._counts,
         }
 
     async def _refresh_kubelet(self) -> tuple[str, str]:
         """Ask the kubelet when due; (reason, detail) of a failure, empty when fine."""
-        k8s = self.enrich.k8s
+        k8s = self.workload.k8s
         if k8s.enabled is False or time.monotonic() < self._next_list:
             return "", ""
         try:
@@ -153,15 +155,15 @@ class WorkloadSource(Source):
 
     def _expire_assignments(self) -> None:
         """Keep the last good answer for a while, so one failed call changes nothing."""
-        keep = 3 * self.enrich.k8s.interval
+        keep = 3 * self.workload.k8s.interval
         if self._assignments_at is not None and time.monotonic() - self._assignments_at > keep:
             self._assignments = None
             self._assignments_at = None
 
     def _wants_environ(self, identity: CgroupIdentity) -> bool:
-        if self.enrich.slurm.enabled is not False:
+        if self.workload.slurm.enabled is not False:
             return True
-        return self.enrich.k8s.enabled is not False and bool(identity.pod_uid)
+        return self.workload.k8s.enabled is not False and bool(identity.pod_uid)
 
     def _read_facts(self, pids: Sequence[int]) -> dict[int, ProcessFacts | AttributionError]:
         out: dict[int, ProcessFacts | AttributionError] = {}
@@ -173,7 +175,7 @@ class WorkloadSource(Source):
         return out
 
     def _read_files(self) -> tuple[list[JobFile], list[AttributionError]]:
-        return read_job_files(self.enrich.slurm.files_dir)
+        return read_job_files(self.workload.slurm.files_dir)
 
     async def poll(self) -> Sequence[Reading]:
         """One attribution pass over the devices and processes last reported."""
@@ -186,7 +188,7 @@ class WorkloadSource(Source):
         kubelet_problem, kubelet_detail = await self._refresh_kubelet()
         pids = sorted({pid for found in index.processes.values() for pid in found})
         facts = await self._proc_call(self._read_facts, pids) if pids else {}
-        slurm = self.enrich.slurm
+        slurm = self.workload.slurm
         job_files: list[JobFile] | None = None
         if slurm.enabled is not False and slurm.mode == "files":
             job_files, problems = await self._proc_call(self._read_files)
@@ -198,7 +200,7 @@ class WorkloadSource(Source):
                 facts=facts,
                 assignments=self._assignments,
                 job_files=job_files,
-                k8s=self.enrich.k8s.enabled is not False,
+                k8s=self.workload.k8s.enabled is not False,
                 slurm=slurm.enabled is not False,
             ),
             self._memory,

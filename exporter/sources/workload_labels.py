@@ -1,6 +1,6 @@
 """Kubernetes pod labels for the workload source: listed in the background, joined per poll.
 
-The API server is asked on ``enrich.k8s.pod_labels.interval`` by a task of its
+The API server is asked on ``workload.k8s.pod_labels.interval`` by a task of its
 own (never on a poll, never on a scrape), through a :class:`BlockingCall` under
 a deadline; the answer is cached and kept for three intervals when the server
 stops answering. A poll only reads the cache: the pods the attribution pass

@@ -37,6 +37,7 @@ from typing import Any
 
 from exporter import log
 from exporter.errors import SourcePending, SourceUnavailable, WorkerError
+from exporter.logstate import StateLog
 from exporter.workers import crumb, stackdump
 from exporter.workers.protocol import ProtocolError, encode, read_frame
 
@@ -146,6 +147,7 @@ class WorkerRunner:
     ) -> None:
         self.name = name
         self.backend = backend
+        self._failures_logged = StateLog()
         self.config = dict(config)
         self.bootstrap_timeout = bootstrap_timeout
         self.env = dict(env) if env is not None else None
@@ -369,6 +371,7 @@ class WorkerRunner:
             self._aux.append(asyncio.create_task(self._watch_exit(proc)))
             self._ready.set()
             self._log.info("worker ready", pid=proc.pid, restarts=self.state.restarts)
+            self._failures_logged.forget("worker")
             return True
         if kind == "error":
             reason = str(first.get("reason") or "bootstrap_failed")
@@ -411,7 +414,10 @@ class WorkerRunner:
     def _fail(self, reason: str, detail: str) -> None:
         self.state.last_reason = reason
         self.state.last_detail = detail
-        self._log.warning("worker failed", reason=reason, detail=detail)
+        # The same failure on every restart (a library that is not there) is one line,
+        # then an hourly reminder; /status and the metrics carry it all along.
+        if self._failures_logged.due("worker", (reason, detail)):
+            self._log.warning("worker failed", reason=reason, detail=detail)
 
     async def _watch_exit(self, proc: asyncio.subprocess.Process) -> None:
         code = await proc.wait()

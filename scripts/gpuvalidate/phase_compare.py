@@ -62,7 +62,7 @@ def daemon_config(kit: Kit, ras_port: int) -> dict[str, Any]:
             },
             "cuda_checkpoint": {"enabled": "auto", "interval": "2s"},
         },
-        "enrich": {"enabled": False},
+        "workload": {"enabled": False},
     }
 
 

@@ -38,7 +38,7 @@ def nvml_only(kit: Kit) -> dict[str, Any]:
             "ccl_inspector": {"enabled": False},
             "cuda_checkpoint": {"enabled": False},
         },
-        "enrich": {"enabled": False},
+        "workload": {"enabled": False},
     }
 
 

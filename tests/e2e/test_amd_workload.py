@@ -23,7 +23,7 @@ def test_amd_gpus_by_pci_bus_id(daemon_factory, amdsmi_fake, amdsmi_env, tmp_pat
         d = daemon_factory(
             {
                 "sources": {**quiet, "amdsmi": amd},
-                "enrich": enrich(str(tmp_path / "proc"), kubelet.socket_path, interval="500ms"),
+                "workload": enrich(str(tmp_path / "proc"), kubelet.socket_path, interval="500ms"),
             },
             env=amdsmi_env,
         )

@@ -117,7 +117,7 @@ def test_once_and_probe_with_the_library(
     doc = json.loads(once.stdout)["amdsmi"]
     assert doc["ok"] is True
     devices = [r for r in doc["readings"] if r["metric"] == "accel_devices"]
-    assert devices == [{"metric": "accel_devices", "labels": ["amd"], "value": 8.0}]
+    assert devices == [{"metric": "accel_devices", "labels": {"vendor": "amd"}, "value": 8.0}]
     probe = cli("probe", env=amdsmi_env)
     assert probe.returncode == 0
     line = next(x for x in probe.stdout.splitlines() if x.startswith("amdsmi"))

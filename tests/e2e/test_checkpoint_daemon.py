@@ -28,7 +28,7 @@ def test_checkpoint_state_on_metrics_and_status(daemon_factory, tmp_path, fake_l
                     "proc_path": str(tmp_path / "proc"),
                 }
             },
-            "enrich": {"enabled": False},
+            "workload": {"enabled": False},
         },
         extra_sources="tests.helpers.devices:build",
         env={

@@ -256,7 +256,7 @@ def test_once_and_probe(tmp_path: Path) -> None:
     assert once.returncode == 0, once.stderr
     doc = json.loads(once.stdout)["neuron"]
     assert doc["ok"] is True, doc
-    readings = {(r["metric"], tuple(r["labels"])): r["value"] for r in doc["readings"]}
+    readings = {(r["metric"], tuple(r["labels"].values())): r["value"] for r in doc["readings"]}
     assert readings[("accel_devices", ("aws",))] == 2
     assert readings[("accel_neuroncore_utilization_ratio", ("1", serial(1), "3"))] == 0.255
     probe = cli("probe")

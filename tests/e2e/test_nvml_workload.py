@@ -56,7 +56,7 @@ def test_attribution_and_checkpoint_end_to_end(
                     "nvml": {"enabled": True, "interval": "500ms", "processes": True},
                     "cuda_checkpoint": checkpoint,
                 },
-                "enrich": enrich(proc_path, kubelet.socket_path),
+                "workload": enrich(proc_path, kubelet.socket_path),
             },
             env=env,
         )
@@ -111,7 +111,7 @@ def test_mig_attribution(daemon_factory, fake_nvml, tmp_path, sock_dir):
         d = daemon_factory(
             {
                 "sources": {**QUIET, "nvml": nvml},
-                "enrich": enrich(str(tmp_path), kubelet.socket_path),
+                "workload": enrich(str(tmp_path), kubelet.socket_path),
             },
             env=fake.env(),
         )

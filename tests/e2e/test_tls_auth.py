@@ -55,24 +55,70 @@ def test_tls_with_basic_auth(daemon_factory, pki):
         assert hashed not in line and "s3cret" not in line
 
 
-def test_client_certificate_required(daemon_factory, pki):
-    d = daemon_factory(
-        {
-            "web": {
-                "tls": {
-                    "cert_file": str(pki / "server.pem"),
-                    "key_file": str(pki / "server.key"),
-                    "client_ca_file": str(pki / "ca.pem"),
-                }
-            }
-        },
-        scheme="https",
-    )
-    assert d.get("/metrics", context=client_context(pki, with_cert=True)).status == 200
+def mtls(pki, **extra):
+    return {
+        "cert_file": str(pki / "server.pem"),
+        "key_file": str(pki / "server.key"),
+        "client_ca_file": str(pki / "ca.pem"),
+        **extra,
+    }
+
+
+def test_client_certificate_required_except_on_the_health_probes(daemon_factory, pki):
+    # The default with a CA is RequireAndVerifyClientCert: every path but the probes,
+    # which a kubelet (no client certificate) must reach or it restarts the pod.
+    d = daemon_factory({"web": {"tls": mtls(pki)}}, scheme="https")
+    with_cert, without = client_context(pki, with_cert=True), client_context(pki, with_cert=False)
+    assert d.get("/metrics", context=with_cert).status == 200
+    assert d.get("/status", context=with_cert).status == 200
+    for path in ("/metrics", "/status", "/"):
+        resp = d.get(path, context=without)
+        assert resp.status == 403 and b"client certificate" in resp.body, path
+    assert d.get("/healthz", context=without).status == 200
+    assert d.get("/readyz", context=without).status in (200, 503)
+    d.wait_for(lambda: d.get("/readyz", context=without).status == 200, what="ready")
+    # A refusal does not hurt the next client.
+    assert d.get("/metrics", context=with_cert).status == 200
+
+
+def test_a_certificate_from_another_ca_fails_the_handshake(daemon_factory, pki, tmp_path):
+    (tmp_path / "other").mkdir()
+    other = make_pki(tmp_path / "other", ("intruder", "127.0.0.1"))
+    d = daemon_factory({"web": {"tls": mtls(pki)}}, scheme="https")
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    ctx.load_cert_chain(str(other / "intruder.pem"), str(other / "intruder.key"))
     with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError, OSError)):
-        d.get("/metrics", context=client_context(pki, with_cert=False))
-    # A failed handshake does not hurt the next client.
-    assert d.get("/healthz", context=client_context(pki, with_cert=True)).status == 200
+        d.get("/healthz", context=ctx)
+
+
+def test_verify_client_cert_if_given(daemon_factory, pki):
+    d = daemon_factory(
+        {"web": {"tls": mtls(pki, client_auth_type="VerifyClientCertIfGiven")}}, scheme="https"
+    )
+    assert d.get("/metrics", context=client_context(pki, with_cert=False)).status == 200
+    assert d.get("/metrics", context=client_context(pki, with_cert=True)).status == 200
+
+
+def test_exporter_toolkit_web_config_file(daemon_factory, pki, tmp_path):
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    for name in ("server.pem", "server.key", "ca.pem"):
+        (tmp_path / name).write_bytes((pki / name).read_bytes())
+    # Relative paths are relative to the file, as exporter-toolkit reads them.
+    (tmp_path / "web.yml").write_text(
+        "tls_server_config:\n"
+        "  cert_file: server.pem\n"
+        "  key_file: server.key\n"
+        "  client_ca_file: ca.pem\n"
+        "  client_auth_type: RequireAndVerifyClientCert\n"
+        "  min_version: TLS12\n"
+        f"basic_auth_users:\n  prom: '{hashed}'\n"
+    )
+    d = daemon_factory({"web": {"config_file": str(tmp_path / "web.yml")}}, scheme="https")
+    with_cert, without = client_context(pki, with_cert=True), client_context(pki, with_cert=False)
+    assert d.get("/metrics", context=without, auth=("prom", "s3cret")).status == 403
+    assert d.get("/metrics", context=with_cert).status == 401
+    assert d.get("/metrics", context=with_cert, auth=("prom", "s3cret")).status == 200
+    assert d.get("/healthz", context=without).status == 200
 
 
 def test_invalid_certificate_exits_2(daemon_factory, tmp_path):

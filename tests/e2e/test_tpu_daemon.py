@@ -252,7 +252,7 @@ def test_once_probe_and_gpu_count(
     assert once.returncode == 0, once.stderr
     doc = json.loads(once.stdout)["tpu"]
     assert doc["ok"] is True
-    readings = {(r["metric"], tuple(r["labels"])): r["value"] for r in doc["readings"]}
+    readings = {(r["metric"], tuple(r["labels"].values())): r["value"] for r in doc["readings"]}
     assert readings[("accel_devices", ("google",))] == 4
     assert readings[("accel_memory_used_bytes", ("2", uuid(2)))] == 3 * GiB
     probe = cli("probe", "--config.file", str(path))

@@ -40,7 +40,7 @@ def test_attribution_on_metrics(daemon_factory, tmp_path, sock_dir):
             FakePod("ml", "idle", [FakeContainer("c", {"nvidia.com/gpu": ["nvidia1"]})]),
         ]
         d = daemon_factory(
-            {"sources": QUIET, "enrich": enrich(str(tmp_path / "proc"), kubelet.socket_path)},
+            {"sources": QUIET, "workload": enrich(str(tmp_path / "proc"), kubelet.socket_path)},
             extra_sources="tests.helpers.devices:build",
             env={"ACCEL_TEST_DEVICES": str(devices)},
         )
@@ -82,7 +82,7 @@ def test_stamping_device_series_is_opt_in_and_reloadable(daemon_factory, tmp_pat
     with FakeKubelet(str(sock_dir / "kubelet.sock")) as kubelet:
         kubelet.pods = [FakePod("ml", "train-0", [FakeContainer("t", {"nvidia.com/gpu": [G0]})])]
         stamp = {"stamp_device_series": True, "stamp_labels": ["namespace", "pod"]}
-        config = {"sources": QUIET, "enrich": enrich(str(tmp_path), kubelet.socket_path, **stamp)}
+        config = {"sources": QUIET, "workload": enrich(str(tmp_path), kubelet.socket_path, **stamp)}
         d = daemon_factory(
             config,
             extra_sources="tests.helpers.devices:build",
@@ -96,7 +96,7 @@ def test_stamping_device_series_is_opt_in_and_reloadable(daemon_factory, tmp_pat
         check_metrics(text)
 
         # Turned off by a reload: the plain series come back.
-        config["enrich"]["k8s"]["stamp_device_series"] = False
+        config["workload"]["k8s"]["stamp_device_series"] = False
         d.config_file.write_text(yaml.safe_dump(config))
         d.signal(signal.SIGHUP)
         d.wait_metric("accel_utilization_ratio", 0.75, device="0", uuid=G0)
@@ -112,7 +112,7 @@ def test_a_kubelet_socket_nobody_answers_leaves_the_source_up(daemon_factory, tm
     devices = tmp_path / "devices.json"
     devices.write_text(json.dumps({"devices": [["0", G0, "00000000:17:00.0"]]}))
     d = daemon_factory(
-        {"sources": QUIET, "enrich": enrich(str(tmp_path), str(dead))},
+        {"sources": QUIET, "workload": enrich(str(tmp_path), str(dead))},
         extra_sources="tests.helpers.devices:build",
         env={"ACCEL_TEST_DEVICES": str(devices)},
     )
@@ -155,7 +155,7 @@ def test_pod_labels_from_the_api_server(daemon_factory, tmp_path, sock_dir, tmp_
         }
         config = {
             "sources": QUIET,
-            "enrich": enrich(str(tmp_path), kubelet.socket_path, pod_labels=pod_labels),
+            "workload": enrich(str(tmp_path), kubelet.socket_path, pod_labels=pod_labels),
         }
         d = daemon_factory(
             config,
@@ -186,5 +186,5 @@ def test_pod_labels_from_the_api_server(daemon_factory, tmp_path, sock_dir, tmp_
             what="the reload rejected",
         )
         (problem,) = [e["problem"] for e in d.events if e.get("event") == "reload rejected"]
-        assert "enrich.k8s.pod_labels" in problem and "restart" in problem
+        assert "workload.k8s.pod_labels" in problem and "restart" in problem
         assert value(d.metrics(), "accel_pod_labels_info", **row) == 1

@@ -36,7 +36,7 @@ def job_row(device: str, uuid: str, job_id: str, user: str, partition: str) -> d
 
 
 def enrich(proc_path: str, socket: str, **k8s: Any) -> dict[str, Any]:
-    """An ``enrich`` section polling fast, with a kubelet socket and a /proc root."""
+    """A ``workload`` section polling fast, with a kubelet socket and a /proc root."""
     return {
         "interval": "500ms",
         "proc_path": proc_path,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +118,45 @@ def test_queries_filter_on_the_job_variable(name: str) -> None:
             and not expr.startswith("count(ALERTS")
         ):
             assert 'job="$job"' in expr, f"{place}: {expr}"
+
+
+RECORDED = re.compile(r"\b[a-z_]+:[a-z_0-9]+:[a-z_0-9]+\b")
+
+
+def _panels(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for panel in panels:
+        yield panel
+        yield from _panels(panel.get("panels", []))
+
+
+@pytest.mark.parametrize("name", sorted(BOARDS))
+def test_panels_that_need_the_recording_rules_say_so(name: str) -> None:
+    for panel in _panels(BOARDS[name]["panels"]):
+        exprs = [t.get("expr", "") for t in panel.get("targets", [])]
+        if any(RECORDED.search(e) for e in exprs):
+            assert "recording rules" in panel.get("description", ""), panel["title"]
+
+
+def _variables(name: str) -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in BOARDS[name]["templating"]["list"]}
+
+
+def test_a_gpu_is_picked_by_index_and_model_as_well_as_uuid() -> None:
+    variables = _variables("node-gpu-detail.json")
+    assert ", device)" in variables["index"]["query"]["query"]
+    assert ", model)" in variables["model"]["query"]["query"]
+    gpu = variables["gpu"]["query"]["query"]
+    assert 'device=~"$index"' in gpu and 'model=~"$model"' in gpu and gpu.endswith(", uuid)")
+
+
+def test_namespace_and_slurm_job_variables_filter_the_workload_tables() -> None:
+    variables = _variables("cluster-overview.json")
+    assert "accel_device_workload_info" in variables["namespace"]["query"]["query"]
+    assert "accel_device_job_info" in variables["slurm_job"]["query"]["query"]
+    exprs = [
+        t.get("expr", "")
+        for panel in _panels(BOARDS["cluster-overview.json"]["panels"])
+        for t in panel.get("targets", [])
+    ]
+    assert any('namespace=~"$namespace"' in e for e in exprs)
+    assert any('job_id=~"$slurm_job"' in e for e in exprs)

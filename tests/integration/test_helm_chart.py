@@ -207,7 +207,7 @@ def test_null_removes_a_default(renderer, tmp_path):
     docs = render(renderer, tmp_path, values, strict=False)
     assert "securityContext" not in pod_spec(docs) and "tolerations" not in pod_spec(docs)
     notes = render_chart(renderer, tmp_path, values, notes=True, strict=False)
-    assert "runAsUser=0" not in notes
+    assert "attribution.root=true" not in notes
 
 
 def test_defaults_create_only_the_workload(renderer, tmp_path):
@@ -279,11 +279,50 @@ def test_node_name_from_the_downward_api_and_gpu_taints_tolerated(renderer, tmp_
     assert env["POD_UID"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
     assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
-    tolerated = {(t["key"], t["operator"], t["effect"]) for t in pod_spec(docs)["tolerations"]}
+    # No effect: NoSchedule and NoExecute taints alike (the pod must also stay there).
+    tolerated = {(t["key"], t["operator"], t.get("effect")) for t in pod_spec(docs)["tolerations"]}
     assert {
-        ("nvidia.com/gpu", "Exists", "NoSchedule"),
-        ("amd.com/gpu", "Exists", "NoSchedule"),
+        ("nvidia.com/gpu", "Exists", None),
+        ("amd.com/gpu", "Exists", None),
+        ("google.com/tpu", "Exists", None),
+        ("aws.amazon.com/neuron", "Exists", None),
     } <= tolerated
+
+
+def test_operator_taints_are_added_to_the_gpu_tolerations(renderer, tmp_path):
+    extra = {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute"}
+    docs = render(renderer, tmp_path, {"extraTolerations": [extra]})
+    tolerations = pod_spec(docs)["tolerations"]
+    assert tolerations[-1] == extra
+    assert any(t["key"] == "nvidia.com/gpu" for t in tolerations)
+
+
+def node_terms(docs: list[dict[str, Any]]) -> list[Any]:
+    affinity = pod_spec(docs)["affinity"]["nodeAffinity"]
+    return affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+
+
+def test_only_accelerator_nodes_by_default_with_an_off_switch(renderer, tmp_path):
+    docs = render(renderer, tmp_path)
+    expressions = [term["matchExpressions"] for term in node_terms(docs)]
+    # Any one label matches (terms are ORed), each term one expression.
+    assert all(len(e) == 1 for e in expressions)
+    keys = {e[0]["key"]: e[0] for e in expressions}
+    assert keys["nvidia.com/gpu.present"] == {
+        "key": "nvidia.com/gpu.present",
+        "operator": "In",
+        "values": ["true"],
+    }
+    assert "feature.node.kubernetes.io/pci-10de.present" in keys  # NFD: NVIDIA PCI vendor
+    assert "feature.node.kubernetes.io/pci-1002.present" in keys  # NFD: AMD
+    assert keys["cloud.google.com/gke-tpu-accelerator"]["operator"] == "Exists"
+    off = render(renderer, tmp_path, {"gpuNodeAffinity": {"enabled": False}})
+    assert "affinity" not in pod_spec(off)
+    # A pod affinity of the user's is kept beside the node affinity.
+    pod_affinity = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
+    both = render(renderer, tmp_path, {"affinity": pod_affinity})
+    assert pod_spec(both)["affinity"]["podAntiAffinity"] == pod_affinity["podAntiAffinity"]
+    assert node_terms(both) == node_terms(docs)
 
 
 def test_pod_resources_socket_is_mounted_read_only(renderer, tmp_path):
@@ -295,7 +334,7 @@ def test_pod_resources_socket_is_mounted_read_only(renderer, tmp_path):
     mount = mounts(docs)["pod-resources"]
     assert mount["readOnly"] is True
     # The daemon's default socket lies inside the mount.
-    socket = daemon_config(docs, tmp_path).enrich.k8s.socket
+    socket = daemon_config(docs, tmp_path).workload.k8s.socket
     assert socket.startswith(mount["mountPath"] + "/")
     assert "pod-resources" not in volumes(
         render(renderer, tmp_path, {"podResources": {"enabled": False}})
@@ -305,7 +344,7 @@ def test_pod_resources_socket_is_mounted_read_only(renderer, tmp_path):
     docs = render(renderer, tmp_path, {"podResources": {"hostPath": k0s}})
     assert volumes(docs)["pod-resources"]["hostPath"] == {"path": k0s, "type": "Directory"}
     assert mounts(docs)["pod-resources"] == mount
-    assert daemon_config(docs, tmp_path).enrich.k8s.socket == socket
+    assert daemon_config(docs, tmp_path).workload.k8s.socket == socket
 
 
 def test_host_pid_and_host_network_are_opt_in(renderer, tmp_path):
@@ -640,7 +679,7 @@ def test_pod_labels_add_read_access_to_pods_and_nothing_else(renderer, tmp_path)
     assert pod_spec(docs)["automountServiceAccountToken"] is True
     # The node name the listing filters on comes from the downward API.
     assert env_of(container(docs))["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
-    pod_labels = daemon_config(docs, tmp_path).enrich.k8s.pod_labels
+    pod_labels = daemon_config(docs, tmp_path).workload.k8s.pod_labels
     assert pod_labels.enabled and pod_labels.keys == ["team", "app.kubernetes.io/name"]
     assert pod_labels.interval == 60.0
 
@@ -661,6 +700,101 @@ def test_pod_labels_with_an_existing_account_or_own_rbac(renderer, tmp_path):
 def test_notes_render(renderer, tmp_path):
     notes = render_chart(renderer, tmp_path, None, name=RELEASE, namespace=NAMESPACE, notes=True)
     assert f"ds/{FULLNAME}" in notes and "serviceMonitor.enabled=true" in notes
-    assert "runAsUser=0" in notes  # the pod-resources permission hint
+    assert "--set attribution.root=true" in notes  # the pod-resources permission hint
+    root = render_chart(renderer, tmp_path, {"attribution": {"root": True}}, notes=True)
+    assert "attribution.root=true" not in root
     notes = render_chart(renderer, tmp_path, {"serviceMonitor": {"enabled": True}}, notes=True)
     assert "ServiceMonitor" in notes and "serviceMonitorSelector" in notes
+
+
+@pytest.mark.parametrize(
+    "client_auth", ["", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert"]
+)
+def test_probes_pass_against_a_daemon_with_the_charts_tls_settings(
+    renderer, tmp_path, daemon_factory, client_auth
+):
+    """The kubelet's probes carry no client certificate and verify no server: they must
+    pass in every TLS mode, while /metrics keeps requiring the certificate under mTLS."""
+    import ssl
+
+    from tests.helpers.pki import make_pki
+
+    values = {"tls": {"enabled": True, "secretName": "accel-tls", "clientAuthType": client_auth}}
+    docs = render(renderer, tmp_path, values)
+    (config_map,) = [d for d in by_kind(docs)["ConfigMap"] if d["metadata"]["name"] == FULLNAME]
+    config = yaml.safe_load(config_map["data"]["config.yaml"])
+    pki = make_pki(tmp_path, ("server", "127.0.0.1"), ("client", "scraper"))
+    # The Secret's keys, as the pod mounts them: tls.crt, tls.key, ca.crt.
+    in_secret = {"tls.crt": "server.pem", "tls.key": "server.key", "ca.crt": "ca.pem"}
+    for key, path in config["web"]["tls"].items():
+        if key.endswith("_file"):
+            config["web"]["tls"][key] = str(pki / in_secret[Path(path).name])
+    assert ("client_ca_file" in config["web"]["tls"]) == bool(client_auth)
+    config["web"].pop("listen_address")
+    d = daemon_factory(config, scheme="https")
+    kubelet = ssl.create_default_context()
+    kubelet.check_hostname = False
+    kubelet.verify_mode = ssl.CERT_NONE
+    spec = container(docs)
+    for probe in ("livenessProbe", "readinessProbe"):
+        get = spec[probe]["httpGet"]
+        assert get["scheme"] == "HTTPS" and get["port"] == "metrics"
+        d.wait_for(
+            lambda get=get: d.get(get["path"], context=kubelet).status == 200,
+            what=f"{probe} {get['path']} without a client certificate",
+        )
+    metrics = d.get("/metrics", context=kubelet).status
+    assert metrics == (403 if client_auth == "RequireAndVerifyClientCert" else 200)
+
+
+def test_basic_auth_users_come_from_a_secret_never_the_configmap(renderer, tmp_path):
+    hashed = "$2b$10$" + "a" * 53
+    with pytest.raises(RenderError, match="webConfigSecret"):
+        render(renderer, tmp_path, {"config": {"web": {"basic_auth": {"users": {"p": hashed}}}}})
+    docs = render(renderer, tmp_path, {"webConfigSecret": {"name": "scrape-web", "key": "w.yml"}})
+    (config_map,) = [d for d in by_kind(docs)["ConfigMap"] if d["metadata"]["name"] == FULLNAME]
+    config = yaml.safe_load(config_map["data"]["config.yaml"])
+    assert config["web"]["config_file"] == "/etc/accel-exporter/web/web.yml"
+    assert volumes(docs)["web-config"]["secret"] == {
+        "secretName": "scrape-web",
+        "items": [{"key": "w.yml", "path": "web.yml"}],
+    }
+    assert mounts(docs)["web-config"] == {
+        "name": "web-config",
+        "mountPath": "/etc/accel-exporter/web",
+        "readOnly": True,
+    }
+
+
+def test_both_monitors_get_the_templates_message_not_a_schema_error(renderer, tmp_path):
+    values = {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}
+    values_schema().validate(chart_values(values))  # the schema lets the template explain
+    with pytest.raises(RenderError, match="enable serviceMonitor or podMonitor, not both"):
+        render(renderer, tmp_path, values)
+
+
+def test_attribution_switch_runs_as_root_with_capabilities_still_dropped(renderer, tmp_path):
+    default = render(renderer, tmp_path)
+    assert pod_spec(default)["securityContext"]["runAsNonRoot"] is True
+    assert pod_spec(default)["hostPID"] is False
+    docs = render(renderer, tmp_path, {"attribution": {"root": True, "processes": True}})
+    spec = pod_spec(docs)
+    assert spec["securityContext"]["runAsUser"] == 0
+    assert spec["securityContext"]["runAsNonRoot"] is False
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert spec["hostPID"] is True
+    sc = container(docs)["securityContext"]
+    assert sc["capabilities"]["drop"] == ["ALL"] and not sc["capabilities"].get("add")
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    # The socket the daemon connects to lies in the chart's read-only mount.
+    socket = daemon_config(docs, tmp_path).workload.k8s.socket
+    assert socket.startswith(mounts(docs)["pod-resources"]["mountPath"] + "/")
+
+
+def test_chart_readme_for_helm_show_readme_names_real_values():
+    readme = (CHART / "README.md").read_text()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for key in ("gpuNodeAffinity", "extraTolerations", "attribution", "webConfigSecret", "tls"):
+        assert f"`{key}" in readme and key in values, key
+    assert values["image"]["repository"] in readme or "image.repository" in readme
+    assert "podman push" in readme

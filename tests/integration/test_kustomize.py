@@ -129,3 +129,11 @@ def test_overlay_carries_the_shipped_rules_and_dashboards(kps_docs):
             ((key, text),) = cm["data"].items()
             found[key] = json.loads(text)
     assert found == dashboards()
+
+
+def test_plain_overlay_needs_no_prometheus_operator():
+    docs = kustomize(KUSTOMIZE / "overlays" / "plain")
+    kinds = {d["kind"] for d in docs}
+    assert kinds == {"DaemonSet", "Service", "ServiceAccount", "ConfigMap"}, kinds
+    assert not [d for d in docs if "monitoring.coreos.com" in d["apiVersion"]]
+    assert {d["metadata"]["namespace"] for d in docs} == {"monitoring"}

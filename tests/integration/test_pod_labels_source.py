@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from exporter.catalog import Kind
-from exporter.config.schema import EnrichConfig, K8sEnrichConfig, PodLabelsConfig
+from exporter.config.schema import K8sEnrichConfig, PodLabelsConfig, WorkloadConfig
 from exporter.sources.registry import catalog_for
 from exporter.sources.workload import WorkloadSource
 from exporter.sources.workload_labels import PodLabelRefresher
@@ -63,7 +63,7 @@ def make(cluster, **pod_labels):
     }
     labels = PodLabelsConfig(**{**settings, **pod_labels})
     k8s = K8sEnrichConfig(socket=kubelet.socket_path, interval=0.2, pod_labels=labels)
-    source = WorkloadSource("workload", EnrichConfig(k8s=k8s))
+    source = WorkloadSource("workload", WorkloadConfig(k8s=k8s))
     source.attach(store)
     return source
 
@@ -111,7 +111,7 @@ def test_labels_of_the_pods_using_accelerators(cluster):
     config = load_config(
         None,
         {},
-        {"enrich.k8s.pod_labels.enabled": "true", "enrich.k8s.pod_labels.keys": ",".join(KEYS)},
+        {"workload.k8s.pod_labels.enabled": "true", "workload.k8s.pod_labels.keys": ",".join(KEYS)},
     )
     catalog = catalog_for(config)
     row = catalog["accel_pod_labels_info"]
@@ -157,7 +157,7 @@ def test_an_api_server_that_refuses_is_counted_never_raised(cluster):
 
 def test_the_last_answer_outlives_a_few_failures_then_goes(cluster):
     _, _, api, _, _ = cluster
-    settings = make(cluster).enrich.k8s.pod_labels  # interval 0.2 s: kept for 0.6 s
+    settings = make(cluster).workload.k8s.pod_labels  # interval 0.2 s: kept for 0.6 s
     now = [100.0]
     counted: Counter[str] = Counter()
     refresher = PodLabelRefresher("workload", settings, counted, clock=lambda: now[0])

@@ -205,3 +205,28 @@ def test_unit_file_parses_as_ini() -> None:
     parser = ConfigParser(strict=False, interpolation=None)
     parser.read_string(UNIT.read_text())
     assert set(parser.sections()) == {"Unit", "Service", "Install"}
+
+
+def _pip_lines(text: str) -> list[str]:
+    return [line.lstrip("# ").strip() for line in text.splitlines() if "bin/pip install" in line]
+
+
+def test_unit_header_and_docs_install_the_same_extras():
+    unit = _pip_lines(UNIT.read_text())
+    doc = _pip_lines(DOC.read_text().split("## systemd", 1)[1])
+    assert unit and doc and unit[0] == doc[0], (unit, doc)
+    extras = re.search(r"\[([a-z0-9,]+)\]", unit[0])
+    assert extras is not None
+    import tomllib
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert set(extras.group(1).split(",")) <= set(declared), extras.group(1)
+
+
+def test_deploy_docs_systemd_section_points_at_the_slurm_scripts():
+    section = DOC.read_text().split("## systemd", 1)[1].split("\n## ", 1)[0]
+    for script in ("contrib/slurm/prolog.sh", "contrib/slurm/epilog.sh"):
+        assert script in section
+        assert (REPO / script).is_file()

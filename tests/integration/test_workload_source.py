@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config.schema import EnrichConfig, K8sEnrichConfig, SlurmEnrichConfig
+from exporter.config.schema import K8sEnrichConfig, SlurmEnrichConfig, WorkloadConfig
 from exporter.errors import SourceError
 from exporter.sources.workload import WorkloadSource
 from exporter.store import Store
@@ -51,7 +51,7 @@ def setup(tmp_path):
 
 
 def make(store, socket, proc_path, enabled="auto", interval=30.0):
-    cfg = EnrichConfig(
+    cfg = WorkloadConfig(
         proc_path=proc_path,
         k8s=K8sEnrichConfig(enabled=enabled, socket=socket, interval=interval, timeout=0.5),
         slurm=SlurmEnrichConfig(),
@@ -183,7 +183,7 @@ def test_auto_with_a_socket_nobody_answers_is_inactive_not_down(setup, tmp_path)
     # Counted on every attempt, never a failed poll.
     assert by_metric(second)["accel_workload_attribution_errors_total"][("connect_failed",)] == 2
     state = source.status()["k8s"]
-    assert state.startswith("inactive: connect_failed") and "enrich.k8s.enabled" in state
+    assert state.startswith("inactive: connect_failed") and "workload.k8s.enabled" in state
     # Explicitly enabled, the same socket is a failure.
     with pytest.raises(SourceError) as failed:
         asyncio.run(make(store, str(tmp_path / "dead.sock"), proc, enabled=True).poll())

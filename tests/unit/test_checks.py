@@ -231,15 +231,18 @@ CASES = [
     (
         "xid",
         ["--window", "1h"],
-        TWO + xid_line("0", U0, 79, 7200),
+        TWO + source("nvml") + xid_line("0", U0, 79, 7200),
         0,
         "0 XID codes seen in the last 60m",
     ),
-    ("xid", ["--window", "1h"], TWO + xid_line("0", U0, 13, 60), 1, "gpu0 xid 13"),
+    ("xid", ["--window", "1h"], TWO + source("nvml") + xid_line("0", U0, 13, 60), 1, "gpu0 xid 13"),
+    # No NVML source up: nothing reads XIDs, so "none seen" would be a guess.
+    ("xid", [], BUILD + source("host"), 3, "the nvml source is not running here"),
+    ("xid", [], BUILD + source("nvml", False, "timeout"), 3, "the nvml source is down"),
     (
         "xid",
         ["--window", "10m"],
-        TWO + xid_line("1", U1, 79, 30) + xid_line("0", U0, 13, 30),
+        TWO + source("nvml") + xid_line("1", U1, 79, 30) + xid_line("0", U0, 13, 30),
         2,
         "gpu1 xid 79",
     ),
@@ -274,6 +277,22 @@ CASES = [
         "nvml (timeout)",
     ),
     ("exporter", [], None, 2, "cannot read"),
+    # A GPU node whose driver was never injected: every source up, the bus says 8.
+    (
+        "exporter",
+        [],
+        BUILD + source("host") + 'accel_pci_devices{vendor="nvidia"} 8\n',
+        1,
+        "not seen by their library: nvidia 8 on the PCI bus, 0 seen",
+    ),
+    (
+        "exporter",
+        [],
+        BUILD + source("nvml") + 'accel_pci_devices{vendor="nvidia"} 8\n'
+        'accel_devices{vendor="nvidia"} 8\n',
+        0,
+        "1 of 1 sources up",
+    ),
     ("exporter", [], "# just some other exporter\nfoo 1\n", 2, "does not serve accel-exporter"),
 ]
 

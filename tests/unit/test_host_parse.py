@@ -55,3 +55,26 @@ def test_meminfo_and_loadavg():
     assert parse_loadavg("0.1 0.2 0.3 1/2 3\n") == (0.1, 0.2, 0.3)
     with pytest.raises(ProcParseError):
         parse_loadavg("x y z")
+
+
+def test_cpu_seconds_counters_and_boot_time_as_node_exporter(tmp_path):
+    """Counters in seconds per mode (USER_HZ ticks / SC_CLK_TCK), btime as a Unix time."""
+    import asyncio
+
+    from exporter.config.schema import HostSourceConfig
+    from exporter.sources.host import CLOCK_TICKS, HostSource
+
+    assert parse_stat(STAT + "btime 1700000000\n").boot_time == 1700000000
+    assert parse_stat(STAT).boot_time == 0
+    (tmp_path / "stat").write_text(STAT + "btime 1700000000\n")
+    (tmp_path / "meminfo").write_text("MemTotal: 1000 kB\nMemAvailable: 500 kB\n")
+    (tmp_path / "loadavg").write_text("0.5 0.25 0.1 1/100 42\n")
+    source = HostSource("host", HostSourceConfig(proc_path=str(tmp_path), timeout=1.0))
+    readings = {(r.metric, r.labels): r.value for r in asyncio.run(source.poll())}
+    assert readings[("accel_host_cpu_seconds_total", ("user",))] == 100 / CLOCK_TICKS
+    assert readings[("accel_host_cpu_seconds_total", ("idle",))] == 800 / CLOCK_TICKS
+    assert readings[("accel_host_boot_time_seconds", ())] == 1700000000.0
+    # The counter grows with the file; rate() over it is what the ratio only sampled.
+    (tmp_path / "stat").write_text(STAT.replace("cpu  100", "cpu  400") + "btime 1700000000\n")
+    later = {(r.metric, r.labels): r.value for r in asyncio.run(source.poll())}
+    assert later[("accel_host_cpu_seconds_total", ("user",))] == 400 / CLOCK_TICKS

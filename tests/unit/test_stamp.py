@@ -101,17 +101,17 @@ def test_config():
         None,
         {},
         {
-            "enrich.k8s.stamp_device_series": "true",
-            "enrich.k8s.stamp_labels": "namespace,pod",
+            "workload.k8s.stamp_device_series": "true",
+            "workload.k8s.stamp_labels": "namespace,pod",
         },
     )
     assert stamp.from_config(cfg) is not None
     assert stamp.from_config(load_config(None, {}, {})) is None
     with pytest.raises(ConfigError) as info_:
-        load_config(None, {}, {"enrich.k8s.stamp_device_series": "true"})
+        load_config(None, {}, {"workload.k8s.stamp_device_series": "true"})
     assert "stamp_labels" in str(info_.value)
     with pytest.raises(ConfigError) as info_:
-        load_config(None, {}, {"enrich.k8s.stamp_labels": "app"})
+        load_config(None, {}, {"workload.k8s.stamp_labels": "app"})
     assert "stamp_labels.0" in str(info_.value)
 
 
@@ -122,10 +122,10 @@ def test_the_old_allowlist_key_names_its_new_name(tmp_path):
     old.write_text("enrich:\n  k8s:\n    pod_label_allowlist: [pod]\n")
     for args in (
         (str(old), {}),
-        (None, {"ACCEL_EXPORTER_ENRICH__K8S__POD_LABEL_ALLOWLIST": "pod"}),
+        (None, {"ACCEL_EXPORTER_WORKLOAD__K8S__POD_LABEL_ALLOWLIST": "pod"}),
     ):
         with pytest.raises(ConfigError) as info_:
             load_config(*args)
         (problem,) = info_.value.problems
-        assert "enrich.k8s.pod_label_allowlist" in problem
+        assert "workload.k8s.pod_label_allowlist" in problem
         assert "renamed to stamp_labels" in problem and "pod_labels.keys" in problem

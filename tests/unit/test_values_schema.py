@@ -56,10 +56,11 @@ def test_every_default_key_is_described_by_the_schema() -> None:
         ({"image": {"digest": "sha256:abc"}}, "image.digest"),
         ({"image": {"repository": ""}}, "image.repository"),
         ({"tls": {"enabled": True}}, "tls.secretName"),
-        (
-            {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}},
-            "should not be valid",
-        ),
+        # Typos inside config: fail the install, not every pod (the daemon's own schema).
+        ({"config": {"sources": {"nvml": {"procesess": True}}}}, "config.sources.nvml"),
+        ({"config": {"log": {"level": "DEBUG"}}}, "config.log.level"),
+        ({"config": {"sources": {"host": {"interval": 5}}}}, "config.sources.host.interval"),
+        ({"config": {"web": {"tls": {"client_auth_type": "Yes"}}}}, "client_auth_type"),
         ({"prometheusRule": {"disabledAlerts": ["GpuHot"]}}, "prometheusRule.disabledAlerts.0"),
         ({"prometheusRule": {"runbookBaseURL": "wiki/accel"}}, "prometheusRule.runbookBaseURL"),
         ({"prometheusRule": {"additionalRuleLabels": {"team-name": "x"}}}, "additionalRuleLabels"),

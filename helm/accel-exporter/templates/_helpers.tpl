@@ -57,6 +57,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{- define "accel-exporter.configDir" -}}/etc/accel-exporter/config{{- end }}
 {{- define "accel-exporter.tlsDir" -}}/etc/accel-exporter/tls{{- end }}
+{{- define "accel-exporter.webConfigDir" -}}/etc/accel-exporter/web{{- end }}
 
 {{/*
 The daemon's config file: the user's config with the keys the chart owns set on top.
@@ -65,7 +66,19 @@ The daemon's config file: the user's config with the keys the chart owns set on 
 {{- $config := deepCopy .Values.config }}
 {{- $web := dict "listen_address" (printf ":%d" (int .Values.containerPort)) }}
 {{- if .Values.tls.enabled }}
-{{- $_ := set $web "tls" (dict "cert_file" (printf "%s/tls.crt" (include "accel-exporter.tlsDir" .)) "key_file" (printf "%s/tls.key" (include "accel-exporter.tlsDir" .))) }}
+{{- $dir := include "accel-exporter.tlsDir" . }}
+{{- $tls := dict "cert_file" (printf "%s/tls.crt" $dir) "key_file" (printf "%s/tls.key" $dir) }}
+{{- with .Values.tls.clientAuthType }}
+{{- $_ := set $tls "client_auth_type" . }}
+{{- if ne . "NoClientCert" }}
+{{- /* The CA that signs scrapers' certificates: ca.crt of the same Secret (cert-manager writes it). */}}
+{{- $_ := set $tls "client_ca_file" (printf "%s/ca.crt" $dir) }}
+{{- end }}
+{{- end }}
+{{- $_ := set $web "tls" $tls }}
+{{- end }}
+{{- if .Values.webConfigSecret.name }}
+{{- $_ := set $web "config_file" (printf "%s/web.yml" (include "accel-exporter.webConfigDir" .)) }}
 {{- end }}
 {{- $owned := dict "web" $web "log" (dict "format" "json") }}
 {{- $sources := dict }}
@@ -83,7 +96,7 @@ The daemon's config file: the user's config with the keys the chart owns set on 
 {{- end }}
 {{- with .Values.workloadPodLabels }}
 {{- if .enabled }}
-{{- $_ := set $owned "enrich" (dict "k8s" (dict "pod_labels" (dict "enabled" true "keys" .keys "interval" .interval))) }}
+{{- $_ := set $owned "workload" (dict "k8s" (dict "pod_labels" (dict "enabled" true "keys" .keys "interval" .interval))) }}
 {{- end }}
 {{- end }}
 {{- toYaml (mergeOverwrite $config $owned) }}
@@ -146,5 +159,27 @@ relabelings:
 {{- with $m.metricRelabelings }}
 metricRelabelings:
   {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The pod's affinity: the user's, plus (unless they gave a nodeAffinity) a required
+node affinity matching any accelerator node label (gpuNodeAffinity).
+*/}}
+{{- define "accel-exporter.affinity" -}}
+{{- $affinity := deepCopy (.Values.affinity | default dict) }}
+{{- if and .Values.gpuNodeAffinity.enabled (not (hasKey $affinity "nodeAffinity")) .Values.gpuNodeAffinity.labels }}
+{{- $terms := list }}
+{{- range $key, $value := .Values.gpuNodeAffinity.labels }}
+{{- if $value }}
+{{- $terms = append $terms (dict "matchExpressions" (list (dict "key" $key "operator" "In" "values" (list $value)))) }}
+{{- else }}
+{{- $terms = append $terms (dict "matchExpressions" (list (dict "key" $key "operator" "Exists"))) }}
+{{- end }}
+{{- end }}
+{{- $_ := set $affinity "nodeAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (dict "nodeSelectorTerms" $terms)) }}
+{{- end }}
+{{- if $affinity }}
+{{- toYaml $affinity }}
 {{- end }}
 {{- end }}

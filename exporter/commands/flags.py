@@ -1,0 +1,157 @@
+"""Every config key as a flag, grouped by section, described from the config schema.
+
+The same descriptions feed docs/configuration.md (scripts/gen_docs.py), so the
+flags, the file, the environment and the docs cannot disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from collections.abc import Iterator
+from typing import Any, Literal, get_args, get_origin
+
+from exporter.config import leaves
+from exporter.config.loader import Leaf, format_default
+from exporter.config.schema import Config
+
+OVERRIDE_PREFIX = "override:"
+# exporter-toolkit's flag name for its web config file, accepted as is.
+TOOLKIT_ALIASES = {("web", "config_file"): "--web.config.file"}
+DERIVED = (
+    'A default "derived" is computed from other keys: a source\'s timeout is its interval '
+    "(at most 30s), stale_after three intervals."
+)
+
+
+def sections(
+    cls: type = Config, prefix: tuple[str, ...] = (), summary: str = ""
+) -> Iterator[tuple[str, str]]:
+    """(dotted section, one-line summary) for every section holding keys, depth first."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    own = False
+    nested = []
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        inner = next((a for a in get_args(tp) if dataclasses.is_dataclass(a)), tp)
+        if isinstance(inner, type) and dataclasses.is_dataclass(inner):
+            nested.append((f.name, inner))
+        else:
+            own = True
+    if own and prefix:
+        yield ".".join(prefix), _summary(cls, summary)
+    for name, inner in nested:
+        yield from sections(inner, (*prefix, name), key_help(cls, name))
+
+
+def _summary(cls: type, given: str) -> str:
+    """The parent's HELP for the section, else the first line of its docstring."""
+    return given or (cls.__doc__ or "").strip().splitlines()[0].rstrip(".").replace("``", "")
+
+
+def key_help(cls: type, name: str) -> str:
+    """A key's one-line description: the ``HELP`` of its class or of a base class."""
+    for klass in cls.__mro__:
+        text = vars(klass).get("HELP", {}).get(name)
+        if text:
+            return str(text)
+    return ""
+
+
+def leaf_class(leaf: Leaf) -> type:
+    """The dataclass that declares ``leaf``."""
+    cls: Any = Config
+    for part in leaf.path[:-1]:
+        tp = typing.get_type_hints(cls, include_extras=True)[part]
+        cls = next((a for a in get_args(tp) if dataclasses.is_dataclass(a)), tp)
+    return typing.cast(type, cls)
+
+
+def metavar(tp: Any) -> str:
+    """Choices as choices (``{debug,info}``), other types by kind (DURATION, FILE, N)."""
+    union = get_origin(tp) in (typing.Union, types.UnionType)
+    args = [a for a in get_args(tp) if a is not type(None)] if union else [tp]
+    choices: list[str] = []
+    for arg in args:
+        if get_origin(arg) is Literal:
+            choices += [str(a) for a in get_args(arg)]
+        elif arg is bool:
+            choices += ["true", "false"]
+    if choices:
+        return "{" + ",".join(choices) + "}"
+    inner = args[0]
+    if get_origin(inner) is typing.Annotated:
+        return {"duration": "DURATION", "file": "FILE", "secret": "TEXT"}[get_args(inner)[1]]
+    if get_origin(inner) is list:
+        return "LIST"
+    if get_origin(inner) is dict:
+        return "MAP"
+    return {int: "N", float: "NUMBER", str: "TEXT"}.get(inner, "VALUE")
+
+
+def flag_help(leaf: Leaf) -> str:
+    """Description plus the default, when there is one worth showing."""
+    text = key_help(leaf_class(leaf), leaf.path[-1])
+    default = format_default(leaf.default, leaf.type)
+    if default in ("", "{}", "[]", "unset", "derived"):
+        return text
+    return f"{text} (default: {default})"
+
+
+def add_config_flags(parser: argparse.ArgumentParser, visible: bool) -> None:
+    """``--config.file`` and one flag per config key; hidden from help unless ``visible``."""
+    parser.add_argument(
+        "--config.file",
+        dest="config_file",
+        metavar="FILE",
+        default=argparse.SUPPRESS,
+        help="YAML config file (optional; defaults are built in)",
+    )
+    groups = {}
+    if visible:
+        for name, text in sections():
+            groups[name] = parser.add_argument_group(name, text)
+    for leaf in leaves():
+        names = [leaf.flag]
+        if leaf.path in TOOLKIT_ALIASES:
+            names.append(TOOLKIT_ALIASES[leaf.path])
+        target = groups.get(".".join(leaf.path[:-1]), parser)
+        target.add_argument(
+            *names,
+            dest=OVERRIDE_PREFIX + leaf.dotted,
+            metavar=metavar(leaf.type),
+            default=argparse.SUPPRESS,
+            help=flag_help(leaf) if visible else argparse.SUPPRESS,
+        )
+
+
+def old_spellings() -> dict[str, str]:
+    """Flag spellings of earlier versions -> today's (sources were kebab-cased, enrich renamed)."""
+    out = {}
+    for leaf in leaves():
+        path = list(leaf.path)
+        olds = {"--" + ".".join(p.replace("_", "-") for p in path)}
+        for old, new in Config.ALIASES.items():
+            if path[0] == new:
+                olds.add("--" + ".".join(p.replace("_", "-") for p in [old, *path[1:]]))
+                olds.add("--" + ".".join([old, *path[1:-1], path[-1].replace("_", "-")]))
+        for old in olds - {leaf.flag}:
+            out[old] = leaf.flag
+    return out
+
+
+def canonical_argv(argv: list[str], notes: list[str]) -> list[str]:
+    """``argv`` with old flag spellings replaced (each noted as renamed) until ``--``."""
+    renamed = old_spellings()
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return out + argv[i:]
+        name, sep, value = arg.partition("=")
+        if name in renamed:
+            notes.append(f"flag {name}: renamed to {renamed[name]}; read as such")
+            arg = renamed[name] + sep + value
+        out.append(arg)
+    return out

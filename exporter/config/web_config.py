@@ -1,0 +1,84 @@
+"""Prometheus exporter-toolkit's web config file, mapped onto ``web.tls`` and ``web.basic_auth``.
+
+Operators of Prometheus exporters already hold such a file (``--web.config.file``):
+``tls_server_config`` (cert_file, key_file, client_ca_file, client_auth_type,
+min_version) and ``basic_auth_users``. Keys this daemon cannot honour are errors
+naming the key, never silently dropped; relative paths are relative to the file,
+as exporter-toolkit reads them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import yaml
+
+# exporter-toolkit key -> this daemon's web.tls key.
+TLS_KEYS = {
+    "cert_file": "cert_file",
+    "key_file": "key_file",
+    "client_ca_file": "client_ca_file",
+    "client_auth_type": "client_auth_type",
+    "min_version": "min_version",
+}
+PATH_KEYS = frozenset({"cert_file", "key_file", "client_ca_file"})
+MIN_VERSIONS = {"TLS12": "TLS1.2", "TLS13": "TLS1.3"}
+
+
+def read_web_config(path: str) -> tuple[dict[str, Any], list[str]]:
+    """``{"tls": {...}, "basic_auth": {...}}`` in this daemon's keys, and the problems found."""
+    where = f"web.config_file {path}"
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except OSError as exc:
+        return {}, [f"{where}: cannot read: {exc.strerror or exc}"]
+    except yaml.YAMLError as exc:
+        return {}, [f"{where}: invalid YAML: {getattr(exc, 'problem', None) or exc}"]
+    if data is None:
+        return {}, []
+    if not isinstance(data, dict):
+        return {}, [f"{where}: must be a mapping"]
+    base = os.path.dirname(os.path.abspath(path))
+    out: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, value in data.items():
+        if key == "tls_server_config":
+            tls, more = _tls(value, base, where)
+            problems += more
+            if tls:
+                out["tls"] = tls
+        elif key == "basic_auth_users":
+            if value is not None and not isinstance(value, dict):
+                problems.append(
+                    f"{where}: basic_auth_users must be a mapping of user to bcrypt hash"
+                )
+            elif value:
+                out["basic_auth"] = {"users": {str(k): v for k, v in value.items()}}
+        else:
+            problems.append(f"{where}: {key}: not supported by accel-exporter")
+    return out, problems
+
+
+def _tls(value: Any, base: str, where: str) -> tuple[dict[str, Any], list[str]]:
+    if value is None:
+        return {}, []
+    if not isinstance(value, dict):
+        return {}, [f"{where}: tls_server_config must be a mapping"]
+    tls: dict[str, Any] = {}
+    problems = []
+    for key, item in value.items():
+        name = f"{where}: tls_server_config.{key}"
+        if key not in TLS_KEYS:
+            problems.append(f"{name}: not supported by accel-exporter")
+        elif key in PATH_KEYS and isinstance(item, str) and item:
+            tls[TLS_KEYS[key]] = os.path.join(base, item)
+        elif key == "min_version":
+            if item not in MIN_VERSIONS:
+                problems.append(f"{name}: must be TLS12 or TLS13, not {item!r}")
+            else:
+                tls["min_version"] = MIN_VERSIONS[item]
+        else:
+            tls[TLS_KEYS[key]] = item
+    return tls, problems
