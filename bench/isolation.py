@@ -126,11 +126,18 @@ def measure(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", default="9262012", help="git ref of the design to compare")
+    parser.add_argument(
+        "--candidate", default="", help="git ref to measure instead of this working tree"
+    )
     parser.add_argument("--devices", type=int, nargs="+", default=[8, 16])
     parser.add_argument("--window", type=float, default=15.0)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
-    out: dict[str, Any] = {"baseline": args.baseline, "window_seconds": args.window}
+    out: dict[str, Any] = {
+        "baseline": args.baseline,
+        "candidate": args.candidate or "working tree",
+        "window_seconds": args.window,
+    }
     with tempfile.TemporaryDirectory(prefix="bench-isolation-") as tmp:
         work = Path(tmp)
         base = work / "baseline"
@@ -139,12 +146,21 @@ def main(argv: list[str] | None = None) -> int:
             check=True,
             capture_output=True,
         )
+        candidate = ROOT
+        if args.candidate:
+            candidate = work / "candidate"
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(candidate),
+                 args.candidate],
+                check=True,
+                capture_output=True,
+            )  # fmt: skip
         try:
             lib = build(work / "lib")
             for devices in args.devices:
                 runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "isolation": []}
                 for r in range(args.rounds):
-                    for name, tree in (("baseline", base), ("isolation", ROOT)):
+                    for name, tree in (("baseline", base), ("isolation", candidate)):
                         state = work / f"state-{devices}-{name}-{r}"
                         fake = FakeNvml.create(lib, state, devices=devices)
                         runs[name].append(measure(tree, fake, devices, args.window, work))
@@ -162,11 +178,12 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 out[f"{devices}_gpus"] = best
         finally:
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)],
-                check=False,
-                capture_output=True,
-            )
+            for tree in {base, candidate} - {ROOT}:
+                subprocess.run(
+                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                    check=False,
+                    capture_output=True,
+                )
     print(json.dumps(out, indent=2))
     return 0
 
