@@ -113,6 +113,11 @@ class WebConfig:
         "max_requests": "concurrent requests before 503 (instead of an unbounded queue)",
         "read_timeout": "a client silent this long is disconnected",
         "config_file": "exporter-toolkit web config (tls_server_config, basic_auth_users)",
+        "max_connections": "open connections at most; the oldest idle one makes room",
+        "max_idle_connections": "keep-alive connections kept waiting; more close the oldest",
+        "idle_timeout": "a keep-alive connection idle this long is closed",
+        "header_timeout": "whole request headers must arrive within this (a total)",
+        "write_timeout": "a client must read its whole answer within this",
     }
 
     listen_address: str = ":9842"
@@ -307,6 +312,8 @@ class AmdSmiSourceConfig(DeviceSourceConfig):
     HELP: ClassVar[dict[str, str]] = {
         "event_types": "amdsmi event notifications counted",
         "dev_path": "where /dev is read to tell no driver from a fault",
+        "state_dir": "where CPER cursors and AFID counts survive daemon restarts",
+        "cper_per_poll": "CPER records read per GPU and poll (bursts drain over polls)",
     }
 
     event_types: list[AmdEvent] = field(default_factory=lambda: list(AMD_DEFAULT_EVENTS))
@@ -337,6 +344,10 @@ HLML_DEFAULT_LIBRARY = "/usr/lib/habanalabs/libhlml.so"
 class LevelZeroSourceConfig(DeviceSourceConfig):
     """Intel GPUs through Level Zero Sysman (pyzes); ``library_path`` is the loader to use."""
 
+    HELP: ClassVar[dict[str, str]] = {
+        "library_path": "the Level Zero loader (no worker while it is absent)",
+    }
+
     # RHEL, SUSE and Fedora install it as /usr/lib64/libze_loader.so.1.
     library_path: str = LEVELZERO_DEFAULT_LIBRARY
 
@@ -344,6 +355,11 @@ class LevelZeroSourceConfig(DeviceSourceConfig):
 @dataclass(frozen=True)
 class HlmlSourceConfig(DeviceSourceConfig):
     """Intel Gaudi through libhlml (habana-pyhlml); ``library_path`` is the library to use."""
+
+    HELP: ClassVar[dict[str, str]] = {
+        "library_path": "libhlml (no worker while it is absent)",
+        "nic_statistics": "per-port NIC counters, read on slow polls",
+    }
 
     library_path: str = HLML_DEFAULT_LIBRARY
     # Per-port NIC counters (the driver names them; dozens per port): read on slow polls.
