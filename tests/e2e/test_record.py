@@ -7,11 +7,9 @@ import resource
 import signal
 import subprocess
 import sys
-import time
-
-import pytest
 
 from tests.helpers.cli import cli_command, cli_env, record, run_log
+from tests.helpers.wait import eventually
 
 SCRIPT = """
 import json, os, sys, time
@@ -146,14 +144,12 @@ def test_sigterm_is_passed_on_and_the_command_status_returned(tmp_path):
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def samples() -> int:
             log = run_log(out) if (out / "run.jsonl").exists() else []
-            if sum(1 for line in log if line["type"] == "sample") >= 2:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("record never sampled")
+            return sum(1 for line in log if line["type"] == "sample")
+
+        eventually(lambda: samples() >= 2, timeout=60, what="two record samples")
         proc.send_signal(signal.SIGTERM)  # to record only, not to its process group
         stdout, stderr = proc.communicate(timeout=60)
     finally:

@@ -5,19 +5,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from exporter.config.schema import DeviceSourceConfig
-from exporter.errors import SourceError, SourceUnavailable, WorkerError
+from exporter.errors import SourceError, SourcePending, SourceUnavailable, WorkerError
 from exporter.sources.device import DeviceSource
 from exporter.workers import runner as runner_mod
 from exporter.workers.runner import WorkerRunner
 from tests.helpers.daemon import REPO, children_of
 from tests.helpers.test_sources import control_writer
+from tests.helpers.wait import eventually_async as eventually
 
 BACKEND = "tests.helpers.worker_backend:MisbehavingBackend"
 
@@ -52,21 +53,13 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-async def eventually(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
-    """Wait until ``condition()`` holds or ``timeout`` passes; its last value."""
-    end = asyncio.get_running_loop().time() + timeout
-    while not condition() and asyncio.get_running_loop().time() < end:
-        await asyncio.sleep(0.01)
-    return condition()
-
-
 async def wait_ready(runner: WorkerRunner, timeout: float = 15.0) -> dict:
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while True:
         try:
             return await runner.ready(timeout=0.5)
-        except WorkerError:
+        except (WorkerError, SourcePending):
             if loop.time() > end:
                 raise
             await asyncio.sleep(0.1)

@@ -17,6 +17,7 @@ from exporter.config.schema import OtlpOutputConfig
 from exporter.model import OK, Reading, Snapshot
 from exporter.outputs.otlp import OtlpOutput
 from exporter.store import Store
+from tests.helpers.wait import eventually
 
 
 class Recorder(MetricExporter):
@@ -75,11 +76,8 @@ def counts(store: Store) -> dict[str, float]:
     }
 
 
-def wait(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
+def wait(predicate, timeout: float = 30.0) -> None:
+    eventually(predicate, timeout=timeout, interval=0.01)
 
 
 def drive(store: Store, exporter: MetricExporter, until, **kw: Any) -> OtlpOutput:
