@@ -124,17 +124,19 @@ def test_sighup_during_startup_does_not_start_twice(tmp_path, ctl):
 def test_sighup_then_sigterm_leaves_nothing_behind(daemon_factory, ctl):
     d = daemon_factory(extra_sources="tests.helpers.test_sources:build_worker", env=worker_env(ctl))
     d.wait_metric("accel_device_up", 1, device="0", uuid="TEST-0")
-    d.descendants()
+    old = d.workers()  # also records them for leftover_children()
+    assert old
     d.signal(signal.SIGHUP)
-    time.sleep(0.3)
-    d.descendants()
+    # The reload replaces the worker: wait for its successor, so that it is recorded too
+    # (a worker spawned after the last look would escape leftover_children()).
+    d.wait_for(lambda: d.workers() - old, what="the reloaded source's new worker")
     d.signal(signal.SIGTERM)
     try:
         code = d.proc.wait(timeout=5.0)
     except subprocess.TimeoutExpired:
         pytest.fail("daemon did not exit within 5 s of SIGTERM after a SIGHUP")
     assert code == 0
-    time.sleep(0.2)
+    time.sleep(0.2)  # a negative window: nothing the daemon started may outlive it
     assert d.leftover_children() == set()
 
 

@@ -180,6 +180,7 @@ class Daemon:
         return self.proc.pid
 
     def descendants(self) -> set[int]:
+        """The daemon's descendants now; also remembered for ``leftover_children()``."""
         found = descendants_of(self.pid)
         self._seen_pids |= found
         return found

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from exporter.config import leaves, load_config
@@ -56,13 +58,26 @@ def test_every_leaf_is_settable_by_env_with_its_default(tmp_path):
     # proves env names and text conversion exist for every key.
     from exporter.config.loader import format_default
 
+    booleans = flips = 0
     for leaf in leaves():
         if leaf.default is None or leaf.dotted.startswith("web.tls") or "basic_auth" in leaf.dotted:
             continue
         text = format_default(leaf.default, leaf.type)
         if isinstance(leaf.default, dict):
             text = "{}"
-        load_config(None, env={leaf.env: text})
+        config = load_config(None, env={leaf.env: text})
+        assert functools.reduce(getattr, leaf.path, config) == leaf.default, leaf.dotted
+        if isinstance(leaf.default, bool):
+            booleans += 1
+            # The env value is read, not just accepted: the other boolean wins over the
+            # default (unless a rule across keys refuses that value on its own).
+            try:
+                flipped = load_config(None, env={leaf.env: str(not leaf.default).lower()})
+            except ConfigError:
+                continue
+            assert functools.reduce(getattr, leaf.path, flipped) is (not leaf.default), leaf.dotted
+            flips += 1
+    assert booleans and flips >= booleans // 2, (flips, booleans)
 
 
 def test_all_problems_at_once(tmp_path):

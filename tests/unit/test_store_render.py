@@ -115,6 +115,8 @@ def test_duplicate_series_across_sources_render_once():
     store.put(snap("b", [Reading("accel_host_load1", (), 2.0)], clock))
     text = Exposition(store, process_metrics=False, clock=clock).render(None, None)[0].decode()
     assert text.count("\naccel_host_load1 ") == 1
+    # Later sources win (sources are rendered in registration order).
+    assert value(text, "accel_host_load1") == 2.0
 
 
 def test_unavailable_source_exports_info_not_up():
