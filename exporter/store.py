@@ -223,6 +223,21 @@ class Store:
                 record.count_restarts(restarts)
             self._generation += 1
 
+    def record(self, snapshot: Snapshot, *, restarts: int | None = None) -> None:
+        """Record a poll's snapshot by its outcome: a result, pending, or unavailable."""
+        if snapshot.outcome.pending:
+            self.pending(snapshot, restarts=restarts)
+        elif snapshot.outcome.unavailable:
+            self.mark_unavailable(
+                snapshot.source,
+                snapshot.outcome.reason,
+                detail=snapshot.outcome.detail,
+                restarts=restarts,
+                snapshot=snapshot if snapshot.readings else None,
+            )
+        else:
+            self.put(snapshot, restarts=restarts)
+
     def mark_unavailable(
         self,
         source: str,

@@ -15,17 +15,15 @@ def run(config: Config, out: TextIO = sys.stdout) -> int:
     """Print one line per source; always exit 0 (it reports, it does not judge)."""
     enabled = {name: section(config, name).enabled for name in FACTORIES}
     sources = [FACTORIES[name](config) for name, on in enabled.items() if on is not False]
-    results = {
-        snap.source: (snap, unavailable) for snap, unavailable in asyncio.run(poll_all(sources))
-    }
+    results = {snap.source: snap for snap in asyncio.run(poll_all(sources))}
     width = max(len(name) for name in FACTORIES)
     for name, on in enabled.items():
         switch = "auto" if on == "auto" else ("on" if on else "off")
         if on is False:
             line = f"{name:<{width}}  {switch:<4}  disabled"
         else:
-            snap, unavailable = results[name]
-            if unavailable:
+            snap = results[name]
+            if snap.outcome.unavailable:
                 line = f"{name:<{width}}  {switch:<4}  unavailable  {snap.outcome.detail}"
             elif snap.ok:
                 line = f"{name:<{width}}  {switch:<4}  ok           {len(snap.readings)} series"

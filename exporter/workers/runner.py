@@ -42,7 +42,6 @@ from exporter.workers.protocol import ProtocolError, encode, read_frame
 
 RESTART_BASE_SECONDS = 1.0
 RESTART_CAP_SECONDS = 60.0
-UNAVAILABLE_REPROBE_SECONDS = 60.0
 STDERR_LINES_PER_LIFE = 200
 STOP_GRACE_SECONDS = 1.0
 # How long a stuck worker gets to write its stack dump after SIGUSR1.
@@ -158,7 +157,10 @@ class WorkerRunner:
         self._next_id = 0
         self._failures = 0
         self._ended_badly = False
-        self._probed_at = 0.0
+        # The last probe found the library missing and no poll has been told yet.
+        # The caller's cadence (the scheduler's) is the only re-probe clock: a
+        # poll that finds this already told starts a new probe.
+        self._unavailable_untold = False
         self._unreaped: list[asyncio.subprocess.Process] = []
         self._killed_for: tuple[str, str] | None = None
         self._restart_now = False
@@ -271,7 +273,6 @@ class WorkerRunner:
         self._dead.clear()
         self._killed_for = None
         self._restart_now = False
-        self._probed_at = time.monotonic()
         if not await self._previous_gone():
             return False
         if self._ended_badly:
@@ -348,6 +349,7 @@ class WorkerRunner:
             if first.get("kind") == "unavailable":
                 self.state.state = "unavailable"
                 self.state.last_reason, self.state.last_detail = reason, detail
+                self._unavailable_untold = True
                 return False
             self._fail(reason, detail)
             self._ended_badly = True  # a failed bootstrap: the next start is a restart
@@ -652,15 +654,20 @@ class WorkerRunner:
         """Wait up to ``timeout`` for a ready worker; its inventory, or an error.
 
         SourcePending while a bootstrap is under way (bounded by its own
-        deadline); SourceUnavailable when the library is missing, and when the
-        last probe is old, a new probe starts and this answers SourcePending.
+        deadline); SourceUnavailable when the last probe found the library
+        missing. Asked again after that answer, it starts a new probe and answers
+        SourcePending: the caller's cadence decides how often the library is sought.
         """
         if self._ready.is_set():
             return self.state.inventory
         if self.state.state == "unavailable":
-            if time.monotonic() - self._probed_at >= UNAVAILABLE_REPROBE_SECONDS:
+            if not self._unavailable_untold:
+                # The probe counts as begun now: a poll right after waits for it.
+                self._attempt_done.clear()
+                self.state.state = "starting"
                 self.request_restart()
                 raise SourcePending("probing", "looking for the library again")
+            self._unavailable_untold = False
             raise SourceUnavailable(self.state.last_reason, self.state.last_detail)
         if self.state.state in ("starting", "stopped"):
             with contextlib.suppress(asyncio.TimeoutError):
@@ -668,6 +675,7 @@ class WorkerRunner:
             if self._ready.is_set():
                 return self.state.inventory
             if self.state.state == "unavailable":
+                self._unavailable_untold = False
                 raise SourceUnavailable(self.state.last_reason, self.state.last_detail)
             if self.state.state in ("starting", "stopped"):
                 raise SourcePending("starting", "the worker is still starting")

@@ -202,6 +202,7 @@ def poll_count(d: Daemon) -> int:
     return int(d.status()["sources"]["fixed"]["polls"])
 
 
+@pytest.mark.serial  # counts polls against wall time: no parallel neighbours
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
 def test_silent_receiver_does_not_disturb_polls(daemon_factory, protocol):
     silent = SilentServer()

@@ -564,6 +564,7 @@ def test_gpm_samples_are_freed_when_the_gpu_is_lost_mid_read(fake, backend, fail
     assert fake.state.gpm_samples_live == before
 
 
+@pytest.mark.serial  # times polls against the event wait: no parallel neighbours
 def test_xid_events_are_counted_without_delaying_polls(fake, backend):
     b = started(backend, events=True)
     assert b.events is not None and b.events.registered == 2
