@@ -171,3 +171,24 @@ def test_duplicate_yaml_keys_are_errors(tmp_path):
     cfg.write_text("web:\n  max_requests: 3\n  max_requests: 4\n")
     with pytest.raises(ConfigError, match=r"c.yaml:3: web.max_requests: key given twice"):
         load_config(str(cfg), env={})
+
+
+def test_otlp_variables_come_from_the_env_given_only(tmp_path, monkeypatch):
+    # `config check FILE` passes env={}: what the shell holds must not fail it.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "not a url")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("outputs:\n  otlp:\n    enabled: true\n    endpoint: http://127.0.0.1:4318\n")
+    assert load_config(str(cfg), env={}).outputs.otlp.enabled
+    # Given to it, the same variable is checked and named.
+    with pytest.raises(ConfigError) as info:
+        load_config(
+            None,
+            env={
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json",
+                "ACCEL_EXPORTER_OUTPUTS__OTLP__ENABLED": "true",
+            },
+        )
+    assert any(
+        "outputs.otlp" in p and "OTEL_EXPORTER_OTLP_PROTOCOL" in p for p in info.value.problems
+    )
