@@ -19,7 +19,12 @@ from typing import Any
 
 from exporter import log
 from exporter.catalog import CATALOG, MetricSpec
-from exporter.errors import SourceError, SourcePending, SourceUnavailable
+from exporter.errors import (
+    UNAVAILABLE_REPROBE_SECONDS,
+    SourceError,
+    SourcePending,
+    SourceUnavailable,
+)
 from exporter.model import OK, Outcome, Reading, Snapshot
 from exporter.sources.base import Source
 from exporter.store import Store, validate
@@ -27,10 +32,6 @@ from exporter.store import Store, validate
 # The backoff delay grows to at most this multiple of the interval (and this long).
 BACKOFF_CAP_FACTOR = 8
 BACKOFF_CAP_SECONDS = 300.0
-# Unavailable auto sources (no library yet) are probed again this often:
-# a driver installed after the daemon started (GPU operator) is picked up.
-# The only re-probe clock: a worker re-probes when a poll asks it to.
-UNAVAILABLE_REPROBE_SECONDS = 60.0
 # First polls are spread over at most this long, so /metrics is complete quickly.
 FIRST_POLL_SPREAD_SECONDS = 0.5
 JITTER_FRACTION = 0.05

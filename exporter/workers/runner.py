@@ -36,7 +36,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter import log
-from exporter.errors import SourcePending, SourceUnavailable, WorkerError
+from exporter.errors import (
+    UNAVAILABLE_REPROBE_SECONDS,
+    SourcePending,
+    SourceUnavailable,
+    WorkerError,
+)
 from exporter.workers import crumb, stackdump
 from exporter.workers.protocol import ProtocolError, encode, read_frame
 
@@ -157,10 +162,7 @@ class WorkerRunner:
         self._next_id = 0
         self._failures = 0
         self._ended_badly = False
-        # The last probe found the library missing and no poll has been told yet.
-        # The caller's cadence (the scheduler's) is the only re-probe clock: a
-        # poll that finds this already told starts a new probe.
-        self._unavailable_untold = False
+        self._probed_at = 0.0
         self._unreaped: list[asyncio.subprocess.Process] = []
         self._killed_for: tuple[str, str] | None = None
         self._restart_now = False
@@ -273,6 +275,7 @@ class WorkerRunner:
         self._dead.clear()
         self._killed_for = None
         self._restart_now = False
+        self._probed_at = time.monotonic()
         if not await self._previous_gone():
             return False
         if self._ended_badly:
@@ -349,7 +352,6 @@ class WorkerRunner:
             if first.get("kind") == "unavailable":
                 self.state.state = "unavailable"
                 self.state.last_reason, self.state.last_detail = reason, detail
-                self._unavailable_untold = True
                 return False
             self._fail(reason, detail)
             self._ended_badly = True  # a failed bootstrap: the next start is a restart
@@ -654,20 +656,15 @@ class WorkerRunner:
         """Wait up to ``timeout`` for a ready worker; its inventory, or an error.
 
         SourcePending while a bootstrap is under way (bounded by its own
-        deadline); SourceUnavailable when the last probe found the library
-        missing. Asked again after that answer, it starts a new probe and answers
-        SourcePending: the caller's cadence decides how often the library is sought.
+        deadline); SourceUnavailable when the library is missing, and when the
+        last probe is old, a new probe starts and this answers SourcePending.
         """
         if self._ready.is_set():
             return self.state.inventory
         if self.state.state == "unavailable":
-            if not self._unavailable_untold:
-                # The probe counts as begun now: a poll right after waits for it.
-                self._attempt_done.clear()
-                self.state.state = "starting"
+            if time.monotonic() - self._probed_at >= UNAVAILABLE_REPROBE_SECONDS:
                 self.request_restart()
                 raise SourcePending("probing", "looking for the library again")
-            self._unavailable_untold = False
             raise SourceUnavailable(self.state.last_reason, self.state.last_detail)
         if self.state.state in ("starting", "stopped"):
             with contextlib.suppress(asyncio.TimeoutError):
@@ -675,7 +672,6 @@ class WorkerRunner:
             if self._ready.is_set():
                 return self.state.inventory
             if self.state.state == "unavailable":
-                self._unavailable_untold = False
                 raise SourceUnavailable(self.state.last_reason, self.state.last_detail)
             if self.state.state in ("starting", "stopped"):
                 raise SourcePending("starting", "the worker is still starting")
