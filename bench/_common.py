@@ -45,14 +45,16 @@ def reply_parser(inventory: dict[str, Any]) -> Parse:
     """The daemon's side of a poll reply: ``parse(frame, slow)`` decodes the frame and
     checks and converts the reply into readings, as DeviceSource does for each poll.
 
-    It drives DeviceSource's own (private) reply check, so the figure is the
-    daemon's real cost, identity readings included; no worker is started.
+    It drives DeviceSource's own (private) reply check and composition, so the
+    figure is the daemon's real cost, identity readings and health verdicts
+    included; no worker is started.
     """
     source = DeviceSource("bench", DeviceSourceConfig(), "unused:Backend")
     source._vendor, source._devices = parse_inventory(inventory)
 
     def parse(frame: bytes, slow: bool) -> list[Any]:
-        return source._check_reply(decode(frame[4:])["result"], slow)
+        states, values = source._check_reply(decode(frame[4:])["result"], slow)
+        return source._compose(states, values)
 
     return parse
 

@@ -1,6 +1,7 @@
 """Poll-cycle cost of the device backends, printed as JSON. Run by hand, never by CI:
 
-    .venv/bin/python bench/poll.py --backend nvml|amdsmi|all [--devices 8] [--polls 200]
+    .venv/bin/python bench/poll.py --backend nvml|amdsmi|levelzero|hlml|all \
+        [--devices 8] [--polls 200]
 
 Each backend has a module ``bench/_poll_<backend>.py`` (nvml: ``_poll_nvml.py``;
 amdsmi: ``_poll_amdsmi.py``) that defines exactly this function::
@@ -20,6 +21,7 @@ JSON-able dict with at least:
         of the whole cycle (poll + encode + decode and parse), and its quotient to
         the bare calls (goal: as close to 1.5 as it gets);
     "slow": the same for a poll that includes the slow fields;
+    "gpm" (nvml): the same for the GPM calls alone (per GPU: divide by "devices");
     "first_complete_metrics_seconds": daemon start to the first /metrics with every
         device up (target <= 2 s).
 
@@ -41,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-BACKENDS = ("nvml", "amdsmi")
+BACKENDS = ("nvml", "amdsmi", "levelzero", "hlml")
 
 
 def run_backend(name: str, devices: int, polls: int) -> dict[str, Any]:

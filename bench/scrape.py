@@ -6,6 +6,11 @@ continuously by the pre-render thread) and ``static`` (a fixed byte string).
 
 Usage: ``python bench/scrape.py [--series 5000] [--requests 400]`` (prints JSON).
 
+``--abuse`` measures instead scrape latency of the ``store`` server at 1 and 8
+clients with and without 200 idle and 40 trickling connections held against
+it (``tests/helpers/abuse.py``: each closed one reopened after a second), and
+the ratio of the two (target: at most 1.5).
+
 Both servers are the daemon's real HTTP server (``exporter.outputs.http``) in a
 child process; one serves the store through the real exposition path, the
 other a fixed byte string of the same size. The load generator runs in this
@@ -73,6 +78,9 @@ if mode == "churn":
 
     import threading
     threading.Thread(target=churn, daemon=True).start()
+if mode != "static":
+    # As in the daemon; idle while nothing changes (store mode, until the listener
+    # publishes its counters under abuse).
     expo.start_prerender()
 
 
@@ -82,8 +90,11 @@ class Static(Exposition):
 
 
 chosen = Static(store) if mode == "static" else expo
+# The listener's counters go to the store as in the daemon (under abuse they change
+# all the time, and each publication invalidates the cached exposition).
 server = HttpServer(WebConfig(listen_address="127.0.0.1:0", max_requests=64),
-                    Endpoints(chosen, lambda: (True, []), lambda: {}))
+                    Endpoints(chosen, lambda: (True, []), lambda: {},
+                              publish=lambda readings: store.publish("http", readings)))
 server.start()
 print(server.address[1], len(body), flush=True)
 signal.sigwait([signal.SIGTERM])
@@ -104,7 +115,9 @@ def start_server(mode: str, series: int) -> tuple[subprocess.Popen[str], int, in
     return proc, int(port), int(size)
 
 
-def load(port: int, clients: int, requests: int) -> list[float]:
+def load(port: int, clients: int, requests: int, failed: list[int] | None = None) -> list[float]:
+    """Latencies of ``requests`` scrapes over ``clients`` keep-alive connections;
+    the status of every answer that was not 200 goes to ``failed``."""
     latencies: list[float] = []
     lock = threading.Lock()
     per_client = max(1, requests // clients)
@@ -118,6 +131,11 @@ def load(port: int, clients: int, requests: int) -> list[float]:
             resp = conn.getresponse()
             resp.read()
             mine.append(time.perf_counter() - start)
+            if resp.status != 200 and failed is not None:
+                with lock:
+                    failed.append(resp.status)
+            if resp.will_close:
+                conn.close()
         conn.close()
         with lock:
             latencies.extend(mine)
@@ -166,11 +184,80 @@ def idle_rss() -> float:
         proc.wait(timeout=10)
 
 
+def latency(lat: list[float]) -> dict[str, float]:
+    return {
+        "p50_ms": round(statistics.median(lat) * 1000, 3),
+        "p99_ms": round(pct(lat, 0.99) * 1000, 3),
+    }
+
+
+ABUSER_CODE = r"""
+import sys, json
+from tests.helpers.abuse import Abuse
+with Abuse("127.0.0.1", int(sys.argv[1]), idle=200, trickle=40, every=0.5) as attack:
+    print("ready", flush=True)
+    sys.stdin.read()  # until the benchmark closes it
+print(json.dumps(attack.stats.__dict__), flush=True)
+"""
+
+
+def abuse(series: int, requests: int, rounds: int = 3) -> dict[str, object]:
+    """Latency quiet and under abuse, in alternating rounds so that background load on
+    a shared machine falls on both alike; the abusers run in their own process, so
+    their threads do not compete with the load generator for this one's GIL."""
+    proc, port, size = start_server("store", series)
+    result: dict[str, object] = {
+        "series": series,
+        "body_bytes": size,
+        "requests_per_round": requests,
+        "rounds": rounds,
+    }
+    try:
+        for clients in (1, 8):
+            load(port, clients, 32)
+            quiet: list[float] = []
+            abused: list[float] = []
+            failed: list[int] = []
+            stats: dict[str, int] = {}
+            for _ in range(rounds):
+                quiet += load(port, clients, requests, failed)
+                attacker = subprocess.Popen(
+                    [sys.executable, "-c", ABUSER_CODE, str(port)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    cwd=REPO,
+                    env=dict(os.environ, PYTHONPATH=str(REPO)),
+                )
+                assert attacker.stdout is not None
+                attacker.stdout.readline()
+                # Past the listener's header deadline (5 s): the abusers have been
+                # closed once and are reconnecting, the steady state of an attack.
+                time.sleep(6.5)
+                abused += load(port, clients, requests, failed)
+                for key, count in json.loads(attacker.communicate("", timeout=30)[0]).items():
+                    stats[key] = stats.get(key, 0) + count
+            row: dict[str, object] = {"quiet": latency(quiet), "abused": latency(abused)}
+            row["p50_ratio"] = round(statistics.median(abused) / statistics.median(quiet), 3)
+            row["p99_ratio"] = round(pct(abused, 0.99) / pct(quiet, 0.99), 3)
+            row["abuse"] = stats
+            row["not_200"] = len(failed)
+            result[f"clients_{clients}"] = row
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--series", type=int, default=5000)
     parser.add_argument("--requests", type=int, default=640)
+    parser.add_argument("--abuse", action="store_true")
     args = parser.parse_args()
+    if args.abuse:
+        print(json.dumps(abuse(args.series, args.requests), indent=2))
+        return
     result: dict[str, object] = {"series": args.series, "requests_per_level": args.requests}
     servers = {mode: start_server(mode, args.series) for mode in ("store", "churn", "static")}
     try:

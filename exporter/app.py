@@ -26,9 +26,11 @@ from exporter.errors import ConfigError
 from exporter.outputs import stamp
 from exporter.outputs.base import Output
 from exporter.outputs.http import Endpoints, HttpServer, ListenError
+from exporter.outputs.http_conns import HttpCounters
 from exporter.outputs.prometheus import Exposition
 from exporter.outputs.registry import build_outputs
 from exporter.scheduler import Scheduler
+from exporter.sources import cper_ledger
 from exporter.sources.base import Source
 from exporter.sources.registry import build_sources, catalog_for
 from exporter.store import Store
@@ -72,6 +74,8 @@ class App:
         source_builder: SourceBuilder = build_sources,
     ) -> None:
         self.config = config
+        # The daemon keeps the CPER state file; one-shot commands only read it.
+        cper_ledger.enable_writes()
         self.config_path = config_path
         self.overrides = dict(overrides or {})
         self.source_builder = source_builder
@@ -80,6 +84,8 @@ class App:
         self.exposition = Exposition(self.store, stamp=stamp.from_config(config))
         self.runtime: Runtime | None = None
         self.http: HttpServer | None = None
+        # Kept across reloads, so a new listener continues the counters.
+        self.http_counters = HttpCounters()
         self.started_at = time.time()
         self._stop = asyncio.Event()
         # One lifecycle change at a time: start, reload and shutdown never overlap.
@@ -153,6 +159,7 @@ class App:
             "ready": ready,
             "pending": pending,
             "listen": self.http.url if self.http else None,
+            "connections": self.http.connections.counts() if self.http else None,
             "sources": sources,
             "outputs": outputs,
         }
@@ -160,7 +167,13 @@ class App:
     # -- lifecycle -----------------------------------------------------------
 
     def _endpoints(self) -> Endpoints:
-        return Endpoints(self.exposition, self.ready, self.status)
+        return Endpoints(
+            self.exposition,
+            self.ready,
+            self.status,
+            self.http_counters,
+            lambda readings: self.store.publish("http", readings),
+        )
 
     def _make_http(self, config: Config) -> HttpServer:
         try:

@@ -235,11 +235,12 @@ class Store:
 
         Its readings, if any (what the source still knows, e.g. devices down while
         their worker restarts), replace the last snapshot's; without readings the
-        last snapshot stays until it goes stale.
+        last snapshot stays until it goes stale. Before a first result there is
+        nothing to keep showing: the source stays "not polled yet".
         """
         with self._lock:
             record = self._records.setdefault(snapshot.source, SourceRecord(snapshot.source))
-            if snapshot.readings and record.unavailable is None:
+            if snapshot.readings and record.unavailable is None and record.snapshot is not None:
                 record.snapshot = snapshot
             if restarts is not None:
                 record.count_restarts(restarts)

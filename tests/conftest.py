@@ -13,7 +13,11 @@ from tests.helpers.native import compile_shared
 
 FAKES = Path(__file__).resolve().parent / "fakes"
 
-pytest_plugins = ["tests.fakes.amdsmi.fixtures"]
+pytest_plugins = [
+    "tests.fakes.amdsmi.fixtures",
+    "tests.fakes.levelzero.fixtures",
+    "tests.fakes.hlml.fixtures",
+]
 
 
 @pytest.fixture

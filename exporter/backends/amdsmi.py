@@ -25,9 +25,17 @@ from exporter.backends.amdsmi_fields import (
     DeviceLost,
     DeviceReader,
     read_ecc,
+    read_limits,
     read_partition,
     read_processes,
     status_name,
+)
+from exporter.backends.amdsmi_ras import (
+    CperReader,
+    Ledger,
+    LedgerError,
+    export_ledger,
+    read_bad_pages,
 )
 from exporter.backends.base import (
     BackendError,
@@ -40,6 +48,10 @@ from exporter.config.schema import AMD_DEFAULT_EVENTS
 from exporter.workers import crumb
 
 SOURCE = "amdsmi"
+# CPER records read per GPU and poll: a burst drains over several polls.
+CPER_PER_POLL = 256
+# Compute partition modes of an unpartitioned GPU ("" when amdsmi does not say).
+UNPARTITIONED = frozenset({"", "SPX"})
 # amdsmi_init statuses that mean "no usable AMD GPU driver here" rather than a fault.
 NO_DRIVER = frozenset({"driver_not_loaded", "no_drv", "file_not_found", "directory_not_found"})
 
@@ -54,6 +66,14 @@ class Gpu:
     info: dict[str, str]
     # False when the device was lost while the worker read its identity.
     identified: bool = True
+    # A partition of a partitioned GPU, and which (its XCP; None when unknown).
+    partitioned: bool = False
+    xcp: int | None = None
+
+    @property
+    def primary(self) -> bool:
+        """Whether this device speaks for its physical GPU (RAS is per GPU, not partition)."""
+        return not self.partitioned or self.xcp == 0
 
 
 def load_amdsmi() -> Any:
@@ -105,6 +125,9 @@ class AmdSmiBackend:
         self._blocks: list[tuple[str, Any]] = []
         self._log = log.get(source=SOURCE)
         self._failing: dict[tuple[str, str], str] = {}
+        self._cper: CperReader | None = None
+        # Malformed items skipped since the worker started: (uuid, reason) -> count.
+        self._errors: dict[tuple[str, str], int] = {}
 
     # -- bootstrap -----------------------------------------------------------
 
@@ -139,6 +162,7 @@ class AmdSmiBackend:
                     " (is the amdgpu driver loaded, and /dev/kfd passed to the container?)",
                 ) from None
             raise BackendError("init_failed", f"amdsmi_init failed: {status}") from None
+        self._cper = CperReader(api, int(self.config.get("cper_per_poll", CPER_PER_POLL)))
         try:
             self._enumerate()
         except BackendError:
@@ -224,6 +248,7 @@ class AmdSmiBackend:
             driver = r.call("driver_info", api.amdsmi_get_gpu_driver_info) or {}
             compute = _text(r.call("compute_partition", api.amdsmi_get_gpu_compute_partition))
             memory = _text(r.call("memory_partition", api.amdsmi_get_gpu_memory_partition))
+            kfd = r.call("kfd_info", api.amdsmi_get_gpu_kfd_info) or {}
         except DeviceLost as exc:
             # Keep a lost GPU in the inventory, so it is reported down by name.
             self._log.warning("device lost during enumeration", status=exc.status)
@@ -237,8 +262,17 @@ class AmdSmiBackend:
             "compute_partition": compute,
             "memory_partition": memory,
         }
+        partition = kfd.get("current_partition_id")
+        partitioned = compute.upper() not in UNPARTITIONED
         # Without a UUID the PCI address is the next most stable identity.
-        return Gpu(handle, "", uuid or (f"pci-{bdf}" if bdf else ""), info)
+        return Gpu(
+            handle,
+            "",
+            uuid or (f"pci-{bdf}" if bdf else ""),
+            info,
+            partitioned=partitioned,
+            xcp=partition if isinstance(partition, int) and partitioned else None,
+        )
 
     def _dedupe_uuids(self) -> None:
         uuids = unique_uuids([(g.device, g.uuid) for g in self.gpus], "amd-gpu-")
@@ -255,26 +289,60 @@ class AmdSmiBackend:
             raise BackendError("unknown_op", f"the amdsmi backend has no operation {op!r}")
         slow = bool(args.get("slow"))
         processes = bool(args.get("processes"))
+        ledgers = self._ledgers(args.get("ledger"))
         if slow:
             self._identify_again()
         devices: list[dict[str, Any]] = []
         readings, slow_readings = new_rows(), new_rows()
+        ledger_out: dict[str, Any] = {}
         for position, gpu in enumerate(self.gpus):
             crumb.device(int(gpu.device))
-            r = DeviceReader(self.api, gpu.handle, position, readings)
+            r = DeviceReader(self.api, gpu.handle, position, readings, partitioned=gpu.partitioned)
+            r.xcp = gpu.xcp
             slow_r = DeviceReader(self.api, gpu.handle, position, slow_readings)
-            reason = self._read(gpu, r, slow_r if slow else None, processes)
+            cper = (ledgers.get(gpu.uuid, Ledger()), ledger_out) if gpu.primary else None
+            reason = self._read(gpu, r, slow_r if slow else None, processes, cper)
             devices.append({"uuid": gpu.uuid, "up": not reason, "reason": reason})
             if reason:  # a device found down shows no readings, not half of them
                 drop(readings, position)
                 drop(slow_readings, position)
+            else:
+                self._count_errors(gpu, r)
         crumb.clear()
         if self.events is not None and args.get("events", True):
             merge(readings, self.events.readings())
-        reply: dict[str, Any] = {"devices": devices, "readings": readings}
+        reply: dict[str, Any] = {"devices": devices, "readings": readings, "ledger": ledger_out}
         if slow:
             reply["slow_readings"] = slow_readings
         return reply
+
+    def _ledgers(self, raw: Any) -> dict[str, Ledger]:
+        """The daemon's CPER ledgers by uuid; a malformed one is a protocol error."""
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            raise BackendError("bad_request", "poll args: ledger must be an object")
+        try:
+            return {str(uuid): Ledger.from_wire(item) for uuid, item in raw.items()}
+        except LedgerError as exc:
+            raise BackendError("bad_request", f"poll args: ledger: {exc}") from None
+
+    def _read_cper(self, gpu: Gpu, r: DeviceReader, ledger: Ledger, out: dict[str, Any]) -> None:
+        """New CPER records into the ledger (returned to the daemon) and its readings."""
+        if self._cper is None or not self._cper.offered:
+            return
+        ledger = self._cper.read(r, ledger)
+        out[gpu.uuid] = ledger.to_wire()
+        export_ledger(r, ledger)
+
+    def _count_errors(self, gpu: Gpu, r: DeviceReader) -> None:
+        for reason, n in r.errors.items():
+            if n:
+                key = (gpu.uuid, reason)
+                self._errors[key] = self._errors.get(key, 0) + n
+        for (uuid, reason), n in self._errors.items():
+            if uuid == gpu.uuid:
+                r.add("accel_amd_field_errors_total", n, reason)
 
     def _identify_again(self) -> None:
         """InventoryChanged when a device lost during enumeration can be identified now.
@@ -290,16 +358,32 @@ class AmdSmiBackend:
             if found is not None and found.identified:
                 raise InventoryChanged(f"GPU {gpu.device} answers again, as {found.uuid}")
 
-    def _read(self, gpu: Gpu, r: DeviceReader, slow_r: DeviceReader | None, processes: bool) -> str:
-        """Read one device into the reply's rows; the reason it is down, or ""."""
+    def _read(
+        self,
+        gpu: Gpu,
+        r: DeviceReader,
+        slow_r: DeviceReader | None,
+        processes: bool,
+        cper: tuple[Ledger, dict[str, Any]] | None,
+    ) -> str:
+        """Read one device into the reply's rows; the reason it is down, or "".
+
+        ``cper``: the GPU's ledger from the daemon and where to put the advanced
+        one (None for a partition other than the first).
+        """
         try:
             for read in FAST:
                 read(r)
             if processes:
                 read_processes(r)
+            if cper is not None:
+                self._read_cper(gpu, r, *cper)
             if slow_r is not None:
                 read_ecc(slow_r, self._blocks)
                 read_partition(slow_r)
+                read_limits(slow_r)
+                if gpu.primary:
+                    read_bad_pages(slow_r)
         except DeviceLost as exc:
             self._note(gpu, "device", exc.status)
             return "gpu_lost"

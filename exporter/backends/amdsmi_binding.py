@@ -13,7 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from exporter.backends.amdsmi_fields import CLOCKS, MEMORY_POOLS, TEMPERATURES
+from exporter.backends.amdsmi_fields import (
+    CLOCKS,
+    MEMORY_POOLS,
+    TEMPERATURE_LIMITS,
+    TEMPERATURES,
+)
 from exporter.backends.binding import Binding
 
 # Every amdsmi function the backend calls (tests/unit/test_amdsmi_fields.py checks
@@ -50,6 +55,8 @@ FUNCTIONS = (
     "amdsmi_get_gpu_total_ecc_count",
     "amdsmi_get_gpu_ecc_enabled",
     "amdsmi_get_gpu_ecc_count",
+    "amdsmi_get_gpu_bad_page_info",
+    "amdsmi_get_gpu_bad_page_threshold",
 )
 
 
@@ -81,6 +88,10 @@ class AmdBinding(Binding):
         # (member, label) of each sensor, clock domain; (member, total, used) of each pool.
         self.temperatures = tuple((sensors[n], label) for n, label in TEMPERATURES if n in sensors)
         self.temperature_current: Any = getattr(metric, "CURRENT", None)
+        limits = members(metric, dict(TEMPERATURE_LIMITS))
+        self.temperature_limits = tuple(
+            (limits[n], label) for n, label in TEMPERATURE_LIMITS if n in limits
+        )
         self.clocks = tuple((clocks[n], label) for n, label in CLOCKS if n in clocks)
         self.memory_pools = tuple(
             (pools[kind], total, used) for kind, total, used in MEMORY_POOLS if kind in pools

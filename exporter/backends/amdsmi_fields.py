@@ -12,6 +12,7 @@ Units are converted exactly to the catalog's base units.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +73,15 @@ RESIDENCIES = (
     ("vr_thm_residency_acc", "vr_thermal"),
     ("hbm_thm_residency_acc", "hbm_thermal"),
 )
+# gpu_metrics xcp_stats accumulator (per XCC) -> reason label, per XCP.
+XCP_RESIDENCIES = (
+    ("xcp_stats.gfx_below_host_limit_ppt_acc", "gfx_below_host_limit_ppt"),
+    ("xcp_stats.gfx_below_host_limit_thm_acc", "gfx_below_host_limit_thermal"),
+    ("xcp_stats.gfx_below_host_limit_total_acc", "gfx_below_host_limit_total"),
+    ("xcp_stats.gfx_low_utilization_acc", "gfx_low_utilization"),
+)
+# amdsmi temperature metric name -> limit label.
+TEMPERATURE_LIMITS = (("MAX", "max"), ("CRITICAL", "critical"), ("EMERGENCY", "emergency"))
 # violation status flag -> throttle reason label (same vocabulary as the residencies).
 THROTTLES = (
     ("active_prochot_thrm", "prochot"),
@@ -173,6 +183,15 @@ class DeviceReader:
     readings: Rows = field(default_factory=dict)  # the reply's, shared by its devices
     failures: list[Failure] = field(default_factory=list)
     successes: int = 0
+    # On a partitioned GPU: True, and the XCP this device is (None when unknown).
+    partitioned: bool = False
+    xcp: int | None = None
+    # Items of an answer skipped as malformed this poll, by reason.
+    errors: Counter[str] = field(default_factory=Counter)
+
+    def failure(self, name: str, status: str) -> None:
+        """Remember a field that failed outside :meth:`call`."""
+        self.failures.append(Failure(name, status))
 
     def call(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(handle, *args)``; None when the field is unsupported or failed."""
@@ -221,6 +240,10 @@ def read_activity(r: DeviceReader) -> None:
         ("umc_activity", "accel_memory_bandwidth_utilization_ratio"),
         ("mm_activity", "accel_amd_mm_activity_ratio"),
     ):
+        if key == "gfx_activity" and r.partitioned:
+            # AMD: GFX activity is valid only on an unpartitioned GPU; a
+            # partition's comes from its XCP (read_gpu_metrics).
+            continue
         pct = number(act.get(key), U16_MAX, U32_MAX)
         r.add(metric, None if pct is None or pct > 100 else pct / 100.0)
 
@@ -314,11 +337,13 @@ def read_pcie(r: DeviceReader) -> None:
     r.add("accel_amd_pcie_bandwidth_bytes_per_second", None if mbps is None else mbps * 1e6 / 8)
     for key, name in (
         ("pcie_replay_count", "accel_pcie_replays_total"),
+        ("pcie_replay_roll_over_count", "accel_amd_pcie_replay_rollovers_total"),
+        ("pcie_lc_perf_other_end_recovery_count", "accel_amd_pcie_other_end_recoveries_total"),
         ("pcie_l0_to_recovery_count", "accel_amd_pcie_recoveries_total"),
         ("pcie_nak_sent_count", "accel_amd_pcie_nak_sent_total"),
         ("pcie_nak_received_count", "accel_amd_pcie_nak_received_total"),
     ):
-        r.add(name, number(metric.get(key), U64_MAX))
+        r.add(name, number(metric.get(key), U32_MAX, U64_MAX))
 
 
 def _indexed(r: DeviceReader, metric: str, values: Any, scale: float, *sentinels: int) -> None:
@@ -348,7 +373,57 @@ def read_gpu_metrics(r: DeviceReader) -> None:
     if samples is not None:
         r.add("accel_amd_violation_samples_total", samples)
         for key, reason in RESIDENCIES:
-            r.add("accel_amd_violation_residency_total", number(m.get(key), U64_MAX), reason)
+            r.add("accel_amd_violation_residency_total", number(m.get(key), U64_MAX), reason, "")
+    read_xcps(r, m, samples is not None)
+
+
+def _xcp_rows(m: Mapping[str, Any], key: str) -> list[Any]:
+    rows = m.get(key)
+    return rows if isinstance(rows, list) else []
+
+
+def read_xcps(r: DeviceReader, m: Mapping[str, Any], residency: bool) -> None:
+    """Per-XCP busy share and throttle accumulators from gpu_metrics ``xcp_stats``.
+
+    An XCP is present when one of its XCCs has a busy value. On an
+    unpartitioned GPU every present XCP is exported (there is one). On a
+    partitioned GPU every partition reads the whole GPU's table, so a device
+    exports only its own XCP, and its ``accel_utilization_ratio`` is that XCP's
+    busy share (none when it is unknown: never the whole GPU's figure). Values
+    of an XCP are means over its XCCs, so a residency's rate divided by the
+    samples' rate stays a share.
+    """
+    busy_rows = _xcp_rows(m, "xcp_stats.gfx_busy_inst")
+    if r.partitioned and r.xcp is None:
+        return
+    wanted = [r.xcp] if r.partitioned else range(len(busy_rows))
+    for x in wanted:
+        row = busy_rows[x] if x is not None and 0 <= x < len(busy_rows) else None
+        present = [c for c, v in enumerate(row or []) if number(v, U32_MAX) is not None]
+        if not present:
+            if r.partitioned:
+                r.errors["xcp_not_available"] += 1
+            continue
+        busy = [number(row[c], U32_MAX) for c in present]  # type: ignore[index]
+        valid = [float(v) for v in busy if v is not None and 0 <= v <= 100]
+        r.errors["xcp_out_of_range"] += len(busy) - len(valid)
+        label = str(x)
+        if valid:
+            share = sum(valid) / len(valid) / 100.0
+            r.add("accel_amd_xcp_utilization_ratio", share, label)
+            if r.partitioned:
+                r.add("accel_utilization_ratio", share)
+        if not residency:
+            continue
+        for key, reason in XCP_RESIDENCIES:
+            rows = _xcp_rows(m, key)
+            values = rows[x] if x is not None and x < len(rows) else []
+            values = values if isinstance(values, list) else []
+            got = [number(values[c], U64_MAX) if c < len(values) else None for c in present]
+            ok = [v for v in got if v is not None]
+            r.errors["xcp_value_not_available"] += len(got) - len(ok)
+            if ok:
+                r.add("accel_amd_violation_residency_total", sum(ok) / len(ok), reason, label)
 
 
 def read_throttle(r: DeviceReader) -> None:
@@ -401,6 +476,25 @@ def read_ecc(r: DeviceReader, blocks: Iterable[tuple[str, Any]]) -> None:
             ("deferred_count", "accel_amd_ecc_deferred_errors_total"),
         ):
             r.add(metric, number(counts.get(key), U64_MAX), label)
+
+
+def read_limits(r: DeviceReader) -> None:
+    """Power cap range and default (uW -> W), temperature limits of each sensor."""
+    cap = r.call("power_cap", r.api.amdsmi_get_power_cap_info)
+    if cap is not None:
+        for key, bound in (
+            ("min_power_cap", "min"),
+            ("max_power_cap", "max"),
+            ("default_power_cap", "default"),
+        ):
+            uw = number(cap.get(key), U64_MAX)
+            r.add("accel_amd_power_cap_watts", None if uw is None else uw / MICRO_PER_UNIT, bound)
+    for metric, limit in r.api.temperature_limits:
+        for kind, sensor in r.api.temperatures:
+            value = r.call("temperature_limit", r.api.amdsmi_get_temp_metric, kind, metric)
+            value = number(value, U16_MAX, U32_MAX)
+            # 0 is what a sensor without the limit reports.
+            r.add("accel_amd_temperature_limit_celsius", value or None, sensor, limit)
 
 
 def read_partition(r: DeviceReader) -> None:

@@ -259,6 +259,8 @@ class NvmlBackend:
                 # Nothing answered and something failed: as good as down. (Fields
                 # merely absent on this GPU say nothing either way.)
                 reason, detail = gpu.last_failure, "every call failed"
+        if reason:  # a GPU found down keeps no GPM sample (the next poll after it returns primes)
+            gpu.free_gpm()
         if reason != gpu.down:
             if reason:
                 self._log.warning("device down", device=gpu.index, reason=reason, detail=detail)

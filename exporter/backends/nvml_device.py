@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from exporter import log
+from exporter.backends import nvml_gpm, nvml_reliability
 from exporter.backends import nvml_support as nv
 from exporter.backends.base import InventoryChanged
 from exporter.backends.binding import Binding
@@ -136,6 +137,8 @@ class Gpu:
     mig: list[MigDevice] = field(default_factory=list)
     gpm_supported: bool = False
     gpm_samples: dict[int, Any] = field(default_factory=dict)
+    # GPM of the whole GPU: None until asked, nvml_gpm.OFF, or its GpmState.
+    gpm_full: Any = None
     last_process_sample: int = 0
     # Set when the GPU could not be identified at bootstrap: the reason it is down.
     unidentified: str = ""
@@ -204,10 +207,11 @@ class Gpu:
         return None
 
     def free_gpm(self) -> None:
-        """Release GPM samples (MIG utilization) held between polls."""
+        """Release GPM samples (whole GPU and MIG instances) held between polls."""
         for sample in self.gpm_samples.values():
             self.release_gpm(sample)
         self.gpm_samples.clear()
+        nvml_gpm.free(self)
 
     def release_gpm(self, sample: Any) -> None:
         """Free one GPM sample; a failure (the GPU is gone) is not the field's."""
@@ -247,6 +251,8 @@ class DeviceReader:
             )
         )
         self._tables = {"fast": self._bind(FAST_SCALARS), "slow": self._bind(SLOW_SCALARS)}
+        self._gpm_full = nvml_gpm.GpmReader(nvml)
+        self._reliability = nvml_reliability.ReliabilityReader(nvml)
 
     def _bind(self, table: tuple[Scalar, ...]) -> list[BoundScalar]:
         return [(getattr(self.nvml, fn), *rest) for fn, *rest in table]
@@ -303,6 +309,8 @@ class DeviceReader:
         self._field_values(gpu, h, out)
         self._processes(gpu, h, out, processes)
         self._mig_fast(gpu, out)
+        self._gpm_full.read(gpu, out)
+        self._reliability.fast(gpu, out)
 
     def _newer(
         self,
@@ -522,7 +530,15 @@ class DeviceReader:
                 latest[sample.pid] = sample
             gpu.last_process_sample = max(gpu.last_process_sample, int(sample.timeStamp))
         for pid, sample in sorted(latest.items()):
-            out.ratio("accel_process_sm_utilization_ratio", sample.smUtil, str(pid))
+            label = str(pid)
+            out.ratio("accel_process_sm_utilization_ratio", sample.smUtil, label)
+            out.ratio("accel_process_memory_utilization_ratio", sample.memUtil, label)
+            out.ratio("accel_process_encoder_utilization_ratio", sample.encUtil, label)
+            out.ratio("accel_process_decoder_utilization_ratio", sample.decUtil, label)
+        for pid in sorted(memory):
+            name = gpu.call(n.nvmlSystemGetProcessName, pid)
+            if name:  # NOT_FOUND: the process ended between the two calls
+                out.add("accel_process_info", 1, str(pid), nv.text(name))
 
     def _mig_fast(self, gpu: Gpu, out: Emitter) -> None:
         # Memory belongs to the GPU instance: every MIG device (compute instance)
@@ -600,6 +616,7 @@ class DeviceReader:
             out.add("accel_remapped_rows_pending", rows[2])
             out.add("accel_remapped_rows_failure", rows[3])
         self._nvlinks(gpu, out)
+        self._reliability.slow(gpu, out)
         self._mig_layout(gpu, out)
 
     def _nvlinks(self, gpu: Gpu, out: Emitter) -> None:

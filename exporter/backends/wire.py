@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from exporter.catalog import amd, device, nvidia
+from exporter.catalog import amd, device, gaudi, intel, nvidia
 from exporter.catalog.device import ID
 
 # family -> [position, label..., value, position, label..., value, ...]
@@ -25,14 +25,21 @@ def new_rows() -> Rows:
 
 # Families the daemon itself derives for each device (from the reply's device
 # list): a worker that sent them could overrule the daemon's verdict on a device.
-DAEMON_OWNED = frozenset({"accel_device_up", "accel_device_down_reason_info"})
+DAEMON_OWNED = frozenset(
+    {
+        "accel_device_up",
+        "accel_device_down_reason_info",
+        "accel_device_health",
+        "accel_device_health_reason_info",
+    }
+)
 
 # The families a backend may send, with the width of a row: its label count, the
 # two identity labels (device, uuid) being replaced by one inventory position.
 # Only the device domains: workload attribution and the rest come from other sources.
 ROW_WIDTH: dict[str, int] = {
     spec.name: len(spec.labels)
-    for module in (device, nvidia, amd)
+    for module in (device, nvidia, amd, intel, gaudi)
     for spec in module.ROWS
     if spec.labels[: len(ID)] == ID and spec.name not in DAEMON_OWNED
 }

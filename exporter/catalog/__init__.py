@@ -10,12 +10,24 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-from exporter.catalog import amd, ccl, device, exporter_self, host, neuron, nvidia, tpu, workload
+from exporter.catalog import (
+    amd,
+    ccl,
+    device,
+    exporter_self,
+    gaudi,
+    host,
+    intel,
+    neuron,
+    nvidia,
+    tpu,
+    workload,
+)
 from exporter.catalog.spec import UNITS, Kind, MetricSpec
 
 __all__ = ["CATALOG", "UNITS", "Kind", "MetricSpec", "build", "spec", "with_rows"]
 
-_DOMAINS = (exporter_self, host, device, nvidia, amd, tpu, neuron, ccl, workload)
+_DOMAINS = (exporter_self, host, device, nvidia, amd, intel, gaudi, tpu, neuron, ccl, workload)
 
 
 def build(rows: Iterable[MetricSpec]) -> Mapping[str, MetricSpec]:

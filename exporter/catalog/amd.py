@@ -3,7 +3,7 @@
 Shared quantities (utilization, VRAM, temperatures, power, energy, clocks, ECC
 totals, PCIe link, throttling, events, processes) use the names in
 ``device.py``. Every series here carries the identity labels ``device`` and
-``uuid`` plus at most one bounded dimension label.
+``uuid`` plus bounded dimension labels.
 """
 
 from __future__ import annotations
@@ -103,8 +103,86 @@ ROWS = (
         "accel_amd_violation_residency_total",
         Kind.COUNTER,
         "Firmware samples spent throttled for the reason (prochot, ppt, socket_thermal, "
-        "vr_thermal, hbm_thermal); divide its rate by accel_amd_violation_samples_total's.",
+        "vr_thermal, hbm_thermal with xcp empty: the whole GPU; gfx_below_host_limit_ppt, "
+        "_thermal, _total and gfx_low_utilization per XCP, the mean of its XCCs); divide its "
+        "rate by accel_amd_violation_samples_total's.",
+        (*ID, "reason", "xcp"),
+    ),
+    MetricSpec(
+        "accel_amd_xcp_utilization_ratio",
+        Kind.GAUGE,
+        "Instantaneous GFX busy share of one XCP (compute partition), the mean of its XCCs"
+        " (gpu_metrics xcp_stats gfx_busy_inst); a partition exports its own XCP only.",
+        (*ID, "xcp"),
+        unit="ratio",
+    ),
+    MetricSpec(
+        "accel_amd_afid_errors_total",
+        Kind.COUNTER,
+        "CPER error records naming this AMD field-replaceable-unit diagnosis (AFID), by"
+        " record severity (fatal, non_fatal_uncorrected, non_fatal_corrected).",
+        (*ID, "afid", "severity"),
+    ),
+    MetricSpec(
+        "accel_amd_afid_last_timestamp_seconds",
+        Kind.GAUGE,
+        "Unix time of the newest CPER record naming this AFID.",
+        (*ID, "afid"),
+        unit="seconds",
+    ),
+    MetricSpec(
+        "accel_amd_cper_records_skipped_total",
+        Kind.COUNTER,
+        "CPER records read but not counted, by reason (bad_length, bad_signature, bad_header,"
+        " afid_<amdsmi status> when AFID decoding failed, e.g. on an unknown section).",
         (*ID, "reason"),
+    ),
+    MetricSpec(
+        "accel_amd_field_errors_total",
+        Kind.COUNTER,
+        "Items of amdsmi answers skipped as malformed, by reason (xcp_value_not_available,"
+        " xcp_not_available, xcp_out_of_range), and CPER rings found restarted"
+        " (cper_ring_restarted: read again from the start); counted since the worker started.",
+        (*ID, "reason"),
+    ),
+    MetricSpec(
+        "accel_amd_bad_pages",
+        Kind.GAUGE,
+        "Bad VRAM pages not (yet) retired, by status: pending (retired at the next reset) or"
+        " unreservable (could not be retired).",
+        (*ID, "status"),
+    ),
+    MetricSpec(
+        "accel_amd_bad_page_threshold",
+        Kind.GAUGE,
+        "Retired pages beyond which the driver declares the GPU bad (amdgpu bad_page_threshold).",
+        ID,
+    ),
+    MetricSpec(
+        "accel_amd_power_cap_watts",
+        Kind.GAUGE,
+        "Power cap bounds: min and max settable, and the default.",
+        (*ID, "bound"),
+        unit="watts",
+    ),
+    MetricSpec(
+        "accel_amd_temperature_limit_celsius",
+        Kind.GAUGE,
+        "Temperature limit of a sensor: max (throttling), critical, emergency.",
+        (*ID, "sensor", "limit"),
+        unit="celsius",
+    ),
+    MetricSpec(
+        "accel_amd_pcie_replay_rollovers_total",
+        Kind.COUNTER,
+        "Times the PCIe replay counter rolled over (replay number exhausted).",
+        ID,
+    ),
+    MetricSpec(
+        "accel_amd_pcie_other_end_recoveries_total",
+        Kind.COUNTER,
+        "PCIe link recoveries initiated by the other end of the link.",
+        ID,
     ),
     MetricSpec(
         "accel_amd_violation_samples_total",

@@ -129,6 +129,14 @@ RAS_ROWS = (
         (*_COMM, "rank", "collective"),
     ),
     MetricSpec(
+        "accel_ccl_rank_device_info",
+        Kind.INFO,
+        "Which GPU of this node a communicator rank runs on, as RAS reports it (device: the"
+        " NVML/SMI index; uuid from the device source, empty when unknown), for the ranks on"
+        " this node only: join on device or uuid with the GPU's series.",
+        (*_COMM, "rank", "device", "uuid", "pid"),
+    ),
+    MetricSpec(
         "accel_ccl_ras_query_duration_seconds",
         Kind.HISTOGRAM,
         "Wall time of RAS queries from connect to the end of the report, failed ones included "
@@ -243,6 +251,13 @@ INSPECTOR_ROWS = (
         "Collectives (comm, coll_sn) given up before every local rank's record arrived: the "
         "ranks moved past them (sampled dumps before NCCL 2.30, operations the plugin dropped) "
         "or too many were pending.",
+    ),
+    MetricSpec(
+        "accel_ccl_inspector_file_restarts_total",
+        Kind.COUNTER,
+        "Inspector files read again from their start: truncated (shrunk, or its first bytes "
+        "changed, as after copytruncate and a refill) or replaced (a new inode under the name).",
+        ("reason",),
     ),
     MetricSpec(
         "accel_ccl_inspector_skipped_bytes_total",

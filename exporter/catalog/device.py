@@ -47,6 +47,20 @@ ROWS = (
         (*ID, "reason"),
     ),
     MetricSpec(
+        "accel_device_health",
+        Kind.GAUGE,
+        "The exporter's verdict on a device, one-hot over ok, degraded, failed and"
+        " predicted_failure (OpenTelemetry hw.status states); the rules are in docs/health.md.",
+        (*ID, "state"),
+    ),
+    MetricSpec(
+        "accel_device_health_reason_info",
+        Kind.INFO,
+        "Why a device is not ok (device_down, recovery_action, ecc_uncorrected_growth, ...);"
+        " one series per reason, present only while it holds.",
+        (*ID, "reason"),
+    ),
+    MetricSpec(
         "accel_devices",
         Kind.GAUGE,
         "Number of accelerators the vendor library enumerated.",
@@ -212,6 +226,19 @@ ROWS = (
         "ECC memory errors by type; counter is volatile (since driver load) or aggregate (lifetime)"
         " on NVIDIA, empty on AMD.",
         (*ID, "type", "counter"),
+    ),
+    MetricSpec(
+        "accel_retired_pages",
+        Kind.GAUGE,
+        "Device memory pages retired by the driver, by cause (NVIDIA before Ampere, whose newer"
+        " GPUs remap rows; AMD's reserved bad pages, cause empty: amdsmi gives none).",
+        (*ID, "cause"),
+    ),
+    MetricSpec(
+        "accel_retired_pages_pending",
+        Kind.GAUGE,
+        "1 when retired pages wait for a reboot or GPU reset to take effect.",
+        ID,
     ),
     MetricSpec(
         "accel_processes",

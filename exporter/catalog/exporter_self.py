@@ -1,4 +1,4 @@
-"""Families about the daemon itself: build, per-source health, workers."""
+"""Families about the daemon itself: build, per-source health, workers, the listener."""
 
 from __future__ import annotations
 
@@ -66,6 +66,39 @@ ROWS = (
         "Killed worker processes of a source that have not exited (stuck in the driver);"
         " at most one per isolated device.",
         ("source",),
+    ),
+    MetricSpec(
+        "accel_exporter_http_connections_refused_total",
+        Kind.COUNTER,
+        "Connections or requests the listener answered 503 at a limit: connections (every "
+        "open connection serving), requests (every request slot busy), auth (too many "
+        "password checks waiting for their turn).",
+        ("limit",),
+    ),
+    MetricSpec(
+        "accel_exporter_http_idle_connections_closed_total",
+        Kind.COUNTER,
+        "Connections closed before sending a request, by reason: timeout (idle too long) or "
+        "limit (too many keep-alive or open connections; the oldest idle is closed first).",
+        ("reason",),
+    ),
+    MetricSpec(
+        "accel_exporter_http_header_timeouts_total",
+        Kind.COUNTER,
+        "Connections closed because a request's headers (TLS handshake included) did not "
+        "arrive complete within web.header_timeout, or were the slowest at the connection limit.",
+    ),
+    MetricSpec(
+        "accel_exporter_http_write_timeouts_total",
+        Kind.COUNTER,
+        "Connections closed because a response was not read within web.write_timeout of its "
+        "request's headers (a client reading too slowly holds a request slot).",
+    ),
+    MetricSpec(
+        "accel_exporter_http_auth_failures_total",
+        Kind.COUNTER,
+        "Requests answered 401, by reason: missing, malformed or rejected credentials.",
+        ("reason",),
     ),
     MetricSpec(
         "accel_exporter_otlp_exports_total",

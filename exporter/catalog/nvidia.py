@@ -43,18 +43,6 @@ ROWS = (
         unit="seconds",
     ),
     MetricSpec(
-        "accel_retired_pages",
-        Kind.GAUGE,
-        "Device memory pages retired by the driver, by cause (pre-Ampere; newer GPUs remap rows).",
-        (*ID, "cause"),
-    ),
-    MetricSpec(
-        "accel_retired_pages_pending",
-        Kind.GAUGE,
-        "1 when retired pages wait for a reboot or GPU reset to take effect.",
-        ID,
-    ),
-    MetricSpec(
         "accel_remapped_rows",
         Kind.GAUGE,
         "Memory rows remapped after correctable or uncorrectable errors (Ampere and later).",
@@ -141,6 +129,167 @@ ROWS = (
         " (only with processes: true).",
         (*ID, "pid"),
         unit="ratio",
+    ),
+    # Profiling-grade activity from NVML GPM (Hopper and later), averaged between two
+    # fast polls: what DCGM's DCP fields give, without DCGM or SYS_ADMIN.
+    MetricSpec(
+        "accel_graphics_engine_active_ratio",
+        Kind.GAUGE,
+        "Share of time the graphics or compute engine was active between two polls"
+        " (GPM GRAPHICS_UTIL, DCGM PROF_GR_ENGINE_ACTIVE), 0..1.",
+        ID,
+        unit="ratio",
+    ),
+    MetricSpec(
+        "accel_sm_active_ratio",
+        Kind.GAUGE,
+        "Share of SMs that were busy, averaged between two polls"
+        " (GPM SM_UTIL, DCGM PROF_SM_ACTIVE), 0..1.",
+        ID,
+        unit="ratio",
+    ),
+    MetricSpec(
+        "accel_sm_occupancy_ratio",
+        Kind.GAUGE,
+        "Resident warps over the SMs' theoretical maximum, averaged between two polls"
+        " (GPM SM_OCCUPANCY, DCGM PROF_SM_OCCUPANCY), 0..1.",
+        ID,
+        unit="ratio",
+    ),
+    MetricSpec(
+        "accel_pipe_active_ratio",
+        Kind.GAUGE,
+        "Share of time the SMs kept a pipe busy between two polls, by pipe (tensor: any"
+        " tensor operation; tensor_hmma/imma/dmma/dfma: by kind; fp64/fp32/fp16: non-tensor"
+        " math; integer) (GPM, DCGM PROF_PIPE_*_ACTIVE), 0..1.",
+        (*ID, "pipe"),
+        unit="ratio",
+    ),
+    MetricSpec(
+        "accel_dram_active_ratio",
+        Kind.GAUGE,
+        "DRAM bandwidth used over the theoretical maximum between two polls"
+        " (GPM DRAM_BW_UTIL, DCGM PROF_DRAM_ACTIVE), 0..1.",
+        ID,
+        unit="ratio",
+    ),
+    MetricSpec(
+        "accel_engine_utilization_ratio",
+        Kind.GAUGE,
+        "Share of time one video or vision engine was busy between two polls, by engine"
+        " (nvdec0.., nvjpg0.., nvenc0.., ofa0..) (GPM), 0..1.",
+        (*ID, "engine"),
+        unit="ratio",
+    ),
+    MetricSpec(
+        "accel_pcie_tx_average_bytes_per_second",
+        Kind.GAUGE,
+        "PCIe traffic sent by the device, averaged between two polls (GPM; DCGM"
+        " PROF_PCIE_TX_BYTES).",
+        ID,
+        unit="bytes_per_second",
+    ),
+    MetricSpec(
+        "accel_pcie_rx_average_bytes_per_second",
+        Kind.GAUGE,
+        "PCIe traffic received by the device, averaged between two polls (GPM; DCGM"
+        " PROF_PCIE_RX_BYTES).",
+        ID,
+        unit="bytes_per_second",
+    ),
+    MetricSpec(
+        "accel_nvlink_tx_average_bytes_per_second",
+        Kind.GAUGE,
+        "NVLink traffic written by the device over all links, averaged between two polls"
+        " (GPM; DCGM PROF_NVLINK_TX_BYTES).",
+        ID,
+        unit="bytes_per_second",
+    ),
+    MetricSpec(
+        "accel_nvlink_rx_average_bytes_per_second",
+        Kind.GAUGE,
+        "NVLink traffic read by the device over all links, averaged between two polls"
+        " (GPM; DCGM PROF_NVLINK_RX_BYTES).",
+        ID,
+        unit="bytes_per_second",
+    ),
+    MetricSpec(
+        "accel_device_recovery_action",
+        Kind.GAUGE,
+        "What the driver asks to make the GPU usable again (NVML field 230), one-hot over"
+        " none, gpu_reset, node_reboot, drain_p2p, drain_and_reset.",
+        (*ID, "action"),
+    ),
+    MetricSpec(
+        "accel_nvlink_errors_total",
+        Kind.COUNTER,
+        "NVLink data-link errors of one link by type (crc_flit, crc_data, replay, recovery),"
+        " as the driver counts them.",
+        (*ID, "link", "type"),
+    ),
+    MetricSpec(
+        "accel_nvidia_fabric_state",
+        Kind.GAUGE,
+        "GPU registration with the NVLink fabric manager (NVSwitch systems), one-hot over"
+        " not_started, in_progress, completed; absent without a fabric.",
+        (*ID, "state"),
+    ),
+    MetricSpec(
+        "accel_nvidia_fabric_health_issue",
+        Kind.GAUGE,
+        "1 when the fabric health mask reports this problem (degraded_bandwidth,"
+        " route_recovery, route_unhealthy, access_timeout_recovery, incorrect_configuration),"
+        " 0 when it reports its absence; absent where the GPU does not report it.",
+        (*ID, "check"),
+    ),
+    MetricSpec(
+        "accel_sram_ecc_threshold_exceeded",
+        Kind.GAUGE,
+        "1 when the GPU's SRAM ECC errors passed the threshold at which NVIDIA advises"
+        " replacing it (nvmlDeviceGetSramEccErrorStatus), else 0.",
+        ID,
+    ),
+    MetricSpec(
+        "accel_temperature_margin_celsius",
+        Kind.GAUGE,
+        "Degrees left before the GPU slows down for heat (NVML margin temperature, T.Limit);"
+        " negative past the limit.",
+        ID,
+        unit="celsius",
+    ),
+    MetricSpec(
+        "accel_power_limit_bound_watts",
+        Kind.GAUGE,
+        "The power limit the management interface allows, by bound (min, max, default).",
+        (*ID, "bound"),
+        unit="watts",
+    ),
+    MetricSpec(
+        "accel_process_memory_utilization_ratio",
+        Kind.GAUGE,
+        "Share of time one process read or wrote device memory in the last sample, 0..1.",
+        (*ID, "pid"),
+        unit="ratio",
+    ),
+    MetricSpec(
+        "accel_process_encoder_utilization_ratio",
+        Kind.GAUGE,
+        "Share of time one process kept the video encoder busy in the last sample, 0..1.",
+        (*ID, "pid"),
+        unit="ratio",
+    ),
+    MetricSpec(
+        "accel_process_decoder_utilization_ratio",
+        Kind.GAUGE,
+        "Share of time one process kept the video decoder busy in the last sample, 0..1.",
+        (*ID, "pid"),
+        unit="ratio",
+    ),
+    MetricSpec(
+        "accel_process_info",
+        Kind.INFO,
+        "The name the driver gives a process using the GPU (its executable), by pid.",
+        (*ID, "pid", "name"),
     ),
     MetricSpec(
         "accel_nvml_field_errors_total",

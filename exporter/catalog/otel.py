@@ -84,7 +84,8 @@ _PCIE = "PCIe throughput by direction over the driver's last sample window."
 
 
 # The hardware conventions (semantic-conventions docs/hardware/gpu.md and common.md).
-# hw.status is not used: it wants one series per state, accel_device_up is one 0/1 series.
+# hw.status carries the health verdict (one series per hw.state, as the convention wants);
+# accel_device_up is one 0/1 series, not a status.
 # hw.errors is not used for ECC: our counter label (volatile/aggregate) would double count.
 # hw.gpu.io counts bytes; our PCIe figures are rates, so they stay accel.*.
 _SEMCONV = {
@@ -98,6 +99,15 @@ _SEMCONV = {
     "accel_memory_total_bytes": _hw("hw.gpu.memory.limit", Instrument.UPDOWNCOUNTER),
     "accel_memory_used_bytes": _hw("hw.gpu.memory.usage", Instrument.UPDOWNCOUNTER),
     "accel_power_watts": _hw("hw.power", hw__type="gpu"),
+    "accel_device_health": Override(
+        "hw.status",
+        Instrument.UPDOWNCOUNTER,
+        "1",
+        (("hw.type", "gpu"),),
+        (("state", "hw.state"),),
+        True,
+        "Operational status: 1 for the state that holds (hw.state), 0 for the others.",
+    ),
     "accel_energy_joules_total": _hw("hw.energy", hw__type="gpu"),
 }
 
@@ -115,6 +125,21 @@ _NAMED = {
         "accel.exporter.worker.restarts", unit="{restart}"
     ),
     "accel_exporter_otlp_exports_total": Override("accel.exporter.otlp.exports", unit="{export}"),
+    "accel_exporter_http_connections_refused_total": Override(
+        "accel.exporter.http.connections.refused", unit="{connection}"
+    ),
+    "accel_exporter_http_idle_connections_closed_total": Override(
+        "accel.exporter.http.idle_connections.closed", unit="{connection}"
+    ),
+    "accel_exporter_http_header_timeouts_total": Override(
+        "accel.exporter.http.header_timeouts", unit="{timeout}"
+    ),
+    "accel_exporter_http_write_timeouts_total": Override(
+        "accel.exporter.http.write_timeouts", unit="{timeout}"
+    ),
+    "accel_exporter_http_auth_failures_total": Override(
+        "accel.exporter.http.auth.failures", unit="{failure}"
+    ),
     "accel_host_cpu_ratio": Override("accel.host.cpu.utilization"),
     "accel_host_cpus": Override("accel.host.cpus", unit="{cpu}"),
     "accel_device_info": Override("accel.device.info", attributes=_HW_IDENTITY),
@@ -156,6 +181,7 @@ COUNTS: Mapping[str, str] = MappingProxyType(
     {
         "accel_xid_errors_total": "{error}",
         "accel_nvml_field_errors_total": "{error}",
+        "accel_nvlink_errors_total": "{error}",
         "accel_amd_ecc_correctable_errors_total": "{error}",
         "accel_amd_ecc_uncorrectable_errors_total": "{error}",
         "accel_amd_ecc_deferred_errors_total": "{error}",
@@ -164,7 +190,18 @@ COUNTS: Mapping[str, str] = MappingProxyType(
         "accel_amd_pcie_recoveries_total": "{recovery}",
         "accel_amd_pcie_nak_sent_total": "{nak}",
         "accel_amd_pcie_nak_received_total": "{nak}",
+        "accel_amd_pcie_replay_rollovers_total": "{rollover}",
+        "accel_amd_pcie_other_end_recoveries_total": "{recovery}",
+        "accel_amd_afid_errors_total": "{error}",
+        "accel_amd_cper_records_skipped_total": "{record}",
+        "accel_amd_field_errors_total": "{error}",
+        "accel_amd_bad_pages": "{page}",
+        "accel_amd_bad_page_threshold": "{page}",
         "accel_amd_process_compute_units": "{compute_unit}",
+        "accel_intel_ras_correctable_errors_total": "{error}",
+        "accel_intel_ras_uncorrectable_errors_total": "{error}",
+        "accel_gaudi_replaced_rows": "{row}",
+        "accel_gaudi_nic_statistic_total": "{count}",
         "accel_retired_pages": "{page}",
         "accel_retired_pages_pending": "{page}",
         "accel_remapped_rows": "{row}",
@@ -186,6 +223,7 @@ COUNTS: Mapping[str, str] = MappingProxyType(
         "accel_ccl_ras_events_total": "{event}",
         "accel_ccl_inspector_files": "{file}",
         "accel_ccl_inspector_lines_total": "{line}",
+        "accel_ccl_inspector_file_restarts_total": "{restart}",
         "accel_ccl_inspector_incomplete_groups_total": "{group}",
         "accel_neuron_runtimes": "{runtime}",
         "accel_neuron_execution_status_total": "{execution}",

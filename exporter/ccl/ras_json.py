@@ -236,15 +236,20 @@ def _communicator(item: _Fields) -> Communicator:
         for name, count in rank.counts.items():
             names.setdefault(name, []).append(count)
     hosts = {r.ref.host for r in ranks if r.ref.host} | {m.ref.host for m in missing if m.ref.host}
+    size = item.get_int("size", len(ranks) + len(missing))
+    # A rank neither reported nor listed missing is missing all the same (RCCL 2.28.9
+    # can count a missing rank in missing_ranks_count without listing it).
+    missing_count = max(len(missing), item.get_int("missing_ranks_count", 0), size - len(ranks), 0)
     return Communicator(
         hash=_hash(item.get_str("hash"), f"{item.path}.hash"),
-        size=item.get_int("size", len(ranks) + len(missing)),
+        size=size,
         status=max(statuses, key=STATUS_RANK.__getitem__) if statuses else "",
         nodes=len(hosts) or None,
         ranks=ranks,
         missing=missing,
-        missing_count=len(missing),
-        unresponsive_ranks=sum(1 for m in missing if m.unresponsive),
+        missing_count=missing_count,
+        # An unlisted missing rank is taken as unresponsive: nothing says it answered.
+        unresponsive_ranks=sum(1 for m in missing if m.unresponsive) + missing_count - len(missing),
         op_range={name: (min(values), max(values)) for name, values in names.items()},
         init_error_ranks=sum(1 for r in ranks if is_error_result(r.init_state)),
         async_error_ranks=sum(1 for r in ranks if is_error_result(r.async_error)),

@@ -7,13 +7,16 @@ series its ``rank_series`` setting selects. Nothing here keeps state.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from exporter.ccl.ras_model import ANY_COLLECTIVE, COLLECTIVES, Communicator, RankRef, RasReport
 from exporter.ccl.ras_state import REPORTED, STATES
 from exporter.model import Reading
 
 RankFilter = Callable[[RankRef], bool]
+# Most accel_ccl_rank_device_info series one report gives (ranks on one node: a few
+# GPUs times the communicators of the job).
+MAX_RANK_DEVICES = 1024
 
 
 def state_readings(address: str, state: str, reasons: list[str]) -> list[Reading]:
@@ -82,4 +85,32 @@ def rank_readings(address: str, report: RasReport, keep: RankFilter) -> list[Rea
                         float(count),
                     )
                 )
+    return out
+
+
+def rank_device_readings(
+    address: str, report: RasReport, keep: RankFilter, uuid_of: Mapping[int, str]
+) -> list[Reading]:
+    """``accel_ccl_rank_device_info`` of the ranks ``keep`` selects whose GPU RAS names.
+
+    Answering and missing ranks alike (a stalled rank is the one to find); ``uuid_of``
+    maps a device index to its uuid ("" when the device source does not know it).
+    """
+    out: list[Reading] = []
+    for comm in report.communicators:
+        refs = [r.ref for r in comm.ranks] + [m.ref for m in comm.missing]
+        for ref in refs:
+            if ref.nvml_dev is None or ref.nvml_dev < 0 or not keep(ref):
+                continue
+            labels = (
+                address,
+                comm.hash_label,
+                str(ref.rank),
+                str(ref.nvml_dev),
+                uuid_of.get(ref.nvml_dev, ""),
+                "" if ref.pid is None else str(ref.pid),
+            )
+            out.append(Reading("accel_ccl_rank_device_info", labels, 1.0))
+            if len(out) >= MAX_RANK_DEVICES:
+                return out
     return out

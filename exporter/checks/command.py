@@ -54,7 +54,7 @@ def _codes(text: str) -> frozenset[int]:
     try:
         return frozenset(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of XIDs: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of codes: {text!r}") from None
 
 
 def _missing_flag(parser: argparse.ArgumentParser) -> None:
@@ -112,6 +112,17 @@ def _xid_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ignore-xids", type=_codes, default=frozenset(), help="e.g. 13,31,43,45")
 
 
+def _afid_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--window", type=_duration, default=3600.0, help="e.g. 10m, 1h (default 1h)")
+    p.add_argument(
+        "--critical-afids",
+        type=_codes,
+        default=frozenset(),
+        help="AFIDs that are CRITICAL whatever their severity (fatal ones always are)",
+    )
+    p.add_argument("--ignore-afids", type=_codes, default=frozenset(), help="e.g. 12,13")
+
+
 def _ccl_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", default="", help="only this RAS address (host:port)")
 
@@ -150,6 +161,16 @@ CHECKS: dict[str, CheckSpec] = {
         "XID errors within a time window",
         _xid_args,
         lambda a, s: devices.xid(s, a.window, time.time(), a.critical_xids, a.ignore_xids),
+    ),
+    "afid": CheckSpec(
+        "AMD AFIDs (CPER field diagnoses) within a time window",
+        _afid_args,
+        lambda a, s: devices.afid(s, a.window, time.time(), a.ignore_afids, a.critical_afids),
+    ),
+    "health": CheckSpec(
+        "the daemon's health verdict per device (ok, degraded, failed, predicted_failure)",
+        _missing_flag,
+        lambda a, s: devices.health(s, a.missing_ok),
     ),
     "ccl-job": CheckSpec(
         "NCCL/RCCL job state from the RAS service",

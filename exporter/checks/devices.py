@@ -1,8 +1,8 @@
-"""Checks about the accelerators themselves: count, temperature, memory health, XID errors.
+"""Checks about the accelerators: count, temperature, memory, XID and AFID errors, health.
 
 Every check reads the daemon's metric families (``accel_device_info``,
 ``accel_device_up``, ``accel_temperature_celsius``, ``accel_ecc_errors_total``,
-``accel_remapped_rows*``, ``accel_retired_pages*``, ``accel_xid_*``), so they
+``accel_remapped_rows*``, ``accel_retired_pages*``, ``accel_xid_*``, ``accel_amd_afid_*``), so they
 work the same for NVIDIA and AMD wherever the family exists.
 """
 
@@ -283,22 +283,135 @@ def xid(
     ignore: frozenset[int] = frozenset(),
 ) -> Result:
     """XID errors seen within ``window`` seconds: CRITICAL for ``critical`` codes, else WARNING."""
-    recent: dict[str, list[int]] = {}
-    statuses = [Status.OK]
-    for labels, stamp in samples.get("accel_xid_last_timestamp_seconds"):
-        code = labels.get("xid", "")
+    recent = _recent_codes(
+        samples,
+        "accel_xid_last_timestamp_seconds",
+        "xid",
+        window,
+        now,
+        ignore,
+        lambda _uuid, code: "critical" if code in critical else "",
+    )
+    return _codes_result(samples, recent, window, "xid", "XID codes", "xid_codes", notes=False)
+
+
+def _recent_codes(
+    samples: Samples,
+    family: str,
+    label: str,
+    window: float,
+    now: float,
+    ignore: frozenset[int],
+    severity: Callable[[str, int], str],
+) -> dict[str, list[tuple[int, str]]]:
+    """Codes last seen within ``window``: uuid -> [(code, why CRITICAL, "" for WARNING)]."""
+    recent: dict[str, list[tuple[int, str]]] = {}
+    for labels, stamp in samples.get(family):
+        code, uuid = labels.get(label, ""), labels.get("uuid", "")
         if not code.isdigit() or int(code) in ignore or now - stamp > window:
             continue
-        recent.setdefault(labels.get("uuid", ""), []).append(int(code))
-        statuses.append(Status.CRITICAL if int(code) in critical else Status.WARNING)
+        recent.setdefault(uuid, []).append((int(code), severity(uuid, int(code))))
+    return recent
+
+
+def _codes_result(
+    samples: Samples,
+    recent: dict[str, list[tuple[int, str]]],
+    window: float,
+    word: str,
+    noun: str,
+    perf: str,
+    notes: bool,
+) -> Result:
+    statuses = [Status.OK]
+    statuses += [
+        Status.CRITICAL if why else Status.WARNING for v in recent.values() for _, why in v
+    ]
     names = {d.uuid: d.label for d in devices(samples)}
     parts = [
-        f"{names.get(uuid, uuid)} xid {','.join(str(c) for c in sorted(codes))}"
+        f"{names.get(uuid, uuid)} {word} "
+        + ",".join(f"{c} ({why})" if why and notes else str(c) for c, why in sorted(codes))
         for uuid, codes in sorted(recent.items(), key=lambda kv: names.get(kv[0], kv[0]))
     ]
     count = sum(len(c) for c in recent.values())
     minutes = f"{window / 60:g}m" if window >= 60 else f"{window:g}s"
-    text = f"{count} XID codes seen in the last {minutes}"
+    text = f"{count} {noun} seen in the last {minutes}"
     if parts:
         text += ": " + "; ".join(parts)
-    return Result(worst(statuses), text, [Perf("xid_codes", count, minimum=0)])
+    return Result(worst(statuses), text, [Perf(perf, count, minimum=0)])
+
+
+def afid(
+    samples: Samples,
+    window: float,
+    now: float,
+    ignore: frozenset[int] = frozenset(),
+    critical: frozenset[int] = frozenset(),
+) -> Result:
+    """AMD AFIDs recorded within ``window`` seconds.
+
+    CRITICAL for an AFID recorded with fatal severity (or listed in ``critical``),
+    else WARNING. The last-seen time is per AFID, so an AFID ever recorded as
+    fatal counts as fatal when it is seen again.
+    """
+    fatal = {
+        (labels.get("uuid", ""), labels.get("afid", ""))
+        for labels, count in samples.get("accel_amd_afid_errors_total")
+        if labels.get("severity") == "fatal" and count > 0
+    }
+    recent = _recent_codes(
+        samples,
+        "accel_amd_afid_last_timestamp_seconds",
+        "afid",
+        window,
+        now,
+        ignore,
+        lambda uuid, code: (
+            "fatal" if (uuid, str(code)) in fatal else "critical" if code in critical else ""
+        ),
+    )
+    return _codes_result(samples, recent, window, "afid", "AFIDs", "afids", notes=True)
+
+
+# accel_device_health state -> the check status (predicted_failure: plan, not page).
+HEALTH_STATUS = {
+    "ok": Status.OK,
+    "predicted_failure": Status.WARNING,
+    "degraded": Status.WARNING,
+    "failed": Status.CRITICAL,
+}
+
+
+def health(samples: Samples, missing_ok: bool = False) -> Result:
+    """The daemon's verdict per device (docs/health.md), with the reasons of the others.
+
+    failed is CRITICAL; degraded and predicted_failure are WARNING.
+    """
+    states = {
+        labels.get("uuid", ""): labels.get("state", "")
+        for labels, value in samples.get("accel_device_health")
+        if value == 1
+    }
+    reasons: dict[str, list[str]] = {}
+    for labels, _ in samples.get("accel_device_health_reason_info"):
+        reasons.setdefault(labels.get("uuid", ""), []).append(labels.get("reason", ""))
+
+    def judge(dev: Device) -> Verdict | None:
+        state = states.get(dev.uuid)
+        if state is None:
+            return None
+        status = HEALTH_STATUS.get(state, Status.UNKNOWN)
+        note = ""
+        if status is not Status.OK:
+            why = ",".join(sorted(reasons.get(dev.uuid, []))) or "no reason given"
+            note = f"{dev.label} {state} ({why})"
+        perf = Perf(
+            f"{dev.label}_health",
+            list(HEALTH_STATUS).index(state) if state in HEALTH_STATUS else 3,
+            warn="0",
+            crit="2",
+            minimum=0,
+        )
+        return Verdict(status, [perf], note)
+
+    return _per_device(samples, judge, "health verdict", "all ok", missing_ok)

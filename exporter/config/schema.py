@@ -72,13 +72,27 @@ class WebConfig:
     listen_address: str = ":9842"
     tls: TLSConfig | None = None
     basic_auth: BasicAuthConfig | None = None
-    # Concurrent requests beyond this get 503 instead of queueing without bound.
+    # Requests being served at once (after their headers arrived); more get 503
+    # instead of queueing without bound. /healthz and /readyz have slots of their own.
     max_requests: int = 40
-    # A client that sends nothing for this long is disconnected.
+    # Open connections, idle or not; at the limit the oldest idle one is closed
+    # to make room for a new one.
+    max_connections: int = 256
+    # Keep-alive connections waiting for their next request; more close the oldest.
+    max_idle_connections: int = 64
+    # A keep-alive connection with no request for this long is closed.
+    idle_timeout: Duration = 30.0
+    # From a request's first byte (or the connection's start for a new one) to
+    # the end of its headers, TLS handshake included: a total, not per read.
+    header_timeout: Duration = 5.0
+    # A client that sends or accepts nothing for this long is disconnected.
     read_timeout: Duration = 10.0
+    # From complete headers to the last byte of the answer: a client that reads
+    # it slower (a byte now and then) is disconnected and frees its slot.
+    write_timeout: Duration = 30.0
 
     def check(self) -> list[tuple[str, str]]:
-        """The address must parse, the limits be positive."""
+        """The address must parse, the limits be positive and consistent."""
         from exporter.config.addresses import parse_listen_address
 
         out = []
@@ -88,8 +102,13 @@ class WebConfig:
             out.append(("listen_address", str(exc)))
         if self.max_requests < 1:
             out.append(("max_requests", "must be at least 1"))
-        if self.read_timeout <= 0:
-            out.append(("read_timeout", "must be positive"))
+        if self.max_connections <= self.max_requests:
+            out.append(("max_connections", f"must be more than max_requests ({self.max_requests})"))
+        if not 0 <= self.max_idle_connections <= self.max_connections:
+            out.append(("max_idle_connections", "must be between 0 and max_connections"))
+        for key in ("idle_timeout", "header_timeout", "read_timeout", "write_timeout"):
+            if getattr(self, key) <= 0:
+                out.append((key, "must be positive"))
         return out
 
 
@@ -215,6 +234,41 @@ class AmdSmiSourceConfig(DeviceSourceConfig):
     # Where to look for the amdgpu driver (module/amdgpu under sys_path, kfd under
     # dev_path) when amdsmi_init fails, to tell "no AMD driver here" from a fault.
     dev_path: str = "/dev"
+    # Where the CPER cursor and AFID counts are kept across daemon restarts (a small
+    # JSON file); empty: in memory only, so a restarted daemon reads each GPU's CPER
+    # ring again from its start and counts those records again.
+    state_dir: str = ""
+    # CPER records read per GPU and poll: a burst is drained over several polls.
+    cper_per_poll: int = 256
+
+    def check(self) -> list[tuple[str, str]]:
+        """The CPER read bound is positive."""
+        out = super().check()
+        if self.cper_per_poll < 1:
+            out.append(("cper_per_poll", "must be at least 1"))
+        return out
+
+
+# Where Debian and Ubuntu install the Level Zero loader (the path pyzes hard-codes).
+LEVELZERO_DEFAULT_LIBRARY = "/usr/lib/x86_64-linux-gnu/libze_loader.so.1"
+HLML_DEFAULT_LIBRARY = "/usr/lib/habanalabs/libhlml.so"
+
+
+@dataclass(frozen=True)
+class LevelZeroSourceConfig(DeviceSourceConfig):
+    """Intel GPUs through Level Zero Sysman (pyzes); ``library_path`` is the loader to use."""
+
+    # RHEL, SUSE and Fedora install it as /usr/lib64/libze_loader.so.1.
+    library_path: str = LEVELZERO_DEFAULT_LIBRARY
+
+
+@dataclass(frozen=True)
+class HlmlSourceConfig(DeviceSourceConfig):
+    """Intel Gaudi through libhlml (habana-pyhlml); ``library_path`` is the library to use."""
+
+    library_path: str = HLML_DEFAULT_LIBRARY
+    # Per-port NIC counters (the driver names them; dozens per port): read on slow polls.
+    nic_statistics: bool = True
 
 
 @dataclass(frozen=True)
@@ -378,6 +432,8 @@ class SourcesConfig:
     host: HostSourceConfig = field(default_factory=HostSourceConfig)
     nvml: DeviceSourceConfig = field(default_factory=DeviceSourceConfig)
     amdsmi: AmdSmiSourceConfig = field(default_factory=AmdSmiSourceConfig)
+    levelzero: LevelZeroSourceConfig = field(default_factory=LevelZeroSourceConfig)
+    hlml: HlmlSourceConfig = field(default_factory=HlmlSourceConfig)
     tpu: TpuSourceConfig = field(default_factory=TpuSourceConfig)
     neuron: NeuronSourceConfig = field(default_factory=NeuronSourceConfig)
     ccl_ras: CclRasSourceConfig = field(default_factory=CclRasSourceConfig)

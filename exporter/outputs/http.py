@@ -3,41 +3,68 @@
 It runs on its own threads, apart from the event loop that polls, so any
 number of slow or concurrent scrapes cannot delay a poll; and every handler
 only reads the store and in-memory state, so a poll cannot delay a scrape.
-Connections beyond ``max_requests`` get 503 at once instead of piling up
-threads; TLS handshakes happen on the connection's thread, not the acceptor's.
+
+A connection holds a request slot only while a request is served, after its
+headers arrived complete (and its credentials passed): connections that say
+nothing or trickle their headers are bounded by ``http_conns.Connections``
+in number and time, and never stand between a scrape and its slot. Requests
+beyond ``max_requests`` get 503 at once instead of piling up; /healthz and
+/readyz take slots of their own that /metrics traffic cannot exhaust. TLS
+handshakes happen on the connection's thread, under the header deadline.
 """
 
 from __future__ import annotations
 
 import contextlib
 import html
+import io
 import json
 import socket
 import ssl
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 from exporter import __version__, log
 from exporter.config.addresses import parse_listen_address
 from exporter.config.schema import WebConfig
-from exporter.outputs.auth import BasicAuth, tls_context
+from exporter.model import Reading
+from exporter.outputs.auth import BasicAuth, Verdict, tls_context
+from exporter.outputs.http_conns import (
+    AUTH_FAILURES,
+    REFUSED,
+    Conn,
+    Connections,
+    HttpCounters,
+)
 from exporter.outputs.prometheus import Exposition
 
 # Endpoints a kubelet probe must reach without credentials; they reveal nothing.
 UNAUTHENTICATED = frozenset({"/healthz", "/readyz"})
+# Slots reserved for those probes: cheap answers, so a few cover any kubelet.
+PROBE_SLOTS = 4
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+    b"Connection: close\r\nRetry-After: 1\r\n\r\n"
+)
 
 
 @dataclass
 class Endpoints:
-    """What the handlers read: the exposition and two state callbacks."""
+    """What the handlers read: the exposition, two state callbacks, and where counters go.
+
+    ``counters`` outlives a listener (a reload may replace it); ``publish`` puts
+    them into the store.
+    """
 
     exposition: Exposition
     ready: Callable[[], tuple[bool, list[str]]]
     status: Callable[[], dict[str, Any]]
+    counters: HttpCounters = field(default_factory=HttpCounters)
+    publish: Callable[[Sequence[Reading]], None] | None = None
 
 
 class ListenError(Exception):
@@ -56,46 +83,53 @@ class _Server(ThreadingHTTPServer):
     tls: ssl.SSLContext | None
     read_timeout: float
     slots: threading.BoundedSemaphore
+    probe_slots: threading.BoundedSemaphore
+    conns: Connections
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        # The semaphore is captured per connection: a reload may swap in a new one
-        # while this connection runs, and it must release the one it took.
-        slots = self.slots
-        if not slots.acquire(blocking=False):
+        conn = self.conns.admit(request)
+        if conn is None:
             with contextlib.suppress(OSError):
-                request.sendall(
-                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
-                    b"Connection: close\r\nRetry-After: 1\r\n\r\n"
-                )
+                request.sendall(_BUSY)
             self.shutdown_request(request)
             return
         try:
             thread = threading.Thread(
-                target=self._serve_connection, args=(request, client_address, slots), daemon=True
+                target=self._serve_connection, args=(conn, client_address), daemon=True
             )
             thread.start()
         except Exception:
-            slots.release()
+            self.conns.release(conn)
+            self.shutdown_request(request)
             raise
 
-    def _serve_connection(
-        self, request: Any, client_address: Any, slots: threading.BoundedSemaphore
-    ) -> None:
+    def _serve_connection(self, conn: Conn, client_address: Any) -> None:
+        request = conn.sock
         try:
+            # The first byte is awaited without a TLS layer, so a connection that
+            # never speaks is "waiting", not a handshake in progress; its deadline
+            # is the reaper's business, not a socket timeout's.
+            request.settimeout(None)
+            if not request.recv(1, socket.MSG_PEEK) or not self.conns.reading(conn):
+                return
             request.settimeout(self.read_timeout)
             tls = self.tls
             if tls is not None:
-                try:
-                    request = tls.wrap_socket(request, server_side=True)
-                except (ssl.SSLError, OSError) as exc:
-                    log.get(output="http").debug(
-                        "tls handshake failed", client=client_address[0], error=str(exc)
-                    )
-                    self.shutdown_request(request)
+                request = tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+                if not self.conns.replace_socket(conn, request):
                     return
-            self.process_request_thread(request, client_address)
+                request.do_handshake()
+            _Handler(request, client_address, self, conn)
+        except (ssl.SSLError, OSError) as exc:
+            if not self.conns.closed_early(conn):
+                log.get(output="http").debug(
+                    "connection ended", client=client_address[0], error=str(exc)
+                )
+        except Exception:
+            self.handle_error(request, client_address)
         finally:
-            slots.release()
+            self.conns.release(conn)
+            self.shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.get(output="http").debug("connection error", client=client_address[0])
@@ -106,8 +140,43 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = f"accel-exporter/{__version__}"
 
+    def __init__(self, request: Any, client_address: Any, server: _Server, conn: Conn) -> None:
+        self.conn = conn
+        super().__init__(request, client_address, server)
+
     def log_message(self, format: str, *args: Any) -> None:
         """Access logs are off: one line per scrape would drown everything else."""
+
+    def handle(self) -> None:
+        """Serve requests until the connection closes; between them it waits, holding nothing."""
+        conns = self.server.conns
+        self.handle_one_request()
+        while not self.close_connection:
+            if not conns.waiting(self.conn):
+                return
+            # Blocks until the next request's first byte, or until the reaper shuts
+            # the socket down: the idle timeout is its business, not a socket timeout.
+            self.connection.settimeout(None)
+            if not cast(io.BufferedReader, self.rfile).peek(1) or not conns.reading(self.conn):
+                return
+            self.connection.settimeout(self.server.read_timeout)
+            self.handle_one_request()
+
+    # Answers, error pages included, always carry a status line and headers:
+    # HTTP/0.9 (a request line without a version, a bare body back) is refused.
+    default_request_version = "HTTP/1.0"
+
+    def parse_request(self) -> bool:
+        """Parse the request line and headers; from here on the connection is serving."""
+        if not super().parse_request():
+            return False
+        if len(self.requestline.split()) != 3:
+            self.send_error(400, "Request line needs a method, a target and a version")
+            return False
+        if not self.server.conns.serving(self.conn):
+            self.close_connection = True
+            return False
+        return True
 
     def _send(
         self,
@@ -133,16 +202,12 @@ class _Handler(BaseHTTPRequestHandler):
         """Route a request; any exception becomes a 500 without killing the server."""
         url = urlsplit(self.path)
         try:
-            auth = self.server.auth
-            if url.path not in UNAUTHENTICATED and auth is not None:  # noqa: SIM102
-                if not auth.check(self.headers.get("Authorization")):
-                    self._send(
-                        401,
-                        b"Unauthorized\n",
-                        headers={"WWW-Authenticate": 'Basic realm="accel-exporter"'},
-                    )
-                    return
-            self._route(url.path, parse_qs(url.query))
+            if url.path in UNAUTHENTICATED:
+                self._with_slot(self.server.probe_slots, url.path, parse_qs(url.query))
+                return
+            if not self._authorized():
+                return
+            self._with_slot(self.server.slots, url.path, parse_qs(url.query))
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
             self.close_connection = True
         except Exception as exc:
@@ -151,6 +216,45 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(500, b"internal error\n")
             except OSError:
                 self.close_connection = True
+
+    def _authorized(self) -> bool:
+        """Check credentials before a slot is taken; answer 401 or 503 when they fail."""
+        auth = self.server.auth
+        if auth is None:
+            return True
+        verdict = auth.verify(self.headers.get("Authorization"))
+        if verdict is Verdict.OK:
+            return True
+        counters = self.server.endpoints.counters
+        if verdict is Verdict.BUSY:
+            counters.add(REFUSED, "auth")
+            self._busy()
+            return False
+        counters.add(AUTH_FAILURES, verdict.value)
+        self._send(
+            401, b"Unauthorized\n", headers={"WWW-Authenticate": 'Basic realm="accel-exporter"'}
+        )
+        return False
+
+    def _with_slot(
+        self, slots: threading.BoundedSemaphore, path: str, query: dict[str, list[str]]
+    ) -> None:
+        # The semaphore is the one captured here: a reload may swap in a new one
+        # meanwhile, and this request must release the one it took.
+        if not slots.acquire(blocking=False):
+            self.server.endpoints.counters.add(REFUSED, "requests")
+            self._busy()
+            return
+        try:
+            self._route(path, query)
+        finally:
+            slots.release()
+
+    def _busy(self) -> None:
+        self.close_connection = True
+        self._send(
+            503, b"Service Unavailable\n", headers={"Retry-After": "1", "Connection": "close"}
+        )
 
     def _not_allowed(self) -> None:
         self._send(405, b"Method Not Allowed\n", headers={"Allow": "GET, HEAD"})
@@ -220,7 +324,8 @@ def _bind(host: str, port: int) -> _Server:
     for family, addr in candidates:
         server_cls: type[_Server] = type("_BoundServer", (_Server,), {"address_family": family})
         try:
-            server = server_cls(addr, _Handler, bind_and_activate=False)
+            # The handler class goes unused: _serve_connection builds each handler itself.
+            server = server_cls(addr, BaseHTTPRequestHandler, bind_and_activate=False)
         except OSError as exc:
             last = exc
             continue
@@ -247,6 +352,7 @@ class HttpServer:
         tls = tls_context(config.tls) if config.tls is not None else None
         self._server = _bind(host, port)
         self._server.endpoints = endpoints
+        self._server.conns = Connections(config, endpoints.counters, endpoints.publish)
         self._apply(config, tls)
         self._thread: threading.Thread | None = None
 
@@ -255,6 +361,8 @@ class HttpServer:
         self._server.tls = tls
         self._server.read_timeout = config.read_timeout
         self._server.slots = threading.BoundedSemaphore(config.max_requests)
+        self._server.probe_slots = threading.BoundedSemaphore(PROBE_SLOTS)
+        self._server.conns.config = config
 
     def reconfigure(self, config: WebConfig) -> None:
         """Apply new credentials, certificates and limits on the same socket.
@@ -294,10 +402,17 @@ class HttpServer:
             daemon=True,
         )
         self._thread.start()
+        self._server.conns.start()
+
+    @property
+    def connections(self) -> Connections:
+        """The open connections and their limits."""
+        return self._server.conns
 
     def stop(self) -> None:
-        """Stop accepting, close the socket."""
+        """Stop accepting, close the socket and every open connection."""
         self._server.shutdown()
         self._server.server_close()
+        self._server.conns.stop()
         if self._thread is not None:
             self._thread.join(timeout=2.0)

@@ -221,7 +221,12 @@ class Exposition:
         """Body and headers for one scrape (content negotiation as prometheus_client does)."""
         negotiated = self._encoders.get(accept or "")
         if negotiated is None:
-            negotiated = choose_encoder(accept or "")
+            try:
+                negotiated = choose_encoder(accept or "")
+            except (TypeError, ValueError):
+                # prometheus_client compares a malformed OpenMetrics version (``version=x``)
+                # as text against numbers; such a scraper gets the text format.
+                negotiated = choose_encoder("")
             if len(self._encoders) < 64:  # Accept headers come from a handful of scrapers
                 self._encoders[accept or ""] = negotiated
         encoder, content_type = negotiated

@@ -51,6 +51,7 @@ class CclInspectorSource(Source):
             config.link_peak_bytes_per_second, config.max_comms, config.max_series
         )
         self._skipped = 0
+        self._restarts = {"truncated": 0, "replaced": 0}
         self._last = TailStats()
         self._log = log.get(source=name)
 
@@ -64,6 +65,8 @@ class CclInspectorSource(Source):
             raise SourceError(reason, f"{self.inspector.dir}: {exc}") from None
         self._aggregator.finish()
         self._skipped += stats.skipped_bytes
+        self._restarts["truncated"] += stats.truncations
+        self._restarts["replaced"] += stats.replaced
         if stats.truncations or stats.replaced:
             self._log.info(
                 "inspector files restarted",
@@ -74,6 +77,8 @@ class CclInspectorSource(Source):
         out = self._aggregator.readings()
         out.append(Reading("accel_ccl_inspector_files", (), float(stats.files)))
         out.append(Reading("accel_ccl_inspector_skipped_bytes_total", (), float(self._skipped)))
+        for reason, count in self._restarts.items():
+            out.append(Reading("accel_ccl_inspector_file_restarts_total", (reason,), float(count)))
         return out
 
     async def poll(self) -> Sequence[Reading]:

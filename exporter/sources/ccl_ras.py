@@ -40,6 +40,7 @@ from typing import Any
 
 from exporter import log
 from exporter.catalog.ccl import QUERY_BUCKETS
+from exporter.catalog.device import INFO_LABELS
 from exporter.ccl import ras_readings
 from exporter.ccl.hosts import local_addresses, normalize
 from exporter.ccl.ras_client import (
@@ -59,7 +60,7 @@ from exporter.ccl.ras_state import ProgressTracker, StateMachine, classify, elec
 from exporter.config.schema import CclRasSourceConfig
 from exporter.errors import SourceError
 from exporter.model import Reading
-from exporter.sources.base import BlockingCall, Source
+from exporter.sources.base import BlockingCall, Source, StoreReader
 from exporter.store import HistogramAccumulator
 
 # Scheduler deadline beyond the query deadline: parsing a large report takes time too.
@@ -130,6 +131,23 @@ class CclRasSource(Source):
         self._local_read = -LOCAL_REFRESH_SECONDS
         self._local_call = BlockingCall(f"{name}-addresses")
         self._rng = random.Random()
+        self._store: StoreReader | None = None
+
+    def attach(self, store: StoreReader) -> None:
+        """Keep the store: the device sources' inventory names the GPU of a local rank."""
+        self._store = store
+
+    def _device_uuids(self, library: str) -> dict[int, str]:
+        """Device index -> uuid of the vendor whose library the job uses (RCCL: AMD)."""
+        if self._store is None:
+            return {}
+        vendor = "amd" if library == "rccl" else "nvidia"
+        out: dict[int, str] = {}
+        for r in self._store.view().readings("accel_device_info"):
+            info = dict(zip(INFO_LABELS, r.labels, strict=False))
+            if info.get("vendor") == vendor and info.get("device", "").isdigit():
+                out[int(info["device"])] = info.get("uuid", "")
+        return out
 
     # -- timing -------------------------------------------------------------------------
 
@@ -409,6 +427,15 @@ class CclRasSource(Source):
                 )
         if self.ras.rank_series != "none":
             out.extend(ras_readings.rank_readings(label, report, self._keep_rank(entry)))
+            local = self._local
+            out.extend(
+                ras_readings.rank_device_readings(
+                    label,
+                    report,
+                    lambda ref: bool(ref.host) and normalize(ref.host) in local,
+                    self._device_uuids(report.library),
+                )
+            )
         return out
 
     def _address_counters(self, entry: _Address) -> list[Reading]:

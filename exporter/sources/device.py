@@ -23,12 +23,14 @@ Wire shapes (all JSON):
 
 inventory  ``{"vendor": str, "devices": [{"device": str, "uuid": str, "info": {label: str},
                                           "index": int (the library's; default: position)}]}``
-poll args  ``{"slow": bool, "processes": bool, "events": bool}``
+poll args  ``{"slow": bool, "processes": bool, "events": bool,
+              "ledger": {uuid: object} (only for a backend with a ledger store)}``
 poll fault ``inventory_changed`` (the devices differ from the inventory): the
            worker is restarted at once and asked again
 poll reply ``{"devices": [{"uuid": str, "up": bool, "reason": str}],
               "readings": {metric: [position, label, ..., number, ...]},
-              "slow_readings": {...} (only when slow was asked)}``
+              "slow_readings": {...} (only when slow was asked),
+              "ledger": {uuid: object} (optional: the advanced ledgers, kept by the daemon)}``
 
 Readings are grouped per family, and the identity labels are not repeated:
 each family's list holds its series one after another, each as the device's
@@ -47,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -58,8 +61,10 @@ from exporter.backends.wire import ROW_WIDTH
 from exporter.catalog.device import INFO_LABELS
 from exporter.config.schema import DeviceSourceConfig
 from exporter.errors import SourceError, SourcePending, SourceUnavailable, WorkerError
+from exporter.health import HealthJudge
 from exporter.model import Reading, readings_of
 from exporter.sources import pci
+from exporter.sources.cper_ledger import LedgerStore
 from exporter.sources.worker import WorkerSource
 from exporter.workers.runner import FAULT_BUDGET_SECONDS, DeviceFault, Fault, Probe
 
@@ -206,6 +211,8 @@ class DeviceSource(WorkerSource):
         backend_config: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
         vendor: str = "",
+        library_file: str | None = None,
+        ledger: LedgerStore | None = None,
     ) -> None:
         super().__init__(
             name,
@@ -217,13 +224,23 @@ class DeviceSource(WorkerSource):
         )
         self.device_config = config
         self._log = log.get(source=name)
+        # A library that can only be at one path (the binding loads it by absolute
+        # path): while that file is absent no worker is started, so a node without
+        # this vendor pays nothing for the source, not a process every re-probe.
+        self._library_file = library_file
+        self._started = False
         # The vendor label before the worker's inventory names it (the library may never load).
         self._default_vendor = vendor
+        # What the worker has consumed of each device's record stream (AMD CPER):
+        # passed in every poll, so a new worker never reads a record twice.
+        self.ledger = ledger
         self._vendor = ""
         self._devices: list[DeviceId] = []
         self._inventory_raw: dict[str, Any] | None = None
         self._slow: list[Reading] = []
         self._next_slow = 0.0
+        # The health verdict of each device, derived from every poll's readings.
+        self._health = HealthJudge()
         # Identity of every device any inventory named, by library index: an isolated
         # device keeps the name it had.
         self._known: dict[int, DeviceId] = {}
@@ -243,6 +260,24 @@ class DeviceSource(WorkerSource):
 
     def _call_budget(self) -> float:
         return call_budget(self.timeout)
+
+    def _missing_library(self) -> str:
+        """Why no worker can load the library here, or "" (also when it could be anywhere)."""
+        path = self._library_file
+        if path is None or os.path.exists(path):
+            return ""
+        return f"{path} does not exist (set sources.{self.name}.library_path if it is elsewhere)"
+
+    async def start(self) -> None:
+        """Start the worker, unless its library is certainly absent (then: at a later poll)."""
+        if not self._missing_library():
+            await super().start()
+            self._started = True
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Wait for the worker's first bootstrap, if one was started."""
+        if self._started:
+            await super().wait_ready(timeout)
 
     def status(self) -> dict[str, Any]:
         """Worker state plus the devices known; isolated devices by name."""
@@ -341,7 +376,7 @@ class DeviceSource(WorkerSource):
             out.append(Reading("accel_device_isolated_info", (*key, fault.reason, fault.call), 1.0))
             out.append(Reading("accel_device_isolated_since_timestamp_seconds", key, fault.since))
         out.extend(values)
-        return out
+        return self._health.judge(out)
 
     def _all_down(self, reason: str) -> list[Reading]:
         out = self._compose({(d.device, d.uuid): reason for d in self._devices}, ())
@@ -354,6 +389,16 @@ class DeviceSource(WorkerSource):
         """One poll plus the bus count; a worker whose devices changed is replaced, asked again."""
         extra = self._own_readings(await self._scan_pci())
         try:
+            if not self._started:
+                missing = self._missing_library()
+                if missing:
+                    # As when a worker finds no library: a failure on a node declared to
+                    # have these accelerators, else "no such hardware here".
+                    declared = self.device_config.expected_devices is not None
+                    kind = SourceError if declared else SourceUnavailable
+                    raise kind("library_not_found", missing, self._expected())
+                await super().start()
+                self._started = True
             return [*await self._poll_device(), *extra]
         except SourceError as exc:
             exc.readings = (*exc.readings, *extra)
@@ -386,16 +431,18 @@ class DeviceSource(WorkerSource):
             inventory = await self.runner.ready(timeout=max(0.0, deadline - time.monotonic()))
             self._adopt(inventory)
             slow = time.monotonic() >= self._next_slow
+            args: dict[str, Any] = {
+                "slow": slow,
+                "processes": self.device_config.processes,
+                "events": self.device_config.events,
+            }
+            if self.ledger is not None:
+                args["ledger"] = self.ledger.ledgers
             reply = await self.runner.call(
-                "poll",
-                {
-                    "slow": slow,
-                    "processes": self.device_config.processes,
-                    "events": self.device_config.events,
-                },
-                timeout=max(0.05, deadline - time.monotonic()),
+                "poll", args, timeout=max(0.05, deadline - time.monotonic())
             )
             states, values = self._check_reply(reply, slow)
+            await self._keep_ledger(reply)
         except ShapeError as exc:
             await self.runner.invalidate("protocol_error", str(exc))
             raise SourceError(
@@ -403,7 +450,7 @@ class DeviceSource(WorkerSource):
             ) from None
         except SourcePending as exc:
             # A new worker is starting: what the last poll said stays true until it answers.
-            raise SourcePending(exc.reason, exc.detail, self._last) from None
+            raise SourcePending(exc.reason, exc.detail, self._last or self._expected()) from None
         except SourceUnavailable as exc:
             if self.device_config.expected_devices is not None:
                 # The node is declared to have accelerators: a missing library or driver
@@ -458,6 +505,20 @@ class DeviceSource(WorkerSource):
         # Slow fields read before a device went down must not outlive it.
         values.extend(r for r in self._slow if not states.get((r.labels[0], r.labels[1])))
         return states, values
+
+    async def _keep_ledger(self, reply: Mapping[str, Any]) -> None:
+        """Adopt the worker's advanced ledgers, and persist them when they changed."""
+        answer = reply.get("ledger")
+        if self.ledger is None or answer is None:
+            return
+        if not isinstance(answer, dict):
+            raise ShapeError("poll reply ledger is not an object")
+        try:
+            changed = self.ledger.update(answer, {d.uuid for d in self._devices})
+        except ValueError as exc:
+            raise ShapeError(str(exc)) from None
+        if changed:
+            await asyncio.to_thread(self.ledger.save)
 
     # -- the bus -----------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from exporter.catalog import CATALOG, MetricSpec, with_rows
 from exporter.catalog.workload import pod_labels_row
 from exporter.config.schema import Config, SourceConfig
+from exporter.sources import cper_ledger
 from exporter.sources.base import Source
 from exporter.sources.ccl_inspector import CclInspectorSource
 from exporter.sources.ccl_ras import CclRasSource
@@ -47,8 +48,34 @@ def _amdsmi(config: Config) -> Source:
             "event_types": list(cfg.event_types),
             "sys_path": cfg.sys_path,
             "dev_path": cfg.dev_path,
+            "cper_per_poll": cfg.cper_per_poll,
         },
         vendor="amd",
+        ledger=cper_ledger.store_for(cfg.state_dir),
+    )
+
+
+def _levelzero(config: Config) -> Source:
+    cfg = config.sources.levelzero
+    return DeviceSource(
+        "levelzero",
+        cfg,
+        "exporter.backends.levelzero:LevelZeroBackend",
+        backend_config={"library_path": cfg.library_path},
+        vendor="intel",
+        library_file=cfg.library_path,
+    )
+
+
+def _hlml(config: Config) -> Source:
+    cfg = config.sources.hlml
+    return DeviceSource(
+        "hlml",
+        cfg,
+        "exporter.backends.hlml:HlmlBackend",
+        backend_config={"library_path": cfg.library_path, "nic_statistics": cfg.nic_statistics},
+        vendor="intel_gaudi",
+        library_file=cfg.library_path,
     )
 
 
@@ -88,6 +115,8 @@ FACTORIES: dict[str, Factory] = {
     "host": _host,
     "nvml": _nvml,
     "amdsmi": _amdsmi,
+    "levelzero": _levelzero,
+    "hlml": _hlml,
     "tpu": _tpu,
     "neuron": _neuron,
     "ccl_ras": _ccl_ras,

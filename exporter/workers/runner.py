@@ -320,7 +320,9 @@ class WorkerRunner:
             await proc.stdin.drain()
             first = await asyncio.wait_for(read_frame(proc.stdout), timeout=self.bootstrap_timeout)
         except asyncio.TimeoutError:
-            fault = await self._diagnose(proc, "hung")
+            # A start slow over many devices is not the last one's fault: blame a device
+            # only if it held the worker for a quarter of the deadline.
+            fault = await self._diagnose(proc, "hung", min_held=self.bootstrap_timeout / 4)
             if fault is not None:
                 await self._kill_isolating(fault, f"while the worker started ({fault.describe()})")
                 return False

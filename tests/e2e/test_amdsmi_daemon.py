@@ -187,3 +187,25 @@ def test_probe_with_a_library_older_than_the_package(tmp_path: Path) -> None:
     line = next(x for x in probe.stdout.splitlines() if x.startswith("amdsmi"))
     assert line.split()[1:3] == ["auto", "unavailable"]
     assert "amdsmi_get_gpu_activity" in line and "ROCm release" in line
+
+
+def test_health_verdict_from_what_amdsmi_gives(
+    daemon_factory: Any, amdsmi_env: dict[str, str], amdsmi_fake: FakeAmdSmi
+) -> None:
+    d = start(daemon_factory, amdsmi_env)
+    one, two = ident(amdsmi_fake, 1), ident(amdsmi_fake, 2)
+    d.wait_metric("accel_amd_xgmi_link_up", 1, link="0", **one)
+    d.wait_metric("accel_device_health", 1, state="ok", **one)
+    # An XGMI link that was up goes down: degraded.
+    amdsmi_fake.device(1).xgmi_link_status[0] = 0
+    d.wait_metric("accel_device_health_reason_info", 1, reason="link_down", **one)
+    assert value(d.metrics(), "accel_device_health", state="degraded", **one) == 1
+    # Uncorrectable ECC errors grow on another GPU: degraded too.
+    amdsmi_fake.device(2).ecc_total[1] += 3
+    d.wait_metric("accel_device_health_reason_info", 1, reason="ecc_uncorrected_growth", **two)
+    # A lost GPU: failed.
+    amdsmi_fake.device(2).lost_status = state.DRIVER_NOT_LOADED
+    d.wait_metric("accel_device_health", 1, state="failed", **two)
+    got = samples(d.metrics())
+    assert value(got, "accel_device_health_reason_info", reason="device_down", **two) == 1
+    assert value(got, "accel_device_health", state="ok", **ident(amdsmi_fake, 0)) == 1

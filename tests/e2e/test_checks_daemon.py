@@ -28,9 +28,9 @@ def check(capsys, d, *args: str) -> tuple[int, str]:
     return status, capsys.readouterr().out.strip()
 
 
-def test_checks_follow_the_gpus(daemon_factory, fake_nvml, capsys):
-    fake = fake_nvml(2)
-    d = daemon_factory(
+def nvml_daemon(daemon_factory, fake):
+    """A daemon reading the fake GPUs fast (slow fields too), other sources quiet."""
+    return daemon_factory(
         {
             "sources": {
                 **QUIET,
@@ -39,6 +39,11 @@ def test_checks_follow_the_gpus(daemon_factory, fake_nvml, capsys):
         },
         env=fake.env(),
     )
+
+
+def test_checks_follow_the_gpus(daemon_factory, fake_nvml, capsys):
+    fake = fake_nvml(2)
+    d = nvml_daemon(daemon_factory, fake)
     g0, g1 = fake.uuid(0), fake.uuid(1)
     d.wait_metric("accel_device_up", 1, device="1", uuid=g1, timeout=40)
     d.wait_metric("accel_remapped_rows_pending", 0, device="1", uuid=g1)
@@ -146,3 +151,21 @@ def test_local_mode_polls_the_library_itself(fake_nvml):
     env["LD_LIBRARY_PATH"] = ""
     none = run("gpu-count", "--expected", "3")
     assert none.returncode == 2 and "0 of 3" in none.stdout and "unavailable" in none.stdout
+
+
+def test_check_health_follows_the_recovery_action(daemon_factory, fake_nvml, capsys):
+    fake = fake_nvml(2)
+    d = nvml_daemon(daemon_factory, fake)
+    g1 = fake.uuid(1)
+    d.wait_metric("accel_device_health", 1, device="1", uuid=g1, state="ok", timeout=40)
+    status, out = check(capsys, d, "health")
+    assert status == 0 and out.startswith("HEALTH OK - 2 GPUs, all ok |"), out
+    fake.device(1).margin_temperature = 3  # 3 degrees before slowing down for heat
+    d.wait_metric("accel_device_health", 1, device="1", uuid=g1, state="degraded")
+    status, out = check(capsys, d, "health")
+    assert status == 1 and "gpu1 degraded (thermal_margin_low)" in out, out
+    fake.device(1).recovery_action = 2  # node reboot
+    d.wait_metric("accel_device_health", 1, device="1", uuid=g1, state="failed")
+    status, out = check(capsys, d, "health")
+    assert status == 2 and "gpu1 failed (recovery_action,thermal_margin_low)" in out, out
+    assert check(capsys, d, "health", "--exit-codes", "npd")[0] == 1

@@ -63,10 +63,23 @@ def isolated(d: Daemon, source: str, device: str) -> dict[str, Any]:
     return found[0]
 
 
-def stop_clean(d: Daemon) -> None:
+def stop_clean(d: Daemon, scrapes: Scrapes | None = None) -> None:
+    """SIGTERM: exit 0, no process left behind; no scrape was ever slow."""
+    if scrapes is not None:
+        assert scrapes.slowest < 1.0, f"a scrape took {scrapes.slowest:.2f}s"
     code, _ = d.stop()
     assert code == 0
     assert d.leftover_children() == set()
+
+
+def healthy_nvml(daemon_factory: Any, fake_nvml: Any) -> tuple[Any, Daemon, Scrapes, list[str]]:
+    """A 4-GPU node, every GPU up: the fake, the daemon, its timed scrapes, the uuids."""
+    fake = fake_nvml(4)
+    d = daemon_factory(nvml_config(**NVML), env=fake.env())
+    s = Scrapes(d)
+    u = [fake.uuid(i) for i in range(4)]
+    s.wait("accel_device_up", 1, device="3", uuid=u[3])
+    return fake, d, s, u
 
 
 # -- NVIDIA ------------------------------------------------------------------------
@@ -107,16 +120,11 @@ def test_every_call_on_one_gpu_hangs_from_the_start(daemon_factory: Any, fake_nv
     assert "unidentified-1" not in text  # rejoined under its own name: no duplicate series
     assert value(text, "accel_devices", vendor="nvidia") == 4
     assert d.status()["sources"]["nvml"]["isolated_devices"] == []
-    assert s.slowest < 1.0, f"a scrape took {s.slowest:.2f}s"
-    stop_clean(d)
+    stop_clean(d, s)
 
 
 def test_one_call_hangs_after_a_healthy_start(daemon_factory: Any, fake_nvml: Any) -> None:
-    fake = fake_nvml(4)
-    d = daemon_factory(nvml_config(**NVML), env=fake.env())
-    s = Scrapes(d)
-    u = [fake.uuid(i) for i in range(4)]
-    s.wait("accel_device_up", 1, device="3", uuid=u[3])
+    fake, d, s, u = healthy_nvml(daemon_factory, fake_nvml)
     restarts_before = d.status()["sources"]["nvml"]["worker_restarts"]
     rule = fake.add_rule("nvmlDeviceGetPowerUsage", device=1, hang=True)
     s.wait("accel_device_up", 0, device="1", uuid=u[1])
@@ -160,17 +168,13 @@ def test_one_call_hangs_after_a_healthy_start(daemon_factory: Any, fake_nvml: An
     s.wait("accel_device_up", 1, **sick)
     assert value(s.get(), "accel_device_isolated_info", reason="hung",
                  call="nvmlDeviceGetPowerUsage", **sick) is None  # fmt: skip
-    assert s.slowest < 1.0, f"a scrape took {s.slowest:.2f}s"
-    stop_clean(d)
+    stop_clean(d, s)
 
 
 def test_worker_sigkilled_mid_poll(daemon_factory: Any, fake_nvml: Any) -> None:
     """An outside SIGKILL is nobody's device fault: every device back after one restart."""
-    fake = fake_nvml(4)
-    d = daemon_factory(nvml_config(**NVML), env=fake.env())
-    s = Scrapes(d)
-    u = {str(i): fake.uuid(i) for i in range(4)}
-    s.wait("accel_device_up", 1, device="3", uuid=u["3"])
+    fake, d, s, uuids = healthy_nvml(daemon_factory, fake_nvml)
+    u = {str(i): uuid for i, uuid in enumerate(uuids)}
     rule = fake.add_rule("nvmlDeviceGetPowerUsage", device=2, hang=True)
     d.wait_for(lambda: fake.hangs_entered >= 1, 20, what="a poll inside the hung call")
     (worker,) = d.workers()
@@ -240,11 +244,7 @@ def freezer() -> Iterator[Path]:
 def test_worker_stuck_in_the_driver_never_blocks_the_others(
     daemon_factory: Any, fake_nvml: Any, freezer: Path
 ) -> None:
-    fake = fake_nvml(4)
-    d = daemon_factory(nvml_config(**NVML), env=fake.env())
-    s = Scrapes(d)
-    u = [fake.uuid(i) for i in range(4)]
-    s.wait("accel_device_up", 1, device="3", uuid=u[3])
+    fake, d, s, u = healthy_nvml(daemon_factory, fake_nvml)
     rule = fake.add_rule("nvmlDeviceGetPowerUsage", device=1, hang=True)
     d.wait_for(lambda: fake.hangs_entered >= 1, 20, what="a poll inside the hung call")
     (stuck,) = d.workers()
@@ -265,8 +265,7 @@ def test_worker_stuck_in_the_driver_never_blocks_the_others(
     s.wait("accel_exporter_worker_stuck_processes", 0, source="nvml")
     fake.release(rule)
     s.wait("accel_device_up", 1, timeout=60, **sick)
-    assert s.slowest < 1.0, f"a scrape took {s.slowest:.2f}s"
-    stop_clean(d)
+    stop_clean(d, s)
 
 
 # -- AMD -----------------------------------------------------------------------------
@@ -305,8 +304,7 @@ def test_amd_every_call_on_one_gpu_hangs_from_the_start(
     amdsmi_fake.release_hangs()
     s.wait("accel_device_up", 1, timeout=60, **ident(amdsmi_fake, 2))
     assert "unidentified-2" not in s.get()
-    assert s.slowest < 1.0, f"a scrape took {s.slowest:.2f}s"
-    stop_clean(d)
+    stop_clean(d, s)
 
 
 def test_amd_one_call_hangs_after_a_healthy_start(
@@ -333,18 +331,13 @@ def test_amd_one_call_hangs_after_a_healthy_start(
     amdsmi_fake.clear_rule(slot)
     amdsmi_fake.release_hangs()
     s.wait("accel_device_up", 1, timeout=60, **sick)
-    assert s.slowest < 1.0, f"a scrape took {s.slowest:.2f}s"
-    stop_clean(d)
+    stop_clean(d, s)
 
 
 def test_a_call_that_crashes_the_library_costs_its_gpu_only(
     daemon_factory: Any, fake_nvml: Any
 ) -> None:
-    fake = fake_nvml(4)
-    d = daemon_factory(nvml_config(**NVML), env=fake.env())
-    s = Scrapes(d)
-    u = [fake.uuid(i) for i in range(4)]
-    s.wait("accel_device_up", 1, device="3", uuid=u[3])
+    fake, d, s, u = healthy_nvml(daemon_factory, fake_nvml)
     rule = fake.add_rule("nvmlDeviceGetPowerUsage", device=2, error=CRASH)
     sick = {"device": "2", "uuid": u[2]}
     s.wait("accel_device_up", 0, **sick)

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 import urllib.request
 
 import pytest
-
-from tests.helpers.daemon import value
 
 
 def test_endpoints(daemon_factory):
@@ -62,28 +59,3 @@ def test_many_concurrent_scrapes_do_not_delay_polling(daemon_factory):
     assert len(served) > 32
     # The schedule asks for one poll per 200 ms; under 32 scrapers at least half happen.
     assert polls >= 0.5 * elapsed / 0.2, (polls, elapsed)
-
-
-def test_connections_beyond_the_limit_get_503(daemon_factory):
-    d = daemon_factory({"web": {"max_requests": 1, "read_timeout": "30s"}})
-    host, port = d.address
-    hog = socket.create_connection((host, port), timeout=10)
-    try:
-        hog.sendall(b"GET /metrics HTTP/1.1\r\n")  # an unfinished request holds the slot
-        # Until the server has accepted the hog, a probe may still get the free slot.
-        d.wait_for(lambda: d.get("/healthz").status == 503, what="503 while the slot is held")
-    finally:
-        hog.close()
-    d.wait_for(lambda: d.get("/healthz").status == 200, what="slot released")
-
-    # The server frees a slot only after it has closed the connection, which a client
-    # that has read the whole reply may beat: the next request can still get 503 for an
-    # instant. Each request therefore waits for its own free slot.
-    def served(path: str):
-        resp = d.get(path)
-        return resp if resp.status == 200 else None
-
-    text = d.wait_for(lambda: served("/metrics"), what="/metrics served").text
-    version = d.wait_for(lambda: served("/status"), what="/status served").json()["version"]
-    python = ".".join(map(str, __import__("sys").version_info[:3]))
-    assert value(text, "accel_exporter_build_info", version=version, python=python) == 1

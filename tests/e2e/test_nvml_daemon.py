@@ -13,7 +13,10 @@ from tests.helpers.promtool import check_metrics
 
 # The other sources that start on their own (enabled: auto), off so that only the
 # nvml worker and its series are present.
-OTHERS_OFF = {name: {"enabled": False} for name in ("host", "amdsmi", "ccl_ras", "ccl_inspector")}
+OTHERS_OFF = {
+    name: {"enabled": False}
+    for name in ("host", "amdsmi", "levelzero", "hlml", "tpu", "neuron", "ccl_ras", "ccl_inspector")
+}
 
 OTHERS_OFF_FLAGS = [
     arg for name in OTHERS_OFF for arg in (f"--sources.{name.replace('_', '-')}.enabled", "false")
@@ -74,7 +77,10 @@ def test_exact_values_on_metrics_and_promtool(daemon_factory, fake_nvml):
             ("accel_exporter", "accel_device_info", "accel_mig_", "accel_ccl_")
         ):
             keys = {k for k, _ in labels}
-            assert len(keys - {"device", "uuid"}) <= (2 if "ecc_errors" in name else 1), name
+            # Error counters split by two bounded dimensions (ECC type and counter, NVLink
+            # link and error type), as the issues that added them ask.
+            two = name in ("accel_ecc_errors_total", "accel_nvlink_errors_total")
+            assert len(keys - {"device", "uuid"}) <= (2 if two else 1), name
     check_metrics(text)
     # ECC growth shows at the next slow poll.
     dev.ecc[1][0] += 2

@@ -86,9 +86,14 @@ def pushed_later(receiver: HttpReceiver | GrpcReceiver, since: float, nth: int =
 
 
 def settled(d: Daemon) -> str:
-    """/metrics once both sources polled (they will not poll again during the test)."""
+    """/metrics once every source polled (they will not poll again during the test).
+
+    The device sources too: on this machine they end unavailable, and they must
+    have said so before the comparison, or the push would show more than the text.
+    """
     d.wait_metric("accel_exporter_source_up", 1, source="host")
     d.wait_metric("accel_exporter_source_up", 1, source="fixed")
+    d.wait_for(lambda: d.get("/readyz").status == 200, what="every source's first poll")
     return d.metrics()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import http.client
+import socket
 import ssl
 import urllib.error
 import urllib.request
@@ -9,7 +11,7 @@ import urllib.request
 import bcrypt
 import pytest
 
-from tests.helpers.daemon import Daemon
+from tests.helpers.daemon import Daemon, value
 from tests.helpers.pki import make_pki
 
 
@@ -89,3 +91,35 @@ def test_invalid_certificate_exits_2(daemon_factory, tmp_path):
     with pytest.raises(RuntimeError, match="exited with 2"):
         d.start()
     assert any("web.tls: cannot load certificate or key" in line for line in d.lines)
+
+
+def test_tls_keep_alive_and_a_stalled_handshake(daemon_factory, pki):
+    d = daemon_factory(
+        {
+            "web": {
+                "tls": {"cert_file": str(pki / "server.pem"), "key_file": str(pki / "server.key")},
+                "header_timeout": "1s",
+            }
+        },
+        scheme="https",
+    )
+    host, port = d.address
+    ctx = client_context(pki, with_cert=False)
+    # A handshake begun and never finished holds nothing and is closed at the header deadline.
+    with socket.create_connection((host, port), timeout=20) as stalled:
+        stalled.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # half a ClientHello
+        # Several requests on one kept-alive TLS connection meanwhile.
+        conn = http.client.HTTPSConnection(host, port, context=ctx, timeout=10)
+        try:
+            for path in ("/healthz", "/metrics", "/readyz"):
+                conn.request("GET", path)
+                resp = conn.getresponse()
+                resp.read()
+                assert resp.status in (200, 503) and not resp.will_close, (path, resp.status)
+        finally:
+            conn.close()
+        assert stalled.recv(100) == b""
+    d.wait_for(
+        lambda: value(d.metrics(context=ctx), "accel_exporter_http_header_timeouts_total") == 1,
+        what="the stalled handshake counted",
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,19 +25,8 @@ Make = Callable[..., AmdSmiBackend]
 
 
 @pytest.fixture
-def make(amdsmi_inprocess: FakeAmdSmi) -> Iterator[Make]:
-    made: list[AmdSmiBackend] = []
-
-    def build(**config: Any) -> AmdSmiBackend:
-        backend = AmdSmiBackend({"events": False, **config})
-        made.append(backend)
-        return backend
-
-    yield build
-    amdsmi_inprocess.clear_rules()
-    amdsmi_inprocess.release_hangs()
-    for backend in made:
-        backend.close()
+def make(amdsmi_backends: Make) -> Make:
+    return amdsmi_backends
 
 
 def poll(backend: AmdSmiBackend, **args: Any) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import tracemalloc
 from pathlib import Path
 
@@ -95,6 +96,50 @@ def test_truncation_rotation_removal_and_new_files(tmp_path):
     values = poll(source)
     assert values[("accel_ccl_inspector_files", ())] == 1
     assert source.status()["files"] == ["node-a-pid1001.log"]
+
+
+def test_copytruncate_and_refill_between_two_polls_loses_no_record(tmp_path):
+    path = tmp_path / "node-a-pid1000.log"
+    path.write_bytes(lines(0, 1, 5))
+    source = make(tmp_path)
+    assert used(poll(source)) == 5
+    # logrotate's copytruncate: the same inode emptied in place, then the writer
+    # goes on and writes more than was there before, all before the next poll.
+    inode = path.stat().st_ino
+    with path.open("r+b") as fh:
+        fh.truncate(0)
+    with path.open("ab") as fh:
+        fh.write(lines(0, 6, 15))
+    assert path.stat().st_ino == inode and path.stat().st_size > len(lines(0, 1, 5))
+    values = poll(source)
+    # All 15 new records, none skipped for lying below the old offset.
+    assert used(values) == 20
+    restarts = "accel_ccl_inspector_file_restarts_total"
+    assert values[(restarts, ("truncated",))] == 1 and values[(restarts, ("replaced",))] == 0
+    # Growth after that is read from where the refill ended, not counted again.
+    with path.open("ab") as fh:
+        fh.write(lines(0, 21, 2))
+    values = poll(source)
+    assert used(values) == 22 and values[(restarts, ("truncated",))] == 1
+
+
+def test_a_refill_to_the_same_size_is_read_again(tmp_path):
+    path = tmp_path / "node-a-pid1000.log"
+    first = lines(0, 1, 12)
+    path.write_bytes(first)
+    source = make(tmp_path)
+    assert used(poll(source)) == 12
+    # Rewritten in place, past the fingerprint's 4 KiB, to exactly the same length:
+    # neither the size nor the inode tells, the modification time does.
+    again = lines(0, 7, 1) + lines(0, 2, 11)
+    assert len(again) == len(first) > 4096
+    with path.open("r+b") as fh:
+        fh.write(again)
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # a coarse clock still moves
+    values = poll(source)
+    assert used(values) == 24
+    assert values[("accel_ccl_inspector_file_restarts_total", ("truncated",))] == 1
 
 
 def test_hostnames_filter_and_foreign_files(tmp_path):

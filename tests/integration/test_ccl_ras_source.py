@@ -569,3 +569,83 @@ def test_reading_this_nodes_addresses_never_blocks_the_event_loop(tmp_path):
     values, address = run(go())
     assert seen["ticks_while_blocked"] >= 5
     assert state_of(values, address) == "healthy"
+
+
+# -- rank to GPU ---------------------------------------------------------------------------
+
+
+class FixedStore:
+    """The device sources' data as the RAS source reads it from the store."""
+
+    def __init__(self, readings):
+        from exporter.store import View
+
+        self._view = View(("fixed",), readings)
+
+    def view(self):
+        return self._view
+
+
+def device_info(vendor, device, uuid):
+    from exporter.catalog.device import INFO_LABELS
+    from exporter.model import Reading
+
+    labels = {"vendor": vendor, "device": device, "uuid": uuid}
+    return Reading("accel_device_info", tuple(labels.get(k, "") for k in INFO_LABELS), 1.0)
+
+
+def test_local_ranks_join_their_gpu_by_nvml_index_and_uuid():
+    job = make_job(2, 4)
+    for comm in job.comms:
+        for rank in comm.ranks:
+            rank.nvml_dev = 3 - rank.cuda_dev  # CUDA_VISIBLE_DEVICES reordered them
+    job.set_fate("10.0.0.1", 10002, "missing")  # a stalled rank still names its GPU
+    store = FixedStore(
+        [device_info("nvidia", str(i), f"GPU-{i}") for i in range(4)]
+        + [device_info("amd", "0", "amd-0")]
+    )
+
+    async def body(source, server):
+        source.attach(store)
+        values, _ = await poll(source)
+        return values, server.address
+
+    values, _ = run(with_server(FakeRasServer("2.29", job), body))
+    joined = {
+        labels[2:]: v for (m, labels), v in values.items() if m == "accel_ccl_rank_device_info"
+    }
+    # Ranks 0..3 run on this node (10.0.0.1); rank r uses CUDA device r, NVML index 3 - r.
+    assert joined == {(str(r), str(3 - r), f"GPU-{3 - r}", str(10000 + r)): 1.0 for r in range(4)}
+    comm = {labels[1] for (m, labels) in values if m == "accel_ccl_rank_device_info"}
+    assert comm == {"3b2fe521bf43bc04"}
+
+
+def test_rank_gpu_without_a_device_source_has_an_empty_uuid():
+    async def body(source, server):
+        values, _ = await poll(source)
+        return values
+
+    values = run(with_server(FakeRasServer("2.29", make_job(1, 2)), body))
+    joined = sorted(labels[2:] for (m, labels) in values if m == "accel_ccl_rank_device_info")
+    assert joined == [("0", "0", "", "10000"), ("1", "1", "", "10001")]
+
+
+def test_ranks_neither_reported_nor_listed_count_as_missing():
+    # As RCCL 2.28.9 reported it: size 8, 7 ranks, missing_ranks_count 1, no entry.
+    import json
+
+    document = json.loads(json_report(make_job(1, 8)))
+    comm = document["communicators"][0]
+    comm["ranks"] = comm["ranks"][:7]
+    comm["ranks_count"] = 7
+    comm["missing_ranks_count"] = 1
+    text = json.dumps(document, indent=2)
+
+    async def body(source, server):
+        values, _ = await poll(source)
+        return values, server.address
+
+    values, a = run(with_server(FakeRasServer("2.29", make_job(1, 8), json_text=text), body))
+    assert values[("accel_ccl_comm_ranks", (a, "3b2fe521bf43bc04"))] == 8
+    assert values[("accel_ccl_comm_missing_ranks", (a, "3b2fe521bf43bc04"))] == 1
+    assert state_of(values, a) != "healthy"

@@ -59,7 +59,7 @@ async def wait_ready(runner: WorkerRunner, timeout: float = 15.0) -> dict:
     while True:
         try:
             return await runner.ready(timeout=0.5)
-        except (WorkerError, SourcePending):
+        except (WorkerError, SourcePending):  # a start slower than 0.5 s on a loaded machine
             if loop.time() > end:
                 raise
             await asyncio.sleep(0.1)

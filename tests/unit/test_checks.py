@@ -72,6 +72,17 @@ def xid_line(dev, uuid, code, age):
     )
 
 
+def afid_line(dev, uuid, code, age, severity="non_fatal_corrected", count=1):
+    stamp = time.time() - age
+    return (
+        f'accel_amd_afid_errors_total{{device="{dev}",uuid="{uuid}",afid="{code}",severity="{severity}"}} {count}\n'
+        f'accel_amd_afid_last_timestamp_seconds{{device="{dev}",uuid="{uuid}",afid="{code}"}} {stamp}\n'
+    )
+
+
+AMD_TWO = info("0", U0, "amd") + info("1", U1, "amd")
+
+
 def ccl(state, dead=0, missing=0, address="localhost:28028"):
     out = ""
     for s in ("no_job", "unreachable", "error", "healthy", "degraded", "stalled"):
@@ -89,11 +100,47 @@ def source(name, ok=True, reason=""):
     return out
 
 
+def health(dev, uuid, state, *reasons):
+    out = "".join(
+        f'accel_device_health{{device="{dev}",uuid="{uuid}",state="{s}"}} {int(s == state)}\n'
+        for s in ("ok", "degraded", "failed", "predicted_failure")
+    )
+    for reason in reasons:
+        out += (
+            f'accel_device_health_reason_info{{device="{dev}",uuid="{uuid}",reason="{reason}"}} 1\n'
+        )
+    return out
+
+
 BUILD = 'accel_exporter_build_info{version="0.1.0",python="3.11"} 1\n'
 LINE = re.compile(r"^[A-Z-]+ (OK|WARNING|CRITICAL|UNKNOWN) - [^|\n]+( \| \S+(?: \S+)*)?$")
 
 CASES = [
     # (name, args, body, expected status, fragment of the text)
+    ("health", [], TWO + health("0", U0, "ok") + health("1", U1, "ok"), 0, "2 GPUs, all ok"),
+    (
+        "health",
+        [],
+        TWO + health("0", U0, "ok") + health("1", U1, "failed", "recovery_action", "device_down"),
+        2,
+        "gpu1 failed (device_down,recovery_action)",
+    ),
+    (
+        "health",
+        [],
+        TWO + health("0", U0, "degraded", "link_down") + health("1", U1, "ok"),
+        1,
+        "gpu0 degraded (link_down)",
+    ),
+    (
+        "health",
+        [],
+        TWO + health("0", U0, "predicted_failure", "retired_pages_near_limit"),
+        1,
+        "gpu0 predicted_failure",
+    ),
+    ("health", [], TWO, 3, "no health verdict reported"),
+    ("health", ["--missing-ok"], TWO, 0, "no health verdict reported"),
     (
         "gpu-count",
         ["--expected", "2"],
@@ -197,6 +244,19 @@ CASES = [
         "gpu1 xid 79",
     ),
     ("xid", ["--window", "1h"], None, 3, "cannot read"),
+    ("afid", [], AMD_TWO, 0, "0 AFIDs seen in the last 60m"),
+    ("afid", [], AMD_TWO + afid_line("0", U0, 30, 7200, "fatal"), 0, "0 AFIDs seen"),
+    ("afid", [], AMD_TWO + afid_line("1", U1, 12, 60), 1, "gpu1 afid 12"),
+    (
+        "afid",
+        ["--window", "10m"],
+        AMD_TWO + afid_line("0", U0, 30, 30, "fatal") + afid_line("1", U1, 12, 30),
+        2,
+        "gpu0 afid 30 (fatal); gpu1 afid 12",
+    ),
+    ("afid", ["--critical-afids", "12"], AMD_TWO + afid_line("1", U1, 12, 60), 2, "12 (critical)"),
+    ("afid", ["--ignore-afids", "12"], AMD_TWO + afid_line("1", U1, 12, 60), 0, "0 AFIDs"),
+    ("afid", [], None, 3, "cannot read"),
     ("ccl-job", [], ccl("healthy"), 0, "localhost:28028 healthy"),
     ("ccl-job", [], ccl("degraded"), 1, "degraded"),
     ("ccl-job", [], ccl("stalled"), 2, "stalled"),
@@ -271,6 +331,17 @@ def test_basic_auth_file(server, capsys, tmp_path):
     creds.write_text("no colon here\n")
     assert main(["check", "exporter", "--url", server.url, "--basic-auth-file", str(creds)]) == 2
     assert "user:password" in capsys.readouterr().out
+
+
+def test_health_npd_exit_codes(server, capsys):
+    args = ["check", "health", "--url", server.url, "--exit-codes", "npd"]
+    server.body = TWO + health("0", U0, "failed", "recovery_action") + health("1", U1, "ok")
+    assert main(args) == 1
+    server.body = TWO + health("0", U0, "ok") + health("1", U1, "ok")
+    assert main(args) == 0
+    server.body = TWO
+    assert main(args) == 2
+    assert "| gpu0_health=0;0;2;0 gpu1_health=0;0;2;0" in capsys.readouterr().out
 
 
 def test_npd_exit_codes(server, capsys):
@@ -388,6 +459,7 @@ def test_an_internal_error_is_unknown(server, capsys, monkeypatch):
         ["check", "temperature", "--warn", "x", "--crit", "9"],
         ["check", "xid", "--window", "5"],
         ["check", "xid", "--critical-xids", "a,b"],
+        ["check", "afid", "--ignore-afids", "x"],
         ["check", "no-such-check"],
     ],
 )
@@ -408,3 +480,21 @@ def test_render_rules():
     assert exit_code(Status.CRITICAL, "nagios") == 2
     assert exit_code(Status.WARNING, "npd") == 1
     assert exit_code(Status.UNKNOWN, "npd") == 2
+
+
+@pytest.mark.parametrize(
+    ("body", "nagios", "npd"),
+    [
+        (AMD_TWO, 0, 0),
+        (AMD_TWO + afid_line("1", U1, 12, 60), 1, 1),
+        (AMD_TWO + afid_line("0", U0, 30, 60, "fatal"), 2, 1),
+        (None, 3, 2),
+    ],
+)
+def test_afid_exit_codes_nagios_and_npd(server, capsys, body, nagios, npd):
+    url = server.url if body is not None else "http://127.0.0.1:1"
+    server.body = body or ""
+    for convention, code in (("nagios", nagios), ("npd", npd)):
+        args = ["check", "afid", "--url", url, "--timeout", "5", "--exit-codes", convention]
+        assert main(args) == code
+        assert capsys.readouterr().out.startswith("AFID ")

@@ -192,3 +192,21 @@ def test_otlp_variables_come_from_the_env_given_only(tmp_path, monkeypatch):
     assert any(
         "outputs.otlp" in p and "OTEL_EXPORTER_OTLP_PROTOCOL" in p for p in info.value.problems
     )
+
+
+def test_web_connection_limits_name_the_key(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "web:\n  max_requests: 50\n  max_connections: 50\n  max_idle_connections: 51\n"
+        "  idle_timeout: 0s\n  header_timeout: 0s\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(str(cfg), env={})
+    text = "\n".join(info.value.problems)
+    assert "web.max_connections: must be more than max_requests (50)" in text
+    assert "web.max_idle_connections: must be between 0 and max_connections" in text
+    assert "web.idle_timeout: must be positive" in text
+    assert "web.header_timeout: must be positive" in text
+    web = load_config(None, env={}).web
+    assert (web.max_connections, web.max_idle_connections) == (256, 64)
+    assert (web.idle_timeout, web.header_timeout) == (30.0, 5.0)

@@ -26,6 +26,9 @@ PYNVML_STRUCTS = {
     "nvmlGpmMetric_t": pynvml.c_nvmlGpmMetric_t,
     "nvmlGpmMetricsGet_t": pynvml.c_nvmlGpmMetricsGet_t,
     "nvmlGpmSupport_t": pynvml.c_nvmlGpmSupport_t,
+    "nvmlGpuFabricInfo_v3_t": pynvml.c_nvmlGpuFabricInfo_v3_t,
+    "nvmlMarginTemperature_v1_t": pynvml.c_nvmlMarginTemperature_v1_t,
+    "nvmlEccSramErrorStatus_v1_t": pynvml.c_nvmlEccSramErrorStatus_v1_t,
 }
 
 

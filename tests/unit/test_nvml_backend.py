@@ -185,6 +185,7 @@ def test_non_finite_double_field_value_is_omitted_and_the_reply_still_encodes(fa
 @pytest.mark.parametrize("slow", [True, False])
 def test_gpu_lost_half_way_through_a_poll_has_none_of_its_rows(fake, backend, code, slow):
     b = started(backend)
+    poll(b, slow=slow)  # GPM figures need a previous sample
     full = values(poll(b, slow=slow))
     ident0 = ("0", fake.uuid(0))
     assert len([k for k in full if k[1][:2] == ident0]) > 40
@@ -552,6 +553,7 @@ def test_mig_memory_is_per_gpu_instance_not_per_compute_instance(fake, backend):
 @pytest.mark.parametrize("failing", ["nvmlGpmMetricsGet", "nvmlGpmMigSampleGet"])
 def test_gpm_samples_are_freed_when_the_gpu_is_lost_mid_read(fake, backend, failing):
     fake.set_mig(1, [MigInstance(1, 0, memory_total=20 << 30, memory_used=1 << 30)])
+    fake.device(0).gpm_supported = 0  # only the MIG instance's samples are counted here
     before = fake.state.gpm_samples_live
     b = started(backend)
     poll(b)
@@ -637,3 +639,251 @@ def test_unknown_operation_is_an_error(fake, backend):
     b = started(backend)
     with pytest.raises(BackendError):
         b.handle("reset", {})
+
+
+# -- GPM on whole GPUs -----------------------------------------------------------
+
+# metric id -> (family, label) of every GPM figure the backend exports.
+GPM_FAMILIES = {
+    1: ("accel_graphics_engine_active_ratio", ()),
+    2: ("accel_sm_active_ratio", ()),
+    3: ("accel_sm_occupancy_ratio", ()),
+    4: ("accel_pipe_active_ratio", ("integer",)),
+    5: ("accel_pipe_active_ratio", ("tensor",)),
+    6: ("accel_pipe_active_ratio", ("tensor_dfma",)),
+    7: ("accel_pipe_active_ratio", ("tensor_hmma",)),
+    8: ("accel_pipe_active_ratio", ("tensor_dmma",)),
+    9: ("accel_pipe_active_ratio", ("tensor_imma",)),
+    10: ("accel_dram_active_ratio", ()),
+    11: ("accel_pipe_active_ratio", ("fp64",)),
+    12: ("accel_pipe_active_ratio", ("fp32",)),
+    13: ("accel_pipe_active_ratio", ("fp16",)),
+    20: ("accel_pcie_tx_average_bytes_per_second", ()),
+    21: ("accel_pcie_rx_average_bytes_per_second", ()),
+    **{30 + k: ("accel_engine_utilization_ratio", (f"nvdec{k}",)) for k in range(8)},
+    **{40 + k: ("accel_engine_utilization_ratio", (f"nvjpg{k}",)) for k in range(8)},
+    50: ("accel_engine_utilization_ratio", ("ofa0",)),
+    51: ("accel_engine_utilization_ratio", ("ofa1",)),
+    60: ("accel_nvlink_rx_average_bytes_per_second", ()),
+    61: ("accel_nvlink_tx_average_bytes_per_second", ()),
+    **{166 + k: ("accel_engine_utilization_ratio", (f"nvenc{k}",)) for k in range(4)},
+}
+GPM_NAMES = {family for family, _ in GPM_FAMILIES.values()}
+
+
+def gpm_series(v: dict[tuple[str, tuple[str, ...]], float], index: int) -> dict[Any, float]:
+    return {
+        (k[0], k[1][2:]): x for k, x in v.items() if k[0] in GPM_NAMES and k[1][0] == str(index)
+    }
+
+
+def test_gpm_figures_of_whole_gpus_from_consecutive_samples(fake, backend):
+    for i in range(2):
+        fake.set_gpm(i, {m: 10.0 * i + m % 90 + 0.25 for m in GPM_FAMILIES})
+    b = started(backend)
+    first = values(poll(b))
+    assert not gpm_series(first, 0)  # one sample: nothing to average yet
+    gets = fake.state.gpm_sample_gets
+    second = values(poll(b, slow=False))
+    for i in range(2):
+        want = {}
+        for m, (family, label) in GPM_FAMILIES.items():
+            raw = 10.0 * i + m % 90 + 0.25
+            want[(family, label)] = raw * 2**20 if family.endswith("_second") else raw / 100
+        assert gpm_series(second, i) == want
+    # The previous poll's sample was the first of this one: one sample a GPU a poll.
+    assert fake.state.gpm_sample_gets - gets == 2
+    # A value changed shows at the next poll, computed from the new sample.
+    fake.set_gpm(1, {2: 77.0})
+    third = values(poll(b, slow=False))
+    assert third[("accel_sm_active_ratio", ("1", fake.uuid(1)))] == 0.77
+    assert not [k for k in third if k[0] == "accel_nvml_field_errors_total"]
+
+
+def test_gpm_metric_not_supported_on_one_gpu_is_absent_there_and_not_asked_again(fake, backend):
+    fake.set_gpm(1, status={3: control.NOT_SUPPORTED, 13: control.NOT_SUPPORTED})
+    b = started(backend)
+    poll(b)
+    v = values(poll(b, slow=False))
+    assert ("accel_sm_occupancy_ratio", ()) not in gpm_series(v, 1)
+    assert ("accel_pipe_active_ratio", ("fp16",)) not in gpm_series(v, 1)
+    assert ("accel_sm_occupancy_ratio", ()) in gpm_series(v, 0)
+    assert ("accel_pipe_active_ratio", ("fp16",)) in gpm_series(v, 0)
+    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+    # Dropped from GPU 1's request once; GPU 0 still asks for them.
+    assert 3 not in b.gpus[1].gpm_full.ids and 13 not in b.gpus[1].gpm_full.ids
+    assert 3 in b.gpus[0].gpm_full.ids
+    fake.set_gpm(1, status={3: 0})  # not asked any more: stays absent
+    assert ("accel_sm_occupancy_ratio", ()) not in gpm_series(values(poll(b, slow=False)), 1)
+
+
+def test_pre_hopper_gpu_has_no_gpm_series_and_no_errors(fake, backend):
+    fake.device(0).gpm_supported = 0
+    b = started(backend)
+    for _ in range(3):
+        v = values(poll(b))
+    assert not gpm_series(v, 0)
+    assert gpm_series(v, 1)
+    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+    assert poll(b, slow=False)["devices"][0]["up"] is True
+
+
+@pytest.mark.parametrize("bad", [100.5, -1.0, float("nan"), float("inf")])
+def test_gpm_value_out_of_range_is_omitted_and_counted(fake, backend, bad):
+    fake.set_gpm(0, {2: bad, 20: -5.0})
+    b = started(backend)
+    poll(b)
+    v = values(poll(b, slow=False))
+    ident = ("0", fake.uuid(0))
+    assert ("accel_sm_active_ratio", ident) not in v
+    assert ("accel_pcie_tx_average_bytes_per_second", ident) not in v
+    assert ("accel_sm_occupancy_ratio", ident) in v
+    assert v[("accel_nvml_field_errors_total", (*ident, "invalid_value"))] == 2
+    assert ("accel_sm_active_ratio", ("1", fake.uuid(1))) in v
+
+
+def test_gpm_call_failing_on_one_gpu_gives_no_stale_numbers(fake, backend):
+    b = started(backend)
+    poll(b)
+    assert gpm_series(values(poll(b, slow=False)), 0)
+    rule = fake.add_rule("nvmlGpmSampleGet", device=0, error=control.UNKNOWN)
+    v = values(poll(b, slow=False))
+    assert not gpm_series(v, 0) and gpm_series(v, 1)
+    assert v[("accel_nvml_field_errors_total", ("0", fake.uuid(0), "unknown"))] == 1
+    fake.clear_rule(rule)
+    # The pair was broken: the next sample primes again instead of spanning the gap.
+    assert not gpm_series(values(poll(b, slow=False)), 0)
+    assert gpm_series(values(poll(b, slow=False)), 0)
+
+
+def test_no_gpm_sample_leaks_over_a_thousand_polls_and_close(fake, backend):
+    before = int(fake.state.gpm_samples_live)
+    gets, metric_gets = int(fake.state.gpm_sample_gets), int(fake.state.gpm_metrics_gets)
+    b = started(backend)
+    for _ in range(1000):
+        poll(b, slow=False)
+    # Two buffers a GPU, reused: the count never grows with the polls.
+    assert fake.state.gpm_samples_live - before == 4
+    # At most one sample and one metrics call a GPU a poll.
+    assert fake.state.gpm_sample_gets - gets == 2000
+    assert fake.state.gpm_metrics_gets - metric_gets == 2 * 999
+    b.close()
+    assert fake.state.gpm_samples_live == before
+
+
+@pytest.mark.parametrize(
+    "failing",
+    ["nvmlGpmSampleGet", "nvmlGpmMetricsGet", "nvmlDeviceGetComputeRunningProcesses_v3"],
+)
+def test_gpm_buffers_are_freed_when_a_gpu_is_lost_mid_poll(fake, backend, failing):
+    before = int(fake.state.gpm_samples_live)
+    b = started(backend)
+    poll(b)
+    poll(b, slow=False)
+    assert fake.state.gpm_samples_live - before == 4
+    # nvmlGpmMetricsGet names no device: the rule fails it for both GPUs.
+    fake.add_rule(failing, device=-1 if failing == "nvmlGpmMetricsGet" else 0, error=15)
+    reply = poll(b, slow=False)
+    assert reply["devices"][0]["reason"] == "gpu_lost"
+    lost = 2 if failing == "nvmlGpmMetricsGet" else 1
+    assert [d["up"] for d in reply["devices"]] == [False, lost == 1]
+    assert fake.state.gpm_samples_live - before == 4 - 2 * lost
+    # A GPU that answers again primes a new pair, then has its figures back.
+    fake.clear_rules()
+    poll(b, slow=False)
+    assert gpm_series(values(poll(b, slow=False)), 0)
+    assert fake.state.gpm_samples_live - before == 4
+    b.close()
+    assert fake.state.gpm_samples_live == before
+
+
+# -- reliability fields ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("action", "name"),
+    [(0, "none"), (1, "gpu_reset"), (2, "node_reboot"), (3, "drain_p2p"), (4, "drain_and_reset")],
+)
+def test_recovery_action_is_one_hot(fake, backend, action, name):
+    fake.device(1).recovery_action = action
+    v = values(poll(started(backend)))
+    ident = ("1", fake.uuid(1))
+    actions = {
+        k[1][2]: x
+        for k, x in v.items()
+        if k[0] == "accel_device_recovery_action" and k[1][:2] == ident
+    }
+    assert actions == {
+        a: (1.0 if a == name else 0.0)
+        for a in ("none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset")
+    }
+
+
+def test_recovery_action_field_failing_is_absent_and_counted(fake, backend):
+    fake.add_rule("field:230", device=0, error=control.UNKNOWN)
+    v = values(poll(started(backend)))
+    assert not [k for k in v if k[0] == "accel_device_recovery_action" and k[1][0] == "0"]
+    assert v[("accel_nvml_field_errors_total", ("0", fake.uuid(0), "unknown"))] == 1
+    assert [k for k in v if k[0] == "accel_device_recovery_action" and k[1][0] == "1"]
+
+
+def test_nvlink_errors_fabric_margin_and_power_bounds(fake, backend):
+    dev = fake.device(0)
+    dev.nvlink_active_mask = 0b11
+    dev.nvlink_errors[1][control.NVLINK_CRC_FLIT] = 7
+    dev.nvlink_errors[1][control.NVLINK_REPLAY] = 3
+    dev.nvlink_errors[0][control.NVLINK_RECOVERY] = 1
+    dev.fabric_state = 3
+    # degraded bandwidth TRUE, route recovery FALSE, others not supported, config "none"
+    dev.fabric_health_mask = 0b01 | (0b10 << 2) | (1 << 8)
+    dev.margin_temperature = -1  # past the limit: a real temperature, not "not available"
+    dev.power_min_mw, dev.power_max_mw, dev.power_default_mw = 100000, 650000, 600000
+    v = values(poll(started(backend)))
+    ident = ("0", fake.uuid(0))
+    errors = {
+        k[1][2:]: x
+        for k, x in v.items()
+        if k[0] == "accel_nvlink_errors_total" and k[1][:2] == ident
+    }
+    assert errors[("1", "crc_flit")] == 7
+    assert errors[("1", "replay")] == 3
+    assert errors[("0", "recovery")] == 1
+    assert errors[("0", "crc_data")] == 0
+    assert {link for link, _ in errors} == {"0", "1"}  # active links only
+    assert v[("accel_nvidia_fabric_state", (*ident, "completed"))] == 1
+    assert v[("accel_nvidia_fabric_state", (*ident, "in_progress"))] == 0
+    health = {
+        k[1][2]: x
+        for k, x in v.items()
+        if k[0] == "accel_nvidia_fabric_health_issue" and k[1][:2] == ident
+    }
+    assert health == {"degraded_bandwidth": 1, "route_recovery": 0, "incorrect_configuration": 0}
+    assert v[("accel_temperature_margin_celsius", ident)] == -1
+    assert v[("accel_power_limit_bound_watts", (*ident, "min"))] == 100.0
+    assert v[("accel_power_limit_bound_watts", (*ident, "max"))] == 650.0
+    assert v[("accel_power_limit_bound_watts", (*ident, "default"))] == 600.0
+    # GPU 1 is on no fabric (NOT_SUPPORTED): no fabric series, no error.
+    assert not [k for k in v if k[0].startswith("accel_nvidia_fabric") and k[1][0] == "1"]
+    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+
+
+def test_per_process_encoder_decoder_memory_and_name(fake, backend):
+    fake.set_processes(
+        0, [Process(4242, sm_util=50, mem_util=20, enc_util=7, dec_util=9, name="python3")]
+    )
+    fake.device(0).proc_sample_us = 1_000_000
+    v = values(poll(started(backend), processes=True))
+    key = ("0", fake.uuid(0), "4242")
+    assert v[("accel_process_memory_utilization_ratio", key)] == 0.2
+    assert v[("accel_process_encoder_utilization_ratio", key)] == 0.07
+    assert v[("accel_process_decoder_utilization_ratio", key)] == 0.09
+    assert v[("accel_process_info", (*key, "python3"))] == 1
+
+
+def test_sram_ecc_threshold(fake, backend):
+    fake.device(0).sram_threshold_exceeded = 1
+    fake.device(1).sram_threshold_exceeded = 2  # NOT_SUPPORTED there
+    v = values(poll(started(backend)))
+    assert v[("accel_sram_ecc_threshold_exceeded", ("0", fake.uuid(0)))] == 1
+    assert ("accel_sram_ecc_threshold_exceeded", ("1", fake.uuid(1))) not in v
+    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]

@@ -80,7 +80,13 @@ def test_every_pynvml_function_the_backend_calls_is_resolved_at_bootstrap():
     from pathlib import Path
 
     called: set[str] = set()
-    for module in ("nvml.py", "nvml_device.py", "nvml_events.py"):
+    for module in (
+        "nvml.py",
+        "nvml_device.py",
+        "nvml_events.py",
+        "nvml_gpm.py",
+        "nvml_reliability.py",
+    ):
         text = (Path(nv.__file__).parent / module).read_text()
         called |= set(re.findall(r"\.(nvml[A-Z]\w+)", text))  # n.nvmlX(...), gpu.call(n.nvmlX)
         called |= set(re.findall(r'"(nvmlDevice\w+|nvmlGpm\w+)"', text))  # table rows

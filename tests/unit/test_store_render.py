@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import gzip
 
 import pytest
@@ -101,6 +102,10 @@ def test_exposition_is_cached_per_view_and_negotiated():
     om, omh = expo.render("application/openmetrics-text; version=1.0.0", None)
     assert omh["Content-Type"].startswith("application/openmetrics-text")
     assert om.endswith(b"# EOF\n")
+    # A malformed OpenMetrics version (found by the HTTP fuzz target; prometheus_client
+    # raises TypeError on it) gets the text format, not an error.
+    bad, badh = expo.render("application/openmetrics-text; version=x", None)
+    assert badh["Content-Type"].startswith("text/plain; version=0.0.4") and bad == first
     store.put(snap("a", [Reading("accel_host_load1", (), 3.0)], clock))
     assert value(expo.render(None, None)[0].decode(), "accel_host_load1") == 3.0
     only, _ = expo.render(None, None, names=["accel_host_load1"])
@@ -226,3 +231,28 @@ def test_a_fast_scraper_always_gets_the_newest_data():
         expo.prerender_due(wait=False)
         clock.now += 0.1
         assert value(expo.render(None, None)[0].decode(), "accel_host_load1") == float(n)
+
+
+def test_pending_poll_keeps_what_the_source_still_knows_after_a_first_result():
+    clock = Clock()
+    store = Store(mono=clock)
+    starting = Outcome(False, "starting", "the worker is still starting", pending=True)
+    down = [Reading("accel_devices", ("x",), 2.0)]
+    # Before any result: nothing to keep showing, the source stays "not polled yet".
+    store.pending(dataclasses.replace(snap("a", down, clock), outcome=starting), restarts=0)
+    text = Exposition(store, process_metrics=False, clock=clock).render(None, None)[0].decode()
+    assert value(text, "accel_devices", vendor="x") is None
+    assert value(text, "accel_exporter_source_up", source="a") is None
+    store.put(snap("a", down, clock, ok=False, reason="crashed", stale_after=5))
+    for _ in range(
+        4
+    ):  # a worker slow to start, well past stale_after: still shown, counted nowhere
+        clock.now += 3
+        pending = dataclasses.replace(snap("a", down, clock), outcome=starting)
+        store.pending(pending, restarts=1)
+    text = Exposition(store, process_metrics=False, clock=clock).render(None, None)[0].decode()
+    assert value(text, "accel_devices", vendor="x") == 2
+    assert value(text, "accel_exporter_source_down_reason_info", source="a", reason="starting") == 1
+    assert value(text, "accel_exporter_source_errors_total", source="a", reason="crashed") == 1
+    assert value(text, "accel_exporter_source_poll_duration_seconds_count", source="a") == 1
+    assert value(text, "accel_exporter_worker_restarts_total", source="a") == 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 
-from tests.fakes.amdsmi.state import U16_NA, U64_NA, Device
+from tests.fakes.amdsmi.state import U16_NA, U32_NA, U64_NA, Device
 
 Series = tuple[str, tuple[tuple[str, str], ...]]
 
@@ -22,6 +22,13 @@ BLOCKS = (
 )
 RESIDENCY = ("prochot", "ppt", "socket_thermal", "vr_thermal", "hbm_thermal")
 THROTTLE = (*RESIDENCY, "gfx_clock_below_host_limit")
+XCP_RESIDENCY = (
+    "gfx_below_host_limit_ppt",
+    "gfx_below_host_limit_thermal",
+    "gfx_low_utilization",
+    "gfx_below_host_limit_total",
+)
+TEMP_LIMITS = ("max", "critical", "emergency")
 PCIE_GEN = {2500: 1, 5000: 2, 8000: 3, 16000: 4, 32000: 5, 64000: 6}
 
 
@@ -57,6 +64,34 @@ def info(dev: Device, index: int) -> dict[str, str]:
     }
 
 
+def partitioned(dev: Device) -> bool:
+    """A partition of a GPU in a mode other than SPX."""
+    return dev.compute_partition not in (b"", b"SPX")
+
+
+def xcps(dev: Device) -> dict[int, tuple[float, dict[str, float]]]:
+    """XCP -> (busy share, {residency reason: mean accumulator}) of the XCPs the device exports.
+
+    An unpartitioned GPU exports every XCP with a valid XCC; a partition only its own.
+    """
+    if not dev.xcp_set:
+        return {}
+    wanted = [dev.partition_id] if partitioned(dev) else range(8)
+    out = {}
+    for x in wanted:
+        xccs = [c for c in range(8) if dev.xcp_busy[x][c] != U32_NA]
+        if not xccs:
+            continue
+        busy = sum(dev.xcp_busy[x][c] for c in xccs) / len(xccs) / 100
+        acc = {}
+        for a, reason in enumerate(XCP_RESIDENCY):
+            vals = [dev.xcp_acc[a][x][c] for c in xccs if dev.xcp_acc[a][x][c] != U64_NA]
+            if vals:
+                acc[reason] = sum(vals) / len(vals)
+        out[x] = (busy, acc)
+    return out
+
+
 def series(
     dev: Device, index: int, *, processes: bool = False, slow: bool = True
 ) -> dict[Series, float]:
@@ -68,7 +103,15 @@ def series(
         out[(name, tuple(sorted({**ident, **dims}.items())))] = float(value)
 
     put("accel_device_up", 1)
-    put("accel_utilization_ratio", dev.gfx_activity / 100)
+    own = xcps(dev)
+    if not partitioned(dev):
+        put("accel_utilization_ratio", dev.gfx_activity / 100)
+    elif dev.partition_id in own:
+        put("accel_utilization_ratio", own[dev.partition_id][0])
+    for x, (busy, acc) in own.items():
+        put("accel_amd_xcp_utilization_ratio", busy, xcp=str(x))
+        for reason, value in acc.items():
+            put("accel_amd_violation_residency_total", value, reason=reason, xcp=str(x))
     put("accel_memory_bandwidth_utilization_ratio", dev.umc_activity / 100)
     if dev.mm_activity != U16_NA:
         put("accel_amd_mm_activity_ratio", dev.mm_activity / 100)
@@ -98,6 +141,8 @@ def series(
     put("accel_amd_pcie_recoveries_total", dev.pcie_recovery)
     put("accel_amd_pcie_nak_sent_total", dev.pcie_nak_sent)
     put("accel_amd_pcie_nak_received_total", dev.pcie_nak_received)
+    put("accel_amd_pcie_replay_rollovers_total", dev.pcie_replay_roll_over)
+    put("accel_amd_pcie_other_end_recoveries_total", dev.pcie_other_end_recovery)
     for k, v in enumerate(dev.vcn_activity):
         if v != U16_NA:
             put("accel_amd_vcn_activity_ratio", v / 100, engine=str(k))
@@ -113,7 +158,7 @@ def series(
             put("accel_amd_xgmi_link_up", dev.xgmi_link_status[k], link=str(k))
     put("accel_amd_violation_samples_total", dev.accumulation_counter)
     for k, reason in enumerate(RESIDENCY):
-        put("accel_amd_violation_residency_total", dev.residency[k], reason=reason)
+        put("accel_amd_violation_residency_total", dev.residency[k], reason=reason, xcp="")
     for k, reason in enumerate(THROTTLE):
         put("accel_clock_throttle_active", 1 if dev.violation_active[k] else 0, reason=reason)
     if processes:
@@ -131,4 +176,23 @@ def series(
                     metric = f"accel_amd_ecc_{kind}_errors_total"
                     put(metric, dev.ecc_block[bit][k], block=block)
         put("accel_amd_partition_id", dev.partition_id)
+        put("accel_amd_power_cap_watts", dev.power_cap_min_uw / 1e6, bound="min")
+        put("accel_amd_power_cap_watts", dev.power_cap_max_uw / 1e6, bound="max")
+        put("accel_amd_power_cap_watts", dev.power_cap_default_uw / 1e6, bound="default")
+        for t, sensor in enumerate(TEMPS):
+            for k, limit in enumerate(TEMP_LIMITS):
+                if not (dev.temp_unsupported >> t) & 1 and dev.temp_limit[t][k]:
+                    put(
+                        "accel_amd_temperature_limit_celsius",
+                        dev.temp_limit[t][k],
+                        sensor=sensor,
+                        limit=limit,
+                    )
+        if not dev.bad_page_unsupported and (not partitioned(dev) or dev.partition_id == 0):
+            put("accel_retired_pages", dev.bad_pages[0], cause="")
+            put("accel_retired_pages_pending", 1 if dev.bad_pages[1] else 0)
+            put("accel_amd_bad_pages", dev.bad_pages[1], status="pending")
+            put("accel_amd_bad_pages", dev.bad_pages[2], status="unreservable")
+            if dev.bad_page_threshold != U32_NA:
+                put("accel_amd_bad_page_threshold", dev.bad_page_threshold)
     return out

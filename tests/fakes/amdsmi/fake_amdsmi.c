@@ -302,6 +302,13 @@ API uint32_t amdsmi_get_temp_metric(void *h, uint32_t type, uint32_t metric, int
     GUARD(h, type);
     if (value == NULL) return AMDSMI_STATUS_INVAL;
     if (type >= FAKE_NUM_TEMPS || (D->temp_unsupported >> type) & 1u) return AMDSMI_STATUS_NOT_SUPPORTED;
+    int limit = metric == AMDSMI_TEMP_MAX ? 0 : metric == AMDSMI_TEMP_CRITICAL ? 1
+              : metric == AMDSMI_TEMP_EMERGENCY ? 2 : -1;
+    if (limit >= 0) {
+        if (D->temp_limit[type][limit] == 0) return AMDSMI_STATUS_NOT_SUPPORTED;
+        *value = D->temp_limit[type][limit];
+        return AMDSMI_STATUS_SUCCESS;
+    }
     if (metric != AMDSMI_TEMP_CURRENT) return AMDSMI_STATUS_NOT_SUPPORTED;
     *value = D->temp[type];
     return AMDSMI_STATUS_SUCCESS;
@@ -325,9 +332,9 @@ API uint32_t amdsmi_get_power_cap_info(void *h, uint32_t sensor, struct_amdsmi_p
     if (sensor != 0) return AMDSMI_STATUS_NOT_SUPPORTED;
     memset(info, 0, sizeof *info);
     info->power_cap = D->power_cap_uw;
-    info->default_power_cap = D->power_cap_uw;
-    info->min_power_cap = 0;
-    info->max_power_cap = D->power_cap_uw;
+    info->default_power_cap = D->power_cap_default_uw;
+    info->min_power_cap = D->power_cap_min_uw;
+    info->max_power_cap = D->power_cap_max_uw;
     return AMDSMI_STATUS_SUCCESS;
 }
 
@@ -380,10 +387,10 @@ API uint32_t amdsmi_get_pcie_info(void *h, struct_amdsmi_pcie_info_t *info) {
     info->pcie_metric.pcie_bandwidth = D->pcie_bandwidth;
     info->pcie_metric.pcie_replay_count = D->pcie_replay;
     info->pcie_metric.pcie_l0_to_recovery_count = D->pcie_recovery;
-    info->pcie_metric.pcie_replay_roll_over_count = 0;
+    info->pcie_metric.pcie_replay_roll_over_count = D->pcie_replay_roll_over;
     info->pcie_metric.pcie_nak_sent_count = D->pcie_nak_sent;
     info->pcie_metric.pcie_nak_received_count = D->pcie_nak_received;
-    info->pcie_metric.pcie_lc_perf_other_end_recovery_count = 0;
+    info->pcie_metric.pcie_lc_perf_other_end_recovery_count = (uint32_t)D->pcie_other_end_recovery;
     return AMDSMI_STATUS_SUCCESS;
 }
 
@@ -422,6 +429,19 @@ API uint32_t amdsmi_get_gpu_metrics_info(void *h, struct_amdsmi_gpu_metrics_t *m
     m->vr_thm_residency_acc = D->residency[3];
     m->hbm_thm_residency_acc = D->residency[4];
     m->num_partition = D->num_partition;
+    m->pcie_lc_perf_other_end_recovery = (uint32_t)D->pcie_other_end_recovery;
+    if (D->xcp_set) {
+        for (int x = 0; x < FAKE_NUM_XCP; x++) {
+            struct_amdsmi_gpu_xcp_metrics_t *xs = &m->xcp_stats[x];
+            for (int c = 0; c < FAKE_NUM_XCC; c++) {
+                xs->gfx_busy_inst[c] = D->xcp_busy[x][c];
+                xs->gfx_below_host_limit_ppt_acc[c] = D->xcp_acc[0][x][c];
+                xs->gfx_below_host_limit_thm_acc[c] = D->xcp_acc[1][x][c];
+                xs->gfx_low_utilization_acc[c] = D->xcp_acc[2][x][c];
+                xs->gfx_below_host_limit_total_acc[c] = D->xcp_acc[3][x][c];
+            }
+        }
+    }
     return AMDSMI_STATUS_SUCCESS;
 }
 
@@ -578,4 +598,142 @@ API uint32_t amdsmi_get_gpu_event_notification(int32_t timeout_ms, uint32_t *num
     }
     *num = 0;
     return AMDSMI_STATUS_NO_DATA;
+}
+
+/* -- RAS: CPER records, AFIDs, bad pages ------------------------------------
+ *
+ * A record is the real amdsmi_cper_hdr_t, one UEFI section descriptor, then
+ * the fake's section body (a count and that many AFIDs): the exporter reads
+ * only the header, and leaves the section to amdsmi_get_afids_from_cper. */
+
+typedef struct __attribute__((packed)) {
+    uint32_t sec_offset, sec_length;
+    uint16_t revision;
+    uint8_t valid_bits, reserved;
+    uint32_t flags;
+    uint8_t sec_type[16], fru_id[16];
+    uint32_t severity;
+    char fru_text[20];
+} fake_cper_section_t;
+_Static_assert(sizeof(fake_cper_section_t) == 72, "a UEFI section descriptor is 72 bytes");
+
+typedef struct __attribute__((packed)) {
+    uint32_t afid_count;
+    uint64_t afids[4];
+} fake_cper_body_t;
+
+/* The fake's "AMD GPU non-standard error" section type. */
+static const uint8_t KNOWN_SECTION[16] = {0x32, 0xac, 0x0c, 0x78, 0x2e, 0x4a, 0x4c, 0x11,
+                                          0xa9, 0xfc, 0xe6, 0x9a, 0x1e, 0x57, 0x6a, 0x3b};
+
+static const uint64_t RECORD_SIZE =
+    sizeof(struct_amdsmi_cper_hdr_t) + sizeof(fake_cper_section_t) + sizeof(fake_cper_body_t);
+
+static void write_record(char *out, const fake_device_t *D, uint64_t index,
+                         const fake_cper_kind_t *kind) {
+    memset(out, 0, RECORD_SIZE);
+    struct_amdsmi_cper_hdr_t *hdr = (struct_amdsmi_cper_hdr_t *)out;
+    memcpy(hdr->signature, "CPER", 4);
+    hdr->revision = 0x0100;
+    hdr->signature_end = 0xFFFFFFFFu;
+    hdr->sec_cnt = 1;
+    hdr->error_severity = kind->severity;
+    hdr->cper_valid_bits.valid_mask = 1u << 1; /* the timestamp is valid */
+    hdr->record_length = kind->flaw == FAKE_CPER_BAD_LENGTH ? 16u : (uint32_t)RECORD_SIZE;
+    time_t when = (time_t)(D->cper_time0 + index);
+    struct tm tm;
+    gmtime_r(&when, &tm);
+    hdr->timestamp.seconds = (uint8_t)tm.tm_sec;
+    hdr->timestamp.minutes = (uint8_t)tm.tm_min;
+    hdr->timestamp.hours = (uint8_t)tm.tm_hour;
+    hdr->timestamp.day = (uint8_t)tm.tm_mday;
+    hdr->timestamp.month = (uint8_t)(tm.tm_mon + 1);
+    hdr->timestamp.year = (uint8_t)(tm.tm_year % 100);
+    hdr->timestamp.century = (uint8_t)((tm.tm_year + 1900) / 100);
+    memcpy(hdr->creator_id, "amdgpu", 6);
+    char id[9];
+    snprintf(id, sizeof id, "%08x", (unsigned)index);
+    memcpy(hdr->record_id, id, 8);
+    fake_cper_section_t *sec = (fake_cper_section_t *)(out + sizeof *hdr);
+    sec->sec_offset = (uint32_t)(sizeof *hdr + sizeof *sec);
+    sec->sec_length = (uint32_t)sizeof(fake_cper_body_t);
+    sec->revision = 0x0100;
+    sec->severity = kind->severity;
+    if (kind->flaw != FAKE_CPER_UNKNOWN_SECTION) memcpy(sec->sec_type, KNOWN_SECTION, 16);
+    fake_cper_body_t *body = (fake_cper_body_t *)(out + sec->sec_offset);
+    body->afid_count = kind->flaw == FAKE_CPER_SHORT_SECTION ? 9u : kind->afid_count;
+    for (uint32_t k = 0; k < kind->afid_count && k < 4; k++) body->afids[k] = kind->afids[k];
+}
+
+API uint32_t amdsmi_get_gpu_cper_entries(void *h, uint32_t severity_mask, char *buf,
+                                         uint64_t *buf_size, struct_amdsmi_cper_hdr_t **hdrs,
+                                         uint64_t *entry_count, uint64_t *cursor) {
+    GUARD(h, ANY);
+    if (buf == NULL || buf_size == NULL || hdrs == NULL || entry_count == NULL || cursor == NULL)
+        return AMDSMI_STATUS_INVAL;
+    if (D->cper_unsupported) return AMDSMI_STATUS_NOT_SUPPORTED;
+    uint64_t total = D->cper_kinds_n ? D->cper_count : 0;
+    uint64_t i = *cursor < total ? *cursor : total, used = 0, n = 0;
+    for (; i < total && n < *entry_count; i++) {
+        const fake_cper_kind_t *kind = &D->cper_kinds[i % D->cper_kinds_n];
+        if (!(severity_mask & (1u << kind->severity))) continue;
+        if (used + RECORD_SIZE > *buf_size) break;
+        write_record(buf + used, D, i, kind);
+        hdrs[n++] = (struct_amdsmi_cper_hdr_t *)(buf + used);
+        used += RECORD_SIZE;
+    }
+    *buf_size = used;
+    *entry_count = n;
+    *cursor = i;
+    return i < total ? AMDSMI_STATUS_MORE_DATA : AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_afids_from_cper(char *buf, uint32_t size, uint64_t *afids,
+                                        uint32_t *num_afids) {
+    if (buf == NULL || afids == NULL || num_afids == NULL) return AMDSMI_STATUS_INVAL;
+    const struct_amdsmi_cper_hdr_t *hdr = (const struct_amdsmi_cper_hdr_t *)buf;
+    if (size < sizeof *hdr + sizeof(fake_cper_section_t) || memcmp(hdr->signature, "CPER", 4) != 0 ||
+        hdr->record_length != size || hdr->sec_cnt < 1)
+        return AMDSMI_STATUS_INVAL;
+    const fake_cper_section_t *sec = (const fake_cper_section_t *)(buf + sizeof *hdr);
+    if (memcmp(sec->sec_type, KNOWN_SECTION, 16) != 0) return AMDSMI_STATUS_UNEXPECTED_DATA;
+    if ((uint64_t)sec->sec_offset + sec->sec_length > size || sec->sec_length < sizeof(uint32_t))
+        return AMDSMI_STATUS_UNEXPECTED_SIZE;
+    const fake_cper_body_t *body = (const fake_cper_body_t *)(buf + sec->sec_offset);
+    if (sizeof(uint32_t) + body->afid_count * sizeof(uint64_t) > sec->sec_length)
+        return AMDSMI_STATUS_UNEXPECTED_SIZE;
+    if (body->afid_count > *num_afids) return AMDSMI_STATUS_OUT_OF_RESOURCES;
+    for (uint32_t k = 0; k < body->afid_count; k++) afids[k] = body->afids[k];
+    *num_afids = body->afid_count;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_gpu_bad_page_info(void *h, uint32_t *num_pages,
+                                          struct_amdsmi_retired_page_record_t *info) {
+    GUARD(h, ANY);
+    if (num_pages == NULL) return AMDSMI_STATUS_INVAL;
+    if (D->bad_page_unsupported) return AMDSMI_STATUS_NOT_SUPPORTED;
+    uint32_t total = D->bad_pages[0] + D->bad_pages[1] + D->bad_pages[2];
+    if (info == NULL) {
+        *num_pages = total;
+        return AMDSMI_STATUS_SUCCESS;
+    }
+    uint32_t n = 0;
+    for (uint32_t status = 0; status < 3; status++) {
+        for (uint32_t k = 0; k < D->bad_pages[status] && n < *num_pages; k++, n++) {
+            info[n].page_address = 0x100000000ull + (uint64_t)n * 4096u;
+            info[n].page_size = 4096;
+            info[n].status = status;
+        }
+    }
+    *num_pages = n;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+API uint32_t amdsmi_get_gpu_bad_page_threshold(void *h, uint32_t *threshold) {
+    GUARD(h, ANY);
+    if (threshold == NULL) return AMDSMI_STATUS_INVAL;
+    if (D->bad_page_unsupported) return AMDSMI_STATUS_NOT_SUPPORTED;
+    *threshold = D->bad_page_threshold;
+    return AMDSMI_STATUS_SUCCESS;
 }

@@ -11,8 +11,8 @@
 #include <stdint.h>
 
 #define FAKE_MAGIC 0x46414d44u /* "DMAF" */
-#define FAKE_VERSION 1u
-#define FAKE_MAX_DEVICES 16
+#define FAKE_VERSION 2u
+#define FAKE_MAX_DEVICES 64 /* 8 GPUs in CPX mode: 64 partitions */
 #define FAKE_MAX_RULES 32
 #define FAKE_MAX_EVENTS 64
 #define FAKE_MAX_PROCS 8
@@ -22,6 +22,24 @@
 #define FAKE_NUM_BLOCKS 19 /* RAS blocks UMC (bit 0) .. MPIO (bit 18) */
 #define FAKE_NUM_RESIDENCY 5
 #define FAKE_NUM_VIOLATIONS 6
+#define FAKE_MAX_CPER_KINDS 8
+#define FAKE_NUM_XCP 8
+#define FAKE_NUM_XCC 8
+#define FAKE_NUM_XCP_ACC 4 /* below_host_limit_ppt, _thm, low_utilization, below_host_limit_total */
+
+/* Flaws a canned CPER record can carry. */
+#define FAKE_CPER_OK 0u
+#define FAKE_CPER_BAD_LENGTH 1u      /* the header's record_length is shorter than a header */
+#define FAKE_CPER_UNKNOWN_SECTION 2u /* the section type GUID is none the decoder knows */
+#define FAKE_CPER_SHORT_SECTION 3u   /* the section claims more AFIDs than it holds */
+
+/* One kind of CPER record: entry i of a device's ring is kind i % cper_kinds_n. */
+typedef struct __attribute__((packed)) {
+    uint32_t severity; /* amdsmi_cper_sev_t */
+    uint32_t flaw;     /* FAKE_CPER_* */
+    uint32_t afid_count;
+    uint64_t afids[4];
+} fake_cper_kind_t;
 
 typedef struct __attribute__((packed)) {
     char market_name[64];
@@ -70,6 +88,21 @@ typedef struct __attribute__((packed)) {
     uint64_t proc_gtt[FAKE_MAX_PROCS];
     char proc_name[FAKE_MAX_PROCS][32];
     uint32_t pcie_interface_version; /* pcie_static: the generation the link supports */
+    /* Version 2: RAS, partitions, limits. */
+    uint32_t cper_unsupported;
+    uint32_t cper_count; /* entries in the ring; a test appends by raising it */
+    uint32_t cper_kinds_n;
+    fake_cper_kind_t cper_kinds[FAKE_MAX_CPER_KINDS];
+    uint64_t cper_time0; /* unix time of entry 0; entry i is i seconds later */
+    uint32_t bad_page_unsupported;
+    uint32_t bad_pages[3]; /* reserved, pending, unreservable */
+    uint32_t bad_page_threshold;
+    uint64_t power_cap_default_uw, power_cap_min_uw, power_cap_max_uw;
+    int64_t temp_limit[FAKE_NUM_TEMPS][3]; /* max, critical, emergency; 0: not supported */
+    uint64_t pcie_replay_roll_over, pcie_other_end_recovery;
+    uint32_t xcp_set; /* 0: xcp_stats all N/A, as before gpu_metrics 1.6 */
+    uint32_t xcp_busy[FAKE_NUM_XCP][FAKE_NUM_XCC];
+    uint64_t xcp_acc[FAKE_NUM_XCP_ACC][FAKE_NUM_XCP][FAKE_NUM_XCC];
 } fake_device_t;
 
 /* A fault rule: the first live rule matching (function, device, argument) applies. */

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,3 +43,25 @@ def amdsmi_inprocess(
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("FAKE_AMDSMI_STATE", str(amdsmi_fake.path))
     return amdsmi_fake
+
+
+@pytest.fixture
+def amdsmi_backends(amdsmi_inprocess: state.FakeAmdSmi) -> Iterator[Callable[..., Any]]:
+    """``make(**config)`` -> an in-process AmdSmiBackend (events off unless asked) on the fake.
+
+    Hangs are released and every backend made is closed at teardown.
+    """
+    from exporter.backends.amdsmi import AmdSmiBackend
+
+    made: list[AmdSmiBackend] = []
+
+    def build(**config: Any) -> AmdSmiBackend:
+        backend = AmdSmiBackend({"events": False, **config})
+        made.append(backend)
+        return backend
+
+    yield build
+    amdsmi_inprocess.clear_rules()
+    amdsmi_inprocess.release_hangs()
+    for backend in made:
+        backend.close()

@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 MAGIC = 0x46414D44
-VERSION = 1
-MAX_DEVICES = 16
+VERSION = 2
+MAX_DEVICES = 64
 MAX_RULES = 32
 MAX_EVENTS = 64
 MAX_PROCS = 8
@@ -25,6 +25,19 @@ NUM_TEMPS = 7
 NUM_CLOCKS = 10
 NUM_MEM = 3
 NUM_BLOCKS = 19
+MAX_CPER_KINDS = 8
+NUM_XCP = 8
+NUM_XCC = 8
+NUM_XCP_ACC = 4
+
+# CPER severities (amdsmi_cper_sev_t) and the flaws a canned record can carry.
+SEV_NON_FATAL_UNCORRECTED = 0
+SEV_FATAL = 1
+SEV_NON_FATAL_CORRECTED = 2
+CPER_OK = 0
+CPER_BAD_LENGTH = 1
+CPER_UNKNOWN_SECTION = 2
+CPER_SHORT_SECTION = 3
 
 # amdsmi status codes (amdsmi_wrapper.amdsmi_status_t) used by tests.
 SUCCESS = 0
@@ -47,6 +60,17 @@ EVT_PROCESS_START = 12
 
 U16_NA = 0xFFFF
 U64_NA = 0xFFFFFFFFFFFFFFFF
+U32_NA = 0xFFFFFFFF
+
+
+class CperKind(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [
+        ("severity", ctypes.c_uint32),
+        ("flaw", ctypes.c_uint32),
+        ("afid_count", ctypes.c_uint32),
+        ("afids", ctypes.c_uint64 * 4),
+    ]
 
 
 class Device(ctypes.Structure):
@@ -114,6 +138,23 @@ class Device(ctypes.Structure):
         ("proc_gtt", ctypes.c_uint64 * MAX_PROCS),
         ("proc_name", (ctypes.c_char * 32) * MAX_PROCS),
         ("pcie_interface_version", ctypes.c_uint32),
+        ("cper_unsupported", ctypes.c_uint32),
+        ("cper_count", ctypes.c_uint32),
+        ("cper_kinds_n", ctypes.c_uint32),
+        ("cper_kinds", CperKind * MAX_CPER_KINDS),
+        ("cper_time0", ctypes.c_uint64),
+        ("bad_page_unsupported", ctypes.c_uint32),
+        ("bad_pages", ctypes.c_uint32 * 3),
+        ("bad_page_threshold", ctypes.c_uint32),
+        ("power_cap_default_uw", ctypes.c_uint64),
+        ("power_cap_min_uw", ctypes.c_uint64),
+        ("power_cap_max_uw", ctypes.c_uint64),
+        ("temp_limit", (ctypes.c_int64 * 3) * NUM_TEMPS),
+        ("pcie_replay_roll_over", ctypes.c_uint64),
+        ("pcie_other_end_recovery", ctypes.c_uint64),
+        ("xcp_set", ctypes.c_uint32),
+        ("xcp_busy", (ctypes.c_uint32 * NUM_XCC) * NUM_XCP),
+        ("xcp_acc", ((ctypes.c_uint64 * NUM_XCC) * NUM_XCP) * NUM_XCP_ACC),
     ]
 
 
@@ -227,6 +268,17 @@ def mi300x(dev: Device, i: int) -> None:
     dev.residency[:] = [0, 1200 + i, 0, 0, 0]
     dev.num_partition = 1
     dev.violation_active[:] = [0, 1, 0, 0, 0, 0]
+    dev.bad_page_threshold = 128
+    dev.power_cap_default_uw, dev.power_cap_min_uw, dev.power_cap_max_uw = (
+        750_000_000,
+        200_000_000,
+        750_000_000,
+    )
+    for sensor, limits in ((1, (100, 110, 115)), (2, (95, 105, 0))):  # hotspot, vram
+        dev.temp_limit[sensor][:] = limits
+    dev.pcie_replay_roll_over, dev.pcie_other_end_recovery = 0, 3
+    dev.cper_time0 = 1_764_000_000  # 2025-11-24T16:00:00Z
+    set_xcps(dev, [[20 + i + k for k in range(NUM_XCC)]])  # SPX: one XCP of eight XCCs
     if i == 0:
         dev.proc_count = 2
         for k, (pid, vram, gtt, cu, name) in enumerate(
@@ -235,6 +287,58 @@ def mi300x(dev: Device, i: int) -> None:
             dev.proc_pid[k], dev.proc_vram[k], dev.proc_gtt[k] = pid, vram, gtt
             dev.proc_cu[k] = cu
             dev.proc_name[k].value = name
+
+
+def set_xcps(dev: Device, busy: list[list[int]]) -> None:
+    """xcp_stats: ``busy[x][c]`` is XCC c of XCP x (percent); what is not given is N/A.
+
+    The accumulators of a present XCC are derived from its busy value, so a
+    test can compute them: ppt = 10*busy, thm = busy, low_util = 100 - busy,
+    total = 11*busy.
+    """
+    dev.xcp_set = 1
+    for x in range(NUM_XCP):
+        for c in range(NUM_XCC):
+            v = busy[x][c] if x < len(busy) and c < len(busy[x]) else None
+            dev.xcp_busy[x][c] = U32_NA if v is None else v
+            accs = (U64_NA,) * 4 if v is None else (10 * v, v, 100 - v, 11 * v)
+            for a, acc in enumerate(accs):
+                dev.xcp_acc[a][x][c] = acc
+
+
+def cpx(fake: FakeAmdSmi, gpus: int = 8) -> None:
+    """Make the fake a node of ``gpus`` MI300X in CPX mode: eight partitions each.
+
+    Partition p of GPU g is library device 8g+p; every partition reads the
+    whole GPU's gpu_metrics (as amdsmi does), whose XCP x has one XCC, busy
+    ``5*g + x`` percent (never the GPU's whole gfx_activity).
+    """
+    fake.state.device_count = gpus * NUM_XCP
+    for g in range(gpus):
+        for p in range(NUM_XCP):
+            dev = fake.device(g * NUM_XCP + p)
+            mi300x(dev, g)
+            dev.uuid = f"{g:02x}ff74a1-0000-1000-80a5-5a1e000000{p:02x}".encode()
+            dev.bdf = bdf(MI300X_BUSES[g], function=p)  # amdsmi numbers partitions by function
+            dev.compute_partition = b"CPX"
+            dev.partition_id = p
+            dev.num_partition = NUM_XCP
+            set_xcps(dev, [[5 * g + x] for x in range(NUM_XCP)])
+
+
+def cper(
+    dev: Device, kinds: list[tuple[int, list[int]] | tuple[int, list[int], int]], count: int = 0
+) -> None:
+    """Set a device's CPER record kinds, (severity, afids[, flaw]) each, and ``count`` entries."""
+    dev.cper_kinds_n = len(kinds)
+    for k, kind in enumerate(kinds):
+        slot = dev.cper_kinds[k]
+        slot.severity, afids = kind[0], kind[1]
+        slot.flaw = kind[2] if len(kind) > 2 else CPER_OK  # type: ignore[misc]
+        slot.afid_count = len(afids)
+        for j, afid in enumerate(afids):
+            slot.afids[j] = afid
+    dev.cper_count = count
 
 
 def create(path: Path, devices: int = 8) -> FakeAmdSmi:

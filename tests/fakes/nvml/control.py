@@ -38,6 +38,8 @@ MAX_NVLINKS = 18
 MAX_FANS = 4
 VIOLATIONS = 9
 FN_LEN = 64
+GPM_IDS = 176
+PROC_NAME = 32
 NOT_AVAILABLE_U64 = 0xFFFFFFFFFFFFFFFF
 NO_INSTANCE = 0xFFFFFFFF
 
@@ -58,6 +60,22 @@ LIB_RM_VERSION_MISMATCH = 18
 UNKNOWN = 999
 # A rule "error" that makes the call crash the calling process (SIGSEGV) in native code.
 CRASH = -11
+
+# Index of Device.nvlink_errors[link][...] (nvmlNvLinkErrorCounter_t).
+NVLINK_REPLAY, NVLINK_RECOVERY, NVLINK_CRC_FLIT, NVLINK_CRC_DATA = 0, 1, 2, 3
+
+# GPM metric ids (nvmlGpmMetricId_t) the fake serves on a full GPU (an H100's set).
+GPM_KNOWN = (
+    *range(1, 14),
+    20,
+    21,
+    *range(30, 38),
+    *range(40, 48),
+    50,
+    51,
+    *range(60, 98),
+    *range(166, 170),
+)
 
 # Order of FakeDevice.violation_ns: NVML field ids 74..79, 269, 270, 271.
 VIOLATION_FIELDS = (74, 75, 76, 77, 78, 79, 269, 270, 271)
@@ -84,6 +102,9 @@ class Proc(ctypes.Structure):
         ("mem_util", ctypes.c_uint32),
         ("graphics", ctypes.c_uint32),
         ("used_memory", ctypes.c_uint64),
+        ("enc_util", ctypes.c_uint32),
+        ("dec_util", ctypes.c_uint32),
+        ("name", ctypes.c_char * PROC_NAME),
     ]
 
 
@@ -174,6 +195,21 @@ class Device(ctypes.Structure):
         ("proc_sample_us", ctypes.c_uint64),
         ("proc_last_seen", ctypes.c_uint64),
         ("memory_temp_double", ctypes.c_double),
+        ("gpm_supported", ctypes.c_uint32),
+        ("recovery_action", ctypes.c_uint32),
+        ("gpm_value", ctypes.c_double * GPM_IDS),
+        ("gpm_status", ctypes.c_uint32 * GPM_IDS),
+        ("nvlink_errors", (ctypes.c_uint64 * 4) * MAX_NVLINKS),
+        ("fabric_state", ctypes.c_uint32),
+        ("fabric_status", ctypes.c_uint32),
+        ("fabric_health_mask", ctypes.c_uint32),
+        ("fabric_clique", ctypes.c_uint32),
+        ("margin_temperature", ctypes.c_int32),
+        ("margin_supported", ctypes.c_uint32),
+        ("power_min_mw", ctypes.c_uint32),
+        ("power_max_mw", ctypes.c_uint32),
+        ("power_default_mw", ctypes.c_uint32),
+        ("sram_threshold_exceeded", ctypes.c_uint32),
     ]
 
 
@@ -195,6 +231,8 @@ class State(ctypes.Structure):
         ("rules", Rule * MAX_RULES),
         ("devices", Device * MAX_DEVICES),
         ("gpm_samples_live", ctypes.c_int64),
+        ("gpm_sample_gets", ctypes.c_uint64),
+        ("gpm_metrics_gets", ctypes.c_uint64),
     ]
 
 
@@ -249,6 +287,9 @@ class Process:
     used_memory: int = 1 << 30
     sm_util: int = 0
     mem_util: int = 0
+    enc_util: int = 0
+    dec_util: int = 0
+    name: str = ""
     graphics: bool = False
     gpu_instance: int = NO_INSTANCE
     compute_instance: int = NO_INSTANCE
@@ -300,12 +341,14 @@ class FakeNvml:
         keep counting so that open event sets and hung calls stay consistent."""
         head, generation = int(self.state.event_head), int(self.state.release_generation)
         live = int(self.state.gpm_samples_live)
+        gets = int(self.state.gpm_sample_gets), int(self.state.gpm_metrics_gets)
         lib = ctypes.CDLL(str(self.library))
         lib.fake_nvml_fill.argtypes = [ctypes.c_void_p, ctypes.c_uint]
         lib.fake_nvml_fill(ctypes.addressof(self.state), devices)
         self.state.event_head = head
         self.state.release_generation = generation + 1
         self.state.gpm_samples_live = live  # samples a process still holds stay counted
+        self.state.gpm_sample_gets, self.state.gpm_metrics_gets = gets
 
     def env(self) -> dict[str, str]:
         """Environment for a process that should load this fake with this state."""
@@ -342,10 +385,28 @@ class FakeNvml:
             slot.used_memory = p.used_memory
             slot.sm_util = p.sm_util
             slot.mem_util = p.mem_util
+            slot.enc_util = p.enc_util
+            slot.dec_util = p.dec_util
+            slot.name = p.name.encode()
             slot.graphics = int(p.graphics)
             slot.gpu_instance = p.gpu_instance
             slot.compute_instance = p.compute_instance
         dev.proc_count = len(items)
+
+    def set_gpm(
+        self,
+        index: int,
+        values: dict[int, float] | None = None,
+        *,
+        status: dict[int, int] | None = None,
+    ) -> None:
+        """GPM metric values (percent or MiB/s, by metric id) and per-entry return codes
+        of GPU ``index``; a value applies to samples taken from now on."""
+        dev = self.state.devices[index]
+        for metric, number in (values or {}).items():
+            dev.gpm_value[metric] = number
+        for metric, code in (status or {}).items():
+            dev.gpm_status[metric] = code
 
     def set_mig(self, index: int, instances: Iterable[MigInstance] | None) -> None:
         """Enable MIG with these instances (slot = position), or disable it with None."""

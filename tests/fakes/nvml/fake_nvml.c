@@ -144,6 +144,31 @@ typedef struct {
     unsigned int version, isSupportedDevice;
 } nvmlGpmSupport_t;
 
+/* nvmlGpuFabricInfo_v3_t */
+typedef struct {
+    unsigned int version;
+    unsigned char clusterUuid[16];
+    unsigned int status;
+    unsigned int cliqueId;
+    unsigned int state;
+    unsigned int healthMask;
+    unsigned char healthSummary;
+} nvmlGpuFabricInfo_v3_t;
+
+typedef struct {
+    unsigned int version;
+    int marginTemperature;
+} nvmlMarginTemperature_v1_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned long long aggregateUncParity, aggregateUncSecDed, aggregateCor;
+    unsigned long long volatileUncParity, volatileUncSecDed, volatileCor;
+    unsigned long long aggregateUncBucketL2, aggregateUncBucketSm, aggregateUncBucketPcie;
+    unsigned long long aggregateUncBucketMcu, aggregateUncBucketOther;
+    unsigned int bThresholdExceeded;
+} nvmlEccSramErrorStatus_v1_t;
+
 /* Sizes of the real nvml.h (13.5) on x86-64: a drift here is a build error. */
 _Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t");
 _Static_assert(sizeof(nvmlMemory_t) == 24, "nvmlMemory_t");
@@ -153,9 +178,16 @@ _Static_assert(sizeof(nvmlEventData_t) == 32, "nvmlEventData_t");
 _Static_assert(sizeof(nvmlFieldValue_t) == 40, "nvmlFieldValue_t");
 _Static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32, "nvmlProcessUtilizationSample_t");
 _Static_assert(sizeof(nvmlGpmMetric_t) == 40, "nvmlGpmMetric_t");
+_Static_assert(sizeof(nvmlGpmMetricsGet_t) == 24 + 40 * NVML_GPM_METRIC_MAX, "nvmlGpmMetricsGet_t");
+_Static_assert(sizeof(nvmlGpuFabricInfo_v3_t) == 40, "nvmlGpuFabricInfo_v3_t");
+_Static_assert(sizeof(nvmlMarginTemperature_v1_t) == 8, "nvmlMarginTemperature_v1_t");
+_Static_assert(sizeof(nvmlEccSramErrorStatus_v1_t) == 104, "nvmlEccSramErrorStatus_v1_t");
 
 #define MEMORY_V2_VERSION 0x02000028u
 #define TEMPERATURE_V1_VERSION 0x0100000Cu
+#define FABRIC_INFO_V3_VERSION 0x03000028u
+#define MARGIN_TEMPERATURE_V1_VERSION 0x01000008u
+#define SRAM_ECC_STATUS_V1_VERSION 0x01000068u
 #define SUPPORTED_EVENTS (0x1ull | 0x2ull | 0x8ull | 0x4000ull | 0x8000ull)
 
 /* ---- state ---------------------------------------------------------------- */
@@ -173,13 +205,27 @@ struct fake_event_set {
     uint64_t types[FAKE_MAX_DEVICES];
 };
 
+/* GPM_FULL_GPU in gpu_instance: a sample of the whole GPU (nvmlGpmSampleGet). */
+#define GPM_FULL_GPU 0xFFFFFFFFu
+
 struct fake_gpm_sample {
     int valid;
     int device;
     unsigned int gpu_instance;
     unsigned long long taken_us;
+    unsigned long long sequence; /* order of the samples taken, to check sample1 < sample2 */
     double util, sm, dram;
+    double values[FAKE_GPM_IDS]; /* the device's GPM values when the sample was taken */
 };
+
+static unsigned long long gpm_sequence;
+
+/* The GPM metric ids the fake serves on a full GPU (an H100's set); others NOT_SUPPORTED. */
+static int gpm_known(unsigned int id) {
+    return (id >= 1 && id <= 13) || id == 20 || id == 21 || (id >= 30 && id <= 37) ||
+           (id >= 40 && id <= 47) || id == 50 || id == 51 || (id >= 60 && id <= 97) ||
+           (id >= 166 && id <= 169);
+}
 
 static unsigned long long now_us(void) {
     struct timespec ts;
@@ -233,6 +279,15 @@ static void fill_device(fake_device_t *d, unsigned i) {
         d->nvlink_tx_kib[l] = 1000ull * (l + 1);
         d->nvlink_rx_kib[l] = 2000ull * (l + 1);
     }
+    d->gpm_supported = 1;
+    for (unsigned id = 0; id < FAKE_GPM_IDS; id++)
+        d->gpm_value[id] = gpm_known(id) ? (double)((id * 7 + i * 3) % 100) + 0.5 : 0.0;
+    d->fabric_state = 0; /* NOT_SUPPORTED: no NVSwitch fabric (HGX without NVL) */
+    d->margin_temperature = 40 - (int)i;
+    d->margin_supported = 1;
+    d->power_min_mw = 200000;
+    d->power_max_mw = 700000;
+    d->power_default_mw = 700000;
 }
 
 static void fill_defaults(fake_state_t *s, unsigned n) {
@@ -474,13 +529,20 @@ static const struct layout_entry layout[] = {
     OF(nvmlGpmMetricsGet_t, sample1), OF(nvmlGpmMetricsGet_t, sample2),
     OF(nvmlGpmMetricsGet_t, metrics),
     SZ(nvmlGpmSupport_t), OF(nvmlGpmSupport_t, version), OF(nvmlGpmSupport_t, isSupportedDevice),
+    SZ(nvmlGpuFabricInfo_v3_t), OF(nvmlGpuFabricInfo_v3_t, version),
+    OF(nvmlGpuFabricInfo_v3_t, clusterUuid), OF(nvmlGpuFabricInfo_v3_t, status),
+    OF(nvmlGpuFabricInfo_v3_t, cliqueId), OF(nvmlGpuFabricInfo_v3_t, state),
+    OF(nvmlGpuFabricInfo_v3_t, healthMask), OF(nvmlGpuFabricInfo_v3_t, healthSummary),
+    SZ(nvmlMarginTemperature_v1_t), OF(nvmlMarginTemperature_v1_t, version),
+    OF(nvmlMarginTemperature_v1_t, marginTemperature),
     /* the shared state, mirrored by tests/fakes/nvml/control.py */
     SZ(fake_rule_t), OF(fake_rule_t, active), OF(fake_rule_t, device), OF(fake_rule_t, error),
     OF(fake_rule_t, hang), OF(fake_rule_t, after_calls), OF(fake_rule_t, matched),
     OF(fake_rule_t, function),
     SZ(fake_proc_t), OF(fake_proc_t, pid), OF(fake_proc_t, gpu_instance),
     OF(fake_proc_t, compute_instance), OF(fake_proc_t, sm_util), OF(fake_proc_t, mem_util),
-    OF(fake_proc_t, graphics), OF(fake_proc_t, used_memory),
+    OF(fake_proc_t, graphics), OF(fake_proc_t, used_memory), OF(fake_proc_t, enc_util),
+    OF(fake_proc_t, dec_util), OF(fake_proc_t, name),
     SZ(fake_mig_t), OF(fake_mig_t, present), OF(fake_mig_t, gpu_instance),
     OF(fake_mig_t, compute_instance), OF(fake_mig_t, util_percent), OF(fake_mig_t, dram_percent),
     OF(fake_mig_t, pad), OF(fake_mig_t, memory_total), OF(fake_mig_t, memory_used),
@@ -512,14 +574,36 @@ static const struct layout_entry layout[] = {
     OF(fake_device_t, mig_mode), OF(fake_device_t, mig_pending), OF(fake_device_t, mig),
     OF(fake_device_t, proc_count), OF(fake_device_t, pad2), OF(fake_device_t, procs),
     OF(fake_device_t, calls), OF(fake_device_t, proc_sample_us), OF(fake_device_t, proc_last_seen),
-    OF(fake_device_t, memory_temp_double),
+    OF(fake_device_t, memory_temp_double), OF(fake_device_t, gpm_supported),
+    OF(fake_device_t, recovery_action), OF(fake_device_t, gpm_value),
+    OF(fake_device_t, gpm_status), OF(fake_device_t, nvlink_errors),
+    OF(fake_device_t, fabric_state), OF(fake_device_t, fabric_status),
+    OF(fake_device_t, fabric_health_mask), OF(fake_device_t, fabric_clique),
+    OF(fake_device_t, margin_temperature), OF(fake_device_t, margin_supported),
+    OF(fake_device_t, power_min_mw), OF(fake_device_t, power_max_mw),
+    OF(fake_device_t, power_default_mw), OF(fake_device_t, sram_threshold_exceeded),
+    SZ(nvmlEccSramErrorStatus_v1_t),
+    OF(nvmlEccSramErrorStatus_v1_t, version),
+    OF(nvmlEccSramErrorStatus_v1_t, aggregateUncParity),
+    OF(nvmlEccSramErrorStatus_v1_t, aggregateUncSecDed),
+    OF(nvmlEccSramErrorStatus_v1_t, aggregateCor),
+    OF(nvmlEccSramErrorStatus_v1_t, volatileUncParity),
+    OF(nvmlEccSramErrorStatus_v1_t, volatileUncSecDed),
+    OF(nvmlEccSramErrorStatus_v1_t, volatileCor),
+    OF(nvmlEccSramErrorStatus_v1_t, aggregateUncBucketL2),
+    OF(nvmlEccSramErrorStatus_v1_t, aggregateUncBucketSm),
+    OF(nvmlEccSramErrorStatus_v1_t, aggregateUncBucketPcie),
+    OF(nvmlEccSramErrorStatus_v1_t, aggregateUncBucketMcu),
+    OF(nvmlEccSramErrorStatus_v1_t, aggregateUncBucketOther),
+    OF(nvmlEccSramErrorStatus_v1_t, bThresholdExceeded),
     SZ(fake_state_t), OF(fake_state_t, magic), OF(fake_state_t, version),
     OF(fake_state_t, device_count), OF(fake_state_t, init_error),
     OF(fake_state_t, driver_version), OF(fake_state_t, cuda_driver_version),
     OF(fake_state_t, release_generation), OF(fake_state_t, hangs_entered), OF(fake_state_t, pad),
     OF(fake_state_t, calls), OF(fake_state_t, event_head), OF(fake_state_t, event_sets),
     OF(fake_state_t, events), OF(fake_state_t, rules), OF(fake_state_t, devices),
-    OF(fake_state_t, gpm_samples_live),
+    OF(fake_state_t, gpm_samples_live), OF(fake_state_t, gpm_sample_gets),
+    OF(fake_state_t, gpm_metrics_gets),
 };
 
 /* "struct" -> sizeof, "struct.field" -> offsetof; -1 when unknown. */
@@ -923,6 +1007,10 @@ static void field_value(fake_device_t *d, nvmlFieldValue_t *v) {
         v->valueType = 1;
         v->value.uiVal = d->nvlink_count;
         return;
+    case 230: /* NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, an nvmlDeviceGpuRecoveryAction_t */
+        v->valueType = 1;
+        v->value.uiVal = d->recovery_action;
+        return;
     case 94: /* NVML_FI_DEV_PCIE_REPLAY_COUNTER */
         v->valueType = 1;
         v->value.uiVal = d->pcie_replays;
@@ -1050,14 +1138,112 @@ EXPORT int nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessUtilizatio
         samples[i].timeStamp = ts;
         samples[i].smUtil = d->procs[i].sm_util;
         samples[i].memUtil = d->procs[i].mem_util;
-        samples[i].encUtil = 0;
-        samples[i].decUtil = 0;
+        samples[i].encUtil = d->procs[i].enc_util;
+        samples[i].decUtil = d->procs[i].dec_util;
     }
     *count = n;
     return NVML_SUCCESS;
 }
 
+EXPORT int nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length) {
+    int rc = guard(__func__, -2, 0);
+    if (rc)
+        return rc;
+    for (unsigned dev = 0; dev < S->device_count; dev++) {
+        fake_device_t *d = &S->devices[dev];
+        for (unsigned i = 0; i < d->proc_count && i < FAKE_MAX_PROCS; i++) {
+            if (d->procs[i].pid == pid && d->procs[i].name[0] != '\0') {
+                char buf[FAKE_PROC_NAME + 1];
+                memcpy(buf, d->procs[i].name, FAKE_PROC_NAME);
+                buf[FAKE_PROC_NAME] = '\0';
+                return copy_string(name, length, buf);
+            }
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
 /* ---- slow fields ------------------------------------------------------------ */
+
+EXPORT int nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t h, unsigned int *min,
+                                                        unsigned int *max) {
+    ENTER(h);
+    if (d->power_max_mw == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *min = d->power_min_mw;
+    *max = d->power_max_mw;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t h, unsigned int *mw) {
+    ENTER(h);
+    if (d->power_default_mw == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *mw = d->power_default_mw;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetMarginTemperature(nvmlDevice_t h, nvmlMarginTemperature_v1_t *m) {
+    ENTER(h);
+    if (m == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (m->version != MARGIN_TEMPERATURE_V1_VERSION)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (!d->margin_supported)
+        return NVML_ERROR_NOT_SUPPORTED;
+    m->marginTemperature = d->margin_temperature;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetSramEccErrorStatus(nvmlDevice_t h, nvmlEccSramErrorStatus_v1_t *st) {
+    ENTER(h);
+    if (st == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (st->version != SRAM_ECC_STATUS_V1_VERSION)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (d->sram_threshold_exceeded > 1)
+        return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int version = st->version;
+    memset(st, 0, sizeof(*st));
+    st->version = version;
+    st->aggregateUncSecDed = d->ecc[1][1];
+    st->bThresholdExceeded = d->sram_threshold_exceeded;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t h, unsigned int link, int counter,
+                                           unsigned long long *value) {
+    ENTER(h);
+    if (d->nvlink_count == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= d->nvlink_count || link >= FAKE_MAX_NVLINKS || value == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    /* nvmlNvLinkErrorCounter_t: DL_REPLAY 0, DL_RECOVERY 1, DL_CRC_FLIT 2, DL_CRC_DATA 3;
+     * DL_ECC_DATA (4) is not counted on these links. */
+    if (counter == 4)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (counter < 0 || counter > 3)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *value = d->nvlink_errors[link][counter];
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t h, nvmlGpuFabricInfo_v3_t *info) {
+    ENTER(h);
+    if (info == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (info->version != FABRIC_INFO_V3_VERSION)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (d->fabric_state == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    memset(info->clusterUuid, 0xab, sizeof info->clusterUuid);
+    info->status = d->fabric_status;
+    info->cliqueId = d->fabric_clique;
+    info->state = d->fabric_state;
+    info->healthMask = d->fabric_health_mask;
+    info->healthSummary = 0;
+    return NVML_SUCCESS;
+}
 
 EXPORT int nvmlDeviceGetTotalEccErrors(nvmlDevice_t h, int type, int counter, unsigned long long *count) {
     ENTER(h);
@@ -1175,7 +1361,7 @@ EXPORT int nvmlGpmQueryDeviceSupport(nvmlDevice_t h, nvmlGpmSupport_t *support) 
     ENTER(h);
     if (support->version != 1)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    support->isSupportedDevice = 1;
+    support->isSupportedDevice = d->gpm_supported ? 1 : 0;
     return NVML_SUCCESS;
 }
 
@@ -1199,10 +1385,30 @@ EXPORT int nvmlGpmSampleFree(nvmlGpmSample_t sample) {
     return NVML_SUCCESS;
 }
 
+/* A sample of the whole GPU: the values of every metric id now (pre-Hopper:
+ * NOT_SUPPORTED; under MIG the GPU is sampled per GPU instance instead). */
+EXPORT int nvmlGpmSampleGet(nvmlDevice_t h, nvmlGpmSample_t sample) {
+    ENTER(h);
+    if (sample == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->gpm_supported || d->mig_mode)
+        return NVML_ERROR_NOT_SUPPORTED;
+    sample->valid = 1;
+    sample->device = (int)(d - S->devices);
+    sample->gpu_instance = GPM_FULL_GPU;
+    sample->taken_us = now_us();
+    sample->sequence = __atomic_add_fetch(&gpm_sequence, 1, __ATOMIC_ACQ_REL);
+    memcpy(sample->values, d->gpm_value, sizeof sample->values);
+    __atomic_add_fetch(&S->gpm_sample_gets, 1, __ATOMIC_ACQ_REL);
+    return NVML_SUCCESS;
+}
+
 EXPORT int nvmlGpmMigSampleGet(nvmlDevice_t h, unsigned int gpuInstanceId, nvmlGpmSample_t sample) {
     ENTER(h);
     if (sample == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->gpm_supported)
+        return NVML_ERROR_NOT_SUPPORTED;
     for (int m = 0; m < FAKE_MAX_MIG; m++) {
         fake_mig_t *g = &d->mig[m];
         if (d->mig_mode && g->present && g->gpu_instance == gpuInstanceId) {
@@ -1210,6 +1416,7 @@ EXPORT int nvmlGpmMigSampleGet(nvmlDevice_t h, unsigned int gpuInstanceId, nvmlG
             sample->device = (int)(d - S->devices);
             sample->gpu_instance = gpuInstanceId;
             sample->taken_us = now_us();
+            sample->sequence = __atomic_add_fetch(&gpm_sequence, 1, __ATOMIC_ACQ_REL);
             sample->util = g->util_percent;
             sample->sm = g->util_percent;
             sample->dram = g->dram_percent;
@@ -1225,9 +1432,33 @@ EXPORT int nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m) {
         return rc;
     if (m->version != 1)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    __atomic_add_fetch(&S->gpm_metrics_gets, 1, __ATOMIC_ACQ_REL);
     if (m->numMetrics > NVML_GPM_METRIC_MAX || m->sample1 == NULL || m->sample2 == NULL ||
         !m->sample1->valid || !m->sample2->valid)
         return NVML_ERROR_INVALID_ARGUMENT;
+    /* Two samples of the same GPU (or GPU instance), the first taken first. */
+    if (m->sample1->device != m->sample2->device ||
+        m->sample1->gpu_instance != m->sample2->gpu_instance ||
+        m->sample1->sequence >= m->sample2->sequence)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (m->sample2->gpu_instance == GPM_FULL_GPU) {
+        fake_device_t *d = &S->devices[m->sample2->device];
+        if (d->lost)
+            return NVML_ERROR_GPU_IS_LOST;
+        for (unsigned i = 0; i < m->numMetrics; i++) {
+            nvmlGpmMetric_t *metric = &m->metrics[i];
+            unsigned int id = metric->metricId;
+            unsigned int status = id < FAKE_GPM_IDS ? d->gpm_status[id] : 0;
+            if (status == 0 && (id >= FAKE_GPM_IDS || !gpm_known(id)))
+                status = NVML_ERROR_NOT_SUPPORTED;
+            metric->nvmlReturn = status;
+            metric->value = status ? 0.0 : m->sample2->values[id];
+            metric->metricInfo.shortName = NULL;
+            metric->metricInfo.longName = NULL;
+            metric->metricInfo.unit = NULL;
+        }
+        return NVML_SUCCESS;
+    }
     for (unsigned i = 0; i < m->numMetrics; i++) {
         nvmlGpmMetric_t *metric = &m->metrics[i];
         metric->nvmlReturn = NVML_SUCCESS;

@@ -25,6 +25,8 @@
 #define FAKE_MAX_FANS 4
 #define FAKE_VIOLATIONS 9
 #define FAKE_FN_LEN 64
+#define FAKE_GPM_IDS 176 /* GPM metric ids 0..175 (NVENC 3 is 169) */
+#define FAKE_PROC_NAME 32
 
 /* A fault rule: calls of `function` ("*" = any) on `device` (-1 = any, -2 = calls
  * that take no device) return `error` and/or hang until released, once more than
@@ -47,6 +49,8 @@ typedef struct {
     uint32_t mem_util;
     uint32_t graphics;         /* 1: listed by GetGraphicsRunningProcesses instead of Compute */
     uint64_t used_memory;      /* bytes; 0xFFFFFFFFFFFFFFFF = not available */
+    uint32_t enc_util, dec_util; /* percent, for nvmlDeviceGetProcessUtilization */
+    char name[FAKE_PROC_NAME];   /* nvmlSystemGetProcessName; empty: NOT_FOUND */
 } fake_proc_t;
 
 typedef struct {
@@ -112,6 +116,22 @@ typedef struct {
     uint64_t proc_sample_us;  /* timeStamp of process utilization samples; 0: the time of the call */
     uint64_t proc_last_seen;  /* lastSeenTimeStamp of the last GetProcessUtilization (written by the fake) */
     double memory_temp_double; /* nonzero (NaN too): memory temperature served as a double field value */
+    /* GPM on the full GPU: nvmlGpmQueryDeviceSupport's isSupportedDevice, and per
+     * metric id the value nvmlGpmMetricsGet reports (the one set when the second
+     * sample was taken) and the per-entry nvmlReturn (0: the fake's own default,
+     * NOT_SUPPORTED for ids it does not know). */
+    uint32_t gpm_supported;
+    uint32_t recovery_action;   /* field 230, nvmlDeviceGetFieldValues */
+    double gpm_value[FAKE_GPM_IDS];
+    uint32_t gpm_status[FAKE_GPM_IDS];
+    /* nvmlDeviceGetNvLinkErrorCounter: [link][replay, recovery, crc_flit, crc_data] */
+    uint64_t nvlink_errors[FAKE_MAX_NVLINKS][4];
+    /* nvmlDeviceGetGpuFabricInfoV (v3): state 0 = NOT_SUPPORTED returned */
+    uint32_t fabric_state, fabric_status, fabric_health_mask, fabric_clique;
+    int32_t margin_temperature; /* C; nvmlDeviceGetMarginTemperature */
+    uint32_t margin_supported;
+    uint32_t power_min_mw, power_max_mw, power_default_mw;
+    uint32_t sram_threshold_exceeded; /* nvmlDeviceGetSramEccErrorStatus; 2: NOT_SUPPORTED */
 } fake_device_t;
 
 typedef struct {
@@ -131,6 +151,8 @@ typedef struct {
     fake_rule_t rules[FAKE_MAX_RULES];
     fake_device_t devices[FAKE_MAX_DEVICES];
     int64_t gpm_samples_live; /* GPM samples allocated and not yet freed (written by the fake) */
+    uint64_t gpm_sample_gets;  /* nvmlGpmSampleGet calls that succeeded (written by the fake) */
+    uint64_t gpm_metrics_gets; /* nvmlGpmMetricsGet calls (written by the fake) */
 } fake_state_t;
 
 #endif

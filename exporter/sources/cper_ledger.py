@@ -1,0 +1,150 @@
+"""The daemon's copy of each AMD GPU's CPER ledger (cursor and AFID counts), persisted.
+
+The amdsmi worker reads a GPU's CPER ring from the cursor the daemon passes
+and answers the advanced ledger; the daemon keeps the newest answer, so a new
+worker goes on where the last reply left off (nothing read twice, nothing
+lost). With a state directory, the ledgers are also written to a small JSON
+file after every change (written to a temporary file, then renamed), so a
+restarted daemon neither re-reads the ring from its start nor resets the AFID
+counters.
+
+The ring lives in the driver's memory: after a reboot it starts empty and the
+old cursors point past its end. The file therefore records the kernel's boot
+id; on another boot the cursors start at 0 while the counts carry on (the new
+ring's records are new errors). The records themselves are not used for
+idempotence: the cursor says exactly which were read, and record ids are only
+unique per boot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from exporter import log
+from exporter.backends.amdsmi_ras import Ledger, LedgerError
+
+FILE_NAME = "amdsmi-cper.json"
+FORMAT = 1
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+# One store per state directory and process: a configuration reload builds new
+# sources, and they must go on from the ledgers of the ones they replace.
+_STORES: dict[str, LedgerStore] = {}
+# Only the daemon writes the file; one-shot commands (once, probe, check --local)
+# read it, so their counts go on from the daemon's, and leave it alone.
+_WRITES = {"enabled": False}
+
+
+def enable_writes() -> None:
+    """Let this process write state files (the daemon calls this once)."""
+    _WRITES["enabled"] = True
+
+
+def store_for(state_dir: str) -> LedgerStore:
+    """The process's store for ``state_dir`` ("" = in memory only)."""
+    store = _STORES.get(state_dir)
+    if store is None:
+        store = _STORES[state_dir] = LedgerStore(state_dir)
+    return store
+
+
+def boot_id(path: Path = BOOT_ID) -> str:
+    """The kernel's id of this boot ("" when it cannot be read)."""
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+class LedgerStore:
+    """Ledgers by device uuid, in memory and (with a directory) on disk."""
+
+    def __init__(self, state_dir: str = "", *, boot: str | None = None) -> None:
+        self.path = Path(state_dir) / FILE_NAME if state_dir else None
+        self.boot = boot_id() if boot is None else boot
+        self.ledgers: dict[str, dict[str, Any]] = {}
+        self._log = log.get(source="amdsmi")
+        self._written = ""
+        self._problem = ""
+        if self.path is not None:
+            self._load(self.path)
+
+    def _load(self, path: Path) -> None:
+        try:
+            raw = json.loads(path.read_text())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            self._log.warning(
+                "CPER state file unreadable: CPER records are read again from the start",
+                path=str(path),
+                detail=str(exc),
+            )
+            return
+        devices = raw.get("devices") if isinstance(raw, dict) else None
+        if not isinstance(devices, dict) or raw.get("format") != FORMAT:
+            self._log.warning("CPER state file has an unknown shape; ignored", path=str(path))
+            return
+        same_boot = bool(self.boot) and raw.get("boot_id") == self.boot
+        for uuid, item in devices.items():
+            try:
+                ledger = Ledger.from_wire(item)
+            except LedgerError as exc:
+                self._log.warning("CPER state of a device ignored", uuid=uuid, detail=str(exc))
+                continue
+            if not same_boot:
+                ledger.cursor = 0  # a new boot: a new ring
+            self.ledgers[str(uuid)] = ledger.to_wire()
+        self._written = self._text()
+
+    def update(self, answer: Mapping[str, Any], known: set[str]) -> bool:
+        """Adopt the worker's ledgers; True when one changed. ValueError on a bad shape."""
+        changed = False
+        for uuid, item in answer.items():
+            if uuid not in known:
+                raise ValueError(f"ledger for {uuid!r}, which is not in the inventory")
+            try:
+                ledger = Ledger.from_wire(item).to_wire()
+            except LedgerError as exc:
+                raise ValueError(f"ledger for {uuid!r}: {exc}") from None
+            if self.ledgers.get(uuid) != ledger:
+                self.ledgers[uuid] = ledger
+                changed = True
+        return changed
+
+    def _text(self) -> str:
+        return json.dumps(
+            {"format": FORMAT, "boot_id": self.boot, "devices": self.ledgers}, sort_keys=True
+        )
+
+    def save(self, *, force: bool = False) -> None:
+        """Write the file when it differs from what was written.
+
+        A no-op without a directory, and outside the daemon unless ``force``.
+        """
+        if self.path is None or not (force or _WRITES["enabled"]):
+            return
+        text = self._text()
+        if text == self._written:
+            return
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(text)
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            # Counting goes on in memory; only a daemon restart would read records again.
+            if not self._problem:
+                self._log.warning(
+                    "CPER state file not written", path=str(self.path), detail=str(exc)
+                )
+            self._problem = str(exc)
+            return
+        if self._problem:
+            self._log.info("CPER state file written again", path=str(self.path))
+        self._problem = ""
+        self._written = text
