@@ -29,6 +29,14 @@ class SourceError(ExporterError):
         self.readings = tuple(readings)
 
 
+# How often a source that cannot run here is probed again (a driver installed after
+# the daemon started is picked up). One value for both who act on it: the scheduler
+# polls an unavailable source this often, and a worker runner starts a new probe only
+# when its last one is this old (so that a failure-mode source polled on its backoff
+# does not spawn a worker at every poll).
+UNAVAILABLE_REPROBE_SECONDS = 60.0
+
+
 class SourceUnavailable(SourceError):
     """The source cannot run on this machine (library or driver missing).
 

@@ -93,6 +93,9 @@ class Outcome:
     detail: str = ""
     # True when the source was not ready to answer (see SourcePending): not a result.
     pending: bool = False
+    # True when the source cannot run on this node and that is a normal state here
+    # (``enabled: auto`` before it ever worked; see SourceUnavailable): not a failure.
+    unavailable: bool = False
 
 
 OK = Outcome(True)

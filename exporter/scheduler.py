@@ -13,24 +13,26 @@ import math
 import random
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from exporter import log
 from exporter.catalog import CATALOG, MetricSpec
-from exporter.errors import SourceError, SourcePending, SourceUnavailable
+from exporter.errors import (
+    UNAVAILABLE_REPROBE_SECONDS,
+    SourceError,
+    SourcePending,
+    SourceUnavailable,
+)
 from exporter.logstate import StateLog
 from exporter.model import OK, Outcome, Reading, Snapshot
 from exporter.sources.base import Source
 from exporter.store import Store, validate
 
-# After this many consecutive failures the delay stops growing.
+# The backoff delay grows to at most this multiple of the interval (and this long).
 BACKOFF_CAP_FACTOR = 8
 BACKOFF_CAP_SECONDS = 300.0
-# Unavailable auto sources (no library yet) are probed again this often:
-# a driver installed after the daemon started (GPU operator) is picked up.
-UNAVAILABLE_REPROBE_SECONDS = 60.0
 # First polls are spread over at most this long, so /metrics is complete quickly.
 FIRST_POLL_SPREAD_SECONDS = 0.5
 JITTER_FRACTION = 0.05
@@ -65,14 +67,14 @@ async def poll_once(
     catalog: Mapping[str, MetricSpec] = CATALOG,
     *,
     allow_unavailable: bool | None = None,
-) -> tuple[Snapshot, bool]:
-    """Poll a source under its deadline; (snapshot, unavailable).
+) -> Snapshot:
+    """Poll a source under its deadline; its snapshot (``Store.record`` takes it).
 
-    ``unavailable`` is True when the source said it cannot run here and that is
-    allowed to be a normal state (``enabled: auto``, by default). A source that
-    is still getting ready gives a snapshot whose outcome is ``pending``.
-    Readings that do not match ``catalog`` (the store's) are dropped and logged.
-    Never raises except for cancellation: every failure becomes a snapshot.
+    The outcome is ``unavailable`` when the source said it cannot run here and
+    that is allowed to be a normal state (``enabled: auto``, by default), and
+    ``pending`` when the source is still getting ready. Readings that do not
+    match ``catalog`` (the store's) are dropped and logged. Never raises except
+    for cancellation: every failure becomes a snapshot.
     """
     logger = log.get(source=source.name)
     if allow_unavailable is None:
@@ -81,7 +83,6 @@ async def poll_once(
     started = time.monotonic()
     good: list[Reading] = []
     outcome = OK
-    unavailable = False
     try:
         try:
             readings: Sequence[Reading] = await asyncio.wait_for(
@@ -92,8 +93,9 @@ async def poll_once(
             if isinstance(exc, SourcePending):
                 outcome = Outcome(False, exc.reason, exc.detail, pending=True)
             elif isinstance(exc, SourceUnavailable):
-                unavailable = allow_unavailable
-                outcome = Outcome(False, exc.reason or "unavailable", exc.detail)
+                outcome = Outcome(
+                    False, exc.reason or "unavailable", exc.detail, unavailable=allow_unavailable
+                )
             else:
                 outcome = Outcome(False, exc.reason, exc.detail)
         good, bad = validate(readings, catalog)
@@ -118,11 +120,15 @@ async def poll_once(
         duration=duration,
         stale_after=source.stale_after,
     )
-    return snapshot, unavailable
+    return snapshot
 
 
 class Scheduler:
-    """Runs every source on its own timer and writes snapshots to the store."""
+    """Runs every source on its own timer and writes snapshots to the store.
+
+    ``clock`` (monotonic seconds) and ``sleep`` decide when polls happen; tests
+    give a virtual clock and sleep to check the timing rules without waiting.
+    """
 
     def __init__(
         self,
@@ -130,14 +136,19 @@ class Scheduler:
         sources: Sequence[Source],
         rng: random.Random | None = None,
         on_snapshot: Callable[[Snapshot], None] | None = None,
+        *,
         reprobe_seconds: float = UNAVAILABLE_REPROBE_SECONDS,
         state_log: StateLog | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.store = store
         self.reprobe_seconds = reprobe_seconds
         self.state_log = state_log or StateLog()
         self.sources = list(sources)
         self._rng = rng or random.Random()
+        self._clock = clock
+        self._sleep = sleep
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._on_snapshot = on_snapshot
         self.schedules = {s.name: Schedule(i) for i, s in enumerate(self.sources)}
@@ -185,8 +196,8 @@ class Scheduler:
     async def _run(self, source: Source) -> None:
         schedule = self.schedules[source.name]
         logger = log.get(source=source.name)
-        anchor = time.monotonic()
-        await asyncio.sleep(self._first_delay(schedule.index))
+        anchor = self._clock()
+        await self._sleep(self._first_delay(schedule.index))
         while True:
             try:
                 wait = await self._cycle(source, schedule, logger, anchor)
@@ -198,17 +209,17 @@ class Scheduler:
                 )
                 wait = source.config.interval
             schedule.next_poll = time.time() + wait
-            await asyncio.sleep(wait)
+            await self._sleep(wait)
 
     async def _cycle(self, source: Source, schedule: Schedule, logger: Any, anchor: float) -> float:
         """One poll and its bookkeeping; returns how long to wait before the next."""
-        started = time.monotonic()
+        started = self._clock()
         schedule.polling = True
         try:
             # Once a source has worked here (in this process, across reloads), its
             # library vanishing is a failure (a driver unloaded under it), not
             # "this node has no such device".
-            snapshot, unavailable = await poll_once(
+            snapshot = await poll_once(
                 source,
                 self.store.catalog,
                 allow_unavailable=source.auto and not self.store.succeeded(source.name),
@@ -216,6 +227,7 @@ class Scheduler:
         finally:
             schedule.polling = False
         interval = source.interval()
+        unavailable = snapshot.outcome.unavailable
         if snapshot.outcome.pending:
             schedule.last_reason, schedule.last_detail = (
                 snapshot.outcome.reason,
@@ -223,7 +235,7 @@ class Scheduler:
             )
             # Not a result: no poll or error is counted. What the source still knows
             # (devices down with the reason, while a new worker starts) stays shown.
-            self.store.pending(snapshot, restarts=source.restarts)
+            self.store.record(snapshot, restarts=source.restarts)
             return min(interval, PENDING_RETRY_SECONDS)
         failures = 0 if snapshot.ok or unavailable else schedule.consecutive_failures + 1
         if unavailable:
@@ -236,7 +248,7 @@ class Scheduler:
             keep = delay + source.timeout + JITTER_FRACTION * interval
             if keep > snapshot.stale_after:
                 snapshot = dataclasses.replace(snapshot, stale_after=keep)
-        self._record(source, snapshot, unavailable, schedule, logger)
+        self._record(source, snapshot, schedule, logger)
         if not failures and not unavailable:
             # Healthy sources stay on their phase grid so that they never fire together:
             # the next grid point between half and one and a half intervals away.
@@ -246,14 +258,13 @@ class Scheduler:
         else:
             target = started + delay
         target += self._rng.uniform(0, JITTER_FRACTION * interval)
-        return max(0.0, target - time.monotonic())
+        return max(0.0, target - self._clock())
 
-    def _record(
-        self, source: Source, snapshot: Snapshot, unavailable: bool, schedule: Schedule, logger: Any
-    ) -> None:
+    def _record(self, source: Source, snapshot: Snapshot, schedule: Schedule, logger: Any) -> None:
         schedule.last_duration = snapshot.duration
         was_failing = schedule.consecutive_failures > 0
-        if unavailable:
+        self.store.record(snapshot, restarts=source.restarts)
+        if snapshot.outcome.unavailable:
             # Keyed on the reason and detail, not on last_reason: a device source passes
             # through "pending" (a new worker) before each reprobe says unavailable again.
             state = (snapshot.outcome.reason, snapshot.outcome.detail)
@@ -264,18 +275,10 @@ class Scheduler:
                     detail=snapshot.outcome.detail,
                     repeats="again at most hourly while it lasts",
                 )
-            self.store.mark_unavailable(
-                source.name,
-                snapshot.outcome.reason,
-                detail=snapshot.outcome.detail,
-                restarts=source.restarts,
-                snapshot=snapshot if snapshot.readings else None,
-            )
             schedule.consecutive_failures = 0
             schedule.last_reason = "unavailable"
             schedule.last_detail = snapshot.outcome.detail
         else:
-            self.store.put(snapshot, restarts=source.restarts)
             if snapshot.ok:
                 if was_failing or schedule.last_reason == "unavailable":
                     logger.info("source recovered", after_failures=schedule.consecutive_failures)

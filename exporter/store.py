@@ -158,6 +158,8 @@ class Store:
         self._mono = mono
         self._wall = wall
         self._lock = threading.Lock()
+        # Notified on every change: what renders ahead of scrapes waits on it.
+        self._changed = threading.Condition(self._lock)
         self._records: dict[str, SourceRecord] = {}
         self._internal: dict[str, tuple[Reading, ...]] = {}
         self._generation = 0
@@ -168,17 +170,37 @@ class Store:
         """Bumped on every change."""
         return self._generation
 
+    def _bump(self) -> None:
+        # Called with the lock held.
+        self._generation += 1
+        self._changed.notify_all()
+
+    def wait_changed(self, generation: int, timeout: float | None = None) -> int:
+        """Block until the store changed since ``generation``; the generation now.
+
+        Also returns at ``timeout`` and on ``wake()``.
+        """
+        with self._changed:
+            if self._generation == generation:
+                self._changed.wait(timeout)
+            return self._generation
+
+    def wake(self) -> None:
+        """Release every ``wait_changed`` now (a waiter that is stopping)."""
+        with self._changed:
+            self._changed.notify_all()
+
     def register(self, source: str) -> None:
         """Make a source known before its first poll (it shows in /status)."""
         with self._lock:
             self._records.setdefault(source, SourceRecord(source))
-            self._generation += 1
+            self._bump()
 
     def unregister(self, source: str) -> None:
         """Forget a source (after a reload removed it)."""
         with self._lock:
             self._records.pop(source, None)
-            self._generation += 1
+            self._bump()
 
     def succeeded(self, source: str) -> bool:
         """Whether a poll of ``source`` ever succeeded (kept across reloads)."""
@@ -206,7 +228,7 @@ class Store:
                 record.errors[reason] = record.errors.get(reason, 0) + 1
             if restarts is not None:
                 record.count_restarts(restarts)
-            self._generation += 1
+            self._bump()
 
     def pending(self, snapshot: Snapshot, *, restarts: int | None = None) -> None:
         """A poll that had no result yet (a worker starting): counted nowhere.
@@ -222,7 +244,22 @@ class Store:
                 record.snapshot = snapshot
             if restarts is not None:
                 record.count_restarts(restarts)
-            self._generation += 1
+            self._bump()
+
+    def record(self, snapshot: Snapshot, *, restarts: int | None = None) -> None:
+        """Record a poll's snapshot by its outcome: a result, pending, or unavailable."""
+        if snapshot.outcome.pending:
+            self.pending(snapshot, restarts=restarts)
+        elif snapshot.outcome.unavailable:
+            self.mark_unavailable(
+                snapshot.source,
+                snapshot.outcome.reason,
+                detail=snapshot.outcome.detail,
+                restarts=restarts,
+                snapshot=snapshot if snapshot.readings else None,
+            )
+        else:
+            self.put(snapshot, restarts=restarts)
 
     def mark_unavailable(
         self,
@@ -246,13 +283,13 @@ class Store:
             record.unavailable_detail = detail or reason
             if restarts is not None:
                 record.count_restarts(restarts)
-            self._generation += 1
+            self._bump()
 
     def publish(self, name: str, readings: Sequence[Reading]) -> None:
         """Set readings that belong to the daemon itself (no staleness, no source health)."""
         with self._lock:
             self._internal[name] = tuple(readings)
-            self._generation += 1
+            self._bump()
 
     def records(self) -> list[SourceRecordView]:
         """Copies of every source record, for /status and checks."""

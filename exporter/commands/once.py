@@ -18,10 +18,8 @@ from exporter.sources.registry import build_sources, catalog_for
 from exporter.store import Store
 
 
-async def poll_all(
-    sources: list[Source], store: Store | None = None
-) -> list[tuple[Snapshot, bool]]:
-    """Start, poll once and close every source; (snapshot, unavailable) per source.
+async def poll_all(sources: list[Source], store: Store | None = None) -> list[Snapshot]:
+    """Start, poll once and close every source; a snapshot per source.
 
     Sources are polled in order into ``store`` (a scratch one by default), so an
     enricher polled after the device sources sees their data as in the daemon,
@@ -37,14 +35,13 @@ async def poll_all(
             await source.start()
         for source in sources:
             await source.wait_ready(getattr(source.config, "bootstrap_timeout", source.timeout))
-            snapshot, unavailable = await poll_once(source, store.catalog)
-            if unavailable:
-                store.mark_unavailable(
-                    source.name, snapshot.outcome.reason, detail=snapshot.outcome.detail
-                )
-            else:
+            snapshot = await poll_once(source, store.catalog)
+            if snapshot.outcome.pending:
+                # No second poll comes: a source still not ready has failed this one.
                 store.put(snapshot)
-            results.append((snapshot, unavailable))
+            else:
+                store.record(snapshot)
+            results.append(snapshot)
     finally:
         for source in sources:
             try:
@@ -54,15 +51,13 @@ async def poll_all(
     return results
 
 
-def to_json(
-    results: list[tuple[Snapshot, bool]], catalog: Mapping[str, MetricSpec]
-) -> dict[str, Any]:
+def to_json(results: list[Snapshot], catalog: Mapping[str, MetricSpec]) -> dict[str, Any]:
     """The ``--format json`` document (schema in docs/cli.md): per source, its readings.
 
     Labels are a mapping named by the catalog row, in the row's order.
     """
     out: dict[str, Any] = {}
-    for snap, unavailable in results:
+    for snap in results:
         readings = []
         for r in snap.readings:
             value: Any = r.value
@@ -73,7 +68,7 @@ def to_json(
             readings.append({"metric": r.metric, "labels": labels, "value": value})
         out[snap.source] = {
             "ok": snap.ok,
-            "unavailable": unavailable,
+            "unavailable": snap.outcome.unavailable,
             "reason": snap.outcome.reason,
             "detail": snap.outcome.detail,
             "duration_seconds": snap.duration,
@@ -93,8 +88,8 @@ def run(config: Config, fmt: str, out: TextIO = sys.stdout) -> int:
         body, _ = Exposition(store, process_metrics=False).render(None, None)
         out.write(body.decode())
     failed = False
-    for snap, unavailable in results:
-        if unavailable:
+    for snap in results:
+        if snap.outcome.unavailable:
             print(
                 f"accel-exporter: {snap.source}: unavailable: {snap.outcome.detail}",
                 file=sys.stderr,

@@ -19,9 +19,7 @@ def run(config: Config, out: TextIO = sys.stdout) -> int:
     """
     enabled = {name: section(config, name).enabled for name in FACTORIES}
     sources = [FACTORIES[name](config) for name, on in enabled.items() if on is not False]
-    results = {
-        snap.source: (snap, unavailable) for snap, unavailable in asyncio.run(poll_all(sources))
-    }
+    results = {snap.source: snap for snap in asyncio.run(poll_all(sources))}
     width = max(len(name) for name in FACTORIES)
     status = 0
     for name, on in enabled.items():
@@ -29,7 +27,8 @@ def run(config: Config, out: TextIO = sys.stdout) -> int:
         if on is False:
             line = f"{name:<{width}}  {switch:<4}  disabled"
         else:
-            snap, unavailable = results[name]
+            snap = results[name]
+            unavailable = snap.outcome.unavailable
             if unavailable and on is True:
                 status = 1
             if unavailable:

@@ -572,6 +572,8 @@ def load_config(
     problems.items.extend(early)
     config = _convert(data, Config, (), problems)
     notes.extend(problems.notes)
+    if isinstance(config, Config) and config.outputs.otlp.enabled:
+        _check_otlp(config, env, problems)
     if problems.items or config is INVALID:
         raise ConfigError(problems.items or ["invalid configuration"])
     assert isinstance(config, Config)
@@ -595,3 +597,17 @@ def _merge_web_config(data: dict[str, Any], origins: dict[Path, str]) -> list[st
         for key in values:
             origins[("web", section, key)] = f"web.config_file {path} (from {origin})"
     return problems
+
+
+def _check_otlp(config: Config, env: Mapping[str, str], problems: _Problems) -> None:
+    """An enabled OTLP output must be usable merged with the OTEL_* in ``env``.
+
+    ``env`` is the environment load_config was given, never the process's own.
+    """
+    from exporter.config.otlp_env import resolve, sdk_missing
+
+    otlp = ("outputs", "otlp")
+    if sdk_missing():
+        problems.add((*otlp, "enabled"), "needs the otlp extra: pip install 'accel-exporter[otlp]'")
+    for key, message in resolve(config.outputs.otlp, env).problems:
+        problems.add((*otlp, *key.split(".")), message)

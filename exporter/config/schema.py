@@ -820,20 +820,12 @@ class OtlpOutputConfig:
     resource_attributes: dict[str, str] = field(default_factory=dict)
 
     def check(self) -> list[tuple[str, str]]:
-        """Positive timings; when enabled, the settings merged with OTEL_* must be usable."""
+        """Positive timings (the OTEL_* merge is checked by load_config, with its env)."""
         out = []
         if self.interval is not None and self.interval < MIN_INTERVAL:
             out.append(("interval", f"must be at least {int(MIN_INTERVAL * 1000)}ms"))
         if self.timeout is not None and self.timeout <= 0:
             out.append(("timeout", "must be positive"))
-        if self.enabled and not out:
-            import os
-
-            from exporter.config.otlp_env import resolve, sdk_missing
-
-            if sdk_missing():
-                out.append(("enabled", "needs the otlp extra: pip install 'accel-exporter[otlp]'"))
-            out.extend(resolve(self, os.environ).problems)
         return out
 
 

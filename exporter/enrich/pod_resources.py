@@ -77,6 +77,11 @@ def list_assignments(
     wanted: Callable[[str], bool],
 ) -> list[Assignment]:
     """Ask the kubelet which devices of the wanted resources each container holds."""
+    if not os.path.exists(path):
+        # Before the imports: a node without a kubelet never loads grpc and protobuf.
+        raise AttributionError(
+            "socket_missing", f"{path} does not exist (is the hostPath mounted?)"
+        )
     try:
         import grpc
 

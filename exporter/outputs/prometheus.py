@@ -4,6 +4,11 @@ Render is pure: it reads a :class:`~exporter.store.View` and nothing else. The
 bytes for each (view, format, compression) are built once and then served to
 every scrape until the store changes, so a scrape costs little more than a
 socket write no matter how many clients ask at once.
+
+Ahead of scrapes, a thread woken by the store's change signal renders each
+format a scraper uses once per observed scrape interval, shortly before the next
+scrape is due: data that changes every second but is read every 15 s costs one
+render per 15 s, not fifteen.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import gzip
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -32,10 +38,52 @@ from exporter.store import Store, View
 # Process metrics (RSS, CPU) change continuously; refreshing them this often
 # keeps the exposition cacheable between store changes.
 PROCESS_REFRESH_SECONDS = 5.0
-# How often the pre-render thread looks for changed data, and how long a format
-# nobody asks for any more is still prepared.
-PRERENDER_POLL_SECONDS = 0.05
+# How long a format nobody asks for any more is still prepared.
 PRERENDER_WANTED_SECONDS = 600.0
+# A format is rendered this share of its scrape interval before the next scrape is
+# due (within the bounds below), and that body is served to the scrape if it is not
+# older than twice that lead (a late scrape gets a fresh render instead).
+PRERENDER_LEAD_SHARE = 0.1
+PRERENDER_LEAD_MIN_SECONDS = 0.05
+PRERENDER_LEAD_MAX_SECONDS = 1.0
+# Scrapers faster than this (tests, debugging) get the newest data on every scrape:
+# their format is rendered on the first change after each scrape, and served only
+# while the store has not changed since.
+PRERENDER_MIN_INTERVAL_SECONDS = 1.0
+
+
+def _lead(interval: float) -> float:
+    return min(
+        PRERENDER_LEAD_MAX_SECONDS, max(PRERENDER_LEAD_MIN_SECONDS, interval * PRERENDER_LEAD_SHARE)
+    )
+
+
+@dataclass
+class _Scrapes:
+    """When one format was scraped, and what was rendered ahead for its next scrape."""
+
+    encoder: Callable[[CollectorRegistry], bytes]
+    last: float
+    interval: float | None = None
+    # ``last`` as it was when a body was prepared for the next scrape, and when.
+    prepared_for: float | None = None
+    prepared_at: float = 0.0
+    body: bytes | None = None
+
+    def due(self) -> float:
+        """When to render ahead of the next scrape (at once while no interval is known)."""
+        if self.interval is None or self.interval < PRERENDER_MIN_INTERVAL_SECONDS:
+            return self.last
+        return self.last + self.interval - _lead(self.interval)
+
+    def take_prepared(self, now: float) -> bytes | None:
+        """The body rendered ahead for this scrape, when there is one and it is recent."""
+        if self.prepared_for != self.last or self.body is None:
+            return None
+        if self.interval is None or self.interval < PRERENDER_MIN_INTERVAL_SECONDS:
+            return None  # the cache serves it while the store is unchanged
+        max_age = 2 * _lead(self.interval or 0.0)
+        return self.body if now - self.prepared_at <= max_age else None
 
 
 def _bound(value: float) -> str:
@@ -145,10 +193,8 @@ class Exposition:
         self._cache: dict[tuple[object, ...], bytes] = {}
         self._cache_key: tuple[object, ...] | None = None
         self._encoders: dict[str, tuple[Callable[[CollectorRegistry], bytes], str]] = {}
-        # (content type, gzip) -> (encoder, last asked for): what to pre-render.
-        self._wanted: dict[
-            tuple[str, bool], tuple[Callable[[CollectorRegistry], bytes], float]
-        ] = {}
+        # (content type, gzip) -> its scrapes: what to pre-render, and when.
+        self._wanted: dict[tuple[str, bool], _Scrapes] = {}
         self._prerender: threading.Thread | None = None
         # The newest complete body per format, served while a newer one is rendered.
         self._last: dict[tuple[str, bool], bytes] = {}
@@ -192,10 +238,21 @@ class Exposition:
             body = encoder(self._registries(names))
             return (gzip.compress(body, 6) if use_gzip else body), headers
         key = (content_type, use_gzip)
-        self._wanted[key] = (encoder, self._clock())
+        now = self._clock()
+        scrapes = self._wanted.get(key)
+        if scrapes is None:
+            self._wanted[key] = scrapes = _Scrapes(encoder, now)
+            prepared = None
+        else:
+            prepared = scrapes.take_prepared(now)
+            scrapes.interval, scrapes.last = now - scrapes.last, now
+        if prepared is not None:
+            return prepared, headers
         return self._get(self._state_key(), encoder, content_type, use_gzip), headers
 
     def _state_key(self) -> tuple[object, ...]:
+        if self._process is None:
+            return (self.store.view().key,)
         return (self.store.view().key, int(self._clock() // PROCESS_REFRESH_SECONDS))
 
     def _get(
@@ -235,12 +292,14 @@ class Exposition:
             self._lock.release()
 
     def start_prerender(self) -> None:
-        """Render on a thread of its own whenever the data changes.
+        """Render on a thread of its own, ahead of the scrapes.
 
         Every poll changes the store, and building the families for thousands of
-        series takes tens of milliseconds: done here, ahead of the scrapes, the
-        scrape path finds the bytes ready. Only the formats scrapers asked for in
-        the last ten minutes are prepared.
+        series takes tens of milliseconds: done here, the scrape path finds the
+        bytes ready. The thread sleeps until the store changes; then each format
+        asked for in the last ten minutes is rendered once before its next scrape
+        is due (by the interval observed between its scrapes), with the data of
+        that moment.
         """
         if self._prerender is None:
             self._stop_prerender.clear()
@@ -254,22 +313,43 @@ class Exposition:
         thread, self._prerender = self._prerender, None
         if thread is not None:
             self._stop_prerender.set()
+            self.store.wake()
             thread.join(timeout=2.0)
 
     def _prerender_loop(self) -> None:
-        while not self._stop_prerender.wait(PRERENDER_POLL_SECONDS):
+        generation = self.store.generation
+        while not self._stop_prerender.is_set():
+            generation = self.store.wait_changed(generation)
             try:
-                state_key = self._state_key()
-                if state_key == self._cache_key:
-                    continue
-                now = self._clock()
-                for (content_type, use_gzip), (encoder, used) in list(self._wanted.items()):
-                    if now - used > PRERENDER_WANTED_SECONDS:
-                        del self._wanted[(content_type, use_gzip)]
-                        continue
-                    self._get(state_key, encoder, content_type, use_gzip)
+                self.prerender_due(wait=True)
             except Exception as exc:  # the scrape path renders on its own if this fails
                 log.get(output="prometheus").error("pre-render failed", error=repr(exc))
+
+    def prerender_due(self, wait: bool) -> None:
+        """Render each format not yet prepared for its next scrape, when it is due.
+
+        With ``wait``, waits for that moment and returns when all are prepared (or
+        on stop); without, renders only what is due now.
+        """
+        while not self._stop_prerender.is_set():
+            now = self._clock()
+            pending = []
+            for key, scrapes in list(self._wanted.items()):
+                if now - scrapes.last > PRERENDER_WANTED_SECONDS:
+                    del self._wanted[key]
+                elif scrapes.prepared_for != scrapes.last:
+                    pending.append((scrapes.due(), key, scrapes))
+            if not pending:
+                return
+            due, (content_type, use_gzip), scrapes = min(pending, key=lambda p: p[0])
+            if due > now:
+                if not wait:
+                    return
+                self._stop_prerender.wait(due - now)
+                continue  # a scrape may have come meanwhile: look again
+            last = scrapes.last
+            body = self._get(self._state_key(), scrapes.encoder, content_type, use_gzip)
+            scrapes.body, scrapes.prepared_at, scrapes.prepared_for = body, self._clock(), last
 
     def _encode(self, encoder: Callable[[CollectorRegistry], bytes]) -> bytes:
         if self._process is None:

@@ -109,7 +109,7 @@ class Recorder:
 
     async def _poll(self) -> list[Snapshot]:
         results = await asyncio.gather(*(poll_once(s) for s in self.sources))
-        return [snapshot for snapshot, unavailable in results if not unavailable]
+        return [snapshot for snapshot in results if not snapshot.outcome.unavailable]
 
     def _events(self, when: float, snapshot: Snapshot) -> None:
         assert self.run_log is not None

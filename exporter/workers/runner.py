@@ -36,14 +36,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter import log
-from exporter.errors import SourcePending, SourceUnavailable, WorkerError
+from exporter.errors import (
+    UNAVAILABLE_REPROBE_SECONDS,
+    SourcePending,
+    SourceUnavailable,
+    WorkerError,
+)
 from exporter.logstate import StateLog
 from exporter.workers import crumb, stackdump
 from exporter.workers.protocol import ProtocolError, encode, read_frame
 
 RESTART_BASE_SECONDS = 1.0
 RESTART_CAP_SECONDS = 60.0
-UNAVAILABLE_REPROBE_SECONDS = 60.0
 STDERR_LINES_PER_LIFE = 200
 STOP_GRACE_SECONDS = 1.0
 # How long a stuck worker gets to write its stack dump after SIGUSR1.

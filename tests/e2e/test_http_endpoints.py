@@ -6,6 +6,8 @@ import threading
 import time
 import urllib.request
 
+import pytest
+
 
 def test_endpoints(daemon_factory):
     d = daemon_factory({"sources": {"host": {"interval": "1s"}}})
@@ -32,6 +34,7 @@ def test_endpoints(daemon_factory):
     assert zipped.headers.get("Content-Encoding") == "gzip"
 
 
+@pytest.mark.serial  # counts polls against wall time: no parallel neighbours
 def test_many_concurrent_scrapes_do_not_delay_polling(daemon_factory):
     d = daemon_factory({"sources": {"host": {"interval": "200ms"}}, "web": {"max_requests": 64}})
     d.wait_metric("accel_exporter_source_up", 1, source="host")

@@ -12,7 +12,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -23,6 +22,7 @@ import pytest
 import yaml
 
 from tests.helpers.deploy import RULE_FILES, SYSTEMD, all_rules, need
+from tests.helpers.wait import eventually
 
 SCRAPE_JOB = "accel-exporter"
 
@@ -75,19 +75,19 @@ class Prometheus:
         raise AssertionError("prometheus did not become ready:\n" + self.log.read_text()[-3000:])
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        """True once /-/ready answers 200; False when the server exits or the time is up."""
+
+        def ready() -> str:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                return False
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as resp:
-                    if resp.status == 200:
-                        return True
-            except OSError:
-                pass
-            time.sleep(0.2)
-        return False
+                return "exited"
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as resp:
+                return "ready" if resp.status == 200 else ""
+
+        try:
+            return eventually(ready, timeout=timeout, interval=0.2, ignore=(OSError,)) == "ready"
+        except AssertionError:
+            return False
 
     @property
     def url(self) -> str:
@@ -123,18 +123,13 @@ def free_port() -> int:
 
 
 def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-        except (OSError, AssertionError, KeyError) as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+    return eventually(
+        predicate,
+        timeout=timeout,
+        interval=0.25,
+        what=what,
+        ignore=(OSError, AssertionError, KeyError),
+    )
 
 
 @pytest.fixture

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import resource
 import signal
 import subprocess
 import sys
-import time
-
-import pytest
 
 from tests.helpers.cli import cli_command, cli_env, record, run_log
+from tests.helpers.wait import eventually
 
 SCRIPT = """
 import json, os, sys, time
@@ -112,19 +109,22 @@ def test_a_summary_that_cannot_be_written_keeps_the_status(tmp_path):
 def test_a_full_disk_keeps_the_status(tmp_path):
     out = tmp_path / "run"
 
-    def small_files() -> None:
-        # Writes past 1 KiB fail with EFBIG, as a full disk fails them with ENOSPC.
-        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
-
+    # Writes past 1 KiB fail with EFBIG, as a full disk fails them with ENOSPC. The limit
+    # is set by a small exec wrapper, not preexec_fn (unsafe in a threaded test runner).
+    small_files = (
+        "import os, resource, sys; "
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024)); "
+        "os.execv(sys.argv[1], sys.argv[1:])"
+    )
+    command = cli_command(
+        "record", "--interval", "100ms", "--out", str(out), "--", "sh", "-c", "sleep 1; exit 7"
+    )
     result = subprocess.run(
-        cli_command(
-            "record", "--interval", "100ms", "--out", str(out), "--", "sh", "-c", "sleep 1; exit 7"
-        ),
+        [sys.executable, "-c", small_files, *command],
         env=cli_env(),
         capture_output=True,
         text=True,
         timeout=120,
-        preexec_fn=small_files,
     )
     assert result.returncode == 7, result.stderr
     assert "Traceback" not in result.stderr
@@ -146,14 +146,12 @@ def test_sigterm_is_passed_on_and_the_command_status_returned(tmp_path):
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def samples() -> int:
             log = run_log(out) if (out / "run.jsonl").exists() else []
-            if sum(1 for line in log if line["type"] == "sample") >= 2:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("record never sampled")
+            return sum(1 for line in log if line["type"] == "sample")
+
+        eventually(lambda: samples() >= 2, timeout=60, what="two record samples")
         proc.send_signal(signal.SIGTERM)  # to record only, not to its process group
         stdout, stderr = proc.communicate(timeout=60)
     finally:

@@ -26,6 +26,8 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.helpers.wait import eventually
+
 REPO = Path(__file__).resolve().parents[2]
 LAUNCH = Path(__file__).with_name("launch.py")
 
@@ -140,17 +142,22 @@ class Daemon:
         )
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._reader.start()
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if self.address is not None:
-                return self
-            if self.proc.poll() is not None:
+
+        def started() -> bool:
+            if self.proc is not None and self.proc.poll() is not None:
                 self._close_pipe()
                 raise RuntimeError(
                     f"daemon exited with {self.proc.returncode}:\n" + "\n".join(self.lines[-30:])
                 )
-            time.sleep(0.02)
-        raise RuntimeError("daemon did not report its address:\n" + "\n".join(self.lines[-30:]))
+            return self.address is not None
+
+        try:
+            eventually(started, timeout=wait, interval=0.02, what="the daemon's address")
+        except AssertionError:
+            raise RuntimeError(
+                "daemon did not report its address:\n" + "\n".join(self.lines[-30:])
+            ) from None
+        return self
 
     def _read_stderr(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None
@@ -173,6 +180,7 @@ class Daemon:
         return self.proc.pid
 
     def descendants(self) -> set[int]:
+        """The daemon's descendants now; also remembered for ``leftover_children()``."""
         found = descendants_of(self.pid)
         self._seen_pids |= found
         return found
@@ -285,19 +293,18 @@ class Daemon:
         interval: float = 0.1,
         what: str = "condition",
     ) -> Any:
-        deadline = time.monotonic() + timeout
-        last: Any = None
-        while time.monotonic() < deadline:
-            try:
-                last = predicate()
-            except (OSError, AssertionError, KeyError):
-                last = None
-            if last:
-                return last
-            time.sleep(interval)
-        raise AssertionError(
-            f"timed out waiting for {what}; last log lines:\n" + "\n".join(self.lines[-20:])
-        )
+        try:
+            return eventually(
+                predicate,
+                timeout=timeout,
+                interval=interval,
+                what=what,
+                ignore=(OSError, AssertionError, KeyError),
+            )
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc}; last log lines:\n" + "\n".join(self.lines[-20:])
+            ) from None
 
     def wait_metric(
         self, name: str, expected: float | None = None, timeout: float = 20.0, **labels: str

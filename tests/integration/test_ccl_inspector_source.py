@@ -196,6 +196,7 @@ APPENDED = 256 << 20
 CHUNK = 8 << 20  # per file and poll, below max_read_bytes: every byte is parsed
 
 
+@pytest.mark.slow  # a soak: minutes of parsing; the full run has it, --quick not
 def test_hundreds_of_megabytes_of_real_records_keep_memory_flat(tmp_path):
     files = {rank: tmp_path / f"node-a-pid{1000 + rank}.log" for rank in (0, 1)}
     for path in files.values():

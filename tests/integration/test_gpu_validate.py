@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from scripts.gpuvalidate.compare import FIELDS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,6 +78,7 @@ def phases(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {p["name"]: p for p in doc["phases"]}
 
 
+@pytest.mark.slow  # the whole kit against the fake: the full run has it
 def test_dry_run_agrees_with_the_fake_nvidia_smi(tmp_path, fake_nvml):
     fake = fake_nvml(2)
     # GPU 1 has no serial, ECC off and no memory sensor: nvidia-smi prints [N/A] for those
@@ -117,6 +120,7 @@ def test_dry_run_agrees_with_the_fake_nvidia_smi(tmp_path, fake_nvml):
     assert "compare      PASSED" in summary and "load         SKIPPED" in summary
 
 
+@pytest.mark.slow  # the whole kit against the fake: the full run has it
 def test_the_cost_phase_measures_the_daemon_and_nvml(tmp_path, fake_nvml):
     fake = fake_nvml(2)
     status, doc, _ = run_kit(tmp_path, fake, "--skip", "compare")
@@ -140,6 +144,7 @@ def test_the_cost_phase_measures_the_daemon_and_nvml(tmp_path, fake_nvml):
     assert figures["nvml"]["backend_fast_poll"]["cpu_seconds"] > 0
 
 
+@pytest.mark.slow  # the whole kit against the fake: the full run has it
 def test_a_disagreement_fails_the_run_and_names_the_field(tmp_path, fake_nvml):
     fake = fake_nvml(1)
     override = json.dumps({"serial": "0000000000000", "power.draw": "999.00"})
@@ -156,6 +161,7 @@ def test_a_disagreement_fails_the_run_and_names_the_field(tmp_path, fake_nvml):
     assert "Disagreements:" in summary and "power.draw" in summary
 
 
+@pytest.mark.slow  # the whole kit against the fake: the full run has it
 def test_a_broken_nvidia_smi_is_an_error_not_a_failure_and_the_next_phases_run(tmp_path, fake_nvml):
     fake = fake_nvml(1)
     # Without a state file the fake nvidia-smi fails as the real one does without a driver.

@@ -15,7 +15,7 @@ from tests.helpers.deploy import (
     KUSTOMIZE,
     RULE_FILES,
     dashboards,
-    helm_renderer,
+    helm_binary,
     kustomize,
     load_docs,
     one,
@@ -82,9 +82,7 @@ def keyed(docs: list[dict[str, Any]], *, namespace: str | None) -> dict[tuple[st
 
 def chart(tmp_path: Path, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     return load_docs(
-        render_chart(
-            helm_renderer(), tmp_path, values, name="accel-exporter", namespace="monitoring"
-        )
+        render_chart(helm_binary(), tmp_path, values, name="accel-exporter", namespace="monitoring")
     )
 
 

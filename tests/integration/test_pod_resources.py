@@ -117,6 +117,7 @@ def connect_as_nobody(path: str) -> str:
     return str(run_as(NOBODY, connect))
 
 
+@pytest.mark.serial  # forks (run_as): never beside the parallel runner's threads
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another user")
 def test_permission_denied_on_the_socket():
     with tempfile.TemporaryDirectory(prefix="accel-kubelet-") as name:

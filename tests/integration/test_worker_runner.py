@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from exporter.workers import runner as runner_mod
 from exporter.workers.runner import WorkerRunner
 from tests.helpers.daemon import REPO, children_of
 from tests.helpers.test_sources import control_writer
+from tests.helpers.wait import eventually_async as eventually
 
 BACKEND = "tests.helpers.worker_backend:MisbehavingBackend"
 
@@ -50,14 +51,6 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state not in ("Z", "X")
-
-
-async def eventually(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
-    """Wait until ``condition()`` holds or ``timeout`` passes; its last value."""
-    end = asyncio.get_running_loop().time() + timeout
-    while not condition() and asyncio.get_running_loop().time() < end:
-        await asyncio.sleep(0.01)
-    return condition()
 
 
 async def wait_ready(runner: WorkerRunner, timeout: float = 15.0) -> dict:
@@ -189,6 +182,9 @@ def test_bootstrap_unavailable(ctl):
                 await r.ready(timeout=0.1)
             assert "libfake" in info.value.detail
             assert r.pid is None
+            # Asked again before the re-probe time, it answers from the last probe.
+            with pytest.raises(SourceUnavailable):
+                await r.ready(timeout=0.1)
         finally:
             await r.stop()
 

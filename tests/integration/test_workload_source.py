@@ -190,6 +190,7 @@ def test_auto_with_a_socket_nobody_answers_is_inactive_not_down(setup, tmp_path)
     assert failed.value.reason == "kubelet_connect_failed"
 
 
+@pytest.mark.serial  # forks (run_as): never beside the parallel runner's threads
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another user")
 def test_auto_with_a_root_only_socket_is_inactive_for_a_non_root_exporter(tmp_path):
     # The chart's default: a non-root pod and the kubelet's root-only socket.

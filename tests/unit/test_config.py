@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from exporter.config import leaves, load_config
@@ -56,13 +58,26 @@ def test_every_leaf_is_settable_by_env_with_its_default(tmp_path):
     # proves env names and text conversion exist for every key.
     from exporter.config.loader import format_default
 
+    booleans = flips = 0
     for leaf in leaves():
         if leaf.default is None or leaf.dotted.startswith("web.tls") or "basic_auth" in leaf.dotted:
             continue
         text = format_default(leaf.default, leaf.type)
         if isinstance(leaf.default, dict):
             text = "{}"
-        load_config(None, env={leaf.env: text})
+        config = load_config(None, env={leaf.env: text})
+        assert functools.reduce(getattr, leaf.path, config) == leaf.default, leaf.dotted
+        if isinstance(leaf.default, bool):
+            booleans += 1
+            # The env value is read, not just accepted: the other boolean wins over the
+            # default (unless a rule across keys refuses that value on its own).
+            try:
+                flipped = load_config(None, env={leaf.env: str(not leaf.default).lower()})
+            except ConfigError:
+                continue
+            assert functools.reduce(getattr, leaf.path, flipped) is (not leaf.default), leaf.dotted
+            flips += 1
+    assert booleans and flips >= booleans // 2, (flips, booleans)
 
 
 def test_all_problems_at_once(tmp_path):
@@ -156,6 +171,27 @@ def test_duplicate_yaml_keys_are_errors(tmp_path):
     cfg.write_text("web:\n  max_requests: 3\n  max_requests: 4\n")
     with pytest.raises(ConfigError, match=r"c.yaml:3: web.max_requests: key given twice"):
         load_config(str(cfg), env={})
+
+
+def test_otlp_variables_come_from_the_env_given_only(tmp_path, monkeypatch):
+    # `config check FILE` passes env={}: what the shell holds must not fail it.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "not a url")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("outputs:\n  otlp:\n    enabled: true\n    endpoint: http://127.0.0.1:4318\n")
+    assert load_config(str(cfg), env={}).outputs.otlp.enabled
+    # Given to it, the same variable is checked and named.
+    with pytest.raises(ConfigError) as info:
+        load_config(
+            None,
+            env={
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json",
+                "ACCEL_EXPORTER_OUTPUTS__OTLP__ENABLED": "true",
+            },
+        )
+    assert any(
+        "outputs.otlp" in p and "OTEL_EXPORTER_OTLP_PROTOCOL" in p for p in info.value.problems
+    )
 
 
 def test_web_connection_limits_name_the_key(tmp_path):

@@ -25,6 +25,7 @@ from exporter.sources.device import parse_inventory
 from tests.fakes.nvml import control
 from tests.fakes.nvml.control import FakeNvml, MigInstance, Process
 from tests.helpers.device_replies import reply_values
+from tests.helpers.wait import eventually
 
 
 @pytest.fixture(scope="session")
@@ -565,6 +566,7 @@ def test_gpm_samples_are_freed_when_the_gpu_is_lost_mid_read(fake, backend, fail
     assert fake.state.gpm_samples_live == before
 
 
+@pytest.mark.serial  # times polls against the event wait: no parallel neighbours
 def test_xid_events_are_counted_without_delaying_polls(fake, backend):
     b = started(backend, events=True)
     assert b.events is not None and b.events.registered == 2
@@ -578,9 +580,7 @@ def test_xid_events_are_counted_without_delaying_polls(fake, backend):
             ("accel_xid_errors_total", ("1", fake.uuid(1), "79"))
         )
 
-    deadline = time.monotonic() + 20
-    while xid_count() != 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    eventually(lambda: xid_count() == 2, what="both XIDs on GPU 1")
     v = values(poll(b, slow=False))
     assert v[("accel_xid_errors_total", ("1", fake.uuid(1), "79"))] == 2
     assert v[("accel_xid_errors_total", ("0", fake.uuid(0), "48"))] == 1
@@ -622,9 +622,7 @@ def test_xids_are_registered_even_if_supported_event_types_fails(fake, backend):
     fake.inject_xid(1, 31)
     fake.inject_event(1, control.EVENT_DOUBLE_BIT_ECC)  # not registered on GPU 1: unknown
     key = ("accel_xid_errors_total", ("1", fake.uuid(1), "31"))
-    deadline = time.monotonic() + 20
-    while key not in values(poll(b, slow=False)) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    eventually(lambda: key in values(poll(b, slow=False)), what="the XID on GPU 1")
     v = values(poll(b, slow=False))
     assert v[key] == 1
     assert not [k for k in v if k[0] == "accel_device_events_total"]

@@ -248,10 +248,14 @@ def test_headers_parse_like_w3c_baggage():
     assert bad == ["novalue", "=v", "c d=1"]
 
 
-def test_config_loader_reports_environment_problems(monkeypatch):
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+def test_config_loader_reports_environment_problems():
+    # The environment given to load_config (the daemon's own, by default) is checked.
+    env = {
+        "ACCEL_EXPORTER_OUTPUTS__OTLP__ENABLED": "true",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json",
+    }
     with pytest.raises(ConfigError) as err:
-        load_config(None, env={"ACCEL_EXPORTER_OUTPUTS__OTLP__ENABLED": "true"})
+        load_config(None, env=env)
     assert any(
         "outputs.otlp.protocol" in p and "OTEL_EXPORTER_OTLP_PROTOCOL" in p
         for p in err.value.problems

@@ -17,6 +17,7 @@ from exporter.config.schema import OtlpOutputConfig
 from exporter.model import OK, Reading, Snapshot
 from exporter.outputs.otlp import OtlpOutput
 from exporter.store import Store
+from tests.helpers.wait import eventually
 
 
 class Recorder(MetricExporter):
@@ -28,10 +29,15 @@ class Recorder(MetricExporter):
         self.batches: list[Any] = []
         self.gate = gate
         self.shut = threading.Event()
+        self.entered = threading.Event()  # an export is in flight (or has been)
+        self.events: list[str] = []
 
     def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> Any:
+        self.events.append("export")
+        self.entered.set()
         if self.gate is not None:
             self.gate.wait()
+        self.events.append("returned")
         self.batches.append(metrics_data)
         if self.results[0] is MetricExportResult.FAILURE:
             # What the SDK's exporters do: say why through stdlib logging.
@@ -42,6 +48,7 @@ class Recorder(MetricExporter):
         return True
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self.events.append("shutdown")
         self.shut.set()
 
 
@@ -75,11 +82,8 @@ def counts(store: Store) -> dict[str, float]:
     }
 
 
-def wait(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
+def wait(predicate, timeout: float = 30.0) -> None:
+    eventually(predicate, timeout=timeout, interval=0.01)
 
 
 def drive(store: Store, exporter: MetricExporter, until, **kw: Any) -> OtlpOutput:
@@ -163,13 +167,15 @@ def test_stop_aborts_a_hung_export_at_the_deadline():
     async def go():
         out = make(store, exporter)
         await out.start()
-        await asyncio.sleep(0.3)  # the first export is now stuck
+        assert await asyncio.to_thread(exporter.entered.wait, 30)  # the first export is stuck
         await asyncio.wait_for(out.stop(0.3), timeout=10)
         return out
 
     out = asyncio.run(go())
+    # Only the abort (the exporter's shutdown) releases the stuck export; had stop not
+    # aborted it, the export would still hang and the output would end "abandoned".
+    assert exporter.events[:3] == ["export", "shutdown", "returned"]
     assert out.status()["state"] == "stopped"
-    assert exporter.shut.is_set()
 
 
 def test_an_export_that_ignores_shutdown_is_abandoned_and_cannot_clobber_its_successor():
@@ -180,7 +186,7 @@ def test_an_export_that_ignores_shutdown_is_abandoned_and_cannot_clobber_its_suc
     async def go():
         first = make(store, stuck)
         await first.start()
-        await asyncio.sleep(0.3)
+        assert await asyncio.to_thread(stuck.entered.wait, 30)  # its export hangs
         await asyncio.wait_for(first.stop(0.2), timeout=10)
         second = make(store, Recorder())
         await second.start()

@@ -53,7 +53,9 @@ def test_a_runtime_older_than_the_gencode_is_grpc_missing(monkeypatch, tmp_path)
     monkeypatch.setattr(google.protobuf, "runtime_version", older)
     monkeypatch.delitem(sys.modules, "exporter.enrich._proto.pod_resources_pb2", raising=False)
     monkeypatch.delattr(package, "pod_resources_pb2", raising=False)
+    sock = tmp_path / "kubelet.sock"
+    sock.touch()  # a kubelet is there: only the runtime is wrong
     with pytest.raises(AttributionError) as failed:
-        list_assignments(str(tmp_path / "kubelet.sock"), 1.0, 16 << 20, lambda name: True)
+        list_assignments(str(sock), 1.0, 16 << 20, lambda name: True)
     assert failed.value.reason == "grpc_missing"
     assert "VersionError" in failed.value.detail and "accel-exporter[k8s]" in failed.value.detail

@@ -110,6 +110,7 @@ def read_as_nobody(root: Path) -> dict[str, dict[str, str]]:
     return dict(run_as(NOBODY, read))
 
 
+@pytest.mark.serial  # forks (run_as): never beside the parallel runner's threads
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another user")
 def test_permission_denied_as_an_unprivileged_reader():
     # Root reads everything, so the reader runs as nobody over root-only files,

@@ -120,6 +120,8 @@ def test_duplicate_series_across_sources_render_once():
     store.put(snap("b", [Reading("accel_host_load1", (), 2.0)], clock))
     text = Exposition(store, process_metrics=False, clock=clock).render(None, None)[0].decode()
     assert text.count("\naccel_host_load1 ") == 1
+    # Later sources win (sources are rendered in registration order).
+    assert value(text, "accel_host_load1") == 2.0
 
 
 def test_unavailable_source_exports_info_not_up():
@@ -174,6 +176,61 @@ def test_worker_restarts_never_go_back_across_a_reload():
     store.put(snap("nvml", [], clock), restarts=1)
     (record,) = store.records()
     assert record.restarts == 4
+
+
+class CountingExposition(Exposition):
+    """Counts full renders (each builds every family of the store view)."""
+
+    renders = 0
+
+    def _encode(self, encoder):
+        self.renders += 1
+        return super()._encode(encoder)
+
+
+def test_changes_between_scrapes_cost_one_render_ahead_of_the_next_scrape():
+    clock = Clock()
+    store = Store(mono=clock)
+    expo = CountingExposition(store, process_metrics=False, clock=clock)
+
+    def change(v: float) -> None:
+        # What the pre-render thread does on every store change: render what is due.
+        store.put(snap("host", [Reading("accel_host_load1", (), v)], clock, stale_after=1e6))
+        expo.prerender_due(wait=False)
+
+    def scrape() -> str:
+        return expo.render(None, None)[0].decode()
+
+    change(0.0)
+    assert value(scrape(), "accel_host_load1") == 0.0 and expo.renders == 1
+    clock.now += 15.0
+    scrape()  # the second scrape: the scrape interval is now known (15 s)
+    assert expo.renders == 1  # nothing changed: the cached body
+    for second in range(1, 15):  # the host source changes the store every second
+        clock.now += 1.0
+        change(float(second))
+    # One render, ahead of the next scrape (due one second before it), with the data
+    # of that moment; none on the scrape path.
+    assert expo.renders == 2
+    clock.now += 1.0
+    assert value(scrape(), "accel_host_load1") == 14.0
+    assert expo.renders == 2
+    # A scraper that is not there any more: nothing is rendered for it but once.
+    for second in range(15, 60):
+        clock.now += 1.0
+        change(float(second))
+    assert expo.renders == 3
+
+
+def test_a_fast_scraper_always_gets_the_newest_data():
+    clock = Clock()
+    store = Store(mono=clock)
+    expo = CountingExposition(store, process_metrics=False, clock=clock)
+    for n in range(5):
+        store.put(snap("host", [Reading("accel_host_load1", (), float(n))], clock))
+        expo.prerender_due(wait=False)
+        clock.now += 0.1
+        assert value(expo.render(None, None)[0].decode(), "accel_host_load1") == float(n)
 
 
 def test_pending_poll_keeps_what_the_source_still_knows_after_a_first_result():

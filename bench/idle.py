@@ -1,0 +1,184 @@
+"""Idle cost of this daemon and of nvitop-exporter on one fake 16-GPU node, printed as JSON.
+
+Run by hand (needs network access to PyPI once, for the peer's venv):
+
+    .venv/bin/python bench/idle.py [--devices 16] [--window 60] [--scrape 5]
+
+Both exporters load the same fake NVML (tests/fakes/nvml, one shared state file), run
+side by side, and are scraped every ``--scrape`` seconds over the same ``--window``
+seconds by the same scraper (so both meet the same background load). This daemon runs
+its default sources with the host source at 1 s (nvml at its default interval);
+nvitop-exporter (installed from PyPI into a venv
+of its own under ``--peer-venv``) runs with its default 1 s update interval.
+
+Per exporter: ``cpu_percent`` (CPU of the process and its descendants over the window,
+in percent of one core), ``main_rss_mib`` (the main process), ``pss_mib`` (the process
+and its descendants, ``smaps_rollup``), and ``samples`` (series in the last scrape).
+Targets (issue 17): cpu_percent no higher than the peer's; main_rss_mib <= 35;
+pss_mib <= 50.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.fakes.nvml.control import FakeNvml, build  # noqa: E402
+from tests.helpers.daemon import Daemon, descendants_of  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+PEER = "nvitop-exporter==1.7.2"
+CONFIG = {"sources": {"host": {"interval": "1s"}}}
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rollup_kib(pid: int, key: str) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def tree(pid: int) -> list[int]:
+    return [pid, *sorted(descendants_of(pid))]
+
+
+def scrape(url: str) -> int:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        body = resp.read().decode()
+    return sum(1 for line in body.splitlines() if line and not line.startswith("#"))
+
+
+def measure(targets: dict[str, tuple[int, str]], window: float, every: float) -> dict[str, Any]:
+    """Scrape every target every ``every`` seconds for ``window``, all in the same window
+    (so both meet the same background load); each process tree's cost meanwhile."""
+    samples = {name: scrape(url) for name, (_, url) in targets.items()}
+    cpu0 = {name: sum(map(cpu_seconds, tree(pid))) for name, (pid, _) in targets.items()}
+    began = next_at = time.monotonic()
+    while time.monotonic() - began < window:
+        samples = {name: scrape(url) for name, (_, url) in targets.items()}
+        next_at += every
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    elapsed = time.monotonic() - began
+    out = {}
+    for name, (pid, _) in targets.items():
+        pids = tree(pid)
+        cpu = sum(map(cpu_seconds, pids)) - cpu0[name]
+        out[name] = {
+            "cpu_percent": round(100 * cpu / elapsed, 2),
+            "main_rss_mib": round(rollup_kib(pid, "Rss") / 1024, 1),
+            "pss_mib": round(sum(rollup_kib(p, "Pss") for p in pids) / 1024, 1),
+            "processes": len(pids),
+            "samples": samples[name],
+        }
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+def peer_venv(path: Path) -> Path:
+    """The peer's venv (made and filled from PyPI on first use); its exporter command."""
+    exe = path / "bin" / "nvitop-exporter"
+    if not exe.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+        subprocess.run([str(path / "bin" / "pip"), "install", "-q", PEER], check=True)
+    return exe
+
+
+def start_peer(fake: FakeNvml, venv: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(peer_venv(venv)), "--bind-address", "127.0.0.1", "--port", str(port)],
+        env={**os.environ, **fake.env()},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/metrics"
+    wait_for(lambda: scrape(url) > 0, "nvitop-exporter")
+    return proc, url
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure both exporters and print one JSON document."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--devices", type=int, default=16)
+    parser.add_argument("--window", type=float, default=60.0)
+    parser.add_argument("--scrape", type=float, default=5.0)
+    parser.add_argument("--peer-venv", type=Path, default=ROOT / ".tools" / "nvitop-exporter")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-idle-") as tmp:
+        work = Path(tmp)
+        fake = FakeNvml.create(build(work / "lib"), work / "nvml-state", args.devices)
+        d = Daemon(work, CONFIG, env=fake.env())
+        d.start()
+        proc = None
+        try:
+            last = str(args.devices - 1)
+            d.wait_metric("accel_device_up", 1, device=last, uuid=fake.uuid(args.devices - 1))
+            proc, peer_url = start_peer(fake, args.peer_venv)
+            time.sleep(6)  # past the first slow poll and both start-ups
+            targets = {
+                "ours": (d.pid, d.url + "/metrics"),
+                "nvitop_exporter": (proc.pid, peer_url),
+            }
+            result = {
+                "devices": args.devices,
+                "window_seconds": args.window,
+                "scrape_seconds": args.scrape,
+                "load_average_1m": os.getloadavg()[0],
+                **measure(targets, args.window, args.scrape),
+            }
+        finally:
+            d.stop()
+            if proc is not None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
