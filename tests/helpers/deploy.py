@@ -95,10 +95,12 @@ def render_chart(
     namespace: str = "monitoring",
     notes: bool = False,
     skip_schema: bool = False,
+    operator: bool = True,
 ) -> str:
     """The chart rendered with ``values`` over its defaults: ``helm template``'s stream,
     or with ``notes`` the NOTES.txt an install prints (a client-only dry run).
-    ``skip_schema`` renders without values.schema.json, to reach the templates' own checks."""
+    ``skip_schema`` renders without values.schema.json, to reach the templates' own checks;
+    ``operator`` False renders for a cluster without the Prometheus Operator's API."""
     vals = _values_args(tmp_path, values)
     if skip_schema:
         vals.append("--skip-schema-validation")
@@ -106,6 +108,8 @@ def render_chart(
         cmd = ["install", name, str(CHART), "-n", namespace, "--dry-run=client", "-o", "json"]
         return str(json.loads(_helm(helm, [*cmd, *vals]))["info"]["notes"])
     cmd = ["template", name, str(CHART), "-n", namespace, "--kube-version", RENDER_KUBE_VERSION]
+    if operator:  # a cluster that serves the Prometheus Operator's API
+        cmd += ["--api-versions", "monitoring.coreos.com/v1"]
     return _helm(helm, [*cmd, *vals])
 
 

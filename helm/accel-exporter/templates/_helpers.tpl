@@ -183,3 +183,13 @@ node affinity matching any accelerator node label (gpuNodeAffinity).
 {{- toYaml $affinity }}
 {{- end }}
 {{- end }}
+
+{{/*
+"true" where the Prometheus Operator's API is served (or assumed): the monitors and
+the rule are rendered only then, so a cluster without the operator still installs.
+*/}}
+{{- define "accel-exporter.operatorApi" -}}
+{{- if or .Values.prometheusOperator.assumeInstalled (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1") -}}
+true
+{{- end -}}
+{{- end -}}
