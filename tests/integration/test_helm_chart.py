@@ -829,3 +829,17 @@ def test_operator_objects_only_where_the_cluster_serves_their_api(renderer, tmp_
     assumed = {**values, "prometheusOperator": {"assumeInstalled": True}}
     rendered = load_docs(render_chart(renderer, tmp_path, assumed, operator=False))
     assert kinds <= {d["kind"] for d in rendered}
+
+
+def test_amd_state_survives_pod_restarts_on_a_host_directory(renderer, tmp_path):
+    assert daemon_config(render(renderer, tmp_path), tmp_path).sources.amdsmi.state_dir == ""
+    values = {"amd": {"stateHostPath": "/var/lib/accel-exporter"}, "expectedDevices": {"amd": 8}}
+    docs = render(renderer, tmp_path, values)
+    config = daemon_config(docs, tmp_path)
+    assert config.sources.amdsmi.state_dir == "/var/lib/accel-exporter"
+    assert config.sources.amdsmi.expected_devices == 8  # both owned keys kept
+    spec = one(docs, "DaemonSet")["spec"]["template"]["spec"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "amd-state"]
+    assert volume["hostPath"] == {"path": "/var/lib/accel-exporter", "type": "DirectoryOrCreate"}
+    mounts = spec["containers"][0]["volumeMounts"]
+    assert {"name": "amd-state", "mountPath": "/var/lib/accel-exporter"} in mounts

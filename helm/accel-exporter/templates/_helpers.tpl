@@ -88,8 +88,15 @@ The daemon's config file: the user's config with the keys the chart owns set on 
 {{- if .Values.expectedDevices.nvidia }}
 {{- $_ := set $sources "nvml" (dict "expected_devices" (int .Values.expectedDevices.nvidia)) }}
 {{- end }}
+{{- $amd := dict }}
 {{- if .Values.expectedDevices.amd }}
-{{- $_ := set $sources "amdsmi" (dict "expected_devices" (int .Values.expectedDevices.amd)) }}
+{{- $_ := set $amd "expected_devices" (int .Values.expectedDevices.amd) }}
+{{- end }}
+{{- if .Values.amd.stateHostPath }}
+{{- $_ := set $amd "state_dir" "/var/lib/accel-exporter" }}
+{{- end }}
+{{- if $amd }}
+{{- $_ := set $sources "amdsmi" $amd }}
 {{- end }}
 {{- if $sources }}
 {{- $_ := set $owned "sources" $sources }}
