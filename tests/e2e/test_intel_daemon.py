@@ -159,7 +159,9 @@ def test_once_probe_and_check_with_the_libraries(
     for source, vendor, count in (("levelzero", "intel", 4.0), ("hlml", "intel_gaudi", 8.0)):
         assert doc[source]["ok"] is True
         devices = [r for r in doc[source]["readings"] if r["metric"] == "accel_devices"]
-        assert devices == [{"metric": "accel_devices", "labels": [vendor], "value": count}]
+        assert devices == [
+            {"metric": "accel_devices", "labels": {"vendor": vendor}, "value": count}
+        ]
     probe = cli("probe", *paths, env=env)
     lines = {x.split()[0]: x.split()[1:3] for x in probe.stdout.splitlines() if x.strip()}
     assert lines["levelzero"] == ["auto", "ok"] and lines["hlml"] == ["auto", "ok"], probe.stdout
