@@ -264,16 +264,21 @@ class DeviceSource(WorkerSource):
     def _call_budget(self) -> float:
         return call_budget(self.timeout)
 
-    def _missing_library(self) -> str:
-        """Why no worker can load the library here, or "" (also when it could be anywhere)."""
+    def _cannot_start(self) -> tuple[str, str] | None:
+        """(reason, detail) when no worker could serve here, so none is started; else None.
+
+        Here: a library that can only be at one path and is not there. A subclass
+        adds what else makes a worker pointless (TPU: no chip on the host).
+        """
         path = self._library_file
         if path is None or os.path.exists(path):
-            return ""
-        return f"{path} does not exist (set sources.{self.name}.library_path if it is elsewhere)"
+            return None
+        detail = f"{path} does not exist (set sources.{self.name}.library_path if it is elsewhere)"
+        return "library_not_found", detail
 
     async def start(self) -> None:
-        """Start the worker, unless its library is certainly absent (then: at a later poll)."""
-        if not self._missing_library():
+        """Start the worker, unless it certainly could not serve (then: at a later poll)."""
+        if self._cannot_start() is None:
             await super().start()
             self._started = True
 
@@ -401,13 +406,13 @@ class DeviceSource(WorkerSource):
         extra = self._own_readings(await self._scan_pci())
         try:
             if not self._started:
-                missing = self._missing_library()
-                if missing:
+                why = self._cannot_start()
+                if why is not None:
                     # As when a worker finds no library: a failure on a node declared to
                     # have these accelerators, else "no such hardware here".
                     declared = self.device_config.expected_devices is not None
                     kind = SourceError if declared else SourceUnavailable
-                    raise kind("library_not_found", missing, self._expected())
+                    raise kind(*why, self._expected())
                 await super().start()
                 self._started = True
             return [*await self._poll_device(deadline), *extra]

@@ -15,7 +15,6 @@ poll until chips appear.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
 from typing import Any
 
 from exporter.backends.tpu import DISTRIBUTIONS
@@ -23,7 +22,6 @@ from exporter.backends.tpu_chips import scan
 from exporter.backends.tpu_distributions import MAX_LABEL, MAX_POINTS
 from exporter.catalog.tpu import LATENCY_BUCKETS
 from exporter.config.schema import TpuSourceConfig
-from exporter.errors import SourceError, SourceUnavailable
 from exporter.model import HistogramValue, Reading, is_number
 from exporter.sources.device import DeviceSource, ShapeError, call_budget
 
@@ -52,30 +50,12 @@ class TpuSource(DeviceSource):
         self.addresses = tuple(config.addresses)
         self.host_root = config.host_root
         self._runtimes: list[dict[str, Any]] = []
-        self._started = False
 
-    async def start(self) -> None:
-        """Start the worker only when the host has TPU chips."""
+    def _cannot_start(self) -> tuple[str, str] | None:
+        """No TPU chip on the host: no worker (a chip is looked for again each poll)."""
         if scan(self.host_root):
-            await super().start()
-            self._started = True
-
-    async def wait_ready(self, timeout: float) -> None:
-        """Wait for the worker's bootstrap, if one was started."""
-        if self._started:
-            await super().wait_ready(timeout)
-
-    async def poll(self) -> Sequence[Reading]:
-        """No chips: unavailable without a worker; else the device poll."""
-        if not self._started:
-            if not scan(self.host_root):
-                detail = f"no TPU chip under {self.host_root} (PCI vendor 0x1ae0, dev/accelN)"
-                if self.device_config.expected_devices is not None:
-                    raise SourceError("no_devices", detail, self._expected())
-                raise SourceUnavailable("no_devices", detail)
-            await super().start()
-            self._started = True
-        return await super().poll()
+            return super()._cannot_start()
+        return "no_devices", f"no TPU chip under {self.host_root} (PCI vendor 0x1ae0, dev/accelN)"
 
     def status(self) -> dict[str, Any]:
         """The device worker's state plus each runtime address's."""
