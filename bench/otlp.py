@@ -3,7 +3,7 @@
 Usage: ``python bench/otlp.py [--series 5000] [--passes 20] [--outage 60]`` (prints JSON).
 
 1. Per export pass, for a synthetic store of ``--series`` device series: building
-   the batch (SDK callbacks + bridged histograms), encoding it to protobuf, and a
+   the batch straight from the store view, encoding it to protobuf, and a
    full export to a local OTLP/HTTP and OTLP/gRPC receiver; compared with
    rendering the same store as Prometheus text (uncached), the pull path's cost.
 2. The real daemon pushing over gRPC to a port nobody listens on, every 100 ms,
@@ -34,7 +34,7 @@ from prometheus_client import generate_latest  # noqa: E402
 from exporter.config.otlp_env import resolve  # noqa: E402
 from exporter.config.schema import OtlpOutputConfig  # noqa: E402
 from exporter.model import OK, Reading, Snapshot  # noqa: E402
-from exporter.outputs.otlp_pipeline import Pipeline  # noqa: E402
+from exporter.outputs.otlp_batch import BatchBuilder  # noqa: E402
 from exporter.outputs.otlp_transport import build_exporter  # noqa: E402
 from exporter.outputs.prometheus import Exposition  # noqa: E402
 from exporter.store import Store  # noqa: E402
@@ -84,15 +84,15 @@ def timed(fn: Callable[[], Any], passes: int) -> dict[str, float]:
 
 def export_costs(series: int, passes: int) -> dict[str, Any]:
     store = synthetic_store(series)
-    pipeline = Pipeline(Resource({"service.name": "bench"}), "cumulative")
+    batches = BatchBuilder(Resource({"service.name": "bench"}), "cumulative")
     view = store.view()
     expo = Exposition(store, process_metrics=False)
     out: dict[str, Any] = {
         "series": series,
         "prometheus_render": timed(lambda: generate_latest(expo.registry), passes),
-        "otlp_collect": timed(lambda: pipeline.collect(view, 10.0), passes),
+        "otlp_collect": timed(lambda: batches.build(view), passes),
         "otlp_collect_and_encode": timed(
-            lambda: encode_metrics(pipeline.collect(view, 10.0)).SerializeToString(), passes
+            lambda: encode_metrics(batches.build(view)).SerializeToString(), passes
         ),
     }
     for protocol, receiver in (("http/protobuf", HttpReceiver()), ("grpc", GrpcReceiver())):
@@ -103,7 +103,7 @@ def export_costs(series: int, passes: int) -> dict[str, Any]:
             assert resolution.settings is not None
             exporter = build_exporter(resolution.settings)
             out[f"otlp_export_{protocol}"] = timed(
-                lambda exporter=exporter: exporter.export(pipeline.collect(view, 10.0)), passes
+                lambda exporter=exporter: exporter.export(batches.build(view)), passes
             )
             exporter.shutdown()
             out[f"received_{protocol}"] = len(receiver.requests)

@@ -1,12 +1,13 @@
 """OTLP push output: exports the store's current view every interval, from its own thread.
 
 The export thread is the only one that touches the SDK exporter. A pass pins one
-store view, turns it into an OTLP batch (:mod:`exporter.outputs.otlp_pipeline`)
-and sends it; nothing is queued, so a collector that is down, slow or refusing
-costs one bounded export attempt per interval and no memory: the next pass
-sends fresh data instead of a backlog. Polls run on the event loop and /metrics
-on the HTTP threads, so neither ever waits for this thread. Results are counted
-and logged by :class:`~exporter.outputs.otlp_account.ExportAccount`.
+store view, turns it into an OTLP batch (:mod:`exporter.outputs.otlp_batch`) and
+hands it to the SDK's OTLP exporter; nothing is queued, so a collector that is
+down, slow or refusing costs one bounded export attempt per interval and no
+memory: the next pass sends fresh data instead of a backlog. Polls run on the
+event loop and /metrics on the HTTP threads, so neither ever waits for this
+thread. Results are counted and logged by
+:class:`~exporter.outputs.otlp_account.ExportAccount`.
 
 Shutdown flushes once, and the final flush gets the shutdown budget: an export
 in flight (a slow or dead collector would hold it for its whole ``timeout``) is
@@ -35,7 +36,7 @@ from exporter.config.otlp_env import OtlpSettings, resolve
 from exporter.config.schema import OtlpOutputConfig
 from exporter.errors import ConfigError
 from exporter.outputs.otlp_account import LOG_EVERY_SECONDS, ExportAccount
-from exporter.outputs.otlp_pipeline import Pipeline
+from exporter.outputs.otlp_batch import BatchBuilder
 from exporter.outputs.otlp_resource import resource_attributes
 from exporter.outputs.otlp_transport import build_exporter, sdk_log_capture
 from exporter.store import Store
@@ -71,7 +72,7 @@ class OtlpOutput:
         self._exporter: MetricExporter | None = None
         # The exporter of the final flush when the periodic one had to be aborted.
         self._flush_exporter: MetricExporter | None = None
-        self._pipeline: Pipeline | None = None
+        self._batches: BatchBuilder | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         # The periodic loop has returned / the final flush is over.
@@ -84,7 +85,6 @@ class OtlpOutput:
         self._collect_lock = threading.Lock()
         self._record_lock = threading.Lock()
         self._exporting = False
-        self._rebuilds = 0
         self._state = "created"
 
     @classmethod
@@ -101,7 +101,7 @@ class OtlpOutput:
     # -- lifecycle (event loop) ------------------------------------------------
 
     async def start(self) -> None:
-        """Build the exporter and the pipeline and start the export thread."""
+        """Build the exporter and the batch builder and start the export thread."""
         for warning in self._warnings:
             self._log.warning("otlp environment", problem=warning)
         settings = self.settings
@@ -112,7 +112,7 @@ class OtlpOutput:
         self.account.resume()
         try:
             self._exporter = self._exporter_factory(settings)
-            self._pipeline = Pipeline(self.resource, settings.temporality, self.store.catalog)
+            self._batches = BatchBuilder(self.resource, settings.temporality, self.store.catalog)
         except Exception as exc:  # e.g. a certificate file that vanished since the config check
             self._state = "failed"
             self.account.last_error = f"cannot start: {type(exc).__name__}: {exc}"
@@ -203,8 +203,6 @@ class OtlpOutput:
         finally:
             self._abort(self._exporter)
             self._abort(self._flush_exporter)
-            if self._pipeline is not None:
-                self._pipeline.shutdown()
             self._done.set()
 
     def _export_once(self, exporter: MetricExporter, timeout: float) -> None:
@@ -222,11 +220,8 @@ class OtlpOutput:
         capture.listen(ident, note)
         try:
             with self._collect_lock:
-                pipeline = self._pipeline
-                assert pipeline is not None
-                if pipeline.worn_out:
-                    pipeline = self._rebuild(pipeline)
-                batch = pipeline.collect(self.store.view(), timeout)
+                assert self._batches is not None
+                batch = self._batches.build(self.store.view())
             result = exporter.export(batch, timeout_millis=timeout * 1000.0)
             ok = result is MetricExportResult.SUCCESS
             reported = " / ".join(messages)[:MAX_ERROR_CHARS]
@@ -241,13 +236,6 @@ class OtlpOutput:
     def _record(self, ok: bool, error: str, duration: float) -> None:
         with self._record_lock:
             self.account.record(ok, error, duration)
-
-    def _rebuild(self, old: Pipeline) -> Pipeline:
-        old.shutdown()
-        self._pipeline = Pipeline(self.resource, self.settings.temporality, self.store.catalog)
-        self._rebuilds += 1
-        self._log.info("otlp pipeline rebuilt after series churn", rebuilds=self._rebuilds)
-        return self._pipeline
 
     # -- /status -------------------------------------------------------------
 
@@ -266,6 +254,6 @@ class OtlpOutput:
             "headers": sorted(settings.headers),
             "origins": dict(settings.origins),
             "exporting": self._exporting,
-            "pipeline_rebuilds": self._rebuilds,
+            "series_tracked": len(self._batches) if self._batches is not None else 0,
             **self.account.status(),
         }
