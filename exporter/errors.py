@@ -30,10 +30,10 @@ class SourceError(ExporterError):
 
 
 # How often a source that cannot run here is probed again (a driver installed after
-# the daemon started is picked up). One value for both who act on it: the scheduler
-# polls an unavailable source this often, and a worker runner starts a new probe only
-# when its last one is this old (so that a failure-mode source polled on its backoff
-# does not spawn a worker at every poll).
+# the daemon started is picked up). One clock per source: a source that probes by
+# itself (a worker runner starts a new worker when its last probe is this old) says
+# when in SourceUnavailable.retry_in, and the scheduler polls it then; a source
+# without a clock of its own is polled this often.
 UNAVAILABLE_REPROBE_SECONDS = 60.0
 
 
@@ -41,8 +41,19 @@ class SourceUnavailable(SourceError):
     """The source cannot run on this machine (library or driver missing).
 
     With ``enabled: auto`` this is a normal state, not a failure: the source is
-    reported unavailable and probed again later.
+    reported unavailable and probed again later. ``retry_in``: seconds until the
+    source will look again by itself (None: whenever it is polled next).
     """
+
+    def __init__(
+        self,
+        reason: str,
+        detail: str = "",
+        readings: Sequence[Reading] = (),
+        retry_in: float | None = None,
+    ) -> None:
+        super().__init__(reason, detail, readings)
+        self.retry_in = retry_in
 
 
 class SourcePending(SourceError):

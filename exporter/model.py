@@ -96,6 +96,8 @@ class Outcome:
     # True when the source cannot run on this node and that is a normal state here
     # (``enabled: auto`` before it ever worked; see SourceUnavailable): not a failure.
     unavailable: bool = False
+    # Seconds until the source looks again by itself (SourceUnavailable.retry_in).
+    retry_in: float | None = None
 
 
 OK = Outcome(True)

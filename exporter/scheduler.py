@@ -94,7 +94,11 @@ async def poll_once(
                 outcome = Outcome(False, exc.reason, exc.detail, pending=True)
             elif isinstance(exc, SourceUnavailable):
                 outcome = Outcome(
-                    False, exc.reason or "unavailable", exc.detail, unavailable=allow_unavailable
+                    False,
+                    exc.reason or "unavailable",
+                    exc.detail,
+                    unavailable=allow_unavailable,
+                    retry_in=exc.retry_in,
                 )
             else:
                 outcome = Outcome(False, exc.reason, exc.detail)
@@ -238,10 +242,16 @@ class Scheduler:
             self.store.record(snapshot, restarts=source.restarts)
             return min(interval, PENDING_RETRY_SECONDS)
         failures = 0 if snapshot.ok or unavailable else schedule.consecutive_failures + 1
+        retry_in = snapshot.outcome.retry_in
         if unavailable:
-            delay = max(interval, self.reprobe_seconds)
+            # A source that re-probes by itself keeps the one clock; it said when.
+            delay = retry_in if retry_in is not None else max(interval, self.reprobe_seconds)
         else:
             delay = backoff_delay(interval, failures) if failures else interval
+            if failures and retry_in is not None:
+                # A library gone after it worked: a poll before the source looks
+                # again could only repeat the same failure.
+                delay = max(delay, retry_in)
         if failures or unavailable:
             # What a failed poll says (devices down, the reason, the bus count) stays
             # true until the next poll, however far backoff pushes it: keep it visible.
@@ -256,7 +266,8 @@ class Scheduler:
             ticks = math.floor((started + 0.5 * interval - anchor - phase) / interval) + 1
             target = anchor + phase + ticks * interval
         else:
-            target = started + delay
+            # retry_in counts from when the source answered, not from the poll's start.
+            target = (self._clock() if retry_in is not None else started) + delay
         target += self._rng.uniform(0, JITTER_FRACTION * interval)
         return max(0.0, target - self._clock())
 

@@ -480,7 +480,9 @@ class DeviceSource(WorkerSource):
                 raise SourceError(exc.reason, exc.detail, self._all_down(exc.reason)) from None
             # Devices seen before stay visible, down with the reason (an unavailable
             # library after a success is a failure: the scheduler decides).
-            raise SourceUnavailable(exc.reason, exc.detail, self._all_down(exc.reason)) from None
+            raise SourceUnavailable(
+                exc.reason, exc.detail, self._all_down(exc.reason), exc.retry_in
+            ) from None
         except DeviceFault as exc:
             # The culprit is isolated and a worker without it is starting: the others
             # are not at fault, and what they said one poll ago stays until it answers.

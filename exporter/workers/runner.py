@@ -728,17 +728,17 @@ class WorkerRunner:
         if self._ready.is_set():
             return self.state.inventory
         if self.state.state == "unavailable":
-            if time.monotonic() - self._probed_at >= UNAVAILABLE_REPROBE_SECONDS:
+            if self._reprobe_in() <= 0:
                 self.request_restart()
                 raise SourcePending("probing", "looking for the library again")
-            raise SourceUnavailable(self.state.last_reason, self.state.last_detail)
+            raise self._unavailable()
         if self.state.state in ("starting", "stopped"):
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._attempt_done.wait(), timeout=timeout)
             if self._ready.is_set():
                 return self.state.inventory
             if self.state.state == "unavailable":
-                raise SourceUnavailable(self.state.last_reason, self.state.last_detail)
+                raise self._unavailable()
             if self.state.state in ("starting", "stopped"):
                 raise SourcePending("starting", "the worker is still starting")
         reason = self.state.last_reason or "not_running"
@@ -746,6 +746,16 @@ class WorkerRunner:
         if self.state.next_start is not None:
             wait = f"; restart in {max(0.0, self.state.next_start - time.time()):.1f}s"
         raise WorkerError(reason, (self.state.last_detail or "worker not running") + wait)
+
+    def _reprobe_in(self) -> float:
+        """Seconds until the next probe of an unavailable library is due."""
+        return self._probed_at + UNAVAILABLE_REPROBE_SECONDS - time.monotonic()
+
+    def _unavailable(self) -> SourceUnavailable:
+        # The one re-probe clock is this runner's: the scheduler is told when it runs out.
+        return SourceUnavailable(
+            self.state.last_reason, self.state.last_detail, retry_in=max(0.0, self._reprobe_in())
+        )
 
     async def settled(self, timeout: float) -> None:
         """Wait up to ``timeout`` for the current start attempt to end, however it ends."""

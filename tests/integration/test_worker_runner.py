@@ -182,9 +182,42 @@ def test_bootstrap_unavailable(ctl):
                 await r.ready(timeout=0.1)
             assert "libfake" in info.value.detail
             assert r.pid is None
+            # The re-probe clock is the runner's own; it says when it will look again.
+            first = info.value.retry_in
+            assert first is not None and 0 < first <= runner_mod.UNAVAILABLE_REPROBE_SECONDS
             # Asked again before the re-probe time, it answers from the last probe.
-            with pytest.raises(SourceUnavailable):
+            with pytest.raises(SourceUnavailable) as again:
                 await r.ready(timeout=0.1)
+            assert again.value.retry_in is not None and again.value.retry_in <= first
+        finally:
+            await r.stop()
+
+    run(go())
+
+
+def test_an_unavailable_library_is_probed_again_when_its_clock_runs_out(ctl, monkeypatch):
+    # Our own constant, shortened so that the test need not wait a minute.
+    monkeypatch.setattr(runner_mod, "UNAVAILABLE_REPROBE_SECONDS", 1.0)
+
+    async def go():
+        ctl("bootstrap_unavailable")
+        r = make_runner(ctl)
+        await r.start()
+        try:
+            await r.settled(10)
+            with pytest.raises(SourceUnavailable) as info:
+                await r.ready(timeout=0.1)
+            assert info.value.retry_in is not None
+            await asyncio.sleep(info.value.retry_in + 0.05)
+            # Due: this poll starts the probe (a new worker) and is told to wait for it.
+            with pytest.raises(SourcePending) as probing:
+                await r.ready(timeout=0.0)
+            assert probing.value.reason == "probing"
+            await r.settled(10)
+            with pytest.raises(SourceUnavailable) as later:
+                await r.ready(timeout=0.1)
+            # A fresh probe: the clock starts again.
+            assert later.value.retry_in is not None and later.value.retry_in > 0.5
         finally:
             await r.stop()
 

@@ -98,8 +98,14 @@ class Scripted(Source):
                 raise SourceError("nope", "failing on purpose")
             if what == "pending":
                 raise SourcePending("starting", "the worker is still starting")
-            if what == "unavailable":
-                raise SourceUnavailable("library_not_found", "libfake.so.1 not found")
+            if what.startswith("unavailable"):
+                # "unavailable@12.5": the source re-probes by itself in 12.5 s.
+                _, _, retry = what.partition("@")
+                raise SourceUnavailable(
+                    "library_not_found",
+                    "libfake.so.1 not found",
+                    retry_in=float(retry) if retry else None,
+                )
             return [Reading("accel_devices", (self.name,), 1.0)]
         finally:
             self.running -= 1
@@ -260,6 +266,29 @@ def test_an_unavailable_auto_source_is_reprobed_on_one_clock():
     assert gaps(s.starts)[3:6] == [5.0] * 3  # found: back on its interval
     (record,) = store.records()
     assert record.unavailable is None and dict(record.errors) == {}
+
+
+def test_a_source_with_its_own_reprobe_clock_is_polled_when_it_runs_out():
+    # The runner said it looks again in 12.5 s, counted from its answer (the poll took 2 s).
+    script = ["unavailable@12.5", "unavailable@30", "ok"]
+    (s,), sched, _ = run_schedule(
+        lambda t: [Scripted("nvml", 5.0, script, enabled="auto", busy=2.0)], until=100
+    )
+    assert gaps(s.starts)[:2] == [14.5, 32.0]
+    # Found: back on its interval's phase grid.
+    assert gaps(s.starts)[3:6] == [5.0] * 3
+    assert sched.schedules["nvml"].consecutive_failures == 0
+
+
+def test_a_failing_source_is_not_polled_before_its_own_reprobe_clock():
+    # Worked once, then its library vanished: a failure, but a poll before the runner
+    # looks again (40 s) would only repeat it; backoff alone would poll after 1 s.
+    script = ["ok", "unavailable@40", "unavailable@40", "ok"]
+    (s,), sched, _ = run_schedule(
+        lambda t: [Scripted("nvml", 1.0, script, enabled="auto")], until=100
+    )
+    assert gaps(s.starts)[:3] == [1.0, 40.0, 40.0]
+    assert sched.schedules["nvml"].consecutive_failures == 0  # recovered
 
 
 def test_unavailable_after_success_is_a_failure():
