@@ -600,11 +600,12 @@ def _merge_web_config(data: dict[str, Any], origins: dict[Path, str]) -> list[st
 
 
 def _check_otlp(config: Config, env: Mapping[str, str], problems: _Problems) -> None:
-    """An enabled OTLP output must be usable merged with the OTEL_* in ``env``.
+    """An enabled OTLP output must be usable: its keys, and the protocol variable in ``env``.
 
     ``env`` is the environment load_config was given, never the process's own.
+    The other OTEL_* variables are the SDK's to read when the output starts.
     """
-    from exporter.config.otlp_env import resolve, sdk_missing
+    from exporter.config.otlp import resolve, sdk_missing
 
     otlp = ("outputs", "otlp")
     if sdk_missing():

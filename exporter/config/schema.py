@@ -781,19 +781,19 @@ class WorkloadConfig(SourceConfig):
 class OtlpOutputConfig:
     """OTLP metrics push (off by default).
 
-    A key left unset here falls back to the standard ``OTEL_EXPORTER_OTLP_METRICS_*``
-    and ``OTEL_EXPORTER_OTLP_*`` environment variables, then to the default
-    (see docs/otlp.md): explicit configuration wins, as the OpenTelemetry spec asks.
+    A key left unset here is the SDK exporter's: it reads the standard
+    ``OTEL_EXPORTER_OTLP_METRICS_*`` and ``OTEL_EXPORTER_OTLP_*`` variables, then its
+    default (see docs/otlp.md): explicit configuration wins, as the OpenTelemetry spec asks.
     """
 
     HELP: ClassVar[dict[str, str]] = {
         "enabled": "push metrics over OTLP",
         "endpoint": "collector URL (http/protobuf) or gRPC target",
-        "protocol": "OTLP transport (unset: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)",
-        "interval": "time between two pushes (unset: OTEL_METRIC_EXPORT_INTERVAL, else 60s)",
-        "timeout": "deadline of one push (unset: OTEL_*_TIMEOUT, else 10s)",
+        "protocol": "OTLP transport (unset: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)",
+        "interval": "time between two pushes (unset: OTEL_METRIC_EXPORT_INTERVAL, else 30s)",
+        "timeout": "deadline of one push (unset: OTEL_*_TIMEOUT in ms, else 10s)",
         "headers": "headers sent with every push (tokens)",
-        "compression": "push compression",
+        "compression": "push compression (unset: OTEL_*_COMPRESSION, else gzip)",
         "insecure": "gRPC without TLS (endpoints without a scheme only)",
         "certificate_file": "CA bundle that signs the collector's certificate",
         "client_certificate_file": "client certificate for mTLS to the collector",

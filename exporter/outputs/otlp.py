@@ -32,13 +32,13 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
 from opentelemetry.sdk.resources import Resource
 
 from exporter import log
-from exporter.config.otlp_env import OtlpSettings, resolve
+from exporter.config.otlp import OtlpSettings, resolve
 from exporter.config.schema import OtlpOutputConfig
 from exporter.errors import ConfigError
 from exporter.outputs.otlp_account import LOG_EVERY_SECONDS, ExportAccount
 from exporter.outputs.otlp_batch import BatchBuilder
 from exporter.outputs.otlp_resource import resource_attributes
-from exporter.outputs.otlp_transport import build_exporter, sdk_log_capture
+from exporter.outputs.otlp_transport import build_exporter, sdk_log_capture, temporality_of
 from exporter.store import Store
 
 # After the deadline, how long an aborted export may take to notice before it is abandoned.
@@ -65,7 +65,7 @@ class OtlpOutput:
         self.settings = settings
         self.store = store
         self.resource = Resource(resource)
-        self.account = ExportAccount(store, settings.endpoint, log_every)
+        self.account = ExportAccount(store, settings.endpoint or "", log_every)
         self._exporter_factory = exporter_factory
         self._warnings = list(warnings or ())
         self._log = log.get(output="otlp")
@@ -86,6 +86,7 @@ class OtlpOutput:
         self._record_lock = threading.Lock()
         self._exporting = False
         self._state = "created"
+        self._temporality = "cumulative"
 
     @classmethod
     def from_config(cls, config: OtlpOutputConfig, store: Store) -> OtlpOutput:
@@ -112,7 +113,10 @@ class OtlpOutput:
         self.account.resume()
         try:
             self._exporter = self._exporter_factory(settings)
-            self._batches = BatchBuilder(self.resource, settings.temporality, self.store.catalog)
+            # The exporter read the temporality (configured, or the SDK's variable).
+            self._temporality = temporality_of(self._exporter)
+            self.account.endpoint = self.endpoint()
+            self._batches = BatchBuilder(self.resource, self._temporality, self.store.catalog)
         except Exception as exc:  # e.g. a certificate file that vanished since the config check
             self._state = "failed"
             self.account.last_error = f"cannot start: {type(exc).__name__}: {exc}"
@@ -125,10 +129,10 @@ class OtlpOutput:
         self._thread.start()
         self._log.info(
             "otlp push started",
-            endpoint=settings.endpoint,
+            endpoint=self.account.endpoint,
             protocol=settings.protocol,
             interval=settings.interval,
-            temporality=settings.temporality,
+            temporality=self._temporality,
             origins=dict(settings.origins),
         )
 
@@ -239,18 +243,33 @@ class OtlpOutput:
 
     # -- /status -------------------------------------------------------------
 
+    def endpoint(self) -> str:
+        """Where the pushes go: the SDK exporter's own endpoint once it exists."""
+        return str(getattr(self._exporter, "_endpoint", "") or self.settings.endpoint or "")
+
     def status(self) -> dict[str, Any]:
-        """What /status shows (header names only, never their values)."""
+        """What /status shows (header names only, never their values).
+
+        Endpoint and security are what the SDK's exporter settled on (its own
+        fields; "" before it exists); ``origins`` names, per setting, the config
+        or the variable it came from.
+        """
         settings = self.settings
+        endpoint = self.endpoint()
+        if settings.protocol == "grpc":
+            exporter = self._exporter
+            secure = exporter is not None and not getattr(exporter, "_insecure", False)
+        else:
+            secure = endpoint.startswith("https://")
         return {
             "state": self._state,
-            "endpoint": settings.endpoint,
+            "endpoint": endpoint,
             "protocol": settings.protocol,
-            "secure": settings.secure,
+            "secure": secure,
             "interval": settings.interval,
             "timeout": settings.timeout,
             "compression": settings.compression,
-            "temporality": settings.temporality,
+            "temporality": self._temporality,
             "headers": sorted(settings.headers),
             "origins": dict(settings.origins),
             "exporting": self._exporting,

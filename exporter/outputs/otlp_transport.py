@@ -1,7 +1,8 @@
 """The wire side of the OTLP output: the SDK's gRPC or HTTP exporter, and its diagnostics.
 
-Every setting is passed explicitly (resolved by :mod:`exporter.config.otlp_env`),
-so the SDK's own environment fallbacks never disagree with what /status shows.
+What ``outputs.otlp`` sets is passed to the exporter explicitly; what it leaves
+unset is passed as None, so the SDK reads its own ``OTEL_EXPORTER_OTLP_*``
+variables (see :mod:`exporter.config.otlp` for the few it does not read).
 The SDK reports why an export failed only through stdlib ``logging``, once per
 attempt; :class:`SdkLogCapture` keeps those lines out of stderr (the output logs
 failures itself, at a limited rate), forwards them to structlog at debug level,
@@ -11,29 +12,79 @@ and hands each message to the export thread that caused it.
 from __future__ import annotations
 
 import logging
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import requests
-from opentelemetry.sdk.metrics.export import MetricExporter
+from opentelemetry.sdk.metrics.export import AggregationTemporality, MetricExporter
 
 from exporter import log
-from exporter.config.otlp_env import OtlpSettings
+from exporter.config.otlp import OtlpSettings, environment_ca
 
 SDK_LOGGER = "opentelemetry"
 
 
-def _read(path: str) -> bytes | None:
+def _read(path: str | None) -> bytes | None:
     if not path:
         return None
     with open(path, "rb") as fh:
         return fh.read()
 
 
-def build_exporter(settings: OtlpSettings) -> MetricExporter:
+def preferred_temporality(temporality: str | None) -> dict[type, AggregationTemporality] | None:
+    """The spec's preset for a configured temporality; None lets the SDK read its variable.
+
+    Complete, so that no instrument class falls back to the environment's preset.
+    """
+    if temporality is None:
+        return None
+    from opentelemetry.sdk.metrics import (
+        Counter,
+        Histogram,
+        ObservableCounter,
+        ObservableGauge,
+        ObservableUpDownCounter,
+        UpDownCounter,
+    )
+
+    delta = AggregationTemporality.DELTA
+    cumulative = AggregationTemporality.CUMULATIVE
+    sums = delta if temporality == "delta" else cumulative
+    return {
+        Counter: sums,
+        ObservableCounter: sums,
+        Histogram: sums,
+        UpDownCounter: cumulative,
+        ObservableUpDownCounter: cumulative,
+        ObservableGauge: cumulative,
+    }
+
+
+def temporality_of(exporter: MetricExporter) -> str:
+    """What ``exporter`` asks for, as the spec's preset name (cumulative, delta, lowmemory).
+
+    The SDK's own periodic reader reads the same attribute: it is where the
+    exporter keeps the configured or ``..._TEMPORALITY_PREFERENCE`` choice.
+    """
+    from opentelemetry.sdk.metrics import Histogram, ObservableCounter
+
+    prefs: Mapping[type, AggregationTemporality] = (
+        getattr(exporter, "_preferred_temporality", None) or {}
+    )
+    delta = AggregationTemporality.DELTA
+    if prefs.get(ObservableCounter) is delta:
+        return "delta"
+    if prefs.get(Histogram) is delta:
+        return "lowmemory"
+    return "cumulative"
+
+
+def build_exporter(settings: OtlpSettings, env: Mapping[str, str] = os.environ) -> MetricExporter:
     """The SDK exporter for ``settings`` (OSError when a certificate file cannot be read)."""
-    headers = dict(settings.headers)
+    headers = dict(settings.headers) or None
+    temporality = preferred_temporality(settings.temporality)
     if settings.protocol == "grpc":
         import grpc
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
@@ -41,24 +92,29 @@ def build_exporter(settings: OtlpSettings) -> MetricExporter:
         )
 
         credentials = None
-        if settings.secure:
+        if settings.client_certificate_file or settings.certificate_file:
+            # Given no credentials, the SDK builds them from the environment only, so a
+            # configured client certificate would lose a CA set there, and vice versa.
             credentials = grpc.ssl_channel_credentials(
-                root_certificates=_read(settings.certificate_file),
+                root_certificates=_read(settings.certificate_file or environment_ca(env)),
                 private_key=_read(settings.client_key_file),
                 certificate_chain=_read(settings.client_certificate_file),
             )
-        scheme = "https" if settings.secure else "http"
-        return GrpcExporter(
-            endpoint=f"{scheme}://{settings.endpoint}",
-            insecure=not settings.secure,
-            credentials=credentials,
-            headers=headers,
-            timeout=settings.timeout,
-            compression=(
+        compression = None
+        if settings.compression is not None:
+            compression = (
                 grpc.Compression.Gzip
                 if settings.compression == "gzip"
                 else grpc.Compression.NoCompression
-            ),
+            )
+        return GrpcExporter(
+            endpoint=settings.endpoint,
+            insecure=settings.insecure,
+            credentials=credentials,
+            headers=headers,
+            timeout=settings.timeout,
+            compression=compression,
+            preferred_temporality=temporality,
         )
     from opentelemetry.exporter.otlp.proto.http import Compression
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
@@ -67,15 +123,18 @@ def build_exporter(settings: OtlpSettings) -> MetricExporter:
 
     return HttpExporter(
         endpoint=settings.endpoint,
-        session=PinnedVerifySession() if settings.certificate_file else None,
-        certificate_file=settings.certificate_file or None,
-        client_key_file=settings.client_key_file or None,
-        client_certificate_file=settings.client_certificate_file or None,
+        session=PinnedVerifySession(),
+        certificate_file=settings.certificate_file,
+        client_key_file=settings.client_key_file,
+        client_certificate_file=settings.client_certificate_file,
         headers=headers,
         timeout=settings.timeout,
-        compression=Compression.Gzip
+        compression=None
+        if settings.compression is None
+        else Compression.Gzip
         if settings.compression == "gzip"
         else Compression.NoCompression,
+        preferred_temporality=temporality,
     )
 
 
@@ -84,16 +143,18 @@ class PinnedVerifySession(requests.Session):
 
     requests lets ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE`` override a session's
     ``verify`` (psf/requests#3829), and many container images set them: the
-    configured ``certificate_file`` would then be silently ignored and a private
-    collector CA rejected. Proxies and the rest of the environment still apply.
+    collector CA (configured, or the SDK's ``OTEL_EXPORTER_OTLP_*CERTIFICATE``,
+    which the SDK puts in ``verify``) would then be silently ignored and a
+    private collector CA rejected. Without a CA file, proxies, those variables
+    and the system trust store apply as usual.
     """
 
     def merge_environment_settings(
         self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any
     ) -> Any:
-        """The usual merge, except that the session's own ``verify`` stays."""
+        """The usual merge, except that a CA file set on the session stays."""
         merged = super().merge_environment_settings(url, proxies, stream, verify, cert)
-        if verify is None:
+        if verify is None and isinstance(self.verify, str):
             merged["verify"] = self.verify
         return merged
 

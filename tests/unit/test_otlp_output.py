@@ -12,7 +12,7 @@ from typing import Any
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
 from structlog.testing import capture_logs
 
-from exporter.config.otlp_env import resolve
+from exporter.config.otlp import resolve
 from exporter.config.schema import OtlpOutputConfig
 from exporter.model import OK, Reading, Snapshot
 from exporter.outputs.otlp import OtlpOutput
