@@ -356,6 +356,10 @@ class App:
             self._retiring.append(old)
             await self._stop_runtime(old, flush_seconds=OUTPUT_FLUSH_SECONDS)
             self._retiring.remove(old)
+            previous = {source.name: source for source in old.sources}
+            for source in runtime.sources:
+                if source.name in previous:
+                    source.adopt(previous[source.name])
             await self._start_runtime(runtime)
             kept = {s.name for s in runtime.sources}
             for name in self.store.names():

@@ -72,6 +72,12 @@ class Source:
         device sources last reported; every other source ignores this.
         """
 
+    def adopt(self, old: Source) -> None:
+        """Take over what ``old`` learnt that a reload must not forget. Default: nothing.
+
+        ``old`` is the stopped source of the same name this one replaces.
+        """
+
     async def start(self) -> None:
         """Start background work (long-lived streams, event readers). Default: nothing."""
 

@@ -64,6 +64,7 @@ from exporter.errors import SourceError, SourcePending, SourceUnavailable, Worke
 from exporter.health import HealthJudge
 from exporter.model import Reading, readings_of
 from exporter.sources import pci
+from exporter.sources.base import Source
 from exporter.sources.cper_ledger import LedgerStore
 from exporter.sources.worker import WorkerSource
 from exporter.workers.runner import FAULT_BUDGET_SECONDS, DeviceFault, Fault, Probe
@@ -260,6 +261,13 @@ class DeviceSource(WorkerSource):
             {"slow": True, "processes": config.processes, "events": False},
             timeout=self._call_budget(),
         )
+
+    def adopt(self, old: Source) -> None:
+        """Keep the devices the replaced source isolated, under the names they had."""
+        if isinstance(old, DeviceSource) and old.runner.backend == self.runner.backend:
+            self.runner.adopt(old.runner)
+            for index, known in old._known.items():
+                self._known.setdefault(index, known)
 
     def _call_budget(self) -> float:
         return call_budget(self.timeout)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -197,9 +198,29 @@ class WorkerRunner:
     # -- lifecycle ---------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the supervisor (which starts the worker)."""
+        """Start the supervisor (which starts the worker), and the probes of adopted faults."""
         if self._supervisor is None:
             self._supervisor = asyncio.create_task(self._supervise(), name=f"worker-{self.name}")
+            for fault in list(self.faults.values()):
+                self._schedule_probe(fault)
+
+    def adopt(self, old: WorkerRunner) -> None:
+        """Keep the devices ``old`` isolated: it is the runner this one replaces (a reload).
+
+        Without this a reload hands a hung device back to the new worker, which
+        hangs on it again, and every other device waits out a deadline (or the
+        bootstrap's) before the device is isolated anew. Only between runners of
+        the same backend and worker config, where an index names the same device.
+        """
+        if not self.isolate or old.backend != self.backend or old.config != self.config:
+            return
+        for index, fault in old.faults.items():
+            self.faults[index] = dataclasses.replace(fault, next_probe=None)
+        self._probe_history.update(old._probe_history)
+        # A process stuck in the driver outlives its runner; probes must not join it.
+        self._stuck.update((i, p) for i, p in old._stuck.items() if p.returncode is None)
+        if self.faults:
+            self._log.info("isolation carried over", devices=sorted(self.faults))
 
     async def stop(self) -> None:
         """Stop the supervisor and the worker; the worker is reaped before this returns."""

@@ -171,6 +171,37 @@ def test_one_call_hangs_after_a_healthy_start(daemon_factory: Any, fake_nvml: An
     stop_clean(d, s)
 
 
+def test_a_reload_keeps_the_hung_gpu_isolated(daemon_factory: Any, fake_nvml: Any) -> None:
+    """SIGHUP must not hand the hung GPU back to a new worker (only to hang on it again)."""
+    fake, d, s, u = healthy_nvml(daemon_factory, fake_nvml)
+    rule = fake.add_rule("nvmlDeviceGetPowerUsage", device=1, hang=True)
+    sick = {"device": "1", "uuid": u[1]}
+    s.wait("accel_device_up", 0, **sick)
+    since = isolated(d, "nvml", "1")["since"]
+
+    def count(event: str) -> int:
+        return sum(e.get("event") == event for e in d.events)
+
+    isolations = count("device isolated")
+    d.signal(signal.SIGHUP)
+    d.wait_for(lambda: count("config reloaded") == 1, 30, what="the reload")
+    assert count("isolation carried over") == 1
+    healthy = {str(i): u[i] for i in (0, 2, 3)}
+    fresh(s, nvml_power(fake), healthy, 221.5)
+    time.sleep(3)  # several polls of the new worker: none touches GPU 1
+    fresh(s, nvml_power(fake), healthy, 222.5)
+    got = samples(s.get())
+    assert value(got, "accel_device_down_reason_info", reason="hung", **sick) == 1
+    entry = isolated(d, "nvml", "1")
+    assert (entry["call"], entry["since"]) == ("nvmlDeviceGetPowerUsage", since)
+    assert count("device isolated") == isolations  # never caught hanging again
+    # The new runner probes it: released, it comes back.
+    fake.release(rule)
+    fake.device(1).power_mw = 223_500
+    s.wait("accel_power_watts", 223.5, timeout=60, **sick)
+    stop_clean(d, s)
+
+
 def test_worker_sigkilled_mid_poll(daemon_factory: Any, fake_nvml: Any) -> None:
     """An outside SIGKILL is nobody's device fault: every device back after one restart."""
     fake, d, s, uuids = healthy_nvml(daemon_factory, fake_nvml)
