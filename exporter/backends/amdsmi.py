@@ -87,7 +87,8 @@ def load_amdsmi() -> Any:
     except ImportError as exc:
         raise BackendUnavailable(
             "binding_missing",
-            f"the amdsmi package is not installed (pip install accel-exporter[amd]): {exc}",
+            "the amdsmi package is not installed "
+            f"(accel-exporter's 'amd' extra, docs/deploy.md): {exc}",
         ) from None
     except (KeyError, OSError) as exc:
         raise BackendUnavailable(

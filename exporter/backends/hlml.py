@@ -116,7 +116,8 @@ def load(library_path: str) -> Any:
     if importlib.util.find_spec("pyhlml") is None:
         raise BackendUnavailable(
             "binding_missing",
-            "the habana-pyhlml package is not installed (pip install accel-exporter[intel])",
+            "the habana-pyhlml package is not installed "
+            "(accel-exporter's 'intel' extra, docs/deploy.md)",
         )
     version = _binding_version()
     if version is not None and version < MIN_BINDING:

@@ -86,7 +86,7 @@ def load(library_path: str) -> Any:
     if importlib.util.find_spec("pyzes") is None:
         raise BackendUnavailable(
             "binding_missing",
-            "the pyzes package is not installed (pip install accel-exporter[intel])",
+            "the pyzes package is not installed (accel-exporter's 'intel' extra, docs/deploy.md)",
         )
     if not os.path.exists(library_path):
         raise BackendUnavailable(

@@ -46,7 +46,8 @@ def _load() -> Any:
     except ImportError as exc:
         raise BackendUnavailable(
             "binding_missing",
-            f"nvidia-ml-py is not installed (pip install accel-exporter[nvidia]): {exc}",
+            "nvidia-ml-py is not installed "
+            f"(accel-exporter's 'nvidia' extra, docs/deploy.md): {exc}",
         ) from None
     return pynvml
 

@@ -609,6 +609,6 @@ def _check_otlp(config: Config, env: Mapping[str, str], problems: _Problems) -> 
 
     otlp = ("outputs", "otlp")
     if sdk_missing():
-        problems.add((*otlp, "enabled"), "needs the otlp extra: pip install 'accel-exporter[otlp]'")
+        problems.add((*otlp, "enabled"), "needs the accel-exporter 'otlp' extra (docs/deploy.md)")
     for key, message in resolve(config.outputs.otlp, env).problems:
         problems.add((*otlp, *key.split(".")), message)
