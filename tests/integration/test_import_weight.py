@@ -49,6 +49,8 @@ OURS = (
     "exporter.commands.config_show",
     "exporter.outputs.otlp",
     "exporter.config.otlp_env",
+    "exporter.backends.amdsmi_ras",  # AMD CPER ledgers: once an amdsmi worker answers
+    "exporter.backends.amdsmi_fields",
     "exporter.enrich._proto",
     "exporter.backends._tpu_proto",
 )
