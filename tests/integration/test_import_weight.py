@@ -23,7 +23,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-# Third-party packages only a source or output that is not running here needs.
+# Packages only a source, output or config problem that is not here needs.
 THIRD_PARTY = (
     "grpc",  # kubelet pod-resources (k8s), TPU runtime metrics (worker)
     "google.protobuf",
@@ -37,6 +37,8 @@ THIRD_PARTY = (
     "jsonschema",
     "kubernetes",
     "pydantic",
+    "bcrypt",  # web.basic_auth: not configured here
+    "difflib",  # suggestions for a config key that does not exist
 )
 # Our own modules that belong to commands or outputs the daemon is not running.
 OURS = (
