@@ -278,8 +278,11 @@ def _run(
     overrides: dict[str, str],
     source_builder: SourceBuilder | None,
 ) -> int:
+    from exporter import allocator
     from exporter.app import App, StartupError
     from exporter.sources.registry import build_sources
+
+    allocator.configure()
 
     async def go() -> int:
         app = App(
