@@ -16,7 +16,10 @@ its own under ``--peer-venv``) runs with its default 1 s update interval.
 
 Per exporter: ``cpu_percent`` (CPU of the process and its descendants over the window,
 in percent of one core), ``main_rss_mib`` (the main process), ``pss_mib`` (the process
-and its descendants, ``smaps_rollup``), and ``samples`` (series in the last scrape).
+and its descendants, ``smaps_rollup``), ``private_mib`` (their memory no other
+process maps: PSS also splits the pages of libpython and libcrypto among every
+process on the machine that maps them, so it moves with unrelated load), and
+``samples`` (series in the last scrape).
 Targets (issue 17): cpu_percent no higher than the peer's; main_rss_mib <= 35;
 pss_mib <= 50.
 """
@@ -68,6 +71,11 @@ def rollup_kib(pid: int, key: str) -> int:
     return 0
 
 
+def private_kib(pid: int) -> int:
+    """Memory of ``pid`` no other process maps (USS): unlike PSS, whatever else runs."""
+    return rollup_kib(pid, "Private_Clean") + rollup_kib(pid, "Private_Dirty")
+
+
 def tree(pid: int) -> list[int]:
     return [pid, *sorted(descendants_of(pid))]
 
@@ -97,6 +105,7 @@ def measure(targets: dict[str, tuple[int, str]], window: float, every: float) ->
             "cpu_percent": round(100 * cpu / elapsed, 2),
             "main_rss_mib": round(rollup_kib(pid, "Rss") / 1024, 1),
             "pss_mib": round(sum(rollup_kib(p, "Pss") for p in pids) / 1024, 1),
+            "private_mib": round(sum(map(private_kib, pids)) / 1024, 1),
             "processes": len(pids),
             "samples": samples[name],
         }
