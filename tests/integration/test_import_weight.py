@@ -53,6 +53,9 @@ OURS = (
     "exporter.config.otlp_env",
     "exporter.backends.amdsmi_ras",  # AMD CPER ledgers: once an amdsmi worker answers
     "exporter.backends.amdsmi_fields",
+    "exporter.backends.tpu",  # the TPU worker's backend: no chip, no worker
+    "exporter.backends.tpu_distributions",
+    "exporter.neuron.report",  # neuron-monitor's report parser: not running here
     "exporter.enrich._proto",
     "exporter.backends._tpu_proto",
 )
