@@ -7,13 +7,19 @@ Run by hand (needs network access to PyPI once, for the peer's venv):
 Both exporters load the same fake NVML (tests/fakes/nvml, one shared state file), run
 side by side, and are scraped every ``--scrape`` seconds over the same ``--window``
 seconds by the same scraper (so both meet the same background load). This daemon runs
-its default sources with the host source at 1 s (nvml at its default interval);
-nvitop-exporter (installed from PyPI into a venv
-of its own under ``--peer-venv``) runs with its default 1 s update interval.
+its default sources with the host source at 1 s (nvml at its default interval),
+from a venv of its own under ``--daemon-venv`` installed the way ``scripts/run`` does
+(editable, every runtime extra, no dev extra: the dev extra brings packages such as
+``rich``, through tpu-info, that structlog imports whenever they are installed, which
+a node's install does not have); nvitop-exporter (installed from PyPI into a venv of
+its own under ``--peer-venv``) runs with its default 1 s update interval.
 
 Per exporter: ``cpu_percent`` (CPU of the process and its descendants over the window,
 in percent of one core), ``main_rss_mib`` (the main process), ``pss_mib`` (the process
-and its descendants, ``smaps_rollup``), and ``samples`` (series in the last scrape).
+and its descendants, ``smaps_rollup``), ``private_mib`` (their memory no other
+process maps: PSS also splits the pages of libpython and libcrypto among every
+process on the machine that maps them, so it moves with unrelated load), and
+``samples`` (series in the last scrape).
 Targets (issue 17): cpu_percent no higher than the peer's; main_rss_mib <= 35;
 pss_mib <= 50.
 """
@@ -21,6 +27,7 @@ pss_mib <= 50.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import socket
@@ -41,6 +48,8 @@ from tests.helpers.daemon import Daemon, descendants_of  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 PEER = "nvitop-exporter==1.7.2"
+# What scripts/run installs (its EXTRAS default).
+EXTRAS = "nvidia,amd,intel,tpu,otlp,k8s,cuda"
 CONFIG = {"sources": {"host": {"interval": "1s"}}}
 
 
@@ -60,6 +69,11 @@ def rollup_kib(pid: int, key: str) -> int:
     except OSError:
         pass
     return 0
+
+
+def private_kib(pid: int) -> int:
+    """Memory of ``pid`` no other process maps (USS): unlike PSS, whatever else runs."""
+    return rollup_kib(pid, "Private_Clean") + rollup_kib(pid, "Private_Dirty")
 
 
 def tree(pid: int) -> list[int]:
@@ -91,6 +105,7 @@ def measure(targets: dict[str, tuple[int, str]], window: float, every: float) ->
             "cpu_percent": round(100 * cpu / elapsed, 2),
             "main_rss_mib": round(rollup_kib(pid, "Rss") / 1024, 1),
             "pss_mib": round(sum(rollup_kib(p, "Pss") for p in pids) / 1024, 1),
+            "private_mib": round(sum(map(private_kib, pids)) / 1024, 1),
             "processes": len(pids),
             "samples": samples[name],
         }
@@ -124,6 +139,35 @@ def peer_venv(path: Path) -> Path:
     return exe
 
 
+def daemon_venv(path: Path) -> Path:
+    """A venv holding this checkout as scripts/run installs it; its python.
+
+    Reinstalled only when pyproject.toml changed (the code itself is editable).
+    """
+    python = path / "bin" / "python"
+    stamp = path / ".accel-exporter-installed"
+    want = f"{hashlib.sha256((ROOT / 'pyproject.toml').read_bytes()).hexdigest()} {EXTRAS}"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    if not stamp.exists() or stamp.read_text() != want:
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "-e", f"{ROOT}[{EXTRAS}]"], check=True
+        )
+        stamp.write_text(want)
+    return python
+
+
+class InstalledDaemon(Daemon):
+    """The test helper's daemon, run by another venv's interpreter."""
+
+    def __init__(self, python: Path, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.python = python
+
+    def command(self) -> list[str]:
+        return [str(self.python), *super().command()[1:]]
+
+
 def start_peer(fake: FakeNvml, venv: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     proc = subprocess.Popen(
@@ -144,11 +188,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=60.0)
     parser.add_argument("--scrape", type=float, default=5.0)
     parser.add_argument("--peer-venv", type=Path, default=ROOT / ".tools" / "nvitop-exporter")
+    parser.add_argument("--daemon-venv", type=Path, default=ROOT / ".tools" / "accel-exporter")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-idle-") as tmp:
         work = Path(tmp)
         fake = FakeNvml.create(build(work / "lib"), work / "nvml-state", args.devices)
-        d = Daemon(work, CONFIG, env=fake.env())
+        d = InstalledDaemon(daemon_venv(args.daemon_venv), work, CONFIG, env=fake.env())
         d.start()
         proc = None
         try:
@@ -165,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                 "window_seconds": args.window,
                 "scrape_seconds": args.scrape,
                 "load_average_1m": os.getloadavg()[0],
+                "daemon_extras": EXTRAS,
                 **measure(targets, args.window, args.scrape),
             }
         finally:

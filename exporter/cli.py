@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import os
 import signal
 import sys
@@ -37,13 +38,42 @@ SubcommandRun = Callable[[argparse.Namespace, Callable[[], Any]], int]
 EXTRA_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], SubcommandRun]] = {}
 
 
+def _imported_when_used(
+    package: str,
+) -> tuple[str, Callable[[argparse.ArgumentParser], None], SubcommandRun]:
+    """The command of ``package`` (its ``HELP``; ``COMMAND`` in its ``command`` module).
+
+    The command module and what it imports (the checks' HTTP client and judges,
+    the recorder) are loaded only when that command is parsed or run: the daemon
+    and the other commands never pay for them.
+    """
+
+    def command() -> tuple[str, Callable[[argparse.ArgumentParser], None], SubcommandRun]:
+        loaded: tuple[str, Callable[[argparse.ArgumentParser], None], SubcommandRun]
+        loaded = importlib.import_module(package + ".command").COMMAND
+        return loaded
+
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        def first_parse(
+            args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+        ) -> tuple[argparse.Namespace, list[str]]:
+            del parser.parse_known_args  # the class's own from now on
+            command()[1](parser)
+            return parser.parse_known_args(args, namespace)
+
+        parser.parse_known_args = first_parse  # type: ignore[method-assign,assignment]
+
+    def run(args: argparse.Namespace, load: Callable[[], Any]) -> int:
+        return command()[2](args, load)
+
+    help_text: str = importlib.import_module(package).HELP
+    return help_text, add_arguments, run
+
+
 def _builtin_extras() -> None:
     """The subcommands that live in their own packages: health checks, run recording."""
-    from exporter.checks.command import COMMAND as check
-    from exporter.record.command import COMMAND as record
-
-    EXTRA_COMMANDS.setdefault("check", check)
-    EXTRA_COMMANDS.setdefault("record", record)
+    EXTRA_COMMANDS.setdefault("check", _imported_when_used("exporter.checks"))
+    EXTRA_COMMANDS.setdefault("record", _imported_when_used("exporter.record"))
 
 
 def _short_help(parser: argparse.ArgumentParser) -> str:
@@ -248,8 +278,11 @@ def _run(
     overrides: dict[str, str],
     source_builder: SourceBuilder | None,
 ) -> int:
+    from exporter import allocator
     from exporter.app import App, StartupError
     from exporter.sources.registry import build_sources
+
+    allocator.configure()
 
     async def go() -> int:
         app = App(

@@ -23,14 +23,13 @@ from typing import Any, NoReturn
 
 from exporter import log
 from exporter.catalog.nvidia import CRITICAL_XIDS
-from exporter.checks import daemon, devices, jobs
+from exporter.checks import HELP, daemon, devices, jobs
 from exporter.checks.nagios import Result, Status, exit_code, render
 from exporter.checks.samples import HttpOptions, SampleError, Samples, fetch, poll_local
 from exporter.config.durations import parse_duration
 from exporter.errors import ConfigError
 
 DEFAULT_URL = "http://localhost:9842"
-HELP = "run a Nagios-style health check (exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN)"
 
 
 @dataclass(frozen=True)

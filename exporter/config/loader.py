@@ -8,7 +8,6 @@ collected and reported at once, each naming its key and where it came from
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import sys
 import types
@@ -363,6 +362,8 @@ def _unknown_hint(cls: type, key: str, names: list[str]) -> str:
     hints: dict[str, str] = getattr(cls, "HINTS", {})
     if key in hints:
         return f" ({hints[key]})"
+    import difflib  # only a config with an unknown key needs it
+
     close = difflib.get_close_matches(key, names, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -9,8 +9,6 @@ import ssl
 import threading
 from collections import OrderedDict
 
-import bcrypt
-
 from exporter.config.schema import BasicAuthConfig, TLSConfig
 
 # Checks waiting for the bcrypt turn; one more is answered 503 (busy) at once,
@@ -53,6 +51,9 @@ class BasicAuth:
         wait: float = BCRYPT_WAIT_SECONDS,
         max_waiting: int = MAX_WAITING,
     ) -> None:
+        # Imported here and in _bcrypt(): only a listener with basic auth loads bcrypt.
+        import bcrypt
+
         self._users = {name: hashed.encode() for name, hashed in config.users.items()}
         self._salt = bcrypt.gensalt()
         self._wait = wait
@@ -118,6 +119,8 @@ class BasicAuth:
             return known
 
     def _bcrypt(self, user: str, password: bytes) -> bool:
+        import bcrypt
+
         hashed = self._users.get(user)
         if hashed is None:
             bcrypt.checkpw(password, self._dummy)

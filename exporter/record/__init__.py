@@ -5,3 +5,6 @@ The command runs untouched (own stdio, no tracing; SIGTERM and SIGHUP sent to
 ``run.jsonl`` gets the start, samples, phases, events and exit; ``summary.json``
 the per-device and host aggregates. ``record`` exits with the command's status.
 """
+
+# The command line shows this without importing the command's modules.
+HELP = "run a command, sample devices and host meanwhile, write a run log and a summary"

@@ -14,12 +14,12 @@ from typing import Any
 from exporter.config import Config
 from exporter.config.durations import parse_duration
 from exporter.config.schema import MIN_INTERVAL, SourceConfig
+from exporter.record import HELP
 from exporter.record.runner import RUN_LOG, Recorder, RecordOptions, StartError
 from exporter.sources.base import Source
 from exporter.sources.device import DeviceSource
 from exporter.sources.registry import build_sources
 
-HELP = "run a command, sample devices and host meanwhile, write a run log and a summary"
 EXIT_USAGE = 2
 
 

@@ -54,8 +54,7 @@ from exporter.ccl.ras_client import (
     system_resolver,
 )
 from exporter.ccl.ras_events import MonitorEvent
-from exporter.ccl.ras_model import RasReport
-from exporter.ccl.ras_parse import RasParseError, parse_report
+from exporter.ccl.ras_model import RasParseError, RasReport
 from exporter.ccl.ras_state import ProgressTracker, StateMachine, classify, elect_reporter
 from exporter.config.schema import CclRasSourceConfig
 from exporter.errors import SourceError
@@ -285,6 +284,10 @@ class CclRasSource(Source):
             response = await query(entry.endpoint, options, self.resolver)
             entry.format, entry.peer = response.format, response.peer
             self._note_protocol(entry, response.protocol)
+            # Imported here: the report parsers are needed once a RAS service answers,
+            # not on every node where no NCCL/RCCL job listens.
+            from exporter.ccl.ras_parse import parse_report
+
             loop = asyncio.get_running_loop()
             report = await loop.run_in_executor(None, parse_report, response.body)
         except RasClientError as exc:

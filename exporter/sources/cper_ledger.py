@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from exporter import log
-from exporter.backends.amdsmi_ras import Ledger, LedgerError
 
 FILE_NAME = "amdsmi-cper.json"
 FORMAT = 1
@@ -89,6 +88,10 @@ class LedgerStore:
         if not isinstance(devices, dict) or raw.get("format") != FORMAT:
             self._log.warning("CPER state file has an unknown shape; ignored", path=str(path))
             return
+        # Imported here and in update(): the CPER tables are needed once a state file
+        # exists or an amdsmi worker answers, not wherever the amdsmi source merely probes.
+        from exporter.backends.amdsmi_ras import Ledger, LedgerError
+
         same_boot = bool(self.boot) and raw.get("boot_id") == self.boot
         for uuid, item in devices.items():
             try:
@@ -103,6 +106,8 @@ class LedgerStore:
 
     def update(self, answer: Mapping[str, Any], known: set[str]) -> bool:
         """Adopt the worker's ledgers; True when one changed. ValueError on a bad shape."""
+        from exporter.backends.amdsmi_ras import Ledger, LedgerError
+
         changed = False
         for uuid, item in answer.items():
             if uuid not in known:

@@ -16,7 +16,7 @@ import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from exporter import log
 from exporter.catalog.device import INFO_LABELS
@@ -25,8 +25,10 @@ from exporter.errors import SourceError, SourcePending, SourceUnavailable
 from exporter.model import Reading
 from exporter.neuron.devices import NeuronDevice, scan
 from exporter.neuron.monitor import STALL_PERIODS, Monitor
-from exporter.neuron.report import EXEC_ERRORS, EXEC_STATUS, BadReport, Report, parse
 from exporter.sources.base import Source
+
+if TYPE_CHECKING:
+    from exporter.neuron.report import Report
 
 VENDOR = "aws"
 RESCAN_SECONDS = 60.0
@@ -114,6 +116,10 @@ class NeuronSource(Source):
     # -- the child's lines ----------------------------------------------------
 
     def _on_line(self, line: bytes) -> None:
+        # Imported here: the report parser is needed once neuron-monitor runs and
+        # prints, not on every node where the source only finds no device.
+        from exporter.neuron.report import EXEC_ERRORS, EXEC_STATUS, BadReport, parse
+
         try:
             report = parse(line)
         except BadReport as exc:

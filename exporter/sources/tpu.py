@@ -17,15 +17,12 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from exporter.backends.tpu import DISTRIBUTIONS
 from exporter.backends.tpu_chips import scan
-from exporter.backends.tpu_distributions import MAX_LABEL, MAX_POINTS
 from exporter.catalog.tpu import LATENCY_BUCKETS
 from exporter.config.schema import TpuSourceConfig
 from exporter.model import HistogramValue, Reading, is_number
 from exporter.sources.device import DeviceSource, ShapeError, call_budget
 
-KINDS = frozenset(DISTRIBUTIONS.values())
 # Share of the worker's part of the poll deadline one gRPC call may take: all the
 # calls run at once, and the reply must still be built and sent in time.
 RPC_SHARE = 0.6
@@ -94,7 +91,13 @@ class TpuSource(DeviceSource):
 
     def _histograms(self, raw: Any) -> list[Reading]:
         """``accel_tpu_transfer_latency_seconds`` from the reply, every field checked."""
-        limit = len(self.addresses) * len(KINDS) * MAX_POINTS
+        # Imported here: the worker backend's tables are needed once a TPU worker
+        # answers, not on every host without TPU chips (no worker starts there).
+        from exporter.backends.tpu import DISTRIBUTIONS
+        from exporter.backends.tpu_distributions import MAX_LABEL, MAX_POINTS
+
+        kinds = frozenset(DISTRIBUTIONS.values())
+        limit = len(self.addresses) * len(kinds) * MAX_POINTS
         if not isinstance(raw, list) or len(raw) > limit:
             raise ShapeError(f"histograms is not a list of at most {limit}")
         width = len(LATENCY_BUCKETS) + 1
@@ -106,7 +109,7 @@ class TpuSource(DeviceSource):
             labels = (item.get("address"), item.get("kind"), item.get("buffer_size"))
             if (
                 labels[0] not in self.addresses
-                or labels[1] not in KINDS
+                or labels[1] not in kinds
                 or not isinstance(labels[2], str)
                 or len(labels[2]) > MAX_LABEL
                 or not isinstance(counts, list)

@@ -113,6 +113,43 @@ def test_exposition_is_cached_per_view_and_negotiated():
     assert families == ["accel_host_load1"]
 
 
+@pytest.mark.parametrize(
+    "accept",
+    [None, "application/openmetrics-text; version=1.0.0", "text/plain; escaping=allow-utf-8"],
+)
+def test_family_by_family_encoding_is_what_the_encoder_makes_of_the_whole(accept):
+    """Each format's body is byte for byte prometheus_client's own output for all the
+    families at once (one OpenMetrics # EOF, at the end)."""
+    from prometheus_client.exposition import choose_encoder
+
+    from exporter.outputs.prometheus import families
+
+    clock = Clock()
+    store = Store(mono=clock)
+    hist = HistogramValue((0.1, 1.0), (1, 2, 3), 4.5)
+    readings = [
+        Reading("accel_host_load1", (), 2.0),
+        Reading("accel_exporter_source_poll_duration_seconds", ("z",), hist),
+    ]
+    store.put(snap("a", readings, clock))
+    body, _ = Exposition(store, process_metrics=False, clock=clock).render(accept, None)
+
+    class Whole:
+        def collect(self):
+            return families(store.view(), catalog=store.catalog)
+
+    encoder, _ = choose_encoder(accept or "")
+    assert body == encoder(Whole())
+    openmetrics = accept is not None and "openmetrics" in accept
+    assert body.count(b"# EOF") == int(openmetrics)
+    # With the process metrics after the store's families: still one # EOF, last.
+    with_process, _ = Exposition(store, clock=clock).render(accept, None)
+    assert with_process.startswith(body.removesuffix(b"# EOF\n"))
+    assert b"\nprocess_cpu_seconds_total" in with_process
+    assert with_process.count(b"# EOF") == int(openmetrics)
+    assert with_process.endswith(b"# EOF\n") == openmetrics
+
+
 def test_duplicate_series_across_sources_render_once():
     clock = Clock()
     store = Store(mono=clock)
