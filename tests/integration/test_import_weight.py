@@ -50,7 +50,8 @@ OURS = (
     "exporter.commands.probe",
     "exporter.commands.config_show",
     "exporter.outputs.otlp",
-    "exporter.config.otlp_env",
+    "exporter.config.otlp",
+    "exporter.outputs.otlp_batch",
     "exporter.backends.amdsmi_ras",  # AMD CPER ledgers: once an amdsmi worker answers
     "exporter.backends.amdsmi_fields",
     "exporter.backends.tpu",  # the TPU worker's backend: no chip, no worker
