@@ -14,6 +14,7 @@ render per 15 s, not fifteen.
 from __future__ import annotations
 
 import gzip
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -32,6 +33,7 @@ from prometheus_client.process_collector import ProcessCollector
 from exporter import log
 from exporter.catalog import CATALOG, Kind, MetricSpec
 from exporter.model import HistogramValue, Reading
+from exporter.outputs import text_format
 from exporter.outputs.stamp import StampFactory
 from exporter.store import Store, View
 
@@ -120,17 +122,17 @@ def _scalar(reading: Reading) -> float:
     return value
 
 
-def families(
+def rows(
     view: View,
     names: Iterable[str] | None = None,
     stamp: StampFactory | None = None,
     catalog: Mapping[str, MetricSpec] = CATALOG,
-) -> Iterator[Metric]:
-    """Families for every catalog row with readings, in catalog order.
+) -> Iterator[tuple[MetricSpec, Sequence[Reading]]]:
+    """Every catalog row with readings and its readings, in catalog order.
 
     ``catalog`` is the store's (rows with configured labels); ``stamp`` (opt-in)
     adds workload labels to device families as they render. A row that fails
-    to render is skipped and logged; it never breaks the scrape.
+    to stamp is skipped and logged; it never breaks the scrape.
     """
     wanted = set(names) if names is not None else None
     stamping = stamp(view) if stamp is not None else None
@@ -144,9 +146,26 @@ def families(
             spec = row
             if stamping is not None:
                 spec, readings = stamping.apply(row, readings)
-            yield family(spec, readings)
         except Exception as exc:
             log.get(output="prometheus").error("family render failed", metric=name, error=repr(exc))
+            continue
+        yield spec, readings
+
+
+def families(
+    view: View,
+    names: Iterable[str] | None = None,
+    stamp: StampFactory | None = None,
+    catalog: Mapping[str, MetricSpec] = CATALOG,
+) -> Iterator[Metric]:
+    """prometheus_client families for :func:`rows` (a row that fails is skipped and logged)."""
+    for spec, readings in rows(view, names, stamp, catalog):
+        try:
+            yield family(spec, readings)
+        except Exception as exc:
+            log.get(output="prometheus").error(
+                "family render failed", metric=spec.name, error=repr(exc)
+            )
 
 
 class StoreCollector:
@@ -208,13 +227,6 @@ class Exposition:
             self._last.clear()
             self._cache_key = None
 
-    def _registries(self, names: Sequence[str] | None) -> CollectorRegistry:
-        if names is None:
-            return self.registry
-        reg = CollectorRegistry(auto_describe=False)
-        reg.register(StoreCollector(self.store, names, self._collector.stamp))
-        return reg
-
     def render(
         self, accept: str | None, accept_encoding: str | None, names: Sequence[str] | None = None
     ) -> tuple[bytes, dict[str, str]]:
@@ -235,7 +247,7 @@ class Exposition:
         if use_gzip:
             headers["Content-Encoding"] = "gzip"
         if names is not None:
-            body = encoder(self._registries(names))
+            body = self._encode(encoder, names)
             return (gzip.compress(body, 6) if use_gzip else body), headers
         key = (content_type, use_gzip)
         now = self._clock()
@@ -351,9 +363,23 @@ class Exposition:
             body = self._get(self._state_key(), scrapes.encoder, content_type, use_gzip)
             scrapes.body, scrapes.prepared_at, scrapes.prepared_for = body, self._clock(), last
 
-    def _encode(self, encoder: Callable[[CollectorRegistry], bytes]) -> bytes:
-        registries = [self.registry] if self._process is None else [self.registry, self._process]
-        return encode_by_family(encoder, (fam for reg in registries for fam in reg.collect()))
+    def _encode(
+        self, encoder: Callable[[CollectorRegistry], bytes], names: Sequence[str] | None = None
+    ) -> bytes:
+        """The store's families (``names`` only, when given), then the process's."""
+        found = rows(self.store.view(), names, self._collector.stamp, self.store.catalog)
+        process = self._process.collect() if self._process is not None and names is None else ()
+        fmt = text_format.fast_format(encoder)
+        if fmt is None:
+            fams = (family(spec, readings) for spec, readings in found)
+            return encode_by_family(encoder, itertools.chain(fams, process))
+
+        def fallback(spec: MetricSpec, readings: Sequence[Reading]) -> bytes:
+            return encode_by_family(encoder, [family(spec, readings)], trailer=False)
+
+        body = text_format.encode(found, fmt, fallback)
+        body += encode_by_family(encoder, process, trailer=False)
+        return body + text_format.EOF if fmt == text_format.OPENMETRICS else body
 
 
 class _Families:
@@ -367,7 +393,7 @@ class _Families:
 
 
 def encode_by_family(
-    encoder: Callable[[CollectorRegistry], bytes], fams: Iterable[Metric]
+    encoder: Callable[[CollectorRegistry], bytes], fams: Iterable[Metric], trailer: bool = True
 ) -> bytes:
     """What ``encoder`` makes of all of ``fams``, encoded one family at a time.
 
@@ -376,13 +402,15 @@ def encode_by_family(
     objects alive at once, and the allocator keeps their memory resident after
     the render. One family at a time, only one family's lines exist at once. The
     trailer an encoder adds once (OpenMetrics' ``# EOF``) is what it makes of no
-    family at all: cut from each family's bytes and added once at the end.
+    family at all: cut from each family's bytes and added once at the end (not
+    at all without ``trailer``).
     """
     tail = encoder(_Families())  # type: ignore[arg-type]
     chunks = [encoder(_Families(fam)) for fam in fams]  # type: ignore[arg-type]
     if tail:
         chunks = [chunk.removesuffix(tail) for chunk in chunks]
-    chunks.append(tail)
+    if trailer:
+        chunks.append(tail)
     return b"".join(chunks)
 
 

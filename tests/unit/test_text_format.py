@@ -1,0 +1,106 @@
+"""Our exposition writer against prometheus_client's encoders: the same bytes, every family.
+
+The oracle is prometheus_client itself, encoding the same store through its
+``Metric`` objects (``Exposition.registry``), for every format and escaping
+scheme a scraper can ask for.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from prometheus_client.exposition import choose_encoder
+
+from exporter.catalog import CATALOG, Kind, with_rows
+from exporter.catalog.workload import pod_labels_row
+from exporter.model import OK, HistogramValue, Reading, Snapshot
+from exporter.outputs import text_format
+from exporter.outputs.prometheus import Exposition
+from exporter.store import Store
+
+# Label values that need every escape, and some that need none.
+ODD = ["plain", "back\\slash", 'quo"te', "new\nline", "ünïcødé", "", "a,b=c{d}"]
+# Values whose Go formatting differs from Python's repr, and the specials.
+VALUES = [0.0, 1.0, -2.5, 1e22, 123456789.0, 3.14159e-7, float("inf"), float("-inf"), float("nan")]
+
+ACCEPTS = [
+    "",
+    "text/plain; version=0.0.4",
+    "application/openmetrics-text",
+    "application/openmetrics-text; version=1.0.0",
+    "application/openmetrics-text; version=1.0.0; escaping=allow-utf-8",
+    "application/openmetrics-text; version=1.0.0; escaping=underscores",
+    "text/plain; version=1.0.0; escaping=allow-utf-8",
+    "text/plain; version=1.0.0; escaping=underscores",
+    # Not written by us (dots escape every underscore): prometheus_client's own, still.
+    "application/openmetrics-text; version=1.0.0; escaping=dots",
+]
+
+
+def every_row(catalog) -> list[Reading]:
+    """Two readings (odd labels, odd values) for every family of ``catalog``."""
+    odd = itertools.cycle(ODD)
+    values = itertools.cycle(VALUES)
+    out = []
+    for name, row in catalog.items():
+        for _ in range(2):
+            labels = tuple(next(odd) for _ in row.labels)
+            if row.kind is Kind.HISTOGRAM:
+                bounds = row.buckets or (0.5, 1.0)
+                counts = tuple(range(1, len(bounds) + 2))
+                value: float | HistogramValue = HistogramValue(bounds, counts, next(values))
+            else:
+                value = next(values)
+            out.append(Reading(name, labels, value))
+    return out
+
+
+def store_of(catalog, readings) -> Store:
+    store = Store(catalog=catalog)
+    store.put(Snapshot("t", tuple(readings), OK, 1.0, 1.0, 1.0, 0.01, 1e9))
+    return store
+
+
+@pytest.mark.parametrize("accept", ACCEPTS)
+def test_every_family_is_written_as_prometheus_client_writes_it(accept):
+    catalog = with_rows([pod_labels_row(["team", "app.kubernetes.io/name"])])
+    store = store_of(catalog, every_row(catalog))
+    expo = Exposition(store, process_metrics=False)
+    encoder, _ = choose_encoder(accept)
+    ours = expo._encode(encoder)
+    assert ours == encoder(expo.registry)
+    assert ours.count(b"# TYPE") == len(catalog)  # the whole catalog, not an empty body
+    fast = text_format.fast_format(encoder)
+    assert (fast is None) == ("dots" in accept)
+
+
+def test_histograms_with_negative_buckets_have_no_count_or_sum_as_in_the_library():
+    row = next(r for r in CATALOG.values() if r.kind is Kind.HISTOGRAM)
+    labels = ("x",) * len(row.labels)
+    value = HistogramValue((-1.0, 1.0), (1, 2, 3), 0.5)
+    store = store_of(CATALOG, [Reading(row.name, labels, value)])
+    expo = Exposition(store, process_metrics=False)
+    for accept in ACCEPTS[:3]:
+        encoder, _ = choose_encoder(accept)
+        body = expo._encode(encoder)
+        assert body == encoder(expo.registry)
+        ours = [line for line in body.splitlines() if b'="x"' in line]
+        assert ours and not any(b"_count" in line or b"_sum" in line for line in ours)
+
+
+def test_process_metrics_follow_the_store_families_and_eof_comes_once():
+    store = store_of(CATALOG, [Reading("accel_host_load1", (), 1.5)])
+    expo = Exposition(store, process_metrics=True)
+    encoder, _ = choose_encoder("application/openmetrics-text")
+    body = expo._encode(encoder)
+    assert body.count(b"# EOF") == 1 and body.endswith(b"# EOF\n")
+    assert body.index(b"accel_host_load1 1.5") < body.index(b"process_")
+
+
+def test_a_name_filter_writes_only_those_families():
+    store = store_of(CATALOG, every_row(CATALOG))
+    expo = Exposition(store, process_metrics=True)
+    body, _ = expo.render("", None, names=["accel_host_load1", "accel_energy_joules_total"])
+    names = {line.split(b" ")[2] for line in body.splitlines() if line.startswith(b"# TYPE")}
+    assert names == {b"accel_host_load1", b"accel_energy_joules_total"}
