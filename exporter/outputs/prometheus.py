@@ -30,7 +30,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.process_collector import ProcessCollector
 
-from exporter import log
+from exporter import allocator, log
 from exporter.catalog import CATALOG, Kind, MetricSpec
 from exporter.model import HistogramValue, Reading
 from exporter.outputs import text_format
@@ -296,6 +296,7 @@ class Exposition:
                 if plain is None:
                     plain = self._encode(encoder)
                     self._cache[(content_type, False)] = plain
+                    allocator.trim()
                 cached = gzip.compress(plain, 6) if use_gzip else plain
                 self._cache[key] = cached
                 self._last[key] = cached
