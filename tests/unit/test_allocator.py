@@ -15,21 +15,24 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc only")
 
 
-def _configure(env: dict[str, str]) -> dict[str, int]:
+def _python(code: str, *args: str) -> str:
     # In a process of its own: mallopt changes the allocator of the process that calls it.
-    code = (
-        "import json, sys; from exporter import allocator; "
-        "print(json.dumps(allocator.configure(json.loads(sys.argv[1]))))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(env)],
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
         cwd=str(REPO),
         capture_output=True,
         text=True,
         check=True,
         timeout=60,
     ).stdout
-    return dict(json.loads(out))
+
+
+def _configure(env: dict[str, str]) -> dict[str, int]:
+    code = (
+        "import json, sys; from exporter import allocator; "
+        "print(json.dumps(allocator.configure(json.loads(sys.argv[1]))))"
+    )
+    return dict(json.loads(_python(code, json.dumps(env))))
 
 
 def test_both_settings_are_applied_by_default() -> None:
@@ -56,12 +59,5 @@ def test_trim_gives_freed_heap_pages_back_once_configured() -> None:
         "del junk\n"
         "before = rss(); allocator.trim(); print(before - rss())\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=str(REPO),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
+    out = _python(code)
     assert int(out) > 10_000  # KiB: most of the ~120 MiB freed went back
