@@ -22,7 +22,6 @@ import socket
 import ssl
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -112,6 +111,10 @@ _HTTP_HINTS = {
 
 
 def _fetch(api: ApiAccess, timeout: float, max_bytes: int) -> bytes:
+    # Imported here: urllib.request (with hashlib) costs a MiB of resident memory on
+    # every node, and only a node with the Kubernetes API in reach asks it anything.
+    import urllib.request
+
     request = urllib.request.Request(
         _url(api),
         headers={"Authorization": f"Bearer {_read_token(api.token_file)}", "Accept": ACCEPT},

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import enum
-import hashlib
 import ssl
 import threading
 from collections import OrderedDict
@@ -51,8 +50,13 @@ class BasicAuth:
         wait: float = BCRYPT_WAIT_SECONDS,
         max_waiting: int = MAX_WAITING,
     ) -> None:
-        # Imported here and in _bcrypt(): only a listener with basic auth loads bcrypt.
+        # Imported here and in _bcrypt(): only a listener with basic auth loads bcrypt
+        # (and hashlib, whose OpenSSL digests cost resident memory on every node).
+        import hashlib
+
         import bcrypt
+
+        self._sha256 = hashlib.sha256
 
         self._users = {name: hashed.encode() for name, hashed in config.users.items()}
         self._salt = bcrypt.gensalt()
@@ -83,7 +87,7 @@ class BasicAuth:
         user, sep, password = decoded.partition(":")
         if not sep:
             return Verdict.MALFORMED
-        key = hashlib.sha256(self._salt + decoded.encode()).digest()
+        key = self._sha256(self._salt + decoded.encode()).digest()
         known = self._remembered(key)
         if known is not None:
             return Verdict.OK if known else Verdict.REJECTED

@@ -14,28 +14,17 @@ render per 15 s, not fifteen.
 from __future__ import annotations
 
 import gzip
-import itertools
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.process_collector import ProcessCollector
-
 from exporter import allocator, log
-from exporter.catalog import CATALOG, Kind, MetricSpec
-from exporter.model import HistogramValue, Reading
 from exporter.outputs import text_format
+from exporter.outputs.rows import rows
 from exporter.outputs.stamp import StampFactory
-from exporter.store import Store, View
+from exporter.outputs.text_format import Negotiated, ProcessFamilies, negotiate_or_text
+from exporter.store import Store
 
 # Process metrics (RSS, CPU) change continuously; refreshing them this often
 # keeps the exposition cacheable between store changes.
@@ -64,7 +53,7 @@ def _lead(interval: float) -> float:
 class _Scrapes:
     """When one format was scraped, and what was rendered ahead for its next scrape."""
 
-    encoder: Callable[[CollectorRegistry], bytes]
+    negotiated: Negotiated
     last: float
     interval: float | None = None
     # ``last`` as it was when a body was prepared for the next scrape, and when.
@@ -88,108 +77,6 @@ class _Scrapes:
         return self.body if now - self.prepared_at <= max_age else None
 
 
-def _bound(value: float) -> str:
-    return "+Inf" if value == float("inf") else repr(float(value))
-
-
-def family(spec: MetricSpec, readings: Sequence[Reading]) -> Metric:
-    """One prometheus_client family for a catalog row and its readings."""
-    unit = spec.unit
-    labels = list(spec.labels)
-    fam: Metric
-    if spec.kind is Kind.COUNTER:
-        fam = CounterMetricFamily(spec.family_name, spec.help, labels=labels, unit=unit)
-        for r in readings:
-            fam.add_metric(list(r.labels), _scalar(r))
-    elif spec.kind is Kind.HISTOGRAM:
-        fam = HistogramMetricFamily(spec.name, spec.help, labels=labels, unit=unit)
-        for r in readings:
-            hist = r.value
-            assert isinstance(hist, HistogramValue)
-            buckets = [(_bound(b), c) for b, c in zip(hist.bounds, hist.counts, strict=False)]
-            buckets.append(("+Inf", hist.counts[-1]))
-            fam.add_metric(list(r.labels), buckets, hist.total)
-    else:
-        fam = GaugeMetricFamily(spec.name, spec.help, labels=labels, unit=unit)
-        for r in readings:
-            fam.add_metric(list(r.labels), _scalar(r))
-    return fam
-
-
-def _scalar(reading: Reading) -> float:
-    value = reading.value
-    assert not isinstance(value, HistogramValue), reading.metric
-    return value
-
-
-def rows(
-    view: View,
-    names: Iterable[str] | None = None,
-    stamp: StampFactory | None = None,
-    catalog: Mapping[str, MetricSpec] = CATALOG,
-) -> Iterator[tuple[MetricSpec, Sequence[Reading]]]:
-    """Every catalog row with readings and its readings, in catalog order.
-
-    ``catalog`` is the store's (rows with configured labels); ``stamp`` (opt-in)
-    adds workload labels to device families as they render. A row that fails
-    to stamp is skipped and logged; it never breaks the scrape.
-    """
-    wanted = set(names) if names is not None else None
-    stamping = stamp(view) if stamp is not None else None
-    for name, row in catalog.items():
-        if wanted is not None and name not in wanted and row.family_name not in wanted:
-            continue
-        readings: Sequence[Reading] = view.readings(name)
-        if not readings:
-            continue
-        try:
-            spec = row
-            if stamping is not None:
-                spec, readings = stamping.apply(row, readings)
-        except Exception as exc:
-            log.get(output="prometheus").error("family render failed", metric=name, error=repr(exc))
-            continue
-        yield spec, readings
-
-
-def families(
-    view: View,
-    names: Iterable[str] | None = None,
-    stamp: StampFactory | None = None,
-    catalog: Mapping[str, MetricSpec] = CATALOG,
-) -> Iterator[Metric]:
-    """prometheus_client families for :func:`rows` (a row that fails is skipped and logged)."""
-    for spec, readings in rows(view, names, stamp, catalog):
-        try:
-            yield family(spec, readings)
-        except Exception as exc:
-            log.get(output="prometheus").error(
-                "family render failed", metric=spec.name, error=repr(exc)
-            )
-
-
-class StoreCollector:
-    """prometheus_client collector over the store (registered on our own registry)."""
-
-    def __init__(
-        self,
-        store: Store,
-        names: Iterable[str] | None = None,
-        stamp: StampFactory | None = None,
-    ) -> None:
-        self.store = store
-        self.names = list(names) if names is not None else None
-        self.stamp = stamp
-
-    def describe(self) -> list[Metric]:
-        """Nothing: describing would make the registry call collect() at registration."""
-        return []
-
-    def collect(self) -> Iterator[Metric]:
-        """Families for the current store view."""
-        yield from families(self.store.view(), self.names, self.stamp, self.store.catalog)
-
-
 class Exposition:
     """Serves exposition bytes, rebuilt only when the store view changes."""
 
@@ -202,16 +89,12 @@ class Exposition:
     ) -> None:
         self.store = store
         self._clock = clock
-        self.registry = CollectorRegistry(auto_describe=False)
-        self._collector = StoreCollector(store, stamp=stamp)
-        self.registry.register(self._collector)
-        self._process = CollectorRegistry(auto_describe=False) if process_metrics else None
-        if self._process is not None:
-            ProcessCollector(registry=self._process)
+        self.stamp = stamp
+        self._process = ProcessFamilies() if process_metrics else None
         self._lock = threading.Lock()
         self._cache: dict[tuple[object, ...], bytes] = {}
         self._cache_key: tuple[object, ...] | None = None
-        self._encoders: dict[str, tuple[Callable[[CollectorRegistry], bytes], str]] = {}
+        self._negotiated: dict[str, Negotiated] = {}
         # (content type, gzip) -> its scrapes: what to pre-render, and when.
         self._wanted: dict[tuple[str, bool], _Scrapes] = {}
         self._prerender: threading.Thread | None = None
@@ -222,7 +105,7 @@ class Exposition:
     def set_stamp(self, stamp: StampFactory | None) -> None:
         """Change the opt-in label stamping (config reload); drops cached bodies."""
         with self._lock:
-            self._collector.stamp = stamp
+            self.stamp = stamp
             self._cache.clear()
             self._last.clear()
             self._cache_key = None
@@ -231,36 +114,31 @@ class Exposition:
         self, accept: str | None, accept_encoding: str | None, names: Sequence[str] | None = None
     ) -> tuple[bytes, dict[str, str]]:
         """Body and headers for one scrape (content negotiation as prometheus_client does)."""
-        negotiated = self._encoders.get(accept or "")
+        negotiated = self._negotiated.get(accept or "")
         if negotiated is None:
-            try:
-                negotiated = choose_encoder(accept or "")
-            except (TypeError, ValueError):
-                # prometheus_client compares a malformed OpenMetrics version (``version=x``)
-                # as text against numbers; such a scraper gets the text format.
-                negotiated = choose_encoder("")
-            if len(self._encoders) < 64:  # Accept headers come from a handful of scrapers
-                self._encoders[accept or ""] = negotiated
-        encoder, content_type = negotiated
+            negotiated = negotiate_or_text(accept or "")
+            if len(self._negotiated) < 64:  # Accept headers come from a handful of scrapers
+                self._negotiated[accept or ""] = negotiated
+        content_type = negotiated.content_type
         use_gzip = _gzip_accepted(accept_encoding)
         headers = {"Content-Type": content_type}
         if use_gzip:
             headers["Content-Encoding"] = "gzip"
         if names is not None:
-            body = self._encode(encoder, names)
+            body = self._encode(negotiated, names)
             return (gzip.compress(body, 6) if use_gzip else body), headers
         key = (content_type, use_gzip)
         now = self._clock()
         scrapes = self._wanted.get(key)
         if scrapes is None:
-            self._wanted[key] = scrapes = _Scrapes(encoder, now)
+            self._wanted[key] = scrapes = _Scrapes(negotiated, now)
             prepared = None
         else:
             prepared = scrapes.take_prepared(now)
             scrapes.interval, scrapes.last = now - scrapes.last, now
         if prepared is not None:
             return prepared, headers
-        return self._get(self._state_key(), encoder, content_type, use_gzip), headers
+        return self._get(self._state_key(), negotiated, use_gzip), headers
 
     def _state_key(self) -> tuple[object, ...]:
         if self._process is None:
@@ -270,10 +148,10 @@ class Exposition:
     def _get(
         self,
         state_key: tuple[object, ...],
-        encoder: Callable[[CollectorRegistry], bytes],
-        content_type: str,
+        negotiated: Negotiated,
         use_gzip: bool,
     ) -> bytes:
+        content_type = negotiated.content_type
         key = (content_type, use_gzip)
         if self._cache_key == state_key:
             cached = self._cache.get(key)
@@ -294,7 +172,7 @@ class Exposition:
             if cached is None:
                 plain = self._cache.get((content_type, False))
                 if plain is None:
-                    plain = self._encode(encoder)
+                    plain = self._encode(negotiated)
                     self._cache[(content_type, False)] = plain
                     allocator.trim()
                 cached = gzip.compress(plain, 6) if use_gzip else plain
@@ -354,65 +232,31 @@ class Exposition:
                     pending.append((scrapes.due(), key, scrapes))
             if not pending:
                 return
-            due, (content_type, use_gzip), scrapes = min(pending, key=lambda p: p[0])
+            due, (_, use_gzip), scrapes = min(pending, key=lambda p: p[0])
             if due > now:
                 if not wait:
                     return
                 self._stop_prerender.wait(due - now)
                 continue  # a scrape may have come meanwhile: look again
             last = scrapes.last
-            body = self._get(self._state_key(), scrapes.encoder, content_type, use_gzip)
+            body = self._get(self._state_key(), scrapes.negotiated, use_gzip)
             scrapes.body, scrapes.prepared_at, scrapes.prepared_for = body, self._clock(), last
 
-    def _encode(
-        self, encoder: Callable[[CollectorRegistry], bytes], names: Sequence[str] | None = None
-    ) -> bytes:
+    def _encode(self, negotiated: Negotiated, names: Sequence[str] | None = None) -> bytes:
         """The store's families (``names`` only, when given), then the process's."""
-        found = rows(self.store.view(), names, self._collector.stamp, self.store.catalog)
-        process = self._process.collect() if self._process is not None and names is None else ()
-        fmt = text_format.fast_format(encoder)
+        found = rows(self.store.view(), names, self.stamp, self.store.catalog)
+        process = self._process is not None and names is None
+        fmt = negotiated.fmt
         if fmt is None:
-            fams = (family(spec, readings) for spec, readings in found)
-            return encode_by_family(encoder, itertools.chain(fams, process))
+            # Only prometheus_client writes this escaping scheme: imported when asked.
+            from exporter.outputs.prometheus_compat import encode_with_library
 
-        def fallback(spec: MetricSpec, readings: Sequence[Reading]) -> bytes:
-            return encode_by_family(encoder, [family(spec, readings)], trailer=False)
-
-        body = text_format.encode(found, fmt, fallback)
-        body += encode_by_family(encoder, process, trailer=False)
+            return encode_with_library(negotiated.accept, found, process)
+        body = text_format.encode(found, fmt)
+        if process:
+            assert self._process is not None
+            body += text_format.encode(self._process.rows(), fmt)
         return body + text_format.EOF if fmt == text_format.OPENMETRICS else body
-
-
-class _Families:
-    """Given families as a collector (what an encoder iterates)."""
-
-    def __init__(self, *fams: Metric) -> None:
-        self.fams = fams
-
-    def collect(self) -> Iterator[Metric]:
-        return iter(self.fams)
-
-
-def encode_by_family(
-    encoder: Callable[[CollectorRegistry], bytes], fams: Iterable[Metric], trailer: bool = True
-) -> bytes:
-    """What ``encoder`` makes of all of ``fams``, encoded one family at a time.
-
-    An encoder builds every line of what it is given as a string before joining
-    them: for a whole exposition (16 GPUs: 4,000 lines) that is thousands of small
-    objects alive at once, and the allocator keeps their memory resident after
-    the render. One family at a time, only one family's lines exist at once. The
-    trailer an encoder adds once (OpenMetrics' ``# EOF``) is what it makes of no
-    family at all: cut from each family's bytes and added once at the end (not
-    at all without ``trailer``).
-    """
-    tail = encoder(_Families())  # type: ignore[arg-type]
-    chunks = [encoder(_Families(fam)) for fam in fams]  # type: ignore[arg-type]
-    if tail:
-        chunks = [chunk.removesuffix(tail) for chunk in chunks]
-    if trailer:
-        chunks.append(tail)
-    return b"".join(chunks)
 
 
 def _gzip_accepted(header: str | None) -> bool:

@@ -122,7 +122,7 @@ def test_family_by_family_encoding_is_what_the_encoder_makes_of_the_whole(accept
     families at once (one OpenMetrics # EOF, at the end)."""
     from prometheus_client.exposition import choose_encoder
 
-    from exporter.outputs.prometheus import families
+    from exporter.outputs.prometheus_compat import families
 
     clock = Clock()
     store = Store(mono=clock)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.exposition import choose_encoder
 
 from exporter.catalog import CATALOG, Kind, with_rows
@@ -17,6 +18,7 @@ from exporter.catalog.workload import pod_labels_row
 from exporter.model import OK, HistogramValue, Reading, Snapshot
 from exporter.outputs import text_format
 from exporter.outputs.prometheus import Exposition
+from exporter.outputs.prometheus_compat import StoreCollector
 from exporter.store import Store
 
 # Label values that need every escape, and some that need none.
@@ -56,6 +58,16 @@ def every_row(catalog) -> list[Reading]:
     return out
 
 
+def library(store: Store, accept: str, process: bool = False) -> bytes:
+    """What prometheus_client writes for the same store and Accept header."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector(store))
+    if process:
+        ProcessCollector(registry=registry)
+    encoder, _ = choose_encoder(accept)
+    return encoder(registry)
+
+
 def store_of(catalog, readings) -> Store:
     store = Store(catalog=catalog)
     store.put(Snapshot("t", tuple(readings), OK, 1.0, 1.0, 1.0, 0.01, 1e9))
@@ -67,12 +79,11 @@ def test_every_family_is_written_as_prometheus_client_writes_it(accept):
     catalog = with_rows([pod_labels_row(["team", "app.kubernetes.io/name"])])
     store = store_of(catalog, every_row(catalog))
     expo = Exposition(store, process_metrics=False)
-    encoder, _ = choose_encoder(accept)
-    ours = expo._encode(encoder)
-    assert ours == encoder(expo.registry)
+    ours, headers = expo.render(accept, None)
+    assert ours == library(store, accept)
     assert ours.count(b"# TYPE") == len(catalog)  # the whole catalog, not an empty body
-    fast = text_format.fast_format(encoder)
-    assert (fast is None) == ("dots" in accept)
+    assert headers["Content-Type"] == choose_encoder(accept)[1]
+    assert (text_format.negotiate(accept).fmt is None) == ("dots" in accept)
 
 
 def test_histograms_with_negative_buckets_have_no_count_or_sum_as_in_the_library():
@@ -82,20 +93,39 @@ def test_histograms_with_negative_buckets_have_no_count_or_sum_as_in_the_library
     store = store_of(CATALOG, [Reading(row.name, labels, value)])
     expo = Exposition(store, process_metrics=False)
     for accept in ACCEPTS[:3]:
-        encoder, _ = choose_encoder(accept)
-        body = expo._encode(encoder)
-        assert body == encoder(expo.registry)
+        body, _ = expo.render(accept, None)
+        assert body == library(store, accept)
         ours = [line for line in body.splitlines() if b'="x"' in line]
         assert ours and not any(b"_count" in line or b"_sum" in line for line in ours)
 
 
-def test_process_metrics_follow_the_store_families_and_eof_comes_once():
+@pytest.mark.parametrize("accept", ACCEPTS)
+def test_process_metrics_are_the_library_collectors_families(accept):
     store = store_of(CATALOG, [Reading("accel_host_load1", (), 1.5)])
-    expo = Exposition(store, process_metrics=True)
-    encoder, _ = choose_encoder("application/openmetrics-text")
-    body = expo._encode(encoder)
-    assert body.count(b"# EOF") == 1 and body.endswith(b"# EOF\n")
-    assert body.index(b"accel_host_load1 1.5") < body.index(b"process_")
+    body, _ = Exposition(store, process_metrics=True).render(accept, None)
+    expected = library(store, accept, process=True)
+
+    def shape(text: bytes) -> list[bytes]:
+        # The values move between the two reads (CPU, RSS); names, help and order may not.
+        return [
+            line if line.startswith(b"#") else line.split(b" ")[0] for line in text.splitlines()
+        ]
+
+    assert shape(body) == shape(expected)
+    assert body.count(b"# TYPE process") == 6 and body.count(b"# EOF") <= 1
+    assert body.index(b"# TYPE accel") < body.index(b"# TYPE process")
+
+
+@pytest.mark.parametrize(
+    "accept",
+    ["application/openmetrics-text; version=x", "text/plain; version=1.x.0", "a/b, text/html"],
+)
+def test_odd_accept_headers_get_what_the_library_gives_or_the_text_format(accept):
+    try:
+        expected = choose_encoder(accept)[1]
+    except (TypeError, ValueError):
+        expected = choose_encoder("")[1]
+    assert text_format.negotiate_or_text(accept).content_type == expected
 
 
 def test_a_name_filter_writes_only_those_families():
