@@ -750,6 +750,11 @@ class WorkerRunner:
             return self.state.inventory
         if self.state.state == "unavailable":
             if self._reprobe_in() <= 0:
+                # Starting now, for every caller: a poll right after this one waits for
+                # this probe instead of asking for another.
+                self._probed_at = time.monotonic()
+                self._attempt_done.clear()
+                self.state.state = "starting"
                 self.request_restart()
                 raise SourcePending("probing", "looking for the library again")
             raise self._unavailable()
