@@ -10,7 +10,7 @@ hashlib), about 2 MiB of resident memory the daemon otherwise does not carry.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -27,13 +27,8 @@ from exporter.catalog import CATALOG, Kind, MetricSpec
 from exporter.model import HistogramValue, Reading
 from exporter.outputs.rows import rows
 from exporter.outputs.stamp import StampFactory
+from exporter.outputs.text_format import le_bound
 from exporter.store import Store, View
-
-Encoder = Callable[[CollectorRegistry], bytes]
-
-
-def _bound(value: float) -> str:
-    return "+Inf" if value == float("inf") else repr(float(value))
 
 
 def family(spec: MetricSpec, readings: Sequence[Reading]) -> Metric:
@@ -50,7 +45,7 @@ def family(spec: MetricSpec, readings: Sequence[Reading]) -> Metric:
         for r in readings:
             hist = r.value
             assert isinstance(hist, HistogramValue)
-            buckets = [(_bound(b), c) for b, c in zip(hist.bounds, hist.counts, strict=False)]
+            buckets = [(le_bound(b), c) for b, c in zip(hist.bounds, hist.counts, strict=False)]
             buckets.append(("+Inf", hist.counts[-1]))
             fam.add_metric(list(r.labels), buckets, hist.total)
     else:
@@ -104,36 +99,14 @@ class StoreCollector:
         yield from families(self.store.view(), self.names, self.stamp, self.store.catalog)
 
 
-class _Families:
-    """Given families as a collector (what an encoder iterates)."""
+class _Given:
+    """Families already built, as a collector (what an encoder iterates)."""
 
-    def __init__(self, *fams: Metric) -> None:
+    def __init__(self, fams: Sequence[Metric]) -> None:
         self.fams = fams
 
     def collect(self) -> Iterator[Metric]:
         return iter(self.fams)
-
-
-def encode_by_family(
-    encoder: Callable[[CollectorRegistry], bytes], fams: Iterable[Metric], trailer: bool = True
-) -> bytes:
-    """What ``encoder`` makes of all of ``fams``, encoded one family at a time.
-
-    An encoder builds every line of what it is given as a string before joining
-    them: for a whole exposition (16 GPUs: 4,000 lines) that is thousands of small
-    objects alive at once, and the allocator keeps their memory resident after
-    the render. One family at a time, only one family's lines exist at once. The
-    trailer an encoder adds once (OpenMetrics' ``# EOF``) is what it makes of no
-    family at all: cut from each family's bytes and added once at the end (not
-    at all without ``trailer``).
-    """
-    tail = encoder(_Families())  # type: ignore[arg-type]
-    chunks = [encoder(_Families(fam)) for fam in fams]  # type: ignore[arg-type]
-    if tail:
-        chunks = [chunk.removesuffix(tail) for chunk in chunks]
-    if trailer:
-        chunks.append(tail)
-    return b"".join(chunks)
 
 
 def encode_with_library(
@@ -143,9 +116,8 @@ def encode_with_library(
 ) -> bytes:
     """What prometheus_client writes for ``accept``: ``found``'s families, then the process's."""
     encoder, _ = choose_encoder(accept)
-    fams: list[Metric] = [family(spec, readings) for spec, readings in found]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Given([family(spec, readings) for spec, readings in found]))
     if process:
-        registry = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=registry)
-        fams.extend(registry.collect())
-    return encode_by_family(encoder, fams)
+    return encoder(registry)

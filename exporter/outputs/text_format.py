@@ -149,7 +149,8 @@ def _label_value(value: str) -> str:
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
-def _bound(value: float) -> str:
+def le_bound(value: float) -> str:
+    """A histogram bucket's upper bound as its ``le`` label value."""
     return "+Inf" if value == math.inf else repr(float(value))
 
 
@@ -210,7 +211,7 @@ def _lines(shape: _Shape, readings: Sequence[Reading], out: list[str]) -> None:
         hist = reading.value
         assert isinstance(hist, HistogramValue), reading.metric
         for bound, count in zip(hist.bounds, hist.counts, strict=False):
-            labels = _labels(shape, reading.labels, _bound(bound))
+            labels = _labels(shape, reading.labels, le_bound(bound))
             out.append(f"{sample}_bucket{labels} {go_float(count)}\n")
         total = hist.counts[-1]
         out.append(f"{sample}_bucket{_labels(shape, reading.labels, '+Inf')} {go_float(total)}\n")

@@ -117,9 +117,11 @@ def test_exposition_is_cached_per_view_and_negotiated():
     "accept",
     [None, "application/openmetrics-text; version=1.0.0", "text/plain; escaping=allow-utf-8"],
 )
-def test_family_by_family_encoding_is_what_the_encoder_makes_of_the_whole(accept):
-    """Each format's body is byte for byte prometheus_client's own output for all the
-    families at once (one OpenMetrics # EOF, at the end)."""
+def test_each_body_is_what_prometheus_client_writes_with_one_eof_after_the_process_families(
+    accept,
+):
+    """Each format's body is byte for byte prometheus_client's output for the same families
+    (one OpenMetrics # EOF, at the very end, after the process families)."""
     from prometheus_client.exposition import choose_encoder
 
     from exporter.outputs.prometheus_compat import families
