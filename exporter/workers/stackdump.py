@@ -69,7 +69,10 @@ def main_thread_frames(text: str, main_thread: int) -> list[str]:
 
     ``main_thread`` is the thread ident the worker published; when it is 0 or
     absent from the dump, the thread that handled the signal ("Current
-    thread") is taken, which for a single-threaded worker is the same.
+    thread") is taken, which for a single-threaded worker is the same. A dump
+    with neither is one read while faulthandler was still writing it (it
+    writes the other threads first): it names nothing yet, so the daemon reads
+    again rather than blame another thread's call (the event reader's wait).
     """
     blocks: list[tuple[int, bool, list[str]]] = []
     for line in text.splitlines():
@@ -86,7 +89,7 @@ def main_thread_frames(text: str, main_thread: int) -> list[str]:
     for _ident, current, names in blocks:
         if current:
             return names
-    return blocks[0][2] if len(blocks) == 1 else []
+    return []
 
 
 def hung_call(text: str, main_thread: int) -> str:
