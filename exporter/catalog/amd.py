@@ -66,18 +66,21 @@ ROWS = (
         Kind.COUNTER,
         "Correctable ECC errors of one RAS block (umc, sdma, gfx, xgmi_wafl, ...).",
         (*ID, "block"),
+        otel_unit="{error}",
     ),
     MetricSpec(
         "accel_amd_ecc_uncorrectable_errors_total",
         Kind.COUNTER,
         "Uncorrectable ECC errors of one RAS block (umc, sdma, gfx, xgmi_wafl, ...).",
         (*ID, "block"),
+        otel_unit="{error}",
     ),
     MetricSpec(
         "accel_amd_ecc_deferred_errors_total",
         Kind.COUNTER,
         "Deferred ECC errors of one RAS block (umc, sdma, gfx, xgmi_wafl, ...).",
         (*ID, "block"),
+        otel_unit="{error}",
     ),
     MetricSpec(
         "accel_amd_xgmi_read_bytes_total",
@@ -107,6 +110,7 @@ ROWS = (
         "_thermal, _total and gfx_low_utilization per XCP, the mean of its XCCs); divide its "
         "rate by accel_amd_violation_samples_total's.",
         (*ID, "reason", "xcp"),
+        otel_unit="{sample}",
     ),
     MetricSpec(
         "accel_amd_xcp_utilization_ratio",
@@ -122,6 +126,7 @@ ROWS = (
         "CPER error records naming this AMD field-replaceable-unit diagnosis (AFID), by"
         " record severity (fatal, non_fatal_uncorrected, non_fatal_corrected).",
         (*ID, "afid", "severity"),
+        otel_unit="{error}",
     ),
     MetricSpec(
         "accel_amd_afid_last_timestamp_seconds",
@@ -136,6 +141,7 @@ ROWS = (
         "CPER records read but not counted, by reason (bad_length, bad_signature, bad_header,"
         " afid_<amdsmi status> when AFID decoding failed, e.g. on an unknown section).",
         (*ID, "reason"),
+        otel_unit="{record}",
     ),
     MetricSpec(
         "accel_amd_field_errors_total",
@@ -144,6 +150,7 @@ ROWS = (
         " xcp_not_available, xcp_out_of_range), and CPER rings found restarted"
         " (cper_ring_restarted: read again from the start); counted since the worker started.",
         (*ID, "reason"),
+        otel_unit="{error}",
     ),
     MetricSpec(
         "accel_amd_bad_pages",
@@ -151,12 +158,14 @@ ROWS = (
         "Bad VRAM pages not (yet) retired, by status: pending (retired at the next reset) or"
         " unreservable (could not be retired).",
         (*ID, "status"),
+        otel_unit="{page}",
     ),
     MetricSpec(
         "accel_amd_bad_page_threshold",
         Kind.GAUGE,
         "Retired pages beyond which the driver declares the GPU bad (amdgpu bad_page_threshold).",
         ID,
+        otel_unit="{page}",
     ),
     MetricSpec(
         "accel_amd_power_cap_watts",
@@ -177,18 +186,21 @@ ROWS = (
         Kind.COUNTER,
         "Times the PCIe replay counter rolled over (replay number exhausted).",
         ID,
+        otel_unit="{rollover}",
     ),
     MetricSpec(
         "accel_amd_pcie_other_end_recoveries_total",
         Kind.COUNTER,
         "PCIe link recoveries initiated by the other end of the link.",
         ID,
+        otel_unit="{recovery}",
     ),
     MetricSpec(
         "accel_amd_violation_samples_total",
         Kind.COUNTER,
         "Firmware throttle-accounting samples taken (gpu_metrics accumulation_counter).",
         ID,
+        otel_unit="{sample}",
     ),
     MetricSpec(
         "accel_amd_partition_id",
@@ -208,23 +220,27 @@ ROWS = (
         Kind.COUNTER,
         "PCIe link transitions from L0 to recovery.",
         ID,
+        otel_unit="{recovery}",
     ),
     MetricSpec(
         "accel_amd_pcie_nak_sent_total",
         Kind.COUNTER,
         "PCIe NAKs sent by the device.",
         ID,
+        otel_unit="{nak}",
     ),
     MetricSpec(
         "accel_amd_pcie_nak_received_total",
         Kind.COUNTER,
         "PCIe NAKs received by the device.",
         ID,
+        otel_unit="{nak}",
     ),
     MetricSpec(
         "accel_amd_process_compute_units",
         Kind.GAUGE,
         "Compute units occupied by one process (only with processes: true).",
         (*ID, "pid"),
+        otel_unit="{compute_unit}",
     ),
 )

@@ -31,12 +31,14 @@ ROWS = (
         Kind.COUNTER,
         "A NIC port counter as the driver names it (hlml_nic_get_statistics), read on slow polls.",
         (*ID, "port", "counter"),
+        otel_unit="{count}",
     ),
     MetricSpec(
         "accel_gaudi_replaced_rows",
         Kind.GAUGE,
         "HBM rows replaced, by cause (multiple_single_bit_ecc, double_bit_ecc).",
         (*ID, "cause"),
+        otel_unit="{row}",
     ),
     MetricSpec(
         "accel_gaudi_row_replacement_pending",

@@ -12,12 +12,14 @@ ROWS = (
         "(node_cpu_seconds_total without the cpu label): rate() it.",
         ("mode",),
         unit="seconds",
+        otel_name="accel.host.cpu.time",
     ),
     MetricSpec(
         "accel_host_boot_time_seconds",
         Kind.GAUGE,
         "Unix time the host booted (btime in /proc/stat), as node_boot_time_seconds.",
         unit="seconds",
+        otel_name="accel.host.boot_time",
     ),
     MetricSpec(
         "accel_host_cpu_ratio",
@@ -25,8 +27,15 @@ ROWS = (
         "Share of all CPU time spent in each mode over the last host poll interval, 0..1.",
         ("mode",),
         unit="ratio",
+        otel_name="accel.host.cpu.utilization",
     ),
-    MetricSpec("accel_host_cpus", Kind.GAUGE, "Number of online logical CPUs in /proc/stat."),
+    MetricSpec(
+        "accel_host_cpus",
+        Kind.GAUGE,
+        "Number of online logical CPUs in /proc/stat.",
+        otel_name="accel.host.cpus",
+        otel_unit="{cpu}",
+    ),
     MetricSpec(
         "accel_host_memory_total_bytes",
         Kind.GAUGE,

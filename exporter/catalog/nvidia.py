@@ -34,6 +34,7 @@ ROWS = (
         "XID errors reported by the NVIDIA driver through NVML events, by XID code"
         " (counted since the worker started).",
         (*ID, "xid"),
+        otel_unit="{error}",
     ),
     MetricSpec(
         "accel_xid_last_timestamp_seconds",
@@ -47,12 +48,14 @@ ROWS = (
         Kind.GAUGE,
         "Memory rows remapped after correctable or uncorrectable errors (Ampere and later).",
         (*ID, "type"),
+        otel_unit="{row}",
     ),
     MetricSpec(
         "accel_remapped_rows_pending",
         Kind.GAUGE,
         "1 when a row remapping waits for a GPU reset.",
         ID,
+        otel_unit="{row}",
     ),
     MetricSpec(
         "accel_remapped_rows_failure",
@@ -226,6 +229,7 @@ ROWS = (
         "NVLink data-link errors of one link by type (crc_flit, crc_data, replay, recovery),"
         " as the driver counts them.",
         (*ID, "link", "type"),
+        otel_unit="{error}",
     ),
     MetricSpec(
         "accel_nvidia_fabric_state",
@@ -297,5 +301,6 @@ ROWS = (
         "NVML calls for a device that failed with an error other than not-supported, by reason"
         " (the field is omitted; counted since the worker started).",
         (*ID, "reason"),
+        otel_unit="{error}",
     ),
 )
