@@ -10,6 +10,14 @@ from __future__ import annotations
 
 from exporter.catalog.device import ID
 from exporter.catalog.spec import Kind, MetricSpec
+from exporter.catalog.vocabulary import (
+    AFID_SEVERITIES,
+    AMD_SENSORS,
+    BAD_PAGE_STATUSES,
+    POWER_BOUNDS,
+    RESIDENCIES,
+    TEMPERATURE_LIMITS,
+)
 
 ROWS = (
     MetricSpec(
@@ -111,6 +119,7 @@ ROWS = (
         "rate by accel_amd_violation_samples_total's.",
         (*ID, "reason", "xcp"),
         otel_unit="{sample}",
+        values={"reason": RESIDENCIES},
     ),
     MetricSpec(
         "accel_amd_xcp_utilization_ratio",
@@ -127,6 +136,7 @@ ROWS = (
         " record severity (fatal, non_fatal_uncorrected, non_fatal_corrected).",
         (*ID, "afid", "severity"),
         otel_unit="{error}",
+        values={"severity": AFID_SEVERITIES},
     ),
     MetricSpec(
         "accel_amd_afid_last_timestamp_seconds",
@@ -159,6 +169,7 @@ ROWS = (
         " unreservable (could not be retired).",
         (*ID, "status"),
         otel_unit="{page}",
+        values={"status": BAD_PAGE_STATUSES},
     ),
     MetricSpec(
         "accel_amd_bad_page_threshold",
@@ -173,6 +184,7 @@ ROWS = (
         "Power cap bounds: min and max settable, and the default.",
         (*ID, "bound"),
         unit="watts",
+        values={"bound": POWER_BOUNDS},
     ),
     MetricSpec(
         "accel_amd_temperature_limit_celsius",
@@ -180,6 +192,7 @@ ROWS = (
         "Temperature limit of a sensor: max (throttling), critical, emergency.",
         (*ID, "sensor", "limit"),
         unit="celsius",
+        values={"sensor": AMD_SENSORS, "limit": TEMPERATURE_LIMITS},
     ),
     MetricSpec(
         "accel_amd_pcie_replay_rollovers_total",

@@ -9,6 +9,18 @@ Vendor-only quantities live in ``nvidia.py`` and ``amd.py``.
 from __future__ import annotations
 
 from exporter.catalog.spec import Instrument, Kind, MetricSpec
+from exporter.catalog.vocabulary import (
+    CLOCKS,
+    DEVICE_EVENTS,
+    ECC_COUNTERS,
+    ECC_TYPES,
+    HEALTH_STATES,
+    ISOLATION_REASONS,
+    RETIREMENT_CAUSES,
+    SENSORS,
+    THROTTLE_REASONS,
+    VIOLATION_REASONS,
+)
 
 ID = ("device", "uuid")
 
@@ -79,6 +91,7 @@ ROWS = (
         otel_attributes=(("state", "hw.state"),),
         semconv=True,
         otel_description=HW_STATUS,
+        values={"state": HEALTH_STATES},
     ),
     MetricSpec(
         "accel_device_health_reason_info",
@@ -111,6 +124,7 @@ ROWS = (
         " crashed), with the call (empty when unknown); the other devices are served meanwhile"
         " and this one is probed apart until it answers.",
         (*ID, "reason", "call"),
+        values={"reason": ISOLATION_REASONS},
     ),
     MetricSpec(
         "accel_device_isolated_since_timestamp_seconds",
@@ -203,6 +217,7 @@ ROWS = (
         "Temperature of a device sensor.",
         (*ID, "sensor"),
         unit="celsius",
+        values={"sensor": SENSORS},
     ),
     MetricSpec(
         "accel_power_watts",
@@ -238,6 +253,7 @@ ROWS = (
         (*ID, "clock"),
         unit="hertz",
         otel_name="accel.clock.speed",
+        values={"clock": CLOCKS},
     ),
     MetricSpec(
         "accel_clock_max_hertz",
@@ -246,6 +262,7 @@ ROWS = (
         (*ID, "clock"),
         unit="hertz",
         otel_name="accel.clock.speed.limit",
+        values={"clock": CLOCKS},
     ),
     MetricSpec(
         "accel_fan_speed_ratio",
@@ -318,6 +335,7 @@ ROWS = (
         Kind.GAUGE,
         "1 while the named clock throttle (clock event) reason is active, else 0.",
         (*ID, "reason"),
+        values={"reason": THROTTLE_REASONS},
     ),
     MetricSpec(
         "accel_clock_violation_seconds_total",
@@ -326,6 +344,7 @@ ROWS = (
         (*ID, "reason"),
         unit="seconds",
         otel_name="accel.clock.violation.time",
+        values={"reason": VIOLATION_REASONS},
     ),
     MetricSpec(
         "accel_ecc_errors_total",
@@ -335,6 +354,7 @@ ROWS = (
         (*ID, "type", "counter"),
         otel_name="accel.ecc.errors",
         otel_unit="{error}",
+        values={"type": ECC_TYPES, "counter": ECC_COUNTERS},
     ),
     MetricSpec(
         "accel_retired_pages",
@@ -343,6 +363,7 @@ ROWS = (
         " GPUs remap rows; AMD's reserved bad pages, cause empty: amdsmi gives none).",
         (*ID, "cause"),
         otel_unit="{page}",
+        values={"cause": RETIREMENT_CAUSES},
     ),
     MetricSpec(
         "accel_retired_pages_pending",
@@ -374,6 +395,7 @@ ROWS = (
         (*ID, "event"),
         otel_name="accel.device.events",
         otel_unit="{event}",
+        values={"event": DEVICE_EVENTS},
     ),
     MetricSpec(
         "accel_device_event_last_timestamp_seconds",
@@ -381,5 +403,6 @@ ROWS = (
         "Unix time the worker last received an event of this type.",
         (*ID, "event"),
         unit="seconds",
+        values={"event": DEVICE_EVENTS},
     ),
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from exporter.catalog.device import ID
 from exporter.catalog.spec import Kind, MetricSpec
+from exporter.catalog.vocabulary import ROW_CAUSES
 
 ROWS = (
     MetricSpec(
@@ -39,6 +40,7 @@ ROWS = (
         "HBM rows replaced, by cause (multiple_single_bit_ecc, double_bit_ecc).",
         (*ID, "cause"),
         otel_unit="{row}",
+        values={"cause": ROW_CAUSES},
     ),
     MetricSpec(
         "accel_gaudi_row_replacement_pending",

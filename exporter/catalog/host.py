@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from exporter.catalog.spec import Kind, MetricSpec
+from exporter.catalog.vocabulary import CPU_MODES
 
 ROWS = (
     MetricSpec(
@@ -13,6 +14,7 @@ ROWS = (
         ("mode",),
         unit="seconds",
         otel_name="accel.host.cpu.time",
+        values={"mode": CPU_MODES},
     ),
     MetricSpec(
         "accel_host_boot_time_seconds",
@@ -28,6 +30,7 @@ ROWS = (
         ("mode",),
         unit="ratio",
         otel_name="accel.host.cpu.utilization",
+        values={"mode": CPU_MODES},
     ),
     MetricSpec(
         "accel_host_cpus",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from exporter.catalog.device import ID
 from exporter.catalog.spec import Kind, MetricSpec
+from exporter.catalog.vocabulary import ECC_CORRECTION, NVLINK_ERRORS, POWER_BOUNDS
 
 GPU_INSTANCE = (*ID, "gpu_instance")
 MIG = (*GPU_INSTANCE, "compute_instance")
@@ -49,6 +50,7 @@ ROWS = (
         "Memory rows remapped after correctable or uncorrectable errors (Ampere and later).",
         (*ID, "type"),
         otel_unit="{row}",
+        values={"type": ECC_CORRECTION},
     ),
     MetricSpec(
         "accel_remapped_rows_pending",
@@ -230,6 +232,7 @@ ROWS = (
         " as the driver counts them.",
         (*ID, "link", "type"),
         otel_unit="{error}",
+        values={"type": NVLINK_ERRORS},
     ),
     MetricSpec(
         "accel_nvidia_fabric_state",
@@ -267,6 +270,7 @@ ROWS = (
         "The power limit the management interface allows, by bound (min, max, default).",
         (*ID, "bound"),
         unit="watts",
+        values={"bound": POWER_BOUNDS},
     ),
     MetricSpec(
         "accel_process_memory_utilization_ratio",
