@@ -5,10 +5,20 @@ OTel export thread). Writers hold the lock only to swap a reference and update
 a few counters; readers hold it only to copy references. Nothing holds it
 across I/O. A snapshot older than its ``stale_after`` is left out of views, so
 its series disappear instead of lying.
+
+Readings are checked against the catalog before they are stored
+(:func:`validate`). A label value outside its row's enumeration (the row's
+``values``) is dropped: in production the first sighting of each such
+(family, label, value) is reported to the caller, which logs it, and later ones
+are dropped silently, so a backend that starts speaking a new word costs one log
+line and never fails a scrape. The test suite sets ``ACCEL_STRICT_LABEL_VALUES=1``
+(tests/conftest.py), under which the same reading raises :class:`LabelValueError`,
+so a test that makes a backend emit an unknown value fails.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import threading
 import time
@@ -344,10 +354,45 @@ def _self_readings(records: Sequence[SourceRecordView], now: float) -> Iterable[
             )
 
 
+# Set to 1 by the test suite: a label value outside its enumeration raises.
+STRICT_ENV = "ACCEL_STRICT_LABEL_VALUES"
+# (family, label, value) already reported; bounded, so that a source spraying
+# free text cannot grow it without end (past the bound, drops are silent).
+_REPORTED: set[tuple[str, str, str]] = set()
+_REPORTED_MAX = 1024
+
+
+class LabelValueError(ValueError):
+    """A label value outside its catalog row's enumeration, in strict mode."""
+
+
+def strict_values() -> bool:
+    """Whether label values outside their enumeration raise (the test suite) or are dropped."""
+    return os.environ.get(STRICT_ENV) == "1"
+
+
+def _unlisted(row: MetricSpec, labels: tuple[str, ...]) -> tuple[str, str] | None:
+    """(label, value) of the first enumerated label whose value is not listed, or None."""
+    for position, allowed in row.enumerated:
+        if labels[position] not in allowed:
+            return row.labels[position], labels[position]
+    return None
+
+
 def validate(
-    readings: Iterable[Reading], catalog: Mapping[str, MetricSpec] = CATALOG
+    readings: Iterable[Reading],
+    catalog: Mapping[str, MetricSpec] = CATALOG,
+    *,
+    strict: bool | None = None,
 ) -> tuple[list[Reading], list[str]]:
-    """Split readings into those that match the catalog and descriptions of the rest."""
+    """Split readings into those that match the catalog and descriptions of the rest.
+
+    A label value outside its enumeration is described only the first time it is
+    seen in this process (the caller logs the descriptions); with ``strict``
+    (default: :func:`strict_values`) it raises :class:`LabelValueError` instead.
+    """
+    if strict is None:
+        strict = strict_values()
     good: list[Reading] = []
     bad: list[str] = []
     for reading in readings:
@@ -366,6 +411,18 @@ def validate(
             bad.append(
                 f"{reading.metric}{list(reading.labels)}: value {reading.value!r} is not finite"
             )
+        elif row.enumerated and (unlisted := _unlisted(row, reading.labels)) is not None:
+            label, value = unlisted
+            text = (
+                f"{reading.metric}: {label}={value!r} is not one of"
+                f" {', '.join(map(repr, row.values[label]))}"
+            )
+            if strict:
+                raise LabelValueError(text)
+            key = (reading.metric, label, value)
+            if key not in _REPORTED and len(_REPORTED) < _REPORTED_MAX:
+                _REPORTED.add(key)
+                bad.append(text + " (dropped; reported once)")
         else:
             good.append(reading)
     return good, bad

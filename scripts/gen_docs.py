@@ -72,7 +72,29 @@ def metrics_md() -> str:
             out.append(f"| `{row.name}` | {row.kind.value} | {unit} | {labels} | {text} |")
         out.append("")
     out.append(f"{len(CATALOG)} families in all.")
+    out += ["", *label_values_md()]
     return "\n".join(out) + "\n"
+
+
+def label_values_md() -> list[str]:
+    """The enumerated labels of every family and the values each may take."""
+    out = [
+        "## Label values",
+        "",
+        "These labels take only the values listed (`exporter/catalog/vocabulary.py`), with one",
+        "vocabulary across vendors: where vendors report the same quantity the word is the same",
+        '(`type="uncorrected"` on every vendor\'s ECC counter). A reading with another value is',
+        "dropped and logged once per family, label and value; the test suite fails on it.",
+        "Other labels (indices, names, reasons that follow a library's error codes) are free text.",
+        "",
+        "| family | label | values |",
+        "|" + "---|" * 3,
+    ]
+    for row in CATALOG.values():
+        for label, allowed in row.values.items():
+            words = ", ".join(f"`{value}`" if value else '`""`' for value in allowed)
+            out.append(f"| `{row.name}` | `{label}` | {words} |")
+    return out
 
 
 def config_md() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,11 @@ from tests.helpers.daemon import Daemon
 from tests.helpers.native import compile_shared
 
 FAKES = Path(__file__).resolve().parent / "fakes"
+
+# Strict label values for the whole suite, in-process and in every daemon it starts
+# (they inherit the environment): a reading whose label value is outside its catalog
+# enumeration raises instead of being dropped (exporter/store.py).
+os.environ["ACCEL_STRICT_LABEL_VALUES"] = "1"
 
 pytest_plugins = [
     "tests.fakes.amdsmi.fixtures",

@@ -56,6 +56,13 @@ TEMPERATURES = (
     ("HBM_2", "hbm_2"),
     ("HBM_3", "hbm_3"),
 )
+# amdsmi ECC count key -> accel_ecc_errors_total type: the words every vendor uses
+# (catalog/vocabulary.py), not amdsmi's "correctable" / "uncorrectable".
+ECC_TOTALS = (
+    ("correctable_count", "corrected"),
+    ("uncorrectable_count", "uncorrected"),
+    ("deferred_count", "deferred"),
+)
 # amdsmi clock type name -> clock label (GFX is "graphics", as for NVIDIA).
 CLOCKS = (
     ("GFX", "graphics"),
@@ -454,11 +461,7 @@ def read_ecc(r: DeviceReader, blocks: Iterable[tuple[str, Any]]) -> None:
     """ECC totals (shared family) and per RAS block (AMD families) for enabled blocks."""
     total = r.call("ecc_total", r.api.amdsmi_get_gpu_total_ecc_count)
     if total is not None:
-        for key, kind in (
-            ("correctable_count", "correctable"),
-            ("uncorrectable_count", "uncorrectable"),
-            ("deferred_count", "deferred"),
-        ):
+        for key, kind in ECC_TOTALS:
             # counter="" : AMD has no volatile/aggregate split.
             r.add("accel_ecc_errors_total", number(total.get(key), U64_MAX), kind, "")
     enabled = r.call("ecc_enabled", r.api.amdsmi_get_gpu_ecc_enabled)

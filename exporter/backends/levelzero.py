@@ -92,6 +92,9 @@ THROTTLE_REASONS = (
     (256, "thermal"),
     (512, "power"),
 )
+# zes_ras_error_type_t (0 correctable, 1 uncorrectable) -> accel_ecc_errors_total type:
+# the words every vendor uses (catalog/vocabulary.py).
+ECC_TYPES = ("corrected", "uncorrected")
 RAS_CATEGORIES = (
     "reset",
     "programming",
@@ -802,7 +805,7 @@ class LevelZeroBackend:
                 if state.category == zb.RAS_CATEGORY_EXP_MEMORY:
                     totals[c.kind] += int(state.errorCounter)
                     seen[c.kind] = True
-        for kind, type_name in enumerate(("correctable", "uncorrectable")):
+        for kind, type_name in enumerate(ECC_TYPES):
             if seen[kind]:
                 put(rows, "accel_ecc_errors_total", (pos, type_name, ""), totals[kind])
 

@@ -10,6 +10,14 @@ from __future__ import annotations
 
 from exporter.catalog.device import ID
 from exporter.catalog.spec import Kind, MetricSpec
+from exporter.catalog.vocabulary import (
+    AFID_SEVERITIES,
+    AMD_SENSORS,
+    BAD_PAGE_STATUSES,
+    POWER_BOUNDS,
+    RESIDENCIES,
+    TEMPERATURE_LIMITS,
+)
 
 ROWS = (
     MetricSpec(
@@ -66,18 +74,21 @@ ROWS = (
         Kind.COUNTER,
         "Correctable ECC errors of one RAS block (umc, sdma, gfx, xgmi_wafl, ...).",
         (*ID, "block"),
+        otel_unit="{error}",
     ),
     MetricSpec(
         "accel_amd_ecc_uncorrectable_errors_total",
         Kind.COUNTER,
         "Uncorrectable ECC errors of one RAS block (umc, sdma, gfx, xgmi_wafl, ...).",
         (*ID, "block"),
+        otel_unit="{error}",
     ),
     MetricSpec(
         "accel_amd_ecc_deferred_errors_total",
         Kind.COUNTER,
         "Deferred ECC errors of one RAS block (umc, sdma, gfx, xgmi_wafl, ...).",
         (*ID, "block"),
+        otel_unit="{error}",
     ),
     MetricSpec(
         "accel_amd_xgmi_read_bytes_total",
@@ -107,6 +118,8 @@ ROWS = (
         "_thermal, _total and gfx_low_utilization per XCP, the mean of its XCCs); divide its "
         "rate by accel_amd_violation_samples_total's.",
         (*ID, "reason", "xcp"),
+        otel_unit="{sample}",
+        values={"reason": RESIDENCIES},
     ),
     MetricSpec(
         "accel_amd_xcp_utilization_ratio",
@@ -122,6 +135,8 @@ ROWS = (
         "CPER error records naming this AMD field-replaceable-unit diagnosis (AFID), by"
         " record severity (fatal, non_fatal_uncorrected, non_fatal_corrected).",
         (*ID, "afid", "severity"),
+        otel_unit="{error}",
+        values={"severity": AFID_SEVERITIES},
     ),
     MetricSpec(
         "accel_amd_afid_last_timestamp_seconds",
@@ -136,6 +151,7 @@ ROWS = (
         "CPER records read but not counted, by reason (bad_length, bad_signature, bad_header,"
         " afid_<amdsmi status> when AFID decoding failed, e.g. on an unknown section).",
         (*ID, "reason"),
+        otel_unit="{record}",
     ),
     MetricSpec(
         "accel_amd_field_errors_total",
@@ -144,6 +160,7 @@ ROWS = (
         " xcp_not_available, xcp_out_of_range), and CPER rings found restarted"
         " (cper_ring_restarted: read again from the start); counted since the worker started.",
         (*ID, "reason"),
+        otel_unit="{error}",
     ),
     MetricSpec(
         "accel_amd_bad_pages",
@@ -151,12 +168,15 @@ ROWS = (
         "Bad VRAM pages not (yet) retired, by status: pending (retired at the next reset) or"
         " unreservable (could not be retired).",
         (*ID, "status"),
+        otel_unit="{page}",
+        values={"status": BAD_PAGE_STATUSES},
     ),
     MetricSpec(
         "accel_amd_bad_page_threshold",
         Kind.GAUGE,
         "Retired pages beyond which the driver declares the GPU bad (amdgpu bad_page_threshold).",
         ID,
+        otel_unit="{page}",
     ),
     MetricSpec(
         "accel_amd_power_cap_watts",
@@ -164,6 +184,7 @@ ROWS = (
         "Power cap bounds: min and max settable, and the default.",
         (*ID, "bound"),
         unit="watts",
+        values={"bound": POWER_BOUNDS},
     ),
     MetricSpec(
         "accel_amd_temperature_limit_celsius",
@@ -171,24 +192,28 @@ ROWS = (
         "Temperature limit of a sensor: max (throttling), critical, emergency.",
         (*ID, "sensor", "limit"),
         unit="celsius",
+        values={"sensor": AMD_SENSORS, "limit": TEMPERATURE_LIMITS},
     ),
     MetricSpec(
         "accel_amd_pcie_replay_rollovers_total",
         Kind.COUNTER,
         "Times the PCIe replay counter rolled over (replay number exhausted).",
         ID,
+        otel_unit="{rollover}",
     ),
     MetricSpec(
         "accel_amd_pcie_other_end_recoveries_total",
         Kind.COUNTER,
         "PCIe link recoveries initiated by the other end of the link.",
         ID,
+        otel_unit="{recovery}",
     ),
     MetricSpec(
         "accel_amd_violation_samples_total",
         Kind.COUNTER,
         "Firmware throttle-accounting samples taken (gpu_metrics accumulation_counter).",
         ID,
+        otel_unit="{sample}",
     ),
     MetricSpec(
         "accel_amd_partition_id",
@@ -208,23 +233,27 @@ ROWS = (
         Kind.COUNTER,
         "PCIe link transitions from L0 to recovery.",
         ID,
+        otel_unit="{recovery}",
     ),
     MetricSpec(
         "accel_amd_pcie_nak_sent_total",
         Kind.COUNTER,
         "PCIe NAKs sent by the device.",
         ID,
+        otel_unit="{nak}",
     ),
     MetricSpec(
         "accel_amd_pcie_nak_received_total",
         Kind.COUNTER,
         "PCIe NAKs received by the device.",
         ID,
+        otel_unit="{nak}",
     ),
     MetricSpec(
         "accel_amd_process_compute_units",
         Kind.GAUGE,
         "Compute units occupied by one process (only with processes: true).",
         (*ID, "pid"),
+        otel_unit="{compute_unit}",
     ),
 )

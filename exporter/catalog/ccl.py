@@ -70,26 +70,35 @@ RAS_ROWS = (
         _A,
     ),
     MetricSpec(
-        "accel_ccl_job_nodes", Kind.GAUGE, "Nodes running processes of the job, per RAS.", _A
+        "accel_ccl_job_nodes",
+        Kind.GAUGE,
+        "Nodes running processes of the job, per RAS.",
+        _A,
+        otel_unit="{node}",
     ),
     MetricSpec(
         "accel_ccl_job_processes",
         Kind.GAUGE,
         "NCCL processes of the job, dead ones included, per RAS.",
         _A,
+        otel_unit="{process}",
     ),
-    MetricSpec("accel_ccl_job_gpus", Kind.GAUGE, "GPUs used by the job, per RAS.", _A),
+    MetricSpec(
+        "accel_ccl_job_gpus", Kind.GAUGE, "GPUs used by the job, per RAS.", _A, otel_unit="{gpu}"
+    ),
     MetricSpec(
         "accel_ccl_job_missing_processes",
         Kind.GAUGE,
         "Job processes that did not answer the last RAS query (and are not yet declared dead).",
         _A,
+        otel_unit="{process}",
     ),
     MetricSpec(
         "accel_ccl_job_dead_processes",
         Kind.GAUGE,
         "Job processes RAS declared dead (unreachable for about 60 s).",
         _A,
+        otel_unit="{process}",
     ),
     MetricSpec(
         "accel_ccl_job_last_progress_timestamp_seconds",
@@ -100,13 +109,18 @@ RAS_ROWS = (
         unit="seconds",
     ),
     MetricSpec(
-        "accel_ccl_communicators", Kind.GAUGE, "Communicators RAS collected data about.", _A
+        "accel_ccl_communicators",
+        Kind.GAUGE,
+        "Communicators RAS collected data about.",
+        _A,
+        otel_unit="{communicator}",
     ),
     MetricSpec(
         "accel_ccl_comm_ranks",
         Kind.GAUGE,
         "Ranks of a communicator (its size).",
         _COMM,
+        otel_unit="{rank}",
     ),
     MetricSpec(
         "accel_ccl_comm_missing_ranks",
@@ -114,6 +128,7 @@ RAS_ROWS = (
         "Ranks of a communicator RAS has no data from (unresponsive, or not yet or no "
         "longer members).",
         _COMM,
+        otel_unit="{rank}",
     ),
     MetricSpec(
         "accel_ccl_comm_op_skew",
@@ -121,12 +136,14 @@ RAS_ROWS = (
         "Highest minus lowest operation count of one collective type across the ranks of a "
         "communicator that reported.",
         (*_COMM, "collective"),
+        otel_unit="{operation}",
     ),
     MetricSpec(
         "accel_ccl_rank_collective_ops_total",
         Kind.COUNTER,
         "Collective operations of one type a rank has launched on a communicator, per RAS.",
         (*_COMM, "rank", "collective"),
+        otel_unit="{operation}",
     ),
     MetricSpec(
         "accel_ccl_rank_device_info",
@@ -157,12 +174,14 @@ RAS_ROWS = (
         Kind.COUNTER,
         "Communication timeouts RAS reported while gathering data, summed over queries.",
         _A,
+        otel_unit="{timeout}",
     ),
     MetricSpec(
         "accel_ccl_job_state_transitions_total",
         Kind.COUNTER,
         "Changes of the job state seen through this RAS address.",
         (*_A, "from", "to"),
+        otel_unit="{transition}",
     ),
     MetricSpec(
         "accel_ccl_ras_monitor_up",
@@ -175,6 +194,7 @@ RAS_ROWS = (
         Kind.COUNTER,
         "RAS MONITOR events received, by type (PEER_DEAD, PEER_UNRESPONSIVE, ...).",
         (*_A, "event"),
+        otel_unit="{event}",
     ),
 )
 
@@ -237,6 +257,7 @@ INSPECTOR_ROWS = (
         "accel_ccl_inspector_files",
         Kind.GAUGE,
         "Inspector output files (one per NCCL process) being followed.",
+        otel_unit="{file}",
     ),
     MetricSpec(
         "accel_ccl_inspector_lines_total",
@@ -244,6 +265,7 @@ INSPECTOR_ROWS = (
         "Inspector lines read, by outcome (used, not_kernel_gpu, zero_time, implausible, "
         "duplicate, malformed, series_limit, other).",
         ("outcome",),
+        otel_unit="{line}",
     ),
     MetricSpec(
         "accel_ccl_inspector_incomplete_groups_total",
@@ -251,6 +273,7 @@ INSPECTOR_ROWS = (
         "Collectives (comm, coll_sn) given up before every local rank's record arrived: the "
         "ranks moved past them (sampled dumps before NCCL 2.30, operations the plugin dropped) "
         "or too many were pending.",
+        otel_unit="{group}",
     ),
     MetricSpec(
         "accel_ccl_inspector_file_restarts_total",
@@ -258,6 +281,7 @@ INSPECTOR_ROWS = (
         "Inspector files read again from their start: truncated (shrunk, or its first bytes "
         "changed, as after copytruncate and a refill) or replaced (a new inode under the name).",
         ("reason",),
+        otel_unit="{restart}",
     ),
     MetricSpec(
         "accel_ccl_inspector_skipped_bytes_total",

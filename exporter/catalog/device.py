@@ -8,9 +8,40 @@ Vendor-only quantities live in ``nvidia.py`` and ``amd.py``.
 
 from __future__ import annotations
 
-from exporter.catalog.spec import Kind, MetricSpec
+from exporter.catalog.spec import Instrument, Kind, MetricSpec
+from exporter.catalog.vocabulary import (
+    CLOCKS,
+    DEVICE_EVENTS,
+    ECC_COUNTERS,
+    ECC_TYPES,
+    HEALTH_STATES,
+    ISOLATION_REASONS,
+    RETIREMENT_CAUSES,
+    SENSORS,
+    THROTTLE_REASONS,
+    VIOLATION_REASONS,
+)
 
 ID = ("device", "uuid")
+
+# The OpenTelemetry hardware conventions (semantic-conventions docs/hardware/gpu.md and
+# common.md) name the families marked semconv below. hw.status carries the health verdict
+# (one series per hw.state, as the convention wants); accel_device_up is one 0/1 series, not
+# a status. hw.errors is not used for ECC: our counter label (volatile/aggregate) would double
+# count. hw.gpu.io counts bytes; our PCIe figures are rates, so they stay accel.*.
+GPU_TASK = "Fraction of time the GPU spent in a task (hw.gpu.task), 0..1."
+PCIE_THROUGHPUT = "PCIe throughput by direction over the driver's last sample window."
+HW_STATUS = "Operational status: 1 for the state that holds (hw.state), 0 for the others."
+HW_GPU = (("hw.type", "gpu"),)
+
+# accel_device_info's identity labels under the hardware conventions' attribute names.
+HW_IDENTITY = (
+    ("vendor", "hw.vendor"),
+    ("model", "hw.model"),
+    ("serial", "hw.serial_number"),
+    ("driver_version", "hw.driver_version"),
+    ("vbios", "hw.firmware_version"),
+)
 
 INFO_LABELS = (
     "vendor",
@@ -33,6 +64,8 @@ ROWS = (
         Kind.INFO,
         "Identity of an accelerator; always 1. Join on uuid. Labels a vendor lacks are empty.",
         INFO_LABELS,
+        otel_name="accel.device.info",
+        otel_attributes=HW_IDENTITY,
     ),
     MetricSpec(
         "accel_device_up",
@@ -52,6 +85,13 @@ ROWS = (
         "The exporter's verdict on a device, one-hot over ok, degraded, failed and"
         " predicted_failure (OpenTelemetry hw.status states); the rules are in docs/health.md.",
         (*ID, "state"),
+        otel_name="hw.status",
+        otel_instrument=Instrument.UPDOWNCOUNTER,
+        otel_constants=HW_GPU,
+        otel_attributes=(("state", "hw.state"),),
+        semconv=True,
+        otel_description=HW_STATUS,
+        values={"state": HEALTH_STATES},
     ),
     MetricSpec(
         "accel_device_health_reason_info",
@@ -65,6 +105,9 @@ ROWS = (
         Kind.GAUGE,
         "Number of accelerators the vendor library enumerated.",
         ("vendor",),
+        otel_name="accel.devices",
+        otel_unit="{device}",
+        otel_attributes=(("vendor", "hw.vendor"),),
     ),
     MetricSpec(
         "accel_pci_devices",
@@ -81,6 +124,7 @@ ROWS = (
         " crashed), with the call (empty when unknown); the other devices are served meanwhile"
         " and this one is probed apart until it answers.",
         (*ID, "reason", "call"),
+        values={"reason": ISOLATION_REASONS},
     ),
     MetricSpec(
         "accel_device_isolated_since_timestamp_seconds",
@@ -94,6 +138,9 @@ ROWS = (
         Kind.GAUGE,
         "Number of accelerators this node should have (expected_devices); only when configured.",
         ("vendor",),
+        otel_name="accel.devices.expected",
+        otel_unit="{device}",
+        otel_attributes=(("vendor", "hw.vendor"),),
     ),
     MetricSpec(
         "accel_utilization_ratio",
@@ -101,6 +148,10 @@ ROWS = (
         "Share of the last sample period the device was busy running kernels, 0..1.",
         ID,
         unit="ratio",
+        otel_name="hw.gpu.utilization",
+        otel_constants=(("hw.gpu.task", "general"),),
+        semconv=True,
+        otel_description=GPU_TASK,
     ),
     MetricSpec(
         "accel_memory_bandwidth_utilization_ratio",
@@ -108,6 +159,7 @@ ROWS = (
         "Share of the last sample period the memory controller was busy, 0..1.",
         ID,
         unit="ratio",
+        otel_name="accel.memory.bandwidth.utilization",
     ),
     MetricSpec(
         "accel_encoder_utilization_ratio",
@@ -115,6 +167,10 @@ ROWS = (
         "Video encoder busy share, 0..1.",
         ID,
         unit="ratio",
+        otel_name="hw.gpu.utilization",
+        otel_constants=(("hw.gpu.task", "encoder"),),
+        semconv=True,
+        otel_description=GPU_TASK,
     ),
     MetricSpec(
         "accel_decoder_utilization_ratio",
@@ -122,6 +178,10 @@ ROWS = (
         "Video decoder busy share, 0..1.",
         ID,
         unit="ratio",
+        otel_name="hw.gpu.utilization",
+        otel_constants=(("hw.gpu.task", "decoder"),),
+        semconv=True,
+        otel_description=GPU_TASK,
     ),
     MetricSpec(
         "accel_memory_total_bytes",
@@ -129,8 +189,20 @@ ROWS = (
         "Device memory (VRAM / framebuffer) installed.",
         ID,
         unit="bytes",
+        otel_name="hw.gpu.memory.limit",
+        otel_instrument=Instrument.UPDOWNCOUNTER,
+        semconv=True,
     ),
-    MetricSpec("accel_memory_used_bytes", Kind.GAUGE, "Device memory in use.", ID, unit="bytes"),
+    MetricSpec(
+        "accel_memory_used_bytes",
+        Kind.GAUGE,
+        "Device memory in use.",
+        ID,
+        unit="bytes",
+        otel_name="hw.gpu.memory.usage",
+        otel_instrument=Instrument.UPDOWNCOUNTER,
+        semconv=True,
+    ),
     MetricSpec("accel_memory_free_bytes", Kind.GAUGE, "Device memory free.", ID, unit="bytes"),
     MetricSpec(
         "accel_memory_reserved_bytes",
@@ -145,8 +217,18 @@ ROWS = (
         "Temperature of a device sensor.",
         (*ID, "sensor"),
         unit="celsius",
+        values={"sensor": SENSORS},
     ),
-    MetricSpec("accel_power_watts", Kind.GAUGE, "Power draw of the device.", ID, unit="watts"),
+    MetricSpec(
+        "accel_power_watts",
+        Kind.GAUGE,
+        "Power draw of the device.",
+        ID,
+        unit="watts",
+        otel_name="hw.power",
+        otel_constants=HW_GPU,
+        semconv=True,
+    ),
     MetricSpec(
         "accel_power_limit_watts",
         Kind.GAUGE,
@@ -160,6 +242,9 @@ ROWS = (
         "Energy consumed by the device since the driver was loaded.",
         ID,
         unit="joules",
+        otel_name="hw.energy",
+        otel_constants=HW_GPU,
+        semconv=True,
     ),
     MetricSpec(
         "accel_clock_hertz",
@@ -167,6 +252,8 @@ ROWS = (
         "Current clock frequency of a clock domain.",
         (*ID, "clock"),
         unit="hertz",
+        otel_name="accel.clock.speed",
+        values={"clock": CLOCKS},
     ),
     MetricSpec(
         "accel_clock_max_hertz",
@@ -174,6 +261,8 @@ ROWS = (
         "Maximum clock frequency of a clock domain.",
         (*ID, "clock"),
         unit="hertz",
+        otel_name="accel.clock.speed.limit",
+        values={"clock": CLOCKS},
     ),
     MetricSpec(
         "accel_fan_speed_ratio",
@@ -181,6 +270,7 @@ ROWS = (
         "Fan speed as a share of its maximum, 0..1.",
         (*ID, "fan"),
         unit="ratio",
+        otel_name="accel.fan.speed_ratio",
     ),
     MetricSpec(
         "accel_performance_state",
@@ -194,6 +284,9 @@ ROWS = (
         "PCIe transmit throughput over the driver's last sample window.",
         ID,
         unit="bytes_per_second",
+        otel_name="accel.pcie.throughput",
+        otel_constants=(("network.io.direction", "transmit"),),
+        otel_description=PCIE_THROUGHPUT,
     ),
     MetricSpec(
         "accel_pcie_rx_bytes_per_second",
@@ -201,17 +294,48 @@ ROWS = (
         "PCIe receive throughput over the driver's last sample window.",
         ID,
         unit="bytes_per_second",
+        otel_name="accel.pcie.throughput",
+        otel_constants=(("network.io.direction", "receive"),),
+        otel_description=PCIE_THROUGHPUT,
     ),
-    MetricSpec("accel_pcie_replays_total", Kind.COUNTER, "PCIe link replay events.", ID),
+    MetricSpec(
+        "accel_pcie_replays_total",
+        Kind.COUNTER,
+        "PCIe link replay events.",
+        ID,
+        otel_name="accel.pcie.replays",
+        otel_unit="{replay}",
+    ),
     MetricSpec("accel_pcie_link_generation", Kind.GAUGE, "Current PCIe link generation.", ID),
-    MetricSpec("accel_pcie_link_width", Kind.GAUGE, "Current PCIe link width (lanes).", ID),
-    MetricSpec("accel_pcie_link_max_generation", Kind.GAUGE, "Maximum PCIe link generation.", ID),
-    MetricSpec("accel_pcie_link_max_width", Kind.GAUGE, "Maximum PCIe link width (lanes).", ID),
+    MetricSpec(
+        "accel_pcie_link_width",
+        Kind.GAUGE,
+        "Current PCIe link width (lanes).",
+        ID,
+        otel_name="accel.pcie.link.width",
+        otel_unit="{lane}",
+    ),
+    MetricSpec(
+        "accel_pcie_link_max_generation",
+        Kind.GAUGE,
+        "Maximum PCIe link generation.",
+        ID,
+        otel_name="accel.pcie.link.generation.limit",
+    ),
+    MetricSpec(
+        "accel_pcie_link_max_width",
+        Kind.GAUGE,
+        "Maximum PCIe link width (lanes).",
+        ID,
+        otel_name="accel.pcie.link.width.limit",
+        otel_unit="{lane}",
+    ),
     MetricSpec(
         "accel_clock_throttle_active",
         Kind.GAUGE,
         "1 while the named clock throttle (clock event) reason is active, else 0.",
         (*ID, "reason"),
+        values={"reason": THROTTLE_REASONS},
     ),
     MetricSpec(
         "accel_clock_violation_seconds_total",
@@ -219,6 +343,8 @@ ROWS = (
         "Time the device spent throttled for the named reason.",
         (*ID, "reason"),
         unit="seconds",
+        otel_name="accel.clock.violation.time",
+        values={"reason": VIOLATION_REASONS},
     ),
     MetricSpec(
         "accel_ecc_errors_total",
@@ -226,6 +352,9 @@ ROWS = (
         "ECC memory errors by type; counter is volatile (since driver load) or aggregate (lifetime)"
         " on NVIDIA, empty on AMD.",
         (*ID, "type", "counter"),
+        otel_name="accel.ecc.errors",
+        otel_unit="{error}",
+        values={"type": ECC_TYPES, "counter": ECC_COUNTERS},
     ),
     MetricSpec(
         "accel_retired_pages",
@@ -233,18 +362,23 @@ ROWS = (
         "Device memory pages retired by the driver, by cause (NVIDIA before Ampere, whose newer"
         " GPUs remap rows; AMD's reserved bad pages, cause empty: amdsmi gives none).",
         (*ID, "cause"),
+        otel_unit="{page}",
+        values={"cause": RETIREMENT_CAUSES},
     ),
     MetricSpec(
         "accel_retired_pages_pending",
         Kind.GAUGE,
         "1 when retired pages wait for a reboot or GPU reset to take effect.",
         ID,
+        otel_unit="{page}",
     ),
     MetricSpec(
         "accel_processes",
         Kind.GAUGE,
         "Processes running on the device.",
         ID,
+        otel_name="accel.processes",
+        otel_unit="{process}",
     ),
     MetricSpec(
         "accel_process_memory_bytes",
@@ -252,12 +386,16 @@ ROWS = (
         "Device memory used by one process (only with processes: true).",
         (*ID, "pid"),
         unit="bytes",
+        otel_name="accel.process.memory.usage",
     ),
     MetricSpec(
         "accel_device_events_total",
         Kind.COUNTER,
         "Device event notifications received by the worker, by event type.",
         (*ID, "event"),
+        otel_name="accel.device.events",
+        otel_unit="{event}",
+        values={"event": DEVICE_EVENTS},
     ),
     MetricSpec(
         "accel_device_event_last_timestamp_seconds",
@@ -265,5 +403,6 @@ ROWS = (
         "Unix time the worker last received an event of this type.",
         (*ID, "event"),
         unit="seconds",
+        values={"event": DEVICE_EVENTS},
     ),
 )

@@ -52,6 +52,8 @@ ROWS = (
         Kind.COUNTER,
         "Failed polls of a source, by reason.",
         ("source", "reason"),
+        otel_name="accel.exporter.source.errors",
+        otel_unit="{error}",
     ),
     MetricSpec(
         "accel_exporter_worker_restarts_total",
@@ -59,6 +61,8 @@ ROWS = (
         "Times a source's worker process was started again: killed, died, failed its"
         " bootstrap, or replaced to isolate or take back a device.",
         ("source",),
+        otel_name="accel.exporter.worker.restarts",
+        otel_unit="{restart}",
     ),
     MetricSpec(
         "accel_exporter_worker_stuck_processes",
@@ -74,6 +78,8 @@ ROWS = (
         "open connection serving), requests (every request slot busy), auth (too many "
         "password checks waiting for their turn).",
         ("limit",),
+        otel_name="accel.exporter.http.connections.refused",
+        otel_unit="{connection}",
     ),
     MetricSpec(
         "accel_exporter_http_idle_connections_closed_total",
@@ -81,29 +87,39 @@ ROWS = (
         "Connections closed before sending a request, by reason: timeout (idle too long) or "
         "limit (too many keep-alive or open connections; the oldest idle is closed first).",
         ("reason",),
+        otel_name="accel.exporter.http.idle_connections.closed",
+        otel_unit="{connection}",
     ),
     MetricSpec(
         "accel_exporter_http_header_timeouts_total",
         Kind.COUNTER,
         "Connections closed because a request's headers (TLS handshake included) did not "
         "arrive complete within web.header_timeout, or were the slowest at the connection limit.",
+        otel_name="accel.exporter.http.header_timeouts",
+        otel_unit="{timeout}",
     ),
     MetricSpec(
         "accel_exporter_http_write_timeouts_total",
         Kind.COUNTER,
         "Connections closed because a response was not read within web.write_timeout of its "
         "request's headers (a client reading too slowly holds a request slot).",
+        otel_name="accel.exporter.http.write_timeouts",
+        otel_unit="{timeout}",
     ),
     MetricSpec(
         "accel_exporter_http_auth_failures_total",
         Kind.COUNTER,
         "Requests answered 401, by reason: missing, malformed or rejected credentials.",
         ("reason",),
+        otel_name="accel.exporter.http.auth.failures",
+        otel_unit="{failure}",
     ),
     MetricSpec(
         "accel_exporter_otlp_exports_total",
         Kind.COUNTER,
         "OTLP export attempts by result: success, or failure (refused, unreachable, timed out).",
         ("result",),
+        otel_name="accel.exporter.otlp.exports",
+        otel_unit="{export}",
     ),
 )

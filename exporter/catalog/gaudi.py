@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from exporter.catalog.device import ID
 from exporter.catalog.spec import Kind, MetricSpec
+from exporter.catalog.vocabulary import ROW_CAUSES
 
 ROWS = (
     MetricSpec(
@@ -31,12 +32,15 @@ ROWS = (
         Kind.COUNTER,
         "A NIC port counter as the driver names it (hlml_nic_get_statistics), read on slow polls.",
         (*ID, "port", "counter"),
+        otel_unit="{count}",
     ),
     MetricSpec(
         "accel_gaudi_replaced_rows",
         Kind.GAUGE,
         "HBM rows replaced, by cause (multiple_single_bit_ecc, double_bit_ecc).",
         (*ID, "cause"),
+        otel_unit="{row}",
+        values={"cause": ROW_CAUSES},
     ),
     MetricSpec(
         "accel_gaudi_row_replacement_pending",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from exporter.catalog.spec import Kind, MetricSpec
+from exporter.catalog.vocabulary import CPU_MODES
 
 ROWS = (
     MetricSpec(
@@ -12,12 +13,15 @@ ROWS = (
         "(node_cpu_seconds_total without the cpu label): rate() it.",
         ("mode",),
         unit="seconds",
+        otel_name="accel.host.cpu.time",
+        values={"mode": CPU_MODES},
     ),
     MetricSpec(
         "accel_host_boot_time_seconds",
         Kind.GAUGE,
         "Unix time the host booted (btime in /proc/stat), as node_boot_time_seconds.",
         unit="seconds",
+        otel_name="accel.host.boot_time",
     ),
     MetricSpec(
         "accel_host_cpu_ratio",
@@ -25,8 +29,16 @@ ROWS = (
         "Share of all CPU time spent in each mode over the last host poll interval, 0..1.",
         ("mode",),
         unit="ratio",
+        otel_name="accel.host.cpu.utilization",
+        values={"mode": CPU_MODES},
     ),
-    MetricSpec("accel_host_cpus", Kind.GAUGE, "Number of online logical CPUs in /proc/stat."),
+    MetricSpec(
+        "accel_host_cpus",
+        Kind.GAUGE,
+        "Number of online logical CPUs in /proc/stat.",
+        otel_name="accel.host.cpus",
+        otel_unit="{cpu}",
+    ),
     MetricSpec(
         "accel_host_memory_total_bytes",
         Kind.GAUGE,

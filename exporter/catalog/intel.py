@@ -52,6 +52,7 @@ ROWS = (
         "Correctable RAS errors by category (reset, programming, driver, compute, non_compute,"
         " cache, display), summed over the device's error sets.",
         (*ID, "category"),
+        otel_unit="{error}",
     ),
     MetricSpec(
         "accel_intel_ras_uncorrectable_errors_total",
@@ -59,6 +60,7 @@ ROWS = (
         "Uncorrectable RAS errors by category (reset, programming, driver, compute, non_compute,"
         " cache, display), summed over the device's error sets.",
         (*ID, "category"),
+        otel_unit="{error}",
     ),
     MetricSpec(
         "accel_intel_fabric_port_up",

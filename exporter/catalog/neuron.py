@@ -32,12 +32,14 @@ ROWS = (
         "accel_neuron_runtimes",
         Kind.GAUGE,
         "Neuron runtimes (processes using Neuron devices) neuron-monitor reports.",
+        otel_unit="{runtime}",
     ),
     MetricSpec(
         "accel_neuron_execution_status_total",
         Kind.COUNTER,
         "Model executions by outcome, summed over the node's runtimes, since the daemon started.",
         ("status",),
+        otel_unit="{execution}",
     ),
     MetricSpec(
         "accel_neuron_execution_errors_total",
@@ -45,6 +47,7 @@ ROWS = (
         "Model execution errors by kind, summed over the node's runtimes, since the daemon"
         " started.",
         ("error",),
+        otel_unit="{error}",
     ),
     MetricSpec(
         "accel_neuron_execution_latency_seconds",

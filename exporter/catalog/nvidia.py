@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from exporter.catalog.device import ID
 from exporter.catalog.spec import Kind, MetricSpec
+from exporter.catalog.vocabulary import ECC_CORRECTION, NVLINK_ERRORS, POWER_BOUNDS
 
 GPU_INSTANCE = (*ID, "gpu_instance")
 MIG = (*GPU_INSTANCE, "compute_instance")
@@ -34,6 +35,7 @@ ROWS = (
         "XID errors reported by the NVIDIA driver through NVML events, by XID code"
         " (counted since the worker started).",
         (*ID, "xid"),
+        otel_unit="{error}",
     ),
     MetricSpec(
         "accel_xid_last_timestamp_seconds",
@@ -47,12 +49,15 @@ ROWS = (
         Kind.GAUGE,
         "Memory rows remapped after correctable or uncorrectable errors (Ampere and later).",
         (*ID, "type"),
+        otel_unit="{row}",
+        values={"type": ECC_CORRECTION},
     ),
     MetricSpec(
         "accel_remapped_rows_pending",
         Kind.GAUGE,
         "1 when a row remapping waits for a GPU reset.",
         ID,
+        otel_unit="{row}",
     ),
     MetricSpec(
         "accel_remapped_rows_failure",
@@ -226,6 +231,8 @@ ROWS = (
         "NVLink data-link errors of one link by type (crc_flit, crc_data, replay, recovery),"
         " as the driver counts them.",
         (*ID, "link", "type"),
+        otel_unit="{error}",
+        values={"type": NVLINK_ERRORS},
     ),
     MetricSpec(
         "accel_nvidia_fabric_state",
@@ -263,6 +270,7 @@ ROWS = (
         "The power limit the management interface allows, by bound (min, max, default).",
         (*ID, "bound"),
         unit="watts",
+        values={"bound": POWER_BOUNDS},
     ),
     MetricSpec(
         "accel_process_memory_utilization_ratio",
@@ -297,5 +305,6 @@ ROWS = (
         "NVML calls for a device that failed with an error other than not-supported, by reason"
         " (the field is omitted; counted since the worker started).",
         (*ID, "reason"),
+        otel_unit="{error}",
     ),
 )

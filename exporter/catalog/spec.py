@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from enum import Enum
+from functools import cached_property
+from types import MappingProxyType
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 _LABEL = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -32,6 +35,18 @@ class Kind(str, Enum):
     INFO = "info"
 
 
+class Instrument(str, Enum):
+    """The OpenTelemetry instrument a family is exported as."""
+
+    GAUGE = "gauge"
+    COUNTER = "counter"
+    UPDOWNCOUNTER = "updowncounter"
+    HISTOGRAM = "histogram"
+
+
+_UCUM_ANNOTATION = re.compile(r"^\{[a-z_]+\}$")
+
+
 @dataclass(frozen=True)
 class MetricSpec:
     """One exported family.
@@ -40,6 +55,13 @@ class MetricSpec:
     ``_total``). ``unit`` is one of :data:`UNITS`; a non-empty unit must be the
     name's suffix (before ``_total``). ``otel_name`` is the OpenTelemetry
     instrument name; empty means "derive a dotted name".
+
+    The keyword-only fields complete the OpenTelemetry mapping where the rules
+    in :mod:`exporter.catalog.otel` would not derive it (the instrument, a UCUM
+    annotation of what a unit-less family counts, constant attributes, label
+    renames, a semantic convention, an instrument's shared description), and
+    ``values`` lists the allowed values of each label whose values are an
+    enumeration (the store refuses any other, see :mod:`exporter.store`).
     """
 
     name: str
@@ -49,8 +71,25 @@ class MetricSpec:
     unit: str = ""
     otel_name: str = ""
     buckets: tuple[float, ...] = ()
+    _: KW_ONLY
+    # None: the instrument the kind implies (an up-down counter only by a convention's word).
+    otel_instrument: Instrument | None = None
+    # What a unit-less family counts, as a UCUM annotation ("{error}"); empty: the row's unit.
+    otel_unit: str = ""
+    # Attributes every data point carries (what tells apart families sharing one instrument).
+    otel_constants: tuple[tuple[str, str], ...] = ()
+    # label -> attribute key, beyond the rename every row gets (uuid -> hw.id).
+    otel_attributes: tuple[tuple[str, str], ...] = ()
+    # The name, instrument, unit and attributes follow an OpenTelemetry semantic convention.
+    semconv: bool = False
+    # The description of an instrument several families share (each help describes only itself).
+    otel_description: str = ""
+    # label -> every value it may take, for labels whose values are an enumeration.
+    values: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
+        # Read-only once built: rows are shared by every output and thread.
+        object.__setattr__(self, "values", MappingProxyType(dict(self.values)))
         problems = self.problems()
         if problems:
             raise ValueError(f"catalog row {self.name!r}: " + "; ".join(problems))
@@ -82,7 +121,23 @@ class MetricSpec:
             out.append("histograms need buckets")
         if not self.help.strip().endswith("."):
             out.append("help is a sentence ending with a period")
+        if self.otel_unit and not _UCUM_ANNOTATION.match(self.otel_unit):
+            out.append(f"otel_unit {self.otel_unit!r} is a UCUM annotation like {{error}}")
+        if self.otel_unit and self.unit:
+            out.append("otel_unit annotates unit-less families only")
+        for label, allowed in self.values.items():
+            if label not in self.labels:
+                out.append(f"values for {label!r}, which is not a label")
+            elif not allowed or len(set(allowed)) != len(allowed):
+                out.append(f"values of {label!r}: a non-empty list without repeats")
         return out
+
+    @cached_property
+    def enumerated(self) -> tuple[tuple[int, frozenset[str]], ...]:
+        """(label position, allowed values) for every enumerated label, for validation."""
+        return tuple(
+            (self.labels.index(label), frozenset(allowed)) for label, allowed in self.values.items()
+        )
 
     @property
     def family_name(self) -> str:

@@ -80,6 +80,7 @@ ROWS = (
         Kind.COUNTER,
         "Attribution lookups that failed, by reason; the affected labels are left out.",
         ("reason",),
+        otel_unit="{error}",
     ),
     MetricSpec(
         "accel_process_checkpoint_state",
@@ -92,6 +93,7 @@ ROWS = (
         Kind.COUNTER,
         "CUDA checkpoint state queries that failed, by reason (not_permitted, ...).",
         ("reason",),
+        otel_unit="{error}",
     ),
 )
 

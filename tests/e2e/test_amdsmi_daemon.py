@@ -72,7 +72,7 @@ def test_lost_gpu_is_down_with_reason_and_the_rest_unaffected(
     got = samples(d.metrics())
     assert value(got, "accel_device_down_reason_info", reason="gpu_lost", **lost) == 1
     assert value(got, "accel_utilization_ratio", **lost) is None
-    assert value(got, "accel_ecc_errors_total", type="correctable", counter="", **lost) is None
+    assert value(got, "accel_ecc_errors_total", type="corrected", counter="", **lost) is None
     for i in (0, 1, 3, 4, 5, 6, 7):
         assert value(got, "accel_device_up", **ident(amdsmi_fake, i)) == 1
     assert value(got, "accel_exporter_source_up", source="amdsmi") == 1

@@ -123,3 +123,29 @@ def test_skew_ratio_means_one_thing() -> None:
         if name.endswith("skew_ratio") and name != "accel_ccl_collective_skew_ratio"
     )
     assert reused == []
+
+
+_VALUE_MATCHER = re.compile(r'(\w+)\s*(?:=~|!~|!=|=)\s*"([^"]*)"')
+# A value a matcher can name literally: a word or an alternation of words.
+_WORDS = re.compile(r"\w*(?:\|\w*)*")
+
+
+def test_selector_values_are_in_the_label_enumeration() -> None:
+    # A value outside the family's enumeration selects nothing, silently: this is how a
+    # regex once hid two ECC vocabularies (type=~"uncorrected|uncorrectable").
+    wrong = []
+    for where, expr in all_expressions():
+        for name, matchers in _SELECTOR.findall(expr):
+            spec = CATALOG.get(name)
+            if spec is None:
+                continue
+            for label, pattern in _VALUE_MATCHER.findall(matchers):
+                allowed = spec.values.get(label)
+                if allowed is None or not _WORDS.fullmatch(pattern) or pattern == "x":
+                    continue  # not enumerated, a real regex, or a dashboard variable
+                wrong += [
+                    f"{where}: {name}{{{label}={value!r}}} is not one of {allowed}"
+                    for value in pattern.split("|")
+                    if value not in allowed
+                ]
+    assert wrong == []

@@ -25,3 +25,13 @@ def test_the_otlp_page_lists_every_family():
     text = (REPO / "docs/otlp.md").read_text()
     for name, mapping in METRICS.items():
         assert f"| `{name}` | `{mapping.name}`" in text, name
+
+
+def test_the_metrics_page_lists_every_enumeration():
+    from exporter.catalog import CATALOG
+
+    text = (REPO / "docs/metrics.md").read_text()
+    assert "| `accel_ecc_errors_total` | `type` | `corrected`, `uncorrected`, `deferred` |" in text
+    for name, row in CATALOG.items():
+        for label in row.values:
+            assert f"| `{name}` | `{label}` |" in text, (name, label)

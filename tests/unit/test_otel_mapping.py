@@ -10,15 +10,7 @@ from opentelemetry.semconv._incubating.attributes import hw_attributes
 from opentelemetry.semconv._incubating.metrics import hw_metrics
 
 from exporter.catalog import CATALOG, Kind, MetricSpec
-from exporter.catalog.otel import (
-    COUNTS,
-    INSTRUMENTS,
-    METRICS,
-    Instrument,
-    Override,
-    build,
-    derive_name,
-)
+from exporter.catalog.otel import INSTRUMENTS, METRICS, Instrument, build, derive_name
 
 
 def semconv_metrics() -> dict[str, tuple[str, str]]:
@@ -110,70 +102,110 @@ def test_derived_names(row, name):
 
 def test_a_row_may_name_itself():
     row = MetricSpec("accel_new_thing", Kind.GAUGE, "X.", otel_name="accel.brand.new")
-    assert build({row.name: row}, {})[row.name].name == "accel.brand.new"
+    assert build({row.name: row})[row.name].name == "accel.brand.new"
 
 
-def rows(*names: str, labels=("device", "uuid")) -> dict[str, MetricSpec]:
-    return {n: MetricSpec(n, Kind.GAUGE, "X.", labels) for n in names}
+def test_a_row_carries_its_whole_mapping():
+    row = MetricSpec(
+        "accel_thing_widgets",
+        Kind.GAUGE,
+        "X.",
+        ("device", "uuid", "colour"),
+        otel_name="accel.thing.widgets",
+        otel_instrument=Instrument.UPDOWNCOUNTER,
+        otel_unit="{widget}",
+        otel_constants=(("shape", "round"),),
+        otel_attributes=(("colour", "accel.colour"),),
+        otel_description="Widgets.",
+    )
+    m = build({row.name: row})[row.name]
+    assert (m.name, m.instrument, m.unit, m.keys, m.constants, m.description, m.semconv) == (
+        "accel.thing.widgets",
+        Instrument.UPDOWNCOUNTER,
+        "{widget}",
+        ("device", "hw.id", "accel.colour"),
+        (("shape", "round"),),
+        "Widgets.",
+        False,
+    )
+
+
+def test_the_positional_signature_still_builds_rows():
+    # Rows written before the OTel fields existed keep working, with the derived mapping.
+    row = MetricSpec("accel_x_seconds", Kind.GAUGE, "X.", ("device",), "seconds", "", ())
+    m = build({row.name: row})[row.name]
+    assert (m.name, m.unit, m.keys, m.constants) == ("accel.x", "s", ("device",), ())
+
+
+def row(name: str, help: str = "X.", labels=("device", "uuid"), **otel) -> MetricSpec:
+    return MetricSpec(name, Kind.GAUGE, help, labels, **otel)
+
+
+def rows(*specs: MetricSpec) -> dict[str, MetricSpec]:
+    return {r.name: r for r in specs}
 
 
 @pytest.mark.parametrize(
-    ("catalog", "overrides", "words"),
+    ("catalog", "words"),
     [
-        (rows("accel_a"), {"accel_gone": Override("accel.gone")}, "not in the catalog"),
-        (rows("accel_a", "accel_b"), {"accel_a": Override("accel.b")}, "distinct constant"),
         (
-            rows("accel_a", "accel_b"),
-            {
-                "accel_a": Override("accel.x", constants=(("k", "1"),)),
-                "accel_b": Override("accel.x", constants=(("k", "1"),)),
-            },
+            rows(row("accel_a"), row("accel_b", otel_name="accel.a")),
             "distinct constant",
         ),
         (
-            rows("accel_a", "accel_b"),
-            {
-                "accel_a": Override("accel.x", unit="By", constants=(("k", "1"),)),
-                "accel_b": Override("accel.x", constants=(("k", "2"),)),
-            },
+            rows(
+                row("accel_a", otel_name="accel.x", otel_constants=(("k", "1"),)),
+                row("accel_b", otel_name="accel.x", otel_constants=(("k", "1"),)),
+            ),
+            "distinct constant",
+        ),
+        (
+            rows(
+                row("accel_a", otel_name="accel.x", otel_unit="{b}", otel_constants=(("k", "1"),)),
+                row("accel_b", otel_name="accel.x", otel_constants=(("k", "2"),)),
+            ),
             "disagree",
         ),
         (
-            {
-                "accel_a": MetricSpec("accel_a", Kind.GAUGE, "A.", ("device", "uuid")),
-                "accel_b": MetricSpec("accel_b", Kind.GAUGE, "B.", ("device", "uuid")),
-            },
-            {
-                "accel_a": Override("accel.x", constants=(("k", "1"),)),
-                "accel_b": Override("accel.x", constants=(("k", "2"),)),
-            },
+            rows(
+                row("accel_a", "A.", otel_name="accel.x", otel_constants=(("k", "1"),)),
+                row("accel_b", "B.", otel_name="accel.x", otel_constants=(("k", "2"),)),
+            ),
             "one shared description",
         ),
-        (rows("accel_a"), {"accel_a": Override("9bad name")}, "not a valid"),
-        (rows("accel_a"), {"accel_a": Override("accel.a", unit="b y")}, "UCUM"),
-        (
-            rows("accel_a"),
-            {"accel_a": Override("accel.a", constants=(("device", "x"),))},
-            "collide",
-        ),
-        (rows("accel_a", labels=("device",)), {"accel_a": Override("hw.thing")}, "hw.id"),
-        (
-            rows("accel_a"),
-            {"accel_a": Override("accel.a", instrument=Instrument.HISTOGRAM)},
-            "histogram",
-        ),
+        (rows(row("accel_a", otel_name="9bad name")), "not a valid"),
+        (rows(row("accel_a", otel_constants=(("device", "x"),))), "collide"),
+        (rows(row("accel_a", labels=("device",), otel_name="hw.thing", semconv=True)), "hw.id"),
+        (rows(row("accel_a", otel_name="hw.thing")), "semantic conventions"),
+        (rows(row("accel_a", semconv=True)), "semantic conventions"),
+        (rows(row("accel_a", otel_attributes=(("nope", "x"),))), "does not have"),
+        (rows(row("accel_a", otel_instrument=Instrument.HISTOGRAM)), "histogram"),
     ],
 )
-def test_broken_mappings_are_refused(catalog, overrides, words):
+def test_broken_mappings_are_refused(catalog, words):
     with pytest.raises(ValueError, match=words):
-        build(catalog, overrides)
+        build(catalog)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"otel_unit": "b y"}, "UCUM annotation"),
+        ({"otel_unit": "{byte}", "unit": "bytes"}, "unit-less"),
+    ],
+)
+def test_broken_otel_fields_are_refused_by_the_row(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        MetricSpec("accel_a_bytes", Kind.GAUGE, "X.", **kwargs)
 
 
 def test_count_families_carry_what_they_count_as_their_unit():
-    for name, annotation in COUNTS.items():
-        assert CATALOG[name].ucum_unit == "1", name  # only unit-less families are annotated
-        assert re.fullmatch(r"\{[a-z_]+\}", annotation), annotation
-        assert METRICS[name].unit == annotation
+    annotated = [row for row in CATALOG.values() if row.otel_unit]
+    assert len(annotated) > 40
+    for row in annotated:
+        assert row.ucum_unit == "1", row.name  # only unit-less families are annotated
+        assert re.fullmatch(r"\{[a-z_]+\}", row.otel_unit), row.otel_unit
+        assert METRICS[row.name].unit == row.otel_unit
     # Every unit-less counter counts something: none is left as a bare "1".
     bare = [m.row.name for m in METRICS.values() if m.row.kind is Kind.COUNTER and m.unit == "1"]
     assert bare == []

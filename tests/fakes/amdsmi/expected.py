@@ -168,7 +168,7 @@ def series(
             put("accel_process_memory_bytes", dev.proc_vram[k], pid=pid)
             put("accel_amd_process_compute_units", dev.proc_cu[k], pid=pid)
     if slow:
-        for k, kind in enumerate(("correctable", "uncorrectable", "deferred")):
+        for k, kind in enumerate(("corrected", "uncorrected", "deferred")):
             put("accel_ecc_errors_total", dev.ecc_total[k], type=kind, counter="")
         for bit, block in enumerate(BLOCKS):
             if (dev.ecc_enabled >> bit) & 1:

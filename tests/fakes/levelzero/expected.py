@@ -74,7 +74,7 @@ def series(dev: Device, i: int, *, device: str | None = None) -> Series:
         for c, name in enumerate(RAS):
             metric = f"accel_intel_ras_{family}_errors_total"
             out[key(metric, category=name, **me)] = dev.ras[kind][c]
-    for kind, type_name in enumerate(("correctable", "uncorrectable")):
+    for kind, type_name in enumerate(("corrected", "uncorrected")):
         labels = {"type": type_name, "counter": "", **me}
         out[key("accel_ecc_errors_total", **labels)] = dev.ras_memory[kind]
     for p in range(dev.fabric_ports):

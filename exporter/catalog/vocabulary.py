@@ -1,0 +1,157 @@
+"""The allowed values of every label whose values are an enumeration.
+
+One vocabulary across vendors: where two vendors report the same quantity, the
+label value is the same word (``type="uncorrected"`` on every vendor's ECC
+counter, the OpenTelemetry ``error.type`` words), so one query or alert covers
+them all. A value only one vendor has is listed with the vendor in the comment.
+The catalog rows name these tuples in their ``values``; the store refuses any
+other value (see :func:`exporter.store.validate`), and docs/metrics.md lists
+them.
+"""
+
+from __future__ import annotations
+
+# The exporter's health verdict: the OpenTelemetry hw.state values.
+HEALTH_STATES = ("ok", "degraded", "failed", "predicted_failure")
+# Why a device's calls were isolated into a probe.
+ISOLATION_REASONS = ("hung", "crashed")
+
+# Whether an error was corrected, on every vendor (nvml, amdsmi, Level Zero, HLML, Neuron).
+ECC_CORRECTION = ("corrected", "uncorrected")
+# ... and AMD's deferred errors (detected, not corrected, poisoned for the consumer).
+ECC_TYPES = (*ECC_CORRECTION, "deferred")
+# NVIDIA and Gaudi count since the driver loaded (volatile) and over the lifetime
+# (aggregate); the others have one count, with the label empty.
+ECC_COUNTERS = ("volatile", "aggregate", "")
+# Why rows were remapped or pages retired (NVIDIA, Gaudi); AMD names no cause ("").
+ROW_CAUSES = ("multiple_single_bit_ecc", "double_bit_ecc")
+RETIREMENT_CAUSES = (*ROW_CAUSES, "")
+
+# Temperature sensors. Shared: gpu (the die), memory, voltage_regulator.
+SENSORS = (
+    "gpu",
+    "memory",
+    "voltage_regulator",
+    # AMD
+    "edge",
+    "hotspot",
+    "hbm_0",
+    "hbm_1",
+    "hbm_2",
+    "hbm_3",
+    # Intel (Level Zero; the *_min sensors are minima)
+    "global",
+    "global_min",
+    "gpu_min",
+    "memory_min",
+    "gpu_board",
+    "gpu_board_min",
+    # Gaudi
+    "board",
+    "other",
+    "hbm",
+    "ctemp",
+)
+# AMD sensors that also have limits.
+AMD_SENSORS = ("edge", "hotspot", "memory", "hbm_0", "hbm_1", "hbm_2", "hbm_3")
+TEMPERATURE_LIMITS = ("max", "critical", "emergency")
+
+# Clock domains. Shared: graphics (the shader/compute clock), memory, video.
+CLOCKS = (
+    "graphics",
+    "memory",
+    "video",
+    # NVIDIA
+    "sm",
+    # AMD (soc also Gaudi's one clock)
+    "soc",
+    "data_fabric",
+    "decode",
+    # Intel (Level Zero)
+    "gpu",
+    "media",
+)
+
+# Why clocks are held down now; each vendor names its own mechanisms.
+THROTTLE_REASONS = (
+    # NVIDIA (nvmlClocksEventReason*)
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clock_setting",
+    # AMD (violation status)
+    "prochot",
+    "ppt",
+    "socket_thermal",
+    "vr_thermal",
+    "hbm_thermal",
+    "gfx_clock_below_host_limit",
+    # Intel (zes_freq_throttle_reason_flags_t); power and thermal also Gaudi's
+    "ave_pwr_cap",
+    "burst_pwr_cap",
+    "current_limit",
+    "thermal_limit",
+    "psu_alert",
+    "sw_range",
+    "hw_range",
+    "voltage",
+    "thermal",
+    "power",
+)
+# Time spent throttled, by reason: NVIDIA's violation counters and Gaudi's (power, thermal).
+VIOLATION_REASONS = (
+    "sw_power_cap",
+    "thermal",
+    "sync_boost",
+    "board_limit",
+    "low_utilization",
+    "reliability",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "power",
+)
+# AMD throttle residency accumulators (whole device, then per XCP).
+RESIDENCIES = (
+    "prochot",
+    "ppt",
+    "socket_thermal",
+    "vr_thermal",
+    "hbm_thermal",
+    "gfx_below_host_limit_ppt",
+    "gfx_below_host_limit_thermal",
+    "gfx_below_host_limit_total",
+    "gfx_low_utilization",
+)
+
+# Device event notifications: NVIDIA's, then amdsmi's.
+DEVICE_EVENTS = (
+    "single_bit_ecc",
+    "double_bit_ecc",
+    "gpu_unavailable",
+    "recovery_action",
+    "vmfault",
+    "thermal_throttle",
+    "gpu_pre_reset",
+    "gpu_post_reset",
+    "migrate_start",
+    "migrate_end",
+    "page_fault_end",
+    "queue_eviction",
+    "queue_restore",
+    "unmap_from_gpu",
+    "process_start",
+    "process_end",
+)
+
+NVLINK_ERRORS = ("replay", "recovery", "crc_flit", "crc_data")
+POWER_BOUNDS = ("min", "max", "default")
+BAD_PAGE_STATUSES = ("reserved", "pending", "unreservable")
+AFID_SEVERITIES = ("non_fatal_uncorrected", "fatal", "non_fatal_corrected")
+# /proc/stat's CPU modes, as node_exporter names them.
+CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
