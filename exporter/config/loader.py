@@ -22,6 +22,7 @@ from exporter.config.durations import format_duration, parse_duration
 from exporter.config.schema import Config
 from exporter.config.web_config import read_web_config
 from exporter.errors import ConfigError
+from exporter.suggest import closest, hint
 
 ENV_PREFIX = "ACCEL_EXPORTER_"
 
@@ -362,10 +363,13 @@ def _unknown_hint(cls: type, key: str, names: list[str]) -> str:
     hints: dict[str, str] = getattr(cls, "HINTS", {})
     if key in hints:
         return f" ({hints[key]})"
-    import difflib  # only a config with an unknown key needs it
+    close = close_key(cls, key, names)
+    return hint(repr(close)) if close else ""
 
-    close = difflib.get_close_matches(key, names, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+
+def close_key(cls: type, key: str, names: list[str]) -> str:
+    """The key of ``cls`` that a mistyped ``key`` most likely meant ("" if none)."""
+    return closest(key, names, getattr(cls, "SYNONYMS", None))
 
 
 def _convert_dataclass(value: Any, cls: type, path: Path, problems: _Problems) -> Any:
