@@ -57,7 +57,7 @@ class Leaf:
     @property
     def env(self) -> str:
         """``ACCEL_EXPORTER_WEB__LISTEN_ADDRESS``."""
-        return ENV_PREFIX + "__".join(part.upper() for part in self.path)
+        return env_name(self.path)
 
 
 def flag_name(path: Path) -> str:
@@ -503,6 +503,37 @@ def _schema_path(parts: list[str]) -> tuple[Path | None, str]:
     return tuple(path), ""
 
 
+def closest_key(parts: list[str]) -> Path | None:
+    """The key that mistyped ``parts`` most likely meant; None if there is none.
+
+    Each unknown part is replaced by its closest name (the suggestion a YAML key
+    gets); None when a part has no close name or the result is a section.
+    """
+    tp: Any = Config
+    path: list[str] = []
+    for part in parts:
+        tp, _ = _unwrap_optional(tp)
+        if _is_dataclass_type(tp):
+            hints = _hints(tp)
+            part = getattr(tp, "ALIASES", {}).get(part, part)
+            if part not in hints:
+                part = close_key(tp, part, list(hints))
+                if not part:
+                    return None
+            tp = hints[part]
+        elif get_origin(tp) is dict:
+            tp = get_args(tp)[1]
+        else:
+            return None
+        path.append(part)
+    return None if _is_dataclass_type(_unwrap_optional(tp)[0]) else tuple(path)
+
+
+def env_name(path: Path) -> str:
+    """``ACCEL_EXPORTER_WEB__LISTEN_ADDRESS`` for ``("web", "listen_address")``."""
+    return ENV_PREFIX + "__".join(part.upper() for part in path)
+
+
 def _set(data: dict[str, Any], path: Path, value: Any) -> None:
     node = data
     for part in path[:-1]:
@@ -557,10 +588,13 @@ def load_config(
         parts = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
         key, why = _schema_path(parts)
         if key is None:
+            close = closest_key(parts)
+            if close is not None:
+                why = f"unknown key {'.'.join(parts)}{hint(env_name(close))}"
             early.append(f"env {name}: {why}")
             continue
         if list(key) != parts:
-            new_name = ENV_PREFIX + "__".join(part.upper() for part in key)
+            new_name = env_name(key)
             notes.append(f"env {name}: renamed to {new_name}; read as such")
         _set(data, key, env[name])
         origins[key] = f"env {name}"

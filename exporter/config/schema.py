@@ -582,6 +582,25 @@ class SourcesConfig:
         "workload": "workload attribution is the top-level section workload, not under sources",
         "enrich": "workload attribution is the top-level section workload",
     }
+    # Sources are named for their library; the vendor's name suggests it ("did you mean").
+    SYNONYMS: ClassVar[dict[str, str]] = {
+        "nvidia": "nvml",
+        "dcgm": "nvml",
+        "amd": "amdsmi",
+        "rocm": "amdsmi",
+        "rocm_smi": "amdsmi",
+        "intel": "levelzero",
+        "xpu": "levelzero",
+        "level_zero": "levelzero",
+        "gaudi": "hlml",
+        "habana": "hlml",
+        "google": "tpu",
+        "aws": "neuron",
+        "trainium": "neuron",
+        "inferentia": "neuron",
+        "nccl": "ccl_ras",
+        "rccl": "ccl_ras",
+    }
 
     host: HostSourceConfig = field(default_factory=HostSourceConfig)
     nvml: DeviceSourceConfig = field(default_factory=DeviceSourceConfig)
