@@ -482,8 +482,12 @@ def read_yaml(path: str) -> tuple[dict[str, Any], dict[Path, str]]:
     return data, origins
 
 
-def _schema_path(parts: list[str]) -> tuple[Path | None, str]:
-    """Resolve lower-case key parts against the schema; (path, "") or (None, reason)."""
+def _schema_path(parts: list[str], correct: bool = False) -> tuple[Path | None, str]:
+    """Resolve lower-case key parts against the schema; (path, "") or (None, reason).
+
+    ``correct``: an unknown part is replaced by its closest name instead (the
+    suggestion a YAML key gets), and only a key (not a section) is a result.
+    """
     tp: Any = Config
     path: list[str] = []
     for i, part in enumerate(parts):
@@ -491,42 +495,25 @@ def _schema_path(parts: list[str]) -> tuple[Path | None, str]:
         if _is_dataclass_type(tp):
             hints = _hints(tp)
             part = getattr(tp, "ALIASES", {}).get(part, part)
+            if part not in hints and correct:
+                part = close_key(tp, part, list(hints)) or part
             if part not in hints:
-                hint = _unknown_hint(tp, part, list(hints))
-                return None, f"unknown key {'.'.join([*path, part])}{hint}"
+                suggestion = _unknown_hint(tp, part, list(hints))
+                return None, f"unknown key {'.'.join([*path, part])}{suggestion}"
             tp = hints[part]
         elif get_origin(tp) is dict:
             tp = get_args(tp)[1]
         else:
             return None, f"{'.'.join(path)} has no key {'.'.join(parts[i:])}"
         path.append(part)
+    if correct and _is_dataclass_type(_unwrap_optional(tp)[0]):
+        return None, f"{'.'.join(path)} is a section"
     return tuple(path), ""
 
 
 def closest_key(parts: list[str]) -> Path | None:
-    """The key that mistyped ``parts`` most likely meant; None if there is none.
-
-    Each unknown part is replaced by its closest name (the suggestion a YAML key
-    gets); None when a part has no close name or the result is a section.
-    """
-    tp: Any = Config
-    path: list[str] = []
-    for part in parts:
-        tp, _ = _unwrap_optional(tp)
-        if _is_dataclass_type(tp):
-            hints = _hints(tp)
-            part = getattr(tp, "ALIASES", {}).get(part, part)
-            if part not in hints:
-                part = close_key(tp, part, list(hints))
-                if not part:
-                    return None
-            tp = hints[part]
-        elif get_origin(tp) is dict:
-            tp = get_args(tp)[1]
-        else:
-            return None
-        path.append(part)
-    return None if _is_dataclass_type(_unwrap_optional(tp)[0]) else tuple(path)
+    """The key that mistyped ``parts`` most likely meant (each part corrected); None if none."""
+    return _schema_path(parts, correct=True)[0]
 
 
 def env_name(path: Path) -> str:
