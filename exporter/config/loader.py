@@ -232,7 +232,7 @@ def _convert(value: Any, tp: Any, path: Path, problems: _Problems, secret: bool 
             and not (os.path.isfile(text) and os.access(text, os.R_OK))
         )
         if kind == "file" and unreadable:
-            problems.add(path, f"cannot read file {text!r}")
+            problems.add(path, f"cannot read file {text!r}: {_unreadable_why(str(text))}")
             return INVALID
         return text
 
@@ -353,6 +353,17 @@ def _parse_text_collection(
         problems.add(path, f"cannot parse{shown}: {problem}{where}")
         return INVALID
     return kind() if value is None else value
+
+
+def _unreadable_why(path: str) -> str:
+    """Why a file key's file cannot be read."""
+    if not os.path.lexists(path):
+        return "it does not exist"
+    if os.path.isdir(path):
+        return "it is a directory"
+    if not os.path.exists(path):
+        return "it is a dangling symbolic link"
+    return "permission denied"
 
 
 def _unknown_hint(cls: type, key: str, names: list[str]) -> str:

@@ -34,6 +34,24 @@ MIN_INTERVAL = 0.1
 FOLLOWER_FACTOR = 10
 
 
+def _cert_key_problem(cert_file: str, key_file: str) -> str:
+    """Why the server could not present ``cert_file`` with ``key_file``, naming both; or ""."""
+    import ssl  # only a TLS config needs it
+
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_file, key_file)
+    except ssl.SSLError as exc:
+        if exc.reason == "KEY_VALUES_MISMATCH":
+            why = "the private key does not match the certificate"
+        else:
+            # OpenSSL says only "PEM lib": one of the two is not PEM (or the key is encrypted).
+            why = f"one of them is not a PEM certificate or unencrypted PEM key ({exc.reason})"
+        return f"cannot serve cert_file {cert_file} with key_file {key_file}: {why}"
+    except OSError:
+        return ""  # unreadable: the file keys' own check says so
+    return ""
+
+
 @dataclass(frozen=True)
 class TLSConfig:
     """Serve HTTPS; with ``client_ca_file`` clients must present a certificate it signed."""
@@ -64,6 +82,10 @@ class TLSConfig:
             out.append(("client_ca_file", f"client_auth_type {self.client_auth_type} needs it"))
         if self.client_auth_type == "NoClientCert" and self.client_ca_file:
             out.append(("client_auth_type", "NoClientCert ignores client_ca_file; remove one"))
+        if self.cert_file and self.key_file:
+            problem = _cert_key_problem(self.cert_file, self.key_file)
+            if problem:
+                out.append(("key_file", problem))
         return out
 
     def resolved(self) -> TLSConfig:
@@ -112,7 +134,7 @@ class WebConfig:
         "listen_address": "host:port to serve on (:9842 is every address)",
         "max_requests": "concurrent requests before 503 (instead of an unbounded queue)",
         "read_timeout": "a client silent this long is disconnected",
-        "config_file": "exporter-toolkit web config (tls_server_config, basic_auth_users)",
+        "config_file": "exporter-toolkit web config file (web.yml)",
         "max_connections": "open connections at most; the oldest idle one makes room",
         "max_idle_connections": "keep-alive connections kept waiting; more close the oldest",
         "idle_timeout": "a keep-alive connection idle this long is closed",
