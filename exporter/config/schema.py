@@ -357,21 +357,17 @@ class AmdSmiSourceConfig(DeviceSourceConfig):
         return out
 
 
-# Where Debian and Ubuntu install the Level Zero loader (the path pyzes hard-codes).
-LEVELZERO_DEFAULT_LIBRARY = "/usr/lib/x86_64-linux-gnu/libze_loader.so.1"
-HLML_DEFAULT_LIBRARY = "/usr/lib/habanalabs/libhlml.so"
-
-
 @dataclass(frozen=True)
 class LevelZeroSourceConfig(DeviceSourceConfig):
     """Intel GPUs through Level Zero Sysman (pyzes); ``library_path`` is the loader to use."""
 
     HELP: ClassVar[dict[str, str]] = {
-        "library_path": "the Level Zero loader (no worker while it is absent)",
+        "library_path": "the Level Zero loader (unset: the distributions' paths, then the"
+        " dynamic loader's search; no worker while it is nowhere)",
     }
 
-    # RHEL, SUSE and Fedora install it as /usr/lib64/libze_loader.so.1.
-    library_path: str = LEVELZERO_DEFAULT_LIBRARY
+    # Unset: Debian's, RHEL/SUSE/Fedora's /usr/lib64 and the loader's search (libsearch).
+    library_path: str = ""
 
 
 @dataclass(frozen=True)
@@ -379,11 +375,12 @@ class HlmlSourceConfig(DeviceSourceConfig):
     """Intel Gaudi through libhlml (habana-pyhlml); ``library_path`` is the library to use."""
 
     HELP: ClassVar[dict[str, str]] = {
-        "library_path": "libhlml (no worker while it is absent)",
+        "library_path": "libhlml (unset: /usr/lib/habanalabs, then the dynamic loader's"
+        " search; no worker while it is nowhere)",
         "nic_statistics": "per-port NIC counters, read on slow polls",
     }
 
-    library_path: str = HLML_DEFAULT_LIBRARY
+    library_path: str = ""
     # Per-port NIC counters (the driver names them; dozens per port): read on slow polls.
     nic_statistics: bool = True
 
