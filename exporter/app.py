@@ -22,7 +22,7 @@ from typing import Any
 
 from exporter import __version__, log
 from exporter.config import Config, load_config
-from exporter.config.addresses import parse_listen_address
+from exporter.config.addresses import join_host_port, parse_listen_address
 from exporter.errors import ConfigError
 from exporter.outputs import stamp
 from exporter.outputs.base import Output
@@ -256,7 +256,7 @@ class App:
             host, port = self.http.address
             self._log.info(
                 "listening",
-                address=f"{host}:{port}",
+                address=join_host_port(host, port),
                 url=self.http.url,
                 version=__version__,
                 sources=[s.name for s in runtime.sources],

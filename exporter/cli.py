@@ -182,12 +182,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
-    """Parse; unrecognised arguments go to the error() of the (sub)command that got them."""
+def _chosen(parser: argparse.ArgumentParser, args: argparse.Namespace) -> set[str]:
+    """Every flag of ``parser`` and of the (nested) subcommands ``args`` chose."""
+    known = set(parser._option_string_actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            child = action.choices.get(getattr(args, action.dest, None) or "")
+            if child is not None:
+                known |= _chosen(child, args)
+    return known
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parse; unknown flags go to the error() of the (sub)command that got them.
+
+    Each with a suggestion: a mistyped config flag (dotted) gets the key that the same
+    typo in the file or a variable gets, any other the closest flag of its command.
+    """
+    from exporter.commands.flags import mistyped_config_flags, unknown_flag_problems
+
+    argv, problems = mistyped_config_flags(argv, set(parser._option_string_actions))
     args, extra = parser.parse_known_args(argv)
     if extra:
+        problems.append(unknown_flag_problems(extra, _chosen(parser, args)))
+    if problems:
         owner = getattr(args, USAGE_PARSER, None) or parser
-        owner.error(f"unrecognized arguments: {' '.join(extra)}")
+        owner.error("; ".join(problems))
     return args
 
 
@@ -206,11 +226,30 @@ def _config_errors(problems: Sequence[str]) -> int:
     return EXIT_CONFIG
 
 
+# The shell's status for a writer whose reader went away (128 + SIGPIPE).
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None, source_builder: SourceBuilder | None = None) -> int:
     """Entry point of the ``accel-exporter`` console script.
 
     ``source_builder`` replaces the registry's sources (tests add their own).
     """
+    try:
+        try:
+            return _main(argv, source_builder)
+        finally:
+            # Inside the try: output still buffered fails here rather than at exit.
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # ``--help-all | head -1``: the reader has all it wanted. Python's own advice:
+        # point stdout at /dev/null so that the interpreter's final flush cannot fail too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None, source_builder: SourceBuilder | None) -> int:
     parser = build_parser()
     notes: list[str] = []
     args = _parse(parser, canonical_argv(list(sys.argv[1:] if argv is None else argv), notes))

@@ -284,7 +284,8 @@ class Scheduler:
                     "source unavailable",
                     reason=snapshot.outcome.reason,
                     detail=snapshot.outcome.detail,
-                    repeats="again at most hourly while it lasts",
+                    reprobe_seconds=self.reprobe_seconds,
+                    logged_again="at most hourly while it lasts",
                 )
             schedule.consecutive_failures = 0
             schedule.last_reason = "unavailable"

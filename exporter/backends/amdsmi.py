@@ -12,12 +12,17 @@ thread (:mod:`exporter.backends.amdsmi_events`). The wire shapes are those of
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
+import importlib.util
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from exporter import log
+from exporter.backends import libsearch
 from exporter.backends.amdsmi_binding import AmdBinding
 from exporter.backends.amdsmi_events import EventWatcher, Watched
 from exporter.backends.amdsmi_fields import (
@@ -90,11 +95,15 @@ def load_amdsmi() -> Any:
             "the amdsmi package is not installed "
             f"(accel-exporter's 'amd' extra, docs/deploy.md): {exc}",
         ) from None
-    except (KeyError, OSError) as exc:
+    except KeyError:
+        # The wrapper's way of saying no library loaded (it printed why): say where it looked.
+        found = amdsmi_search()
+        detail = f"amdsmi could not load {found.path}" if found.path else found.detail
+        raise BackendUnavailable("library_not_found", detail) from None
+    except OSError as exc:
         raise BackendUnavailable(
             "library_not_found",
-            "amdsmi cannot load libamd_smi.so (install amd-smi-lib, or set ROCM_PATH): "
-            f"{type(exc).__name__}: {exc}",
+            f"amdsmi cannot load libamd_smi.so (install amd-smi-lib, or set ROCM_PATH): {exc}",
         ) from None
     except AttributeError as exc:
         # The wrapper binds every C function at import: a missing one means the
@@ -104,6 +113,28 @@ def load_amdsmi() -> Any:
             "libamd_smi.so lacks a function the amdsmi package binds; install the amdsmi "
             f"package of the ROCm release on this node: {exc}",
         ) from None
+
+
+AMDSMI = libsearch.Library("libamd_smi.so", (), "ROCM_PATH", "amd-smi-lib")
+
+
+def amdsmi_search(env: Mapping[str, str] | None = None) -> libsearch.Found:
+    """Where the amdsmi package looks for libamd_smi.so, in its order (amdsmi_wrapper.py).
+
+    ROCM_HOME (else ROCM_PATH)/lib, the dynamic loader's search, the package's own
+    directory, ROCM_PATH (else /opt/rocm)/lib. The package does the loading; this
+    only names the places for the unavailable reason.
+    """
+    env = os.environ if env is None else env
+    rocm = env.get("ROCM_HOME") or env.get("ROCM_PATH")
+    spec = importlib.util.find_spec("amdsmi")
+    package = os.path.dirname(spec.origin) if spec is not None and spec.origin else ""
+    places = [os.path.join(rocm, "lib", AMDSMI.soname)] if rocm else []
+    places += libsearch.loader_candidates(AMDSMI.soname, env)
+    places += [os.path.join(package, AMDSMI.soname)] if package else []
+    places.append(os.path.join(env.get("ROCM_PATH", "/opt/rocm"), "lib", AMDSMI.soname))
+    library = dataclasses.replace(AMDSMI, documented=tuple(places))
+    return libsearch.find(library, env={}, cache="")
 
 
 def _text(value: Any) -> str:

@@ -22,7 +22,6 @@ import ctypes
 import importlib
 import importlib.metadata
 import importlib.util
-import os
 import re
 import time
 import warnings
@@ -31,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter import log
+from exporter.backends import libsearch
 from exporter.backends.base import (
     BackendError,
     BackendUnavailable,
@@ -40,7 +40,6 @@ from exporter.backends.base import (
 from exporter.backends.counters import Energy
 from exporter.backends.polling import poll_devices
 from exporter.backends.wire import Rows, put
-from exporter.config.schema import HLML_DEFAULT_LIBRARY
 from exporter.workers import crumb
 
 SOURCE = "hlml"
@@ -111,8 +110,8 @@ def _binding_version() -> tuple[int, int] | None:
     return None
 
 
-def load(library_path: str) -> Any:
-    """``pyhlml.main``, bound to ``library_path``; BackendUnavailable with the reason."""
+def load(found: libsearch.Found) -> Any:
+    """``pyhlml.main``, bound to the library ``found``; BackendUnavailable with the reason."""
     if importlib.util.find_spec("pyhlml") is None:
         raise BackendUnavailable(
             "binding_missing",
@@ -127,12 +126,9 @@ def load(library_path: str) -> Any:
             " overflows the PCI struct of current drivers: install habana-pyhlml matching"
             " the driver (1.24 or later)",
         )
-    if not os.path.exists(library_path):
-        raise BackendUnavailable(
-            "library_not_found",
-            f"{library_path} does not exist (install habanalabs-firmware-tools, or set"
-            " sources.hlml.library_path)",
-        )
+    if not found.path:
+        raise BackendUnavailable("library_not_found", found.detail)
+    library_path = found.path
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # pyhlml.hlml_types, its own import
         main = importlib.import_module("pyhlml.main")
@@ -176,8 +172,9 @@ class HlmlBackend:
 
     def bootstrap(self) -> dict[str, Any]:
         """Load libhlml, initialise it, describe every device."""
-        path = str(self.config.get("library_path") or HLML_DEFAULT_LIBRARY)
-        api = self.api = load(path)
+        found = libsearch.find(libsearch.HLML, str(self.config.get("library_path") or ""))
+        api = self.api = load(found)
+        path = found.path
         try:
             api.hlmlInit()
         except api.HLMLError as exc:

@@ -26,6 +26,7 @@ from typing import Any
 
 from exporter import log
 from exporter.backends import levelzero_binding as zb
+from exporter.backends import libsearch
 from exporter.backends.base import (
     BackendError,
     BackendUnavailable,
@@ -35,7 +36,6 @@ from exporter.backends.base import (
 from exporter.backends.counters import Delta, Energy
 from exporter.backends.polling import poll_devices
 from exporter.backends.wire import Rows, put
-from exporter.config.schema import LEVELZERO_DEFAULT_LIBRARY
 from exporter.workers import crumb
 
 SOURCE = "levelzero"
@@ -271,8 +271,9 @@ class LevelZeroBackend:
 
     def bootstrap(self) -> dict[str, Any]:
         """Load the loader, initialise Sysman, describe every GPU."""
-        path = str(self.config.get("library_path") or LEVELZERO_DEFAULT_LIBRARY)
-        ze = self.ze = zb.load(path)
+        found = libsearch.find(libsearch.LEVELZERO, str(self.config.get("library_path") or ""))
+        ze = self.ze = zb.load(found)
+        path = found.path
         self.extra = zb.Extra(ze.gpuLib)
         self._structs = Structs(ze)
         lacking = [

@@ -3,8 +3,9 @@
 pyzes 0.1.3 loads ``/usr/lib/x86_64-linux-gnu/libze_loader.so.1`` while it is
 imported (a hard-coded Debian path; level-zero#485), so on RHEL or SUSE, whose
 loader is ``/usr/lib64/libze_loader.so.1``, the import fails. :func:`load`
-imports it with that one path mapped to ``library_path`` for the duration of
-the import; the package itself is untouched and loads nothing else.
+imports it with that one path mapped to the loader found (``library_path``, else
+:mod:`libsearch`) for the duration of the import; the package itself is
+untouched and loads nothing else.
 
 pyzes binds no RAS, fabric-port or device-state call: :class:`Extra` binds
 them with structs written from the Level Zero spec (zes_api.h 1.17, x86_64
@@ -17,13 +18,15 @@ import contextlib
 import ctypes
 import importlib
 import importlib.util
-import os
 import sys
 from collections.abc import Iterator
 from typing import Any
 
+from exporter.backends import libsearch
 from exporter.backends.base import BackendUnavailable
-from exporter.config.schema import LEVELZERO_DEFAULT_LIBRARY
+
+# The loader pyzes opens while it is imported.
+PYZES_LOADER = "/usr/lib/x86_64-linux-gnu/libze_loader.so.1"
 
 # ze_result_t values the backend tells apart.
 SUCCESS = 0
@@ -66,13 +69,13 @@ def result_name(rc: int) -> str:
 def _loader_at(path: str) -> Iterator[None]:
     """While pyzes imports, its ``CDLL(<Debian path>)`` opens ``path`` instead."""
     original = ctypes.CDLL
-    if path == LEVELZERO_DEFAULT_LIBRARY:
+    if path == PYZES_LOADER:
         yield
         return
 
     class Redirected(original):  # type: ignore[misc,valid-type]
         def __init__(self, name: Any, *args: Any, **kwargs: Any) -> None:
-            super().__init__(path if name == LEVELZERO_DEFAULT_LIBRARY else name, *args, **kwargs)
+            super().__init__(path if name == PYZES_LOADER else name, *args, **kwargs)
 
     ctypes.CDLL = Redirected  # type: ignore[misc]
     try:
@@ -81,19 +84,16 @@ def _loader_at(path: str) -> Iterator[None]:
         ctypes.CDLL = original  # type: ignore[misc]
 
 
-def load(library_path: str) -> Any:
-    """Import pyzes bound to the loader at ``library_path``; BackendUnavailable with the reason."""
+def load(found: libsearch.Found) -> Any:
+    """Import pyzes bound to the loader ``found``; BackendUnavailable with the reason."""
     if importlib.util.find_spec("pyzes") is None:
         raise BackendUnavailable(
             "binding_missing",
             "the pyzes package is not installed (accel-exporter's 'intel' extra, docs/deploy.md)",
         )
-    if not os.path.exists(library_path):
-        raise BackendUnavailable(
-            "library_not_found",
-            f"{library_path} does not exist (install the Level Zero loader, libze1 or"
-            " level-zero, or set sources.levelzero.library_path)",
-        )
+    if not found.path:
+        raise BackendUnavailable("library_not_found", found.detail)
+    library_path = found.path
     loaded = sys.modules.get("pyzes")
     if loaded is not None:  # bound once per process, to the first loader (in-process tests)
         return loaded

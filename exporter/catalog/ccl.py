@@ -66,7 +66,7 @@ RAS_ROWS = (
         "accel_ccl_ras_reporter",
         Kind.GAUGE,
         "1 when this exporter is the job's reporter (exports job and communicator series), "
-        "0 when a follower.",
+        "0 when a follower or when no job answers at this address.",
         _A,
     ),
     MetricSpec(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -28,6 +29,7 @@ from exporter.checks.nagios import Result, Status, exit_code, render
 from exporter.checks.samples import HttpOptions, SampleError, Samples, fetch, poll_local
 from exporter.config.durations import parse_duration
 from exporter.errors import ConfigError
+from exporter.suggest import closest, hint
 
 DEFAULT_URL = "http://localhost:9842"
 
@@ -63,9 +65,35 @@ def _missing_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _vendor(text: str) -> str:
+    """A vendor label, whatever its case: a typo must be UNKNOWN, never "0 of N found"."""
+    word = text.strip().lower()
+    if not word or word in devices.VENDORS:
+        return word
+    suggestion = closest(word, devices.VENDORS, devices.VENDOR_SYNONYMS)
+    raise argparse.ArgumentTypeError(
+        f"invalid vendor {text!r}{hint(suggestion)}; one of {', '.join(devices.VENDORS)}"
+    )
+
+
+def _url(text: str) -> str:
+    """An http(s) URL with a host: anything else is a misuse, said before any request."""
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an http:// or https:// URL with a host (e.g. {DEFAULT_URL})"
+        )
+    return text
+
+
 def _gpu_count_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--expected", type=int, required=True, help="GPUs this node must have")
-    p.add_argument("--vendor", default="", help="count only this vendor (nvidia, amd)")
+    p.add_argument(
+        "--vendor",
+        type=_vendor,
+        default="",
+        help=f"count only this vendor ({', '.join(devices.VENDORS)})",
+    )
 
 
 def _temperature_args(p: argparse.ArgumentParser) -> None:
@@ -242,7 +270,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _unknown_on_error(parser, convention)
     common = argparse.ArgumentParser(add_help=False)
     where = common.add_argument_group("where the metrics come from")
-    where.add_argument("--url", default=DEFAULT_URL, help=f"daemon to ask (default {DEFAULT_URL})")
+    where.add_argument(
+        "--url", type=_url, default=DEFAULT_URL, help=f"daemon to ask (default {DEFAULT_URL})"
+    )
     where.add_argument(
         "--local",
         action="store_true",
@@ -276,13 +306,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         spec.arguments(child)
 
 
+class _Misuse(Exception):
+    """The check was called wrongly (an unreadable or malformed file it was given)."""
+
+
 def _auth(path: str) -> tuple[str, str] | None:
     if not path:
         return None
-    with open(path, encoding="utf-8") as fh:
-        user, sep, password = fh.readline().rstrip("\n").partition(":")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            user, sep, password = fh.readline().rstrip("\n").partition(":")
+    except OSError as exc:
+        raise _Misuse(f"cannot read --basic-auth-file {path}: {exc.strerror}") from None
     if not sep:
-        raise SampleError(f"{path} must hold user:password on its first line")
+        raise _Misuse(f"--basic-auth-file {path} must hold user:password on its first line")
     return user, password
 
 
@@ -293,10 +330,7 @@ def _samples(args: argparse.Namespace, load_config: Callable[[], Any], spec: Che
         except ConfigError as exc:
             raise SampleError("config error: " + "; ".join(exc.problems)) from None
         return poll_local(config)
-    try:
-        auth = _auth(args.basic_auth_file)
-    except OSError as exc:
-        raise SampleError(f"cannot read {args.basic_auth_file}: {exc.strerror}") from None
+    auth = _auth(args.basic_auth_file)
     options = HttpOptions(args.url, args.timeout, args.ca_file, args.insecure, auth)
     return fetch(options)
 
@@ -315,6 +349,9 @@ def _judge(args: argparse.Namespace, load_config: Callable[[], Any], spec: Check
         return Result(Status.UNKNOWN, problem)
     try:
         samples = _samples(args, load_config, spec)
+    except _Misuse as exc:
+        # The Nagios convention: a plugin used wrongly is UNKNOWN, whatever the check.
+        return Result(Status.UNKNOWN, str(exc))
     except SampleError as exc:
         # A daemon that does not answer is the exporter check's CRITICAL; for the
         # others it means the state of the GPUs cannot be known.

@@ -15,6 +15,19 @@ from exporter.catalog.nvidia import CRITICAL_XIDS
 from exporter.checks.nagios import Perf, Result, Status, worst
 from exporter.checks.samples import Labels, Samples
 
+# The vendor label of accel_device_info, as every device source sets it.
+VENDORS = ("nvidia", "amd", "intel", "intel_gaudi", "google", "aws")
+# Names a user may reach for first -> the vendor label (a typo is suggested the same way).
+VENDOR_SYNONYMS = {
+    "gaudi": "intel_gaudi",
+    "habana": "intel_gaudi",
+    "hpu": "intel_gaudi",
+    "tpu": "google",
+    "neuron": "aws",
+    "trainium": "aws",
+    "inferentia": "aws",
+}
+
 # The ECC type label values that mean uncorrectable / correctable, for both vendors.
 UNCORRECTED = frozenset({"uncorrected", "uncorrectable"})
 CORRECTED = frozenset({"corrected", "correctable"})
@@ -289,12 +302,9 @@ def xid(
     would be a guess). ``local``: the samples come from one poll in this process,
     which sees only the events of that poll, so no window is claimed.
     """
-    nvml = [
-        v for labels, v in samples.get("accel_exporter_source_up") if labels.get("source") == "nvml"
-    ]
-    if not nvml or nvml[0] != 1:
-        state = "down" if nvml else "not running"
-        return Result(Status.UNKNOWN, f"XIDs cannot be read: the nvml source is {state} here")
+    unread = _source_not_up(samples, "nvml", "XIDs")
+    if unread is not None:
+        return unread
     recent = _recent_codes(
         samples,
         "accel_xid_last_timestamp_seconds",
@@ -307,6 +317,17 @@ def xid(
     return _codes_result(
         samples, recent, window, "xid", "XID codes", "xid_codes", notes=False, local=local
     )
+
+
+def _source_not_up(samples: Samples, source: str, what: str) -> Result | None:
+    """UNKNOWN when ``source`` (the only reader of ``what``) is not up: "none seen" would lie."""
+    up = [
+        v for labels, v in samples.get("accel_exporter_source_up") if labels.get("source") == source
+    ]
+    if up and up[0] == 1:
+        return None
+    state = "down" if up else "not running"
+    return Result(Status.UNKNOWN, f"{what} cannot be read: the {source} source is {state} here")
 
 
 def _recent_codes(
@@ -369,9 +390,13 @@ def afid(
     """AMD AFIDs recorded within ``window`` seconds.
 
     CRITICAL for an AFID recorded with fatal severity (or listed in ``critical``),
-    else WARNING. The last-seen time is per AFID, so an AFID ever recorded as
-    fatal counts as fatal when it is seen again.
+    else WARNING; UNKNOWN when the amdsmi source (which reads them) is not up. The
+    last-seen time is per AFID, so an AFID ever recorded as fatal counts as fatal
+    when it is seen again.
     """
+    unread = _source_not_up(samples, "amdsmi", "AFIDs")
+    if unread is not None:
+        return unread
     fatal = {
         (labels.get("uuid", ""), labels.get("afid", ""))
         for labels, count in samples.get("accel_amd_afid_errors_total")

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from typing import Any, Literal, get_args, get_origin
 
 from exporter.config import leaves
-from exporter.config.loader import Leaf, format_default
+from exporter.config.loader import Leaf, closest_key, flag_name, format_default
 from exporter.config.schema import Config
+from exporter.suggest import closest, hint
 
 OVERRIDE_PREFIX = "override:"
 # exporter-toolkit's flag name for its web config file, accepted as is.
@@ -155,3 +156,47 @@ def canonical_argv(argv: list[str], notes: list[str]) -> list[str]:
             arg = renamed[name] + sep + value
         out.append(arg)
     return out
+
+
+def mistyped_config_flags(argv: list[str], known: set[str]) -> tuple[list[str], list[str]]:
+    """(``argv`` without the unknown dotted flags, one problem naming each), until ``--``.
+
+    A dotted flag can only be a config key: one that is not is reported with the
+    key a YAML file or variable with the same typo would be pointed to, and taken
+    out with its value, so that argparse does not read the value as a command.
+    """
+    out: list[str] = []
+    problems: list[str] = []
+    skip = False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if arg == "--":
+            return out + argv[i:], problems
+        name, sep, _ = arg.partition("=")
+        if not name.startswith("--") or "." not in name or name in known:
+            out.append(arg)
+            continue
+        parts = [part.replace("-", "_") for part in name[2:].split(".")]
+        close = closest_key(parts)
+        problems.append(f"unknown flag {name}{hint(flag_name(close) if close else '')}")
+        # Every config flag takes a value: the next word is this one's.
+        skip = not sep and i + 1 < len(argv) and not argv[i + 1].startswith("--")
+    return out, problems
+
+
+def unknown_flag_problems(extra: list[str], known: set[str]) -> str:
+    """The arguments argparse left over: each unknown flag with the closest flag of its command."""
+    flags = sorted(k for k in known if k.startswith("--"))
+    problems = []
+    stray = []
+    for i, arg in enumerate(extra):
+        name = arg.partition("=")[0]
+        if name.startswith("--"):
+            problems.append(f"unknown flag {name}{hint(closest(name, flags))}")
+        elif not (i and extra[i - 1].startswith("--") and "=" not in extra[i - 1]):
+            stray.append(arg)  # not the value of an unknown flag before it
+    if stray:
+        problems.append(f"unrecognized arguments: {' '.join(stray)}")
+    return "; ".join(problems)

@@ -8,6 +8,11 @@ def split_host_port(text: str, *, default_port: int | None = None) -> tuple[str,
     raw = text.strip()
     if not raw:
         raise ValueError("empty address")
+    scheme, sep, rest = raw.partition("://")
+    if sep and scheme.isalpha():
+        # A URL pasted where host:port belongs; its colons would read as IPv6.
+        authority = rest.split("/", 1)[0]
+        raise ValueError(f"{text!r} is a URL: give host:port, as {authority}")
     if raw.startswith("["):
         end = raw.find("]")
         if end < 0:
@@ -29,6 +34,11 @@ def split_host_port(text: str, *, default_port: int | None = None) -> tuple[str,
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise ValueError(f"invalid port {port_text!r} in {text!r}")
     return host, int(port_text)
+
+
+def join_host_port(host: str, port: int) -> str:
+    """``host:port`` as :func:`split_host_port` reads it back (``[::]:9842`` for IPv6)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def address_list_problems(

@@ -22,6 +22,7 @@ from exporter.config.durations import format_duration, parse_duration
 from exporter.config.schema import Config
 from exporter.config.web_config import read_web_config
 from exporter.errors import ConfigError
+from exporter.suggest import closest, hint
 
 ENV_PREFIX = "ACCEL_EXPORTER_"
 
@@ -56,7 +57,7 @@ class Leaf:
     @property
     def env(self) -> str:
         """``ACCEL_EXPORTER_WEB__LISTEN_ADDRESS``."""
-        return ENV_PREFIX + "__".join(part.upper() for part in self.path)
+        return env_name(self.path)
 
 
 def flag_name(path: Path) -> str:
@@ -231,7 +232,7 @@ def _convert(value: Any, tp: Any, path: Path, problems: _Problems, secret: bool 
             and not (os.path.isfile(text) and os.access(text, os.R_OK))
         )
         if kind == "file" and unreadable:
-            problems.add(path, f"cannot read file {text!r}")
+            problems.add(path, f"cannot read file {text!r}: {_unreadable_why(str(text))}")
             return INVALID
         return text
 
@@ -354,6 +355,17 @@ def _parse_text_collection(
     return kind() if value is None else value
 
 
+def _unreadable_why(path: str) -> str:
+    """Why a file key's file cannot be read."""
+    if not os.path.lexists(path):
+        return "it does not exist"
+    if os.path.isdir(path):
+        return "it is a directory"
+    if not os.path.exists(path):
+        return "it is a dangling symbolic link"
+    return "permission denied"
+
+
 def _unknown_hint(cls: type, key: str, names: list[str]) -> str:
     """`` (renamed to ...)`` for a key a section declares renamed, else a close match."""
     renamed: dict[str, str] = getattr(cls, "RENAMED", {})
@@ -362,10 +374,13 @@ def _unknown_hint(cls: type, key: str, names: list[str]) -> str:
     hints: dict[str, str] = getattr(cls, "HINTS", {})
     if key in hints:
         return f" ({hints[key]})"
-    import difflib  # only a config with an unknown key needs it
+    close = close_key(cls, key, names)
+    return hint(repr(close)) if close else ""
 
-    close = difflib.get_close_matches(key, names, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+
+def close_key(cls: type, key: str, names: list[str]) -> str:
+    """The key of ``cls`` that a mistyped ``key`` most likely meant ("" if none)."""
+    return closest(key, names, getattr(cls, "SYNONYMS", None))
 
 
 def _convert_dataclass(value: Any, cls: type, path: Path, problems: _Problems) -> Any:
@@ -478,8 +493,12 @@ def read_yaml(path: str) -> tuple[dict[str, Any], dict[Path, str]]:
     return data, origins
 
 
-def _schema_path(parts: list[str]) -> tuple[Path | None, str]:
-    """Resolve lower-case key parts against the schema; (path, "") or (None, reason)."""
+def _schema_path(parts: list[str], correct: bool = False) -> tuple[Path | None, str]:
+    """Resolve lower-case key parts against the schema; (path, "") or (None, reason).
+
+    ``correct``: an unknown part is replaced by its closest name instead (the
+    suggestion a YAML key gets), and only a key (not a section) is a result.
+    """
     tp: Any = Config
     path: list[str] = []
     for i, part in enumerate(parts):
@@ -487,16 +506,30 @@ def _schema_path(parts: list[str]) -> tuple[Path | None, str]:
         if _is_dataclass_type(tp):
             hints = _hints(tp)
             part = getattr(tp, "ALIASES", {}).get(part, part)
+            if part not in hints and correct:
+                part = close_key(tp, part, list(hints)) or part
             if part not in hints:
-                hint = _unknown_hint(tp, part, list(hints))
-                return None, f"unknown key {'.'.join([*path, part])}{hint}"
+                suggestion = _unknown_hint(tp, part, list(hints))
+                return None, f"unknown key {'.'.join([*path, part])}{suggestion}"
             tp = hints[part]
         elif get_origin(tp) is dict:
             tp = get_args(tp)[1]
         else:
             return None, f"{'.'.join(path)} has no key {'.'.join(parts[i:])}"
         path.append(part)
+    if correct and _is_dataclass_type(_unwrap_optional(tp)[0]):
+        return None, f"{'.'.join(path)} is a section"
     return tuple(path), ""
+
+
+def closest_key(parts: list[str]) -> Path | None:
+    """The key that mistyped ``parts`` most likely meant (each part corrected); None if none."""
+    return _schema_path(parts, correct=True)[0]
+
+
+def env_name(path: Path) -> str:
+    """``ACCEL_EXPORTER_WEB__LISTEN_ADDRESS`` for ``("web", "listen_address")``."""
+    return ENV_PREFIX + "__".join(part.upper() for part in path)
 
 
 def _set(data: dict[str, Any], path: Path, value: Any) -> None:
@@ -553,10 +586,13 @@ def load_config(
         parts = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
         key, why = _schema_path(parts)
         if key is None:
+            close = closest_key(parts)
+            if close is not None:
+                why = f"unknown key {'.'.join(parts)}{hint(env_name(close))}"
             early.append(f"env {name}: {why}")
             continue
         if list(key) != parts:
-            new_name = ENV_PREFIX + "__".join(part.upper() for part in key)
+            new_name = env_name(key)
             notes.append(f"env {name}: renamed to {new_name}; read as such")
         _set(data, key, env[name])
         origins[key] = f"env {name}"

@@ -34,6 +34,24 @@ MIN_INTERVAL = 0.1
 FOLLOWER_FACTOR = 10
 
 
+def _cert_key_problem(cert_file: str, key_file: str) -> str:
+    """Why the server could not present ``cert_file`` with ``key_file``, naming both; or ""."""
+    import ssl  # only a TLS config needs it
+
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_file, key_file)
+    except ssl.SSLError as exc:
+        if exc.reason == "KEY_VALUES_MISMATCH":
+            why = "the private key does not match the certificate"
+        else:
+            # OpenSSL says only "PEM lib": one of the two is not PEM (or the key is encrypted).
+            why = f"one of them is not a PEM certificate or unencrypted PEM key ({exc.reason})"
+        return f"cannot serve cert_file {cert_file} with key_file {key_file}: {why}"
+    except OSError:
+        return ""  # unreadable: the file keys' own check says so
+    return ""
+
+
 @dataclass(frozen=True)
 class TLSConfig:
     """Serve HTTPS; with ``client_ca_file`` clients must present a certificate it signed."""
@@ -64,6 +82,10 @@ class TLSConfig:
             out.append(("client_ca_file", f"client_auth_type {self.client_auth_type} needs it"))
         if self.client_auth_type == "NoClientCert" and self.client_ca_file:
             out.append(("client_auth_type", "NoClientCert ignores client_ca_file; remove one"))
+        if self.cert_file and self.key_file:
+            problem = _cert_key_problem(self.cert_file, self.key_file)
+            if problem:
+                out.append(("key_file", problem))
         return out
 
     def resolved(self) -> TLSConfig:
@@ -112,7 +134,7 @@ class WebConfig:
         "listen_address": "host:port to serve on (:9842 is every address)",
         "max_requests": "concurrent requests before 503 (instead of an unbounded queue)",
         "read_timeout": "a client silent this long is disconnected",
-        "config_file": "exporter-toolkit web config (tls_server_config, basic_auth_users)",
+        "config_file": "exporter-toolkit web config file (web.yml)",
         "max_connections": "open connections at most; the oldest idle one makes room",
         "max_idle_connections": "keep-alive connections kept waiting; more close the oldest",
         "idle_timeout": "a keep-alive connection idle this long is closed",
@@ -335,21 +357,17 @@ class AmdSmiSourceConfig(DeviceSourceConfig):
         return out
 
 
-# Where Debian and Ubuntu install the Level Zero loader (the path pyzes hard-codes).
-LEVELZERO_DEFAULT_LIBRARY = "/usr/lib/x86_64-linux-gnu/libze_loader.so.1"
-HLML_DEFAULT_LIBRARY = "/usr/lib/habanalabs/libhlml.so"
-
-
 @dataclass(frozen=True)
 class LevelZeroSourceConfig(DeviceSourceConfig):
     """Intel GPUs through Level Zero Sysman (pyzes); ``library_path`` is the loader to use."""
 
     HELP: ClassVar[dict[str, str]] = {
-        "library_path": "the Level Zero loader (no worker while it is absent)",
+        "library_path": "the Level Zero loader (unset: the distributions' paths, then the"
+        " dynamic loader's search; no worker while it is nowhere)",
     }
 
-    # RHEL, SUSE and Fedora install it as /usr/lib64/libze_loader.so.1.
-    library_path: str = LEVELZERO_DEFAULT_LIBRARY
+    # Unset: Debian's, RHEL/SUSE/Fedora's /usr/lib64 and the loader's search (libsearch).
+    library_path: str = ""
 
 
 @dataclass(frozen=True)
@@ -357,11 +375,12 @@ class HlmlSourceConfig(DeviceSourceConfig):
     """Intel Gaudi through libhlml (habana-pyhlml); ``library_path`` is the library to use."""
 
     HELP: ClassVar[dict[str, str]] = {
-        "library_path": "libhlml (no worker while it is absent)",
+        "library_path": "libhlml (unset: /usr/lib/habanalabs, then the dynamic loader's"
+        " search; no worker while it is nowhere)",
         "nic_statistics": "per-port NIC counters, read on slow polls",
     }
 
-    library_path: str = HLML_DEFAULT_LIBRARY
+    library_path: str = ""
     # Per-port NIC counters (the driver names them; dozens per port): read on slow polls.
     nic_statistics: bool = True
 
@@ -581,6 +600,25 @@ class SourcesConfig:
     HINTS: ClassVar[dict[str, str]] = {
         "workload": "workload attribution is the top-level section workload, not under sources",
         "enrich": "workload attribution is the top-level section workload",
+    }
+    # Sources are named for their library; the vendor's name suggests it ("did you mean").
+    SYNONYMS: ClassVar[dict[str, str]] = {
+        "nvidia": "nvml",
+        "dcgm": "nvml",
+        "amd": "amdsmi",
+        "rocm": "amdsmi",
+        "rocm_smi": "amdsmi",
+        "intel": "levelzero",
+        "xpu": "levelzero",
+        "level_zero": "levelzero",
+        "gaudi": "hlml",
+        "habana": "hlml",
+        "google": "tpu",
+        "aws": "neuron",
+        "trainium": "neuron",
+        "inferentia": "neuron",
+        "nccl": "ccl_ras",
+        "rccl": "ccl_ras",
     }
 
     host: HostSourceConfig = field(default_factory=HostSourceConfig)

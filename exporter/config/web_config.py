@@ -2,9 +2,11 @@
 
 Operators of Prometheus exporters already hold such a file (``--web.config.file``):
 ``tls_server_config`` (cert_file, key_file, client_ca_file, client_auth_type,
-min_version) and ``basic_auth_users``. Keys this daemon cannot honour are errors
-naming the key, never silently dropped; relative paths are relative to the file,
-as exporter-toolkit reads them.
+min_version), ``basic_auth_users`` and ``http_server_config`` (``http2``: this
+server speaks HTTP/1.1, which every client falls back to, so either value is
+honoured). Keys this daemon cannot honour are errors naming the key (a typo with
+the key it most likely meant), never silently dropped; relative paths are relative
+to the file, as exporter-toolkit reads them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import os
 from typing import Any
 
 import yaml
+
+from exporter.suggest import closest, hint
 
 # exporter-toolkit key -> this daemon's web.tls key.
 TLS_KEYS = {
@@ -24,6 +28,17 @@ TLS_KEYS = {
 }
 PATH_KEYS = frozenset({"cert_file", "key_file", "client_ca_file"})
 MIN_VERSIONS = {"TLS12": "TLS1.2", "TLS13": "TLS1.3"}
+# exporter-toolkit's keys: top level, and under http_server_config.
+TOP_KEYS = ("tls_server_config", "basic_auth_users", "http_server_config")
+HTTP_KEYS = ("http2", "headers")
+
+
+def _unknown(name: str, key: object, known: tuple[str, ...]) -> str:
+    """``name: not supported``, with the toolkit key a typo most likely meant."""
+    suggestion = closest(str(key), known)
+    if suggestion:
+        return f"{name}: not an exporter-toolkit key{hint(repr(suggestion))}"
+    return f"{name}: not supported by accel-exporter"
 
 
 def read_web_config(path: str) -> tuple[dict[str, Any], list[str]]:
@@ -32,10 +47,12 @@ def read_web_config(path: str) -> tuple[dict[str, Any], list[str]]:
     try:
         with open(path, encoding="utf-8") as fh:
             data = yaml.safe_load(fh)
-    except OSError as exc:
-        return {}, [f"{where}: cannot read: {exc.strerror or exc}"]
+    except OSError:
+        return {}, []  # web.config_file's own check (a file key) says why, once
     except yaml.YAMLError as exc:
-        return {}, [f"{where}: invalid YAML: {getattr(exc, 'problem', None) or exc}"]
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        return {}, [f"{where}: invalid YAML{at}: {getattr(exc, 'problem', None) or exc}"]
     if data is None:
         return {}, []
     if not isinstance(data, dict):
@@ -56,8 +73,10 @@ def read_web_config(path: str) -> tuple[dict[str, Any], list[str]]:
                 )
             elif value:
                 out["basic_auth"] = {"users": {str(k): v for k, v in value.items()}}
+        elif key == "http_server_config":
+            problems += _http(value, where)
         else:
-            problems.append(f"{where}: {key}: not supported by accel-exporter")
+            problems.append(_unknown(f"{where}: {key}", key, TOP_KEYS))
     return out, problems
 
 
@@ -71,7 +90,7 @@ def _tls(value: Any, base: str, where: str) -> tuple[dict[str, Any], list[str]]:
     for key, item in value.items():
         name = f"{where}: tls_server_config.{key}"
         if key not in TLS_KEYS:
-            problems.append(f"{name}: not supported by accel-exporter")
+            problems.append(_unknown(name, key, tuple(TLS_KEYS)))
         elif key in PATH_KEYS and isinstance(item, str) and item:
             tls[TLS_KEYS[key]] = os.path.join(base, item)
         elif key == "min_version":
@@ -82,3 +101,22 @@ def _tls(value: Any, base: str, where: str) -> tuple[dict[str, Any], list[str]]:
         else:
             tls[TLS_KEYS[key]] = item
     return tls, problems
+
+
+def _http(value: Any, where: str) -> list[str]:
+    """``http_server_config``: ``http2`` either way (HTTP/1.1 here); headers are not set."""
+    if value is None:
+        return []
+    if not isinstance(value, dict):
+        return [f"{where}: http_server_config must be a mapping"]
+    problems = []
+    for key, item in value.items():
+        name = f"{where}: http_server_config.{key}"
+        if key == "http2":
+            if not isinstance(item, bool):
+                problems.append(f"{name}: must be true or false, not {item!r}")
+        elif key == "headers":
+            problems.append(f"{name}: not supported by accel-exporter (it sets no extra headers)")
+        else:
+            problems.append(_unknown(name, key, HTTP_KEYS))
+    return problems

@@ -29,7 +29,7 @@ from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 from exporter import __version__, log
-from exporter.config.addresses import parse_listen_address
+from exporter.config.addresses import join_host_port, parse_listen_address
 from exporter.config.schema import WebConfig
 from exporter.model import Reading
 from exporter.outputs.auth import BasicAuth, Verdict, tls_context
@@ -403,8 +403,7 @@ class HttpServer:
         """Base URL of the listener."""
         host, port = self.address
         scheme = "https" if self._server.tls is not None else "http"
-        shown = f"[{host}]" if ":" in host else host
-        return f"{scheme}://{shown}:{port}"
+        return f"{scheme}://{join_host_port(host, port)}"
 
     def start(self) -> None:
         """Serve on a daemon thread."""

@@ -6,7 +6,8 @@ baseline sample is taken, the command starts, samples follow every interval
 sample closes the run. The energy used is therefore measured from just before
 the command started to just after it ended; the means and maxima come from the
 samples taken while it ran (the baseline and final samples describe the node
-without it, so they only delimit the energy).
+without it, so they only delimit the energy, unless the command was shorter than
+the interval: then they are all there is, and the summary says so).
 
 Recording never costs the command its exit status: a sampling pass that fails
 is logged (``record_error``, once per kind of failure) and the next one runs; a
@@ -190,8 +191,9 @@ class Recorder:
                 ),
                 aggregate=aggregate,
             )
-        if aggregate:
-            self.stats.add_host(host.get("cpu_user_ratio"), host.get("cpu_idle_ratio"))
+        self.stats.add_host(
+            host.get("cpu_user_ratio"), host.get("cpu_idle_ratio"), aggregate=aggregate
+        )
         self.run_log.write("sample", when, devices=devices, host=host)
         self._markers(later)
 

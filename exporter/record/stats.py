@@ -1,11 +1,14 @@
 """Aggregates of a recorded run: pure arithmetic over timestamped samples.
 
 Means are sample means (samples are taken on a fixed interval) over the
-samples taken while the command ran. Energy comes from the device's energy
-counter (the sum of its increases between samples, so a counter reset loses
+samples taken while the command ran; a command shorter than the interval, during
+which no sample completed, gets them from the samples just before and just after
+it instead (``samples_taken: "around"``), rather than none at all. Energy comes
+from the device's energy counter (the sum of its increases between samples, so a counter reset loses
 nothing but the reset's own interval); a device without the counter gets the
 trapezoid integral of its power instead. The samples just before the command
-started and just after it ended only delimit the energy (``aggregate=False``).
+started and just after it ended otherwise only delimit the energy
+(``aggregate=False``).
 """
 
 from __future__ import annotations
@@ -83,6 +86,11 @@ class DeviceStats:
     power: Gauge = field(default_factory=Gauge)
     energy_joules: float = 0.0
 
+    @property
+    def samples(self) -> int:
+        """How many polls reported any of the sampled fields."""
+        return max(self.memory.count, self.utilization.count, self.power.count)
+
     def summary(self) -> dict[str, Any]:
         """The JSON form."""
         memory = self.memory.summary()
@@ -91,7 +99,7 @@ class DeviceStats:
             "utilization_ratio": self.utilization.summary(),
             "power_watts": self.power.summary(),
             "energy_joules": self.energy_joules,
-            "samples": max(self.memory.count, self.utilization.count, self.power.count),
+            "samples": self.samples,
         }
 
 
@@ -143,6 +151,9 @@ class RunStats:
         self.devices: dict[str, DeviceStats] = {}
         self.energy: dict[str, Energy] = {}
         self.host = HostStats()
+        # The baseline and final samples: the fallback for a run too short to sample.
+        self.around: dict[str, DeviceStats] = {}
+        self.host_around = HostStats()
         self.phases: list[Phase] = []
         self.identity: dict[str, dict[str, str]] = {}
 
@@ -168,8 +179,9 @@ class RunStats:
         for stats in targets:
             if step is not None:
                 stats.energy_joules += step
-            if not aggregate:
-                continue
+        if not aggregate:
+            targets = [self.around.setdefault(uuid, DeviceStats())]
+        for stats in targets:
             if sample.memory_used_bytes is not None:
                 stats.memory.add(sample.memory_used_bytes)
             if sample.utilization_ratio is not None:
@@ -177,9 +189,11 @@ class RunStats:
             if sample.power_watts is not None:
                 stats.power.add(sample.power_watts)
 
-    def add_host(self, user: float | None, idle: float | None) -> None:
-        """The host's CPU shares from one poll."""
+    def add_host(self, user: float | None, idle: float | None, aggregate: bool = True) -> None:
+        """The host's CPU shares from one poll; ``aggregate`` False: baseline or final."""
         targets = [self.host] + ([self.phases[-1].host] if self.phases else [])
+        if not aggregate:
+            targets = [self.host_around]
         for stats in targets:
             if user is not None:
                 stats.user.add(user)
@@ -202,8 +216,9 @@ class RunStats:
         """The summary.json document (without the command fields the caller adds)."""
         end = self.end if self.end is not None else self.start
         devices = {}
-        for uuid, stats in sorted(self.devices.items()):
-            entry = {**self.identity.get(uuid, {}), **stats.summary()}
+        for uuid in sorted(self.devices.keys() | self.around.keys()):
+            stats, taken = _during_or_around(self.devices.get(uuid), self.around.get(uuid))
+            entry = {**self.identity.get(uuid, {}), **stats.summary(), "samples_taken": taken}
             joules, method = self.energy.get(uuid, Energy()).summary()
             entry["energy_joules"] = joules
             entry["energy_method"] = method
@@ -222,11 +237,30 @@ class RunStats:
                     "host": phase.host.summary(),
                 }
             )
+        host, taken = (
+            (self.host, "during")
+            if self.host.user.count or not self.host_around.user.count
+            else (self.host_around, "around")
+        )
         return {
             "start_time": self.start,
             "end_time": end,
             "wall_seconds": max(0.0, end - self.start),
             "devices": devices,
-            "host": self.host.summary(),
+            "host": {**host.summary(), "samples_taken": taken},
             "phases": phases,
         }
+
+
+def _during_or_around(
+    during: DeviceStats | None, around: DeviceStats | None
+) -> tuple[DeviceStats, str]:
+    """The in-run aggregates, or the baseline/final ones when no sample fell in the run."""
+    if during is not None and (during.samples or around is None or not around.samples):
+        return during, "during"
+    if around is not None and around.samples:
+        # Energy is always measured from the bracketing samples; keep it.
+        merged = DeviceStats(around.memory, around.utilization, around.power)
+        merged.energy_joules = during.energy_joules if during is not None else 0.0
+        return merged, "around"
+    return DeviceStats(), "during"

@@ -412,7 +412,10 @@ class CclRasSource(Source):
         shown = reasons if state != "healthy" and state != "no_job" else []
         out = ras_readings.state_readings(label, state, shown)
         reporter = self._reporter(entry)
-        out.append(Reading("accel_ccl_ras_reporter", (label,), 1.0 if reporter else 0.0))
+        # Without a job there is nothing to report on: 1 would count an idle node among
+        # the jobs' reporters (the role itself still decides the next query's cadence).
+        held = reporter and state != "no_job"
+        out.append(Reading("accel_ccl_ras_reporter", (label,), 1.0 if held else 0.0))
         if report is None:
             return out
         # The version is the server's text: keep a label value of sane length.

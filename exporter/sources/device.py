@@ -49,13 +49,13 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from exporter import log
+from exporter.backends import libsearch
 from exporter.backends.base import INVENTORY_CHANGED
 from exporter.backends.wire import ROW_WIDTH
 from exporter.catalog.device import INFO_LABELS
@@ -215,7 +215,7 @@ class DeviceSource(WorkerSource):
         backend_config: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
         vendor: str = "",
-        library_file: str | None = None,
+        library: libsearch.Library | None = None,
         ledger: LedgerStore | None = None,
     ) -> None:
         super().__init__(
@@ -228,10 +228,10 @@ class DeviceSource(WorkerSource):
         )
         self.device_config = config
         self._log = log.get(source=name)
-        # A library that can only be at one path (the binding loads it by absolute
-        # path): while that file is absent no worker is started, so a node without
-        # this vendor pays nothing for the source, not a process every re-probe.
-        self._library_file = library_file
+        # A library the binding loads by absolute path: found here (library_path, the
+        # vendor's paths, the loader's search), and while it is nowhere no worker is
+        # started, so a node without this vendor pays nothing, not a process a re-probe.
+        self._library = library
         self._started = False
         # The vendor label before the worker's inventory names it (the library may never load).
         self._default_vendor = vendor
@@ -275,14 +275,14 @@ class DeviceSource(WorkerSource):
     def _cannot_start(self) -> tuple[str, str] | None:
         """(reason, detail) when no worker could serve here, so none is started; else None.
 
-        Here: a library that can only be at one path and is not there. A subclass
-        adds what else makes a worker pointless (TPU: no chip on the host).
+        Here: a library the binding loads by path and that is nowhere to be found (the
+        worker's backend runs the same search). A subclass adds what else makes a
+        worker pointless (TPU: no chip on the host).
         """
-        path = self._library_file
-        if path is None or os.path.exists(path):
+        if self._library is None:
             return None
-        detail = f"{path} does not exist (set sources.{self.name}.library_path if it is elsewhere)"
-        return "library_not_found", detail
+        found = libsearch.find(self._library, self.runner.config.get("library_path") or "")
+        return None if found.path else ("library_not_found", found.detail)
 
     async def start(self) -> None:
         """Start the worker, unless it certainly could not serve (then: at a later poll)."""

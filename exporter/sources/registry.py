@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from exporter.backends import libsearch
 from exporter.catalog import CATALOG, MetricSpec, with_rows
 from exporter.catalog.workload import pod_labels_row
 from exporter.config.schema import Config, SourceConfig
@@ -63,7 +64,7 @@ def _levelzero(config: Config) -> Source:
         "exporter.backends.levelzero:LevelZeroBackend",
         backend_config={"library_path": cfg.library_path},
         vendor="intel",
-        library_file=cfg.library_path,
+        library=libsearch.LEVELZERO,
     )
 
 
@@ -75,7 +76,7 @@ def _hlml(config: Config) -> Source:
         "exporter.backends.hlml:HlmlBackend",
         backend_config={"library_path": cfg.library_path, "nic_statistics": cfg.nic_statistics},
         vendor="intel_gaudi",
-        library_file=cfg.library_path,
+        library=libsearch.HLML,
     )
 
 

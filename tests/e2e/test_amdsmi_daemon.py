@@ -145,6 +145,11 @@ def test_once_and_probe_without_the_library(tmp_path: Path) -> None:
     probe = cli("probe", env=missing)
     line = next(x for x in probe.stdout.splitlines() if x.startswith("amdsmi"))
     assert line.split()[1:3] == ["auto", "unavailable"] and "libamd_smi.so" in line
+    # Where the amdsmi package looked, in its order, not the KeyError it fails with.
+    assert "KeyError" not in line and "KeyError" not in once.stderr, line
+    looked = line.split("looked in ", 1)[1]
+    assert looked.startswith(f"{tmp_path}/no-rocm/lib/libamd_smi.so, "), line
+    assert "/usr/lib64/libamd_smi.so" in looked and "set ROCM_PATH" in looked, line
     forced = cli("once", "--sources.amdsmi.enabled=true", env=missing)
     assert forced.returncode == 1  # asked for explicitly, its absence is an error
     assert "amdsmi: library_not_found: " in forced.stderr  # the down reason names the cause

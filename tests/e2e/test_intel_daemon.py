@@ -189,10 +189,39 @@ def test_once_and_probe_without_the_libraries(tmp_path: Path) -> None:
     lines = {x.split()[0]: x for x in probe.stdout.splitlines() if x.strip()}
     for source in ("levelzero", "hlml"):
         assert lines[source].split()[1:3] == ["auto", "unavailable"], lines[source]
-        assert "library_not_found" in lines[source] or "does not exist" in lines[source]
+        assert "not found (looked in " in lines[source], lines[source]
     forced = cli("once", "--sources.hlml.enabled=true", *paths, env={})
     assert forced.returncode == 1
     assert "hlml: library_not_found: " in forced.stderr
+
+
+def test_libraries_outside_the_bindings_paths_are_found_by_the_loaders_search(
+    ze_lib: Path, ze_fake: FakeZe, hlml_lib: Path, hlml_fake: FakeHlml
+) -> None:
+    # No library_path: the libraries are where LD_LIBRARY_PATH says, as on a node whose
+    # packages are not where pyzes and pyhlml look (RHEL's /usr/lib64, a custom prefix).
+    env = {
+        **ze_fake.env,
+        **hlml_fake.env,
+        "LD_LIBRARY_PATH": f"{ze_lib.parent}:{hlml_lib.parent}",
+    }
+    probe = cli("probe", env=env)
+    lines = {x.split()[0]: x.split()[1:3] for x in probe.stdout.splitlines() if x.strip()}
+    assert lines["levelzero"] == ["auto", "ok"] and lines["hlml"] == ["auto", "ok"], probe.stdout
+
+
+def test_probe_says_where_it_looked_for_a_missing_library(tmp_path: Path) -> None:
+    probe = cli("probe", env={"LD_LIBRARY_PATH": str(tmp_path)})
+    lines = {x.split()[0]: x for x in probe.stdout.splitlines() if x.strip()}
+    ze_line, hlml_line = lines["levelzero"], lines["hlml"]
+    for place in (
+        "/usr/lib/x86_64-linux-gnu/libze_loader.so.1",
+        "/usr/lib64/libze_loader.so.1",
+        f"{tmp_path}/libze_loader.so.1",
+    ):
+        assert place in ze_line, ze_line
+    assert "/usr/lib/habanalabs/libhlml.so" in hlml_line and f"{tmp_path}/libhlml.so" in hlml_line
+    assert "sources.levelzero.library_path" in ze_line, ze_line
 
 
 def test_record_summarises_gaudi_and_intel_devices(

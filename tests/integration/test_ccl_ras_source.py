@@ -195,6 +195,8 @@ def test_no_job_is_a_normal_state():
     assert state_of(values, address) == "no_job"
     assert values[("accel_ccl_ras_up", (address,))] == 0
     assert ("accel_ccl_ras_query_duration_seconds", (address,)) not in values
+    # No job, nothing to report on: `count(accel_ccl_ras_reporter == 1)` counts jobs' reporters.
+    assert values[("accel_ccl_ras_reporter", (address,))] == 0
 
 
 def test_job_ending_moves_to_no_job():
@@ -210,6 +212,8 @@ def test_job_ending_moves_to_no_job():
     assert state_of(first, a) == "healthy" and state_of(second, a) == "no_job" and error is None
     assert second[("accel_ccl_job_state_transitions_total", (a, "healthy", "no_job"))] == 1
     assert ("accel_ccl_job_info", (a, "nccl", "2.29.2")) not in second
+    assert first[("accel_ccl_ras_reporter", (a,))] == 1
+    assert second[("accel_ccl_ras_reporter", (a,))] == 0
 
 
 @pytest.mark.parametrize(

@@ -80,7 +80,9 @@ def afid_line(dev, uuid, code, age, severity="non_fatal_corrected", count=1):
     )
 
 
-AMD_TWO = info("0", U0, "amd") + info("1", U1, "amd")
+AMD_TWO = (
+    info("0", U0, "amd") + info("1", U1, "amd") + 'accel_exporter_source_up{source="amdsmi"} 1\n'
+)
 
 
 def ccl(state, dead=0, missing=0, address="localhost:28028"):
@@ -347,9 +349,6 @@ def test_basic_auth_file(server, capsys, tmp_path):
     server.body = BUILD + source("host")
     assert main(["check", "exporter", "--url", server.url, "--basic-auth-file", str(creds)]) == 0
     assert server.requests[-1]["Authorization"] == "Basic cHJvbTpzM2NyZXQ="
-    creds.write_text("no colon here\n")
-    assert main(["check", "exporter", "--url", server.url, "--basic-auth-file", str(creds)]) == 2
-    assert "user:password" in capsys.readouterr().out
 
 
 def test_health_npd_exit_codes(server, capsys):
@@ -517,3 +516,84 @@ def test_afid_exit_codes_nagios_and_npd(server, capsys, body, nagios, npd):
         args = ["check", "afid", "--url", url, "--timeout", "5", "--exit-codes", convention]
         assert main(args) == code
         assert capsys.readouterr().out.startswith("AFID ")
+
+
+@pytest.mark.parametrize(
+    ("vendor", "fragment"),
+    [("bogus", "invalid vendor 'bogus'"), ("gaudi", "did you mean intel_gaudi?")],
+)
+def test_an_unknown_vendor_is_a_usage_error_not_a_missing_gpu(capsys, vendor, fragment):
+    # A typo must not page anyone with "0 of 1 expected".
+    with pytest.raises(SystemExit) as raised:
+        main(["check", "gpu-count", "--expected", "1", "--vendor", vendor, "--local"])
+    assert raised.value.code == 3
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("CHECK UNKNOWN - ") and fragment in out, out
+    assert "nvidia, amd, intel, intel_gaudi, google, aws" in out, out
+
+
+def test_the_vendor_is_matched_without_regard_to_case(server, capsys):
+    server.body = TWO + up("0", U0) + up("1", U1)
+    argv = ["check", "gpu-count", "--expected", "2", "--vendor", "NVIDIA", "--url", server.url]
+    assert main(argv) == 0, capsys.readouterr().out
+    capsys.readouterr()
+
+
+def test_the_vendor_help_lists_every_vendor(capsys):
+    with pytest.raises(SystemExit):
+        main(["check", "gpu-count", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "nvidia, amd, intel, intel_gaudi, google, aws" in out, out
+
+
+def test_every_device_source_vendor_is_a_check_vendor():
+    from exporter.checks.devices import VENDORS
+    from exporter.sources.neuron import VENDOR as NEURON
+    from exporter.sources.pci import VENDOR_IDS
+
+    assert {*VENDOR_IDS, NEURON, "google"} == set(VENDORS)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--basic-auth-file", "/nope/auth"],
+        ["--url", "garbage"],
+        ["--url", "ftp://host:9842"],
+    ],
+)
+def test_a_misused_plugin_is_unknown_not_critical(capsys, argv):
+    # By the Nagios convention, CRITICAL is the daemon's state; a bad argument is UNKNOWN.
+    try:
+        status = main(["check", "exporter", *argv])
+    except SystemExit as exc:
+        status = exc.code
+    captured = capsys.readouterr()
+    out = captured.out.strip()
+    assert status == 3, out
+    assert len(out.splitlines()) == 1 and "UNKNOWN - " in out, out
+    # No log line (the JSON of "check failed"), no traceback: usage at most.
+    assert "internal error" not in out and '"event"' not in captured.err, captured.err
+    assert "Traceback" not in captured.err
+
+
+def test_a_basic_auth_file_without_a_colon_is_unknown(server, capsys, tmp_path):
+    creds = tmp_path / "auth"
+    creds.write_text("no colon here\n")
+    server.body = BUILD + source("host")
+    assert main(["check", "exporter", "--url", server.url, "--basic-auth-file", str(creds)]) == 3
+    assert "user:password" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        ("", "the amdsmi source is not running here"),
+        (source("amdsmi", False, "library_not_found"), "the amdsmi source is down"),
+    ],
+)
+def test_afid_is_unknown_where_amdsmi_cannot_read_them(server, capsys, extra, fragment):
+    server.body = info("0", U0, "amd") + info("1", U1, "amd") + source("host") + extra
+    assert main(["check", "afid", "--url", server.url]) == 3
+    out = capsys.readouterr().out
+    assert fragment in out, out

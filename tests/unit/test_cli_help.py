@@ -86,3 +86,76 @@ def test_an_old_flag_spelling_works_and_is_logged(capsys):
     captured = capsys.readouterr()
     assert "interval: 45s" in captured.out
     assert "renamed to --sources.ccl_ras.interval" in captured.err
+
+
+def test_help_into_a_closed_pipe_ends_quietly():
+    # `accel-exporter --help-all | head -1`: the reader goes away before the writer.
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "exporter", "--help-all"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+    assert done.returncode == 141
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (
+            ["--web.listen-adress", ":9854"],
+            "unknown flag --web.listen-adress (did you mean --web.listen-address?)",
+        ),
+        (
+            ["--sources.nvidia.enabled", "true"],
+            "unknown flag --sources.nvidia.enabled (did you mean --sources.nvml.enabled?)",
+        ),
+        (
+            ["--sources.nvml.intervall", "5s"],
+            "unknown flag --sources.nvml.intervall (did you mean --sources.nvml.interval?)",
+        ),
+        (["once", "--sources.nvml.intervall=5s"], "did you mean --sources.nvml.interval?"),
+        (["once", "--formt", "json"], "unknown flag --formt (did you mean --format?)"),
+    ],
+)
+def test_a_mistyped_flag_gets_the_same_suggestion_as_a_key(capsys, argv, fragment):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert fragment in err, err
+    assert "invalid choice" not in err and "unrecognized arguments" not in err, err
+
+
+def test_a_mistyped_check_flag_is_unknown_with_a_suggestion(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["check", "gpu-count", "--expected", "2", "--vendr", "nvidia"])
+    assert exit_.value.code == 3
+    out = capsys.readouterr().out
+    assert "unknown flag --vendr (did you mean --vendor?)" in out, out
+
+
+def test_file_env_and_flag_typos_suggest_the_same_key(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("sources:\n  nvml:\n    intervall: 5s\n")
+    problems = []
+    for kwargs in (
+        {"path": str(cfg), "env": {}},
+        {"path": None, "env": {"ACCEL_EXPORTER_SOURCES__NVML__INTERVALL": "5s"}},
+    ):
+        with pytest.raises(ConfigError) as raised:
+            load_config(**kwargs)
+        problems.append(" ".join(raised.value.problems))
+    assert "did you mean 'interval'?" in problems[0], problems
+    assert "did you mean ACCEL_EXPORTER_SOURCES__NVML__INTERVAL?" in problems[1], problems

@@ -210,3 +210,27 @@ def test_web_connection_limits_name_the_key(tmp_path):
     web = load_config(None, env={}).web
     assert (web.max_connections, web.max_idle_connections) == (256, 64)
     assert (web.idle_timeout, web.header_timeout) == (30.0, 5.0)
+
+
+@pytest.mark.parametrize(
+    ("address", "fragment"),
+    [
+        ("http://localhost:9851", "is a URL: give host:port, as localhost:9851"),
+        ("https://[::1]:9851/metrics", "is a URL: give host:port, as [::1]:9851"),
+    ],
+)
+def test_a_url_as_listen_address_says_so(address, fragment):
+    with pytest.raises(ConfigError) as raised:
+        load_config(None, env={}, overrides={"web.listen_address": address})
+    text = "; ".join(raised.value.problems)
+    assert fragment in text and "bracketed" not in text, text
+
+
+def test_host_port_is_written_back_as_it_is_read():
+    from exporter.config.addresses import join_host_port, split_host_port
+
+    for text in (":9842", "[::]:9842", "127.0.0.1:9842", "[fe80::1]:1"):
+        host, port = split_host_port(text)
+        assert split_host_port(join_host_port(host, port)) == (host, port)
+    assert join_host_port("::", 9842) == "[::]:9842"
+    assert join_host_port("", 9842) == ":9842"

@@ -62,3 +62,19 @@ def test_state_log_reminds_hourly_and_tells_a_new_state_at_once():
     assert state.due("nvml", ("library_not_found", "x"))
     state.forget("nvml")
     assert state.due("nvml", ("library_not_found", "x"))
+
+
+def test_the_unavailable_line_says_how_often_it_is_reprobed():
+    async def go() -> None:
+        sched = Scheduler(Store(), [Missing()], reprobe_seconds=0.05)
+        await sched.start()
+        await asyncio.sleep(0.3)
+        await sched.stop()
+
+    with capture_logs() as logs:
+        asyncio.run(go())
+    line = next(line for line in logs if line["event"] == "source unavailable")
+    # Re-probed every reprobe interval; only the log line waits an hour to repeat.
+    assert line["reprobe_seconds"] == 0.05
+    assert line["logged_again"] == "at most hourly while it lasts"
+    assert "repeats" not in line

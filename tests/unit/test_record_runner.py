@@ -92,3 +92,32 @@ def test_a_sampling_pass_that_fails_is_logged_once_and_recording_goes_on(tmp_pat
     assert summary["record_errors"]["sample"] >= 3 and summary["record_errors"]["final sample"] == 1
     last = json.loads((tmp_path / "run" / "run.jsonl").read_text().splitlines()[-1])
     assert last["type"] == "exit" and last["status"] == 7 and "sample" in last["record_errors"]
+
+
+def test_a_command_shorter_than_the_interval_gets_its_figures_from_the_samples_around_it():
+    # `record -- sleep 1` at the default 1 s interval: no poll completes while the
+    # command runs, only the baseline before and the final sample after it.
+    stats = RunStats(10.0)
+    stats.add_device(9.9, UUID, DeviceSample(1.0, 0.0, 50.0, 100.0), aggregate=False)
+    stats.add_host(0.2, 0.7, aggregate=False)
+    stats.add_device(11.1, UUID, DeviceSample(3.0, 0.5, 70.0, 160.0), aggregate=False)
+    stats.add_host(0.4, 0.5, aggregate=False)
+    stats.finish(11.0)
+    summary = stats.summary()
+    dev = summary["devices"][UUID]
+    assert dev["samples"] == 2 and dev["samples_taken"] == "around"
+    assert dev["utilization_ratio"] == {"mean": 0.25, "max": 0.5}
+    assert dev["peak_memory_bytes"] == 3.0
+    assert dev["energy_joules"] == 60.0
+    assert summary["host"]["samples"] == 2 and summary["host"]["samples_taken"] == "around"
+    assert abs(summary["host"]["cpu_user_ratio_mean"] - 0.3) < 1e-9
+
+
+def test_samples_taken_while_the_command_ran_leave_the_bracketing_ones_out():
+    stats = RunStats(0.0)
+    stats.add_host(0.9, 0.1, aggregate=False)
+    stats.add_host(0.5, 0.5)
+    stats.add_host(0.9, 0.1, aggregate=False)
+    host = stats.summary()["host"]
+    assert host["samples"] == 1 and host["samples_taken"] == "during"
+    assert host["cpu_user_ratio_mean"] == 0.5

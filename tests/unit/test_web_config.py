@@ -42,7 +42,10 @@ def test_toolkit_keys_map_onto_the_daemons(tmp_path, pki):
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
-        ("http_server_config:\n  http2: false\n", "http_server_config: not supported"),
+        (
+            "http_server_config:\n  headers:\n    X-Frame-Options: deny\n",
+            "http_server_config.headers: not supported",
+        ),
         ("tls_server_config:\n  cipher_suites: [x]\n", "tls_server_config.cipher_suites: not"),
         ("tls_server_config:\n  min_version: TLS10\n", "must be TLS12 or TLS13"),
         ("basic_auth_users: [a]\n", "basic_auth_users must be a mapping"),
@@ -76,3 +79,65 @@ def test_client_auth_type_needs_its_ca(tmp_path, pki):
     assert load_config(None, env={}, overrides=overrides).web.tls.client_auth_type == (
         "NoClientCert"
     )
+
+
+def problems_of(**overrides):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, env={}, overrides=overrides)
+    return err.value.problems
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("tls_server_confg:\n  cert_file: a\n", "(did you mean 'tls_server_config'?)"),
+        ("tls_server_config:\n  cert_fil: a\n", "(did you mean 'cert_file'?)"),
+        ("basic_auth_user:\n  prom: x\n", "(did you mean 'basic_auth_users'?)"),
+    ],
+)
+def test_a_mistyped_key_gets_a_suggestion(tmp_path, text, fragment):
+    problems = problems_of(**{"web.config_file": web_file(tmp_path, text)})
+    assert any(fragment in p for p in problems), problems
+
+
+def test_the_toolkits_http_server_config_is_accepted(tmp_path):
+    # A web.yml written for node_exporter: HTTP/2 off (this server speaks HTTP/1.1 only).
+    path = web_file(
+        tmp_path, f"http_server_config:\n  http2: false\nbasic_auth_users:\n  p: '{HASH}'\n"
+    )
+    config = load_config(None, env={}, overrides={"web.config_file": path})
+    assert config.web.basic_auth is not None
+
+
+def test_a_yaml_error_names_its_line(tmp_path):
+    path = web_file(
+        tmp_path, "basic_auth_users:\n  prom: x\ntls_server_config:\n  cert_file: a: b\n"
+    )
+    problems = problems_of(**{"web.config_file": path})
+    assert any("line 4" in p for p in problems), problems
+
+
+def test_a_missing_file_is_one_problem(tmp_path):
+    problems = problems_of(**{"web.config_file": str(tmp_path / "nope.yml")})
+    assert len(problems) == 1 and "nope.yml" in problems[0], problems
+    assert "does not exist" in problems[0], problems
+
+
+def test_a_key_that_does_not_match_its_certificate_names_both_files(tmp_path, pki):
+    (tmp_path / "other").mkdir()
+    other = make_pki(tmp_path / "other", ("server", "127.0.0.1"))
+    cert, key = pki / "server.pem", other / "server.key"
+    problems = problems_of(**{"web.tls.cert_file": str(cert), "web.tls.key_file": str(key)})
+    text = " ".join(problems)
+    assert str(cert) in text and str(key) in text and "does not match" in text, problems
+    assert "PEM lib" not in text, problems
+
+
+def test_a_certificate_that_is_not_pem_names_the_file(tmp_path, pki):
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a certificate\n")
+    problems = problems_of(
+        **{"web.tls.cert_file": str(bad), "web.tls.key_file": str(pki / "server.key")}
+    )
+    text = " ".join(problems)
+    assert str(bad) in text and "PEM" in text, problems

@@ -1,0 +1,122 @@
+"""Where a vendor library is: the configured path, the vendor's documented paths, the loader's.
+
+Some bindings open their library by one absolute path (pyzes: Debian's Level
+Zero loader; pyhlml: ``/usr/lib/habanalabs/libhlml.so``), so on another
+distribution they find nothing although the library is installed. Unless a path
+is configured, :func:`find` tries the paths each vendor's packages install to on
+the distributions we support, then the places the dynamic loader itself would
+search for the library's SONAME (``LD_LIBRARY_PATH``, ``/etc/ld.so.cache``, the
+default directories), without loading anything: the daemon decides whether a
+worker is worth starting, and only a worker loads vendor code. Whatever it finds
+or not, it says where it looked, so ``probe`` can tell.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+LD_SO_CACHE = "/etc/ld.so.cache"
+# glibc's trusted directories on x86_64 (searched after the cache), 64-bit first.
+DEFAULT_DIRS = ("/lib64", "/usr/lib64", "/lib", "/usr/lib")
+
+
+@dataclass(frozen=True)
+class Library:
+    """A vendor library: its SONAME, its documented install paths, how to get it."""
+
+    soname: str
+    documented: tuple[str, ...]
+    key: str  # the config key that names it explicitly
+    install: str  # the packages that install it
+
+
+@dataclass(frozen=True)
+class Found:
+    """The library's path ("" when none) and every place looked at, in order."""
+
+    path: str
+    looked: tuple[str, ...]
+    library: Library
+
+    @property
+    def detail(self) -> str:
+        """Why it is missing, with where it was looked for (the unavailable reason's text)."""
+        places = ", ".join(self.looked)
+        return (
+            f"{self.library.soname} not found (looked in {places}, and the dynamic loader's"
+            f" cache); install "
+            f"{self.library.install}, or set {self.library.key}"
+        )
+
+
+# Debian/Ubuntu's multiarch path (pyzes's hard-coded one); RHEL, Fedora and SUSE
+# package it in %{_libdir}, /usr/lib64; Arch-style distributions in /usr/lib.
+LEVELZERO = Library(
+    "libze_loader.so.1",
+    (
+        "/usr/lib/x86_64-linux-gnu/libze_loader.so.1",
+        "/usr/lib64/libze_loader.so.1",
+        "/usr/lib/libze_loader.so.1",
+    ),
+    "sources.levelzero.library_path",
+    "the Level Zero loader (libze1 on Debian/Ubuntu, level-zero on RHEL/SUSE/Fedora)",
+)
+# habanalabs-firmware-tools installs it here on every distribution Habana supports.
+HLML = Library(
+    "libhlml.so",
+    ("/usr/lib/habanalabs/libhlml.so",),
+    "sources.hlml.library_path",
+    "habanalabs-firmware-tools",
+)
+
+
+def cached_paths(soname: str, cache: str = LD_SO_CACHE) -> list[str]:
+    """The paths ``/etc/ld.so.cache`` maps ``soname`` to (its string table holds them)."""
+    try:
+        with open(cache, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return []
+    out = []
+    tail = ("/" + soname).encode() + b"\0"
+    start = data.find(tail)
+    while start >= 0:
+        begin = data.rfind(b"\0", 0, start) + 1
+        path = data[begin : start + len(tail) - 1].decode("utf-8", "replace")
+        if path.startswith("/") and path not in out:
+            out.append(path)
+        start = data.find(tail, start + 1)
+    return out
+
+
+def loader_candidates(
+    soname: str, env: Mapping[str, str] | None = None, cache: str = LD_SO_CACHE
+) -> list[str]:
+    """Where the dynamic loader would look for ``soname``, in its order."""
+    env = os.environ if env is None else env
+    dirs = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
+    out = [os.path.join(d, soname) for d in dirs]
+    out += cached_paths(soname, cache)
+    out += [os.path.join(d, soname) for d in DEFAULT_DIRS]
+    return out
+
+
+def find(
+    library: Library,
+    configured: str = "",
+    env: Mapping[str, str] | None = None,
+    cache: str = LD_SO_CACHE,
+) -> Found:
+    """The configured path if set (and only it), else the first documented or loader path."""
+    if configured:
+        return Found(configured if os.path.exists(configured) else "", (configured,), library)
+    looked: list[str] = []
+    for path in [*library.documented, *loader_candidates(library.soname, env, cache)]:
+        if path in looked:
+            continue
+        looked.append(path)
+        if os.path.exists(path):
+            return Found(path, tuple(looked), library)
+    return Found("", tuple(looked), library)
