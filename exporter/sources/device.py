@@ -22,7 +22,9 @@ from the new worker. While a worker starts, the last state stays exported.
 Wire shapes (all JSON):
 
 inventory  ``{"vendor": str, "devices": [{"device": str, "uuid": str, "info": {label: str},
-                                          "index": int (the library's; default: position)}]}``
+                                          "index": int (the library's; default: position),
+                                          "parent": str (the physical device: the GPU of a
+                                          partition; default: its uuid)}]}``
 poll args  ``{"slow": bool, "processes": bool, "events": bool,
               "ledger": {uuid: object} (only for a backend with a ledger store)}``
 poll fault ``inventory_changed`` (the devices differ from the inventory): the
@@ -105,6 +107,7 @@ class DeviceId:
     uuid: str
     info: tuple[tuple[str, str], ...]
     index: int = -1  # the library's index of the device (what a worker's isolation names)
+    parent: str = ""  # the physical device it is part of (itself, unless partitioned)
 
 
 class ShapeError(Exception):
@@ -134,8 +137,11 @@ def parse_inventory(raw: Mapping[str, Any]) -> tuple[str, list[DeviceId]]:
         index = item.get("index", i)
         if type(index) is not int or index < 0:
             raise ShapeError(f"inventory device {i} has an index that is not a natural number")
+        parent = item.get("parent", uuid)
+        if not isinstance(parent, str):
+            raise ShapeError(f"inventory device {i} has a parent that is not a string")
         labels = tuple((k, str(v)) for k, v in sorted(info.items()))
-        out.append(DeviceId(device, uuid, labels, index))
+        out.append(DeviceId(device, uuid, labels, index, parent or uuid))
     return vendor, out
 
 
@@ -451,8 +457,14 @@ class DeviceSource(WorkerSource):
     async def _poll_once(self, deadline: float) -> Sequence[Reading]:
         """Wait for the worker if it is starting, ask it, check the answer."""
         try:
+            was_ready = self.runner.is_ready
             inventory = await self.runner.ready(timeout=max(0.0, deadline - time.monotonic()))
             self._adopt(inventory)
+            if not was_ready and deadline - time.monotonic() < self._call_budget() / 2:
+                # The worker came up late in this poll: what is left of the deadline may
+                # not cover a poll of every device (64 partitions), and a missed one
+                # kills the new worker. Asked again in a moment, with a whole deadline.
+                raise SourcePending("starting", "the worker has just started")
             slow = time.monotonic() >= self._next_slow
             args: dict[str, Any] = {
                 "slow": slow,
@@ -479,8 +491,12 @@ class DeviceSource(WorkerSource):
         except SourcePending as exc:
             # A new worker is starting: which devices there are and their state stay
             # shown until it answers; their values do not (they would pass for fresh).
+            # Before any result, what is known: the devices isolated so far, if any.
             known = [r for r in self._last if r.metric in KEPT_WHILE_STARTING]
-            raise SourcePending(exc.reason, exc.detail, known or self._expected()) from None
+            if not known:
+                down = {(d.device, d.uuid): exc.reason for d in self._devices}
+                known = self._compose(down, ())
+            raise SourcePending(exc.reason, exc.detail, known) from None
         except SourceUnavailable as exc:
             if self.device_config.expected_devices is not None:
                 # The node is declared to have accelerators: a missing library or driver
