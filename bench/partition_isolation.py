@@ -8,6 +8,8 @@ partitions of GPU 3 hangs from the start. The daemon of this tree and the daemon
 interpreter and the same fake) each start with the amdsmi source alone and its default
 deadlines (5 s interval, 30 s bootstrap), and we measure:
 
+- ``listening_seconds``: from the daemon's start to its HTTP listener up (Python start-up
+  and imports: what a loaded machine stretches, the same for both);
 - ``first_device_seconds``: from the daemon's start to the first ``accel_device_up`` on
   /metrics (a blank node until then);
 - ``all_healthy_fresh_seconds``: from the daemon's start to every one of the 56 healthy
@@ -55,6 +57,7 @@ def measure(tree: Path, lib_root: Path, work: Path, name: str, limit: float) -> 
     d.config = CONFIG
     began = time.monotonic()
     d.start()
+    listening = time.monotonic() - began
     first = fresh = None
     try:
         while time.monotonic() - began < limit:
@@ -76,6 +79,7 @@ def measure(tree: Path, lib_root: Path, work: Path, name: str, limit: float) -> 
         d.stop()
         fake.close()
     return {
+        "listening_seconds": round(listening, 2),
         "first_device_seconds": first,
         "all_healthy_fresh_seconds": fresh,
         "worker_restarts": restarts,

@@ -91,6 +91,8 @@ IDENTITY = frozenset(
 # What a pending poll (a worker starting) keeps showing of the last one: identity and
 # state, with the health verdict; no values, which would pass for fresh.
 KEPT_WHILE_STARTING = IDENTITY | {"accel_device_health", "accel_device_health_reason_info"}
+# Why a device is down while the worker a reload replaced is not answering yet.
+RELOADING = "reloading"
 
 
 def call_budget(timeout: float) -> float:
@@ -269,11 +271,26 @@ class DeviceSource(WorkerSource):
         )
 
     def adopt(self, old: Source) -> None:
-        """Keep the devices the replaced source isolated, under the names they had."""
-        if isinstance(old, DeviceSource) and old.runner.backend == self.runner.backend:
-            self.runner.adopt(old.runner)
-            for index, known in old._known.items():
-                self._known.setdefault(index, known)
+        """Take over from the source a reload replaces (its settings changed).
+
+        The devices it isolated stay isolated under the names they had (when the
+        worker settings allow, see WorkerRunner.adopt), and until the new worker
+        answers its devices stay exported, down with reason ``reloading`` (no
+        values, which would pass for fresh): a burst of reloads blanks no series.
+        """
+        if not isinstance(old, DeviceSource) or old.runner.backend != self.runner.backend:
+            return
+        self.runner.adopt(old.runner)
+        for index, known in old._known.items():
+            self._known.setdefault(index, known)
+        # Replaced by the new worker's inventory at its first answer.
+        self._vendor, self._devices = old._vendor, list(old._devices)
+        down = {(d.device, d.uuid): RELOADING for d in self._devices}
+        self._last = [r for r in self._compose(down, ()) if r.metric in KEPT_WHILE_STARTING]
+
+    def carried(self) -> Sequence[Reading]:
+        """The replaced source's devices, down with reason ``reloading`` (see adopt)."""
+        return self._last
 
     def _call_budget(self) -> float:
         return call_budget(self.timeout)
