@@ -210,6 +210,7 @@ COUNTS: Mapping[str, str] = MappingProxyType(
         "accel_remapped_rows_pending": "{row}",
         "accel_workload_attribution_errors_total": "{error}",
         "accel_process_checkpoint_query_errors_total": "{error}",
+        "accel_exporter_state_errors_total": "{error}",
         "accel_ccl_job_nodes": "{node}",
         "accel_ccl_job_processes": "{process}",
         "accel_ccl_job_gpus": "{gpu}",

@@ -326,6 +326,8 @@ class DeviceSource(WorkerSource):
             dev = names.get(entry["index"])
             if dev is not None:
                 entry["device"], entry["uuid"] = dev.device, dev.uuid
+        if self.ledger is not None:
+            out["cper_state"] = self.ledger.describe()
         if self._pci is not None:
             out["pci_devices"] = len(self._pci)
         elif self._pci_problem:
@@ -620,4 +622,8 @@ class DeviceSource(WorkerSource):
         stuck = self.runner.stuck_processes()
         if stuck or self._known:  # once a worker ran here; a node without the vendor has none
             out.append(Reading("accel_exporter_worker_stuck_processes", (self.name,), float(stuck)))
+        if self.ledger is not None:
+            for reason, count in sorted(self.ledger.errors.items()):
+                labels = (self.name, reason)
+                out.append(Reading("accel_exporter_state_errors_total", labels, float(count)))
         return out
