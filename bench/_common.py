@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import statistics
+import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,3 +174,25 @@ def first_complete_metrics(
             "first_complete_metrics_seconds_max": 2.0,
         },
     }
+
+
+@contextlib.contextmanager
+def checked_out(root: Path, refs: Mapping[str, str], work: Path) -> Iterator[dict[str, Path]]:
+    """A detached worktree of ``root`` per named ref (``""``: ``root`` itself), removed after."""
+    trees = {name: (work / name if ref else root) for name, ref in refs.items()}
+    try:
+        for name, ref in refs.items():
+            if ref:
+                subprocess.run(
+                    ["git", "-C", str(root), "worktree", "add", "--detach", str(trees[name]), ref],
+                    check=True,
+                    capture_output=True,
+                )
+        yield trees
+    finally:
+        for tree in set(trees.values()) - {root}:
+            subprocess.run(
+                ["git", "-C", str(root), "worktree", "remove", "--force", str(tree)],
+                check=False,
+                capture_output=True,
+            )

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._common import checked_out  # noqa: E402
 from tests.fakes.nvml.control import FakeNvml, build  # noqa: E402
 from tests.helpers.daemon import Daemon, samples, value  # noqa: E402
 
@@ -140,27 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     }
     with tempfile.TemporaryDirectory(prefix="bench-isolation-") as tmp:
         work = Path(tmp)
-        base = work / "baseline"
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(base), args.baseline],
-            check=True,
-            capture_output=True,
-        )
-        candidate = ROOT
-        if args.candidate:
-            candidate = work / "candidate"
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(candidate),
-                 args.candidate],
-                check=True,
-                capture_output=True,
-            )  # fmt: skip
-        try:
+        refs = {"baseline": args.baseline, "isolation": args.candidate}
+        with checked_out(ROOT, refs, work) as trees:
             lib = build(work / "lib")
             for devices in args.devices:
                 runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "isolation": []}
                 for r in range(args.rounds):
-                    for name, tree in (("baseline", base), ("isolation", candidate)):
+                    for name, tree in trees.items():
                         state = work / f"state-{devices}-{name}-{r}"
                         fake = FakeNvml.create(lib, state, devices=devices)
                         runs[name].append(measure(tree, fake, devices, args.window, work))
@@ -177,13 +163,6 @@ def main(argv: list[str] | None = None) -> int:
                     best["isolation"]["cpu_ms_per_poll"] / best["baseline"]["cpu_ms_per_poll"], 3
                 )
                 out[f"{devices}_gpus"] = best
-        finally:
-            for tree in {base, candidate} - {ROOT}:
-                subprocess.run(
-                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
-                    check=False,
-                    capture_output=True,
-                )
     print(json.dumps(out, indent=2))
     return 0
 

@@ -4,7 +4,9 @@ Lifecycle: SIGTERM/SIGINT stop in order (stop scheduling and cancel polls, stop
 workers, stop HTTP, flush push outputs) well within 5 s. SIGHUP reloads the
 config; an invalid new config is logged reason by reason and the old one keeps
 running, and so does a new config that would change an exported label set
-(``workload.k8s.pod_labels``), which needs a restart.
+(``workload.k8s.pod_labels``), which needs a restart. A SIGHUP during a reload
+schedules one more after it (a burst gives at least one reload of the last
+file); a source the new config leaves as it was keeps running untouched.
 """
 
 from __future__ import annotations
@@ -110,7 +112,9 @@ class App:
         self._stop = asyncio.Event()
         # One lifecycle change at a time: start, reload and shutdown never overlap.
         self._lifecycle = asyncio.Lock()
-        self._reload_task: asyncio.Task[bool] | None = None
+        self._reload_task: asyncio.Task[None] | None = None
+        # A SIGHUP came during a reload: reload once more when it ends.
+        self._reload_again = False
         self._retiring: list[Runtime] = []
         self._log = log.get()
 
@@ -153,6 +157,7 @@ class App:
                 "next_poll": sched.next_poll if sched else None,
                 "polling": sched.polling if sched else False,
                 "consecutive_failures": sched.consecutive_failures if sched else 0,
+                "interval": by_name[record.name].interval() if record.name in by_name else None,
                 "polls": record.polls,
                 "errors": dict(record.errors),
                 "worker_restarts": record.restarts,
@@ -205,9 +210,21 @@ class App:
         except (ssl.SSLError, OSError) as exc:
             raise StartupError(f"web.tls: cannot load certificate or key: {exc}", 2) from None
 
-    def _build_runtime(self, config: Config) -> Runtime:
-        """Construct sources, scheduler and outputs without starting anything."""
+    def _build_runtime(self, config: Config, running: Runtime | None = None) -> Runtime:
+        """Construct sources, scheduler and outputs without starting anything.
+
+        A source of ``running`` that the new config builds the same (its
+        fingerprint) is taken as it is, not replaced: a reload leaves it running.
+        """
         sources = list(self.source_builder(config))
+        if running is not None:
+            current = {s.name: s for s in running.sources}
+            sources = [
+                current[s.name]
+                if s.name in current and current[s.name].fingerprint() == s.fingerprint()
+                else s
+                for s in sources
+            ]
         return Runtime(
             config, sources, Scheduler(self.store, sources), build_outputs(config, self.store)
         )
@@ -233,9 +250,23 @@ class App:
         self._stop.set()
 
     def request_reload(self) -> None:
-        """SIGHUP: reload in a task; a reload already under way absorbs this one."""
+        """SIGHUP: reload in a task; during a reload, one more reload after it.
+
+        Coalesced: however many arrive during a reload, one more follows it, and
+        it reads the file as it is then, so the last file written is applied.
+        """
         if self._reload_task is None or self._reload_task.done():
-            self._reload_task = asyncio.create_task(self.reload(), name="reload")
+            self._reload_task = asyncio.create_task(self._reloads(), name="reload")
+        else:
+            self._reload_again = True
+
+    async def _reloads(self) -> None:
+        while True:
+            self._reload_again = False
+            await self.reload()
+            if not self._reload_again:
+                return
+            self._log.info("reloading again", why="SIGHUP during the last reload")
 
     async def run(self) -> int:
         """Run until SIGTERM/SIGINT; returns the exit status."""
@@ -324,7 +355,7 @@ class App:
                 )
                 return False
             try:
-                runtime = self._build_runtime(new)
+                runtime = self._build_runtime(new, self.runtime)
             except Exception as exc:
                 self._log.error("reload rejected", problem=f"cannot build sources: {exc!r}")
                 return False
@@ -351,14 +382,17 @@ class App:
             os.environ["ACCEL_EXPORTER_WORKER_LOG_LEVEL"] = new.log.level
             self.exposition.set_stamp(stamp.from_config(new))
             old, self.runtime = self.runtime, runtime
+            previous = {source.name: source for source in old.sources}
+            unchanged = [s.name for s in runtime.sources if previous.get(s.name) is s]
+            for name in unchanged:  # left running: not stopped, not restarted
+                old.scheduler.hand_over(name, runtime.scheduler)
             # Until it is fully stopped, a shutdown that cancels this reload must
             # still find the old runtime (and its workers) to stop.
             self._retiring.append(old)
             await self._stop_runtime(old, flush_seconds=OUTPUT_FLUSH_SECONDS)
             self._retiring.remove(old)
-            previous = {source.name: source for source in old.sources}
             for source in runtime.sources:
-                if source.name in previous:
+                if source.name in previous and source.name not in unchanged:
                     source.adopt(previous[source.name])
             await self._start_runtime(runtime)
             kept = {s.name for s in runtime.sources}
@@ -370,5 +404,5 @@ class App:
                 new_http.start()
                 await asyncio.get_running_loop().run_in_executor(None, old_http.stop)
             self.config = new
-            self._log.info("config reloaded", sources=sorted(kept))
+            self._log.info("config reloaded", sources=sorted(kept), unchanged=unchanged)
             return True

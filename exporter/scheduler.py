@@ -157,12 +157,30 @@ class Scheduler:
         self._on_snapshot = on_snapshot
         self.schedules = {s.name: Schedule(i) for i, s in enumerate(self.sources)}
 
+    def hand_over(self, name: str, to: Scheduler) -> None:
+        """Give a running source (its polling task and schedule) to ``to``, not stopped.
+
+        For a reload that leaves the source as it was: its worker, its polls in
+        flight and its timing go on under the new runtime. ``to`` must list the
+        same source object.
+        """
+        task = self._tasks.pop(name, None)
+        if task is None:
+            return
+        source = next(s for s in self.sources if s.name == name)
+        self.sources.remove(source)
+        to._tasks[name] = task
+        to.schedules[name] = self.schedules.pop(name)
+
     async def start(self) -> None:
-        """Start every source and its polling task."""
+        """Start every source and its polling task (not those handed over, running already)."""
         for source in self.sources:
             self.store.register(source.name)
             source.attach(self.store)
         for source in self.sources:
+            if source.name in self._tasks:
+                continue
+            self._show_carried(source)
             try:
                 await asyncio.wait_for(source.start(), timeout=source.timeout)
             except asyncio.CancelledError:
@@ -172,6 +190,26 @@ class Scheduler:
             self._tasks[source.name] = asyncio.create_task(
                 self._run(source), name=f"source-{source.name}"
             )
+
+    def _show_carried(self, source: Source) -> None:
+        """Record what a replacing source carried over, as a pending poll would."""
+        readings = source.carried()
+        if not readings:
+            return
+        good, _ = validate(readings, self.store.catalog)
+        now = time.time()
+        self.store.record(
+            Snapshot(
+                source=source.name,
+                readings=tuple(good),
+                outcome=Outcome(False, "reloading", "the config was reloaded", pending=True),
+                started_at=now,
+                completed_at=now,
+                completed_mono=time.monotonic(),
+                duration=0.0,
+                stale_after=source.stale_after,
+            )
+        )
 
     async def stop(self) -> None:
         """Cancel polls (hung ones included), then close every source under a deadline."""

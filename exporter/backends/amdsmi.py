@@ -12,6 +12,7 @@ thread (:mod:`exporter.backends.amdsmi_events`). The wire shapes are those of
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import importlib
 import importlib.util
@@ -74,6 +75,8 @@ class Gpu:
     # A partition of a partitioned GPU, and which (its XCP; None when unknown).
     partitioned: bool = False
     xcp: int | None = None
+    # The physical GPU it belongs to (see _parents): partitions of one GPU share it.
+    parent: str = ""
 
     @property
     def primary(self) -> bool:
@@ -214,7 +217,13 @@ class AmdSmiBackend:
         return {
             "vendor": "amd",
             "devices": [
-                {"device": g.device, "uuid": g.uuid, "info": g.info, "index": int(g.device)}
+                {
+                    "device": g.device,
+                    "uuid": g.uuid,
+                    "info": g.info,
+                    "index": int(g.device),
+                    "parent": g.parent or g.info.get("pci_bus_id") or g.uuid,
+                }
                 for g in self.gpus
             ],
         }
@@ -235,12 +244,16 @@ class AmdSmiBackend:
             raise BackendError("enumeration_failed", f"listing GPUs failed: {status}") from None
         # The device label is the library's index, so it stays the same when
         # a worker serves only some of them (the others isolated after a hang).
+        # Before any device is touched: a hang on one partition isolates its siblings too.
+        parents = self._parents(len(handles))
+        crumb.topology(parents)
         self.gpus = []
         for index in crumb.wanted(self.config, len(handles)):
             crumb.device(index)
             gpu = self._identify(handles[index])
             if gpu is not None:
                 gpu.device = str(index)
+                gpu.parent = parents[index] if parents else ""
                 self.gpus.append(gpu)
         crumb.clear()
         self._dedupe_uuids()
@@ -249,6 +262,35 @@ class AmdSmiBackend:
             raise BackendUnavailable("no_devices", "amdsmi found no AMD GPU")
         # No GPU served because every one is isolated: an empty worker, not "no AMD
         # here"; the isolated ones stay reported, down with their reason.
+
+    def _parents(self, count: int) -> list[str]:
+        """The physical GPU of each of the ``count`` processors, in the library's order.
+
+        From amdsmi's sockets, which the library lists from what it learnt at
+        init, without asking a device: each socket's processors (its partitions,
+        when the GPU is partitioned) and its id, the PCI address (whose function
+        number, which tells partitions apart, is dropped). [] when the library
+        does not say (each device is then its own).
+        """
+        api = self.api
+        keys: list[str] = []
+        try:
+            for n, socket in enumerate(api.amdsmi_get_socket_handles()):
+                size = ctypes.c_uint32(0)
+                status = api.amdsmi_wrapper.amdsmi_get_processor_handles(
+                    socket, ctypes.byref(size), None
+                )
+                if status:
+                    return []
+                try:
+                    name = _text(api.amdsmi_get_socket_info(socket))
+                except api.AmdSmiLibraryException:
+                    name = ""
+                keys += [crumb.physical_key(name) if name else f"socket-{n}"] * size.value
+        except (api.AmdSmiLibraryException, ctypes.ArgumentError, AttributeError) as exc:
+            self._log.info("no socket layout; each device isolated on its own", error=repr(exc))
+            return []
+        return keys if len(keys) == count else []
 
     def _lib_version(self) -> str:
         try:

@@ -28,6 +28,8 @@ FUNCTIONS = (
     "amdsmi_shut_down",
     "amdsmi_get_lib_version",
     "amdsmi_get_processor_handles",
+    "amdsmi_get_socket_handles",
+    "amdsmi_get_socket_info",
     "amdsmi_get_processor_type",
     "amdsmi_get_gpu_device_uuid",
     "amdsmi_get_gpu_device_bdf",

@@ -123,7 +123,14 @@ class NvmlBackend:
                 self._log.warning("duplicate uuid", device=gpu.index, uuid=gpu.uuid, now=uuid)
                 gpu.uuid = uuid
         devices = [
-            {"device": g.device, "uuid": g.uuid, "info": info, "index": g.index}
+            # A GPU is its own physical device; its MIG instances are read inside it.
+            {
+                "device": g.device,
+                "uuid": g.uuid,
+                "info": info,
+                "index": g.index,
+                "parent": info.get("pci_bus_id") or g.uuid,
+            }
             for g, info in zip(self.gpus, infos, strict=True)
         ]
         self.reader = DeviceReader(n)

@@ -65,6 +65,25 @@ ROWS = (
         otel_unit="{restart}",
     ),
     MetricSpec(
+        "accel_exporter_state_errors_total",
+        Kind.COUNTER,
+        "Failed reads and writes of a source's state file (AMD CPER ledgers) by reason: "
+        "corrupt, unreadable, read_only, no_space, permission_denied, write_failed. While "
+        "writes fail, a daemon restart counts every CPER record again (/status: cper_state).",
+        ("source", "reason"),
+        otel_unit="{error}",
+        values={
+            "reason": (
+                "corrupt",
+                "unreadable",
+                "read_only",
+                "no_space",
+                "permission_denied",
+                "write_failed",
+            )
+        },
+    ),
+    MetricSpec(
         "accel_exporter_worker_stuck_processes",
         Kind.GAUGE,
         "Killed worker processes of a source that have not exited (stuck in the driver);"

@@ -72,11 +72,28 @@ class Source:
         device sources last reported; every other source ignores this.
         """
 
+    def fingerprint(self) -> tuple[Any, ...]:
+        """What this source was built from: a reload that builds an equal one keeps this one.
+
+        Each factory reads its own config section (sources/registry.py), so the
+        class, the name and that section say it all; a source built from more
+        adds it.
+        """
+        return (type(self), self.name, self.config)
+
     def adopt(self, old: Source) -> None:
         """Take over what ``old`` learnt that a reload must not forget. Default: nothing.
 
         ``old`` is the stopped source of the same name this one replaces.
         """
+
+    def carried(self) -> Sequence[Reading]:
+        """What :meth:`adopt` kept to show until the first poll answers. Default: nothing.
+
+        Shown as soon as the source starts, so a burst of reloads that never lets
+        a poll finish still refreshes it (nothing goes stale, no series vanishes).
+        """
+        return ()
 
     async def start(self) -> None:
         """Start background work (long-lived streams, event readers). Default: nothing."""

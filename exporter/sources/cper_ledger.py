@@ -18,6 +18,7 @@ unique per boot.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Mapping
@@ -51,6 +52,17 @@ def store_for(state_dir: str) -> LedgerStore:
     return store
 
 
+def write_reason(exc: OSError) -> str:
+    """A short reason for a failed write of the state file (a label value)."""
+    if exc.errno == errno.EROFS:
+        return "read_only"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "no_space"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "permission_denied"
+    return "write_failed"
+
+
 def boot_id(path: Path = BOOT_ID) -> str:
     """The kernel's id of this boot ("" when it cannot be read)."""
     try:
@@ -69,24 +81,40 @@ class LedgerStore:
         self._log = log.get(source="amdsmi")
         self._written = ""
         self._problem = ""
+        # Why the file could not be read at start ("": it could, or there was none),
+        # and failed reads and writes by reason (accel_exporter_state_errors_total).
+        self.load_problem = ""
+        self.errors: dict[str, int] = {}
         if self.path is not None:
             self._load(self.path)
+
+    def _count(self, reason: str) -> None:
+        self.errors[reason] = self.errors.get(reason, 0) + 1
+
+    def _unloadable(self, reason: str, detail: str) -> None:
+        self._count(reason)
+        self.load_problem = f"{reason}: {detail}"
+        self._log.warning(
+            "CPER state file unreadable: CPER records are read again from the start",
+            path=str(self.path),
+            reason=reason,
+            detail=detail,
+        )
 
     def _load(self, path: Path) -> None:
         try:
             raw = json.loads(path.read_text())
         except FileNotFoundError:
             return
-        except (OSError, ValueError) as exc:
-            self._log.warning(
-                "CPER state file unreadable: CPER records are read again from the start",
-                path=str(path),
-                detail=str(exc),
-            )
+        except OSError as exc:
+            self._unloadable("unreadable", str(exc))
+            return
+        except ValueError as exc:
+            self._unloadable("corrupt", str(exc))
             return
         devices = raw.get("devices") if isinstance(raw, dict) else None
         if not isinstance(devices, dict) or raw.get("format") != FORMAT:
-            self._log.warning("CPER state file has an unknown shape; ignored", path=str(path))
+            self._unloadable("corrupt", "not a CPER state file of a known format")
             return
         # Imported here and in update(): the CPER tables are needed once a state file
         # exists or an amdsmi worker answers, not wherever the amdsmi source merely probes.
@@ -143,13 +171,34 @@ class LedgerStore:
             os.replace(tmp, self.path)
         except OSError as exc:
             # Counting goes on in memory; only a daemon restart would read records again.
+            reason = write_reason(exc)
+            self._count(reason)
             if not self._problem:
                 self._log.warning(
-                    "CPER state file not written", path=str(self.path), detail=str(exc)
+                    "CPER state file not written",
+                    path=str(self.path),
+                    reason=reason,
+                    detail=str(exc),
                 )
-            self._problem = str(exc)
+            self._problem = f"{reason}: {exc}"
             return
         if self._problem:
             self._log.info("CPER state file written again", path=str(self.path))
         self._problem = ""
         self._written = text
+
+    def describe(self) -> str:
+        """One line for /status: whether the ledgers survive a daemon restart, and if not why."""
+        if self.path is None:
+            return "not persisted: no state_dir (a daemon restart counts all CPER records again)"
+        if self._problem:
+            return (
+                f"not persisted: {self._problem} ({self.path}); a daemon restart counts "
+                "all CPER records again"
+            )
+        if self.load_problem:
+            return (
+                f"persisted to {self.path}; the file found at start was ignored "
+                f"({self.load_problem}), so CPER records were counted again from the start"
+            )
+        return f"persisted to {self.path}"

@@ -22,7 +22,9 @@ from the new worker. While a worker starts, the last state stays exported.
 Wire shapes (all JSON):
 
 inventory  ``{"vendor": str, "devices": [{"device": str, "uuid": str, "info": {label: str},
-                                          "index": int (the library's; default: position)}]}``
+                                          "index": int (the library's; default: position),
+                                          "parent": str (the physical device: the GPU of a
+                                          partition; default: its uuid)}]}``
 poll args  ``{"slow": bool, "processes": bool, "events": bool,
               "ledger": {uuid: object} (only for a backend with a ledger store)}``
 poll fault ``inventory_changed`` (the devices differ from the inventory): the
@@ -89,6 +91,8 @@ IDENTITY = frozenset(
 # What a pending poll (a worker starting) keeps showing of the last one: identity and
 # state, with the health verdict; no values, which would pass for fresh.
 KEPT_WHILE_STARTING = IDENTITY | {"accel_device_health", "accel_device_health_reason_info"}
+# Why a device is down while the worker a reload replaced is not answering yet.
+RELOADING = "reloading"
 
 
 def call_budget(timeout: float) -> float:
@@ -105,6 +109,7 @@ class DeviceId:
     uuid: str
     info: tuple[tuple[str, str], ...]
     index: int = -1  # the library's index of the device (what a worker's isolation names)
+    parent: str = ""  # the physical device it is part of (itself, unless partitioned)
 
 
 class ShapeError(Exception):
@@ -134,8 +139,11 @@ def parse_inventory(raw: Mapping[str, Any]) -> tuple[str, list[DeviceId]]:
         index = item.get("index", i)
         if type(index) is not int or index < 0:
             raise ShapeError(f"inventory device {i} has an index that is not a natural number")
+        parent = item.get("parent", uuid)
+        if not isinstance(parent, str):
+            raise ShapeError(f"inventory device {i} has a parent that is not a string")
         labels = tuple((k, str(v)) for k, v in sorted(info.items()))
-        out.append(DeviceId(device, uuid, labels, index))
+        out.append(DeviceId(device, uuid, labels, index, parent or uuid))
     return vendor, out
 
 
@@ -263,11 +271,26 @@ class DeviceSource(WorkerSource):
         )
 
     def adopt(self, old: Source) -> None:
-        """Keep the devices the replaced source isolated, under the names they had."""
-        if isinstance(old, DeviceSource) and old.runner.backend == self.runner.backend:
-            self.runner.adopt(old.runner)
-            for index, known in old._known.items():
-                self._known.setdefault(index, known)
+        """Take over from the source a reload replaces (its settings changed).
+
+        The devices it isolated stay isolated under the names they had (when the
+        worker settings allow, see WorkerRunner.adopt), and until the new worker
+        answers its devices stay exported, down with reason ``reloading`` (no
+        values, which would pass for fresh): a burst of reloads blanks no series.
+        """
+        if not isinstance(old, DeviceSource) or old.runner.backend != self.runner.backend:
+            return
+        self.runner.adopt(old.runner)
+        for index, known in old._known.items():
+            self._known.setdefault(index, known)
+        # Replaced by the new worker's inventory at its first answer.
+        self._vendor, self._devices = old._vendor, list(old._devices)
+        down = {(d.device, d.uuid): RELOADING for d in self._devices}
+        self._last = [r for r in self._compose(down, ()) if r.metric in KEPT_WHILE_STARTING]
+
+    def carried(self) -> Sequence[Reading]:
+        """The replaced source's devices, down with reason ``reloading`` (see adopt)."""
+        return self._last
 
     def _call_budget(self) -> float:
         return call_budget(self.timeout)
@@ -303,6 +326,8 @@ class DeviceSource(WorkerSource):
             dev = names.get(entry["index"])
             if dev is not None:
                 entry["device"], entry["uuid"] = dev.device, dev.uuid
+        if self.ledger is not None:
+            out["cper_state"] = self.ledger.describe()
         if self._pci is not None:
             out["pci_devices"] = len(self._pci)
         elif self._pci_problem:
@@ -451,8 +476,14 @@ class DeviceSource(WorkerSource):
     async def _poll_once(self, deadline: float) -> Sequence[Reading]:
         """Wait for the worker if it is starting, ask it, check the answer."""
         try:
+            was_ready = self.runner.is_ready
             inventory = await self.runner.ready(timeout=max(0.0, deadline - time.monotonic()))
             self._adopt(inventory)
+            if not was_ready and deadline - time.monotonic() < self._call_budget() / 2:
+                # The worker came up late in this poll: what is left of the deadline may
+                # not cover a poll of every device (64 partitions), and a missed one
+                # kills the new worker. Asked again in a moment, with a whole deadline.
+                raise SourcePending("starting", "the worker has just started")
             slow = time.monotonic() >= self._next_slow
             args: dict[str, Any] = {
                 "slow": slow,
@@ -479,8 +510,12 @@ class DeviceSource(WorkerSource):
         except SourcePending as exc:
             # A new worker is starting: which devices there are and their state stay
             # shown until it answers; their values do not (they would pass for fresh).
+            # Before any result, what is known: the devices isolated so far, if any.
             known = [r for r in self._last if r.metric in KEPT_WHILE_STARTING]
-            raise SourcePending(exc.reason, exc.detail, known or self._expected()) from None
+            if not known:
+                down = {(d.device, d.uuid): exc.reason for d in self._devices}
+                known = self._compose(down, ())
+            raise SourcePending(exc.reason, exc.detail, known) from None
         except SourceUnavailable as exc:
             if self.device_config.expected_devices is not None:
                 # The node is declared to have accelerators: a missing library or driver
@@ -587,4 +622,8 @@ class DeviceSource(WorkerSource):
         stuck = self.runner.stuck_processes()
         if stuck or self._known:  # once a worker ran here; a node without the vendor has none
             out.append(Reading("accel_exporter_worker_stuck_processes", (self.name,), float(stuck)))
+        if self.ledger is not None:
+            for reason, count in sorted(self.ledger.errors.items()):
+                labels = (self.name, reason)
+                out.append(Reading("accel_exporter_state_errors_total", labels, float(count)))
         return out

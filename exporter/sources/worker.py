@@ -28,6 +28,11 @@ class WorkerSource(Source):
             name, backend, dict(backend_config), bootstrap_timeout=bootstrap_timeout, env=env
         )
 
+    def fingerprint(self) -> tuple[Any, ...]:
+        """The section, and what the worker is started with."""
+        r = self.runner
+        return (*super().fingerprint(), r.backend, r.config, r.bootstrap_timeout, r.env)
+
     @property
     def restarts(self) -> int:
         """Worker restarts so far."""

@@ -20,6 +20,14 @@ every device, does not get the device it happened to be on blamed), then up to
 :data:`TEXT_BYTES` bytes of UTF-8 identity (the PCI bus id or uuid learnt so
 far, so a device that hangs while being identified can still be named).
 
+After the page comes the *topology*: which physical device each library index
+belongs to (the partitions of one MI300X, say), written once at bootstrap
+before any device is touched, from calls the library answers without asking a
+device (amdsmi's sockets). A hang on one partition then isolates its whole
+physical GPU in one deadline, siblings not identified yet included. Layout:
+``uint32`` length, then that many bytes of a JSON list of parent keys, one per
+library index; length 0: the backend did not say (each device is its own).
+
 Outside a worker (unit tests, ``python -c``) the page is private memory and
 every call still works.
 """
@@ -27,6 +35,7 @@ every call still works.
 from __future__ import annotations
 
 import contextlib
+import json
 import mmap
 import os
 import struct
@@ -37,9 +46,13 @@ from dataclasses import dataclass
 from typing import Any
 
 ENV_FD = "ACCEL_EXPORTER_CRUMB_FD"
-PAGE_BYTES = 128
+CRUMB_BYTES = 128
 _HEAD = struct.Struct("=iiQq")
-TEXT_BYTES = PAGE_BYTES - _HEAD.size
+TEXT_BYTES = CRUMB_BYTES - _HEAD.size
+# Room for the topology: about 40 bytes per device, over a thousand devices.
+TOPOLOGY_BYTES = 49152
+_LENGTH = struct.Struct("=I")
+PAGE_BYTES = CRUMB_BYTES + _LENGTH.size + TOPOLOGY_BYTES
 
 # The worker's page: shared with the daemon once attach() found the fd, else private.
 _page: mmap.mmap | bytearray = bytearray(PAGE_BYTES)
@@ -83,6 +96,29 @@ def clear() -> None:
     _slot[0] = 0
 
 
+def topology(parents: Sequence[str]) -> None:
+    """Record the physical device of every library index (before touching any device).
+
+    Left unrecorded (too long for the page) rather than cut short: a partial
+    list would put a device's siblings on the wrong side of an isolation.
+    """
+    data = json.dumps(list(parents), separators=(",", ":")).encode()
+    if len(data) > TOPOLOGY_BYTES:
+        data = b""
+    _page[CRUMB_BYTES + _LENGTH.size : CRUMB_BYTES + _LENGTH.size + len(data)] = data
+    _page[CRUMB_BYTES : CRUMB_BYTES + _LENGTH.size] = _LENGTH.pack(len(data))
+
+
+def physical_key(text: str) -> str:
+    """A PCI address without its function (``0000:0c:00.3`` -> ``0000:0c:00``), lowercased.
+
+    The partitions of one AMD GPU differ only in the function number.
+    """
+    key = text.strip().lower()
+    head, dot, function = key.rpartition(".")
+    return head if dot and head.count(":") == 2 and function.isdigit() else key
+
+
 @dataclass(frozen=True)
 class Crumb:
     """The page as the daemon reads it."""
@@ -108,7 +144,21 @@ class Page:
 
     def reset(self) -> None:
         """Forget the previous worker's crumb before a new one starts."""
-        self._map[0:PAGE_BYTES] = bytes(PAGE_BYTES)
+        self._map[0 : CRUMB_BYTES + _LENGTH.size] = bytes(CRUMB_BYTES + _LENGTH.size)
+
+    def parents(self) -> list[str]:
+        """The topology the worker recorded (a parent key per library index), or []."""
+        (length,) = _LENGTH.unpack_from(self._map, CRUMB_BYTES)
+        if not 0 < length <= TOPOLOGY_BYTES:
+            return []
+        start = CRUMB_BYTES + _LENGTH.size
+        try:
+            parents = json.loads(self._map[start : start + length])
+        except ValueError:
+            return []
+        if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
+            return []
+        return parents
 
     def read(self) -> Crumb:
         """What the worker last said: the device it was touching, its identity, its main thread."""

@@ -13,10 +13,13 @@ bootstrap misses its deadline, or the worker crashes, the runner reads the page
 and asks for a stack dump (:mod:`exporter.workers.stackdump`) before killing
 it: device ``i`` and the call are named, the device is *isolated* (a
 :class:`Fault`), and a new worker starts at once without it, so one sick GPU
-costs that GPU only. Each isolated device is retried apart, with backoff, by a
-probe: a one-device worker of its own, bootstrapped and polled under the same
-deadlines, killed and reaped like any worker. When a probe answers, the device
-is released and the worker restarted with it. A killed process that does not
+costs that GPU only. The unit of isolation is the physical device: the logical
+devices the worker said share one (partitions of an AMD GPU, in the page's
+topology) are isolated together, in one deadline. Each isolated physical
+device is retried apart, with backoff, by one probe at a time: a worker of its
+own for its logical devices, bootstrapped and polled under the same deadlines,
+killed and reaped like any worker. When a probe answers, they are released
+and the worker restarted with them. A killed process that does not
 die (stuck in the driver) is left behind for the device it was stuck on (at
 most one per device: no probe runs while it lives) and never blocks the
 healthy devices' worker.
@@ -90,6 +93,15 @@ class Fault:
     probes: int = 0  # failed probes so far
     next_probe: float | None = None  # wall time of the next probe
     stuck_pid: int | None = None  # a killed process still stuck on it
+    # The physical device it belongs to ("": itself alone); its siblings share its fate.
+    parent: str = ""
+    # Isolated with the device named here, which it shares a physical device with.
+    sibling_of: int | None = None
+
+    @property
+    def unit(self) -> str:
+        """What is isolated and probed as one: the physical device."""
+        return self.parent or f"#{self.index}"
 
     def describe(self) -> str:
         """One line for logs and /status."""
@@ -180,7 +192,8 @@ class WorkerRunner:
         self.probe: Probe | None = None
         self.faults: dict[int, Fault] = {}
         self._stuck: dict[int, asyncio.subprocess.Process] = {}
-        self._probes: dict[int, asyncio.Task[None]] = {}
+        # One probe per physical device (Fault.unit), however many logical devices it has.
+        self._probes: dict[str, asyncio.Task[None]] = {}
         self._page: crumb.Page | None = None
         self._dump: stackdump.DumpFile | None = None
         # Held while a worker starts, so a restart never lands in the middle of one.
@@ -249,6 +262,11 @@ class WorkerRunner:
         if self._dump is not None:
             self._dump.close()
             self._dump = None
+
+    @property
+    def is_ready(self) -> bool:
+        """Whether a worker is ready to be called now."""
+        return self._ready.is_set()
 
     @property
     def pid(self) -> int | None:
@@ -554,9 +572,21 @@ class WorkerRunner:
             if not dump and not stackdump.fatal_on(text, seen.main_thread):
                 return None
             call = stackdump.hung_call(text, seen.main_thread)
-        fault = Fault(seen.index, reason, call, seen.identity, time.time())
+        parents = page.parents()
+        parent = parents[seen.index] if seen.index < len(parents) else ""
+        since = time.time()
+        fault = Fault(seen.index, reason, call, seen.identity, since, parent=parent)
         fault.probes = self._probe_history.get(seen.index, 0)
         self.faults[seen.index] = fault
+        # Its siblings (partitions of the same GPU) go with it: each would hang in
+        # turn, one deadline apiece, before the healthy GPUs are served.
+        siblings = [
+            i for i, p in enumerate(parents) if parent and p == parent and i not in self.faults
+        ]
+        for i in siblings:
+            self.faults[i] = Fault(
+                i, reason, call, "", since, fault.probes, parent=parent, sibling_of=seen.index
+            )
         self._log.error(
             "device isolated",
             device=seen.index,
@@ -564,6 +594,8 @@ class WorkerRunner:
             call=call or "unknown",
             identity=seen.identity,
             held_seconds=round(seen.held, 3),
+            physical_device=parent or None,
+            with_siblings=siblings or None,
         )
         return fault
 
@@ -581,16 +613,21 @@ class WorkerRunner:
     def _schedule_probe(self, fault: Fault) -> None:
         if self.probe is None or self._stopped:
             return
-        running = self._probes.get(fault.index)
+        unit = fault.unit
+        running = self._probes.get(unit)
         if running is not None and not running.done():
             return
-        task = asyncio.create_task(self._probe_loop(fault), name=f"probe-{self.name}-{fault.index}")
-        self._probes[fault.index] = task
-        task.add_done_callback(lambda done: self._forget_probe(fault.index, done))
+        task = asyncio.create_task(self._probe_loop(fault), name=f"probe-{self.name}-{unit}")
+        self._probes[unit] = task
+        task.add_done_callback(lambda done: self._forget_probe(unit, done))
 
-    def _forget_probe(self, index: int, task: asyncio.Task[None]) -> None:
-        if self._probes.get(index) is task:
-            del self._probes[index]
+    def _forget_probe(self, unit: str, task: asyncio.Task[None]) -> None:
+        if self._probes.get(unit) is task:
+            del self._probes[unit]
+
+    def _unit_faults(self, unit: str) -> list[Fault]:
+        """The isolated logical devices of one physical device, by index."""
+        return sorted((f for f in self.faults.values() if f.unit == unit), key=lambda f: f.index)
 
     def _stuck_on(self, index: int) -> bool:
         proc = self._stuck.get(index)
@@ -604,38 +641,57 @@ class WorkerRunner:
         return proc is not None
 
     async def _probe_loop(self, fault: Fault) -> None:
-        """Probe an isolated device with backoff until it answers; then take it back."""
-        while self.faults.get(fault.index) is fault and not self._stopped:
-            delay = probe_delay(fault.probes)
-            fault.next_probe = time.time() + delay
+        """Probe an isolated physical device with backoff until it answers; then take it back.
+
+        One loop per physical device: its logical devices are probed by one worker
+        together and released together.
+        """
+        unit = fault.unit
+        while not self._stopped:
+            members = self._unit_faults(unit)
+            if not members:
+                return
+            lead = members[0]
+            delay = probe_delay(lead.probes)
+            for member in members:
+                member.next_probe = time.time() + delay
             await asyncio.sleep(delay)
-            fault.next_probe = None
+            members = self._unit_faults(unit)
+            if not members:
+                return
+            for member in members:
+                member.next_probe = None
+            indices = [m.index for m in members]
             # While a process is still stuck on the device a probe would only join it.
             try:
-                answered = not self._stuck_on(fault.index) and await self._probe_once(fault)
+                stuck = any([self._stuck_on(i) for i in indices])
+                answered = not stuck and await self._probe_once(members)
             except (asyncio.CancelledError, KeyboardInterrupt):
                 raise
             except Exception as exc:  # a bug must not end the probing of this device
-                self._log.error("probe failed", device=fault.index, error=repr(exc))
+                self._log.error("probe failed", devices=indices, error=repr(exc))
                 answered = False
             if not answered:
-                fault.probes += 1
+                for member in members:
+                    member.probes += 1
                 continue
             self._log.info(
-                "device answers again", device=fault.index, call=fault.call, probes=fault.probes
+                "device answers again", devices=indices, call=lead.call, probes=lead.probes
             )
-            self._probe_history[fault.index] = fault.probes + 1
             async with self._call_lock:  # not in the middle of a poll
                 # Released only now: a poll never sees it neither isolated nor served.
-                self.faults.pop(fault.index, None)
-                await self.restart("device_recovered", f"device {fault.index} answers again")
+                for member in members:
+                    self._probe_history[member.index] = member.probes + 1
+                    self.faults.pop(member.index, None)
+                await self.restart("device_recovered", f"device {indices} answers again")
             return
 
-    async def _probe_once(self, fault: Fault) -> bool:
-        """One probe: a worker for this device alone, bootstrapped and asked under deadlines."""
+    async def _probe_once(self, members: list[Fault]) -> bool:
+        """One probe: a worker for this physical device alone, bootstrapped and asked."""
         assert self.probe is not None
+        indices = [m.index for m in members]
         # The main worker's config (events included): the probe must do all a worker does.
-        config = {**self.config, crumb.ISOLATION_KEY: {"only": [fault.index]}}
+        config = {**self.config, crumb.ISOLATION_KEY: {"only": indices}}
         probe = WorkerRunner(
             self.name,
             self.backend,
@@ -645,20 +701,20 @@ class WorkerRunner:
             python=self.python,
             isolate=False,
         )
-        probe._log = self._log.bind(probe_of=fault.index)
+        probe._log = self._log.bind(probe_of=indices)
         try:
             if not await probe._launch():
                 return False
             devices = probe.state.inventory.get("devices")
-            indices = (
+            served = (
                 [d.get("index") for d in devices if isinstance(d, dict)]
                 if isinstance(devices, list)
                 else []
             )
-            if indices != [fault.index]:
-                # The device is gone from the library's list (or another took its
-                # index): nothing to take back; it stays isolated and named.
-                self._log.warning("probe found no such device", device=fault.index)
+            if served != indices:
+                # A device is gone from the library's list (or another took its
+                # index): nothing to take back; they stay isolated and named.
+                self._log.warning("probe found no such device", devices=indices, found=served)
                 return False
             await probe.call(self.probe.op, self.probe.args, timeout=self.probe.timeout)
             return True
@@ -668,14 +724,16 @@ class WorkerRunner:
             await probe._terminate(graceful=True)
             for proc in probe._unreaped:
                 if proc.returncode is None:
-                    self._stuck[fault.index] = proc
-                    fault.stuck_pid = proc.pid
+                    for member in members:
+                        self._stuck[member.index] = proc
+                        member.stuck_pid = proc.pid
             probe._close_files()
 
     def stuck_processes(self) -> int:
         """Killed workers (and probes) that have not exited yet (read-only: /status calls it)."""
-        stuck = list(self._stuck.values()) + list(self._unreaped)
-        return sum(1 for p in stuck if p.returncode is None)
+        # One process may be stuck for every partition of its GPU: counted once.
+        stuck = {id(p): p for p in [*self._stuck.values(), *self._unreaped]}
+        return sum(1 for p in stuck.values() if p.returncode is None)
 
     async def _terminate(self, *, graceful: bool, fault: Fault | None = None) -> None:
         proc = self._proc
@@ -694,8 +752,9 @@ class WorkerRunner:
                         os.killpg(proc.pid, signal.SIGKILL)
                     if fault is not None and fault.index not in self._stuck:
                         # Stuck on the isolated device, which no new worker touches.
-                        self._stuck[fault.index] = proc
-                        fault.stuck_pid = proc.pid
+                        for member in self._unit_faults(fault.unit):
+                            self._stuck[member.index] = proc
+                            member.stuck_pid = proc.pid
                         self._log.error(
                             "killed worker stuck", device=fault.index, worker_pid=proc.pid
                         )
@@ -892,6 +951,8 @@ class WorkerRunner:
                     "failed_probes": f.probes,
                     "next_probe": f.next_probe,
                     "stuck_pid": f.stuck_pid,
+                    "physical_device": f.parent,
+                    "isolated_with": f.sibling_of,
                 }
                 for f in sorted(self.faults.values(), key=lambda f: f.index)
             ],

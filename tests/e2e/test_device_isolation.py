@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.e2e.test_amdsmi_daemon import CONFIG as AMD_CONFIG
 from tests.e2e.test_amdsmi_daemon import ident
@@ -183,6 +184,9 @@ def test_a_reload_keeps_the_hung_gpu_isolated(daemon_factory: Any, fake_nvml: An
         return sum(e.get("event") == event for e in d.events)
 
     isolations = count("device isolated")
+    # A setting of the source changes (not of its worker): a new runner, which carries
+    # the isolation over. (A reload that changes nothing leaves the source running.)
+    d.config_file.write_text(yaml.safe_dump(nvml_config(**NVML, slow_interval="2s")))
     d.signal(signal.SIGHUP)
     d.wait_for(lambda: count("config reloaded") == 1, 30, what="the reload")
     assert count("isolation carried over") == 1

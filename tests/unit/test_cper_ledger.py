@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from exporter.backends.amdsmi_ras import Ledger, LedgerError, cper_timestamp
-from exporter.sources.cper_ledger import FILE_NAME, LedgerStore
+from exporter.sources.cper_ledger import FILE_NAME, LedgerStore, write_reason
 
 LEDGER = {"cursor": 7, "counts": {"30/fatal": 3}, "last": {"30": 1.7e9}, "skipped": {}}
 
@@ -49,9 +49,12 @@ def test_an_unreadable_file_starts_empty_and_is_replaced(tmp_path: Path, text: s
     (tmp_path / FILE_NAME).write_text(text)
     store = LedgerStore(str(tmp_path), boot="boot-a")
     assert store.ledgers == {}
+    assert store.errors == {"corrupt": 1}
+    assert "ignored (corrupt" in store.describe()
     store.update({"GPU-0": LEDGER}, {"GPU-0"})
     store.save(force=True)
     assert json.loads((tmp_path / FILE_NAME).read_text())["devices"] == {"GPU-0": LEDGER}
+    assert "counted again" in store.describe()  # what the lost file cost stays said
 
 
 def test_a_bad_device_entry_in_the_file_loses_only_that_device(tmp_path: Path) -> None:
@@ -67,6 +70,22 @@ def test_an_unwritable_directory_keeps_counting_in_memory(tmp_path: Path) -> Non
     store.update({"GPU-0": LEDGER}, {"GPU-0"})
     store.save(force=True)  # logs, does not raise
     assert store.ledgers == {"GPU-0": LEDGER}
+    assert store.errors == {"unreadable": 1, "write_failed": 1}  # ENOTDIR, read and write
+    assert store.describe().startswith("not persisted: write_failed")
+    store.update({"GPU-0": {**LEDGER, "cursor": LEDGER["cursor"] + 1}}, {"GPU-0"})
+    store.save(force=True)
+    assert store.errors["write_failed"] == 2  # each failed write counts
+    store.path = tmp_path / "ok" / FILE_NAME  # the directory is usable again
+    store.save(force=True)
+    assert store.describe().startswith(f"persisted to {store.path};")  # and what start lost
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [(30, "read_only"), (28, "no_space"), (13, "permission_denied"), (5, "write_failed")],
+)
+def test_write_reasons(code: int, reason: str) -> None:
+    assert write_reason(OSError(code, "x")) == reason
 
 
 @pytest.mark.parametrize(

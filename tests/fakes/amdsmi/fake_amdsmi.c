@@ -174,6 +174,19 @@ API uint32_t amdsmi_get_processor_handles(void *socket, uint32_t *count, void **
     return AMDSMI_STATUS_SUCCESS;
 }
 
+/* The socket's id, from what the library learnt at init (no device call, so no
+ * rule applies): its PCI address, "DDDD:BB:DD.F" as amdsmi writes it. */
+API uint32_t amdsmi_get_socket_info(void *socket, size_t len, char *name) {
+    if (!initialised) return AMDSMI_STATUS_NOT_INIT;
+    char *p = socket;
+    if (name == NULL || p < socket_tokens || p >= socket_tokens + S->device_count)
+        return AMDSMI_STATUS_INVAL;
+    uint64_t bdf = S->devices[p - socket_tokens].bdf;
+    snprintf(name, len, "%04llX:%02X:%02X.%X", (unsigned long long)(bdf >> 16),
+             (unsigned)((bdf >> 8) & 0xff), (unsigned)((bdf >> 3) & 0x1f), (unsigned)(bdf & 7));
+    return AMDSMI_STATUS_SUCCESS;
+}
+
 API uint32_t amdsmi_get_processor_type(void *h, uint32_t *type) {
     GUARD(h, ANY);
     *type = AMDSMI_PROCESSOR_TYPE_AMD_GPU;
