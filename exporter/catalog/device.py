@@ -61,6 +61,21 @@ ROWS = (
         (*ID, "reason"),
     ),
     MetricSpec(
+        "accel_device_recommended_action",
+        Kind.GAUGE,
+        "What to do about a device, one-hot over none, restart_app, drain_p2p, reset_device,"
+        " reboot_node and service (the most disruptive action any current finding asks for;"
+        " XIDs and AFIDs by their catalogs, see docs/health.md).",
+        (*ID, "action"),
+    ),
+    MetricSpec(
+        "accel_device_action_reason_info",
+        Kind.INFO,
+        "What asks for an action on a device: the source code (xid_79, afid_30,"
+        " recovery_action_gpu_reset, or a health reason) and the action it calls for.",
+        (*ID, "reason", "action"),
+    ),
+    MetricSpec(
         "accel_devices",
         Kind.GAUGE,
         "Number of accelerators the vendor library enumerated.",

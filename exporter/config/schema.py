@@ -16,6 +16,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Annotated, ClassVar, Literal, Union
 
+from exporter.actions import ACTIONS
+
 # Seconds, written as "250ms", "15s", "1m" in files, env and flags.
 Duration = Annotated[float, "duration"]
 # A path that must exist and be readable when set.
@@ -839,6 +841,34 @@ class OutputsConfig:
 
 
 @dataclass(frozen=True)
+class HealthConfig:
+    """How the health verdict weighs device events (docs/health.md)."""
+
+    HELP: ClassVar[dict[str, str]] = {
+        "event_window": "how long an XID or AFID counts, from the event's own time",
+        "xid_actions": "XID code -> action, over NVIDIA's catalog (e.g. '13': none)",
+        "afid_actions": "AFID -> action, from AMD's AFID Event List (unlisted: service)",
+    }
+
+    event_window: Duration = 3600.0
+    xid_actions: dict[str, str] = field(default_factory=dict)
+    afid_actions: dict[str, str] = field(default_factory=dict)
+
+    def check(self) -> list[tuple[str, str]]:
+        """A positive window; override keys that are codes, values in the vocabulary."""
+        out: list[tuple[str, str]] = []
+        if self.event_window <= 0:
+            out.append(("event_window", "must be more than 0"))
+        for key, table in (("xid_actions", self.xid_actions), ("afid_actions", self.afid_actions)):
+            for code, action in table.items():
+                if not code.isdigit():
+                    out.append((f"{key}.{code}", "is not a code (a whole number)"))
+                if action not in ACTIONS:
+                    out.append((f"{key}.{code}", f"must be one of {', '.join(ACTIONS)}"))
+        return out
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole, validated configuration."""
 
@@ -848,6 +878,7 @@ class Config:
         "web": "the HTTP server: /metrics, /status, /healthz, /readyz",
         "log": "log level and format",
         "workload": "which pod, container or Slurm job uses each device",
+        "health": "the health verdict: event window, action overrides",
     }
 
     web: WebConfig = field(default_factory=WebConfig)
@@ -855,3 +886,4 @@ class Config:
     sources: SourcesConfig = field(default_factory=SourcesConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     outputs: OutputsConfig = field(default_factory=OutputsConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)

@@ -59,7 +59,7 @@ from exporter import log
 from exporter.backends.base import INVENTORY_CHANGED
 from exporter.backends.wire import ROW_WIDTH
 from exporter.catalog.device import INFO_LABELS
-from exporter.config.schema import DeviceSourceConfig
+from exporter.config.schema import DeviceSourceConfig, HealthConfig
 from exporter.errors import SourceError, SourcePending, SourceUnavailable, WorkerError
 from exporter.health import HealthJudge
 from exporter.model import Reading, readings_of
@@ -88,7 +88,12 @@ IDENTITY = frozenset(
 )
 # What a pending poll (a worker starting) keeps showing of the last one: identity and
 # state, with the health verdict; no values, which would pass for fresh.
-KEPT_WHILE_STARTING = IDENTITY | {"accel_device_health", "accel_device_health_reason_info"}
+KEPT_WHILE_STARTING = IDENTITY | {
+    "accel_device_health",
+    "accel_device_health_reason_info",
+    "accel_device_recommended_action",
+    "accel_device_action_reason_info",
+}
 
 
 def call_budget(timeout: float) -> float:
@@ -217,6 +222,7 @@ class DeviceSource(WorkerSource):
         vendor: str = "",
         library_file: str | None = None,
         ledger: LedgerStore | None = None,
+        health: HealthConfig | None = None,
     ) -> None:
         super().__init__(
             name,
@@ -244,7 +250,7 @@ class DeviceSource(WorkerSource):
         self._slow: list[Reading] = []
         self._next_slow = 0.0
         # The health verdict of each device, derived from every poll's readings.
-        self._health = HealthJudge()
+        self._health = HealthJudge.configured(health or HealthConfig())
         # Identity of every device any inventory named, by library index: an isolated
         # device keeps the name it had.
         self._known: dict[int, DeviceId] = {}

@@ -34,6 +34,7 @@ def _nvml(config: Config) -> Source:
         "exporter.backends.nvml:NvmlBackend",
         backend_config={"events": nvml.events, "processes": nvml.processes},
         vendor="nvidia",
+        health=config.health,
     )
 
 
@@ -52,6 +53,7 @@ def _amdsmi(config: Config) -> Source:
         },
         vendor="amd",
         ledger=cper_ledger.store_for(cfg.state_dir),
+        health=config.health,
     )
 
 
@@ -64,6 +66,7 @@ def _levelzero(config: Config) -> Source:
         backend_config={"library_path": cfg.library_path},
         vendor="intel",
         library_file=cfg.library_path,
+        health=config.health,
     )
 
 
@@ -76,6 +79,7 @@ def _hlml(config: Config) -> Source:
         backend_config={"library_path": cfg.library_path, "nic_statistics": cfg.nic_statistics},
         vendor="intel_gaudi",
         library_file=cfg.library_path,
+        health=config.health,
     )
 
 
