@@ -120,6 +120,7 @@ class WebConfig:
         "idle_timeout": "a keep-alive connection idle this long is closed",
         "header_timeout": "whole request headers must arrive within this (a total)",
         "write_timeout": "a client must read its whole answer within this",
+        "health_api_unauthenticated": "serve /v1/devices without auth, as the health probes",
     }
 
     listen_address: str = ":9842"
@@ -146,6 +147,9 @@ class WebConfig:
     # From complete headers to the last byte of the answer: a client that reads
     # it slower (a byte now and then) is disconnected and frees its slot.
     write_timeout: Duration = 30.0
+    # /v1/devices without credentials or client certificate, as /healthz and /readyz are:
+    # for a device plugin on the node that has none (it reveals device health, no metrics).
+    health_api_unauthenticated: bool = False
 
     def check(self) -> list[tuple[str, str]]:
         """The address must parse, the limits be positive and consistent."""

@@ -62,6 +62,7 @@ from exporter.catalog.device import INFO_LABELS
 from exporter.config.schema import DeviceSourceConfig, HealthConfig
 from exporter.errors import SourceError, SourcePending, SourceUnavailable, WorkerError
 from exporter.health import HealthJudge
+from exporter.health_api import DeviceReport
 from exporter.model import Reading, readings_of
 from exporter.sources import pci
 from exporter.sources.base import Source
@@ -314,6 +315,22 @@ class DeviceSource(WorkerSource):
         elif self._pci_problem:
             out["pci_problem"] = self._pci_problem
         return out
+
+    def health_report(self) -> list[DeviceReport]:
+        """Each exported device with its last verdict, for /v1/devices (an HTTP thread)."""
+        vendor = self._vendor or self._default_vendor
+        latest = self._health.latest
+        return [
+            DeviceReport(
+                vendor,
+                dev.index,
+                dev.device,
+                dev.uuid,
+                dict(dev.info).get("pci_bus_id", ""),
+                latest.get((dev.device, dev.uuid)),
+            )
+            for dev in self._exported()
+        ]
 
     # -- which devices are exported ----------------------------------------------
 
