@@ -836,12 +836,68 @@ class OtlpOutputConfig:
 
 
 @dataclass(frozen=True)
+class KubernetesOutputConfig:
+    """The health verdict written to Kubernetes (docs/kubernetes-health.md); off by default."""
+
+    HELP: ClassVar[dict[str, str]] = {
+        "enabled": "write DeviceTaintRules and a Node condition for this node's devices",
+        "interval": "time between two reconciliations",
+        "timeout": "deadline of one API request",
+        "taint_rules": "a DeviceTaintRule per failed device (DRA clusters)",
+        "taint_effect": "effect after the first, effect-less rule: None, NoSchedule, NoExecute",
+        "taint_degraded": "taint degraded devices too, not only failed ones",
+        "taint_key": "the taint's key",
+        "clear_after": "a device healthy this long loses its taint (hysteresis)",
+        "node_condition": "the Node condition AcceleratorHealthy (device-plugin clusters)",
+        "api_server": "API server URL (empty: in-cluster)",
+        "node_name": "this node's name (empty: $NODE_NAME)",
+        "token_file": "service account token",
+        "ca_file": "CA bundle of the API server",
+    }
+
+    enabled: bool = False
+    interval: Duration = 30.0
+    timeout: Duration = 10.0
+    taint_rules: bool = True
+    # Rules are created with effect None (they only report what they would do); this
+    # effect is set one reconciliation later. None keeps them report-only.
+    taint_effect: Literal["None", "NoSchedule", "NoExecute"] = "None"
+    taint_degraded: bool = False
+    taint_key: str = "accel-exporter.io/unhealthy"
+    clear_after: Duration = 300.0
+    node_condition: bool = True
+    api_server: str = ""
+    node_name: str = ""
+    token_file: str = f"{SERVICE_ACCOUNT_DIR}/token"
+    ca_file: str = f"{SERVICE_ACCOUNT_DIR}/ca.crt"
+
+    def check(self) -> list[tuple[str, str]]:
+        """Positive timings; a taint key that is a label name."""
+        import re
+
+        out = []
+        if self.interval < MIN_INTERVAL:
+            out.append(("interval", f"must be at least {int(MIN_INTERVAL * 1000)}ms"))
+        if self.timeout <= 0:
+            out.append(("timeout", "must be positive"))
+        if self.clear_after < 0:
+            out.append(("clear_after", "must not be negative"))
+        if not re.fullmatch(LABEL_KEY, self.taint_key):
+            out.append(("taint_key", "must be a label name ([prefix/]name)"))
+        return out
+
+
+@dataclass(frozen=True)
 class OutputsConfig:
     """Push outputs (Prometheus pull is always on, in ``web``)."""
 
-    HELP: ClassVar[dict[str, str]] = {"otlp": "OTLP metrics push (off by default)"}
+    HELP: ClassVar[dict[str, str]] = {
+        "otlp": "OTLP metrics push (off by default)",
+        "kubernetes": "device health to Kubernetes: DeviceTaintRules, Node condition (off)",
+    }
 
     otlp: OtlpOutputConfig = field(default_factory=OtlpOutputConfig)
+    kubernetes: KubernetesOutputConfig = field(default_factory=KubernetesOutputConfig)
 
 
 @dataclass(frozen=True)
