@@ -349,12 +349,6 @@ class HealthJudge:
                 "accel_device_action_reason_info", (*ident, finding.reason, finding.action), 1.0
             )
 
-    def forget(self, keep: Iterable[Identity]) -> None:
-        """Drop the verdicts of devices no longer reported (a device removed, renamed)."""
-        kept = set(keep)
-        for ident in [i for i in self.latest if i not in kept]:
-            del self.latest[ident]
-
 
 def _remember_afids(
     readings: Iterable[Reading], events: dict[tuple[Identity, str, str], float]
