@@ -118,3 +118,26 @@ def test_afids_fatal_and_not_and_one_older_than_the_window(
         assert reasons(got, me[i]["uuid"]) == why, i
     # The old record is still counted: the counter is history, the verdict is the window.
     assert value(got, "accel_amd_afid_errors_total", afid="30", severity="fatal", **me[2]) == 1
+
+
+def test_a_gpu_back_from_lost_is_reset_and_its_reset_xid_cleared(
+    daemon_factory: Any, fake_nvml: Any
+) -> None:
+    fake = fake_nvml(2)
+    d: Daemon = daemon_factory(nvml_config(), env=fake.env())
+    one = {"device": "1", "uuid": fake.uuid(1)}
+    d.wait_for(lambda: fake.state.event_sets >= 1, what="the worker's event set")
+    fake.inject_xid(1, 48)  # double-bit ECC: reset the GPU
+    fake.inject_xid(1, 54)  # auxiliary power: a person must look; no reset fixes it
+    d.wait_metric("accel_device_recommended_action", 1, action="service", **one)
+    fake.device(1).lost = 1
+    d.wait_metric("accel_device_down_reason_info", 1, reason="gpu_lost", **one)
+    fake.device(1).lost = 0  # back: the driver reset it
+    d.wait_metric("accel_device_up", 1, timeout=60, **one)
+    d.wait_for(
+        lambda: reasons(samples(d.metrics()), one["uuid"]) == {"xid_54": "service"},
+        timeout=30,
+        what="xid 48 cleared by the reset, xid 54 kept",
+    )
+    # The counter is history: still 1.
+    assert value(d.metrics(), "accel_xid_errors_total", xid="48", **one) == 1
