@@ -267,12 +267,15 @@ class KubeHealthWriter:
 
         reply = self.client.request("GET", f"{RULES_PATH}?labelSelector={quote(self._selector())}")
         self._check(reply, "list")
+        found = {}
         for item in reply.body.get("items", []):
             meta = item.get("metadata", {})
             uuid = (meta.get("annotations") or {}).get(UUID_ANNOTATION, "")
             if uuid and self._ours(item):
                 taint = item.get("spec", {}).get("taint", {})
-                self._rules[uuid] = Rule(meta["name"], {k: taint.get(k, "") for k in TAINT_KEYS})
+                found[uuid] = Rule(meta["name"], {k: taint.get(k, "") for k in TAINT_KEYS})
+        with self._lock:  # /status reads the rules from an HTTP thread
+            self._rules.update(found)
         self._adopted = True
 
     def _reconcile_rules(
