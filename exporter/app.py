@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from exporter import __version__, log
+from exporter import __version__, health_api, log
 from exporter.config import Config, load_config
 from exporter.config.addresses import join_host_port, parse_listen_address
 from exporter.errors import ConfigError
+from exporter.health_api import SourceReport
 from exporter.outputs import stamp
 from exporter.outputs.base import Output
 from exporter.outputs.http import Endpoints, HttpServer, ListenError
@@ -35,8 +36,9 @@ from exporter.outputs.registry import build_outputs
 from exporter.scheduler import Scheduler
 from exporter.sources import cper_ledger
 from exporter.sources.base import Source
+from exporter.sources.device import DeviceSource
 from exporter.sources.registry import build_sources, catalog_for
-from exporter.store import Store
+from exporter.store import SourceRecordView, Store
 
 SHUTDOWN_BUDGET_SECONDS = 4.0
 OUTPUT_FLUSH_SECONDS = 1.5
@@ -82,6 +84,16 @@ def with_rfc3339(doc: dict[str, Any]) -> dict[str, Any]:
                 else None
             )
     return out
+
+
+def source_state(record: SourceRecordView, now: float) -> tuple[str, str]:
+    """(state, reason) of a source: unavailable, pending, ok, stale or failing."""
+    if record.unavailable is not None:
+        return "unavailable", record.unavailable
+    if record.snapshot is None:
+        return "pending", ""
+    reason = record.down_reason(now)
+    return ("ok" if not reason else ("stale" if reason == "stale" else "failing")), reason
 
 
 class App:
@@ -137,13 +149,7 @@ class App:
         for record in self.store.records():
             snap = record.snapshot
             sched = schedules.get(record.name)
-            if record.unavailable is not None:
-                state, reason = "unavailable", record.unavailable
-            elif snap is None:
-                state, reason = "pending", ""
-            else:
-                reason = record.down_reason(now)
-                state = "ok" if not reason else ("stale" if reason == "stale" else "failing")
+            state, reason = source_state(record, now)
             entry: dict[str, Any] = {
                 "state": state,
                 "reason": reason,
@@ -191,6 +197,20 @@ class App:
             }
         )
 
+    def devices(self) -> dict[str, Any]:
+        """The /v1/devices document: every device source's devices and their health."""
+        runtime = self.runtime
+        now = time.monotonic()
+        by_name = {s.name: s for s in runtime.sources} if runtime else {}
+        reports = []
+        for record in self.store.records():
+            source = by_name.get(record.name)
+            if not isinstance(source, DeviceSource):
+                continue
+            state, reason = source_state(record, now)
+            reports.append(SourceReport(record.name, state, reason, source.health_report()))
+        return health_api.document(reports, time.time(), os.environ.get("NODE_NAME") or None)
+
     # -- lifecycle -----------------------------------------------------------
 
     def _endpoints(self) -> Endpoints:
@@ -200,6 +220,7 @@ class App:
             self.status,
             self.http_counters,
             lambda readings: self.store.publish("http", readings),
+            self.devices,
         )
 
     def _make_http(self, config: Config) -> HttpServer:

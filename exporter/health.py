@@ -1,11 +1,14 @@
 """A vendor-neutral health verdict per device, from the readings of one device source.
 
-Pure: readings in, ``accel_device_health{state}`` (one-hot over ok, degraded,
-failed, predicted_failure: OpenTelemetry's ``hw.status`` states) and
-``accel_device_health_reason_info{reason}`` out. It reads only shared family
-names, so every backend that fills them (NVIDIA, AMD, later ones) gets the same
-rules. The few rules that compare with the past ("grew", "was up") keep their
-memory in :class:`HealthJudge`, one per source. Every rule is in docs/health.md.
+Readings in, ``accel_device_health{state}`` (one-hot over ok, degraded,
+failed, predicted_failure: OpenTelemetry's ``hw.status`` states),
+``accel_device_health_reason_info{reason}``, the recommended action
+(``accel_device_recommended_action{action}``, one-hot over :data:`actions.ACTIONS`)
+and what asks for it (``accel_device_action_reason_info{reason, action}``) out. It
+reads only shared family names, so every backend that fills them (NVIDIA, AMD,
+later ones) gets the same rules. The rules that compare with the past ("grew",
+"was up", an XID within the window, a reset since) keep their memory in
+:class:`HealthJudge`, one per source. Every rule is in docs/health.md.
 
 The worst state found wins: failed, then degraded, then predicted_failure; every
 reason found is listed, whatever its state.
@@ -14,9 +17,12 @@ reason found is listed, whatever its state.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from exporter import actions, log
+from exporter.config.schema import HealthConfig
 from exporter.model import Reading
 
 OK, DEGRADED, FAILED, PREDICTED = "ok", "degraded", "failed", "predicted_failure"
@@ -24,7 +30,7 @@ STATES = (OK, DEGRADED, FAILED, PREDICTED)
 _RANK = {FAILED: 3, DEGRADED: 2, PREDICTED: 1}
 
 # Recovery actions that leave the GPU usable as it is (drain_p2p: only peer-to-peer
-# traffic has to stop); any other asked action means it cannot be used.
+# traffic has to stop, so the GPU is degraded); any other asked action means it cannot be used.
 HARMLESS_ACTIONS = frozenset({"none", "drain_p2p"})
 # Below this many degrees of thermal margin the GPU is about to slow down for heat.
 THERMAL_MARGIN_C = 5.0
@@ -34,8 +40,18 @@ ECC_GROWTH_HOLD_S = 3600.0
 # on, the GPU is close to needing replacement.
 RETIRED_PAGES_NEAR_LIMIT = 60.0
 
-# AMD: an AFID recorded within this long makes the GPU failed (fatal) or degraded.
-AFID_WINDOW_S = 3600.0
+# An XID or AFID counts this long after the event's own time (health.event_window).
+EVENT_WINDOW_S = 3600.0
+# The state an XID's action puts the device in; restart_app and none leave it ok (the
+# application failed, not the GPU: NVIDIA's bucket RESTART_APP, e.g. Xid 13, 31, 94).
+ACTION_STATES = {
+    actions.DRAIN_P2P: DEGRADED,
+    actions.RESET_DEVICE: FAILED,
+    actions.REBOOT_NODE: FAILED,
+    actions.SERVICE: FAILED,
+}
+# Down reasons that only a reset or a driver reload ends: a device back from one was reset.
+RESET_REASONS = frozenset({"gpu_lost", "reset_required", "driver_not_loaded", "driver_mismatch"})
 # AMD: from this share of the driver's bad-page threshold on, the GPU is close to
 # being declared bad (the NVIDIA 64-page limit does not apply: the threshold is per GPU).
 BAD_PAGES_NEAR_SHARE = 0.9
@@ -83,8 +99,59 @@ _AMD = frozenset(
     }
 )
 _FAMILIES = frozenset(
-    {*_SINGLE, *LINK_UP_FAMILIES, *_AMD, "accel_retired_pages", "accel_ecc_errors_total"}
+    {
+        *_SINGLE,
+        *LINK_UP_FAMILIES,
+        *_AMD,
+        "accel_retired_pages",
+        "accel_ecc_errors_total",
+        "accel_xid_last_timestamp_seconds",
+        "accel_device_down_reason_info",
+    }
 )
+
+
+def _boot_time(path: str = "/proc/stat") -> float:
+    """Unix time this host booted (btime); 0 where it cannot be read (nothing is cleared)."""
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
+BOOT_TIME = _boot_time()
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing a device reported and the action it calls for (docs/health.md)."""
+
+    # The source code: xid_79, afid_30, recovery_action_gpu_reset, or a health reason.
+    reason: str
+    action: str
+    # The vendor catalog's buckets, where there is a catalog (XIDs); else "".
+    immediate: str = ""
+    investigatory: str = ""
+    # Unix time of the event (XIDs, AFIDs); 0 for a state read at the poll.
+    at: float = 0.0
+    # The CPER severity of an AFID (fatal, non_fatal); else "".
+    severity: str = ""
+
+
+@dataclass
+class DeviceHealth:
+    """The verdict of one device as the last poll left it (for /v1/devices and writers)."""
+
+    state: str
+    reasons: dict[str, str]
+    findings: list[Finding]
+    action: str
+    # Unix time the state last changed, and of the last verdict.
+    since: float
+    updated: float
 
 
 @dataclass
@@ -92,26 +159,58 @@ class HealthJudge:
     """Derives the verdicts of one source's devices; remembers what the rules compare with."""
 
     clock: Callable[[], float] = time.monotonic
-    # Unix time, to compare with the timestamps devices report (AFIDs).
+    # Unix time, to compare with the timestamps devices report (XIDs, AFIDs).
     wall: Callable[[], float] = time.time
+    # How long an XID or AFID counts, measured from the event's own time.
+    window: float = EVENT_WINDOW_S
+    # Config overrides: code -> action.
+    xid_actions: Mapping[str, str] = field(default_factory=dict)
+    afid_actions: Mapping[str, str] = field(default_factory=dict)
+    # Unix time this host booted: events older than it were resolved by the reboot.
+    boot_time: Callable[[], float] = lambda: BOOT_TIME
     # (family, labels) of the links seen up at least once.
     _links_up: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
     # labels of an uncorrectable ECC counter -> the last count seen.
     _ecc: dict[tuple[str, ...], float] = field(default_factory=dict)
     # identity -> when its uncorrectable count last grew.
     _ecc_grew: dict[Identity, float] = field(default_factory=dict)
+    # (identity, kind, code) -> Unix time of the newest such event seen: kept across
+    # worker restarts (a new worker counts XIDs from zero) until the window ends.
+    _events: dict[tuple[Identity, str, str], float] = field(default_factory=dict)
+    # Devices down for a reason only a reset or a driver reload ends, and when each
+    # came back from one (the reset: what it resolves, recorded before, is cleared).
+    _lost: set[Identity] = field(default_factory=set)
+    _reset_at: dict[Identity, float] = field(default_factory=dict)
+    # identity -> its verdict as the last poll left it.
+    latest: dict[Identity, DeviceHealth] = field(default_factory=dict)
+
+    @classmethod
+    def configured(cls, config: HealthConfig) -> HealthJudge:
+        """A judge with the configured window and action overrides."""
+        return cls(
+            window=config.event_window,
+            xid_actions=dict(config.xid_actions),
+            afid_actions=dict(config.afid_actions),
+        )
 
     def judge(self, readings: Sequence[Reading]) -> list[Reading]:
         """``readings`` followed by the health families of every device they report up or down."""
-        now = self.clock()
+        now, wall = self.clock(), self.wall()
         # A poll has thousands of readings and the rules read a few families.
         picked = [r for r in readings if r.metric in _FAMILIES]
         devices: dict[Identity, dict[str, str]] = {
             r.labels: {} for r in picked if r.metric == "accel_device_up"
         }
+        up = {
+            r.labels: r.value
+            for r in picked
+            if r.metric == "accel_device_up" and isinstance(r.value, float)
+        }
         retired: dict[Identity, float] = {}
         amd: list[Reading] = []
-        links_up, ecc = self._links_up, self._ecc
+        field_action: dict[Identity, str] = {}
+        down_why: dict[Identity, set[str]] = {}
+        links_up, ecc, events = self._links_up, self._ecc, self._events
         for r in picked:
             if r.metric in _AMD:
                 amd.append(r)
@@ -119,6 +218,15 @@ class HealthJudge:
             metric, labels, value = r.metric, r.labels, r.value
             if not isinstance(value, float):  # device families are gauges and counters
                 continue
+            if metric == "accel_xid_last_timestamp_seconds":
+                key = (labels[:2], "xid", labels[2])
+                events[key] = max(events.get(key, 0.0), value)
+                continue
+            if metric == "accel_device_down_reason_info":
+                down_why.setdefault(labels[:2], set()).add(labels[2])
+                continue
+            if metric == "accel_device_recovery_action" and value == 1:
+                field_action[labels[:2]] = labels[2]
             single = _SINGLE.get(metric)
             if single is not None:
                 reason, state, test = single
@@ -135,40 +243,140 @@ class HealthJudge:
             elif metric == "accel_retired_pages":
                 retired[labels[:2]] = retired.get(labels[:2], 0.0) + value
             else:  # a link: down after having been up
-                key = (metric, labels)
+                key2 = (metric, labels)
                 if value == 1:
-                    links_up.add(key)
-                elif key in links_up and labels[:2] in devices:
+                    links_up.add(key2)
+                elif key2 in links_up and labels[:2] in devices:
                     devices[labels[:2]]["link_down"] = DEGRADED
-        amd_rules = _amd_reasons(amd, retired, self.wall())
+        self._note_resets(up, down_why, wall)
+        fatal = _remember_afids(amd, events)
+        found = self._events_found(wall, field_action, fatal)
+        amd_rules = _amd_reasons(amd, retired, found)
         out = list(readings)
         for ident, reasons in devices.items():
             grew = self._ecc_grew.get(ident)
             if grew is not None and now - grew < ECC_GROWTH_HOLD_S:
                 reasons["ecc_uncorrected_growth"] = DEGRADED
-            found = amd_rules.get(ident)
-            if found is not None:
+            amd_found = amd_rules.get(ident)
+            if amd_found is not None:
                 # AMD bad pages: pending ones are retired at the next reset and the
                 # limit is the driver's threshold, so AMD's own rules replace the
                 # NVIDIA ones the shared retired-page families would trigger.
                 reasons.pop("retired_pages_pending", None)
-                reasons.update(found)
+                reasons.update(amd_found)
             elif retired.get(ident, 0.0) >= RETIRED_PAGES_NEAR_LIMIT:
                 reasons["retired_pages_near_limit"] = PREDICTED
-            out.extend(verdict(ident, reasons))
+            findings = found.get(ident, [])
+            for finding in findings:
+                xid_state = ACTION_STATES.get(finding.action)
+                if xid_state is not None and finding.reason.startswith("xid_"):
+                    reasons[finding.reason] = xid_state
+            name = field_action.get(ident, "none")
+            if name == "drain_p2p":
+                reasons.setdefault("recovery_action", DEGRADED)
+            if name != "none":
+                findings.append(Finding(f"recovery_action_{name}", actions.recovery_action(name)))
+            findings.extend(
+                Finding(reason, actions.REASON_ACTIONS[reason])
+                for reason in sorted(reasons)
+                if reason in actions.REASON_ACTIONS
+            )
+            out.extend(self._record(ident, reasons, findings, wall))
         return out
+
+    def _note_resets(
+        self, up: dict[Identity, float], down_why: dict[Identity, set[str]], wall: float
+    ) -> None:
+        """Mark a device lost to a reset-only reason; one that is back was reset now."""
+        for ident, value in up.items():
+            if value == 0 and down_why.get(ident, set()) & RESET_REASONS:
+                self._lost.add(ident)
+            elif value == 1 and ident in self._lost:
+                self._lost.discard(ident)
+                self._reset_at[ident] = wall
+                log.get(component="health").info(
+                    "device back after a reset", device=ident[0], uuid=ident[1]
+                )
+
+    def _events_found(
+        self, wall: float, field_action: dict[Identity, str], fatal: set[tuple[str, ...]]
+    ) -> dict[Identity, list[Finding]]:
+        """The XIDs and AFIDs that still count, by device; forgets those out of the window."""
+        boot = self.boot_time()
+        out: dict[Identity, list[Finding]] = {}
+        for key, stamp in list(self._events.items()):
+            ident, kind, code = key
+            if wall - stamp >= self.window:
+                del self._events[key]
+                continue
+            if kind == "xid":
+                entry = actions.xid_action(int(code), self.xid_actions)
+                action = entry.action
+                if entry.code == actions.XID_RECOVERY_ACTION_CHANGED and ident in field_action:
+                    action = actions.recovery_action(field_action[ident])
+                finding = Finding(
+                    f"xid_{code}", action, entry.immediate, entry.investigatory, stamp
+                )
+            else:
+                severity = "fatal" if (*ident, code) in fatal else "non_fatal"
+                action = actions.afid_action(code, self.afid_actions)
+                finding = Finding(f"afid_{code}", action, at=stamp, severity=severity)
+            if stamp < self._reset_at.get(ident, 0.0) and action in actions.CLEARED_BY_RESET:
+                continue
+            if stamp < boot and action in actions.CLEARED_BY_REBOOT:
+                continue
+            out.setdefault(ident, []).append(finding)
+        for findings in out.values():
+            findings.sort(key=lambda f: f.reason)
+        return out
+
+    def _record(
+        self, ident: Identity, reasons: dict[str, str], findings: list[Finding], wall: float
+    ) -> Iterable[Reading]:
+        """Keep the device's verdict for the API and yield its health and action series."""
+        worst = max(reasons.values(), key=_RANK.__getitem__, default=OK)
+        action = actions.worst([f.action for f in findings])
+        before = self.latest.get(ident)
+        since = before.since if before is not None and before.state == worst else wall
+        self.latest[ident] = DeviceHealth(worst, dict(reasons), findings, action, since, wall)
+        yield from verdict(ident, reasons)
+        for name in actions.ACTIONS:
+            yield Reading(
+                "accel_device_recommended_action", (*ident, name), 1.0 if name == action else 0.0
+            )
+        for finding in findings:
+            yield Reading(
+                "accel_device_action_reason_info", (*ident, finding.reason, finding.action), 1.0
+            )
+
+
+def _remember_afids(
+    readings: Iterable[Reading], events: dict[tuple[Identity, str, str], float]
+) -> set[tuple[str, ...]]:
+    """Record each AFID's newest CPER time; the (device, uuid, afid) of fatal ones."""
+    fatal: set[tuple[str, ...]] = set()
+    for r in readings:
+        if not isinstance(r.value, float):
+            continue
+        if r.metric == "accel_amd_afid_errors_total":
+            if r.labels[3] == "fatal" and r.value > 0:
+                fatal.add(r.labels[:3])
+        elif r.metric == "accel_amd_afid_last_timestamp_seconds":
+            key = (r.labels[:2], "afid", r.labels[2])
+            events[key] = max(events.get(key, 0.0), r.value)
+    return fatal
 
 
 def _amd_reasons(
-    readings: Iterable[Reading], retired: dict[Identity, float], now: float
+    readings: Iterable[Reading],
+    retired: dict[Identity, float],
+    found: dict[Identity, list[Finding]],
 ) -> dict[Identity, dict[str, str]]:
-    """The AMD rules, by device: AFIDs within the window, bad pages against the threshold.
+    """The AMD rules, by device: AFIDs that still count, bad pages against the threshold.
 
     Only devices with AMD bad-page or AFID readings have an entry (an empty one
     still marks a device whose bad pages AMD's rules judge).
     """
-    fatal: set[tuple[str, ...]] = set()
-    last: list[tuple[tuple[str, ...], float]] = []
     pending: dict[Identity, float] = {}
     threshold: dict[Identity, float] = {}
     out: dict[Identity, dict[str, str]] = {}
@@ -176,25 +384,21 @@ def _amd_reasons(
         if not isinstance(r.value, float):
             continue
         ident = r.labels[:2]
-        if r.metric == "accel_amd_afid_errors_total":
-            if r.labels[3] == "fatal" and r.value > 0:
-                fatal.add(r.labels[:3])
-        elif r.metric == "accel_amd_afid_last_timestamp_seconds":
-            last.append((r.labels[:3], r.value))
-        elif r.metric == "accel_amd_bad_pages":
+        if r.metric == "accel_amd_bad_pages":
             out.setdefault(ident, {})
             if r.labels[2] == "pending":
                 pending[ident] = r.value
-        else:  # accel_amd_bad_page_threshold
+        elif r.metric == "accel_amd_bad_page_threshold":
             out.setdefault(ident, {})
             threshold[ident] = r.value
-    for key, stamp in last:
-        if now - stamp < AFID_WINDOW_S:
-            reasons = out.setdefault(key[:2], {})
-            if key in fatal:
-                reasons["afid_fatal"] = FAILED
-            else:
-                reasons["afid_recent"] = DEGRADED
+    for ident, findings in found.items():
+        for finding in findings:
+            if finding.reason.startswith("afid_"):
+                reasons = out.setdefault(ident, {})
+                if finding.severity == "fatal":
+                    reasons["afid_fatal"] = FAILED
+                else:
+                    reasons["afid_recent"] = DEGRADED
     for ident, reasons in out.items():
         if pending.get(ident, 0.0) > 0:
             reasons["bad_pages_pending"] = DEGRADED

@@ -31,6 +31,8 @@ DAEMON_OWNED = frozenset(
         "accel_device_down_reason_info",
         "accel_device_health",
         "accel_device_health_reason_info",
+        "accel_device_recommended_action",
+        "accel_device_action_reason_info",
     }
 )
 

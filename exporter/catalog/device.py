@@ -16,6 +16,7 @@ from exporter.catalog.vocabulary import (
     ECC_TYPES,
     HEALTH_STATES,
     ISOLATION_REASONS,
+    RECOMMENDED_ACTIONS,
     RETIREMENT_CAUSES,
     SENSORS,
     THROTTLE_REASONS,
@@ -99,6 +100,23 @@ ROWS = (
         "Why a device is not ok (device_down, recovery_action, ecc_uncorrected_growth, ...);"
         " one series per reason, present only while it holds.",
         (*ID, "reason"),
+    ),
+    MetricSpec(
+        "accel_device_recommended_action",
+        Kind.GAUGE,
+        "What to do about a device, one-hot over none, restart_app, drain_p2p, reset_device,"
+        " reboot_node and service (the most disruptive action any current finding asks for;"
+        " XIDs and AFIDs by their catalogs, see docs/health.md).",
+        (*ID, "action"),
+        values={"action": RECOMMENDED_ACTIONS},
+    ),
+    MetricSpec(
+        "accel_device_action_reason_info",
+        Kind.INFO,
+        "What asks for an action on a device: the source code (xid_79, afid_30,"
+        " recovery_action_gpu_reset, or a health reason) and the action it calls for.",
+        (*ID, "reason", "action"),
+        values={"action": RECOMMENDED_ACTIONS},
     ),
     MetricSpec(
         "accel_devices",

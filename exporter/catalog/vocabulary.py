@@ -13,6 +13,8 @@ from __future__ import annotations
 
 # The exporter's health verdict: the OpenTelemetry hw.state values.
 HEALTH_STATES = ("ok", "degraded", "failed", "predicted_failure")
+# What to do about a device (exporter/actions.py), least to most disruptive.
+RECOMMENDED_ACTIONS = ("none", "restart_app", "drain_p2p", "reset_device", "reboot_node", "service")
 # Why a device's calls were isolated into a probe.
 ISOLATION_REASONS = ("hung", "crashed")
 

@@ -428,7 +428,8 @@ HEALTH_STATUS = {
 def health(samples: Samples, missing_ok: bool = False) -> Result:
     """The daemon's verdict per device (docs/health.md), with the reasons of the others.
 
-    failed is CRITICAL; degraded and predicted_failure are WARNING.
+    failed is CRITICAL; degraded and predicted_failure are WARNING. A device not ok
+    names its recommended action (``-> reset_device``) when it has one.
     """
     states = {
         labels.get("uuid", ""): labels.get("state", "")
@@ -438,6 +439,11 @@ def health(samples: Samples, missing_ok: bool = False) -> Result:
     reasons: dict[str, list[str]] = {}
     for labels, _ in samples.get("accel_device_health_reason_info"):
         reasons.setdefault(labels.get("uuid", ""), []).append(labels.get("reason", ""))
+    actions = {
+        labels.get("uuid", ""): labels.get("action", "")
+        for labels, value in samples.get("accel_device_recommended_action")
+        if value == 1
+    }
 
     def judge(dev: Device) -> Verdict | None:
         state = states.get(dev.uuid)
@@ -448,6 +454,9 @@ def health(samples: Samples, missing_ok: bool = False) -> Result:
         if status is not Status.OK:
             why = ",".join(sorted(reasons.get(dev.uuid, []))) or "no reason given"
             note = f"{dev.label} {state} ({why})"
+            action = actions.get(dev.uuid, "none")
+            if action != "none":  # the recommended action (docs/health.md), where there is one
+                note += f" -> {action}"
         perf = Perf(
             f"{dev.label}_health",
             list(HEALTH_STATUS).index(state) if state in HEALTH_STATUS else 3,

@@ -16,6 +16,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Annotated, ClassVar, Literal, Union
 
+from exporter.actions import ACTIONS
+
 # Seconds, written as "250ms", "15s", "1m" in files, env and flags.
 Duration = Annotated[float, "duration"]
 # A path that must exist and be readable when set.
@@ -140,6 +142,7 @@ class WebConfig:
         "idle_timeout": "a keep-alive connection idle this long is closed",
         "header_timeout": "whole request headers must arrive within this (a total)",
         "write_timeout": "a client must read its whole answer within this",
+        "health_api_unauthenticated": "serve /v1/devices without auth, as the health probes",
     }
 
     listen_address: str = ":9842"
@@ -166,6 +169,9 @@ class WebConfig:
     # From complete headers to the last byte of the answer: a client that reads
     # it slower (a byte now and then) is disconnected and frees its slot.
     write_timeout: Duration = 30.0
+    # /v1/devices without credentials or client certificate, as /healthz and /readyz are:
+    # for a device plugin on the node that has none (it reveals device health, no metrics).
+    health_api_unauthenticated: bool = False
 
     def check(self) -> list[tuple[str, str]]:
         """The address must parse, the limits be positive and consistent."""
@@ -868,12 +874,96 @@ class OtlpOutputConfig:
 
 
 @dataclass(frozen=True)
+class KubernetesOutputConfig:
+    """The health verdict written to Kubernetes (docs/kubernetes-health.md); off by default."""
+
+    HELP: ClassVar[dict[str, str]] = {
+        "enabled": "write DeviceTaintRules and a Node condition for this node's devices",
+        "interval": "time between two reconciliations",
+        "timeout": "deadline of one API request",
+        "taint_rules": "a DeviceTaintRule per failed device (DRA clusters)",
+        "taint_effect": "effect after the first, effect-less rule: None, NoSchedule, NoExecute",
+        "taint_degraded": "taint degraded devices too, not only failed ones",
+        "taint_key": "the taint's key",
+        "clear_after": "a device healthy this long loses its taint (hysteresis)",
+        "node_condition": "the Node condition AcceleratorHealthy (device-plugin clusters)",
+        "api_server": "API server URL (empty: in-cluster)",
+        "node_name": "this node's name (empty: $NODE_NAME)",
+        "token_file": "service account token",
+        "ca_file": "CA bundle of the API server",
+    }
+
+    enabled: bool = False
+    interval: Duration = 30.0
+    timeout: Duration = 10.0
+    taint_rules: bool = True
+    # Rules are created with effect None (they only report what they would do); this
+    # effect is set one reconciliation later. None keeps them report-only.
+    taint_effect: Literal["None", "NoSchedule", "NoExecute"] = "None"
+    taint_degraded: bool = False
+    taint_key: str = "accel-exporter.io/unhealthy"
+    clear_after: Duration = 300.0
+    node_condition: bool = True
+    api_server: str = ""
+    node_name: str = ""
+    token_file: str = f"{SERVICE_ACCOUNT_DIR}/token"
+    ca_file: str = f"{SERVICE_ACCOUNT_DIR}/ca.crt"
+
+    def check(self) -> list[tuple[str, str]]:
+        """Positive timings; a taint key that is a label name."""
+        import re
+
+        out = []
+        if self.interval < MIN_INTERVAL:
+            out.append(("interval", f"must be at least {int(MIN_INTERVAL * 1000)}ms"))
+        if self.timeout <= 0:
+            out.append(("timeout", "must be positive"))
+        if self.clear_after < 0:
+            out.append(("clear_after", "must not be negative"))
+        if not re.fullmatch(LABEL_KEY, self.taint_key):
+            out.append(("taint_key", "must be a label name ([prefix/]name)"))
+        return out
+
+
+@dataclass(frozen=True)
 class OutputsConfig:
     """Push outputs (Prometheus pull is always on, in ``web``)."""
 
-    HELP: ClassVar[dict[str, str]] = {"otlp": "OTLP metrics push (off by default)"}
+    HELP: ClassVar[dict[str, str]] = {
+        "otlp": "OTLP metrics push (off by default)",
+        "kubernetes": "device health to Kubernetes: DeviceTaintRules, Node condition (off)",
+    }
 
     otlp: OtlpOutputConfig = field(default_factory=OtlpOutputConfig)
+    kubernetes: KubernetesOutputConfig = field(default_factory=KubernetesOutputConfig)
+
+
+@dataclass(frozen=True)
+class HealthConfig:
+    """How the health verdict weighs device events (docs/health.md)."""
+
+    HELP: ClassVar[dict[str, str]] = {
+        "event_window": "how long an XID or AFID counts, from the event's own time",
+        "xid_actions": "XID code -> action, over NVIDIA's catalog (e.g. '13': none)",
+        "afid_actions": "AFID -> action, from AMD's AFID Event List (unlisted: service)",
+    }
+
+    event_window: Duration = 3600.0
+    xid_actions: dict[str, str] = field(default_factory=dict)
+    afid_actions: dict[str, str] = field(default_factory=dict)
+
+    def check(self) -> list[tuple[str, str]]:
+        """A positive window; override keys that are codes, values in the vocabulary."""
+        out: list[tuple[str, str]] = []
+        if self.event_window <= 0:
+            out.append(("event_window", "must be more than 0"))
+        for key, table in (("xid_actions", self.xid_actions), ("afid_actions", self.afid_actions)):
+            for code, action in table.items():
+                if not code.isdigit():
+                    out.append((f"{key}.{code}", "is not a code (a whole number)"))
+                if action not in ACTIONS:
+                    out.append((f"{key}.{code}", f"must be one of {', '.join(ACTIONS)}"))
+        return out
 
 
 @dataclass(frozen=True)
@@ -886,6 +976,7 @@ class Config:
         "web": "the HTTP server: /metrics, /status, /healthz, /readyz",
         "log": "log level and format",
         "workload": "which pod, container or Slurm job uses each device",
+        "health": "the health verdict: event window, action overrides",
     }
 
     web: WebConfig = field(default_factory=WebConfig)
@@ -893,3 +984,4 @@ class Config:
     sources: SourcesConfig = field(default_factory=SourcesConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     outputs: OutputsConfig = field(default_factory=OutputsConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)

@@ -44,6 +44,9 @@ from exporter.outputs.prometheus import Exposition
 
 # Endpoints a kubelet probe must reach without credentials; they reveal nothing.
 UNAUTHENTICATED = frozenset({"/healthz", "/readyz"})
+# The device health API (docs/health-api.md): behind the listener's TLS and auth, unless
+# web.health_api_unauthenticated lets a node-local reader in as the probes are.
+DEVICES = "/v1/devices"
 # Slots reserved for those probes: cheap answers, so a few cover any kubelet.
 PROBE_SLOTS = 4
 _BUSY = (
@@ -65,6 +68,7 @@ class Endpoints:
     status: Callable[[], dict[str, Any]]
     counters: HttpCounters = field(default_factory=HttpCounters)
     publish: Callable[[Sequence[Reading]], None] | None = None
+    devices: Callable[[], dict[str, Any]] | None = None
 
 
 class ListenError(Exception):
@@ -82,6 +86,7 @@ class _Server(ThreadingHTTPServer):
     auth: BasicAuth | None
     tls: ssl.SSLContext | None
     client_cert_required: bool
+    devices_exempt: bool
     read_timeout: float
     slots: threading.BoundedSemaphore
     probe_slots: threading.BoundedSemaphore
@@ -210,6 +215,9 @@ class _Handler(BaseHTTPRequestHandler):
             if url.path in UNAUTHENTICATED:
                 self._with_slot(self.server.probe_slots, url.path, parse_qs(url.query))
                 return
+            if url.path == DEVICES and self.server.devices_exempt:
+                self._with_slot(self.server.slots, url.path, parse_qs(url.query))
+                return
             if self.server.client_cert_required:
                 cert = getattr(self.connection, "getpeercert", lambda: None)()
                 if not cert:
@@ -293,6 +301,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/status":
             body = json.dumps(endpoints.status(), indent=2, sort_keys=True, default=str).encode()
             self._send(200, body + b"\n", "application/json")
+        elif path == DEVICES and endpoints.devices is not None:
+            body = json.dumps(endpoints.devices(), indent=2, sort_keys=True).encode()
+            self._send(200, body + b"\n", "application/json")
         elif path == "/":
             self._send(200, _landing().encode(), "text/html; charset=utf-8")
         elif path == "/favicon.ico":
@@ -307,6 +318,7 @@ def _landing() -> str:
         for p, d in (
             ("/metrics", "Prometheus metrics"),
             ("/status", "source state as JSON"),
+            ("/v1/devices", "device health as JSON (docs/health-api.md)"),
             ("/healthz", "liveness"),
             ("/readyz", "readiness (every source polled once)"),
         )
@@ -373,6 +385,7 @@ class HttpServer:
             config.tls is not None and tls is not None and config.tls.client_cert_required
         )
         self._server.read_timeout = config.read_timeout
+        self._server.devices_exempt = config.health_api_unauthenticated
         self._server.slots = threading.BoundedSemaphore(config.max_requests)
         self._server.probe_slots = threading.BoundedSemaphore(PROBE_SLOTS)
         self._server.conns.config = config

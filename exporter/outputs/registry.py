@@ -18,9 +18,19 @@ def _otlp(config: Config, store: Store) -> Output:
     return OtlpOutput.from_config(config.outputs.otlp, store)
 
 
+def _kubernetes(config: Config, store: Store) -> Output:
+    from exporter.outputs.kube_health import KubeHealthWriter
+
+    # No DRA resolver yet: the node's ResourceSlice index (exporter/enrich/dra.py) is not
+    # held by the daemon, so only the Node condition is written and failed devices are
+    # listed as unresolved_devices in /status.
+    return KubeHealthWriter(config.outputs.kubernetes, store)
+
+
 # name -> (is it enabled in this config?, factory)
 FACTORIES: dict[str, tuple[Callable[[Config], bool], Factory]] = {
     "otlp": (lambda config: config.outputs.otlp.enabled, _otlp),
+    "kubernetes": (lambda config: config.outputs.kubernetes.enabled, _kubernetes),
 }
 
 

@@ -61,9 +61,10 @@ from exporter.backends import libsearch
 from exporter.backends.base import INVENTORY_CHANGED
 from exporter.backends.wire import ROW_WIDTH
 from exporter.catalog.device import INFO_LABELS
-from exporter.config.schema import DeviceSourceConfig
+from exporter.config.schema import DeviceSourceConfig, HealthConfig
 from exporter.errors import SourceError, SourcePending, SourceUnavailable, WorkerError
 from exporter.health import HealthJudge
+from exporter.health_api import DeviceReport
 from exporter.model import Reading, readings_of
 from exporter.sources import pci
 from exporter.sources.base import Source
@@ -90,7 +91,12 @@ IDENTITY = frozenset(
 )
 # What a pending poll (a worker starting) keeps showing of the last one: identity and
 # state, with the health verdict; no values, which would pass for fresh.
-KEPT_WHILE_STARTING = IDENTITY | {"accel_device_health", "accel_device_health_reason_info"}
+KEPT_WHILE_STARTING = IDENTITY | {
+    "accel_device_health",
+    "accel_device_health_reason_info",
+    "accel_device_recommended_action",
+    "accel_device_action_reason_info",
+}
 # Why a device is down while the worker a reload replaced is not answering yet.
 RELOADING = "reloading"
 
@@ -225,6 +231,7 @@ class DeviceSource(WorkerSource):
         vendor: str = "",
         library: libsearch.Library | None = None,
         ledger: LedgerStore | None = None,
+        health: HealthConfig | None = None,
     ) -> None:
         super().__init__(
             name,
@@ -252,7 +259,7 @@ class DeviceSource(WorkerSource):
         self._slow: list[Reading] = []
         self._next_slow = 0.0
         # The health verdict of each device, derived from every poll's readings.
-        self._health = HealthJudge()
+        self._health = HealthJudge.configured(health or HealthConfig())
         # Identity of every device any inventory named, by library index: an isolated
         # device keeps the name it had.
         self._known: dict[int, DeviceId] = {}
@@ -333,6 +340,22 @@ class DeviceSource(WorkerSource):
         elif self._pci_problem:
             out["pci_problem"] = self._pci_problem
         return out
+
+    def health_report(self) -> list[DeviceReport]:
+        """Each exported device with its last verdict, for /v1/devices (an HTTP thread)."""
+        vendor = self._vendor or self._default_vendor
+        latest = self._health.latest
+        return [
+            DeviceReport(
+                vendor,
+                dev.index,
+                dev.device,
+                dev.uuid,
+                dict(dev.info).get("pci_bus_id", ""),
+                latest.get((dev.device, dev.uuid)),
+            )
+            for dev in self._exported()
+        ]
 
     # -- which devices are exported ----------------------------------------------
 

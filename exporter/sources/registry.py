@@ -35,6 +35,7 @@ def _nvml(config: Config) -> Source:
         "exporter.backends.nvml:NvmlBackend",
         backend_config={"events": nvml.events, "processes": nvml.processes},
         vendor="nvidia",
+        health=config.health,
     )
 
 
@@ -53,6 +54,7 @@ def _amdsmi(config: Config) -> Source:
         },
         vendor="amd",
         ledger=cper_ledger.store_for(cfg.state_dir),
+        health=config.health,
     )
 
 
@@ -65,6 +67,7 @@ def _levelzero(config: Config) -> Source:
         backend_config={"library_path": cfg.library_path},
         vendor="intel",
         library=libsearch.LEVELZERO,
+        health=config.health,
     )
 
 
@@ -77,6 +80,7 @@ def _hlml(config: Config) -> Source:
         backend_config={"library_path": cfg.library_path, "nic_statistics": cfg.nic_statistics},
         vendor="intel_gaudi",
         library=libsearch.HLML,
+        health=config.health,
     )
 
 

@@ -1,4 +1,4 @@
-"""A fake Kubernetes API server: ``GET /api/v1/pods`` over HTTPS on loopback.
+"""A fake Kubernetes API server over HTTPS on loopback: pods, DeviceTaintRules, Node status.
 
 It does what the real one does for this request: checks the bearer token (401),
 can refuse the service account (403, as missing RBAC does), honours
@@ -6,10 +6,18 @@ can refuse the service account (403, as missing RBAC does), honours
 when the Accept header asks for it (else a ``PodList`` with spec and status),
 and records every request. A test can make it slow, send garbage, pad the reply,
 or stream it without a Content-Length.
+
+For the health writer it also keeps ``resource.k8s.io/v1beta2`` DeviceTaintRules
+(create, get, list by label selector, JSON merge patch, delete with a uid
+precondition) and Node status (strategic merge patch of ``status.conditions``, merged
+by type), validating every object it stores against Kubernetes' own OpenAPI schema of
+``kube_version`` (kubernetes-validate, strict): an invalid one is answered 422, as the
+real server's validation would.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import ssl
 import time
@@ -19,9 +27,12 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
+
 from tests.helpers.http_server import LoopbackServer
 
 METADATA_ONLY = "as=PartialObjectMetadataList"
+RULES = "/apis/resource.k8s.io/v1beta2/devicetaintrules"
 
 
 @dataclass
@@ -45,12 +56,26 @@ class FakeApiServer(LoopbackServer):
         self.chunked = False  # no Content-Length
         self.metadata_only = True  # whether PartialObjectMetadataList is offered
         self.requests: list[dict[str, Any]] = []
+        self.kube_version = "1.36.0"
+        self.rules: dict[str, dict[str, Any]] = {}  # DeviceTaintRules by name
+        self.nodes: dict[str, dict[str, Any]] = {}  # Node objects by name
+        self.invalid: list[str] = []  # validation errors answered 422
+        self._uids = itertools.count(1)
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
             def do_GET(self) -> None:
+                owner._answer(self)
+
+            def do_POST(self) -> None:
+                owner._answer(self)
+
+            def do_PATCH(self) -> None:
+                owner._answer(self)
+
+            def do_DELETE(self) -> None:
                 owner._answer(self)
 
             def log_message(self, format: str, *args: Any) -> None:
@@ -63,14 +88,27 @@ class FakeApiServer(LoopbackServer):
     def _answer(self, handler: BaseHTTPRequestHandler) -> None:
         parsed = urllib.parse.urlsplit(handler.path)
         query = urllib.parse.parse_qs(parsed.query)
-        self.requests.append({"path": parsed.path, "query": query, **dict(handler.headers)})
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = json.loads(handler.rfile.read(length)) if length else None
+        self.requests.append(
+            {
+                "method": handler.command,
+                "path": parsed.path,
+                "query": query,
+                "body": body,
+                **dict(handler.headers),
+            }
+        )
         if self.delay:
             time.sleep(self.delay)
         if handler.headers.get("Authorization") != f"Bearer {self.token}":
             return self._send(handler, 401, self._status("Unauthorized", 401))
         if self.status is not None:
             return self._send(handler, self.status, self._status("Forbidden", self.status))
-        if parsed.path != "/api/v1/pods":
+        if parsed.path.startswith(RULES) or parsed.path.startswith("/api/v1/nodes/"):
+            code, reply = self._object(handler.command, parsed.path, query, body, handler.headers)
+            return self._send(handler, code, json.dumps(reply).encode())
+        if parsed.path != "/api/v1/pods" or handler.command != "GET":
             return self._send(handler, 404, self._status("NotFound", 404))
         if self.garbage:
             return self._send(handler, 200, b"<html>not the API server</html>")
@@ -106,6 +144,94 @@ class FakeApiServer(LoopbackServer):
         kind = "PartialObjectMetadataList" if metadata_only else "PodList"
         return {"kind": kind, "apiVersion": "v1", "metadata": {}, "items": items}
 
+    # -- DeviceTaintRules and Node status --------------------------------------------
+
+    def _valid(self, obj: dict[str, Any]) -> str:
+        """ "" when ``obj`` validates against the schema of ``kube_version``, else why not."""
+        try:
+            kubernetes_validate.validate(obj, self.kube_version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            self.invalid.append(str(exc))
+            return str(exc)
+        return ""
+
+    def _object(
+        self, method: str, path: str, query: dict[str, list[str]], body: Any, headers: Any
+    ) -> tuple[int, dict[str, Any]]:
+        if path.startswith("/api/v1/nodes/"):
+            return self._node_status(method, path, body, headers)
+        name = path[len(RULES) + 1 :] if path.startswith(RULES + "/") else ""
+        if method == "GET" and not name:
+            wanted = dict(
+                pair.split("=", 1)
+                for selector in query.get("labelSelector", [])
+                for pair in selector.split(",")
+            )
+            items = [
+                rule
+                for rule in self.rules.values()
+                if all(rule["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
+            ]
+            return 200, {
+                "apiVersion": "resource.k8s.io/v1beta2",
+                "kind": "DeviceTaintRuleList",
+                "metadata": {},
+                "items": items,
+            }
+        if method == "POST" and not name:
+            name = body["metadata"]["name"]
+            if name in self.rules:
+                return 409, json.loads(self._status("AlreadyExists", 409))
+            problem = self._valid(body)
+            if problem:
+                return 422, {**json.loads(self._status("Invalid", 422)), "message": problem}
+            stored = json.loads(json.dumps(body))
+            stored["metadata"].update(uid=f"uid-{next(self._uids)}", resourceVersion="1")
+            self.rules[name] = stored
+            return 201, stored
+        rule = self.rules.get(name)
+        if rule is None:
+            return 404, json.loads(self._status("NotFound", 404))
+        if method == "GET":
+            return 200, rule
+        if method == "PATCH":
+            assert headers.get("Content-Type") == "application/merge-patch+json"
+            patched = _merge(json.loads(json.dumps(rule)), body)
+            problem = self._valid(patched)
+            if problem:
+                return 422, {**json.loads(self._status("Invalid", 422)), "message": problem}
+            self.rules[name] = patched
+            return 200, patched
+        if method == "DELETE":
+            uid = ((body or {}).get("preconditions") or {}).get("uid")
+            if uid and uid != rule["metadata"]["uid"]:
+                return 409, json.loads(self._status("Conflict", 409))
+            del self.rules[name]
+            return 200, json.loads(self._status("Success", 200))
+        return 405, json.loads(self._status("MethodNotAllowed", 405))
+
+    def _node_status(
+        self, method: str, path: str, body: Any, headers: Any
+    ) -> tuple[int, dict[str, Any]]:
+        parts = path.split("/")  # "", api, v1, nodes, <name>, status
+        node = self.nodes.get(parts[4])
+        if node is None or len(parts) != 6 or parts[5] != "status" or method != "PATCH":
+            return 404, json.loads(self._status("NotFound", 404))
+        assert headers.get("Content-Type") == "application/strategic-merge-patch+json"
+        patched = json.loads(json.dumps(node))
+        conditions = patched.setdefault("status", {}).setdefault("conditions", [])
+        for new in body.get("status", {}).get("conditions", []):  # merged by type
+            same = [i for i, c in enumerate(conditions) if c["type"] == new["type"]]
+            if same:
+                conditions[same[0]] = {**conditions[same[0]], **new}
+            else:
+                conditions.append(new)
+        problem = self._valid(patched)
+        if problem:
+            return 422, {**json.loads(self._status("Invalid", 422)), "message": problem}
+        self.nodes[parts[4]] = patched
+        return 200, patched
+
     @staticmethod
     def _status(reason: str, code: int) -> bytes:
         body = {"kind": "Status", "status": "Failure", "reason": reason, "code": code}
@@ -125,3 +251,27 @@ class FakeApiServer(LoopbackServer):
             handler.send_header("Content-Length", str(len(body)))
             handler.end_headers()
             handler.wfile.write(body)
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    if not isinstance(target, dict):
+        target = {}
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = _merge(target.get(key), value)
+    return target
+
+
+def node(name: str, conditions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A minimal Node object for ``FakeApiServer.nodes``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "uid": f"uid-node-{name}"},
+        "status": {"conditions": list(conditions or [])},
+    }

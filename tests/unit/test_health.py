@@ -15,20 +15,29 @@ def up(ident=A, value=1.0):
     return Reading("accel_device_up", ident, value)
 
 
-def verdicts(readings, judge=None):
+def judged(readings, judge=None):
+    """(states, health reasons, recommended actions, action reasons) by device."""
     out = (judge or HealthJudge()).judge(readings)
     assert out[: len(readings)] == list(readings)  # the readings pass through unchanged
-    states = {}
-    reasons = {}
+    states, reasons, todo, why = {}, {}, {}, {}
     for r in out[len(readings) :]:
-        if r.metric == "accel_device_health":
+        if r.metric in ("accel_device_health", "accel_device_recommended_action"):
+            one_hot = states if r.metric == "accel_device_health" else todo
             if r.value == 1:
-                assert r.labels[:2] not in states, "one-hot"
-                states[r.labels[:2]] = r.labels[2]
+                assert r.labels[:2] not in one_hot, "one-hot"
+                one_hot[r.labels[:2]] = r.labels[2]
+        elif r.metric == "accel_device_action_reason_info":
+            assert r.value == 1
+            why.setdefault(r.labels[:2], {})[r.labels[2]] = r.labels[3]
         else:
             assert r.metric == "accel_device_health_reason_info" and r.value == 1
             reasons.setdefault(r.labels[:2], set()).add(r.labels[2])
-    return states, reasons
+    assert set(todo) == set(states), "an action for every device judged"
+    return states, reasons, todo, why
+
+
+def verdicts(readings, judge=None):
+    return judged(readings, judge)[:2]
 
 
 def test_every_state_is_exported_one_hot_for_each_device():
@@ -93,7 +102,6 @@ def test_each_rule(reading, state, reason):
     "reading",
     [
         Reading("accel_device_recovery_action", (*A, "none"), 1.0),
-        Reading("accel_device_recovery_action", (*A, "drain_p2p"), 1.0),
         Reading("accel_device_recovery_action", (*A, "node_reboot"), 0.0),
         Reading("accel_remapped_rows_pending", A, 0.0),
         Reading("accel_nvidia_fabric_health_issue", (*A, "route_recovery"), 0.0),
@@ -262,3 +270,174 @@ def test_nvidia_retired_pages_rules_still_apply_without_amd_families():
     assert verdicts([up(A), *pending])[0][A] == "failed"
     near = [Reading("accel_retired_pages", (*A, "double_bit_ecc"), 61.0)]
     assert verdicts([up(A), *near])[0][A] == "predicted_failure"
+
+
+def test_recovery_action_drain_p2p_is_degraded_and_asks_to_drain():
+    states, reasons, todo, why = judged(
+        [up(A), Reading("accel_device_recovery_action", (*A, "drain_p2p"), 1.0)]
+    )
+    assert (states[A], reasons[A], todo[A]) == ("degraded", {"recovery_action"}, "drain_p2p")
+    assert why[A] == {"recovery_action_drain_p2p": "drain_p2p"}
+
+
+# -- XIDs and AFIDs: the recommended action, the window, resets -----------------------
+
+
+def xid(code, at, ident=A, count=1.0):
+    return [
+        Reading("accel_xid_errors_total", (*ident, str(code)), count),
+        Reading("accel_xid_last_timestamp_seconds", (*ident, str(code)), at),
+    ]
+
+
+def xid_judge(wall, **kw):
+    return HealthJudge(clock=lambda: 0.0, wall=lambda: wall[0], boot_time=lambda: 0.0, **kw)
+
+
+@pytest.mark.parametrize(
+    ("code", "state", "action"),
+    [
+        # NVIDIA's catalog: immediate bucket RESTART_APP: the application failed, the GPU is fine.
+        (31, "ok", "restart_app"),
+        (94, "ok", "restart_app"),
+        (13, "ok", "restart_app"),
+        (48, "failed", "reset_device"),  # WORKFLOW_XID_48: reset first
+        (79, "failed", "reboot_node"),  # RESTART_BM
+        (95, "failed", "reset_device"),  # RESET_GPU
+        (119, "failed", "reset_device"),  # RESET_GPU (GSP RPC timeout)
+        (74, "failed", "reset_device"),  # WORKFLOW_NVLINK_ERR
+        (63, "ok", "none"),  # IGNORE: a row remap recorded
+        (54, "failed", "service"),  # CHECK_MECHANICALS
+        (2, "failed", "service"),  # "Unused": CONTACT_SUPPORT
+        (168, "failed", "service"),  # no bucket in this catalog revision
+        (4000, "failed", "service"),  # unknown: service, never none
+    ],
+)
+def test_each_xid_maps_to_its_catalog_action(code, state, action):
+    states, reasons, todo, why = judged([up(A), up(B), *xid(code, NOW - 5)], xid_judge([NOW]))
+    assert states == {A: state, B: "ok"} and todo == {A: action, B: "none"}
+    assert why[A] == {f"xid_{code}": action}
+    assert reasons.get(A, set()) == ({f"xid_{code}"} if state != "ok" else set())
+
+
+def test_the_device_action_is_the_most_disruptive_finding():
+    readings = [up(A), *xid(31, NOW - 1), *xid(95, NOW - 2), *xid(79, NOW - 3)]
+    readings.append(Reading("accel_remapped_rows_failure", A, 1.0))
+    states, reasons, todo, why = judged(readings, xid_judge([NOW]))
+    assert states[A] == "failed" and todo[A] == "service"
+    assert why[A] == {
+        "xid_31": "restart_app",
+        "xid_95": "reset_device",
+        "xid_79": "reboot_node",
+        "row_remap_failure": "service",
+    }
+    assert reasons[A] == {"xid_95", "xid_79", "row_remap_failure"}
+
+
+def test_an_xid_ages_out_by_its_own_time_not_by_when_it_was_read():
+    wall = [NOW]
+    judge = xid_judge(wall, window=600.0)
+    # Read now, but the driver saw it 590 s ago: 10 s are left of its window.
+    assert judged([up(A), *xid(79, NOW - 590)], judge)[0][A] == "failed"
+    wall[0] = NOW + 11
+    states, _reasons, todo, why = judged([up(A), *xid(79, NOW - 590)], judge)
+    assert (states[A], todo[A], why.get(A)) == ("ok", "none", None)
+    # The same code again, with a newer time: counts again.
+    assert judged([up(A), *xid(79, NOW + 5)], judge)[2][A] == "reboot_node"
+
+
+def test_an_xid_outlives_the_worker_that_counted_it():
+    wall = [NOW]
+    judge = xid_judge(wall)
+    assert judged([up(A), *xid(48, NOW - 1)], judge)[0][A] == "failed"
+    # A new worker counts from zero and reports no XID yet: the daemon remembers it.
+    assert judged([up(A)], judge)[2][A] == "reset_device"
+
+
+def test_a_reset_clears_what_a_reset_resolves_but_not_a_service_call():
+    wall = [NOW]
+    judge = xid_judge(wall)
+    events = [*xid(95, NOW - 30), *xid(54, NOW - 30)]
+    assert judged([up(A), *events], judge)[2][A] == "service"
+    lost = [
+        up(A, 0.0),
+        Reading("accel_device_down_reason_info", (*A, "gpu_lost"), 1.0),
+        *events,
+    ]
+    assert judged(lost, judge)[0][A] == "failed"
+    wall[0] = NOW + 20
+    _states, _, todo, why = judged([up(A), *events], judge)  # back: it was reset
+    assert todo[A] == "service" and why[A] == {"xid_54": "service"}
+    # A device down for a reason a reset does not imply (a hung call) clears nothing.
+    judge = xid_judge(wall)
+    hung = [up(A, 0.0), Reading("accel_device_down_reason_info", (*A, "timeout"), 1.0)]
+    judged([*hung, *xid(95, NOW - 30)], judge)
+    assert judged([up(A), *xid(95, NOW - 30)], judge)[1][A] == {"xid_95"}
+
+
+def test_a_reboot_clears_events_from_before_the_boot():
+    judge = HealthJudge(clock=lambda: 0.0, wall=lambda: NOW, boot_time=lambda: NOW - 100)
+    readings = [up(A), *xid(79, NOW - 200), *xid(31, NOW - 200), *xid(54, NOW - 200)]
+    assert judged(readings, judge)[3][A] == {"xid_54": "service"}
+
+
+def test_xid_154_takes_the_recovery_action_field():
+    field = Reading("accel_device_recovery_action", (*A, "gpu_reset"), 1.0)
+    _, _, _todo, why = judged([up(A), field, *xid(154, NOW - 1)], xid_judge([NOW]))
+    assert why[A] == {"xid_154": "reset_device", "recovery_action_gpu_reset": "reset_device"}
+    # Without the field (an older driver): service, never none.
+    assert judged([up(B), *xid(154, NOW - 1, B)], xid_judge([NOW]))[2][B] == "service"
+
+
+def test_configured_actions_override_the_catalog():
+    judge = xid_judge([NOW], xid_actions={"31": "reset_device"}, afid_actions={"12": "none"})
+    readings = [up(A), *xid(31, NOW - 1), *afid("12", "non_fatal_corrected", 0)]
+    assert judged(readings, judge)[3][A] == {"xid_31": "reset_device", "afid_12": "none"}
+
+
+def test_afids_ask_for_service_unless_configured_and_follow_their_severity():
+    states, _reasons, todo, why = judged(
+        [up(A), up(B), *afid("30", "fatal", 60), *afid("12", "non_fatal_corrected", 60, B)],
+        amd_judge([NOW]),
+    )
+    assert states == {A: "failed", B: "degraded"}
+    assert todo == {A: "service", B: "service"}
+    assert why == {A: {"afid_30": "service"}, B: {"afid_12": "service"}}
+
+
+def test_a_fatal_afid_from_before_the_boot_no_longer_fails_the_gpu_it_was_reset_for():
+    wall = [NOW]
+    judge = HealthJudge(
+        clock=lambda: 0.0,
+        wall=lambda: wall[0],
+        boot_time=lambda: NOW - 30,
+        afid_actions={"30": "reset_device"},
+    )
+    # The record is 60 s old, the boot 30 s: the reboot reset the GPU (ROCm DME #506).
+    assert judged([up(A), *afid("30", "fatal", 60)], judge)[0][A] == "ok"
+    assert judged([up(A), *afid("30", "fatal", 10)], judge)[0][A] == "failed"
+
+
+def test_the_latest_verdict_is_kept_with_its_findings_and_since():
+    wall = [NOW]
+    judge = xid_judge(wall)
+    judge.judge([up(A)])
+    assert judge.latest[A].state == "ok" and judge.latest[A].since == NOW
+    wall[0] = NOW + 5
+    judge.judge([up(A), *xid(79, NOW + 4)])
+    got = judge.latest[A]
+    assert (got.state, got.action, got.since, got.updated) == (
+        "failed",
+        "reboot_node",
+        NOW + 5,
+        NOW + 5,
+    )
+    (finding,) = got.findings
+    assert (finding.immediate, finding.investigatory, finding.at) == (
+        "RESTART_BM",
+        "CONTACT_SUPPORT",
+        NOW + 4,
+    )
+    wall[0] = NOW + 9
+    judge.judge([up(A)])
+    assert (judge.latest[A].since, judge.latest[A].updated) == (NOW + 5, NOW + 9)

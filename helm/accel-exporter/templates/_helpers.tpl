@@ -106,6 +106,11 @@ The daemon's config file: the user's config with the keys the chart owns set on 
 {{- $_ := set $owned "workload" (dict "k8s" (dict "pod_labels" (dict "enabled" true "keys" .keys "interval" .interval))) }}
 {{- end }}
 {{- end }}
+{{- with .Values.kubernetesHealth }}
+{{- if .enabled }}
+{{- $_ := set $owned "outputs" (dict "kubernetes" (dict "enabled" true "taint_effect" .taintEffect "taint_degraded" .taintDegraded "clear_after" .clearAfter "taint_rules" .taintRules "node_condition" .nodeCondition "interval" .interval)) }}
+{{- end }}
+{{- end }}
 {{- toYaml (mergeOverwrite $config $owned) }}
 {{- end }}
 

@@ -1,0 +1,132 @@
+"""The ``GET /v1/devices`` document: each device's verdict, for plugins and agents.
+
+A device plugin, a DRA driver or a node agent reads it (schema: docs/health-api.schema.json).
+
+Pure: what the sources report in, a JSON-ready dict out. The Kubernetes tri-state
+(KEP-4680's Healthy, Unhealthy, Unknown) is derived here: Unknown whenever the
+exporter cannot vouch for the data (the source is stale, failing, not started, or
+the device has no verdict yet), never Healthy by default; Unhealthy for a failed
+device; Healthy otherwise (degraded and predicted_failure devices still run jobs,
+their reasons say why to watch them).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from exporter.health import FAILED, DeviceHealth, Finding
+
+API_VERSION = "accel-exporter/v1"
+KIND = "DeviceHealthList"
+HEALTHY, UNHEALTHY, UNKNOWN = "Healthy", "Unhealthy", "Unknown"
+
+
+@dataclass(frozen=True)
+class DeviceReport:
+    """One device as its source knows it, with its last verdict (None before any)."""
+
+    vendor: str
+    index: int
+    device: str
+    uuid: str
+    pci_address: str
+    verdict: DeviceHealth | None
+
+
+@dataclass(frozen=True)
+class SourceReport:
+    """One device source: its state ("ok", "stale", "failing", ...) and its devices."""
+
+    name: str
+    state: str
+    reason: str
+    devices: list[DeviceReport]
+
+
+def rfc3339(when: float) -> str | None:
+    """A Unix time as RFC 3339 UTC with milliseconds; None for "never" (0)."""
+    if when <= 0:
+        return None
+    return datetime.fromtimestamp(when, timezone.utc).isoformat(timespec="milliseconds")
+
+
+def tri_state(source_state: str, verdict: DeviceHealth | None) -> str:
+    """Healthy, Unhealthy or Unknown for one device."""
+    if source_state != "ok" or verdict is None:
+        return UNKNOWN
+    return UNHEALTHY if verdict.state == FAILED else HEALTHY
+
+
+def _reasons(verdict: DeviceHealth) -> list[dict[str, Any]]:
+    """Health reasons and findings merged by reason: the state each leads to, the action."""
+    found: dict[str, Finding] = {f.reason: f for f in verdict.findings}
+    out = []
+    for reason in sorted(set(verdict.reasons) | set(found)):
+        finding = found.get(reason)
+        kind, _, code = reason.partition("_")
+        out.append(
+            {
+                "reason": reason,
+                "state": verdict.reasons.get(reason),
+                "action": finding.action if finding else None,
+                "code": code if kind in ("xid", "afid") else "",
+                "immediate": finding.immediate if finding else "",
+                "investigatory": finding.investigatory if finding else "",
+                "severity": finding.severity if finding else "",
+                "event_time": rfc3339(finding.at) if finding else None,
+            }
+        )
+    return out
+
+
+def _message(health: str, source: SourceReport, verdict: DeviceHealth | None) -> str:
+    """One line a human reads in a Pod status or a node condition."""
+    if source.state != "ok":
+        why = f": {source.reason}" if source.reason and source.reason != source.state else ""
+        return f"source {source.name} is {source.state}{why}"
+    if verdict is None:
+        return "no verdict yet"
+    if not verdict.reasons and verdict.action == "none":
+        return "ok"
+    reasons = ", ".join(sorted(verdict.reasons)) or "none"
+    return f"{verdict.state} ({reasons}); recommended action: {verdict.action}"
+
+
+def document(
+    sources: Iterable[SourceReport], now: float, node: str | None = None
+) -> dict[str, Any]:
+    """The /v1/devices document at Unix time ``now``, devices by source then index."""
+    devices = []
+    for source in sources:
+        for dev in sorted(source.devices, key=lambda d: (d.index, d.device)):
+            verdict = dev.verdict
+            health = tri_state(source.state, verdict)
+            devices.append(
+                {
+                    "source": source.name,
+                    "vendor": dev.vendor,
+                    "index": dev.index,
+                    "device": dev.device,
+                    "uuid": dev.uuid,
+                    "pci_address": dev.pci_address,
+                    "health": health,
+                    "verdict": verdict.state if verdict else None,
+                    "recommended_action": verdict.action if verdict else None,
+                    "reasons": _reasons(verdict) if verdict else [],
+                    "message": _message(health, source, verdict),
+                    "source_state": source.state,
+                    "since": rfc3339(verdict.since) if verdict else None,
+                    "last_updated": rfc3339(verdict.updated) if verdict else None,
+                }
+            )
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "node": node if node is not None else socket.gethostname(),
+        "generated_at": rfc3339(now),
+        "devices": devices,
+    }

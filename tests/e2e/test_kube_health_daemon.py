@@ -1,0 +1,72 @@
+"""outputs.kubernetes in the real daemon: the verdict reaches the fake API server, and a
+refusing or hung API server costs the daemon nothing (metrics, /v1/devices, /status)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_nvml_daemon import OTHERS_OFF
+from tests.fakes.kube_api import FakeApiServer, node
+from tests.helpers.daemon import Daemon, value
+from tests.helpers.pki import make_pki
+
+NODE = "gpu-node-a"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_pki(tmp_path_factory.mktemp("pki"), ("server", "127.0.0.1"))
+
+
+def condition(api: FakeApiServer) -> dict[str, Any] | None:
+    found = [
+        c for c in api.nodes[NODE]["status"]["conditions"] if c["type"] == "AcceleratorHealthy"
+    ]
+    return found[0] if found else None
+
+
+def test_writer_reports_and_survives_a_hung_api_server(daemon_factory, fake_nvml, pki, tmp_path):
+    fake = fake_nvml(2)
+    token = tmp_path / "token"
+    token.write_text("t0ken\n")
+    with FakeApiServer(pki, token="t0ken") as api:
+        api.nodes = {NODE: node(NODE)}
+        api.delay = 3.0  # hung: every request outlives the writer's timeout
+        config = {
+            "sources": {**OTHERS_OFF, "nvml": {"interval": "1s", "slow_interval": "1s"}},
+            "outputs": {
+                "kubernetes": {
+                    "enabled": True,
+                    "api_server": api.url,
+                    "node_name": NODE,
+                    "token_file": str(token),
+                    "ca_file": str(pki / "ca.pem"),
+                    "timeout": "500ms",
+                    "interval": "1s",
+                }
+            },
+        }
+        d: Daemon = daemon_factory(config, env=fake.env())
+        u1 = fake.uuid(1)
+        d.wait_for(
+            lambda: d.status()["outputs"]["kubernetes"]["failures"].get("timeout", 0) >= 2,
+            timeout=30,
+            what="timeouts counted",
+        )
+        # Meanwhile everything else answers.
+        for _ in range(3):
+            assert value(d.metrics(), "accel_device_up", device="1", uuid=u1) == 1
+            assert d.get("/v1/devices").status == 200
+        api.delay = 0.0
+        d.wait_for(lambda: (condition(api) or {}).get("status") == "True", timeout=30, what="True")
+        d.wait_for(lambda: fake.state.event_sets >= 1, what="the worker's event set")
+        fake.inject_xid(1, 79)
+        d.wait_for(lambda: condition(api)["status"] == "False", timeout=30, what="False")
+        assert "xid_79 -> reboot_node" in condition(api)["message"]
+        status = d.status()["outputs"]["kubernetes"]
+        # No DRA resolver in the daemon yet: the failed GPU is listed, no rule is made.
+        assert status["unresolved_devices"] == [u1] and status["rules"] == {}
+        assert api.rules == {} and api.invalid == []
