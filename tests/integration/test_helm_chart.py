@@ -21,13 +21,16 @@ from exporter.config import load_config
 from tests.helpers.deploy import (
     CHART,
     RULE_FILES,
+    TEST_IMAGE,
     RenderError,
     by_kind,
     chart_values,
     container,
+    daemonset,
     dashboards,
     env_of,
     helm_binary,
+    install_dry_run,
     lint_chart,
     load_docs,
     need,
@@ -38,6 +41,8 @@ from tests.helpers.deploy import (
 )
 
 RELEASE, NAMESPACE = "gpu-mon", "monitoring"
+# The chart's node kinds, highest priority first.
+KINDS = ("nvidia", "amd", "gaudi", "neuron", "tpu", "intel")
 FULLNAME = "gpu-mon-accel-exporter"
 
 EVERYTHING_ON: dict[str, Any] = {
@@ -69,7 +74,7 @@ EVERYTHING_ON: dict[str, Any] = {
     "hostPID": True,
     "hostNetwork": True,
     "tls": {"enabled": True, "secretName": "accel-exporter-tls"},
-    "amd": {"devices": True, "rocmPath": "/opt/rocm-6.4.0"},
+    "amd": {"rocmPath": "/opt/rocm-6.4.0"},
     "cclInspector": {"hostPath": "/var/run/nccl-inspector"},
     "priorityClassName": "system-node-critical",
     "runtimeClassName": "nvidia",
@@ -120,22 +125,22 @@ def render(
     renderer: Path, tmp_path: Path, values: Mapping[str, Any] | None = None, **kwargs: Any
 ) -> list[dict[str, Any]]:
     # Helm validates values against values.schema.json before rendering; so do we.
-    values_schema().validate(chart_values(values))
+    values_schema().validate(chart_values({"image": {"repository": TEST_IMAGE}, **(values or {})}))
     return load_docs(
         render_chart(renderer, tmp_path, values, name=RELEASE, namespace=NAMESPACE, **kwargs)
     )
 
 
-def pod_spec(docs: list[dict[str, Any]]) -> Mapping[str, Any]:
-    return one(docs, "DaemonSet")["spec"]["template"]["spec"]
+def pod_spec(docs: list[dict[str, Any]], kind: str = "nvidia") -> Mapping[str, Any]:
+    return daemonset(docs, kind)["spec"]["template"]["spec"]
 
 
-def volumes(docs: list[dict[str, Any]]) -> dict[str, Mapping[str, Any]]:
-    return {v["name"]: v for v in pod_spec(docs)["volumes"]}
+def volumes(docs: list[dict[str, Any]], kind: str = "nvidia") -> dict[str, Mapping[str, Any]]:
+    return {v["name"]: v for v in pod_spec(docs, kind)["volumes"]}
 
 
-def mounts(docs: list[dict[str, Any]]) -> dict[str, Mapping[str, Any]]:
-    return {m["name"]: m for m in container(docs)["volumeMounts"]}
+def mounts(docs: list[dict[str, Any]], kind: str = "nvidia") -> dict[str, Mapping[str, Any]]:
+    return {m["name"]: m for m in container(docs, kind)["volumeMounts"]}
 
 
 def daemon_config(docs: list[dict[str, Any]], tmp_path: Path) -> Any:
@@ -203,7 +208,7 @@ def test_renders_as_a_subchart(renderer, tmp_path):
 
 
 def test_null_removes_a_default(renderer, tmp_path):
-    values = {"podSecurityContext": None, "tolerations": None}
+    values = {"podSecurityContext": None, "nodeKinds": {"nvidia": {"tolerations": None}}}
     docs = render(renderer, tmp_path, values)
     assert "securityContext" not in pod_spec(docs) and "tolerations" not in pod_spec(docs)
     notes = render_chart(renderer, tmp_path, values, notes=True)
@@ -222,7 +227,7 @@ def test_everything_on_creates_every_object(renderer, tmp_path):
     }
     assert kinds == {
         "ConfigMap": 1 + len(dashboards()),
-        "DaemonSet": 1,
+        "DaemonSet": len(KINDS),
         "Service": 1,
         "ServiceAccount": 1,
         "ServiceMonitor": 1,
@@ -238,7 +243,16 @@ def test_chart_version_and_image_follow_the_package(renderer, tmp_path):
         ":1.2.3"
     )
     digest = container(render(renderer, tmp_path, EVERYTHING_ON))["image"]
-    assert digest == "ghcr.io/accel-exporter/accel-exporter@" + EVERYTHING_ON["image"]["digest"]
+    assert digest == TEST_IMAGE + "@" + EVERYTHING_ON["image"]["digest"]
+
+
+def test_no_image_default_nobody_can_pull(renderer, tmp_path):
+    # No registry publishes the image: without a repository the chart says how to make one.
+    assert yaml.safe_load((CHART / "values.yaml").read_text())["image"]["repository"] == ""
+    with pytest.raises(RenderError) as refused:
+        render_chart(renderer, tmp_path, {"image": {"repository": ""}})
+    message = str(refused.value)
+    assert "image.repository" in message and "podman build -f Containerfile" in message
 
 
 # -- the DaemonSet ----------------------------------------------------------------------
@@ -280,32 +294,38 @@ def test_node_name_from_the_downward_api_and_gpu_taints_tolerated(renderer, tmp_
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
     assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
     # No effect: NoSchedule and NoExecute taints alike (the pod must also stay there).
-    tolerated = {(t["key"], t["operator"], t.get("effect")) for t in pod_spec(docs)["tolerations"]}
-    assert {
-        ("nvidia.com/gpu", "Exists", None),
-        ("amd.com/gpu", "Exists", None),
-        ("google.com/tpu", "Exists", None),
-        ("aws.amazon.com/neuron", "Exists", None),
-    } <= tolerated
+    for kind, taints in {
+        "nvidia": {"nvidia.com/gpu"},
+        "amd": {"amd.com/gpu"},
+        "gaudi": {"habana.ai/gaudi"},
+        "neuron": {"aws.amazon.com/neuron"},
+        "tpu": {"google.com/tpu"},
+        "intel": {"gpu.intel.com/i915", "gpu.intel.com/xe"},
+    }.items():
+        tolerated = {
+            (t["key"], t["operator"], t.get("effect")) for t in pod_spec(docs, kind)["tolerations"]
+        }
+        assert tolerated == {(key, "Exists", None) for key in taints}, kind
 
 
 def test_operator_taints_are_added_to_the_gpu_tolerations(renderer, tmp_path):
     extra = {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute"}
     docs = render(renderer, tmp_path, {"extraTolerations": [extra]})
-    tolerations = pod_spec(docs)["tolerations"]
-    assert tolerations[-1] == extra
-    assert any(t["key"] == "nvidia.com/gpu" for t in tolerations)
+    for kind in KINDS:
+        tolerations = pod_spec(docs, kind)["tolerations"]
+        assert tolerations[-1] == extra
+    assert any(t["key"] == "nvidia.com/gpu" for t in pod_spec(docs)["tolerations"])
 
 
-def node_terms(docs: list[dict[str, Any]]) -> list[Any]:
-    affinity = pod_spec(docs)["affinity"]["nodeAffinity"]
+def node_terms(docs: list[dict[str, Any]], kind: str = "nvidia") -> list[Any]:
+    affinity = pod_spec(docs, kind)["affinity"]["nodeAffinity"]
     return affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
 
 
 def test_only_accelerator_nodes_by_default_with_an_off_switch(renderer, tmp_path):
     docs = render(renderer, tmp_path)
     expressions = [term["matchExpressions"] for term in node_terms(docs)]
-    # Any one label matches (terms are ORed), each term one expression.
+    # Any one label matches (terms are ORed); the highest kind excludes nothing.
     assert all(len(e) == 1 for e in expressions)
     keys = {e[0]["key"]: e[0] for e in expressions}
     assert keys["nvidia.com/gpu.present"] == {
@@ -314,8 +334,13 @@ def test_only_accelerator_nodes_by_default_with_an_off_switch(renderer, tmp_path
         "values": ["true"],
     }
     assert "feature.node.kubernetes.io/pci-10de.present" in keys  # NFD: NVIDIA PCI vendor
-    assert "feature.node.kubernetes.io/pci-1002.present" in keys  # NFD: AMD
-    assert keys["cloud.google.com/gke-tpu-accelerator"]["operator"] == "Exists"
+    amd = {t["matchExpressions"][0]["key"] for t in node_terms(docs, "amd")}
+    assert "feature.node.kubernetes.io/pci-1002.present" in amd  # NFD: AMD
+    (tpu,) = node_terms(docs, "tpu")
+    assert tpu["matchExpressions"][0] == {
+        "key": "cloud.google.com/gke-tpu-accelerator",
+        "operator": "Exists",
+    }
     off = render(renderer, tmp_path, {"gpuNodeAffinity": {"enabled": False}})
     assert "affinity" not in pod_spec(off)
     # A pod affinity of the user's is kept beside the node affinity.
@@ -359,13 +384,15 @@ def test_host_pid_and_host_network_are_opt_in(renderer, tmp_path):
 
 def test_vendor_device_access(renderer, tmp_path):
     docs = render(renderer, tmp_path, EVERYTHING_ON)
-    vols = volumes(docs)
-    assert vols["dev-kfd"]["hostPath"] == {"path": "/dev/kfd", "type": "CharDevice"}
-    assert vols["dev-dri"]["hostPath"] == {"path": "/dev/dri", "type": "Directory"}
+    vols = volumes(docs, "amd")
     assert vols["rocm"]["hostPath"]["path"] == "/opt/rocm-6.4.0"
-    assert mounts(docs)["rocm"] == {"name": "rocm", "mountPath": "/opt/rocm", "readOnly": True}
-    env = env_of(container(docs))
-    assert env["ROCM_PATH"] == "/opt/rocm"
+    assert mounts(docs, "amd")["rocm"] == {
+        "name": "rocm",
+        "mountPath": "/opt/rocm",
+        "readOnly": True,
+    }
+    assert env_of(container(docs, "amd"))["ROCM_PATH"] == "/opt/rocm"
+    assert "rocm" not in volumes(docs) and "ROCM_PATH" not in env_of(container(docs))
     assert pod_spec(docs)["runtimeClassName"] == "nvidia"
     assert pod_spec(docs)["securityContext"]["supplementalGroups"] == [44, 109]
     env = env_of(container(render(renderer, tmp_path, {"nvidia": {"enabled": False}})))
@@ -399,9 +426,13 @@ def test_scheduling_values_reach_the_pod(renderer, tmp_path):
     spec = pod_spec(docs)
     assert spec["priorityClassName"] == "system-node-critical"
     assert spec["nodeSelector"] == EVERYTHING_ON["nodeSelector"]
-    assert spec["affinity"] == EVERYTHING_ON["affinity"]
+    # The user's node affinity narrows the kind's: both must match, in every term.
+    (theirs,) = EVERYTHING_ON["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"][0]["matchExpressions"]
+    assert all(theirs in term["matchExpressions"] for term in node_terms(docs))
     assert spec["imagePullSecrets"] == [{"name": "regcred"}]
-    meta = one(docs, "DaemonSet")["spec"]["template"]["metadata"]
+    meta = daemonset(docs)["spec"]["template"]["metadata"]
     assert meta["labels"]["tier"] == "monitoring" and meta["labels"]["cost-center"] == "gpu"
     assert meta["annotations"]["example.com/team"] == "ml"
 
@@ -465,7 +496,7 @@ def test_expected_devices_reach_the_daemon_config(renderer, tmp_path):
 
 def test_a_config_change_rolls_the_pods(renderer, tmp_path):
     def checksum(values):
-        return one(render(renderer, tmp_path, values), "DaemonSet")["spec"]["template"]["metadata"][
+        return daemonset(render(renderer, tmp_path, values))["spec"]["template"]["metadata"][
             "annotations"
         ]["checksum/config"]
 
@@ -514,7 +545,7 @@ def check_monitor_endpoint(docs, endpoint, m):
     ]
     # The monitor selects exactly the DaemonSet's pods (through their labels).
     selector = m["spec"]["selector"]["matchLabels"]
-    pod_labels = one(docs, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    pod_labels = daemonset(docs)["spec"]["template"]["metadata"]["labels"]
     assert selector.items() <= pod_labels.items()
     assert m["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
 
@@ -711,12 +742,15 @@ def test_pod_labels_with_an_existing_account_or_own_rbac(renderer, tmp_path):
 
 def test_notes_render(renderer, tmp_path):
     notes = render_chart(renderer, tmp_path, None, name=RELEASE, namespace=NAMESPACE, notes=True)
-    assert f"ds/{FULLNAME}" in notes and "serviceMonitor.enabled=true" in notes
+    assert f"ds/{FULLNAME}-nvidia" in notes and "serviceMonitor.enabled=true" in notes
+    assert all(f"{FULLNAME}-{kind}" in notes for kind in KINDS)
     assert "--set attribution.root=true" in notes  # the pod-resources permission hint
     root = render_chart(renderer, tmp_path, {"attribution": {"root": True}}, notes=True)
     assert "attribution.root=true" not in root
-    notes = render_chart(renderer, tmp_path, {"serviceMonitor": {"enabled": True}}, notes=True)
-    assert "ServiceMonitor" in notes and "serviceMonitorSelector" in notes
+    monitor = {"serviceMonitor": {"enabled": True}, "prometheusOperator": {"assumeInstalled": True}}
+    notes, docs = install_dry_run(renderer, tmp_path, monitor)
+    assert "ServiceMonitor" in {d["kind"] for d in docs}
+    assert "scrapes it through ServiceMonitor" in notes and "serviceMonitorSelector" in notes
 
 
 @pytest.mark.parametrize(
@@ -780,7 +814,9 @@ def test_basic_auth_users_come_from_a_secret_never_the_configmap(renderer, tmp_p
 
 def test_both_monitors_get_the_templates_message_not_a_schema_error(renderer, tmp_path):
     values = {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}
-    values_schema().validate(chart_values(values))  # the schema lets the template explain
+    values_schema().validate(
+        chart_values({"image": {"repository": TEST_IMAGE}, **(values or {})})
+    )  # the schema lets the template explain
     with pytest.raises(RenderError, match="enable serviceMonitor or podMonitor, not both"):
         render(renderer, tmp_path, values)
 
@@ -838,7 +874,8 @@ def test_amd_state_survives_pod_restarts_on_a_host_directory(renderer, tmp_path)
     config = daemon_config(docs, tmp_path)
     assert config.sources.amdsmi.state_dir == "/var/lib/accel-exporter"
     assert config.sources.amdsmi.expected_devices == 8  # both owned keys kept
-    spec = one(docs, "DaemonSet")["spec"]["template"]["spec"]
+    assert "amd-state" not in volumes(docs)  # the AMD pods only
+    spec = daemonset(docs, "amd")["spec"]["template"]["spec"]
     (volume,) = [v for v in spec["volumes"] if v["name"] == "amd-state"]
     assert volume["hostPath"] == {"path": "/var/lib/accel-exporter", "type": "DirectoryOrCreate"}
     mounts = spec["containers"][0]["volumeMounts"]
