@@ -208,11 +208,15 @@ def test_renders_as_a_subchart(renderer, tmp_path):
 
 
 def test_null_removes_a_default(renderer, tmp_path):
-    values = {"podSecurityContext": None, "nodeKinds": {"nvidia": {"tolerations": None}}}
+    values = {
+        "podSecurityContext": None,
+        "nodeKinds": {"nvidia": {"tolerations": None}},
+        "attribution": {"root": False},  # else it sets runAsUser 0
+    }
     docs = render(renderer, tmp_path, values)
     assert "securityContext" not in pod_spec(docs) and "tolerations" not in pod_spec(docs)
     notes = render_chart(renderer, tmp_path, values, notes=True)
-    assert "attribution.root=true" not in notes
+    assert "Pod attribution is off" in notes
 
 
 def test_defaults_create_only_the_workload(renderer, tmp_path):
@@ -261,8 +265,9 @@ def test_no_image_default_nobody_can_pull(renderer, tmp_path):
 def test_security_defaults(renderer, tmp_path):
     docs = render(renderer, tmp_path)
     spec = pod_spec(docs)
-    assert spec["securityContext"]["runAsNonRoot"] is True
-    assert spec["securityContext"]["runAsUser"] != 0
+    # Attribution by default: UID 0 for the root-only kubelet socket, nothing else.
+    assert spec["securityContext"]["runAsNonRoot"] is False
+    assert spec["securityContext"]["runAsUser"] == 0
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     sc = container(docs)["securityContext"]
     assert sc["readOnlyRootFilesystem"] is True
@@ -744,9 +749,9 @@ def test_notes_render(renderer, tmp_path):
     notes = render_chart(renderer, tmp_path, None, name=RELEASE, namespace=NAMESPACE, notes=True)
     assert f"ds/{FULLNAME}-nvidia" in notes and "serviceMonitor.enabled=true" in notes
     assert all(f"{FULLNAME}-{kind}" in notes for kind in KINDS)
-    assert "--set attribution.root=true" in notes  # the pod-resources permission hint
-    root = render_chart(renderer, tmp_path, {"attribution": {"root": True}}, notes=True)
-    assert "attribution.root=true" not in root
+    assert "as UID 0 with every capability" in notes and "attribution is off" not in notes
+    off = render_chart(renderer, tmp_path, {"attribution": {"root": False}}, notes=True)
+    assert "Pod attribution is off" in off and "UID 0 with every" not in off
     monitor = {"serviceMonitor": {"enabled": True}, "prometheusOperator": {"assumeInstalled": True}}
     notes, docs = install_dry_run(renderer, tmp_path, monitor)
     assert "ServiceMonitor" in {d["kind"] for d in docs}
@@ -823,9 +828,10 @@ def test_both_monitors_get_the_templates_message_not_a_schema_error(renderer, tm
 
 def test_attribution_switch_runs_as_root_with_capabilities_still_dropped(renderer, tmp_path):
     default = render(renderer, tmp_path)
-    assert pod_spec(default)["securityContext"]["runAsNonRoot"] is True
+    assert pod_spec(default)["securityContext"]["runAsUser"] == 0
     assert pod_spec(default)["hostPID"] is False
-    docs = render(renderer, tmp_path, {"attribution": {"root": True, "processes": True}})
+    assert daemon_config(default, tmp_path).workload.k8s.enabled == "auto"
+    docs = render(renderer, tmp_path, {"attribution": {"processes": True}})
     spec = pod_spec(docs)
     assert spec["securityContext"]["runAsUser"] == 0
     assert spec["securityContext"]["runAsNonRoot"] is False
@@ -837,6 +843,19 @@ def test_attribution_switch_runs_as_root_with_capabilities_still_dropped(rendere
     # The socket the daemon connects to lies in the chart's read-only mount.
     socket = daemon_config(docs, tmp_path).workload.k8s.socket
     assert socket.startswith(mounts(docs)["pod-resources"]["mountPath"] + "/")
+
+
+def test_non_root_mode_turns_attribution_off_explicitly(renderer, tmp_path):
+    for values in ({"attribution": {"root": False}}, {"podResources": {"enabled": False}}):
+        docs = render(renderer, tmp_path, values)
+        assert validate_manifests(docs) == []
+        for kind in KINDS:
+            assert "pod-resources" not in volumes(docs, kind)
+        # Off in the daemon's config: no kubelet is asked, nothing counts permission_denied.
+        assert daemon_config(docs, tmp_path).workload.k8s.enabled is False
+    spec = pod_spec(render(renderer, tmp_path, {"attribution": {"root": False}}))
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] == 65532
 
 
 def test_chart_readme_for_helm_show_readme_names_real_values():

@@ -101,12 +101,27 @@ The daemon's config file: the user's config with the keys the chart owns set on 
 {{- if $sources }}
 {{- $_ := set $owned "sources" $sources }}
 {{- end }}
+{{- $k8s := dict }}
+{{- if not (include "accel-exporter.podResources" .) }}
+{{- /* The non-root mode: attribution off, said so, instead of permission_denied on every node. */}}
+{{- $_ := set $k8s "enabled" false }}
+{{- end }}
 {{- with .Values.workloadPodLabels }}
 {{- if .enabled }}
-{{- $_ := set $owned "workload" (dict "k8s" (dict "pod_labels" (dict "enabled" true "keys" .keys "interval" .interval))) }}
+{{- $_ := set $k8s "pod_labels" (dict "enabled" true "keys" .keys "interval" .interval) }}
 {{- end }}
+{{- end }}
+{{- if $k8s }}
+{{- $_ := set $owned "workload" (dict "k8s" $k8s) }}
 {{- end }}
 {{- toYaml (mergeOverwrite $config $owned) }}
+{{- end }}
+
+{{/* "true" when the daemon reads the kubelet socket: attribution as root, with the mount. */}}
+{{- define "accel-exporter.podResources" -}}
+{{- if and .Values.attribution.root .Values.podResources.enabled -}}
+true
+{{- end -}}
 {{- end }}
 
 {{/* Scheme Prometheus and the probes use. */}}
