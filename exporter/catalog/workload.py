@@ -55,6 +55,14 @@ ROWS = (
         (*ID, "gpu_instance", "compute_instance", *WORKLOAD_LABELS),
     ),
     MetricSpec(
+        "accel_device_claim_info",
+        Kind.INFO,
+        "A Kubernetes container holding this device through a DRA ResourceClaim, with the"
+        " claim and the DRA device (driver, pool, dra_device) the kubelet reported; always 1."
+        " Join on uuid.",
+        (*ID, *WORKLOAD_LABELS, "claim_namespace", "claim", "driver", "pool", "dra_device"),
+    ),
+    MetricSpec(
         "accel_process_workload_info",
         Kind.INFO,
         "The workload a process on a device belongs to (pod from its cgroup, Slurm job from its"

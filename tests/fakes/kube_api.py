@@ -1,4 +1,9 @@
-"""A fake Kubernetes API server: ``GET /api/v1/pods`` over HTTPS on loopback.
+"""A fake Kubernetes API server: pods and ResourceSlices over HTTPS on loopback.
+
+``GET /apis/resource.k8s.io/v1/resourceslices`` serves ``slices`` (each validated
+against the official Kubernetes OpenAPI schema when served, so a test cannot feed
+the client a slice no API server would hold), honouring the same field selector;
+``dra_served`` False answers 404 as a server before 1.34 does.
 
 It does what the real one does for this request: checks the bearer token (401),
 can refuse the service account (403, as missing RBAC does), honours
@@ -19,9 +24,12 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
+
 from tests.helpers.http_server import LoopbackServer
 
 METADATA_ONLY = "as=PartialObjectMetadataList"
+RESOURCE_SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
 
 @dataclass
@@ -44,6 +52,9 @@ class FakeApiServer(LoopbackServer):
         self.padding = 0  # bytes of annotation per pod, to make replies large
         self.chunked = False  # no Content-Length
         self.metadata_only = True  # whether PartialObjectMetadataList is offered
+        self.slices: list[dict[str, Any]] = []
+        self.dra_served = True
+        self.kube_version = "1.34"  # whose OpenAPI schema the slices must satisfy
         self.requests: list[dict[str, Any]] = []
         owner = self
 
@@ -70,6 +81,8 @@ class FakeApiServer(LoopbackServer):
             return self._send(handler, 401, self._status("Unauthorized", 401))
         if self.status is not None:
             return self._send(handler, self.status, self._status("Forbidden", self.status))
+        if parsed.path == RESOURCE_SLICES and self.dra_served:
+            return self._send(handler, 200, json.dumps(self._slice_list(query)).encode())
         if parsed.path != "/api/v1/pods":
             return self._send(handler, 404, self._status("NotFound", 404))
         if self.garbage:
@@ -105,6 +118,24 @@ class FakeApiServer(LoopbackServer):
                 )
         kind = "PartialObjectMetadataList" if metadata_only else "PodList"
         return {"kind": kind, "apiVersion": "v1", "metadata": {}, "items": items}
+
+    def _slice_list(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        node = ""
+        for selector in query.get("fieldSelector", []):
+            key, _, value = selector.partition("=")
+            if key == "spec.nodeName":
+                node = value
+        items = []
+        for item in self.slices:
+            kubernetes_validate.validate(item, self.kube_version, strict=True)
+            if not node or item["spec"].get("nodeName") == node:
+                items.append({k: v for k, v in item.items() if k not in ("apiVersion", "kind")})
+        return {
+            "kind": "ResourceSliceList",
+            "apiVersion": "resource.k8s.io/v1",
+            "metadata": {"resourceVersion": "1"},
+            "items": items,
+        }
 
     @staticmethod
     def _status(reason: str, code: int) -> bytes:

@@ -26,9 +26,11 @@ def process(device: str, uuid: str, pid: int, used: float = 1e9) -> Reading:
 
 
 def readings(spec: dict[str, Any]) -> list[Reading]:
-    """``{"devices": [[device, uuid, pci], ...], "processes": [[device, uuid, pid], ...],
-    "utilization": [[device, uuid, ratio], ...]}``."""
+    """``{"devices": [[device, uuid, pci(, vendor)], ...], "processes": [[device, uuid, pid],
+    ...], "utilization": [[device, uuid, ratio], ...], "migs": [[device, uuid, gpu_instance,
+    compute_instance, mig_uuid], ...]}``."""
     out = [info(*d) for d in spec.get("devices", [])]
+    out += [Reading("accel_mig_device_info", tuple(m), 1.0) for m in spec.get("migs", [])]
     out += [process(d, u, int(p)) for d, u, p in spec.get("processes", [])]
     out += [
         Reading("accel_utilization_ratio", (d, u), float(v))

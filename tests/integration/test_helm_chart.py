@@ -221,8 +221,19 @@ def test_null_removes_a_default(renderer, tmp_path):
 
 def test_defaults_create_only_the_workload(renderer, tmp_path):
     docs = render(renderer, tmp_path)
-    assert sorted(by_kind(docs)) == ["ConfigMap", "DaemonSet", "Service", "ServiceAccount"]
-    assert all(d["metadata"]["namespace"] == NAMESPACE for d in docs)
+    # The ClusterRole: read access to ResourceSlices, for DRA attribution.
+    assert sorted(by_kind(docs)) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "DaemonSet",
+        "Service",
+        "ServiceAccount",
+    ]
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding"}
+    assert all(
+        d["metadata"]["namespace"] == NAMESPACE for d in docs if d["kind"] not in cluster_scoped
+    )
 
 
 def test_everything_on_creates_every_object(renderer, tmp_path):
@@ -232,6 +243,8 @@ def test_everything_on_creates_every_object(renderer, tmp_path):
     assert kinds == {
         "ConfigMap": 1 + len(dashboards()),
         "DaemonSet": len(KINDS),
+        "ClusterRole": 1,
+        "ClusterRoleBinding": 1,
         "Service": 1,
         "ServiceAccount": 1,
         "ServiceMonitor": 1,
@@ -275,7 +288,7 @@ def test_security_defaults(renderer, tmp_path):
     assert sc["privileged"] is False
     assert sc["capabilities"] == {"drop": ["ALL"], "add": []}
     assert spec["hostPID"] is False and spec["hostNetwork"] is False
-    assert spec["automountServiceAccountToken"] is False
+    assert spec["automountServiceAccountToken"] is True  # DRA: ResourceSlices, read-only
     assert one(docs, "ServiceAccount")["automountServiceAccountToken"] is False
     assert all("hostPort" not in p for p in container(docs)["ports"])
     # Nothing writable but a small in-memory /tmp.
@@ -697,9 +710,27 @@ def test_dashboards_are_shipped_as_sidecar_config_maps(renderer, tmp_path):
 POD_LABELS = {"workloadPodLabels": {"enabled": True, "keys": ["team", "app.kubernetes.io/name"]}}
 
 
-def test_no_api_access_unless_pod_labels_are_enabled(renderer, tmp_path):
-    # Pod attribution uses the kubelet's node-local socket: no RBAC and no token for it.
-    for values in ({}, EVERYTHING_ON, {"rbac": {"create": True}}):
+RESOURCE_SLICES = {
+    "apiGroups": ["resource.k8s.io"],
+    "resources": ["resourceslices"],
+    "verbs": ["get", "list", "watch"],
+}
+
+
+def test_dra_reads_resource_slices_and_nothing_else(renderer, tmp_path):
+    docs = render(renderer, tmp_path)
+    assert validate_manifests(docs) == []
+    assert one(docs, "ClusterRole")["rules"] == [RESOURCE_SLICES]
+    assert pod_spec(docs)["automountServiceAccountToken"] is True
+    assert one(docs, "ServiceAccount")["automountServiceAccountToken"] is False
+    dra = daemon_config(docs, tmp_path).workload.k8s.dra
+    assert dra.enabled == "auto"  # a cluster before 1.34 leaves it inactive, uncounted
+
+
+def test_no_api_access_without_dra_or_pod_labels(renderer, tmp_path):
+    # Pod attribution itself uses the kubelet's node-local socket: no RBAC, no token.
+    off = {"attribution": {"dra": False}}
+    for values in (off, {**EVERYTHING_ON, **off}, {"attribution": {"root": False}}):
         docs = render(renderer, tmp_path, values)
         assert not {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"} & set(by_kind(docs))
         assert pod_spec(docs)["automountServiceAccountToken"] is False
@@ -707,12 +738,13 @@ def test_no_api_access_unless_pod_labels_are_enabled(renderer, tmp_path):
 
 
 def test_pod_labels_add_read_access_to_pods_and_nothing_else(renderer, tmp_path):
-    docs = render(renderer, tmp_path, POD_LABELS)
+    docs = render(renderer, tmp_path, {**POD_LABELS, "attribution": {"dra": False}})
     assert validate_manifests(docs) == []
     role = one(docs, "ClusterRole")
-    assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
-    ]
+    pods = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    assert role["rules"] == [pods]
+    both = one(render(renderer, tmp_path, POD_LABELS), "ClusterRole")
+    assert both["rules"] == [RESOURCE_SLICES, pods]
     binding = one(docs, "ClusterRoleBinding")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",

@@ -111,6 +111,8 @@ The daemon's config file: the user's config with the keys the chart owns set on 
 {{- $_ := set $k8s "pod_labels" (dict "enabled" true "keys" .keys "interval" .interval) }}
 {{- end }}
 {{- end }}
+{{- /* auto: a cluster that serves no resource.k8s.io/v1 leaves DRA inactive, uncounted. */}}
+{{- $_ := set $k8s "dra" (dict "enabled" (ternary "auto" false (eq (include "accel-exporter.dra" .) "true"))) }}
 {{- if $k8s }}
 {{- $_ := set $owned "workload" (dict "k8s" $k8s) }}
 {{- end }}
@@ -120,6 +122,20 @@ The daemon's config file: the user's config with the keys the chart owns set on 
 {{/* "true" when the daemon reads the kubelet socket: attribution as root, with the mount. */}}
 {{- define "accel-exporter.podResources" -}}
 {{- if and .Values.attribution.root .Values.podResources.enabled -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/* "true" when the daemon lists this node's ResourceSlices (DRA attribution). */}}
+{{- define "accel-exporter.dra" -}}
+{{- if and (include "accel-exporter.podResources" .) .Values.attribution.dra -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/* "true" when the pod needs its service account token (it reads the API). */}}
+{{- define "accel-exporter.apiAccess" -}}
+{{- if or .Values.workloadPodLabels.enabled (include "accel-exporter.dra" .) -}}
 true
 {{- end -}}
 {{- end }}
