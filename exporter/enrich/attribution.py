@@ -76,6 +76,11 @@ class Inputs:
     slurm: bool = True
     # The node's DRA devices; None when the ResourceSlices were not listed.
     dra: DraIndex | None = None
+    # Per-process readings of the device sources, by (uuid, pid): device memory in
+    # bytes, SM utilization as a ratio of the device (both: NVIDIA, MPS clients
+    # included; memory only: AMD; none: the other vendors).
+    process_memory: Mapping[tuple[str, int], float] = field(default_factory=dict)
+    process_utilization: Mapping[tuple[str, int], float] = field(default_factory=dict)
 
 
 @dataclass
@@ -241,6 +246,7 @@ def attribute(inputs: Inputs, memory: PodMemory) -> Result:
         _learn(index, held, good, memory)
 
     jobs_by_device: dict[str, dict[str, list[str]]] = {}
+    shares = _Shares()
     for dev in index.devices:
         for pid in index.processes.get(dev.uuid, ()):
             known = good.get(pid)
@@ -250,6 +256,9 @@ def attribute(inputs: Inputs, memory: PodMemory) -> Result:
             if row is None:
                 continue
             result.readings.append(Reading("accel_process_workload_info", row, 1.0))
+            namespace, pod, container = row[3:6]
+            if namespace and pod:
+                shares.add(inputs, dev, pid, (namespace, pod, container))
             job_id, user = row[-2], row[-1]
             partition = known.env.get("SLURM_JOB_PARTITION", "")
             if job_id and inputs.job_files is None:
@@ -265,6 +274,7 @@ def attribute(inputs: Inputs, memory: PodMemory) -> Result:
                 jobs = jobs_by_device.setdefault(found.uuid, {})
                 _merge_job(jobs, job.job_id, job.user, job.partition)
 
+    result.readings.extend(shares.readings())
     for dev in index.devices:
         for job_id, (user, partition) in sorted(jobs_by_device.get(dev.uuid, {}).items()):
             labels = (dev.device, dev.uuid, job_id, user, partition)
@@ -275,6 +285,40 @@ def attribute(inputs: Inputs, memory: PodMemory) -> Result:
         {f.cgroup.container_id for f in good.values() if f.cgroup.container_id},
     )
     return result
+
+
+class _Shares:
+    """Per-process memory and utilization summed per (device, container), for shared GPUs.
+
+    A pod's processes are found through their cgroups, so every client of a
+    time-sliced or MPS GPU counts for its own pod (an MPS client is listed by the
+    driver with its own PID, not the server's). Utilization is capped at 1: samples
+    of one driver period can overlap.
+    """
+
+    def __init__(self) -> None:
+        self.memory: dict[tuple[str, ...], float] = {}
+        self.utilization: dict[tuple[str, ...], float] = {}
+
+    def add(self, inputs: Inputs, dev: DeviceRef, pid: int, owner: Container) -> None:
+        key = (dev.device, dev.uuid, *owner)
+        used = inputs.process_memory.get((dev.uuid, pid))
+        if used is not None:
+            self.memory[key] = self.memory.get(key, 0.0) + used
+        busy = inputs.process_utilization.get((dev.uuid, pid))
+        if busy is not None:
+            self.utilization[key] = self.utilization.get(key, 0.0) + busy
+
+    def readings(self) -> list[Reading]:
+        out = [
+            Reading("accel_workload_memory_used_bytes", key, value)
+            for key, value in sorted(self.memory.items())
+        ]
+        out += [
+            Reading("accel_workload_utilization_ratio", key, min(value, 1.0))
+            for key, value in sorted(self.utilization.items())
+        ]
+        return out
 
 
 def _merge_job(jobs: dict[str, list[str]], job_id: str, user: str, partition: str) -> None:

@@ -257,6 +257,8 @@ class WorkloadSource(Source):
                 k8s=self.workload.k8s.enabled is not False,
                 slurm=slurm.enabled is not False,
                 dra=self._dra_index(),
+                process_memory=_per_process(view, "accel_process_memory_bytes"),
+                process_utilization=_per_process(view, "accel_process_sm_utilization_ratio"),
             ),
             self._memory,
         )
@@ -293,3 +295,13 @@ class WorkloadSource(Source):
         if kubelet_problem:
             raise SourceError(f"kubelet_{kubelet_problem}", kubelet_detail, readings)
         return readings
+
+
+def _per_process(view: Any, metric: str) -> dict[tuple[str, int], float]:
+    """(uuid, pid) -> value of a per-process family (labels device, uuid, pid)."""
+    out: dict[tuple[str, int], float] = {}
+    for reading in view.readings(metric) if view is not None else ():
+        labels = reading.labels
+        if len(labels) >= 3 and labels[2].isdigit() and isinstance(reading.value, float):
+            out[(labels[1], int(labels[2]))] = reading.value
+    return out

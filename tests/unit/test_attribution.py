@@ -309,3 +309,50 @@ def test_dra_claims_that_cannot_be_followed_are_counted_never_guessed():
     unlisted = attribute(Inputs(index=index, facts={}, assignments=claims), PodMemory())
     assert unlisted.errors == {"dra_slices_unavailable": 4}
     assert rows(unlisted, "accel_device_workload_info") == [("1", G1.uuid, "ml", "plugin", "main")]
+
+
+# -- shared GPUs: per-pod memory and utilization -------------------------------------------
+
+
+def test_two_pods_on_one_gpu_get_their_own_memory_and_utilization():
+    # Time-slicing: two pods hold replicas of one GPU; each pod's processes are named by
+    # their cgroup's pod UID and HOSTNAME. A third process is on the GPU outside any pod.
+    index = DeviceIndex([G0], [(G0.uuid, 10), (G0.uuid, 11), (G0.uuid, 20), (G0.uuid, 30)])
+    assignments = [
+        Assignment("ml", "a", "main", "nvidia.com/gpu", f"{G0.uuid}::0"),
+        Assignment("ml", "b", "main", "nvidia.com/gpu", f"{G0.uuid}::1"),
+    ]
+    facts = {
+        10: pod_proc(10, UID_A, HOSTNAME="a"),
+        11: pod_proc(11, UID_A, HOSTNAME="a"),
+        20: pod_proc(20, UID_B, HOSTNAME="b"),
+        30: ProcessFacts(30, CgroupIdentity(), 0, {}),
+    }
+    used = {10: 3e9, 11: 1e9, 20: 2e9, 30: 5e8}
+    busy = {10: 0.25, 11: 0.125, 20: 0.5}
+    result = attribute(
+        Inputs(
+            index=index,
+            facts=facts,
+            assignments=assignments,
+            process_memory={(G0.uuid, pid): v for pid, v in used.items()},
+            process_utilization={(G0.uuid, pid): v for pid, v in busy.items()},
+        ),
+        PodMemory(),
+    )
+    memory = {
+        r.labels: r.value for r in result.readings if r.metric == "accel_workload_memory_used_bytes"
+    }
+    assert memory == {
+        ("0", G0.uuid, "ml", "a", "main"): 4e9,
+        ("0", G0.uuid, "ml", "b", "main"): 2e9,
+    }
+    # The pods' rows add up to their processes' total; the host process is in no pod.
+    assert sum(memory.values()) == sum(used.values()) - used[30]
+    utilization = {
+        r.labels: r.value for r in result.readings if r.metric == "accel_workload_utilization_ratio"
+    }
+    assert utilization == {
+        ("0", G0.uuid, "ml", "a", "main"): 0.375,
+        ("0", G0.uuid, "ml", "b", "main"): 0.5,
+    }
