@@ -239,7 +239,13 @@ class DeviceReader:
                 getattr(nvml, f"nvmlDeviceGet{kind}RunningProcesses_v3"),
                 getattr(nvml, f"nvmlDeviceGet{kind}RunningProcesses_v2"),
             )
-            for api, kind in (("compute_processes", "Compute"), ("graphics_processes", "Graphics"))
+            # MPS clients are listed by their own PIDs only through the MPS entry point
+            # (the compute list shows the MPS server): per-pod figures need them.
+            for api, kind in (
+                ("compute_processes", "Compute"),
+                ("graphics_processes", "Graphics"),
+                ("mps_processes", "MPSCompute"),
+            )
         )
         self._has_gpm = all(
             nvml.has(name)

@@ -164,6 +164,8 @@ FUNCTIONS = (
     "nvmlDeviceGetGraphicsRunningProcesses_v3",
     "nvmlDeviceGetComputeRunningProcesses_v2",
     "nvmlDeviceGetGraphicsRunningProcesses_v2",
+    "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+    "nvmlDeviceGetMPSComputeRunningProcesses_v2",
     "nvmlDeviceGetProcessUtilization",
     "nvmlDeviceGetTotalEccErrors",
     "nvmlDeviceGetRetiredPages",

@@ -55,6 +55,32 @@ ROWS = (
         (*ID, "gpu_instance", "compute_instance", *WORKLOAD_LABELS),
     ),
     MetricSpec(
+        "accel_device_claim_info",
+        Kind.INFO,
+        "A Kubernetes container holding this device through a DRA ResourceClaim, with the"
+        " claim and the DRA device (driver, pool, dra_device) the kubelet reported; always 1."
+        " Join on uuid.",
+        (*ID, *WORKLOAD_LABELS, "claim_namespace", "claim", "driver", "pool", "dra_device"),
+    ),
+    MetricSpec(
+        "accel_workload_memory_used_bytes",
+        Kind.GAUGE,
+        "Device memory used by a Kubernetes container's processes on this device (a shared"
+        " GPU: time-slicing, MPS clients, MIG), summed from the per-process readings through"
+        " each process's cgroup. Needs processes: true; NVIDIA and AMD report per-process memory.",
+        (*ID, *WORKLOAD_LABELS),
+        unit="bytes",
+    ),
+    MetricSpec(
+        "accel_workload_utilization_ratio",
+        Kind.GAUGE,
+        "SM utilization of a Kubernetes container's processes on this device, as a share of"
+        " the device, summed from the per-process samples (at most 1). NVIDIA only (needs"
+        " processes: true).",
+        (*ID, *WORKLOAD_LABELS),
+        unit="ratio",
+    ),
+    MetricSpec(
         "accel_process_workload_info",
         Kind.INFO,
         "The workload a process on a device belongs to (pod from its cgroup, Slurm job from its"

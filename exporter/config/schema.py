@@ -718,6 +718,46 @@ class PodLabelsConfig:
 
 
 @dataclass(frozen=True)
+class DraConfig:
+    """Dynamic Resource Allocation: this node's ResourceSlices, to map DRA claims to devices.
+
+    The kubelet names a DRA device by (driver, pool, device); the driver's
+    ResourceSlice (``resource.k8s.io/v1``) carries its UUID or PCI address. The
+    slices of this node are listed from the API server (the server, node name and
+    credentials of ``pod_labels``), cached, and listed again on ``interval`` or as
+    soon as a claim names a device the cache lacks. Needs RBAC get/list/watch on
+    ``resourceslices.resource.k8s.io``.
+    """
+
+    HELP: ClassVar[dict[str, str]] = {
+        "enabled": "map DRA claims to devices through ResourceSlices (auto: in a cluster)",
+        "interval": "time between two ResourceSlice listings",
+        "min_interval": "shortest time between listings asked for by an unknown device",
+        "timeout": "deadline of one ResourceSlice listing",
+        "max_reply_bytes": "largest ResourceSlice list accepted",
+    }
+
+    enabled: Enabled = "auto"
+    interval: Duration = 300.0
+    min_interval: Duration = 5.0
+    timeout: Duration = 10.0
+    max_reply_bytes: int = 16 * 1024 * 1024
+
+    def check(self) -> list[tuple[str, str]]:
+        """Positive timings, ordered; a reply limit of at least 64 KiB."""
+        out = []
+        if self.min_interval < MIN_INTERVAL:
+            out.append(("min_interval", f"must be at least {int(MIN_INTERVAL * 1000)}ms"))
+        if self.interval < self.min_interval:
+            out.append(("interval", "must be at least min_interval"))
+        if self.timeout <= 0:
+            out.append(("timeout", "must be positive"))
+        if self.max_reply_bytes < 64 * 1024:
+            out.append(("max_reply_bytes", "must be at least 64 KiB (65536)"))
+        return out
+
+
+@dataclass(frozen=True)
 class K8sEnrichConfig:
     """Kubernetes pod attribution from the kubelet pod-resources API (v1 List)."""
 
@@ -732,6 +772,7 @@ class K8sEnrichConfig:
         "stamp_device_series": "also put workload labels on device series",
         "stamp_labels": "the labels stamped (namespace, pod, container)",
         "pod_labels": "allowlisted pod labels from the API server (off by default)",
+        "dra": "DRA claims mapped to devices through the node's ResourceSlices",
     }
 
     # Keys that were renamed: the loader names the new key in its error.
@@ -756,6 +797,7 @@ class K8sEnrichConfig:
     # The labels stamped, from namespace, pod, container; nothing is stamped unless listed.
     stamp_labels: list[str] = field(default_factory=list)
     pod_labels: PodLabelsConfig = field(default_factory=PodLabelsConfig)
+    dra: DraConfig = field(default_factory=DraConfig)
 
     def check(self) -> list[tuple[str, str]]:
         """Valid regexes, positive timings, a reply limit of at least 16 MiB."""

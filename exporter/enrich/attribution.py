@@ -17,6 +17,15 @@ container ID, but not names. They are joined like this:
    one of the device's pods gets that pod.
 4. Otherwise the names stay empty, the UID and container ID are still
    exported, and ``unresolved_pod`` is counted.
+
+DRA. A claim's device is named by (driver, pool, device); the node's ResourceSlices
+give its UUID (a MIG device's, with its parent's) or PCI address, which names one
+of the devices the sources report. What cannot be followed all the way is counted
+and left out, never guessed: no ResourceSlice of the driver on this node
+(``dra_unknown_driver``), none with the device (``dra_unknown_device``), a device
+without an identifying attribute (``dra_no_identity``), or slices not listed
+(``dra_slices_unavailable``). A device whose identity names nothing the sources
+report belongs to another kind of driver (a NIC) and is not counted.
 """
 
 from __future__ import annotations
@@ -25,7 +34,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.enrich.devices import DeviceIndex, DeviceRef
+from exporter.enrich.devices import DeviceIndex, DeviceRef, MigRef
+from exporter.enrich.dra import DraDevice, DraIndex
 from exporter.enrich.errors import AttributionError
 from exporter.enrich.pod_resources import Assignment
 from exporter.enrich.procfs import ProcessFacts, user_name
@@ -64,6 +74,13 @@ class Inputs:
     job_files: Sequence[JobFile] | None = None
     k8s: bool = True
     slurm: bool = True
+    # The node's DRA devices; None when the ResourceSlices were not listed.
+    dra: DraIndex | None = None
+    # Per-process readings of the device sources, by (uuid, pid): device memory in
+    # bytes, SM utilization as a ratio of the device (both: NVIDIA, MPS clients
+    # included; memory only: AMD; none: the other vendors).
+    process_memory: Mapping[tuple[str, int], float] = field(default_factory=dict)
+    process_utilization: Mapping[tuple[str, int], float] = field(default_factory=dict)
 
 
 @dataclass
@@ -72,29 +89,75 @@ class Result:
 
     readings: list[Reading] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
+    # DRA devices claimed but absent from the ResourceSlices (a newer listing may have them).
+    dra_missing: set[DraDevice] = field(default_factory=set)
+
+
+def _dra_device(
+    index: DeviceIndex, dra: DraIndex | None, item: Assignment, result: Result
+) -> tuple[DeviceRef | None, tuple[MigRef, ...]]:
+    """The device (and MIG device) a DRA claim's device is, through the ResourceSlices."""
+    assert item.dra is not None
+    errors = result.errors
+    if dra is None:
+        errors["dra_slices_unavailable"] += 1
+        return None, ()
+    found = dra.get(item.dra)
+    if found is None:
+        known = item.dra.driver in dra.drivers
+        errors["dra_unknown_device" if known else "dra_unknown_driver"] += 1
+        result.dra_missing.add(item.dra)
+        return None, ()
+    if not found.identified:
+        errors["dra_no_identity"] += 1
+        return None, ()
+    for name in (found.uuid, found.parent_uuid, found.pci_bus_id):
+        dev = index.resolve(name) if name else None
+        if dev is not None:
+            # Only the device's own UUID names a MIG device; a parent or PCI address
+            # names the whole GPU (or, for AMD, the GPU a partition is on).
+            return dev, index.migs(found.uuid) if name == found.uuid else ()
+    return None, ()  # a device of another kind (a NIC's driver): not ours
 
 
 def device_workloads(
-    index: DeviceIndex, assignments: Sequence[Assignment], result: Result
+    index: DeviceIndex,
+    assignments: Sequence[Assignment],
+    result: Result,
+    dra: DraIndex | None = None,
 ) -> dict[str, set[Container]]:
     """UUID -> the containers holding that device (or a MIG device of it).
 
-    MIG assignments also add accel_mig_workload_info rows; unmatched IDs are counted.
+    MIG assignments also add accel_mig_workload_info rows, DRA claims
+    accel_device_claim_info rows; unmatched IDs are counted.
     """
     out: dict[str, set[Container]] = {}
     unknown: set[str] = set()
     migs: set[tuple[str, ...]] = set()
+    claims: set[tuple[str, ...]] = set()
     for item in assignments:
-        dev = index.resolve(item.device_id)
-        if dev is None:
-            unknown.add(item.device_id)
-            continue
-        owner = (item.namespace, item.pod, item.container)
+        if item.dra is not None:
+            dev, found_migs = _dra_device(index, dra, item, result)
+            if dev is None:
+                continue
+            ref = item.dra
+            owner = (item.namespace, item.pod, item.container)
+            claim = (item.claim_namespace, item.claim, ref.driver, ref.pool, ref.device)
+            claims.add((dev.device, dev.uuid, *owner, *claim))
+        else:
+            dev = index.resolve(item.device_id)
+            if dev is None:
+                unknown.add(item.device_id)
+                continue
+            found_migs = index.migs(item.device_id)
+            owner = (item.namespace, item.pod, item.container)
         out.setdefault(dev.uuid, set()).add(owner)
-        for mig in index.migs(item.device_id):
+        for mig in found_migs:
             migs.add((dev.device, dev.uuid, mig.gpu_instance, mig.compute_instance, *owner))
     for labels in sorted(migs):
         result.readings.append(Reading("accel_mig_workload_info", labels, 1.0))
+    for labels in sorted(claims):
+        result.readings.append(Reading("accel_device_claim_info", labels, 1.0))
     if unknown:
         result.errors["unknown_device"] += len(unknown)
     return out
@@ -170,7 +233,7 @@ def attribute(inputs: Inputs, memory: PodMemory) -> Result:
 
     held: dict[str, set[Container]] = {}
     if inputs.k8s and inputs.assignments is not None:
-        held = device_workloads(index, inputs.assignments, result)
+        held = device_workloads(index, inputs.assignments, result, inputs.dra)
         for dev in index.devices:
             for namespace, pod, container in sorted(held.get(dev.uuid, ())):
                 result.readings.append(
@@ -183,6 +246,7 @@ def attribute(inputs: Inputs, memory: PodMemory) -> Result:
         _learn(index, held, good, memory)
 
     jobs_by_device: dict[str, dict[str, list[str]]] = {}
+    shares = _Shares()
     for dev in index.devices:
         for pid in index.processes.get(dev.uuid, ()):
             known = good.get(pid)
@@ -192,6 +256,9 @@ def attribute(inputs: Inputs, memory: PodMemory) -> Result:
             if row is None:
                 continue
             result.readings.append(Reading("accel_process_workload_info", row, 1.0))
+            namespace, pod, container = row[3:6]
+            if namespace and pod:
+                shares.add(inputs, dev, pid, (namespace, pod, container))
             job_id, user = row[-2], row[-1]
             partition = known.env.get("SLURM_JOB_PARTITION", "")
             if job_id and inputs.job_files is None:
@@ -207,6 +274,7 @@ def attribute(inputs: Inputs, memory: PodMemory) -> Result:
                 jobs = jobs_by_device.setdefault(found.uuid, {})
                 _merge_job(jobs, job.job_id, job.user, job.partition)
 
+    result.readings.extend(shares.readings())
     for dev in index.devices:
         for job_id, (user, partition) in sorted(jobs_by_device.get(dev.uuid, {}).items()):
             labels = (dev.device, dev.uuid, job_id, user, partition)
@@ -217,6 +285,40 @@ def attribute(inputs: Inputs, memory: PodMemory) -> Result:
         {f.cgroup.container_id for f in good.values() if f.cgroup.container_id},
     )
     return result
+
+
+class _Shares:
+    """Per-process memory and utilization summed per (device, container), for shared GPUs.
+
+    A pod's processes are found through their cgroups, so every client of a
+    time-sliced or MPS GPU counts for its own pod (an MPS client is listed by the
+    driver with its own PID, not the server's). Utilization is capped at 1: samples
+    of one driver period can overlap.
+    """
+
+    def __init__(self) -> None:
+        self.memory: dict[tuple[str, ...], float] = {}
+        self.utilization: dict[tuple[str, ...], float] = {}
+
+    def add(self, inputs: Inputs, dev: DeviceRef, pid: int, owner: Container) -> None:
+        key = (dev.device, dev.uuid, *owner)
+        used = inputs.process_memory.get((dev.uuid, pid))
+        if used is not None:
+            self.memory[key] = self.memory.get(key, 0.0) + used
+        busy = inputs.process_utilization.get((dev.uuid, pid))
+        if busy is not None:
+            self.utilization[key] = self.utilization.get(key, 0.0) + busy
+
+    def readings(self) -> list[Reading]:
+        out = [
+            Reading("accel_workload_memory_used_bytes", key, value)
+            for key, value in sorted(self.memory.items())
+        ]
+        out += [
+            Reading("accel_workload_utilization_ratio", key, min(value, 1.0))
+            for key, value in sorted(self.utilization.items())
+        ]
+        return out
 
 
 def _merge_job(jobs: dict[str, list[str]], job_id: str, user: str, partition: str) -> None:

@@ -1,6 +1,10 @@
-"""Labels of this node's pods, from the Kubernetes API server (the only API call made).
+"""Pod labels and DRA ResourceSlices of this node, from the Kubernetes API server.
 
-Blocking: the workload source runs it on its own thread and its own interval.
+Blocking: the workload source runs each listing on its own thread and interval.
+Both are lists narrowed to this node by a field selector. The ResourceSlices
+(``GET /apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName=<node>``,
+from the watch cache as well) map DRA devices to hardware; a server without
+``resource.k8s.io/v1`` (Kubernetes before 1.34) answers 404, ``dra_not_served``.
 One request lists the pods bound to this node
 (``GET /api/v1/pods?fieldSelector=spec.nodeName=<node>&resourceVersion=0``: served
 from the API server's watch cache, so N nodes asking do not load etcd), asking
@@ -24,6 +28,7 @@ import urllib.error
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from exporter.enrich.errors import AttributionError
 
@@ -96,27 +101,33 @@ def _tls(ca_file: str) -> ssl.SSLContext:
         raise AttributionError("api_tls_error", f"cannot load the CA {ca_file}: {exc}") from None
 
 
-def _url(api: ApiAccess) -> str:
+PODS = "/api/v1/pods"
+RESOURCE_SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+
+
+def _url(api: ApiAccess, path: str = PODS) -> str:
     query = urllib.parse.urlencode(
         {"fieldSelector": f"spec.nodeName={api.node}", "resourceVersion": "0"}
     )
-    return f"{api.url}/api/v1/pods?{query}"
+    return f"{api.url}{path}?{query}"
 
 
 _HTTP_REASONS = {401: "api_unauthorized", 403: "api_forbidden"}
 _HTTP_HINTS = {
     401: "the service-account token was refused",
-    403: "the service account may not list pods (RBAC: get, list, watch on pods)",
+    403: "the service account may not list {what} (RBAC: get, list, watch on {what})",
 }
+_WHAT = {PODS: "pods", RESOURCE_SLICES: "resourceslices.resource.k8s.io"}
 
 
-def _fetch(api: ApiAccess, timeout: float, max_bytes: int) -> bytes:
+def _fetch(api: ApiAccess, timeout: float, max_bytes: int, path: str = PODS) -> bytes:
     # Imported here: urllib.request (with hashlib) costs a MiB of resident memory on
     # every node, and only a node with the Kubernetes API in reach asks it anything.
     import urllib.request
 
+    what = _WHAT[path]
     request = urllib.request.Request(
-        _url(api),
+        _url(api, path),
         headers={"Authorization": f"Bearer {_read_token(api.token_file)}", "Accept": ACCEPT},
     )
     context = _tls(api.ca_file)
@@ -125,19 +136,23 @@ def _fetch(api: ApiAccess, timeout: float, max_bytes: int) -> bytes:
             length = resp.headers.get("Content-Length", "")
             if length.isdigit() and int(length) > max_bytes:
                 raise AttributionError(
-                    "api_reply_too_large", f"the pod list is {length} bytes (limit {max_bytes})"
+                    "api_reply_too_large", f"the {what} list is {length} bytes (limit {max_bytes})"
                 )
             body: bytes = resp.read(max_bytes + 1)
     except urllib.error.HTTPError as exc:
+        if exc.code == 404 and path == RESOURCE_SLICES:
+            raise AttributionError(
+                "dra_not_served", "the API server serves no resource.k8s.io/v1 (before 1.34)"
+            ) from None
         reason = _HTTP_REASONS.get(exc.code, "api_http_error")
-        hint = _HTTP_HINTS.get(exc.code, exc.reason)
+        hint = _HTTP_HINTS.get(exc.code, str(exc.reason)).format(what=what)
         raise AttributionError(reason, f"HTTP {exc.code}: {hint}") from None
     except urllib.error.URLError as exc:
         raise _connect_error(api, exc.reason) from None
     except (OSError, ssl.SSLError) as exc:
         raise _connect_error(api, exc) from None
     if len(body) > max_bytes:
-        raise AttributionError("api_reply_too_large", f"the pod list exceeds {max_bytes} bytes")
+        raise AttributionError("api_reply_too_large", f"the {what} list exceeds {max_bytes} bytes")
     return body
 
 
@@ -149,15 +164,22 @@ def _connect_error(api: ApiAccess, cause: object) -> AttributionError:
     return AttributionError("api_connect_failed", f"{api.url}: {cause}")
 
 
-def parse_pods(body: bytes, keys: Sequence[str]) -> list[PodLabels]:
-    """The allowlisted labels of each pod in a PodList or PartialObjectMetadataList."""
+def _items(body: bytes, what: str) -> list[Any]:
     try:
         document = json.loads(body)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise AttributionError("api_bad_reply", f"the pod list is not JSON: {exc}"[:300]) from None
+        raise AttributionError(
+            "api_bad_reply", f"the {what} list is not JSON: {exc}"[:300]
+        ) from None
     items = document.get("items") if isinstance(document, dict) else None
     if not isinstance(items, list):
         raise AttributionError("api_bad_reply", "the reply has no items list")
+    return items
+
+
+def parse_pods(body: bytes, keys: Sequence[str]) -> list[PodLabels]:
+    """The allowlisted labels of each pod in a PodList or PartialObjectMetadataList."""
+    items = _items(body, "pod")
     wanted = frozenset(keys)
     out = []
     for item in items:
@@ -182,3 +204,8 @@ def list_pod_labels(
 ) -> list[PodLabels]:
     """The allowlisted labels of every pod bound to this node."""
     return parse_pods(_fetch(api, timeout, max_bytes), keys)
+
+
+def list_resource_slices(api: ApiAccess, timeout: float, max_bytes: int) -> list[Any]:
+    """The ``items`` of this node's ResourceSliceList (parsed by :mod:`exporter.enrich.dra`)."""
+    return _items(_fetch(api, timeout, max_bytes, RESOURCE_SLICES), "ResourceSlice")

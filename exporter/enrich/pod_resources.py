@@ -1,5 +1,12 @@
 """Client of the kubelet pod-resources API v1 (``List`` over a unix socket).
 
+A container's devices come two ways: a device plugin's ``devices`` (resource name and
+device IDs) and, with Dynamic Resource Allocation, ``dynamic_resources``: per claim
+(name and namespace) the devices allocated to it as (driver, pool, device), which
+only the driver's ResourceSlices map to hardware (:mod:`exporter.enrich.dra`). Both
+become :class:`Assignment` rows. Fields this client does not know are skipped by
+protobuf; the known ones are still read.
+
 Blocking: the workload source runs it on its own thread under a deadline. Every
 failure becomes an :class:`AttributionError` whose reason says what to fix
 (``socket_missing``: mount the hostPath; ``permission_denied``: run as root or
@@ -16,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from exporter.enrich.dra import DraDevice
 from exporter.enrich.errors import AttributionError
 
 LIST_METHOD = "/v1.PodResourcesLister/List"
@@ -23,13 +31,21 @@ LIST_METHOD = "/v1.PodResourcesLister/List"
 
 @dataclass(frozen=True)
 class Assignment:
-    """One device the kubelet assigned to one container."""
+    """One device the kubelet assigned to one container.
+
+    A device plugin's: ``resource`` and ``device_id`` name it. A DRA claim's: ``dra``
+    names it (``resource`` is the driver, ``device_id`` the device name), and
+    ``claim_namespace``/``claim`` the ResourceClaim it was allocated to.
+    """
 
     namespace: str
     pod: str
     container: str
     resource: str
     device_id: str
+    claim_namespace: str = ""
+    claim: str = ""
+    dra: DraDevice | None = None
 
 
 def resource_filter(names: Sequence[str], patterns: Sequence[str]) -> Callable[[str], bool]:
@@ -117,10 +133,30 @@ def list_assignments(
 
 
 def assignments_from(reply: Any, wanted: Callable[[str], bool]) -> list[Assignment]:
-    """Flatten a ListPodResourcesResponse into one row per (container, device)."""
+    """Flatten a ListPodResourcesResponse into one row per (container, device).
+
+    Device plugins' devices of the ``wanted`` resources, and every DRA claim's devices
+    (which drivers are accelerators is known only once the ResourceSlices are read).
+    """
     out: list[Assignment] = []
     for pod in reply.pod_resources:
         for container in pod.containers:
+            for claim in container.dynamic_resources:
+                for res in claim.claim_resources:
+                    if not res.device_name:
+                        continue  # a DRA resource that is not a device
+                    out.append(
+                        Assignment(
+                            pod.namespace,
+                            pod.name,
+                            container.name,
+                            res.driver_name,
+                            res.device_name,
+                            claim.claim_namespace,
+                            claim.claim_name,
+                            DraDevice(res.driver_name, res.pool_name, res.device_name),
+                        )
+                    )
             for devices in container.devices:
                 if not wanted(devices.resource_name):
                     continue

@@ -20,6 +20,12 @@ on every node.
 With ``workload.k8s.pod_labels`` (opt-in) the allowlisted Kubernetes labels of the
 pods named by the pass are added as ``accel_pod_labels_info``, from a listing
 the API server answers in the background (:mod:`exporter.sources.workload_labels`).
+
+DRA claims the kubelet reports are mapped to devices through this node's
+ResourceSlices (``workload.k8s.dra``), listed in the background as well, again as
+soon as a claim names a device the listing lacks. With ``enabled: auto`` a node
+outside a cluster, without a token, or a cluster that serves no
+``resource.k8s.io/v1`` leaves DRA inactive without counting anything.
 """
 
 from __future__ import annotations
@@ -34,12 +40,15 @@ from exporter.config.schema import WorkloadConfig
 from exporter.enrich.attribution import Inputs, PodMemory, attribute
 from exporter.enrich.cgroup import CgroupIdentity
 from exporter.enrich.devices import PROCESS_FAMILIES, DeviceIndex
+from exporter.enrich.dra import DraDevice, DraIndex
 from exporter.enrich.errors import AttributionError
+from exporter.enrich.kube_api import ApiAccess, list_resource_slices
 from exporter.enrich.pod_resources import Assignment, list_assignments, resource_filter
 from exporter.enrich.procfs import ProcessFacts, ProcReader
 from exporter.enrich.slurm_files import JobFile, read_job_files
 from exporter.errors import SourceError
 from exporter.model import Reading
+from exporter.sources.api_listing import ApiListing
 from exporter.sources.base import BlockingCall, Source, StoreReader
 from exporter.sources.workload_labels import PodLabelRefresher, pods_named
 
@@ -53,6 +62,8 @@ _NOT_SET_UP = {
     "connect_failed": "nothing answers on the socket: check the kubelet's pod-resources API"
     " and the hostPath mount, or set workload.k8s.enabled: false",
 }
+# With workload.k8s.dra.enabled auto: "no API server here", "no DRA API": inactive.
+_DRA_QUIET = frozenset({"api_not_configured", "api_token_unreadable", "dra_not_served"})
 # Share of the poll deadline the kubelet call may use, leaving time for /proc.
 KUBELET_SHARE = 0.6
 
@@ -81,21 +92,45 @@ class WorkloadSource(Source):
         self._pod_labels: PodLabelRefresher | None = None
         if config.k8s.enabled is not False and config.k8s.pod_labels.enabled:
             self._pod_labels = PodLabelRefresher(name, config.k8s.pod_labels, self._errors)
+        self._dra: ApiListing[tuple[DraIndex, Counter[str]]] | None = None
+        self._dra_counted: object = None
+        # Claimed DRA devices missing from the slices that already asked for a listing.
+        self._dra_asked: set[DraDevice] = set()
+        dra = config.k8s.dra
+        if config.k8s.enabled is not False and dra.enabled is not False:
+
+            def slices(api: ApiAccess, timeout: float) -> tuple[DraIndex, Counter[str]]:
+                return DraIndex.from_slices(list_resource_slices(api, timeout, dra.max_reply_bytes))
+
+            self._dra = ApiListing(
+                name,
+                "resource-slices",
+                config.k8s.pod_labels,
+                slices,
+                self._errors,
+                interval=dra.interval,
+                timeout=dra.timeout,
+                min_interval=dra.min_interval,
+                quiet=_DRA_QUIET if dra.enabled == "auto" else frozenset(),
+            )
+
+    def _listings(self) -> list[PodLabelRefresher | ApiListing[Any]]:
+        return [x for x in (self._pod_labels, self._dra) if x is not None]
 
     async def start(self) -> None:
-        """Start listing pod labels in the background, when asked for."""
-        if self._pod_labels is not None:
-            await self._pod_labels.start()
+        """Start listing pod labels and ResourceSlices in the background, when asked for."""
+        for listing in self._listings():
+            await listing.start()
 
     async def wait_ready(self, timeout: float) -> None:
-        """Until the first pod-label listing ended (one-shot commands want its answer)."""
-        if self._pod_labels is not None:
-            await self._pod_labels.wait_first(timeout)
+        """Until the first listings ended (one-shot commands want their answers)."""
+        for listing in self._listings():
+            await listing.wait_first(timeout)
 
     async def close(self) -> None:
-        """Stop the pod-label listing."""
-        if self._pod_labels is not None:
-            await self._pod_labels.close()
+        """Stop the background listings."""
+        for listing in self._listings():
+            await listing.close()
 
     def attach(self, store: StoreReader) -> None:
         """Keep the store to read the device sources' data from."""
@@ -114,8 +149,27 @@ class WorkloadSource(Source):
             if self.workload.slurm.enabled is not False
             else "off",
             **(self._pod_labels.status() if self._pod_labels is not None else {}),
+            **(self._dra_status() if self._dra is not None else {}),
             **self._counts,
         }
+
+    def _dra_status(self) -> dict[str, Any]:
+        assert self._dra is not None
+        listed = self._dra.value
+        return {
+            **self._dra.status("k8s_dra"),
+            "k8s_dra_devices": None if listed is None else len(listed[0]),
+        }
+
+    def _dra_index(self) -> DraIndex | None:
+        """The last ResourceSlice listing; what it skipped is counted once per listing."""
+        if self._dra is None or self._dra.value is None:
+            return None
+        index, skipped = self._dra.value
+        if self._dra_counted is not self._dra.value:
+            self._errors.update(skipped)
+            self._dra_counted = self._dra.value
+        return index
 
     async def _refresh_kubelet(self) -> tuple[str, str]:
         """Ask the kubelet when due; (reason, detail) of a failure, empty when fine."""
@@ -202,9 +256,19 @@ class WorkloadSource(Source):
                 job_files=job_files,
                 k8s=self.workload.k8s.enabled is not False,
                 slurm=slurm.enabled is not False,
+                dra=self._dra_index(),
+                process_memory=_per_process(view, "accel_process_memory_bytes"),
+                process_utilization=_per_process(view, "accel_process_sm_utilization_ratio"),
             ),
             self._memory,
         )
+        if self._dra is not None:
+            # A claim names a device the slices lack: published since the last listing,
+            # probably; ask once per such device (one that never appears, e.g. a driver
+            # that publishes no slice for this node, must not keep the listing busy).
+            if result.dra_missing - self._dra_asked:
+                self._dra.poke()
+            self._dra_asked = set(result.dra_missing)
         self._errors.update(result.errors)
         if result.errors:
             self._log.debug("attribution incomplete", errors=dict(result.errors))
@@ -231,3 +295,13 @@ class WorkloadSource(Source):
         if kubelet_problem:
             raise SourceError(f"kubelet_{kubelet_problem}", kubelet_detail, readings)
         return readings
+
+
+def _per_process(view: Any, metric: str) -> dict[tuple[str, int], float]:
+    """(uuid, pid) -> value of a per-process family (labels device, uuid, pid)."""
+    out: dict[tuple[str, int], float] = {}
+    for reading in view.readings(metric) if view is not None else ():
+        labels = reading.labels
+        if len(labels) >= 3 and labels[2].isdigit() and isinstance(reading.value, float):
+            out[(labels[1], int(labels[2]))] = reading.value
+    return out

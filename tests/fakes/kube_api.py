@@ -1,4 +1,10 @@
-"""A fake Kubernetes API server over HTTPS on loopback: pods, DeviceTaintRules, Node status.
+"""A fake Kubernetes API server over HTTPS on loopback: pods, ResourceSlices, DeviceTaintRules,
+Node status.
+
+``GET /apis/resource.k8s.io/v1/resourceslices`` serves ``slices`` (each validated
+against the official Kubernetes OpenAPI schema when served, so a test cannot feed
+the client a slice no API server would hold), honouring the same field selector;
+``dra_served`` False answers 404 as a server before 1.34 does.
 
 It does what the real one does for this request: checks the bearer token (401),
 can refuse the service account (403, as missing RBAC does), honours
@@ -33,6 +39,7 @@ from tests.helpers.http_server import LoopbackServer
 
 METADATA_ONLY = "as=PartialObjectMetadataList"
 RULES = "/apis/resource.k8s.io/v1beta2/devicetaintrules"
+RESOURCE_SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
 
 @dataclass
@@ -55,8 +62,10 @@ class FakeApiServer(LoopbackServer):
         self.padding = 0  # bytes of annotation per pod, to make replies large
         self.chunked = False  # no Content-Length
         self.metadata_only = True  # whether PartialObjectMetadataList is offered
+        self.slices: list[dict[str, Any]] = []
+        self.dra_served = True
         self.requests: list[dict[str, Any]] = []
-        self.kube_version = "1.36.0"
+        self.kube_version = "1.36.0"  # whose OpenAPI schema every object must satisfy
         self.rules: dict[str, dict[str, Any]] = {}  # DeviceTaintRules by name
         self.nodes: dict[str, dict[str, Any]] = {}  # Node objects by name
         self.invalid: list[str] = []  # validation errors answered 422
@@ -108,6 +117,8 @@ class FakeApiServer(LoopbackServer):
         if parsed.path.startswith(RULES) or parsed.path.startswith("/api/v1/nodes/"):
             code, reply = self._object(handler.command, parsed.path, query, body, handler.headers)
             return self._send(handler, code, json.dumps(reply).encode())
+        if parsed.path == RESOURCE_SLICES and self.dra_served:
+            return self._send(handler, 200, json.dumps(self._slice_list(query)).encode())
         if parsed.path != "/api/v1/pods" or handler.command != "GET":
             return self._send(handler, 404, self._status("NotFound", 404))
         if self.garbage:
@@ -231,6 +242,26 @@ class FakeApiServer(LoopbackServer):
             return 422, {**json.loads(self._status("Invalid", 422)), "message": problem}
         self.nodes[parts[4]] = patched
         return 200, patched
+
+    # -- ResourceSlices ---------------------------------------------------------------
+
+    def _slice_list(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        node = ""
+        for selector in query.get("fieldSelector", []):
+            key, _, value = selector.partition("=")
+            if key == "spec.nodeName":
+                node = value
+        items = []
+        for item in self.slices:
+            kubernetes_validate.validate(item, self.kube_version, strict=True)
+            if not node or item["spec"].get("nodeName") == node:
+                items.append({k: v for k, v in item.items() if k not in ("apiVersion", "kind")})
+        return {
+            "kind": "ResourceSliceList",
+            "apiVersion": "resource.k8s.io/v1",
+            "metadata": {"resourceVersion": "1"},
+            "items": items,
+        }
 
     @staticmethod
     def _status(reason: str, code: int) -> bytes:

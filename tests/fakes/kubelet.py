@@ -19,10 +19,20 @@ import grpc
 from exporter.enrich._proto import pod_resources_pb2 as pb
 
 
+@dataclass(frozen=True)
+class FakeClaim:
+    """A DRA ResourceClaim's devices as the kubelet reports them: (driver, pool, device)."""
+
+    namespace: str
+    name: str
+    devices: list[tuple[str, str, str]]
+
+
 @dataclass
 class FakeContainer:
     name: str
     devices: dict[str, list[str]] = field(default_factory=dict)  # resource -> device ids
+    claims: list[FakeClaim] = field(default_factory=list)
 
 
 @dataclass
@@ -41,6 +51,9 @@ class FakeKubelet:
         self.delay = 0.0
         self.fail: grpc.StatusCode | None = None
         self.padding_pods = 0  # extra pods without devices, to make replies large
+        # Fields a newer kubelet might send, unknown to the v1 proto this client knows:
+        # appended to every ContainerResources (field number -> bytes value).
+        self.unknown_fields: dict[int, bytes] = {}
         self.calls = 0
         self._lock = threading.Lock()
         self._server = grpc.server(
@@ -68,6 +81,22 @@ class FakeKubelet:
                 c = msg.containers.add(name=container.name)
                 for resource, ids in container.devices.items():
                     c.devices.add(resource_name=resource, device_ids=ids)
+                for claim in container.claims:
+                    dyn = c.dynamic_resources.add(
+                        claim_name=claim.name, claim_namespace=claim.namespace
+                    )
+                    for driver, pool, device in claim.devices:
+                        dyn.claim_resources.add(
+                            driver_name=driver,
+                            pool_name=pool,
+                            device_name=device,
+                            cdi_devices=[pb.CDIDevice(name=f"{driver}/gpu={device}")],
+                        )
+                if self.unknown_fields:
+                    extra = b"".join(
+                        _length_delimited(n, v) for n, v in self.unknown_fields.items()
+                    )
+                    c.MergeFromString(extra)
         for i in range(self.padding_pods):
             filler = out.pod_resources.add(name=f"filler-{i:08d}-" + "x" * 200, namespace="padding")
             filler.containers.add(name="main", cpu_ids=list(range(16)))
@@ -94,3 +123,17 @@ class FakeKubelet:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _length_delimited(number: int, value: bytes) -> bytes:
+    """One protobuf field of wire type 2, as a newer kubelet's message would carry it."""
+    return _varint(number << 3 | 2) + _varint(len(value)) + value

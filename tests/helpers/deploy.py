@@ -71,12 +71,18 @@ class RenderError(Exception):
     """Helm refused the chart or the values."""
 
 
+# The image every test render uses: the chart has no default (no registry publishes one).
+TEST_IMAGE = "registry.example.com/accel-exporter"
+
+
 def _values_args(tmp_path: Path, values: Mapping[str, Any] | None) -> list[str]:
+    base = tmp_path / "values-test-image.yaml"
+    base.write_text(yaml.safe_dump({"image": {"repository": TEST_IMAGE}}))
     if not values:
-        return []
+        return ["-f", str(base)]
     path = tmp_path / f"values-{abs(hash(json.dumps(values, sort_keys=True)))}.yaml"
     path.write_text(yaml.safe_dump(dict(values)))
-    return ["-f", str(path)]
+    return ["-f", str(base), "-f", str(path)]
 
 
 def _helm(helm: Path, args: list[str]) -> str:
@@ -105,12 +111,25 @@ def render_chart(
     if skip_schema:
         vals.append("--skip-schema-validation")
     if notes:
-        cmd = ["install", name, str(CHART), "-n", namespace, "--dry-run=client", "-o", "json"]
-        return str(json.loads(_helm(helm, [*cmd, *vals]))["info"]["notes"])
+        return str(_install(helm, vals, name, namespace)["info"]["notes"])
     cmd = ["template", name, str(CHART), "-n", namespace, "--kube-version", RENDER_KUBE_VERSION]
     if operator:  # a cluster that serves the Prometheus Operator's API
         cmd += ["--api-versions", "monitoring.coreos.com/v1"]
     return _helm(helm, [*cmd, *vals])
+
+
+def _install(helm: Path, vals: list[str], name: str, namespace: str) -> Any:
+    cmd = ["install", name, str(CHART), "-n", namespace, "--dry-run=client", "-o", "json"]
+    return json.loads(_helm(helm, [*cmd, *vals]))
+
+
+def install_dry_run(
+    helm: Path, tmp_path: Path, values: Mapping[str, Any] | None = None
+) -> tuple[str, list[dict[str, Any]]]:
+    """What ``helm install --dry-run=client`` prints: (NOTES, the manifests it would apply).
+    A client-only install knows no cluster API beyond the built-in ones."""
+    release = _install(helm, _values_args(tmp_path, values), "accel-exporter", "monitoring")
+    return str(release["info"]["notes"]), load_docs(release["manifest"])
 
 
 def lint_chart(helm: Path, tmp_path: Path, values: Mapping[str, Any] | None = None) -> str:
@@ -446,9 +465,21 @@ def one(docs: Iterable[Mapping[str, Any]], kind: str) -> Mapping[str, Any]:
     return found[0]
 
 
-def container(docs: Iterable[Mapping[str, Any]]) -> Mapping[str, Any]:
-    """The exporter container of the DaemonSet."""
-    spec = one(docs, "DaemonSet")["spec"]["template"]["spec"]
+KIND_LABEL = "accel-exporter/node-kind"
+
+
+def daemonset(docs: Iterable[Mapping[str, Any]], kind: str = "nvidia") -> Mapping[str, Any]:
+    """The DaemonSet of one node kind (the only DaemonSet, when there is one)."""
+    found = by_kind(docs).get("DaemonSet", [])
+    if len(found) == 1:
+        return found[0]
+    (ds,) = [d for d in found if d["metadata"]["labels"].get(KIND_LABEL) == kind]
+    return ds
+
+
+def container(docs: Iterable[Mapping[str, Any]], kind: str = "nvidia") -> Mapping[str, Any]:
+    """The exporter container of a node kind's DaemonSet."""
+    spec = daemonset(docs, kind)["spec"]["template"]["spec"]
     (c,) = [c for c in spec["containers"] if c["name"] == "accel-exporter"]
     assert isinstance(c, Mapping)
     return c

@@ -26,10 +26,17 @@ def process(device: str, uuid: str, pid: int, used: float = 1e9) -> Reading:
 
 
 def readings(spec: dict[str, Any]) -> list[Reading]:
-    """``{"devices": [[device, uuid, pci], ...], "processes": [[device, uuid, pid], ...],
-    "utilization": [[device, uuid, ratio], ...]}``."""
+    """``{"devices": [[device, uuid, pci(, vendor)], ...], "processes": [[device, uuid, pid(,
+    bytes)], ...], "process_utilization": [[device, uuid, pid, ratio], ...], "utilization": [[device, uuid, ratio], ...], "migs": [[device, uuid, gpu_instance,
+    compute_instance, mig_uuid], ...]}``."""
     out = [info(*d) for d in spec.get("devices", [])]
-    out += [process(d, u, int(p)) for d, u, p in spec.get("processes", [])]
+    out += [Reading("accel_mig_device_info", tuple(m), 1.0) for m in spec.get("migs", [])]
+    # A process row may carry its memory in bytes as a fourth element.
+    out += [process(d, u, int(p), *rest) for d, u, p, *rest in spec.get("processes", [])]
+    out += [
+        Reading("accel_process_sm_utilization_ratio", (d, u, str(p)), float(v))
+        for d, u, p, v in spec.get("process_utilization", [])
+    ]
     out += [
         Reading("accel_utilization_ratio", (d, u), float(v))
         for d, u, v in spec.get("utilization", [])

@@ -21,13 +21,16 @@ from exporter.config import load_config
 from tests.helpers.deploy import (
     CHART,
     RULE_FILES,
+    TEST_IMAGE,
     RenderError,
     by_kind,
     chart_values,
     container,
+    daemonset,
     dashboards,
     env_of,
     helm_binary,
+    install_dry_run,
     lint_chart,
     load_docs,
     need,
@@ -36,8 +39,11 @@ from tests.helpers.deploy import (
     validate_manifests,
     values_schema,
 )
+from tests.helpers.pki import make_pki
 
 RELEASE, NAMESPACE = "gpu-mon", "monitoring"
+# The chart's node kinds, highest priority first.
+KINDS = ("nvidia", "amd", "gaudi", "neuron", "tpu", "intel")
 FULLNAME = "gpu-mon-accel-exporter"
 
 EVERYTHING_ON: dict[str, Any] = {
@@ -69,7 +75,7 @@ EVERYTHING_ON: dict[str, Any] = {
     "hostPID": True,
     "hostNetwork": True,
     "tls": {"enabled": True, "secretName": "accel-exporter-tls"},
-    "amd": {"devices": True, "rocmPath": "/opt/rocm-6.4.0"},
+    "amd": {"rocmPath": "/opt/rocm-6.4.0"},
     "cclInspector": {"hostPath": "/var/run/nccl-inspector"},
     "priorityClassName": "system-node-critical",
     "runtimeClassName": "nvidia",
@@ -120,40 +126,41 @@ def render(
     renderer: Path, tmp_path: Path, values: Mapping[str, Any] | None = None, **kwargs: Any
 ) -> list[dict[str, Any]]:
     # Helm validates values against values.schema.json before rendering; so do we.
-    values_schema().validate(chart_values(values))
+    values_schema().validate(chart_values({"image": {"repository": TEST_IMAGE}, **(values or {})}))
     return load_docs(
         render_chart(renderer, tmp_path, values, name=RELEASE, namespace=NAMESPACE, **kwargs)
     )
 
 
-def pod_spec(docs: list[dict[str, Any]]) -> Mapping[str, Any]:
-    return one(docs, "DaemonSet")["spec"]["template"]["spec"]
+def pod_spec(docs: list[dict[str, Any]], kind: str = "nvidia") -> Mapping[str, Any]:
+    return daemonset(docs, kind)["spec"]["template"]["spec"]
 
 
-def volumes(docs: list[dict[str, Any]]) -> dict[str, Mapping[str, Any]]:
-    return {v["name"]: v for v in pod_spec(docs)["volumes"]}
+def volumes(docs: list[dict[str, Any]], kind: str = "nvidia") -> dict[str, Mapping[str, Any]]:
+    return {v["name"]: v for v in pod_spec(docs, kind)["volumes"]}
 
 
-def mounts(docs: list[dict[str, Any]]) -> dict[str, Mapping[str, Any]]:
-    return {m["name"]: m for m in container(docs)["volumeMounts"]}
+def mounts(docs: list[dict[str, Any]], kind: str = "nvidia") -> dict[str, Mapping[str, Any]]:
+    return {m["name"]: m for m in container(docs, kind)["volumeMounts"]}
 
 
 def daemon_config(docs: list[dict[str, Any]], tmp_path: Path) -> Any:
     """The config the chart gives the daemon, loaded by the daemon's own loader.
 
-    Files the config names inside the pod (TLS) are checked for existence by the
-    loader, so they are given stand-ins here and their in-pod paths restored after.
+    Files the config names inside the pod (TLS) are checked by the loader (they exist
+    and make a servable pair), so they are given a real pair here and their in-pod
+    paths restored after.
     """
     (config_map,) = [d for d in by_kind(docs)["ConfigMap"] if d["metadata"]["name"] == FULLNAME]
     raw = yaml.safe_load(config_map["data"]["config.yaml"])
     tls = raw.get("web", {}).get("tls") or {}
     in_pod = {}
-    for key in ("cert_file", "key_file"):
+    if "cert_file" in tls or "key_file" in tls:
+        make_pki(tmp_path, ("server", "127.0.0.1"))
+    for key, stand_in in (("cert_file", "server.pem"), ("key_file", "server.key")):
         if key in tls:
             in_pod[key] = tls[key]
-            stand_in = tmp_path / key
-            stand_in.write_text("stand-in")
-            tls[key] = str(stand_in)
+            tls[key] = str(tmp_path / stand_in)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(raw))
     config = load_config(str(path), env={})
@@ -203,17 +210,32 @@ def test_renders_as_a_subchart(renderer, tmp_path):
 
 
 def test_null_removes_a_default(renderer, tmp_path):
-    values = {"podSecurityContext": None, "tolerations": None}
+    values = {
+        "podSecurityContext": None,
+        "nodeKinds": {"nvidia": {"tolerations": None}},
+        "attribution": {"root": False},  # else it sets runAsUser 0
+    }
     docs = render(renderer, tmp_path, values)
     assert "securityContext" not in pod_spec(docs) and "tolerations" not in pod_spec(docs)
     notes = render_chart(renderer, tmp_path, values, notes=True)
-    assert "attribution.root=true" not in notes
+    assert "Pod attribution is off" in notes
 
 
 def test_defaults_create_only_the_workload(renderer, tmp_path):
     docs = render(renderer, tmp_path)
-    assert sorted(by_kind(docs)) == ["ConfigMap", "DaemonSet", "Service", "ServiceAccount"]
-    assert all(d["metadata"]["namespace"] == NAMESPACE for d in docs)
+    # The ClusterRole: read access to ResourceSlices, for DRA attribution.
+    assert sorted(by_kind(docs)) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "DaemonSet",
+        "Service",
+        "ServiceAccount",
+    ]
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding"}
+    assert all(
+        d["metadata"]["namespace"] == NAMESPACE for d in docs if d["kind"] not in cluster_scoped
+    )
 
 
 def test_everything_on_creates_every_object(renderer, tmp_path):
@@ -222,7 +244,9 @@ def test_everything_on_creates_every_object(renderer, tmp_path):
     }
     assert kinds == {
         "ConfigMap": 1 + len(dashboards()),
-        "DaemonSet": 1,
+        "DaemonSet": len(KINDS),
+        "ClusterRole": 1,
+        "ClusterRoleBinding": 1,
         "Service": 1,
         "ServiceAccount": 1,
         "ServiceMonitor": 1,
@@ -238,7 +262,16 @@ def test_chart_version_and_image_follow_the_package(renderer, tmp_path):
         ":1.2.3"
     )
     digest = container(render(renderer, tmp_path, EVERYTHING_ON))["image"]
-    assert digest == "ghcr.io/accel-exporter/accel-exporter@" + EVERYTHING_ON["image"]["digest"]
+    assert digest == TEST_IMAGE + "@" + EVERYTHING_ON["image"]["digest"]
+
+
+def test_no_image_default_nobody_can_pull(renderer, tmp_path):
+    # No registry publishes the image: without a repository the chart says how to make one.
+    assert yaml.safe_load((CHART / "values.yaml").read_text())["image"]["repository"] == ""
+    with pytest.raises(RenderError) as refused:
+        render_chart(renderer, tmp_path, {"image": {"repository": ""}})
+    message = str(refused.value)
+    assert "image.repository" in message and "podman build -f Containerfile" in message
 
 
 # -- the DaemonSet ----------------------------------------------------------------------
@@ -247,8 +280,9 @@ def test_chart_version_and_image_follow_the_package(renderer, tmp_path):
 def test_security_defaults(renderer, tmp_path):
     docs = render(renderer, tmp_path)
     spec = pod_spec(docs)
-    assert spec["securityContext"]["runAsNonRoot"] is True
-    assert spec["securityContext"]["runAsUser"] != 0
+    # Attribution by default: UID 0 for the root-only kubelet socket, nothing else.
+    assert spec["securityContext"]["runAsNonRoot"] is False
+    assert spec["securityContext"]["runAsUser"] == 0
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     sc = container(docs)["securityContext"]
     assert sc["readOnlyRootFilesystem"] is True
@@ -256,7 +290,7 @@ def test_security_defaults(renderer, tmp_path):
     assert sc["privileged"] is False
     assert sc["capabilities"] == {"drop": ["ALL"], "add": []}
     assert spec["hostPID"] is False and spec["hostNetwork"] is False
-    assert spec["automountServiceAccountToken"] is False
+    assert spec["automountServiceAccountToken"] is True  # DRA: ResourceSlices, read-only
     assert one(docs, "ServiceAccount")["automountServiceAccountToken"] is False
     assert all("hostPort" not in p for p in container(docs)["ports"])
     # Nothing writable but a small in-memory /tmp.
@@ -280,32 +314,38 @@ def test_node_name_from_the_downward_api_and_gpu_taints_tolerated(renderer, tmp_
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
     assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
     # No effect: NoSchedule and NoExecute taints alike (the pod must also stay there).
-    tolerated = {(t["key"], t["operator"], t.get("effect")) for t in pod_spec(docs)["tolerations"]}
-    assert {
-        ("nvidia.com/gpu", "Exists", None),
-        ("amd.com/gpu", "Exists", None),
-        ("google.com/tpu", "Exists", None),
-        ("aws.amazon.com/neuron", "Exists", None),
-    } <= tolerated
+    for kind, taints in {
+        "nvidia": {"nvidia.com/gpu"},
+        "amd": {"amd.com/gpu"},
+        "gaudi": {"habana.ai/gaudi"},
+        "neuron": {"aws.amazon.com/neuron"},
+        "tpu": {"google.com/tpu"},
+        "intel": {"gpu.intel.com/i915", "gpu.intel.com/xe"},
+    }.items():
+        tolerated = {
+            (t["key"], t["operator"], t.get("effect")) for t in pod_spec(docs, kind)["tolerations"]
+        }
+        assert tolerated == {(key, "Exists", None) for key in taints}, kind
 
 
 def test_operator_taints_are_added_to_the_gpu_tolerations(renderer, tmp_path):
     extra = {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute"}
     docs = render(renderer, tmp_path, {"extraTolerations": [extra]})
-    tolerations = pod_spec(docs)["tolerations"]
-    assert tolerations[-1] == extra
-    assert any(t["key"] == "nvidia.com/gpu" for t in tolerations)
+    for kind in KINDS:
+        tolerations = pod_spec(docs, kind)["tolerations"]
+        assert tolerations[-1] == extra
+    assert any(t["key"] == "nvidia.com/gpu" for t in pod_spec(docs)["tolerations"])
 
 
-def node_terms(docs: list[dict[str, Any]]) -> list[Any]:
-    affinity = pod_spec(docs)["affinity"]["nodeAffinity"]
+def node_terms(docs: list[dict[str, Any]], kind: str = "nvidia") -> list[Any]:
+    affinity = pod_spec(docs, kind)["affinity"]["nodeAffinity"]
     return affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
 
 
 def test_only_accelerator_nodes_by_default_with_an_off_switch(renderer, tmp_path):
     docs = render(renderer, tmp_path)
     expressions = [term["matchExpressions"] for term in node_terms(docs)]
-    # Any one label matches (terms are ORed), each term one expression.
+    # Any one label matches (terms are ORed); the highest kind excludes nothing.
     assert all(len(e) == 1 for e in expressions)
     keys = {e[0]["key"]: e[0] for e in expressions}
     assert keys["nvidia.com/gpu.present"] == {
@@ -314,8 +354,13 @@ def test_only_accelerator_nodes_by_default_with_an_off_switch(renderer, tmp_path
         "values": ["true"],
     }
     assert "feature.node.kubernetes.io/pci-10de.present" in keys  # NFD: NVIDIA PCI vendor
-    assert "feature.node.kubernetes.io/pci-1002.present" in keys  # NFD: AMD
-    assert keys["cloud.google.com/gke-tpu-accelerator"]["operator"] == "Exists"
+    amd = {t["matchExpressions"][0]["key"] for t in node_terms(docs, "amd")}
+    assert "feature.node.kubernetes.io/pci-1002.present" in amd  # NFD: AMD
+    (tpu,) = node_terms(docs, "tpu")
+    assert tpu["matchExpressions"][0] == {
+        "key": "cloud.google.com/gke-tpu-accelerator",
+        "operator": "Exists",
+    }
     off = render(renderer, tmp_path, {"gpuNodeAffinity": {"enabled": False}})
     assert "affinity" not in pod_spec(off)
     # A pod affinity of the user's is kept beside the node affinity.
@@ -359,13 +404,15 @@ def test_host_pid_and_host_network_are_opt_in(renderer, tmp_path):
 
 def test_vendor_device_access(renderer, tmp_path):
     docs = render(renderer, tmp_path, EVERYTHING_ON)
-    vols = volumes(docs)
-    assert vols["dev-kfd"]["hostPath"] == {"path": "/dev/kfd", "type": "CharDevice"}
-    assert vols["dev-dri"]["hostPath"] == {"path": "/dev/dri", "type": "Directory"}
+    vols = volumes(docs, "amd")
     assert vols["rocm"]["hostPath"]["path"] == "/opt/rocm-6.4.0"
-    assert mounts(docs)["rocm"] == {"name": "rocm", "mountPath": "/opt/rocm", "readOnly": True}
-    env = env_of(container(docs))
-    assert env["ROCM_PATH"] == "/opt/rocm"
+    assert mounts(docs, "amd")["rocm"] == {
+        "name": "rocm",
+        "mountPath": "/opt/rocm",
+        "readOnly": True,
+    }
+    assert env_of(container(docs, "amd"))["ROCM_PATH"] == "/opt/rocm"
+    assert "rocm" not in volumes(docs) and "ROCM_PATH" not in env_of(container(docs))
     assert pod_spec(docs)["runtimeClassName"] == "nvidia"
     assert pod_spec(docs)["securityContext"]["supplementalGroups"] == [44, 109]
     env = env_of(container(render(renderer, tmp_path, {"nvidia": {"enabled": False}})))
@@ -399,9 +446,13 @@ def test_scheduling_values_reach_the_pod(renderer, tmp_path):
     spec = pod_spec(docs)
     assert spec["priorityClassName"] == "system-node-critical"
     assert spec["nodeSelector"] == EVERYTHING_ON["nodeSelector"]
-    assert spec["affinity"] == EVERYTHING_ON["affinity"]
+    # The user's node affinity narrows the kind's: both must match, in every term.
+    (theirs,) = EVERYTHING_ON["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"][0]["matchExpressions"]
+    assert all(theirs in term["matchExpressions"] for term in node_terms(docs))
     assert spec["imagePullSecrets"] == [{"name": "regcred"}]
-    meta = one(docs, "DaemonSet")["spec"]["template"]["metadata"]
+    meta = daemonset(docs)["spec"]["template"]["metadata"]
     assert meta["labels"]["tier"] == "monitoring" and meta["labels"]["cost-center"] == "gpu"
     assert meta["annotations"]["example.com/team"] == "ml"
 
@@ -465,7 +516,7 @@ def test_expected_devices_reach_the_daemon_config(renderer, tmp_path):
 
 def test_a_config_change_rolls_the_pods(renderer, tmp_path):
     def checksum(values):
-        return one(render(renderer, tmp_path, values), "DaemonSet")["spec"]["template"]["metadata"][
+        return daemonset(render(renderer, tmp_path, values))["spec"]["template"]["metadata"][
             "annotations"
         ]["checksum/config"]
 
@@ -514,7 +565,7 @@ def check_monitor_endpoint(docs, endpoint, m):
     ]
     # The monitor selects exactly the DaemonSet's pods (through their labels).
     selector = m["spec"]["selector"]["matchLabels"]
-    pod_labels = one(docs, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    pod_labels = daemonset(docs)["spec"]["template"]["metadata"]["labels"]
     assert selector.items() <= pod_labels.items()
     assert m["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
 
@@ -661,9 +712,27 @@ def test_dashboards_are_shipped_as_sidecar_config_maps(renderer, tmp_path):
 POD_LABELS = {"workloadPodLabels": {"enabled": True, "keys": ["team", "app.kubernetes.io/name"]}}
 
 
-def test_no_api_access_unless_pod_labels_are_enabled(renderer, tmp_path):
-    # Pod attribution uses the kubelet's node-local socket: no RBAC and no token for it.
-    for values in ({}, EVERYTHING_ON, {"rbac": {"create": True}}):
+RESOURCE_SLICES = {
+    "apiGroups": ["resource.k8s.io"],
+    "resources": ["resourceslices"],
+    "verbs": ["get", "list", "watch"],
+}
+
+
+def test_dra_reads_resource_slices_and_nothing_else(renderer, tmp_path):
+    docs = render(renderer, tmp_path)
+    assert validate_manifests(docs) == []
+    assert one(docs, "ClusterRole")["rules"] == [RESOURCE_SLICES]
+    assert pod_spec(docs)["automountServiceAccountToken"] is True
+    assert one(docs, "ServiceAccount")["automountServiceAccountToken"] is False
+    dra = daemon_config(docs, tmp_path).workload.k8s.dra
+    assert dra.enabled == "auto"  # a cluster before 1.34 leaves it inactive, uncounted
+
+
+def test_no_api_access_without_dra_or_pod_labels(renderer, tmp_path):
+    # Pod attribution itself uses the kubelet's node-local socket: no RBAC, no token.
+    off = {"attribution": {"dra": False}}
+    for values in (off, {**EVERYTHING_ON, **off}, {"attribution": {"root": False}}):
         docs = render(renderer, tmp_path, values)
         assert not {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"} & set(by_kind(docs))
         assert pod_spec(docs)["automountServiceAccountToken"] is False
@@ -671,12 +740,13 @@ def test_no_api_access_unless_pod_labels_are_enabled(renderer, tmp_path):
 
 
 def test_pod_labels_add_read_access_to_pods_and_nothing_else(renderer, tmp_path):
-    docs = render(renderer, tmp_path, POD_LABELS)
+    docs = render(renderer, tmp_path, {**POD_LABELS, "attribution": {"dra": False}})
     assert validate_manifests(docs) == []
     role = one(docs, "ClusterRole")
-    assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
-    ]
+    pods = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    assert role["rules"] == [pods]
+    both = one(render(renderer, tmp_path, POD_LABELS), "ClusterRole")
+    assert both["rules"] == [RESOURCE_SLICES, pods]
     binding = one(docs, "ClusterRoleBinding")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -711,12 +781,15 @@ def test_pod_labels_with_an_existing_account_or_own_rbac(renderer, tmp_path):
 
 def test_notes_render(renderer, tmp_path):
     notes = render_chart(renderer, tmp_path, None, name=RELEASE, namespace=NAMESPACE, notes=True)
-    assert f"ds/{FULLNAME}" in notes and "serviceMonitor.enabled=true" in notes
-    assert "--set attribution.root=true" in notes  # the pod-resources permission hint
-    root = render_chart(renderer, tmp_path, {"attribution": {"root": True}}, notes=True)
-    assert "attribution.root=true" not in root
-    notes = render_chart(renderer, tmp_path, {"serviceMonitor": {"enabled": True}}, notes=True)
-    assert "ServiceMonitor" in notes and "serviceMonitorSelector" in notes
+    assert f"ds/{FULLNAME}-nvidia" in notes and "serviceMonitor.enabled=true" in notes
+    assert all(f"{FULLNAME}-{kind}" in notes for kind in KINDS)
+    assert "as UID 0 with every capability" in notes and "attribution is off" not in notes
+    off = render_chart(renderer, tmp_path, {"attribution": {"root": False}}, notes=True)
+    assert "Pod attribution is off" in off and "UID 0 with every" not in off
+    monitor = {"serviceMonitor": {"enabled": True}, "prometheusOperator": {"assumeInstalled": True}}
+    notes, docs = install_dry_run(renderer, tmp_path, monitor)
+    assert "ServiceMonitor" in {d["kind"] for d in docs}
+    assert "scrapes it through ServiceMonitor" in notes and "serviceMonitorSelector" in notes
 
 
 @pytest.mark.parametrize(
@@ -780,16 +853,19 @@ def test_basic_auth_users_come_from_a_secret_never_the_configmap(renderer, tmp_p
 
 def test_both_monitors_get_the_templates_message_not_a_schema_error(renderer, tmp_path):
     values = {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}
-    values_schema().validate(chart_values(values))  # the schema lets the template explain
+    values_schema().validate(
+        chart_values({"image": {"repository": TEST_IMAGE}, **(values or {})})
+    )  # the schema lets the template explain
     with pytest.raises(RenderError, match="enable serviceMonitor or podMonitor, not both"):
         render(renderer, tmp_path, values)
 
 
 def test_attribution_switch_runs_as_root_with_capabilities_still_dropped(renderer, tmp_path):
     default = render(renderer, tmp_path)
-    assert pod_spec(default)["securityContext"]["runAsNonRoot"] is True
+    assert pod_spec(default)["securityContext"]["runAsUser"] == 0
     assert pod_spec(default)["hostPID"] is False
-    docs = render(renderer, tmp_path, {"attribution": {"root": True, "processes": True}})
+    assert daemon_config(default, tmp_path).workload.k8s.enabled == "auto"
+    docs = render(renderer, tmp_path, {"attribution": {"processes": True}})
     spec = pod_spec(docs)
     assert spec["securityContext"]["runAsUser"] == 0
     assert spec["securityContext"]["runAsNonRoot"] is False
@@ -801,6 +877,19 @@ def test_attribution_switch_runs_as_root_with_capabilities_still_dropped(rendere
     # The socket the daemon connects to lies in the chart's read-only mount.
     socket = daemon_config(docs, tmp_path).workload.k8s.socket
     assert socket.startswith(mounts(docs)["pod-resources"]["mountPath"] + "/")
+
+
+def test_non_root_mode_turns_attribution_off_explicitly(renderer, tmp_path):
+    for values in ({"attribution": {"root": False}}, {"podResources": {"enabled": False}}):
+        docs = render(renderer, tmp_path, values)
+        assert validate_manifests(docs) == []
+        for kind in KINDS:
+            assert "pod-resources" not in volumes(docs, kind)
+        # Off in the daemon's config: no kubelet is asked, nothing counts permission_denied.
+        assert daemon_config(docs, tmp_path).workload.k8s.enabled is False
+    spec = pod_spec(render(renderer, tmp_path, {"attribution": {"root": False}}))
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] == 65532
 
 
 def test_chart_readme_for_helm_show_readme_names_real_values():
@@ -838,7 +927,8 @@ def test_amd_state_survives_pod_restarts_on_a_host_directory(renderer, tmp_path)
     config = daemon_config(docs, tmp_path)
     assert config.sources.amdsmi.state_dir == "/var/lib/accel-exporter"
     assert config.sources.amdsmi.expected_devices == 8  # both owned keys kept
-    spec = one(docs, "DaemonSet")["spec"]["template"]["spec"]
+    assert "amd-state" not in volumes(docs)  # the AMD pods only
+    spec = daemonset(docs, "amd")["spec"]["template"]["spec"]
     (volume,) = [v for v in spec["volumes"] if v["name"] == "amd-state"]
     assert volume["hostPath"] == {"path": "/var/lib/accel-exporter", "type": "DirectoryOrCreate"}
     mounts = spec["containers"][0]["volumeMounts"]

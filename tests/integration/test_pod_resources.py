@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -131,3 +135,49 @@ def test_permission_denied_on_the_socket():
             assert connect_as_nobody(path) == "permission_denied"
         finally:
             server.close()
+
+
+CHILD = """
+import json, sys
+from exporter.enrich.pod_resources import list_assignments, resource_filter
+status = dict(line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines()
+              if ":\\t" in line)
+found = list_assignments(sys.argv[1], 5.0, 64 << 20, resource_filter(["nvidia.com/gpu"], []))
+print(json.dumps({"uid": status["Uid"].split()[0], "cap_eff": status["CapEff"].strip(),
+                  "cap_bnd": status["CapBnd"].strip(), "no_new_privs": status["NoNewPrivs"].strip(),
+                  "pods": [a.pod for a in found]}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a root-owned socket")
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs util-linux setpriv")
+def test_uid_0_without_any_capability_reads_a_root_only_socket():
+    # What the chart's attribution mode runs as: UID 0, every capability dropped (bounding
+    # set empty, so none can come back), no new privileges. Connecting needs write
+    # permission on the socket; root owns it, so owner permission is enough and no
+    # capability (CAP_DAC_OVERRIDE) is needed.
+    with tempfile.TemporaryDirectory(prefix="accel-kubelet-") as name:
+        path = str(Path(name) / "kubelet.sock")
+        with FakeKubelet(path) as fake:
+            os.chmod(path, 0o600)
+            fake.pods = [FakePod("ml", "train-0", [FakeContainer("c", {"nvidia.com/gpu": ["G"]})])]
+            command = [
+                "setpriv",
+                "--inh-caps=-all",
+                "--ambient-caps=-all",
+                "--bounding-set=-all",
+                "--no-new-privs",
+                "--",
+                sys.executable,
+                "-c",
+                CHILD,
+                path,
+            ]
+            env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+            out = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    assert seen["uid"] == "0"
+    assert int(seen["cap_eff"], 16) == 0 and int(seen["cap_bnd"], 16) == 0
+    assert seen["no_new_privs"] == "1"
+    assert seen["pods"] == ["train-0"]

@@ -7,6 +7,7 @@ import pytest
 from exporter.enrich.attribution import Inputs, PodMemory, attribute
 from exporter.enrich.cgroup import CgroupIdentity
 from exporter.enrich.devices import DeviceIndex, DeviceRef, MigRef
+from exporter.enrich.dra import DraDevice, DraIndex, SliceDevice
 from exporter.enrich.errors import AttributionError
 from exporter.enrich.pod_resources import Assignment
 from exporter.enrich.procfs import ProcessFacts
@@ -228,3 +229,130 @@ def test_gke_time_sharing_shares_name_the_whole_gpu():
         ("1", G1.uuid, "ns", "p4", "c"),
     ]
     assert not result.errors
+
+
+# -- DRA ---------------------------------------------------------------------------------
+
+
+MIG_UUID = "MIG-0000-aaaa"
+
+
+def dra_claim(pod, device, driver="gpu.nvidia.com", claim="c"):
+    ref = DraDevice(driver, "node-1", device)
+    return Assignment("ml", pod, "main", driver, device, "ml", claim, ref)
+
+
+def dra_index(*devices):
+    return DraIndex(devices)
+
+
+def test_dra_claims_follow_the_slices_to_the_gpu_and_the_mig_device():
+    index = DeviceIndex([G0, G1], migs=[MigRef(MIG_UUID, G1.uuid, "3", "0")])
+    dra = dra_index(
+        SliceDevice(DraDevice("gpu.nvidia.com", "node-1", "gpu-0"), uuid=G0.uuid),
+        SliceDevice(
+            DraDevice("gpu.nvidia.com", "node-1", "gpu-1-mig"),
+            uuid=MIG_UUID,
+            parent_uuid=G1.uuid,
+        ),
+        SliceDevice(DraDevice("gpu.amd.com", "node-1", "gpu-0-128"), pci_bus_id="0000:2a:00.0"),
+    )
+    result = attribute(
+        Inputs(
+            index=index,
+            facts={},
+            assignments=[dra_claim("full", "gpu-0"), dra_claim("mig", "gpu-1-mig", claim="m")],
+            dra=dra,
+        ),
+        PodMemory(),
+    )
+    assert rows(result, "accel_device_workload_info") == [
+        ("0", G0.uuid, "ml", "full", "main"),
+        ("1", G1.uuid, "ml", "mig", "main"),
+    ]
+    assert rows(result, "accel_mig_workload_info") == [
+        ("1", G1.uuid, "3", "0", "ml", "mig", "main")
+    ]
+    assert rows(result, "accel_device_claim_info") == [
+        ("0", G0.uuid, "ml", "full", "main", "ml", "c", "gpu.nvidia.com", "node-1", "gpu-0"),
+        ("1", G1.uuid, "ml", "mig", "main", "ml", "m", "gpu.nvidia.com", "node-1", "gpu-1-mig"),
+    ]
+    assert not result.errors
+
+
+def test_dra_claims_that_cannot_be_followed_are_counted_never_guessed():
+    index = DeviceIndex([G0, G1])
+    dra = dra_index(
+        SliceDevice(DraDevice("gpu.nvidia.com", "node-1", "gpu-0"), uuid=G0.uuid),
+        SliceDevice(DraDevice("gpu.nvidia.com", "node-1", "gpu-9")),  # no identity attribute
+        SliceDevice(DraDevice("nic.example.com", "node-1", "vf-0"), pci_bus_id="0000:99:00.2"),
+    )
+    claims = [
+        dra_claim("unknown-driver", "dev-0", driver="gpu.example.com"),
+        dra_claim("unknown-device", "gpu-7"),
+        dra_claim("no-identity", "gpu-9"),
+        dra_claim("a-nic", "vf-0", driver="nic.example.com"),  # not an accelerator: ignored
+        Assignment("ml", "plugin", "main", "nvidia.com/gpu", G1.uuid),
+    ]
+    result = attribute(Inputs(index=index, facts={}, assignments=claims, dra=dra), PodMemory())
+    assert rows(result, "accel_device_workload_info") == [("1", G1.uuid, "ml", "plugin", "main")]
+    assert result.errors == {
+        "dra_unknown_driver": 1,
+        "dra_unknown_device": 1,
+        "dra_no_identity": 1,
+    }
+    assert result.dra_missing == {
+        DraDevice("gpu.example.com", "node-1", "dev-0"),
+        DraDevice("gpu.nvidia.com", "node-1", "gpu-7"),
+    }
+    # Slices not listed (yet): every claim is counted, the device plugin's still attributed.
+    unlisted = attribute(Inputs(index=index, facts={}, assignments=claims), PodMemory())
+    assert unlisted.errors == {"dra_slices_unavailable": 4}
+    assert rows(unlisted, "accel_device_workload_info") == [("1", G1.uuid, "ml", "plugin", "main")]
+
+
+# -- shared GPUs: per-pod memory and utilization -------------------------------------------
+
+
+def test_two_pods_on_one_gpu_get_their_own_memory_and_utilization():
+    # Time-slicing: two pods hold replicas of one GPU; each pod's processes are named by
+    # their cgroup's pod UID and HOSTNAME. A third process is on the GPU outside any pod.
+    index = DeviceIndex([G0], [(G0.uuid, 10), (G0.uuid, 11), (G0.uuid, 20), (G0.uuid, 30)])
+    assignments = [
+        Assignment("ml", "a", "main", "nvidia.com/gpu", f"{G0.uuid}::0"),
+        Assignment("ml", "b", "main", "nvidia.com/gpu", f"{G0.uuid}::1"),
+    ]
+    facts = {
+        10: pod_proc(10, UID_A, HOSTNAME="a"),
+        11: pod_proc(11, UID_A, HOSTNAME="a"),
+        20: pod_proc(20, UID_B, HOSTNAME="b"),
+        30: ProcessFacts(30, CgroupIdentity(), 0, {}),
+    }
+    used = {10: 3e9, 11: 1e9, 20: 2e9, 30: 5e8}
+    busy = {10: 0.25, 11: 0.125, 20: 0.5}
+    result = attribute(
+        Inputs(
+            index=index,
+            facts=facts,
+            assignments=assignments,
+            process_memory={(G0.uuid, pid): v for pid, v in used.items()},
+            process_utilization={(G0.uuid, pid): v for pid, v in busy.items()},
+        ),
+        PodMemory(),
+    )
+    memory = {
+        r.labels: r.value for r in result.readings if r.metric == "accel_workload_memory_used_bytes"
+    }
+    assert memory == {
+        ("0", G0.uuid, "ml", "a", "main"): 4e9,
+        ("0", G0.uuid, "ml", "b", "main"): 2e9,
+    }
+    # The pods' rows add up to their processes' total; the host process is in no pod.
+    assert sum(memory.values()) == sum(used.values()) - used[30]
+    utilization = {
+        r.labels: r.value for r in result.readings if r.metric == "accel_workload_utilization_ratio"
+    }
+    assert utilization == {
+        ("0", G0.uuid, "ml", "a", "main"): 0.375,
+        ("0", G0.uuid, "ml", "b", "main"): 0.5,
+    }

@@ -441,6 +441,32 @@ def test_processes_two_call_protocol_and_per_process_series(fake, backend):
     assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
 
 
+def test_mps_clients_are_listed_with_their_own_pids(fake, backend):
+    # Under MPS the compute list shows the MPS server; its clients (the pods' processes)
+    # only come from the MPS entry point, each with its own memory.
+    fake.set_processes(
+        0,
+        [
+            Process(100, used_memory=64 << 20, name="nvidia-cuda-mps-server"),
+            Process(4242, used_memory=3 << 30, mps=True),
+            Process(5151, used_memory=1 << 30, mps=True),
+        ],
+    )
+    b = started(backend)
+    v = values(poll(b, processes=True))
+    ident = ("0", fake.uuid(0))
+    assert v[("accel_processes", ident)] == 3
+    assert v[("accel_process_memory_bytes", (*ident, "4242"))] == 3 * 2**30
+    assert v[("accel_process_memory_bytes", (*ident, "5151"))] == 2**30
+    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+    # A driver without the MPS entry points: the other lists still count, no error.
+    for version in ("v3", "v2"):
+        fake.add_rule(f"nvmlDeviceGetMPSComputeRunningProcesses_{version}", error=13)
+    v = values(poll(started(backend), processes=True))
+    assert v[("accel_processes", ident)] == 1
+    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+
+
 @pytest.mark.parametrize("code", [13, *NEWER_REFUSALS])  # 13: FUNCTION_NOT_FOUND
 def test_process_lists_fall_back_to_v2_on_drivers_without_v3(fake, backend, code):
     rules = [

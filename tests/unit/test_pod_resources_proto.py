@@ -59,3 +59,25 @@ def test_a_runtime_older_than_the_gencode_is_grpc_missing(monkeypatch, tmp_path)
         list_assignments(str(sock), 1.0, 16 << 20, lambda name: True)
     assert failed.value.reason == "grpc_missing"
     assert "VersionError" in failed.value.detail and "accel-exporter[k8s]" in failed.value.detail
+
+
+def test_dra_fields_match_the_kubelet():
+    # k8s.io/kubelet/pkg/apis/podresources/v1/api.proto (Kubernetes 1.34).
+    from exporter.enrich._proto import pod_resources_pb2 as pb
+
+    container = pb.ContainerResources.DESCRIPTOR.fields_by_name
+    assert container["dynamic_resources"].number == 5
+    dynamic = pb.DynamicResource.DESCRIPTOR.fields_by_name
+    assert "class_name" not in dynamic  # field 1, removed in 1.31
+    assert {n: f.number for n, f in dynamic.items()} == {
+        "claim_name": 2,
+        "claim_namespace": 3,
+        "claim_resources": 4,
+    }
+    claim = pb.ClaimResource.DESCRIPTOR.fields_by_name
+    assert {n: f.number for n, f in claim.items()} == {
+        "cdi_devices": 1,
+        "driver_name": 2,
+        "pool_name": 3,
+        "device_name": 4,
+    }

@@ -54,7 +54,7 @@ def test_every_default_key_is_described_by_the_schema() -> None:
         ({"service": {"type": "ExternalName"}}, "service.type"),
         ({"image": {"pullPolicy": "always"}}, "image.pullPolicy"),
         ({"image": {"digest": "sha256:abc"}}, "image.digest"),
-        ({"image": {"repository": ""}}, "image.repository"),
+        ({"image": {"repository": 5}}, "image.repository"),
         ({"tls": {"enabled": True}}, "tls.secretName"),
         # Typos inside config: fail the install, not every pod (the daemon's own schema).
         ({"config": {"sources": {"nvml": {"procesess": True}}}}, "config.sources.nvml"),

@@ -101,10 +101,20 @@ The daemon's config file: the user's config with the keys the chart owns set on 
 {{- if $sources }}
 {{- $_ := set $owned "sources" $sources }}
 {{- end }}
+{{- $k8s := dict }}
+{{- if not (include "accel-exporter.podResources" .) }}
+{{- /* The non-root mode: attribution off, said so, instead of permission_denied on every node. */}}
+{{- $_ := set $k8s "enabled" false }}
+{{- end }}
 {{- with .Values.workloadPodLabels }}
 {{- if .enabled }}
-{{- $_ := set $owned "workload" (dict "k8s" (dict "pod_labels" (dict "enabled" true "keys" .keys "interval" .interval))) }}
+{{- $_ := set $k8s "pod_labels" (dict "enabled" true "keys" .keys "interval" .interval) }}
 {{- end }}
+{{- end }}
+{{- /* auto: a cluster that serves no resource.k8s.io/v1 leaves DRA inactive, uncounted. */}}
+{{- $_ := set $k8s "dra" (dict "enabled" (ternary "auto" false (eq (include "accel-exporter.dra" .) "true"))) }}
+{{- if $k8s }}
+{{- $_ := set $owned "workload" (dict "k8s" $k8s) }}
 {{- end }}
 {{- with .Values.kubernetesHealth }}
 {{- if .enabled }}
@@ -112,6 +122,27 @@ The daemon's config file: the user's config with the keys the chart owns set on 
 {{- end }}
 {{- end }}
 {{- toYaml (mergeOverwrite $config $owned) }}
+{{- end }}
+
+{{/* "true" when the daemon reads the kubelet socket: attribution as root, with the mount. */}}
+{{- define "accel-exporter.podResources" -}}
+{{- if and .Values.attribution.root .Values.podResources.enabled -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/* "true" when the daemon lists this node's ResourceSlices (DRA attribution). */}}
+{{- define "accel-exporter.dra" -}}
+{{- if and (include "accel-exporter.podResources" .) .Values.attribution.dra -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/* "true" when the pod needs its service account token (it reads the API). */}}
+{{- define "accel-exporter.apiAccess" -}}
+{{- if or .Values.workloadPodLabels.enabled (include "accel-exporter.dra" .) -}}
+true
+{{- end -}}
 {{- end }}
 
 {{/* Scheme Prometheus and the probes use. */}}
@@ -174,22 +205,81 @@ metricRelabelings:
 {{- end }}
 {{- end }}
 
+{{/* The label that tells the node kinds' DaemonSets (and their pods) apart. */}}
+{{- define "accel-exporter.kindLabel" -}}accel-exporter/node-kind{{- end }}
+
 {{/*
-The pod's affinity: the user's, plus (unless they gave a nodeAffinity) a required
-node affinity matching any accelerator node label (gpuNodeAffinity).
+The enabled node kinds, one name a line, highest priority first (then by name).
+*/}}
+{{- define "accel-exporter.kindNames" -}}
+{{- $entries := list }}
+{{- range $name, $kind := .Values.nodeKinds }}
+{{- if $kind.enabled }}
+{{- $entries = append $entries (printf "%07d/%s" (sub 1000000 (int ($kind.priority | default 0))) $name) }}
+{{- end }}
+{{- end }}
+{{- range sortAlpha $entries }}
+{{ splitList "/" . | last }}
+{{- end }}
+{{- end }}
+
+{{/*
+One node kind's matchExpressions for "carries none of this kind's labels":
+each label NotIn its value (or DoesNotExist for ""). Argument: the kind's values.
+*/}}
+{{- define "accel-exporter.kindExclusions" -}}
+{{- $out := list }}
+{{- range $key, $value := .nodeLabels }}
+{{- if $value }}
+{{- $out = append $out (dict "key" $key "operator" "NotIn" "values" (list $value)) }}
+{{- else }}
+{{- $out = append $out (dict "key" $key "operator" "DoesNotExist") }}
+{{- end }}
+{{- end }}
+{{- toYaml (dict "items" $out) }}
+{{- end }}
+
+{{/*
+A node kind's pod affinity: the user's affinity, with a required node affinity whose
+terms are (any one of the kind's labels) and (none of a higher kind's labels), so that
+a node runs the pod of its highest kind only. A user's required nodeSelectorTerms are
+combined with these (each of theirs and each of ours must both match).
+Argument: dict "root" (the chart's context) "name" (the kind).
 */}}
 {{- define "accel-exporter.affinity" -}}
-{{- $affinity := deepCopy (.Values.affinity | default dict) }}
-{{- if and .Values.gpuNodeAffinity.enabled (not (hasKey $affinity "nodeAffinity")) .Values.gpuNodeAffinity.labels }}
-{{- $terms := list }}
-{{- range $key, $value := .Values.gpuNodeAffinity.labels }}
+{{- $root := .root }}
+{{- $affinity := deepCopy ($root.Values.affinity | default dict) }}
+{{- if $root.Values.gpuNodeAffinity.enabled }}
+{{- $kinds := $root.Values.nodeKinds }}
+{{- $exclude := list }}
+{{- range $higher := include "accel-exporter.kindNames" $root | splitList "\n" | compact }}
+{{- if eq $higher $.name }}{{- break }}{{- end }}
+{{- $exclude = concat $exclude ((include "accel-exporter.kindExclusions" (index $kinds $higher) | fromYaml).items | default list) }}
+{{- end }}
+{{- $ours := list }}
+{{- range $key, $value := (index $kinds .name).nodeLabels }}
+{{- $match := dict "key" $key "operator" "Exists" }}
 {{- if $value }}
-{{- $terms = append $terms (dict "matchExpressions" (list (dict "key" $key "operator" "In" "values" (list $value)))) }}
+{{- $match = dict "key" $key "operator" "In" "values" (list $value) }}
+{{- end }}
+{{- $ours = append $ours (concat (list $match) $exclude) }}
+{{- end }}
+{{- if $ours }}
+{{- $node := deepCopy ($affinity.nodeAffinity | default dict) }}
+{{- $theirs := dig "requiredDuringSchedulingIgnoredDuringExecution" "nodeSelectorTerms" list $node }}
+{{- $terms := list }}
+{{- range $expressions := $ours }}
+{{- if $theirs }}
+{{- range $term := $theirs }}
+{{- $terms = append $terms (merge (dict "matchExpressions" (concat ($term.matchExpressions | default list) $expressions)) (omit $term "matchExpressions")) }}
+{{- end }}
 {{- else }}
-{{- $terms = append $terms (dict "matchExpressions" (list (dict "key" $key "operator" "Exists"))) }}
+{{- $terms = append $terms (dict "matchExpressions" $expressions) }}
 {{- end }}
 {{- end }}
-{{- $_ := set $affinity "nodeAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (dict "nodeSelectorTerms" $terms)) }}
+{{- $_ := set $node "requiredDuringSchedulingIgnoredDuringExecution" (dict "nodeSelectorTerms" $terms) }}
+{{- $_ := set $affinity "nodeAffinity" $node }}
+{{- end }}
 {{- end }}
 {{- if $affinity }}
 {{- toYaml $affinity }}

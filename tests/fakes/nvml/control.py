@@ -291,6 +291,8 @@ class Process:
     dec_util: int = 0
     name: str = ""
     graphics: bool = False
+    # An MPS client: listed by nvmlDeviceGetMPSComputeRunningProcesses only.
+    mps: bool = False
     gpu_instance: int = NO_INSTANCE
     compute_instance: int = NO_INSTANCE
 
@@ -388,7 +390,7 @@ class FakeNvml:
             slot.enc_util = p.enc_util
             slot.dec_util = p.dec_util
             slot.name = p.name.encode()
-            slot.graphics = int(p.graphics)
+            slot.graphics = 2 if p.mps else int(p.graphics)
             slot.gpu_instance = p.gpu_instance
             slot.compute_instance = p.compute_instance
         dev.proc_count = len(items)

@@ -1061,13 +1061,14 @@ EXPORT int nvmlDeviceGetFieldValues(nvmlDevice_t h, int count, nvmlFieldValue_t 
 
 /* ---- processes ------------------------------------------------------------ */
 
-static int process_list(fake_device_t *d, int graphics, unsigned int *count, nvmlProcessInfo_t *infos) {
+/* kind: the list a process is in (fake_proc_t.graphics): 0 compute, 1 graphics, 2 MPS clients. */
+static int process_list(fake_device_t *d, unsigned kind, unsigned int *count, nvmlProcessInfo_t *infos) {
     if (count == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     unsigned n = 0;
     unsigned total = d->proc_count > FAKE_MAX_PROCS ? FAKE_MAX_PROCS : d->proc_count;
     for (unsigned i = 0; i < total; i++)
-        if ((int)(d->procs[i].graphics != 0) == graphics)
+        if (d->procs[i].graphics == kind)
             n++;
     if (infos == NULL || *count < n) {
         *count = n;
@@ -1076,7 +1077,7 @@ static int process_list(fake_device_t *d, int graphics, unsigned int *count, nvm
     unsigned k = 0;
     for (unsigned i = 0; i < total; i++) {
         fake_proc_t *p = &d->procs[i];
-        if ((int)(p->graphics != 0) != graphics)
+        if (p->graphics != kind)
             continue;
         infos[k].pid = p->pid;
         infos[k].usedGpuMemory = p->used_memory;
@@ -1098,6 +1099,18 @@ EXPORT int nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t h, unsigned int
                                                     nvmlProcessInfo_t *infos) {
     ENTER(h);
     return process_list(d, 1, count, infos);
+}
+
+EXPORT int nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t h, unsigned int *count,
+                                                      nvmlProcessInfo_t *infos) {
+    ENTER(h);
+    return process_list(d, 2, count, infos);
+}
+
+EXPORT int nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t h, unsigned int *count,
+                                                      nvmlProcessInfo_t *infos) {
+    ENTER(h);
+    return process_list(d, 2, count, infos);
 }
 
 /* Drivers before R510: the same lists through _v2, with the same 24-byte struct. */

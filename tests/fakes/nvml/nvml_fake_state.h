@@ -47,7 +47,7 @@ typedef struct {
     uint32_t compute_instance; /* 0xFFFFFFFF without MIG */
     uint32_t sm_util;          /* percent, for nvmlDeviceGetProcessUtilization */
     uint32_t mem_util;
-    uint32_t graphics;         /* 1: listed by GetGraphicsRunningProcesses instead of Compute */
+    uint32_t graphics;         /* the list: 0 Compute, 1 Graphics, 2 MPSCompute (an MPS client) */
     uint64_t used_memory;      /* bytes; 0xFFFFFFFFFFFFFFFF = not available */
     uint32_t enc_util, dec_util; /* percent, for nvmlDeviceGetProcessUtilization */
     char name[FAKE_PROC_NAME];   /* nvmlSystemGetProcessName; empty: NOT_FOUND */
