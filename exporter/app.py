@@ -230,7 +230,10 @@ class App:
         """Construct sources, scheduler and outputs without starting anything."""
         sources = list(self.source_builder(config))
         return Runtime(
-            config, sources, Scheduler(self.store, sources), build_outputs(config, self.store)
+            config,
+            sources,
+            Scheduler(self.store, sources),
+            build_outputs(config, self.store, sources),
         )
 
     async def _start_runtime(self, runtime: Runtime) -> None:
