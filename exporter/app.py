@@ -247,7 +247,10 @@ class App:
                 for s in sources
             ]
         return Runtime(
-            config, sources, Scheduler(self.store, sources), build_outputs(config, self.store)
+            config,
+            sources,
+            Scheduler(self.store, sources),
+            build_outputs(config, self.store, sources),
         )
 
     async def _start_runtime(self, runtime: Runtime) -> None:

@@ -2,29 +2,42 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from exporter.config.schema import Config
 from exporter.outputs.base import Output
 from exporter.store import Store
 
-Factory = Callable[[Config, Store], Output]
+# (config, store, the sources the runtime polls) -> the output.
+Factory = Callable[[Config, Store, Sequence[Any]], Output]
 
 
-def _otlp(config: Config, store: Store) -> Output:
+def _otlp(config: Config, store: Store, sources: Sequence[Any]) -> Output:
     # Imported here: the OpenTelemetry SDK is an optional extra, needed only when enabled.
     from exporter.outputs.otlp import OtlpOutput
 
     return OtlpOutput.from_config(config.outputs.otlp, store)
 
 
-def _kubernetes(config: Config, store: Store) -> Output:
+def dra_resolver(sources: Sequence[Any]) -> Callable[[str], Any] | None:
+    """The first source's ``dra_lookup(uuid)`` (uuid -> its DRA device), if one has it.
+
+    The source that lists this node's ResourceSlices offers it; without one, the
+    Kubernetes writer writes the Node condition only and lists failed devices as
+    unresolved in /status.
+    """
+    for source in sources:
+        lookup = getattr(source, "dra_lookup", None)
+        if callable(lookup):
+            return lookup  # type: ignore[no-any-return]
+    return None
+
+
+def _kubernetes(config: Config, store: Store, sources: Sequence[Any]) -> Output:
     from exporter.outputs.kube_health import KubeHealthWriter
 
-    # No DRA resolver yet: the node's ResourceSlice index (exporter/enrich/dra.py) is not
-    # held by the daemon, so only the Node condition is written and failed devices are
-    # listed as unresolved_devices in /status.
-    return KubeHealthWriter(config.outputs.kubernetes, store)
+    return KubeHealthWriter(config.outputs.kubernetes, store, resolver=dra_resolver(sources))
 
 
 # name -> (is it enabled in this config?, factory)
@@ -34,6 +47,10 @@ FACTORIES: dict[str, tuple[Callable[[Config], bool], Factory]] = {
 }
 
 
-def build_outputs(config: Config, store: Store) -> list[Output]:
-    """Every push output the config enables."""
-    return [factory(config, store) for enabled, factory in FACTORIES.values() if enabled(config)]
+def build_outputs(config: Config, store: Store, sources: Sequence[Any] = ()) -> list[Output]:
+    """Every push output the config enables; some read what the ``sources`` offer."""
+    return [
+        factory(config, store, sources)
+        for enabled, factory in FACTORIES.values()
+        if enabled(config)
+    ]

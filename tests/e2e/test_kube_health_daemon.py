@@ -57,6 +57,7 @@ def test_writer_reports_and_survives_a_hung_api_server(daemon_factory, fake_nvml
             what="timeouts counted",
         )
         # Meanwhile everything else answers.
+        d.wait_metric("accel_device_up", 1, timeout=60, device="1", uuid=u1)
         for _ in range(3):
             assert value(d.metrics(), "accel_device_up", device="1", uuid=u1) == 1
             assert d.get("/v1/devices").status == 200

@@ -289,3 +289,20 @@ def test_the_fake_refuses_what_the_real_schema_refuses(api, pki, tmp_path):
     }
     assert w.client.request("POST", RULES_PATH, bad).status == 422
     assert api.invalid and api.rules == {}
+
+
+def test_the_daemon_wires_a_sources_dra_lookup_as_the_resolver():
+    from exporter.config.schema import Config, OutputsConfig
+    from exporter.outputs.registry import build_outputs
+
+    class SliceSource:  # the source that lists this node's ResourceSlices offers this
+        def dra_lookup(self, uuid: str) -> Ref | None:
+            return SLICES.get(uuid)
+
+    config = Config(outputs=OutputsConfig(kubernetes=KubernetesOutputConfig(enabled=True)))
+    (with_slices,) = build_outputs(config, Store(), [object(), SliceSource()])
+    assert isinstance(with_slices, KubeHealthWriter)
+    assert with_slices.resolver is not None and with_slices.resolver(G1) == SLICES[G1]
+    (without,) = build_outputs(config, Store(), [object()])
+    assert isinstance(without, KubeHealthWriter) and without.resolver is None
+    assert build_outputs(Config(), Store(), [SliceSource()]) == []  # off by default
