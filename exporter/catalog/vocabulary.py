@@ -56,7 +56,8 @@ SENSORS = (
 AMD_SENSORS = ("edge", "hotspot", "memory", "hbm_0", "hbm_1", "hbm_2", "hbm_3")
 TEMPERATURE_LIMITS = ("max", "critical", "emergency")
 
-# Clock domains. Shared: graphics (the shader/compute clock), memory, video.
+# Clock domains. Shared: graphics (the GPU core clock: NVIDIA graphics, AMD GFX, Intel's
+# GPU domain), memory, video (NVIDIA video, AMD VCLK, Intel's media domain).
 CLOCKS = (
     "graphics",
     "memory",
@@ -67,9 +68,6 @@ CLOCKS = (
     "soc",
     "data_fabric",
     "decode",
-    # Intel (Level Zero)
-    "gpu",
-    "media",
 )
 
 # Why clocks are held down now; each vendor names its own mechanisms.

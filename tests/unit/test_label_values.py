@@ -121,3 +121,15 @@ def test_backend_tables_speak_the_catalog_vocabulary(family, label, table):
     assert set(table) <= set(CATALOG[family].values[label]), set(table) - set(
         CATALOG[family].values[label]
     )
+
+
+def test_one_clock_vocabulary_for_every_vendor():
+    # The GPU core clock is "graphics" and the media clock "video" wherever a vendor has them
+    # (Level Zero's domains were "gpu" and "media").
+    written = {
+        "nvml": {name for _, name in nvml_support.CLOCKS},
+        "amdsmi": {name for _, name in amdsmi_fields.CLOCKS},
+        "levelzero": set(levelzero.CLOCKS.values()),
+    }
+    for words in written.values():
+        assert {"graphics", "memory", "video"} <= words, written
