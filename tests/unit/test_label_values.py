@@ -14,9 +14,11 @@ from exporter.backends import (
     nvml_support,
 )
 from exporter.catalog import CATALOG, Kind, MetricSpec, vocabulary
+from exporter.ccl import ras_state
 from exporter.health import STATES
 from exporter.model import Reading
 from exporter.neuron import report as neuron_report
+from exporter.outputs import otlp_account
 from exporter.sources import host
 from exporter.store import LabelValueError, validate
 
@@ -113,6 +115,11 @@ def test_one_ecc_vocabulary_for_every_vendor():
             "limit",
             [n for _, n in amdsmi_fields.TEMPERATURE_LIMITS],
         ),
+        ("accel_nvidia_fabric_state", "state", [n for _, n in nvml_reliability.FABRIC_STATES]),
+        ("accel_ccl_job_state", "state", ras_state.STATES),
+        ("accel_neuron_execution_status_total", "status", neuron_report.EXEC_STATUS),
+        ("accel_neuron_execution_errors_total", "error", neuron_report.EXEC_ERRORS),
+        ("accel_exporter_otlp_exports_total", "result", otlp_account.RESULTS),
     ],
 )
 def test_backend_tables_speak_the_catalog_vocabulary(family, label, table):
