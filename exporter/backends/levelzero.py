@@ -78,7 +78,9 @@ SENSORS = {
     7: "gpu_board_min",
     8: "voltage_regulator",
 }
-CLOCKS = {0: "gpu", 1: "memory", 2: "media"}
+# zes_freq_domain_t -> clock label: the GPU core and media domains are the clocks
+# NVIDIA and AMD call graphics and video (catalog/vocabulary.py).
+CLOCKS = {0: "graphics", 1: "memory", 2: "video"}
 # zes_freq_throttle_reason_flags_t bits -> reason label.
 THROTTLE_REASONS = (
     (1, "ave_pwr_cap"),

@@ -10,6 +10,7 @@ Inspector series come from the ranks whose files this node sees.
 from __future__ import annotations
 
 from exporter.catalog.spec import Kind, MetricSpec
+from exporter.catalog.vocabulary import CCL_JOB_STATES
 
 QUERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0)
 # Bus bandwidth from 100 MB/s to 1.6 TB/s (NVLink 5 peaks near 900 GB/s per direction).
@@ -48,6 +49,7 @@ RAS_ROWS = (
         "Job state seen through this RAS address, one-hot over no_job, unreachable, error, "
         "healthy, degraded, stalled.",
         (*_A, "state"),
+        values={"state": CCL_JOB_STATES},
     ),
     MetricSpec(
         "accel_ccl_job_state_reason_info",

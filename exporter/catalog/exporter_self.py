@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from exporter.catalog.spec import Kind, MetricSpec
+from exporter.catalog.vocabulary import EXPORT_RESULTS
 
 # Poll durations range from sub-millisecond (/proc) to the RAS deadline (tens of seconds).
 POLL_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -140,5 +141,6 @@ ROWS = (
         ("result",),
         otel_name="accel.exporter.otlp.exports",
         otel_unit="{export}",
+        values={"result": EXPORT_RESULTS},
     ),
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from exporter.catalog.device import ID
 from exporter.catalog.spec import Kind, MetricSpec
+from exporter.catalog.vocabulary import NEURON_EXECUTION_ERRORS, NEURON_EXECUTION_STATUSES
 
 ROWS = (
     MetricSpec(
@@ -40,6 +41,7 @@ ROWS = (
         "Model executions by outcome, summed over the node's runtimes, since the daemon started.",
         ("status",),
         otel_unit="{execution}",
+        values={"status": NEURON_EXECUTION_STATUSES},
     ),
     MetricSpec(
         "accel_neuron_execution_errors_total",
@@ -48,6 +50,7 @@ ROWS = (
         " started.",
         ("error",),
         otel_unit="{error}",
+        values={"error": NEURON_EXECUTION_ERRORS},
     ),
     MetricSpec(
         "accel_neuron_execution_latency_seconds",

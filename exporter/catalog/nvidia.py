@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from exporter.catalog.device import ID
 from exporter.catalog.spec import Kind, MetricSpec
-from exporter.catalog.vocabulary import ECC_CORRECTION, NVLINK_ERRORS, POWER_BOUNDS
+from exporter.catalog.vocabulary import ECC_CORRECTION, FABRIC_STATES, NVLINK_ERRORS, POWER_BOUNDS
 
 GPU_INSTANCE = (*ID, "gpu_instance")
 MIG = (*GPU_INSTANCE, "compute_instance")
@@ -240,6 +240,7 @@ ROWS = (
         "GPU registration with the NVLink fabric manager (NVSwitch systems), one-hot over"
         " not_started, in_progress, completed; absent without a fabric.",
         (*ID, "state"),
+        values={"state": FABRIC_STATES},
     ),
     MetricSpec(
         "accel_nvidia_fabric_health_issue",

@@ -58,7 +58,8 @@ SENSORS = (
 AMD_SENSORS = ("edge", "hotspot", "memory", "hbm_0", "hbm_1", "hbm_2", "hbm_3")
 TEMPERATURE_LIMITS = ("max", "critical", "emergency")
 
-# Clock domains. Shared: graphics (the shader/compute clock), memory, video.
+# Clock domains. Shared: graphics (the GPU core clock: NVIDIA graphics, AMD GFX, Intel's
+# GPU domain), memory, video (NVIDIA video, AMD VCLK, Intel's media domain).
 CLOCKS = (
     "graphics",
     "memory",
@@ -69,9 +70,6 @@ CLOCKS = (
     "soc",
     "data_fabric",
     "decode",
-    # Intel (Level Zero)
-    "gpu",
-    "media",
 )
 
 # Why clocks are held down now; each vendor names its own mechanisms.
@@ -157,3 +155,19 @@ BAD_PAGE_STATUSES = ("reserved", "pending", "unreservable")
 AFID_SEVERITIES = ("non_fatal_uncorrected", "fatal", "non_fatal_corrected")
 # /proc/stat's CPU modes, as node_exporter names them.
 CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+# NVIDIA fabric (NVSwitch) registration state.
+FABRIC_STATES = ("not_started", "in_progress", "completed")
+# The NCCL/RCCL job verdict, one-hot (docs/ccl.md).
+CCL_JOB_STATES = ("no_job", "unreachable", "error", "healthy", "degraded", "stalled")
+# neuron-monitor's execution outcomes and error kinds.
+NEURON_EXECUTION_STATUSES = (
+    "completed",
+    "completed_with_err",
+    "completed_with_num_err",
+    "timed_out",
+    "incorrect_input",
+    "failed_to_queue",
+)
+NEURON_EXECUTION_ERRORS = ("generic", "numerical", "transient", "model", "runtime", "hardware")
+# The OTLP output's export attempts.
+EXPORT_RESULTS = ("success", "failure")

@@ -113,6 +113,7 @@ ROWS = (
         Kind.GAUGE,
         "CUDA checkpoint state of a GPU process, one-hot: 1 for the current state, else 0.",
         ("uuid", "pid", "state"),
+        values={"state": CHECKPOINT_STATES},
     ),
     MetricSpec(
         "accel_process_checkpoint_query_errors_total",

@@ -14,9 +14,11 @@ from exporter.backends import (
     nvml_support,
 )
 from exporter.catalog import CATALOG, Kind, MetricSpec, vocabulary
+from exporter.ccl import ras_state
 from exporter.health import STATES
 from exporter.model import Reading
 from exporter.neuron import report as neuron_report
+from exporter.outputs import otlp_account
 from exporter.sources import host
 from exporter.store import LabelValueError, validate
 
@@ -113,6 +115,11 @@ def test_one_ecc_vocabulary_for_every_vendor():
             "limit",
             [n for _, n in amdsmi_fields.TEMPERATURE_LIMITS],
         ),
+        ("accel_nvidia_fabric_state", "state", [n for _, n in nvml_reliability.FABRIC_STATES]),
+        ("accel_ccl_job_state", "state", ras_state.STATES),
+        ("accel_neuron_execution_status_total", "status", neuron_report.EXEC_STATUS),
+        ("accel_neuron_execution_errors_total", "error", neuron_report.EXEC_ERRORS),
+        ("accel_exporter_otlp_exports_total", "result", otlp_account.RESULTS),
     ],
 )
 def test_backend_tables_speak_the_catalog_vocabulary(family, label, table):
@@ -121,3 +128,15 @@ def test_backend_tables_speak_the_catalog_vocabulary(family, label, table):
     assert set(table) <= set(CATALOG[family].values[label]), set(table) - set(
         CATALOG[family].values[label]
     )
+
+
+def test_one_clock_vocabulary_for_every_vendor():
+    # The GPU core clock is "graphics" and the media clock "video" wherever a vendor has them
+    # (Level Zero's domains were "gpu" and "media").
+    written = {
+        "nvml": {name for _, name in nvml_support.CLOCKS},
+        "amdsmi": {name for _, name in amdsmi_fields.CLOCKS},
+        "levelzero": set(levelzero.CLOCKS.values()),
+    }
+    for words in written.values():
+        assert {"graphics", "memory", "video"} <= words, written

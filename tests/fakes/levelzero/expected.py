@@ -26,6 +26,8 @@ THROTTLE_REASONS = [
     "thermal",
     "power",
 ]
+# The fake's frequency domains -> the clock label every vendor uses for them.
+CLOCK_LABELS = {"gpu": "graphics", "memory": "memory", "media": "video"}
 RAS = ("reset", "programming", "driver", "compute", "non_compute", "cache", "display")
 
 
@@ -55,8 +57,9 @@ def series(dev: Device, i: int, *, device: str | None = None) -> Series:
     for name, kind in SENSORS.items():
         out[key("accel_temperature_celsius", sensor=name, **me)] = dev.temp[kind]
     for name, kind in CLOCKS.items():
-        out[key("accel_clock_hertz", clock=name, **me)] = dev.freq_actual[kind] * 1e6
-        out[key("accel_clock_max_hertz", clock=name, **me)] = dev.freq_max[kind] * 1e6
+        clock = CLOCK_LABELS[name]
+        out[key("accel_clock_hertz", clock=clock, **me)] = dev.freq_actual[kind] * 1e6
+        out[key("accel_clock_max_hertz", clock=clock, **me)] = dev.freq_max[kind] * 1e6
     for bit, reason in enumerate(THROTTLE_REASONS):
         active = 1.0 if dev.throttle[0] & (1 << bit) else 0.0
         out[key("accel_clock_throttle_active", reason=reason, **me)] = active
