@@ -58,6 +58,8 @@ SOURCE = "amdsmi"
 CPER_PER_POLL = 256
 # Compute partition modes of an unpartitioned GPU ("" when amdsmi does not say).
 UNPARTITIONED = frozenset({"", "SPX"})
+# The compute partition mode by the number of partitions of the GPU (AMD's names).
+MODES = {1: "SPX", 2: "DPX", 3: "TPX", 4: "QPX", 8: "CPX"}
 # amdsmi_init statuses that mean "no usable AMD GPU driver here" rather than a fault.
 NO_DRIVER = frozenset({"driver_not_loaded", "no_drv", "file_not_found", "directory_not_found"})
 
@@ -138,6 +140,22 @@ def amdsmi_search(env: Mapping[str, str] | None = None) -> libsearch.Found:
     places.append(os.path.join(env.get("ROCM_PATH", "/opt/rocm"), "lib", AMDSMI.soname))
     library = dataclasses.replace(AMDSMI, documented=tuple(places))
     return libsearch.find(library, env={}, cache="")
+
+
+def _share_partition_modes(gpus: list[Gpu]) -> None:
+    """A partition that does not report its GPU's memory partition mode gets its sibling's.
+
+    Bare-metal amdsmi reports the modes through a GPU's first partition only.
+    """
+    modes: dict[str, str] = {}
+    for gpu in gpus:
+        physical, mode = gpu.info.get("physical_gpu", ""), gpu.info.get("memory_partition", "")
+        if physical and mode:
+            modes.setdefault(physical, mode)
+    for gpu in gpus:
+        physical = gpu.info.get("physical_gpu", "")
+        if physical and not gpu.info.get("memory_partition") and physical in modes:
+            gpu.info["memory_partition"] = modes[physical]
 
 
 def _text(value: Any) -> str:
@@ -257,6 +275,7 @@ class AmdSmiBackend:
                 self.gpus.append(gpu)
         crumb.clear()
         self._dedupe_uuids()
+        _share_partition_modes(self.gpus)
         isolated = (self.config.get(crumb.ISOLATION_KEY) or {}).get("skip")
         if not self.gpus and not isolated:
             raise BackendUnavailable("no_devices", "amdsmi found no AMD GPU")
@@ -326,6 +345,13 @@ class AmdSmiBackend:
             compute = _text(r.call("compute_partition", api.amdsmi_get_gpu_compute_partition))
             memory = _text(r.call("memory_partition", api.amdsmi_get_gpu_memory_partition))
             kfd = r.call("kfd_info", api.amdsmi_get_gpu_kfd_info) or {}
+            if compute.upper() in UNPARTITIONED:
+                # Only a GPU's first partition reports its mode; the others (and a
+                # container's one partition) say how many partitions their GPU has.
+                metrics = r.call("gpu_metrics", api.amdsmi_get_gpu_metrics_info) or {}
+                count = metrics.get("num_partition")
+                if isinstance(count, int) and count > 1:
+                    compute = MODES.get(count, compute)
         except DeviceLost as exc:
             # Keep a lost GPU in the inventory, so it is reported down by name.
             self._log.warning("device lost during enumeration", status=exc.status)
@@ -341,6 +367,10 @@ class AmdSmiBackend:
         }
         partition = kfd.get("current_partition_id")
         partitioned = compute.upper() not in UNPARTITIONED
+        if partitioned and isinstance(partition, int):
+            # Which partition of which GPU: amdsmi numbers a GPU's partitions by PCI function.
+            info["partition"] = str(partition)
+            info["physical_gpu"] = bdf.rsplit(".", 1)[0] + ".0" if bdf else ""
         # Without a UUID the PCI address is the next most stable identity.
         return Gpu(
             handle,

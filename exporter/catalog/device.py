@@ -57,13 +57,18 @@ INFO_LABELS = (
     "mig_mode",
     "compute_partition",
     "memory_partition",
+    # A partition (AMD CPX, DPX, ...): its index within its GPU and the GPU's PCI address.
+    "partition",
+    "physical_gpu",
 )
 
 ROWS = (
     MetricSpec(
         "accel_device_info",
         Kind.INFO,
-        "Identity of an accelerator; always 1. Join on uuid. Labels a vendor lacks are empty.",
+        "Identity of an accelerator; always 1. Join on uuid. Labels a vendor lacks are empty;"
+        " a partition says which of its GPU (partition) and which GPU (physical_gpu, its"
+        " PCI address).",
         INFO_LABELS,
         otel_name="accel.device.info",
         otel_attributes=HW_IDENTITY,

@@ -309,3 +309,37 @@ def test_a_ring_shorter_than_the_cursor_is_read_again_from_its_start(
         both[key] = both.get(key, 0) + n
     assert values(again, "accel_amd_afid_errors_total") == both
     assert values(again, "accel_amd_field_errors_total") == {("cper_ring_restarted",): 1}
+
+
+def test_a_container_that_sees_one_cpx_partition_knows_which_partition_of_which_gpu(
+    make: Make, amdsmi_inprocess: FakeAmdSmi
+) -> None:
+    # The runtime passed one partition (the fourth of GPU 2): amdsmi enumerates only
+    # it, and as a secondary partition it does not report the partition modes.
+    amdsmi_inprocess.state.device_count = 1
+    dev = amdsmi_inprocess.device(0)
+    state.cpx_partition(dev, 2, 3)
+    backend = make()
+    info = backend.bootstrap()["devices"][0]["info"]
+    assert info["compute_partition"] == "CPX"
+    assert info["partition"] == "3"
+    assert info["physical_gpu"] == expected.pci_bus_id(dev)[:-1] + "0"
+    assert info["physical_gpu"] != info["pci_bus_id"]
+    reply = poll(backend, {}, slow=False)
+    assert values(reply, "accel_amd_xcp_utilization_ratio") == {("3",): (5 * 2 + 3) / 100}
+    assert values(reply, "accel_utilization_ratio") == {(): (5 * 2 + 3) / 100}
+
+
+def test_every_cpx_partition_names_its_gpu_and_its_place_in_it(
+    make: Make, amdsmi_inprocess: FakeAmdSmi
+) -> None:
+    state.cpx(amdsmi_inprocess, gpus=2)
+    devices = make().bootstrap()["devices"]
+    for i, device in enumerate(devices):
+        g, p = divmod(i, 8)
+        info = device["info"]
+        assert (info["compute_partition"], info["memory_partition"]) == ("CPX", "NPS1"), info
+        assert info["partition"] == str(p)
+        first = expected.pci_bus_id(amdsmi_inprocess.device(8 * g))
+        assert info["physical_gpu"] == first, info
+    assert len({d["info"]["physical_gpu"] for d in devices}) == 2

@@ -59,14 +59,24 @@ def info(dev: Device, index: int) -> dict[str, str]:
         "driver_version": dev.driver_version.decode(),
         "cuda_driver_version": "",
         "mig_mode": "",
-        "compute_partition": dev.compute_partition.decode(),
-        "memory_partition": dev.memory_partition.decode(),
+        "compute_partition": mode(dev),
+        "memory_partition": dev.memory_partition.decode() or ("NPS1" if partitioned(dev) else ""),
+        "partition": str(dev.partition_id) if partitioned(dev) else "",
+        "physical_gpu": pci_bus_id(dev)[:-1] + "0" if partitioned(dev) else "",
     }
+
+
+MODES = {2: "DPX", 3: "TPX", 4: "QPX", 8: "CPX"}
+
+
+def mode(dev: Device) -> str:
+    """The compute partition mode: reported (first partition), else from num_partition."""
+    return dev.compute_partition.decode() or MODES.get(dev.num_partition, "")
 
 
 def partitioned(dev: Device) -> bool:
     """A partition of a GPU in a mode other than SPX."""
-    return dev.compute_partition not in (b"", b"SPX")
+    return mode(dev) not in ("", "SPX")
 
 
 def xcps(dev: Device) -> dict[int, tuple[float, dict[str, float]]]:

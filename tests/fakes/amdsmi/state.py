@@ -306,24 +306,33 @@ def set_xcps(dev: Device, busy: list[list[int]]) -> None:
                 dev.xcp_acc[a][x][c] = acc
 
 
+def cpx_partition(dev: Device, g: int, p: int) -> None:
+    """Make ``dev`` partition p of MI300X number g in CPX mode, as bare-metal amdsmi shows it.
+
+    It reads the whole GPU's gpu_metrics (as amdsmi does), whose XCP x has one XCC,
+    busy ``5*g + x`` percent (never the GPU's whole gfx_activity), and
+    ``num_partition`` 8. Only the first partition reports the partition modes;
+    the others answer NOT_SUPPORTED, as on an MI300X.
+    """
+    mi300x(dev, g)
+    dev.uuid = f"{g:02x}ff74a1-0000-1000-80a5-5a1e000000{p:02x}".encode()
+    dev.bdf = bdf(MI300X_BUSES[g], function=p)  # amdsmi numbers partitions by function
+    dev.compute_partition = b"CPX" if p == 0 else b""
+    dev.memory_partition = b"NPS1" if p == 0 else b""
+    dev.partition_id = p
+    dev.num_partition = NUM_XCP
+    set_xcps(dev, [[5 * g + x] for x in range(NUM_XCP)])
+
+
 def cpx(fake: FakeAmdSmi, gpus: int = 8) -> None:
     """Make the fake a node of ``gpus`` MI300X in CPX mode: eight partitions each.
 
-    Partition p of GPU g is library device 8g+p; every partition reads the
-    whole GPU's gpu_metrics (as amdsmi does), whose XCP x has one XCC, busy
-    ``5*g + x`` percent (never the GPU's whole gfx_activity).
+    Partition p of GPU g is library device 8g+p (:func:`cpx_partition`).
     """
     fake.state.device_count = gpus * NUM_XCP
     for g in range(gpus):
         for p in range(NUM_XCP):
-            dev = fake.device(g * NUM_XCP + p)
-            mi300x(dev, g)
-            dev.uuid = f"{g:02x}ff74a1-0000-1000-80a5-5a1e000000{p:02x}".encode()
-            dev.bdf = bdf(MI300X_BUSES[g], function=p)  # amdsmi numbers partitions by function
-            dev.compute_partition = b"CPX"
-            dev.partition_id = p
-            dev.num_partition = NUM_XCP
-            set_xcps(dev, [[5 * g + x] for x in range(NUM_XCP)])
+            cpx_partition(fake.device(g * NUM_XCP + p), g, p)
 
 
 def cper(
