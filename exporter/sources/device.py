@@ -268,6 +268,8 @@ class DeviceSource(WorkerSource):
         self._last: list[Reading] = []
         self._values: list[Reading] = []
         self._states: dict[tuple[str, str], str] = {}
+        # How long the last answered poll took (None: none yet).
+        self._poll_took: float | None = None
         self._pci: list[str] | None = None
         self._pci_problem = ""
         self._next_pci = 0.0
@@ -301,6 +303,11 @@ class DeviceSource(WorkerSource):
 
     def _call_budget(self) -> float:
         return call_budget(self.timeout)
+
+    def _poll_needs(self) -> float:
+        """What a poll of a just-started worker needs: twice the last one, else half the budget."""
+        half = self._call_budget() / 2
+        return half if self._poll_took is None else min(half, 2 * self._poll_took)
 
     def _cannot_start(self) -> tuple[str, str] | None:
         """(reason, detail) when no worker could serve here, so none is started; else None.
@@ -502,7 +509,7 @@ class DeviceSource(WorkerSource):
             was_ready = self.runner.is_ready
             inventory = await self.runner.ready(timeout=max(0.0, deadline - time.monotonic()))
             self._adopt(inventory)
-            if not was_ready and deadline - time.monotonic() < self._call_budget() / 2:
+            if not was_ready and deadline - time.monotonic() < self._poll_needs():
                 # The worker came up late in this poll: what is left of the deadline may
                 # not cover a poll of every device (64 partitions), and a missed one
                 # kills the new worker. Asked again in a moment, with a whole deadline.
@@ -515,6 +522,7 @@ class DeviceSource(WorkerSource):
             }
             if self.ledger is not None:
                 args["ledger"] = self.ledger.ledgers
+            asked = time.monotonic()
             reply = await self.runner.call(
                 "poll",
                 args,
@@ -523,6 +531,7 @@ class DeviceSource(WorkerSource):
                 # worker was starting) must not get a slow device blamed for hanging.
                 blame_after=self._call_budget() / 2,
             )
+            self._poll_took = time.monotonic() - asked
             states, values = self._check_reply(reply, slow)
             await self._keep_ledger(reply)
         except ShapeError as exc:
