@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.catalog import CATALOG
 from exporter.outputs.compat import amd, dcgm
 
 
@@ -84,9 +85,16 @@ _DCGM_NOT_SERVED = (
 )  # fmt: skip
 
 
+def _source(family: str, dims: tuple[str, ...]) -> str:
+    """Our family with the dimension values a field selects (``accel_clock_hertz{clock="sm"}``)."""
+    names = CATALOG[family].labels[2 : 2 + len(dims)]
+    chosen = ",".join(f'{n}="{v}"' for n, v in zip(names, dims, strict=True) if v)
+    return f"{family}{{{chosen}}}" if chosen else family
+
+
 def _dcgm_rows() -> list[Row]:
     rows = [
-        Row(DCGM, f.name, f.name, _DCGM_UNITS.get(f.name, "count"), f.source,
+        Row(DCGM, f.name, f.name, _DCGM_UNITS.get(f.name, "count"), _source(f.source, f.dims),
             _DCGM_NOTES.get(f.name, ""))
         for f in dcgm.ORDER
     ]  # fmt: skip
@@ -181,7 +189,7 @@ _PROF_REASON = (
 
 
 def _amd_rows() -> list[Row]:
-    served: dict[str, tuple[str, str]] = {f.name: (f.source, "") for f in amd.FIELDS}
+    served = {f.name: (_source(f.source, f.dims), "") for f in amd.FIELDS}
     served.update(
         {
             "gpu_nodes_total": ('accel_devices{vendor="amd"}', ""),

@@ -101,6 +101,19 @@ The daemon's config file: the user's config with the keys the chart owns set on 
 {{- if $sources }}
 {{- $_ := set $owned "sources" $sources }}
 {{- end }}
+{{- $prometheus := dict }}
+{{- with .Values.compat }}
+{{- $_ := set $prometheus "compat" . }}
+{{- end }}
+{{- with .Values.clusterName }}
+{{- $_ := set $prometheus "cluster_name" . }}
+{{- end }}
+{{- if .Values.workloadLabels }}
+{{- $_ := set $prometheus "workload_labels" true }}
+{{- end }}
+{{- if $prometheus }}
+{{- $_ := set $owned "outputs" (dict "prometheus" $prometheus) }}
+{{- end }}
 {{- with .Values.workloadPodLabels }}
 {{- if .enabled }}
 {{- $_ := set $owned "workload" (dict "k8s" (dict "pod_labels" (dict "enabled" true "keys" .keys "interval" .interval))) }}
