@@ -100,6 +100,20 @@ def value(got: dict[Any, float], name: str, **labels: str) -> float | None:
     return found[0] if found else None
 
 
+def _complete(d: Any, counts: dict[str, int]) -> str:
+    """A body with ``counts`` series of each family (a worker restarting under load on this
+    shared machine empties its source's series for a moment, by design)."""
+
+    def check() -> str | None:
+        text = d.metrics()
+        got = samples(text)
+        found = {n: sum(1 for name, _ in got if name == n) for n in counts}
+        return text if found == counts else None
+
+    text: str = d.wait_for(check, 60, what=f"series {counts}")
+    return text
+
+
 def wait_series(d: Any, name: str, expected: float | None = None, **labels: str) -> float:
     """Wait until one series of ``name`` with ``labels`` (and ``expected``) is exposed."""
 
@@ -147,7 +161,9 @@ def _label_values(prom: Prometheus, expr: str) -> list[str]:
     return prom.api(path, **params)  # type: ignore[no-any-return]
 
 
-def _mixed_node(daemon_factory: Any, fake_nvml: Any, env: dict[str, str], tmp: Path, kubelet: Any):
+def _mixed_node(
+    daemon_factory: Any, fake_nvml: Any, env: dict[str, str], tmp: Path, kubelet: Any
+) -> tuple[Any, Any]:
     nv = fake_nvml(3)
     nv.set_gpm(0, GPM)
     nv.set_mig(
@@ -163,7 +179,7 @@ def _mixed_node(daemon_factory: Any, fake_nvml: Any, env: dict[str, str], tmp: P
     proc.add(4242, cgroup=k8s_v2_systemd(cid=CID))
     proc.add(4343, cgroup=slurm_v2("777"), environ={"SLURM_JOB_USER": "bob"})
     quiet = {name: {"enabled": False} for name in ("host", "ccl_ras", "ccl_inspector")}
-    fast = {"interval": "500ms", "slow_interval": "1s", "processes": True}
+    fast = {"interval": "1s", "slow_interval": "1s", "processes": True}
     config = {
         "sources": {**quiet, "nvml": fast, "amdsmi": fast},
         "workload": {
@@ -210,13 +226,17 @@ def test_dashboards_answer_on_a_mixed_node(
         wait_series(d, "DCGM_FI_DEV_GPU_UTIL", gpu="2", hpc_job="31337")
         wait_series(d, "gpu_gfx_activity", gpu_id="0", pod="train", namespace="rocm")
         wait_series(d, "gpu_gfx_activity", gpu_id="1", job_id="777", job_user="bob")
-        text = d.metrics()
+        text = _complete(d, {"DCGM_FI_DEV_GPU_TEMP": 3, "gpu_used_vram": 8})
         check_compat_metrics(text)
         got = samples(text)
         _dcgm_values(nv, got)
         _amd_values(amdsmi_fake, got)
         _workload_labels(got, n0)
 
+        # XID 13 on GPU 2: DCGM_FI_DEV_XID_ERRORS holds the last XID, as alerts expect.
+        nv.inject_xid(2, 13)
+        xid = {"err_code": "13", "err_msg": "Graphics Engine Exception"}
+        wait_series(d, "DCGM_FI_DEV_XID_ERRORS", 13.0, gpu="2", **xid)
         # The dashboards count unhealthy GPUs per job and pod: an XGMI link of each held
         # GPU goes down (our verdict degraded, gpu_health 0), as AMD's would on a link loss.
         gpu0.xgmi_link_status[0] = gpu1.xgmi_link_status[0] = 0
@@ -231,6 +251,17 @@ def test_dashboards_answer_on_a_mixed_node(
                 "several scrapes of every GPU",
             )
             _run_dcgm_dashboard(prom, instance)
+            # What alert rules and HPA/KEDA scalers in the field select (prometheus-adapter
+            # maps namespace and pod to the pod resource); a counter typed unknown under
+            # OpenMetrics (Prometheus scrapes OpenMetrics) still rates by its name.
+            for query in (
+                'DCGM_FI_DEV_GPU_UTIL{namespace="ml", pod="trainer"}',
+                'avg by (namespace, pod) (DCGM_FI_DEV_FB_USED{pod!=""})',
+                "DCGM_FI_DEV_XID_ERRORS > 0",
+                "rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[30s])",
+                'DCGM_FI_DEV_FB_USED{GPU_I_PROFILE="2g.slice", pod="small"}',
+            ):
+                _answered(prom, query, "field query")
             _run_amd_dashboards(prom, expected.uuid(gpu0))
         finally:
             prom.stop()
@@ -365,7 +396,7 @@ def _run_dcgm_dashboard(prom: Prometheus, instance: str) -> None:
         query = _substitute(expr, values)
         if _not_served(query):
             continue
-        wait_until(lambda q=query: prom.query(q) or None, f"{where}: {query}")
+        _answered(prom, query, where)
         ran += 1
     assert ran == 10  # eight panels, two variables
 
@@ -439,7 +470,7 @@ def test_cpx_mi300x_under_amd_compat(
     }
     d = daemon_factory(config, env={**amdsmi_env, "NODE_NAME": HOST})
     wait_series(d, "gpu_gfx_busy_instantaneous", 7.0, gpu_id="7")
-    text = d.metrics()
+    text = _complete(d, {"gpu_used_vram": 8, "gpu_package_power": 8})
     check_compat_metrics(text, dcgm=False)
     got = samples(text)
     for p in range(8):
@@ -454,5 +485,14 @@ def test_cpx_mi300x_under_amd_compat(
         # Each partition's own XCP, in percent.
         assert value(got, "gpu_gfx_busy_instantaneous", **ident, xcc_index=str(p)) == p
         assert value(got, "gpu_used_vram", **ident) == dev.mem_used[0] / MIB
+        # Physical quantities once per GPU, as AMD's exporter reports them: the first
+        # partition has them, the others report power 0 and leave the rest out, so a
+        # node's sums count the GPU once.
+        power = value(got, "gpu_package_power", **ident)
+        assert power == (dev.socket_power if p == 0 else 0)
+        temp = value(got, "gpu_junction_temperature", **ident)
+        assert temp == (dev.temp[1] if p == 0 else None)
+        assert (value(got, "pcie_bandwidth", **ident) is None) == (p > 0)
+        assert (value(got, "gpu_energy_consumed", **ident) is None) == (p > 0)
     assert value(got, "gpu_nodes_total", hostname=HOST) == 8
     assert not [k for k in got if k[0].startswith("DCGM_")]

@@ -45,38 +45,49 @@ class Field:
     source: str
     dims: tuple[str, ...] = ()
     scale: Callable[[float], float] = float
+    # On a partition other than the first, AMD's exporter reports 0 for a physical
+    # quantity that sums over GPUs (power: ZERO) and leaves out the others (DROP), so
+    # that a node's sums count each physical GPU once (metricslist.md, per field).
+    secondary: str = "keep"
+
+
+KEEP, ZERO, DROP = "keep", "zero", "drop"
 
 
 FIELDS = (
-    Field("gpu_package_power", "current socket power in Watts", "accel_power_watts"),
-    Field("gpu_power_usage", "GPU power usage in Watts", "accel_power_watts"),
+    Field("gpu_package_power", "current socket power in Watts", "accel_power_watts",
+          secondary=ZERO),
+    Field("gpu_power_usage", "GPU power usage in Watts", "accel_power_watts", secondary=ZERO),
     Field("gpu_edge_temperature", "edge temperature value in Celsius",
-          "accel_temperature_celsius", ("edge",)),
+          "accel_temperature_celsius", ("edge",), secondary=DROP),
     Field("gpu_junction_temperature", "hotspot (aka junction) temperature value in Celsius",
-          "accel_temperature_celsius", ("hotspot",)),
+          "accel_temperature_celsius", ("hotspot",), secondary=DROP),
     Field("gpu_memory_temperature", "memory temperature value in Celsius",
-          "accel_temperature_celsius", ("memory",)),
+          "accel_temperature_celsius", ("memory",), secondary=DROP),
     Field("gpu_gfx_activity", "graphics engine usage percentage (0 - 100)",
           "accel_utilization_ratio", scale=_percent),
     Field("gpu_umc_activity", "memory engine usage percentage (0 - 100)",
           "accel_memory_bandwidth_utilization_ratio", scale=_percent),
     Field("pcie_speed", "current PCIe speed capable in GT/s", "accel_pcie_link_generation",
-          scale=lambda gen: PCIE_GTS.get(int(gen), 0.0)),
+          scale=lambda gen: PCIE_GTS.get(int(gen), 0.0), secondary=DROP),
     Field("pcie_max_speed", "maximum capable PCIe speed in GT/s",
-          "accel_pcie_link_max_generation", scale=lambda gen: PCIE_GTS.get(int(gen), 0.0)),
+          "accel_pcie_link_max_generation", scale=lambda gen: PCIE_GTS.get(int(gen), 0.0),
+          secondary=DROP),
     Field("pcie_bandwidth", "current instantaneous bandwidth usage in Mb/s",
-          "accel_amd_pcie_bandwidth_bytes_per_second", scale=lambda bps: bps * 8 / 1e6),
+          "accel_amd_pcie_bandwidth_bytes_per_second", scale=lambda bps: bps * 8 / 1e6,
+          secondary=DROP),
     Field("gpu_energy_consumed", "accumulated energy consumed by the GPU in Micro Joules (uJ)",
-          "accel_energy_joules_total", scale=lambda j: j * 1e6),
-    Field("pcie_replay_count", "total number of PCIe replays", "accel_pcie_replays_total"),
+          "accel_energy_joules_total", scale=lambda j: j * 1e6, secondary=DROP),
+    Field("pcie_replay_count", "total number of PCIe replays", "accel_pcie_replays_total",
+          secondary=DROP),
     Field("pcie_recovery_count", "total number of PCIe link recoveries",
-          "accel_amd_pcie_recoveries_total"),
+          "accel_amd_pcie_recoveries_total", secondary=DROP),
     Field("pcie_replay_rollover_count", "PCIe replay accumulated count",
-          "accel_amd_pcie_replay_rollovers_total"),
+          "accel_amd_pcie_replay_rollovers_total", secondary=DROP),
     Field("pcie_nack_sent_count", "PCIe NACK sent accumulated count",
-          "accel_amd_pcie_nak_sent_total"),
+          "accel_amd_pcie_nak_sent_total", secondary=DROP),
     Field("pcie_nack_received_count", "PCIe NACK received accumulated count",
-          "accel_amd_pcie_nak_received_total"),
+          "accel_amd_pcie_nak_received_total", secondary=DROP),
     Field("gpu_total_vram", "total VRAM available in MB", "accel_memory_total_bytes",
           scale=_mb),
     Field("gpu_used_vram", "total VRAM memory used in MB", "accel_memory_used_bytes",
@@ -84,24 +95,25 @@ FIELDS = (
     Field("gpu_free_vram", "total VRAM memory free in MB", "accel_memory_free_bytes",
           scale=_mb),
     Field("gpu_total_visible_vram", "total available visible VRAM memory in MB",
-          "accel_amd_visible_vram_total_bytes", scale=_mb),
+          "accel_amd_visible_vram_total_bytes", scale=_mb, secondary=ZERO),
     Field("gpu_used_visible_vram", "used visible VRAM memory in MB",
-          "accel_amd_visible_vram_used_bytes", scale=_mb),
-    Field("gpu_total_gtt", "total GTT memory in MB", "accel_amd_gtt_total_bytes", scale=_mb),
+          "accel_amd_visible_vram_used_bytes", scale=_mb, secondary=ZERO),
+    Field("gpu_total_gtt", "total GTT memory in MB", "accel_amd_gtt_total_bytes", scale=_mb,
+          secondary=ZERO),
     Field("gpu_used_gtt", "current GTT memory usage in MB", "accel_amd_gtt_used_bytes",
-          scale=_mb),
+          scale=_mb, secondary=ZERO),
     Field("gpu_ecc_correct_total", "total correctable ECC error count",
-          "accel_ecc_errors_total", ("correctable",)),
+          "accel_ecc_errors_total", ("correctable",), secondary=DROP),
     Field("gpu_ecc_uncorrect_total", "total uncorrectable ECC error count",
-          "accel_ecc_errors_total", ("uncorrectable",)),
+          "accel_ecc_errors_total", ("uncorrectable",), secondary=DROP),
     Field("gpu_ecc_deferred_total", "total deferred ECC error count",
-          "accel_ecc_errors_total", ("deferred",)),
+          "accel_ecc_errors_total", ("deferred",), secondary=DROP),
     Field("gpu_violation_current_accumulated_counter", "current accumulated violation counter",
-          "accel_amd_violation_samples_total"),
+          "accel_amd_violation_samples_total", secondary=DROP),
     *(
         Field(f"gpu_violation_{name}_residency_accumulated",
               f"{name} residency accumulated violation counter",
-              "accel_amd_violation_residency_total", (reason, ""))
+              "accel_amd_violation_residency_total", (reason, ""), secondary=DROP)
         for name, reason in (
             ("processor_hot", "prochot"),
             ("ppt", "ppt"),
@@ -188,11 +200,10 @@ def build(view: View, host: str, cluster: str) -> list[Family]:
     families: dict[str, Family] = {}
     counted = [r for r in view.readings("accel_devices") if r.labels == ("amd",)]
     if counted:
-        node = [(k, "") for k, _ in _labels(gpus[0], host, cluster, "")]
-        node = [(k, host if k == "hostname" else cluster if k == "cluster_name" else "")
-                for k, _ in node]  # fmt: skip
+        node = {"hostname": host, "cluster_name": cluster}
+        labels = [(k, node.get(k, "")) for k, _ in _labels(gpus[0], host, cluster, "")]
         _family(families, "gpu_nodes_total", "number of GPU nodes on the machine").add(
-            node,
+            labels,
             float(counted[0].value),  # type: ignore[arg-type]
         )
     for dev in gpus:
@@ -202,33 +213,52 @@ def build(view: View, host: str, cluster: str) -> list[Family]:
         labels = _labels(dev, host, cluster, part or dev.info.get("model", ""))
         partition = readings.one("accel_amd_partition_id", dev.uuid)
         labels[8] = ("gpu_partition_id", str(int(partition)) if partition is not None else "0")
+        # A partition other than the first speaks for no physical quantity.
+        secondary = partition is not None and partition > 0
         health = readings.one("accel_device_health", dev.uuid, "ok")
         if health is not None:
             _family(families, "gpu_health", "computed GPU health flag").add(labels, health)
         for f in FIELDS:
             value = readings.one(f.source, dev.uuid, *f.dims)
-            if value is not None:
-                _family(families, f.name, f.help).add(labels, f.scale(value))
+            if value is None or (secondary and f.secondary == DROP):
+                continue
+            scaled = 0.0 if secondary and f.secondary == ZERO else f.scale(value)
+            _family(families, f.name, f.help).add(labels, scaled)
         total = readings.one("accel_amd_visible_vram_total_bytes", dev.uuid)
         used = readings.one("accel_amd_visible_vram_used_bytes", dev.uuid)
         if total is not None and used is not None:
+            free = 0.0 if secondary else _mb(max(total - used, 0.0))
             _family(families, "gpu_free_visible_vram", "free visible VRAM memory in MB").add(
-                labels, _mb(max(total - used, 0.0))
+                labels, free
             )
         total = readings.one("accel_amd_gtt_total_bytes", dev.uuid)
         used = readings.one("accel_amd_gtt_used_bytes", dev.uuid)
         if total is not None and used is not None:
-            _family(families, "gpu_free_gtt", "free GTT memory available in MB").add(
-                labels, _mb(max(total - used, 0.0))
-            )
+            free = 0.0 if secondary else _mb(max(total - used, 0.0))
+            _family(families, "gpu_free_gtt", "free GTT memory available in MB").add(labels, free)
+        if secondary:
+            _per_partition(families, readings, dev, labels)
+            continue
         _indexed(families, readings, dev, labels)
     return list(families.values())
+
+
+def _per_partition(
+    families: dict[str, Family], readings: Readings, dev: Device, labels: list[tuple[str, str]]
+) -> None:
+    """What a partition other than the first has of its own: its XCP's busy share."""
+    for r in readings.of("accel_amd_xcp_utilization_ratio", dev.uuid):
+        _family(
+            families,
+            "gpu_gfx_busy_instantaneous",
+            "GFX busy instantaneous activity per accelerator compute processor",
+        ).add([*labels, ("xcc_index", r.labels[2])], _percent(float(r.value)))  # type: ignore[arg-type]
 
 
 def _indexed(
     families: dict[str, Family], readings: Readings, dev: Device, labels: list[tuple[str, str]]
 ) -> None:
-    """The fields with an index label (HBM, XCC, clock) and the per-block ECC fields."""
+    """The fields with an index label (HBM, XCC, clock, XGMI link) and per-block ECC."""
     for r in readings.of("accel_temperature_celsius", dev.uuid):
         sensor = r.labels[2]
         if sensor.startswith("hbm_"):
@@ -236,12 +266,7 @@ def _indexed(
                 [*labels, ("hbm_index", sensor[4:])],
                 float(r.value),  # type: ignore[arg-type]
             )
-    for r in readings.of("accel_amd_xcp_utilization_ratio", dev.uuid):
-        _family(
-            families,
-            "gpu_gfx_busy_instantaneous",
-            "GFX busy instantaneous activity per accelerator compute processor",
-        ).add([*labels, ("xcc_index", r.labels[2])], _percent(float(r.value)))  # type: ignore[arg-type]
+    _per_partition(families, readings, dev, labels)
     for position, r in enumerate(readings.of("accel_clock_hertz", dev.uuid)):
         kind = CLOCK_TYPES.get(r.labels[2])
         if kind is None:
