@@ -79,6 +79,8 @@ class Gpu:
     xcp: int | None = None
     # The physical GPU it belongs to (see _parents): partitions of one GPU share it.
     parent: str = ""
+    # The board part number (board_info model_number): a partition has its GPU's.
+    part_number: str = ""
 
     @property
     def primary(self) -> bool:
@@ -379,6 +381,7 @@ class AmdSmiBackend:
             info,
             partitioned=partitioned,
             xcp=partition if isinstance(partition, int) and partitioned else None,
+            part_number=_text(board.get("model_number")),
         )
 
     def _dedupe_uuids(self) -> None:
@@ -488,6 +491,8 @@ class AmdSmiBackend:
             if slow_r is not None:
                 read_ecc(slow_r, self._blocks)
                 read_partition(slow_r)
+                if gpu.part_number:
+                    slow_r.add("accel_amd_board_info", 1, gpu.part_number)
                 read_limits(slow_r)
                 if gpu.primary:
                     read_bad_pages(slow_r)

@@ -123,6 +123,8 @@ class MigDevice:
     compute_instance: int
     uuid: str
     handle: Any
+    # The GPU instance profile (``1g.10gb``), from the MIG device's name.
+    profile: str = ""
 
 
 @dataclass(slots=True)
@@ -668,7 +670,9 @@ class DeviceReader:
                 uuid = gpu.call(n.nvmlDeviceGetUUID, mh)
                 if gi is None or ci is None or uuid is None:
                     continue
-                found.append(MigDevice(int(gi), int(ci), nv.text(uuid), mh))
+                name = gpu.call(n.nvmlDeviceGetName, mh)
+                profile = nv.mig_profile(nv.text(name)) if name is not None else ""
+                found.append(MigDevice(int(gi), int(ci), nv.text(uuid), mh, profile))
             support = gpu.call(n.nvmlGpmQueryDeviceSupport, h) if self._has_gpm else None
             gpu.gpm_supported = bool(support is not None and support.isSupportedDevice)
         for mig in found:
@@ -678,6 +682,7 @@ class DeviceReader:
                 str(mig.gpu_instance),
                 str(mig.compute_instance),
                 mig.uuid,
+                mig.profile,
             )
         kept = {m.gpu_instance for m in found}
         for gi in [gi for gi in gpu.gpm_samples if gi not in kept]:

@@ -287,6 +287,15 @@ def text(value: Any) -> str:
     return str(value).strip("\x00 ").strip()
 
 
+def mig_profile(name: str) -> str:
+    """The GPU instance profile in a MIG device's name (``NVIDIA A100-SXM4-40GB MIG 1g.5gb``).
+
+    The same text DCGM reports as the profile name; empty when the name has none.
+    """
+    _, marker, profile = name.rpartition(" MIG ")
+    return profile.strip() if marker else ""
+
+
 def mig_mode(mode: Any) -> str:
     """The ``mig_mode`` label of nvmlDeviceGetMigMode's (current, pending); "" unknown."""
     if mode is None:

@@ -21,6 +21,13 @@ from exporter.catalog.vocabulary import (
 
 ROWS = (
     MetricSpec(
+        "accel_amd_board_info",
+        Kind.INFO,
+        "The board part number amdsmi gives (board_info model_number, e.g. 102-G30211-00);"
+        " always 1. AMD's exporter names the model by it (card_model).",
+        (*ID, "part_number"),
+    ),
+    MetricSpec(
         "accel_amd_mm_activity_ratio",
         Kind.GAUGE,
         "Multimedia engine busy share from amdsmi gpu activity (mm_activity), 0..1.",

@@ -88,8 +88,9 @@ ROWS = (
     MetricSpec(
         "accel_mig_device_info",
         Kind.INFO,
-        "A MIG device (GPU instance and compute instance) of the GPU uuid; always 1.",
-        (*MIG, "mig_uuid"),
+        "A MIG device (GPU instance and compute instance) of the GPU uuid, with its GPU instance"
+        " profile (1g.10gb; empty when the driver names none); always 1.",
+        (*MIG, "mig_uuid", "profile"),
     ),
     MetricSpec(
         "accel_mig_memory_total_bytes",

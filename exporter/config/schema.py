@@ -915,6 +915,26 @@ class OtlpOutputConfig:
         return out
 
 
+CompatName = Literal["dcgm", "amd"]
+
+
+@dataclass(frozen=True)
+class PrometheusOutputConfig:
+    """What /metrics carries beyond our own series (nothing, by default)."""
+
+    HELP: ClassVar[dict[str, str]] = {
+        "compat": "also serve these exporters' series: dcgm (dcgm-exporter 4.x),"
+        " amd (device-metrics-exporter 1.5); see docs/migrating.md",
+        "workload_labels": "put pod, namespace, container and job_id on our per-device"
+        " series while a device is attributed",
+        "cluster_name": "the cluster_name label of the amd compat series",
+    }
+
+    compat: list[CompatName] = field(default_factory=list)
+    workload_labels: bool = False
+    cluster_name: str = ""
+
+
 @dataclass(frozen=True)
 class KubernetesOutputConfig:
     """The health verdict written to Kubernetes (docs/kubernetes-health.md); off by default."""
@@ -974,10 +994,12 @@ class OutputsConfig:
     HELP: ClassVar[dict[str, str]] = {
         "otlp": "OTLP metrics push (off by default)",
         "kubernetes": "device health to Kubernetes: DeviceTaintRules, Node condition (off)",
+        "prometheus": "compat series and workload labels on /metrics (off by default)",
     }
 
     otlp: OtlpOutputConfig = field(default_factory=OtlpOutputConfig)
     kubernetes: KubernetesOutputConfig = field(default_factory=KubernetesOutputConfig)
+    prometheus: PrometheusOutputConfig = field(default_factory=PrometheusOutputConfig)
 
 
 @dataclass(frozen=True)

@@ -113,7 +113,7 @@ class DeviceIndex:
 
         ``info``: accel_device_info; ``processes``: accel_process_memory_bytes;
         ``migs``: accel_mig_device_info (device, uuid, gpu_instance,
-        compute_instance, mig_uuid).
+        compute_instance, mig_uuid, profile).
         """
         devices = []
         for reading in info:
@@ -136,7 +136,7 @@ class DeviceIndex:
         mig_refs = [
             MigRef(r.labels[4], r.labels[1], r.labels[2], r.labels[3])
             for r in migs
-            if len(r.labels) == 5
+            if len(r.labels) >= 5
         ]
         return cls(devices, pairs, mig_refs)
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from exporter import allocator, log
 from exporter.outputs import text_format
+from exporter.outputs.compat import Compat
+from exporter.outputs.compat import encode as encode_compat
 from exporter.outputs.rows import rows
 from exporter.outputs.stamp import StampFactory
 from exporter.outputs.text_format import Negotiated, ProcessFamilies, negotiate_or_text
@@ -86,10 +88,13 @@ class Exposition:
         process_metrics: bool = True,
         clock: Callable[[], float] = time.monotonic,
         stamp: StampFactory | None = None,
+        compat: Compat | None = None,
     ) -> None:
         self.store = store
         self._clock = clock
         self.stamp = stamp
+        # Other exporters' series (outputs.prometheus.compat), built from the same view.
+        self.compat = compat
         self._process = ProcessFamilies() if process_metrics else None
         self._lock = threading.Lock()
         self._cache: dict[tuple[object, ...], bytes] = {}
@@ -102,10 +107,11 @@ class Exposition:
         self._last: dict[tuple[str, bool], bytes] = {}
         self._stop_prerender = threading.Event()
 
-    def set_stamp(self, stamp: StampFactory | None) -> None:
-        """Change the opt-in label stamping (config reload); drops cached bodies."""
+    def set_stamp(self, stamp: StampFactory | None, compat: Compat | None = None) -> None:
+        """Change the opt-in stamping and compat series (config reload); drops cached bodies."""
         with self._lock:
             self.stamp = stamp
+            self.compat = compat
             self._cache.clear()
             self._last.clear()
             self._cache_key = None
@@ -243,16 +249,26 @@ class Exposition:
             scrapes.body, scrapes.prepared_at, scrapes.prepared_for = body, self._clock(), last
 
     def _encode(self, negotiated: Negotiated, names: Sequence[str] | None = None) -> bytes:
-        """The store's families (``names`` only, when given), then the process's."""
-        found = rows(self.store.view(), names, self.stamp, self.store.catalog)
+        """The store's families (``names`` only, when given), compat ones, then the process's."""
+        view = self.store.view()
+        found = rows(view, names, self.stamp, self.store.catalog)
         process = self._process is not None and names is None
         fmt = negotiated.fmt
+        others = self.compat.families(view, names) if self.compat is not None else []
         if fmt is None:
             # Only prometheus_client writes this escaping scheme: imported when asked.
             from exporter.outputs.prometheus_compat import encode_with_library
 
-            return encode_with_library(negotiated.accept, found, process)
-        body = text_format.encode(found, fmt)
+            body = encode_with_library(negotiated.accept, found, process)
+            if not others:
+                return body
+            # Compat names are legacy names, which every escaping scheme keeps as they are.
+            om = negotiated.content_type.startswith("application/openmetrics-text")
+            extra = encode_compat(others, text_format.OPENMETRICS if om else text_format.TEXT)
+            if om and body.endswith(text_format.EOF):
+                return body[: -len(text_format.EOF)] + extra + text_format.EOF
+            return body + extra
+        body = text_format.encode(found, fmt) + encode_compat(others, fmt)
         if process:
             assert self._process is not None
             body += text_format.encode(self._process.rows(), fmt)

@@ -7,10 +7,15 @@ the allowlisted labels to every stampable family while rendering, through
 families may carry them. A device held by one container gets its names; a
 device shared by several containers, or by none, gets empty values (one series
 per device, so sums stay right).
+
+``outputs.prometheus.workload_labels`` stamps all three and the Slurm ``job_id``
+(from ``accel_device_job_info``), the labels dcgm-exporter and AMD's exporter put
+on their device series.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 from exporter.catalog import MetricSpec
@@ -20,38 +25,62 @@ from exporter.model import Reading
 from exporter.store import View
 
 StampFactory = Callable[[View], "Stamping"]
+# The Slurm job label workload_labels adds (accel_device_job_info's job_id).
+JOB_LABEL = "job_id"
 
 
 class Stamping:
     """The labels to add for one view of the store."""
 
-    def __init__(self, view: View, labels: Sequence[str]) -> None:
-        self.labels = tuple(name for name in WORKLOAD_LABELS if name in labels)
+    def __init__(self, view: View, labels: Sequence[str], job_id: bool = False) -> None:
+        pod_labels = tuple(name for name in WORKLOAD_LABELS if name in labels)
+        self.labels = (*pod_labels, JOB_LABEL) if job_id else pod_labels
         owners: dict[str, set[tuple[str, ...]]] = {}
         for reading in view.readings("accel_device_workload_info"):
             values = dict(zip(("device", "uuid", *WORKLOAD_LABELS), reading.labels, strict=False))
-            owners.setdefault(values["uuid"], set()).add(tuple(values[k] for k in self.labels))
+            owners.setdefault(values["uuid"], set()).add(tuple(values[k] for k in pod_labels))
+        pods = _single(owners)
+        jobs: dict[str, set[tuple[str, ...]]] = {}
+        if job_id:
+            for reading in view.readings("accel_device_job_info"):
+                jobs.setdefault(reading.labels[1], set()).add((reading.labels[2],))
+        held = _single(jobs)
         self.empty = ("",) * len(self.labels)
-        self.values = {uuid: next(iter(found)) for uuid, found in owners.items() if len(found) == 1}
+        pod_empty, job_empty = ("",) * len(pod_labels), ("",) if job_id else ()
+        self.values = {
+            uuid: (*pods.get(uuid, pod_empty), *held.get(uuid, job_empty))
+            for uuid in {*pods, *held}
+        }
         self._specs: dict[str, MetricSpec] = {}
 
     def apply(
         self, spec: MetricSpec, readings: Sequence[Reading]
     ) -> tuple[MetricSpec, Sequence[Reading]]:
         """The row and readings as rendered: stamped when the family allows it."""
-        if not self.labels or not stampable(spec):
+        if not self.labels or not stampable(spec) or JOB_LABEL in spec.labels:
             return spec, readings
         row = self._specs.get(spec.name)
         if row is None:
-            row = self._specs[spec.name] = stamped(spec, self.labels)
+            pods = tuple(label for label in self.labels if label != JOB_LABEL)
+            row = stamped(spec, pods) if pods else spec
+            if JOB_LABEL in self.labels:
+                row = dataclasses.replace(row, labels=(*row.labels, JOB_LABEL))
+            self._specs[spec.name] = row
         return row, [
             Reading(r.metric, (*r.labels, *self.values.get(r.labels[1], self.empty)), r.value)
             for r in readings
         ]
 
 
+def _single(owners: dict[str, set[tuple[str, ...]]]) -> dict[str, tuple[str, ...]]:
+    """The owner of each device held by exactly one."""
+    return {uuid: next(iter(found)) for uuid, found in owners.items() if len(found) == 1}
+
+
 def from_config(config: Config) -> StampFactory | None:
     """The stamping the config asks for, or None (the default)."""
+    if config.outputs.prometheus.workload_labels:
+        return lambda view: Stamping(view, WORKLOAD_LABELS, job_id=True)
     k8s = config.workload.k8s
     if not k8s.stamp_device_series or not k8s.stamp_labels:
         return None

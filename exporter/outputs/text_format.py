@@ -143,7 +143,8 @@ def go_float(value: float) -> str:
     return text
 
 
-def _label_value(value: str) -> str:
+def label_value(value: str) -> str:
+    """A label value escaped for both exposition formats."""
     if _NEEDS_ESCAPE.search(value) is None:
         return value
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
@@ -193,7 +194,7 @@ def _shape(spec: MetricSpec, fmt: str) -> _Shape:
 
 
 def _labels(shape: _Shape, values: Sequence[str], le: str | None = None) -> str:
-    parts = [f'{shape.names[k]}="{_label_value(values[i])}"' for k, i in enumerate(shape.order)]
+    parts = [f'{shape.names[k]}="{label_value(values[i])}"' for k, i in enumerate(shape.order)]
     if le is not None:
         parts.insert(shape.le_at, f'le="{le}"')
     return "{" + ",".join(parts) + "}" if parts else ""

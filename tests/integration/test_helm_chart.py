@@ -514,6 +514,22 @@ def test_expected_devices_reach_the_daemon_config(renderer, tmp_path):
     )
 
 
+def test_compat_values_reach_the_daemon_config(renderer, tmp_path):
+    config = daemon_config(render(renderer, tmp_path), tmp_path)
+    assert config.outputs.prometheus.compat == []
+    assert config.outputs.prometheus.workload_labels is False
+    values = {
+        "compat": ["dcgm", "amd"],
+        "clusterName": "prod-a",
+        "workloadLabels": True,
+        "config": {"outputs": {"otlp": {"enabled": False}}},
+    }
+    config = daemon_config(render(renderer, tmp_path, values), tmp_path)
+    assert config.outputs.prometheus.compat == ["dcgm", "amd"]
+    assert config.outputs.prometheus.cluster_name == "prod-a"
+    assert config.outputs.prometheus.workload_labels is True
+
+
 def test_a_config_change_rolls_the_pods(renderer, tmp_path):
     def checksum(values):
         return daemonset(render(renderer, tmp_path, values))["spec"]["template"]["metadata"][

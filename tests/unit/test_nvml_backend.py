@@ -536,7 +536,7 @@ def test_mig_instances_memory_and_gpm_utilization(fake, backend):
         first[
             (
                 "accel_mig_device_info",
-                (*ident, "1", "0", "MIG-11111111-2222-3333-4444-555555555555"),
+                (*ident, "1", "0", "MIG-11111111-2222-3333-4444-555555555555", "1g.slice"),
             )
         ]
         == 1

@@ -101,6 +101,20 @@ The daemon's config file: the user's config with the keys the chart owns set on 
 {{- if $sources }}
 {{- $_ := set $owned "sources" $sources }}
 {{- end }}
+{{- $outputs := dict }}
+{{- $prometheus := dict }}
+{{- with .Values.compat }}
+{{- $_ := set $prometheus "compat" . }}
+{{- end }}
+{{- with .Values.clusterName }}
+{{- $_ := set $prometheus "cluster_name" . }}
+{{- end }}
+{{- if .Values.workloadLabels }}
+{{- $_ := set $prometheus "workload_labels" true }}
+{{- end }}
+{{- if $prometheus }}
+{{- $_ := set $outputs "prometheus" $prometheus }}
+{{- end }}
 {{- $k8s := dict }}
 {{- if not (include "accel-exporter.podResources" .) }}
 {{- /* The non-root mode: attribution off, said so, instead of permission_denied on every node. */}}
@@ -118,8 +132,11 @@ The daemon's config file: the user's config with the keys the chart owns set on 
 {{- end }}
 {{- with .Values.kubernetesHealth }}
 {{- if .enabled }}
-{{- $_ := set $owned "outputs" (dict "kubernetes" (dict "enabled" true "taint_effect" .taintEffect "taint_degraded" .taintDegraded "clear_after" .clearAfter "taint_rules" .taintRules "node_condition" .nodeCondition "interval" .interval)) }}
+{{- $_ := set $outputs "kubernetes" (dict "enabled" true "taint_effect" .taintEffect "taint_degraded" .taintDegraded "clear_after" .clearAfter "taint_rules" .taintRules "node_condition" .nodeCondition "interval" .interval) }}
 {{- end }}
+{{- end }}
+{{- if $outputs }}
+{{- $_ := set $owned "outputs" $outputs }}
 {{- end }}
 {{- toYaml (mergeOverwrite $config $owned) }}
 {{- end }}

@@ -29,6 +29,8 @@ XCP_RESIDENCY = (
     "gfx_below_host_limit_total",
 )
 TEMP_LIMITS = ("max", "critical", "emergency")
+# board_info model_number of every fake device (fake_amdsmi.c): an MI300X OAM's part number.
+PART_NUMBER = "102-G30211-00"
 PCIE_GEN = {2500: 1, 5000: 2, 8000: 3, 16000: 4, 32000: 5, 64000: 6}
 
 
@@ -178,6 +180,7 @@ def series(
             put("accel_process_memory_bytes", dev.proc_vram[k], pid=pid)
             put("accel_amd_process_compute_units", dev.proc_cu[k], pid=pid)
     if slow:
+        put("accel_amd_board_info", 1, part_number=PART_NUMBER)
         for k, kind in enumerate(("corrected", "uncorrected", "deferred")):
             put("accel_ecc_errors_total", dev.ecc_total[k], type=kind, counter="")
         for bit, block in enumerate(BLOCKS):

@@ -1,0 +1,296 @@
+"""AMD device-metrics-exporter 1.5's ``gpu_*`` and ``pcie_*`` series, from our readings of a poll.
+
+The fields are those of its documented list (docs/configuration/metricslist.md,
+tag v1.5.1) that its four Grafana dashboards query or that we read, under its
+names and units (VRAM MB, energy uJ, power W, activity percent, PCIe speed
+GT/s, PCIe bandwidth Mb/s); every one is a gauge there, and so here. The labels
+are its default (mandatory) ones plus those its dashboards route on:
+``gpu_id``, ``gpu_uuid``, ``serial_number``, ``card_model`` (the board part
+number, ``102-G30211-00``), ``card_series``, ``card_vendor``, ``vbios_version``,
+``driver_version``, ``gpu_partition_id``, ``gpu_compute_partition_type``,
+``gpu_memory_partition_type``, ``hostname``, ``cluster_name`` (configured), and
+``pod``, ``namespace``, ``container``, ``job_id``, ``job_user``,
+``job_partition``, empty when the device is not attributed, as AMD writes them.
+docs/migrating.md lists the fields we do not serve and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from exporter.outputs.compat.family import Family
+from exporter.outputs.compat.view import Device, Readings, devices
+from exporter.store import View
+
+MB = float(1 << 20)
+PCIE_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
+
+
+def _percent(ratio: float) -> float:
+    # Our ratios are percents / 100: undone without binary noise (7.000000000000001).
+    return round(ratio * 100, 9)
+
+
+def _mb(size: float) -> float:
+    return size / MB
+
+
+@dataclass(frozen=True)
+class Field:
+    """One device-metrics-exporter field served from one of our families."""
+
+    name: str
+    help: str
+    source: str
+    dims: tuple[str, ...] = ()
+    scale: Callable[[float], float] = float
+    # On a partition other than the first, AMD's exporter reports 0 for a physical
+    # quantity that sums over GPUs (power: ZERO) and leaves out the others (DROP), so
+    # that a node's sums count each physical GPU once (metricslist.md, per field).
+    secondary: str = "keep"
+
+
+KEEP, ZERO, DROP = "keep", "zero", "drop"
+
+
+FIELDS = (
+    Field("gpu_package_power", "current socket power in Watts", "accel_power_watts",
+          secondary=ZERO),
+    Field("gpu_power_usage", "GPU power usage in Watts", "accel_power_watts", secondary=ZERO),
+    Field("gpu_edge_temperature", "edge temperature value in Celsius",
+          "accel_temperature_celsius", ("edge",), secondary=DROP),
+    Field("gpu_junction_temperature", "hotspot (aka junction) temperature value in Celsius",
+          "accel_temperature_celsius", ("hotspot",), secondary=DROP),
+    Field("gpu_memory_temperature", "memory temperature value in Celsius",
+          "accel_temperature_celsius", ("memory",), secondary=DROP),
+    Field("gpu_gfx_activity", "graphics engine usage percentage (0 - 100)",
+          "accel_utilization_ratio", scale=_percent),
+    Field("gpu_umc_activity", "memory engine usage percentage (0 - 100)",
+          "accel_memory_bandwidth_utilization_ratio", scale=_percent),
+    Field("pcie_speed", "current PCIe speed capable in GT/s", "accel_pcie_link_generation",
+          scale=lambda gen: PCIE_GTS.get(int(gen), 0.0), secondary=DROP),
+    Field("pcie_max_speed", "maximum capable PCIe speed in GT/s",
+          "accel_pcie_link_max_generation", scale=lambda gen: PCIE_GTS.get(int(gen), 0.0),
+          secondary=DROP),
+    Field("pcie_bandwidth", "current instantaneous bandwidth usage in Mb/s",
+          "accel_amd_pcie_bandwidth_bytes_per_second", scale=lambda bps: bps * 8 / 1e6,
+          secondary=DROP),
+    Field("gpu_energy_consumed", "accumulated energy consumed by the GPU in Micro Joules (uJ)",
+          "accel_energy_joules_total", scale=lambda j: j * 1e6, secondary=DROP),
+    Field("pcie_replay_count", "total number of PCIe replays", "accel_pcie_replays_total",
+          secondary=DROP),
+    Field("pcie_recovery_count", "total number of PCIe link recoveries",
+          "accel_amd_pcie_recoveries_total", secondary=DROP),
+    Field("pcie_replay_rollover_count", "PCIe replay accumulated count",
+          "accel_amd_pcie_replay_rollovers_total", secondary=DROP),
+    Field("pcie_nack_sent_count", "PCIe NACK sent accumulated count",
+          "accel_amd_pcie_nak_sent_total", secondary=DROP),
+    Field("pcie_nack_received_count", "PCIe NACK received accumulated count",
+          "accel_amd_pcie_nak_received_total", secondary=DROP),
+    Field("gpu_total_vram", "total VRAM available in MB", "accel_memory_total_bytes",
+          scale=_mb),
+    Field("gpu_used_vram", "total VRAM memory used in MB", "accel_memory_used_bytes",
+          scale=_mb),
+    Field("gpu_free_vram", "total VRAM memory free in MB", "accel_memory_free_bytes",
+          scale=_mb),
+    Field("gpu_total_visible_vram", "total available visible VRAM memory in MB",
+          "accel_amd_visible_vram_total_bytes", scale=_mb, secondary=ZERO),
+    Field("gpu_used_visible_vram", "used visible VRAM memory in MB",
+          "accel_amd_visible_vram_used_bytes", scale=_mb, secondary=ZERO),
+    Field("gpu_total_gtt", "total GTT memory in MB", "accel_amd_gtt_total_bytes", scale=_mb,
+          secondary=ZERO),
+    Field("gpu_used_gtt", "current GTT memory usage in MB", "accel_amd_gtt_used_bytes",
+          scale=_mb, secondary=ZERO),
+    Field("gpu_ecc_correct_total", "total correctable ECC error count",
+          "accel_ecc_errors_total", ("corrected",), secondary=DROP),
+    Field("gpu_ecc_uncorrect_total", "total uncorrectable ECC error count",
+          "accel_ecc_errors_total", ("uncorrected",), secondary=DROP),
+    Field("gpu_ecc_deferred_total", "total deferred ECC error count",
+          "accel_ecc_errors_total", ("deferred",), secondary=DROP),
+    Field("gpu_violation_current_accumulated_counter", "current accumulated violation counter",
+          "accel_amd_violation_samples_total", secondary=DROP),
+    *(
+        Field(f"gpu_violation_{name}_residency_accumulated",
+              f"{name} residency accumulated violation counter",
+              "accel_amd_violation_residency_total", (reason, ""), secondary=DROP)
+        for name, reason in (
+            ("processor_hot", "prochot"),
+            ("ppt", "ppt"),
+            ("socket_thermal", "socket_thermal"),
+            ("vr_thermal", "vr_thermal"),
+            ("hbm_thermal", "hbm_thermal"),
+        )
+    ),
+)  # fmt: skip
+
+# Our RAS block name -> AMD's field suffix.
+BLOCKS = {
+    **{b: b for b in ("sdma", "gfx", "mmhub", "athub", "hdp", "xgmi_wafl", "df", "smn", "sem")},
+    **{b: b for b in ("mp0", "mp1", "fuse", "umc", "mca", "vcn", "jpeg", "ih", "mpio")},
+    "pcie_bif": "bif",
+}
+ECC_KINDS = (
+    ("correct", "accel_amd_ecc_correctable_errors_total", "correctable"),
+    ("uncorrect", "accel_amd_ecc_uncorrectable_errors_total", "uncorrectable"),
+    ("deferred", "accel_amd_ecc_deferred_errors_total", "deferred"),
+)
+XGMI = (
+    (
+        "gpu_xgmi_link_rx",
+        "accel_amd_xgmi_read_bytes_total",
+        "accumulated XGMI link data read in KB",
+    ),
+    (
+        "gpu_xgmi_link_tx",
+        "accel_amd_xgmi_write_bytes_total",
+        "accumulated XGMI link data write in KB",
+    ),
+)
+# Our clock domain -> AMD's clock_type (gpuagent's GPU_CLOCK_TYPE_*, lower case).
+CLOCK_TYPES = {
+    "graphics": "system",
+    "memory": "memory",
+    "data_fabric": "data",
+    "soc": "soc",
+    "video": "video",
+    "decode": "video",
+}
+
+
+def _labels(dev: Device, host: str, cluster: str, part: str) -> list[tuple[str, str]]:
+    info, job = dev.info, dev.workload
+    compute = info.get("compute_partition", "").lower()
+    return [
+        ("gpu_id", dev.index),
+        ("gpu_uuid", dev.uuid),
+        ("serial_number", info.get("serial", "")),
+        ("card_model", part),
+        ("card_series", info.get("model", "")),
+        ("card_vendor", "AMD"),
+        ("vbios_version", info.get("vbios", "")),
+        ("driver_version", info.get("driver_version", "")),
+        ("gpu_partition_id", ""),
+        ("gpu_compute_partition_type", compute),
+        ("gpu_memory_partition_type", info.get("memory_partition", "").lower()),
+        ("hostname", host),
+        ("cluster_name", cluster),
+        ("pod", job.pod),
+        ("namespace", job.namespace),
+        ("container", job.container),
+        ("job_id", job.job_id),
+        ("job_user", job.job_user),
+        ("job_partition", job.job_partition),
+    ]
+
+
+def _family(families: dict[str, Family], name: str, doc: str) -> Family:
+    family = families.get(name)
+    if family is None:
+        family = families[name] = Family(name, "gauge", doc)
+    return family
+
+
+def build(view: View, host: str, cluster: str) -> list[Family]:
+    """device-metrics-exporter's families for every AMD device in ``view``."""
+    gpus = devices(view, "amd")
+    if not gpus:
+        return []
+    readings = Readings(view)
+    families: dict[str, Family] = {}
+    counted = [r for r in view.readings("accel_devices") if r.labels == ("amd",)]
+    if counted:
+        node = {"hostname": host, "cluster_name": cluster}
+        labels = [(k, node.get(k, "")) for k, _ in _labels(gpus[0], host, cluster, "")]
+        _family(families, "gpu_nodes_total", "number of GPU nodes on the machine").add(
+            labels,
+            float(counted[0].value),  # type: ignore[arg-type]
+        )
+    for dev in gpus:
+        if readings.one("accel_device_up", dev.uuid) != 1:
+            continue
+        part = next((r.labels[2] for r in readings.of("accel_amd_board_info", dev.uuid)), "")
+        labels = _labels(dev, host, cluster, part or dev.info.get("model", ""))
+        partition = readings.one("accel_amd_partition_id", dev.uuid)
+        labels[8] = ("gpu_partition_id", str(int(partition)) if partition is not None else "0")
+        # A partition other than the first speaks for no physical quantity.
+        secondary = partition is not None and partition > 0
+        health = readings.one("accel_device_health", dev.uuid, "ok")
+        if health is not None:
+            _family(families, "gpu_health", "computed GPU health flag").add(labels, health)
+        for f in FIELDS:
+            value = readings.one(f.source, dev.uuid, *f.dims)
+            if value is None or (secondary and f.secondary == DROP):
+                continue
+            scaled = 0.0 if secondary and f.secondary == ZERO else f.scale(value)
+            _family(families, f.name, f.help).add(labels, scaled)
+        total = readings.one("accel_amd_visible_vram_total_bytes", dev.uuid)
+        used = readings.one("accel_amd_visible_vram_used_bytes", dev.uuid)
+        if total is not None and used is not None:
+            free = 0.0 if secondary else _mb(max(total - used, 0.0))
+            _family(families, "gpu_free_visible_vram", "free visible VRAM memory in MB").add(
+                labels, free
+            )
+        total = readings.one("accel_amd_gtt_total_bytes", dev.uuid)
+        used = readings.one("accel_amd_gtt_used_bytes", dev.uuid)
+        if total is not None and used is not None:
+            free = 0.0 if secondary else _mb(max(total - used, 0.0))
+            _family(families, "gpu_free_gtt", "free GTT memory available in MB").add(labels, free)
+        if secondary:
+            _per_partition(families, readings, dev, labels)
+            continue
+        _indexed(families, readings, dev, labels)
+    return list(families.values())
+
+
+def _per_partition(
+    families: dict[str, Family], readings: Readings, dev: Device, labels: list[tuple[str, str]]
+) -> None:
+    """What a partition other than the first has of its own: its XCP's busy share."""
+    for r in readings.of("accel_amd_xcp_utilization_ratio", dev.uuid):
+        _family(
+            families,
+            "gpu_gfx_busy_instantaneous",
+            "GFX busy instantaneous activity per accelerator compute processor",
+        ).add([*labels, ("xcc_index", r.labels[2])], _percent(float(r.value)))  # type: ignore[arg-type]
+
+
+def _indexed(
+    families: dict[str, Family], readings: Readings, dev: Device, labels: list[tuple[str, str]]
+) -> None:
+    """The fields with an index label (HBM, XCC, clock, XGMI link) and per-block ECC."""
+    for r in readings.of("accel_temperature_celsius", dev.uuid):
+        sensor = r.labels[2]
+        if sensor.startswith("hbm_"):
+            _family(families, "gpu_hbm_temperature", "list of hbm temperatures in Celsius").add(
+                [*labels, ("hbm_index", sensor[4:])],
+                float(r.value),  # type: ignore[arg-type]
+            )
+    _per_partition(families, readings, dev, labels)
+    for position, r in enumerate(readings.of("accel_clock_hertz", dev.uuid)):
+        kind = CLOCK_TYPES.get(r.labels[2])
+        if kind is None:
+            continue
+        clock = [*labels, ("clock_index", str(position)), ("clock_type", kind)]
+        _family(families, "gpu_clock", "clock measure of the GPU in Mhz").add(
+            clock,
+            float(r.value) / 1e6,  # type: ignore[arg-type]
+        )
+        top = readings.one("accel_clock_max_hertz", dev.uuid, r.labels[2])
+        if top is not None:
+            _family(families, "gpu_max_clock", "maximum clock measure of the GPU in Mhz").add(
+                clock, top / 1e6
+            )
+    for name, source, doc in XGMI:
+        for r in readings.of(source, dev.uuid):
+            _family(families, name, doc).add(
+                [*labels, ("link_index", r.labels[2])],
+                float(r.value) / 1024,  # type: ignore[arg-type]
+            )
+    for kind, source, doc in ECC_KINDS:
+        for r in readings.of(source, dev.uuid):
+            block = BLOCKS.get(r.labels[2])
+            if block is not None:
+                _family(
+                    families, f"gpu_ecc_{kind}_{block}", f"{doc} ECC errors in {block.upper()}"
+                ).add(labels, float(r.value))  # type: ignore[arg-type]

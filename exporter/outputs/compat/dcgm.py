@@ -1,0 +1,247 @@
+"""dcgm-exporter 4.x's series for NVIDIA devices, from our readings of the same poll.
+
+The fields are those of dcgm-exporter's ``etc/default-counters.csv`` (tag
+4.5.3-4.8.2) we read, under its names, types, help and units (MHz, MiB, mJ,
+percent, ratios), with its labels: ``gpu``, ``UUID``, ``pci_bus_id``, ``device``
+(``nvidia<i>``), ``modelName``, ``GPU_I_PROFILE``/``GPU_I_ID`` on MIG,
+``Hostname`` (the name every released 4.x writes), the label field
+``DCGM_FI_DRIVER_VERSION``, and ``pod``, ``namespace``, ``container`` and
+``hpc_job`` when the device is attributed. docs/migrating.md lists the fields we
+do not serve and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from exporter.outputs.compat.dcgm_xid import NO_ERROR, UNKNOWN, XID_TEXT
+from exporter.outputs.compat.family import Family
+from exporter.outputs.compat.view import Device, Readings, devices
+from exporter.store import View
+
+MIB = float(1 << 20)
+NOBODY = ("", "", "")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One dcgm-exporter field served from one of our families."""
+
+    name: str
+    kind: str
+    help: str
+    source: str
+    dims: tuple[str, ...] = ()
+    scale: Callable[[float], float] = float
+    # Served for MIG GPU instances from this family (None: the whole GPU only).
+    mig_source: str | None = None
+
+
+def _percent(ratio: float) -> float:
+    # DCGM's utilization fields are integer percents.
+    return float(round(ratio * 100))
+
+
+# The fields in default-counters.csv order; help texts as there.
+FIELDS = (
+    Field(
+        "DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", "accel_clock_hertz",
+        ("sm",), lambda hz: hz / 1e6,
+    ),
+    Field(
+        "DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", "accel_clock_hertz",
+        ("memory",), lambda hz: hz / 1e6,
+    ),
+    Field(
+        "DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).",
+        "accel_temperature_celsius", ("memory",),
+    ),
+    Field(
+        "DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", "accel_temperature_celsius",
+        ("gpu",),
+    ),
+    Field("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", "accel_power_watts"),
+    Field(
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter",
+        "Total energy consumption since boot (in mJ).", "accel_energy_joules_total",
+        scale=lambda j: j * 1000,
+    ),
+    Field(
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.",
+        "accel_pcie_replays_total",
+    ),
+    Field(
+        "DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "accel_utilization_ratio",
+        scale=_percent,
+    ),
+    Field(
+        "DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).",
+        "accel_memory_bandwidth_utilization_ratio", scale=_percent,
+    ),
+    Field(
+        "DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).",
+        "accel_encoder_utilization_ratio", scale=_percent,
+    ),
+    Field(
+        "DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).",
+        "accel_decoder_utilization_ratio", scale=_percent,
+    ),
+    Field(
+        "DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).",
+        "accel_memory_free_bytes", scale=lambda b: b / MIB,
+        mig_source="accel_mig_memory_free_bytes",
+    ),
+    Field(
+        "DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).",
+        "accel_memory_used_bytes", scale=lambda b: b / MIB,
+        mig_source="accel_mig_memory_used_bytes",
+    ),
+    Field(
+        "DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).",
+        "accel_memory_reserved_bytes", scale=lambda b: b / MIB,
+    ),
+    Field(
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter",
+        "Number of remapped rows for uncorrectable errors", "accel_remapped_rows",
+        ("uncorrected",),
+    ),
+    Field(
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter",
+        "Number of remapped rows for correctable errors", "accel_remapped_rows", ("corrected",),
+    ),
+    Field(
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed",
+        "accel_remapped_rows_failure",
+    ),
+    Field(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active.",
+        "accel_graphics_engine_active_ratio", mig_source="accel_mig_utilization_ratio",
+    ),
+    Field(
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge",
+        "Ratio of cycles the tensor (HMMA) pipe is active.", "accel_pipe_active_ratio",
+        ("tensor",),
+    ),
+    Field(
+        "DCGM_FI_PROF_DRAM_ACTIVE", "gauge",
+        "Ratio of cycles the device memory interface is active sending or receiving data.",
+        "accel_dram_active_ratio", mig_source="accel_mig_memory_bandwidth_utilization_ratio",
+    ),
+    Field(
+        "DCGM_FI_PROF_PCIE_TX_BYTES", "gauge",
+        "The rate of data transmitted over the PCIe bus - including both protocol headers and"
+        " data payloads - in bytes per second.",
+        "accel_pcie_tx_average_bytes_per_second",
+    ),
+    Field(
+        "DCGM_FI_PROF_PCIE_RX_BYTES", "gauge",
+        "The rate of data received over the PCIe bus - including both protocol headers and"
+        " data payloads - in bytes per second.",
+        "accel_pcie_rx_average_bytes_per_second",
+    ),
+)  # fmt: skip
+XID = Field(
+    "DCGM_FI_DEV_XID_ERRORS",
+    "gauge",
+    "Value of the last XID error encountered.",
+    "accel_xid_last_timestamp_seconds",
+)
+# The order dcgm-exporter writes them: XID after the utilization fields.
+ORDER = (*FIELDS[:11], XID, *FIELDS[11:])
+NAMES = tuple(f.name for f in ORDER)
+
+
+def _identity(dev: Device) -> list[tuple[str, str]]:
+    return [
+        ("gpu", dev.index),
+        ("UUID", dev.uuid),
+        ("pci_bus_id", dev.info.get("pci_bus_id", "")),
+        ("device", f"nvidia{dev.index}"),
+        ("modelName", dev.info.get("model", "")),
+    ]
+
+
+def _tail(dev: Device, host: str, pod: tuple[str, str, str] | None = None) -> list[tuple[str, str]]:
+    out = [("Hostname", host)] if host else []
+    out.append(("DCGM_FI_DRIVER_VERSION", dev.info.get("driver_version", "")))
+    namespace, name, container = pod or (
+        dev.workload.namespace,
+        dev.workload.pod,
+        dev.workload.container,
+    )
+    if name:
+        out += [("pod", name), ("namespace", namespace), ("container", container)]
+    if dev.workload.job_id:
+        out.append(("hpc_job", dev.workload.job_id))
+    return out
+
+
+def _last_xid(readings: Readings, uuid: str) -> int | None:
+    """The XID of the newest error, 0 when none arrived; None when XIDs are not read."""
+    found = readings.of("accel_xid_last_timestamp_seconds", uuid)
+    if not found:
+        return 0
+    newest = max(found, key=lambda r: (float(r.value), r.labels[2]))  # type: ignore[arg-type]
+    try:
+        return int(newest.labels[2])
+    except ValueError:
+        return None
+
+
+def build(view: View, host: str) -> list[Family]:
+    """dcgm-exporter's families for every NVIDIA device in ``view`` (empty ones are dropped)."""
+    gpus = devices(view, "nvidia")
+    if not gpus:
+        return []
+    readings = Readings(view)
+    families = {f.name: Family(f.name, f.kind, f.help) for f in ORDER}
+    migs = _mig_instances(view)
+    pods = _mig_pods(view)
+    for dev in gpus:
+        if not readings.of("accel_device_up", dev.uuid):
+            continue
+        instances = migs.get(dev.uuid, {})
+        # The device plugin hands out a MIG GPU's instances, not the GPU: as in
+        # dcgm-exporter, pods go on the instances' series only.
+        ident, tail = _identity(dev), _tail(dev, host, NOBODY if instances else None)
+        up = readings.one("accel_device_up", dev.uuid)
+        for f in FIELDS:
+            value = readings.one(f.source, dev.uuid, *f.dims)
+            if value is not None:
+                families[f.name].add([*ident, *tail], f.scale(value))
+        if up == 1:
+            xid = _last_xid(readings, dev.uuid)
+            if xid is not None:
+                text = XID_TEXT.get(xid, UNKNOWN) if xid else NO_ERROR
+                attrs = [("err_code", str(xid)), ("err_msg", text)]
+                families[XID.name].add([*ident, *tail, *attrs], float(xid))
+        for gi, profile in instances.items():
+            mig_ident = [*ident, ("GPU_I_PROFILE", profile), ("GPU_I_ID", gi)]
+            mig_tail = _tail(dev, host, pods.get((dev.uuid, gi), NOBODY))
+            for f in FIELDS:
+                if f.mig_source is None:
+                    continue
+                value = readings.one(f.mig_source, dev.uuid, gi)
+                if value is not None:
+                    families[f.name].add([*mig_ident, *mig_tail], f.scale(value))
+    return [families[name] for name in NAMES]
+
+
+def _mig_instances(view: View) -> dict[str, dict[str, str]]:
+    """GPU uuid -> GPU instance -> its MIG profile (``1g.10gb``)."""
+    out: dict[str, dict[str, str]] = {}
+    for reading in view.readings("accel_mig_device_info"):
+        labels = reading.labels  # device, uuid, gpu_instance, compute_instance, mig_uuid, profile
+        profile = labels[5] if len(labels) > 5 else ""
+        out.setdefault(labels[1], {}).setdefault(labels[2], profile)
+    return out
+
+
+def _mig_pods(view: View) -> dict[tuple[str, str], tuple[str, str, str]]:
+    """(GPU uuid, GPU instance) -> (namespace, pod, container) when one container holds it."""
+    found: dict[tuple[str, str], set[tuple[str, str, str]]] = {}
+    for reading in view.readings("accel_mig_workload_info"):
+        labels = reading.labels  # device, uuid, gpu_instance, compute_instance, ns, pod, container
+        found.setdefault((labels[1], labels[2]), set()).add((labels[4], labels[5], labels[6]))
+    return {key: next(iter(v)) for key, v in found.items() if len(v) == 1}

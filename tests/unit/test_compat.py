@@ -1,0 +1,204 @@
+"""Compat series (outputs.prometheus.compat) rendered from a store view, and workload_labels."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from exporter.catalog.device import INFO_LABELS
+from exporter.config import load_config
+from exporter.errors import ConfigError
+from exporter.model import OK, Reading, Snapshot
+from exporter.outputs import stamp
+from exporter.outputs.compat import Compat, from_config, table
+from exporter.outputs.prometheus import Exposition
+from exporter.store import Store
+from tests.helpers.daemon import samples, value
+
+NV, AMD = "GPU-aaaa", "00ff74a1-0000-1000-80a5-5a1e00000000"
+OM = "application/openmetrics-text; version=1.0.0"
+
+
+def _info(vendor: str, device: str, uuid: str, **labels: str) -> Reading:
+    values = dict.fromkeys(INFO_LABELS, "")
+    values.update(vendor=vendor, device=device, uuid=uuid, **labels)
+    return Reading("accel_device_info", tuple(values[k] for k in INFO_LABELS), 1.0)
+
+
+def _snapshot(name: str, items: list[Reading], age: float = 0.0) -> Snapshot:
+    now = time.time()
+    return Snapshot(name, tuple(items), OK, now, now, time.monotonic() - age, 0.001, 5.0)
+
+
+def nvidia(age: float = 0.0) -> Snapshot:
+    ident = ("0", NV)
+    return _snapshot(
+        "nvml",
+        [
+            _info("nvidia", "0", NV, model="NVIDIA H100", driver_version="580.1"),
+            Reading("accel_device_up", ident, 1.0),
+            Reading("accel_utilization_ratio", ident, 0.37),
+            Reading("accel_memory_used_bytes", ident, 3.0 * (1 << 30)),
+            Reading("accel_energy_joules_total", ident, 12.5),
+            Reading("accel_clock_hertz", (*ident, "sm"), 1.755e9),
+            Reading("accel_xid_last_timestamp_seconds", (*ident, "79"), 200.0),
+            Reading("accel_xid_last_timestamp_seconds", (*ident, "13"), 100.0),
+        ],
+        age,
+    )
+
+
+def amd() -> Snapshot:
+    ident = ("0", AMD)
+    return _snapshot(
+        "amdsmi",
+        [
+            _info("amd", "0", AMD, serial="S1", compute_partition="SPX"),
+            Reading("accel_device_up", ident, 1.0),
+            Reading("accel_devices", ("amd",), 1.0),
+            Reading("accel_amd_board_info", (*ident, "102-G30211-00"), 1.0),
+            Reading("accel_memory_used_bytes", ident, 1.5 * (1 << 20)),
+            Reading("accel_energy_joules_total", ident, 2.0),
+            Reading("accel_amd_pcie_bandwidth_bytes_per_second", ident, 500e6),
+            Reading("accel_device_health", (*ident, "ok"), 1.0),
+            Reading("accel_device_health", (*ident, "degraded"), 0.0),
+        ],
+    )
+
+
+def render(store: Store, compat: Compat | None, accept: str | None = None) -> str:
+    exposition = Exposition(store, process_metrics=False, compat=compat)
+    return exposition.render(accept, None)[0].decode()
+
+
+def both() -> Compat:
+    return Compat(("dcgm", "amd"), "node-1", "lab")
+
+
+def test_off_adds_nothing():
+    store = Store()
+    store.put(nvidia())
+    store.put(amd())
+    assert from_config([], "") is None
+    plain = render(store, None)
+    assert "DCGM_" not in plain and "gpu_" not in plain
+    with_compat = render(store, both())
+    # Our own series are byte for byte the same; compat families come after them.
+    assert with_compat.startswith(plain)
+
+
+def test_dcgm_units_labels_and_last_xid():
+    store = Store()
+    store.put(nvidia())
+    got = samples(render(store, both()))
+    ident = {"gpu": "0", "UUID": NV, "device": "nvidia0", "modelName": "NVIDIA H100"}
+    common = {**ident, "pci_bus_id": "", "Hostname": "node-1", "DCGM_FI_DRIVER_VERSION": "580.1"}
+    assert value(got, "DCGM_FI_DEV_GPU_UTIL", **common) == 37  # percent
+    assert value(got, "DCGM_FI_DEV_FB_USED", **common) == 3072  # MiB
+    assert value(got, "DCGM_FI_DEV_SM_CLOCK", **common) == 1755  # MHz
+    # A counter without _total, as dcgm-exporter names it (the parser appends _total).
+    assert value(got, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total", **common) == 12500  # mJ
+    xid = value(
+        got, "DCGM_FI_DEV_XID_ERRORS", **common, err_code="79", err_msg="GPU has fallen off the bus"
+    )
+    assert xid == 79  # the newest XID
+
+
+def test_amd_units_and_labels():
+    store = Store()
+    store.put(amd())
+    text = render(store, both())
+    got = samples(text)
+    line = next(x for x in text.splitlines() if x.startswith("gpu_used_vram{"))
+    assert 'card_model="102-G30211-00"' in line and 'cluster_name="lab"' in line
+    assert 'gpu_compute_partition_type="spx"' in line and 'serial_number="S1"' in line
+    used = [v for (n, _), v in got.items() if n == "gpu_used_vram"]
+    assert used == [1.5]  # MB
+    assert [v for (n, _), v in got.items() if n == "gpu_energy_consumed"] == [2e6]  # uJ
+    assert [v for (n, _), v in got.items() if n == "pcie_bandwidth"] == [4000]  # Mb/s
+    assert [v for (n, _), v in got.items() if n == "gpu_health"] == [1]
+    assert [v for (n, _), v in got.items() if n == "gpu_nodes_total"] == [1]
+
+
+def test_a_stale_source_leaves_no_compat_family():
+    store = Store()
+    store.put(nvidia(age=60.0))  # older than its stale_after: left out of views
+    store.put(amd())
+    text = render(store, both())
+    assert "DCGM_" not in text  # no stale value, no zero, not even a header
+    assert "gpu_used_vram{" in text
+
+
+def test_openmetrics_types_counters_without_total_as_unknown():
+    store = Store()
+    store.put(nvidia())
+    text = render(store, both(), OM)
+    assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION unknown\n" in text
+    assert "# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n" in text
+    assert text.endswith("# EOF\n") and text.count("# EOF") == 1
+
+
+def test_names_filter_applies_to_compat_families():
+    store = Store()
+    store.put(nvidia())
+    exposition = Exposition(store, process_metrics=False, compat=both())
+    body = exposition.render(None, None, names=["DCGM_FI_DEV_GPU_UTIL"])[0].decode()
+    assert "DCGM_FI_DEV_GPU_UTIL{" in body and "DCGM_FI_DEV_FB_USED" not in body
+    assert "accel_" not in body
+
+
+def test_unknown_compat_name_is_a_config_error_naming_the_choices():
+    with pytest.raises(ConfigError) as err:
+        load_config(env={"ACCEL_EXPORTER_OUTPUTS__PROMETHEUS__COMPAT": "dcgm,nvidia"})
+    assert "outputs.prometheus.compat.1" in str(err.value)
+    assert "'dcgm' | 'amd'" in str(err.value)
+    config = load_config(overrides={"outputs.prometheus.compat": "amd,dcgm"})
+    assert config.outputs.prometheus.compat == ["amd", "dcgm"]
+
+
+def test_workload_labels_stamp_pod_and_slurm_job():
+    store = Store()
+    ident = ("0", NV)
+    store.put(
+        _snapshot(
+            "nvml",
+            [
+                _info("nvidia", "0", NV),
+                _info("nvidia", "1", "GPU-b"),
+                Reading("accel_utilization_ratio", ident, 0.5),
+                Reading("accel_utilization_ratio", ("1", "GPU-b"), 0.25),
+                Reading("accel_device_workload_info", (*ident, "ml", "train", "main"), 1.0),
+                Reading("accel_device_job_info", ("1", "GPU-b", "777", "bob", "gpu"), 1.0),
+            ],
+        )
+    )
+    config = load_config(overrides={"outputs.prometheus.workload_labels": "true"})
+    factory = stamp.from_config(config)
+    body = Exposition(store, process_metrics=False, stamp=factory).render(None, None)[0]
+    got = samples(body.decode())
+    pod = {"namespace": "ml", "pod": "train", "container": "main", "job_id": ""}
+    assert value(got, "accel_utilization_ratio", device="0", uuid=NV, **pod) == 0.5
+    job = {"namespace": "", "pod": "", "container": "", "job_id": "777"}
+    assert value(got, "accel_utilization_ratio", device="1", uuid="GPU-b", **job) == 0.25
+
+
+def test_the_table_covers_both_default_lists():
+    from pathlib import Path
+
+    fixtures = Path(__file__).parents[1] / "fixtures" / "compat"
+    csv = (fixtures / "dcgm-exporter" / "default-counters.csv").read_text().splitlines()
+    dcgm_fields = {
+        line.split(",")[0].strip() for line in csv if line.strip() and not line.startswith("#")
+    }
+    amd_fields = {
+        line.strip()
+        for line in (fixtures / "device-metrics-exporter" / "gpu-metric-fields.txt")
+        .read_text()
+        .splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    rows = table.rows()
+    assert {r.field for r in rows if r.exporter == table.DCGM} == dcgm_fields
+    assert {r.field for r in rows if r.exporter == table.AMD} == amd_fields
+    assert all(r.served or r.note for r in rows)  # every field not served says why
