@@ -141,7 +141,9 @@ class ApiListing(Generic[T]):
             self._errors[reason] += 1
         state = f"{'inactive' if quiet else 'failing'}: {reason}: {detail}"
         if state != self.state:
-            self._log.warning("cannot list", what=self.what, reason=reason, detail=detail)
+            # Quiet reasons ("not in a cluster") are a node's normal state: no warning.
+            emit = self._log.info if quiet else self._log.warning
+            emit("cannot list", what=self.what, reason=reason, detail=detail)
         self.state = state
         keep = KEEP_INTERVALS * self.interval
         if self.listed_at is not None and self._clock() - self.listed_at > keep:
