@@ -371,14 +371,6 @@ def strict_values() -> bool:
     return os.environ.get(STRICT_ENV) == "1"
 
 
-def _unlisted(row: MetricSpec, labels: tuple[str, ...]) -> tuple[str, str] | None:
-    """(label, value) of the first enumerated label whose value is not listed, or None."""
-    for position, allowed in row.enumerated:
-        if labels[position] not in allowed:
-            return row.labels[position], labels[position]
-    return None
-
-
 def validate(
     readings: Iterable[Reading],
     catalog: Mapping[str, MetricSpec] = CATALOG,
@@ -411,18 +403,27 @@ def validate(
             bad.append(
                 f"{reading.metric}{list(reading.labels)}: value {reading.value!r} is not finite"
             )
-        elif row.enumerated and (unlisted := _unlisted(row, reading.labels)) is not None:
-            label, value = unlisted
-            text = (
-                f"{reading.metric}: {label}={value!r} is not one of"
-                f" {', '.join(map(repr, row.values[label]))}"
-            )
-            if strict:
-                raise LabelValueError(text)
-            key = (reading.metric, label, value)
-            if key not in _REPORTED and len(_REPORTED) < _REPORTED_MAX:
-                _REPORTED.add(key)
-                bad.append(text + " (dropped; reported once)")
         else:
-            good.append(reading)
+            # Inline, not a helper: this runs for every reading of every poll.
+            for position, allowed in row.enumerated:
+                if reading.labels[position] not in allowed:
+                    _unlisted(reading, row, position, strict, bad)
+                    break
+            else:
+                good.append(reading)
     return good, bad
+
+
+def _unlisted(
+    reading: Reading, row: MetricSpec, position: int, strict: bool, bad: list[str]
+) -> None:
+    """A label value outside its enumeration: raise (strict) or describe it the first time."""
+    label, value = row.labels[position], reading.labels[position]
+    listed = ", ".join(map(repr, row.values[label]))
+    text = f"{reading.metric}: {label}={value!r} is not one of {listed}"
+    if strict:
+        raise LabelValueError(text)
+    key = (reading.metric, label, value)
+    if key not in _REPORTED and len(_REPORTED) < _REPORTED_MAX:
+        _REPORTED.add(key)
+        bad.append(text + " (dropped; reported once)")
