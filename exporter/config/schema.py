@@ -368,8 +368,7 @@ class LevelZeroSourceConfig(DeviceSourceConfig):
     """Intel GPUs through Level Zero Sysman (pyzes); ``library_path`` is the loader to use."""
 
     HELP: ClassVar[dict[str, str]] = {
-        "library_path": "the Level Zero loader (unset: the distributions' paths, then the"
-        " dynamic loader's search; no worker while it is nowhere)",
+        "library_path": "the Level Zero loader (unset: distributions' paths, then ld.so's)",
     }
 
     # Unset: Debian's, RHEL/SUSE/Fedora's /usr/lib64 and the loader's search (libsearch).
@@ -381,8 +380,7 @@ class HlmlSourceConfig(DeviceSourceConfig):
     """Intel Gaudi through libhlml (habana-pyhlml); ``library_path`` is the library to use."""
 
     HELP: ClassVar[dict[str, str]] = {
-        "library_path": "libhlml (unset: /usr/lib/habanalabs, then the dynamic loader's"
-        " search; no worker while it is nowhere)",
+        "library_path": "libhlml (unset: /usr/lib/habanalabs, then where ld.so looks)",
         "nic_statistics": "per-port NIC counters, read on slow polls",
     }
 
