@@ -10,8 +10,11 @@ import pytest
 
 from tests.e2e.test_nvml_daemon import OTHERS_OFF
 from tests.fakes.kube_api import FakeApiServer, node
+from tests.fakes.kubelet import FakeKubelet
+from tests.fakes.resource_slices import nvidia_gpu, resource_slice
 from tests.helpers.daemon import Daemon, value
 from tests.helpers.pki import make_pki
+from tests.helpers.workload import enrich
 
 NODE = "gpu-node-a"
 
@@ -68,6 +71,62 @@ def test_writer_reports_and_survives_a_hung_api_server(daemon_factory, fake_nvml
         d.wait_for(lambda: condition(api)["status"] == "False", timeout=30, what="False")
         assert "xid_79 -> reboot_node" in condition(api)["message"]
         status = d.status()["outputs"]["kubernetes"]
-        # No DRA resolver in the daemon yet: the failed GPU is listed, no rule is made.
+        # No ResourceSlice listing (the workload source has no API access): the failed GPU
+        # is listed as unresolved, no rule is made.
         assert status["unresolved_devices"] == [u1] and status["rules"] == {}
         assert api.rules == {} and api.invalid == []
+
+
+def test_a_failed_dra_gpu_gets_a_rule_selecting_its_resource_slice_device(
+    daemon_factory, fake_nvml, pki, tmp_path, sock_dir
+):
+    """The daemon's own wiring: the workload source's ResourceSlice listing resolves the
+    failed GPU's uuid to (driver, pool, device) for the writer."""
+    fake = fake_nvml(2)
+    u0, u1 = fake.uuid(0), fake.uuid(1)
+    token = tmp_path / "token"
+    token.write_text("t0ken\n")
+    with (
+        FakeKubelet(str(sock_dir / "kubelet.sock")) as kubelet,
+        FakeApiServer(pki, token="t0ken") as api,
+    ):
+        api.nodes = {NODE: node(NODE)}
+        api.slices = [
+            resource_slice(
+                NODE,
+                "gpu.nvidia.com",
+                [nvidia_gpu(0, u0, "0000:17:00.0"), nvidia_gpu(1, u1, "0000:2a:00.0")],
+            )
+        ]
+        access = {"api_server": api.url, "token_file": str(token), "ca_file": str(pki / "ca.pem")}
+        config = {
+            "sources": {**OTHERS_OFF, "nvml": {"interval": "1s", "slow_interval": "1s"}},
+            "workload": enrich(
+                str(tmp_path),
+                kubelet.socket_path,
+                pod_labels=access,
+                dra={"enabled": True, "interval": "60s", "min_interval": "1s"},
+            ),
+            "outputs": {
+                "kubernetes": {**access, "enabled": True, "node_name": NODE, "interval": "1s"}
+            },
+        }
+        d: Daemon = daemon_factory(config, env={**fake.env(), "NODE_NAME": NODE})
+        d.wait_for(lambda: fake.state.event_sets >= 1, timeout=60, what="the worker's event set")
+        d.wait_for(
+            lambda: d.status()["sources"]["workload"].get("k8s_dra") == "ok",
+            timeout=30,
+            what="the ResourceSlices listed",
+        )
+        fake.inject_xid(1, 79)
+        d.wait_for(lambda: len(api.rules) == 1, timeout=30, what="a DeviceTaintRule")
+        (rule,) = api.rules.values()
+        assert rule["spec"]["deviceSelector"] == {
+            "driver": "gpu.nvidia.com",
+            "pool": NODE,
+            "device": "gpu-1",
+        }
+        # No effect first: the rule only says what it would do.
+        assert rule["spec"]["taint"]["effect"] == "None"
+        status = d.status()["outputs"]["kubernetes"]
+        assert status["unresolved_devices"] == [] and api.invalid == []
