@@ -52,6 +52,18 @@ def test_exit_status_phases_and_log(tmp_path):
     assert summary["devices"] == {}  # no accelerator library on this machine
 
 
+def test_a_command_shorter_than_the_interval_still_gets_figures(tmp_path):
+    # `record --out DIR -- true` at the default 1 s: no sample completes while it runs.
+    out = tmp_path / "run"
+    result = record(out, "true")
+    assert result.returncode == 0, result.stderr
+    samples = [line for line in run_log(out) if line["type"] == "sample"]
+    host = json.loads((out / "summary.json").read_text())["host"]
+    assert host["samples"] == len(samples) == 2, (host, samples)
+    assert host["samples_taken"] == "around"
+    assert 0 <= host["cpu_user_ratio_mean"] <= 1 and 0 <= host["cpu_idle_ratio_mean"] <= 1
+
+
 def test_killed_by_a_signal(tmp_path):
     out = tmp_path / "run"
     result = record(out, "sh", "-c", "kill -TERM $$")
