@@ -74,8 +74,8 @@ SENSORS = {
     3: "global_min",
     4: "gpu_min",
     5: "memory_min",
-    6: "gpu_board",
-    7: "gpu_board_min",
+    6: "board",  # the board's sensors, "board" as on Gaudi (catalog/vocabulary.py)
+    7: "board_min",
     8: "voltage_regulator",
 }
 # zes_freq_domain_t -> clock label: the GPU core and media domains are the clocks

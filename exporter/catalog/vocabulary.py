@@ -29,11 +29,12 @@ ECC_COUNTERS = ("volatile", "aggregate", "")
 ROW_CAUSES = ("multiple_single_bit_ecc", "double_bit_ecc")
 RETIREMENT_CAUSES = (*ROW_CAUSES, "")
 
-# Temperature sensors. Shared: gpu (the die), memory, voltage_regulator.
+# Temperature sensors. Shared: gpu (the die), memory, voltage_regulator, board (Intel, Gaudi).
 SENSORS = (
     "gpu",
     "memory",
     "voltage_regulator",
+    "board",
     # AMD
     "edge",
     "hotspot",
@@ -46,10 +47,8 @@ SENSORS = (
     "global_min",
     "gpu_min",
     "memory_min",
-    "gpu_board",
-    "gpu_board_min",
+    "board_min",
     # Gaudi
-    "board",
     "other",
     "hbm",
     "ctemp",

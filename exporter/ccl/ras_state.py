@@ -27,10 +27,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from exporter.catalog.vocabulary import CCL_JOB_STATES
 from exporter.ccl.hosts import lowest_host, normalize
 from exporter.ccl.ras_model import RasReport
 
-STATES = ("no_job", "unreachable", "error", "healthy", "degraded", "stalled")
+# accel_ccl_job_state's one-hot states, as the catalog lists them.
+STATES = CCL_JOB_STATES
 # States in which the service returned a report.
 REPORTED = frozenset({"healthy", "degraded", "stalled"})
 

@@ -21,15 +21,11 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-EXEC_STATUS = (
-    "completed",
-    "completed_with_err",
-    "completed_with_num_err",
-    "timed_out",
-    "incorrect_input",
-    "failed_to_queue",
-)
-EXEC_ERRORS = ("generic", "numerical", "transient", "model", "runtime", "hardware")
+from exporter.catalog.vocabulary import NEURON_EXECUTION_ERRORS, NEURON_EXECUTION_STATUSES
+
+# neuron-monitor's execution outcomes and error kinds, as the catalog lists them.
+EXEC_STATUS = NEURON_EXECUTION_STATUSES
+EXEC_ERRORS = NEURON_EXECUTION_ERRORS
 LATENCIES = ("total_latency", "device_latency")
 PERCENTILES = ("p0", "p1", "p25", "p50", "p75", "p99", "p100")
 MEMORY_CATEGORIES = (

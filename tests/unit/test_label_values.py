@@ -140,3 +140,9 @@ def test_one_clock_vocabulary_for_every_vendor():
     }
     for words in written.values():
         assert {"graphics", "memory", "video"} <= words, written
+
+
+def test_one_board_sensor_name():
+    # The board's temperature is "board" on Gaudi and Intel (Level Zero's was "gpu_board").
+    assert "board" in {name for _, name in hlml.SENSORS}
+    assert "board" in set(levelzero.SENSORS.values())

@@ -26,6 +26,8 @@ THROTTLE_REASONS = [
     "thermal",
     "power",
 ]
+# The fake's sensor names the exporter writes otherwise (as every vendor does).
+SENSOR_LABELS = {"gpu_board": "board"}
 # The fake's frequency domains -> the clock label every vendor uses for them.
 CLOCK_LABELS = {"gpu": "graphics", "memory": "memory", "media": "video"}
 RAS = ("reset", "programming", "driver", "compute", "non_compute", "cache", "display")
@@ -55,7 +57,8 @@ def series(dev: Device, i: int, *, device: str | None = None) -> Series:
     out[key("accel_memory_used_bytes", **me)] = total - free
     out[key("accel_power_watts", **me)] = dev.energy_step_uj / dev.energy_ts_step_us
     for name, kind in SENSORS.items():
-        out[key("accel_temperature_celsius", sensor=name, **me)] = dev.temp[kind]
+        sensor = SENSOR_LABELS.get(name, name)
+        out[key("accel_temperature_celsius", sensor=sensor, **me)] = dev.temp[kind]
     for name, kind in CLOCKS.items():
         clock = CLOCK_LABELS[name]
         out[key("accel_clock_hertz", clock=clock, **me)] = dev.freq_actual[kind] * 1e6
