@@ -28,6 +28,7 @@ from exporter.outputs import stamp
 from exporter.outputs.base import Output
 from exporter.outputs.http import Endpoints, HttpServer, ListenError
 from exporter.outputs.http_conns import HttpCounters
+from exporter.outputs.profile import Profile
 from exporter.outputs.prometheus import Exposition
 from exporter.outputs.registry import build_outputs
 from exporter.scheduler import Scheduler
@@ -101,7 +102,11 @@ class App:
         self.source_builder = source_builder
         # Rows with configured labels (pod label keys) are fixed for the daemon's life.
         self.store = Store(catalog=catalog_for(config))
-        self.exposition = Exposition(self.store, stamp=stamp.from_config(config))
+        self.exposition = Exposition(
+            self.store,
+            stamp=stamp.from_config(config),
+            profile=Profile.from_config(config.outputs.prometheus, self.store.catalog),
+        )
         self.runtime: Runtime | None = None
         self.http: HttpServer | None = None
         # Kept across reloads, so a new listener continues the counters.
@@ -349,7 +354,10 @@ class App:
                 return False
             log.configure(new.log.level, new.log.format)
             os.environ["ACCEL_EXPORTER_WORKER_LOG_LEVEL"] = new.log.level
-            self.exposition.set_stamp(stamp.from_config(new))
+            self.exposition.set_stamp(
+                stamp.from_config(new),
+                Profile.from_config(new.outputs.prometheus, self.store.catalog),
+            )
             old, self.runtime = self.runtime, runtime
             # Until it is fully stopped, a shutdown that cancels this reload must
             # still find the old runtime (and its workers) to stop.

@@ -106,4 +106,11 @@ ROWS = (
         "OTLP export attempts by result: success, or failure (refused, unreachable, timed out).",
         ("result",),
     ),
+    MetricSpec(
+        "accel_exporter_series",
+        Kind.GAUGE,
+        "Samples this scrape's exposition carries from each source (exporter: the daemon's own"
+        " families), after the profile and include/exclude; the scrape's series budget.",
+        ("source",),
+    ),
 )

@@ -598,6 +598,11 @@ class SourcesConfig:
 # The kubelet's pod-resources reply grows with pods x devices; gRPC's default 4 MiB is
 # known to be too small on busy nodes (dcgm-exporter#509), so never allow less than this.
 MIN_POD_RESOURCES_MESSAGE_BYTES = 16 * 1024 * 1024
+# No series carries more labels than this (Mimir refuses series over 30 by default,
+# target labels and __name__ included); accel_pod_labels_info has namespace, pod and
+# one label per allowlisted key.
+MAX_SERIES_LABELS = 15
+MAX_POD_LABEL_KEYS = MAX_SERIES_LABELS - 2
 # Workload labels that may be stamped onto device series.
 STAMPABLE_LABELS = ("namespace", "pod", "container")
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -653,6 +658,14 @@ class PodLabelsConfig:
         out = []
         if self.enabled and not self.keys:
             out.append(("keys", "enabled needs at least one label key (the allowlist)"))
+        if len(self.keys) > MAX_POD_LABEL_KEYS:
+            out.append(
+                (
+                    "keys",
+                    f"at most {MAX_POD_LABEL_KEYS} keys: with namespace and pod, a series carries"
+                    f" at most {MAX_SERIES_LABELS} labels (docs/profiles.md)",
+                )
+            )
         seen: dict[str, str] = {}
         for i, key in enumerate(self.keys):
             if not re.match(LABEL_KEY, key) or len(key) > 317:
@@ -778,7 +791,48 @@ class WorkloadConfig(SourceConfig):
 
 
 @dataclass(frozen=True)
-class OtlpOutputConfig:
+class ProfileConfig:
+    """Which families an output carries: a profile, then families added or removed.
+
+    ``minimal`` (alerts and capacity dashboards), ``default`` (every family, one row
+    per device for links and engines, per-link NVLink errors only for links that
+    counted one), ``full`` (every link and engine). ``include`` and ``exclude`` name
+    families (with or without ``_total``) or globs (``accel_nvlink_*``); an included
+    family is written in full. See docs/profiles.md.
+    """
+
+    HELP: ClassVar[dict[str, str]] = {
+        "profile": "minimal, default or full (docs/profiles.md)",
+        "include": "families or globs added to the profile, written in full",
+        "exclude": "families or globs left out",
+    }
+
+    profile: Literal["minimal", "default", "full"] = "default"
+    include: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
+
+    def check(self) -> list[tuple[str, str]]:
+        """Every pattern names a catalog family (the near miss named when it does not)."""
+        from exporter.catalog.profiles import pattern_problem
+
+        out = []
+        for key, patterns in (("include", self.include), ("exclude", self.exclude)):
+            for i, pattern in enumerate(patterns):
+                problem = pattern_problem(pattern)
+                if problem is not None:
+                    out.append((f"{key}.{i}", problem))
+        return out
+
+
+@dataclass(frozen=True)
+class PrometheusOutputConfig(ProfileConfig):
+    """What /metrics carries (the listener itself is configured in ``web``)."""
+
+    HELP: ClassVar[dict[str, str]] = dict(ProfileConfig.HELP)
+
+
+@dataclass(frozen=True)
+class OtlpOutputConfig(ProfileConfig):
     """OTLP metrics push (off by default).
 
     A key left unset here is the SDK exporter's: it reads the standard
@@ -800,6 +854,7 @@ class OtlpOutputConfig:
         "client_key_file": "key of client_certificate_file",
         "temporality": "counter temporality (unset: OTEL_* preference, else cumulative)",
         "resource_attributes": "resource attributes that win over detection",
+        **ProfileConfig.HELP,
     }
 
     enabled: bool = False
@@ -821,7 +876,7 @@ class OtlpOutputConfig:
 
     def check(self) -> list[tuple[str, str]]:
         """Positive timings (the OTEL_* merge is checked by load_config, with its env)."""
-        out = []
+        out = super().check()
         if self.interval is not None and self.interval < MIN_INTERVAL:
             out.append(("interval", f"must be at least {int(MIN_INTERVAL * 1000)}ms"))
         if self.timeout is not None and self.timeout <= 0:
@@ -831,10 +886,14 @@ class OtlpOutputConfig:
 
 @dataclass(frozen=True)
 class OutputsConfig:
-    """Push outputs (Prometheus pull is always on, in ``web``)."""
+    """Outputs: what /metrics carries, and the push outputs (Prometheus pull is always on)."""
 
-    HELP: ClassVar[dict[str, str]] = {"otlp": "OTLP metrics push (off by default)"}
+    HELP: ClassVar[dict[str, str]] = {
+        "prometheus": "which families /metrics carries (profile, include, exclude)",
+        "otlp": "OTLP metrics push (off by default)",
+    }
 
+    prometheus: PrometheusOutputConfig = field(default_factory=PrometheusOutputConfig)
     otlp: OtlpOutputConfig = field(default_factory=OtlpOutputConfig)
 
 
