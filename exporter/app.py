@@ -31,6 +31,7 @@ from exporter.outputs import compat, stamp
 from exporter.outputs.base import Output
 from exporter.outputs.http import Endpoints, HttpServer, ListenError
 from exporter.outputs.http_conns import HttpCounters
+from exporter.outputs.profile import Profile
 from exporter.outputs.prometheus import Exposition
 from exporter.outputs.registry import build_outputs
 from exporter.scheduler import Scheduler
@@ -121,7 +122,10 @@ class App:
         # Rows with configured labels (pod label keys) are fixed for the daemon's life.
         self.store = Store(catalog=catalog_for(config))
         self.exposition = Exposition(
-            self.store, stamp=stamp.from_config(config), compat=_compat(config)
+            self.store,
+            stamp=stamp.from_config(config),
+            compat=_compat(config),
+            profile=Profile.from_config(config.outputs.prometheus, self.store.catalog),
         )
         self.runtime: Runtime | None = None
         self.http: HttpServer | None = None
@@ -411,7 +415,11 @@ class App:
                 return False
             log.configure(new.log.level, new.log.format)
             os.environ["ACCEL_EXPORTER_WORKER_LOG_LEVEL"] = new.log.level
-            self.exposition.set_stamp(stamp.from_config(new), _compat(new))
+            self.exposition.set_stamp(
+                stamp.from_config(new),
+                _compat(new),
+                Profile.from_config(new.outputs.prometheus, self.store.catalog),
+            )
             old, self.runtime = self.runtime, runtime
             previous = {source.name: source for source in old.sources}
             unchanged = [s.name for s in runtime.sources if previous.get(s.name) is s]

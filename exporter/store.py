@@ -30,6 +30,9 @@ from exporter.catalog import CATALOG, Kind, MetricSpec
 from exporter.catalog.exporter_self import POLL_DURATION_BUCKETS
 from exporter.model import HistogramValue, Reading, Snapshot, is_number
 
+# The source label of the daemon's own families (accel_exporter_series).
+SELF_SOURCE = "exporter"
+
 
 class HistogramAccumulator:
     """Counts observations into fixed buckets; :meth:`value` gives the cumulative form."""
@@ -136,8 +139,15 @@ class SourceRecordView:
 class View:
     """What one render sees: fresh snapshots plus the daemon's own readings."""
 
-    def __init__(self, key: tuple[object, ...], readings: Iterable[Reading]) -> None:
+    def __init__(
+        self,
+        key: tuple[object, ...],
+        readings: Iterable[Reading],
+        parts: Sequence[tuple[str, Sequence[Reading]]] = (),
+    ) -> None:
         self.key = key
+        # Who reported what (source name, its readings), for the series count per source.
+        self.parts = parts
         grouped: dict[str, dict[tuple[str, ...], Reading]] = {}
         for reading in readings:
             # Later sources win on an exact duplicate series rather than emitting it twice.
@@ -316,14 +326,17 @@ class Store:
             if cached is not None and cached.key == key:
                 return cached
             records = [record.copy() for record in self._records.values()]
-            internal = list(self._internal.values())
-        readings: list[Reading] = list(_self_readings(records, now))
-        for items in internal:
-            readings.extend(items)
-        for record in records:
-            if record.snapshot is not None and record.fresh(now):
-                readings.extend(record.snapshot.readings)
-        view = View(key, readings)
+            internal = list(self._internal.items())
+        parts: list[tuple[str, Sequence[Reading]]] = [
+            (SELF_SOURCE, tuple(_self_readings(records, now))),
+            *internal,
+            *(
+                (record.name, record.snapshot.readings)
+                for record in records
+                if record.snapshot is not None and record.fresh(now)
+            ),
+        ]
+        view = View(key, (r for _, items in parts for r in items), parts)
         with self._lock:
             self._view = view
         return view

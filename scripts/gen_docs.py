@@ -25,6 +25,7 @@ from exporter.catalog import (  # noqa: E402
     intel,
     neuron,
     nvidia,
+    totals,
     tpu,
     workload,
 )
@@ -43,6 +44,7 @@ DOMAINS = [
     ("Devices (every vendor)", device),
     ("NVIDIA only", nvidia),
     ("AMD only", amd),
+    ("Per-device totals of per-link families (derived while rendering)", totals),
     ("Intel GPU only", intel),
     ("Intel Gaudi only", gaudi),
     ("Google TPU only", tpu),

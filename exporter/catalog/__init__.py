@@ -20,6 +20,7 @@ from exporter.catalog import (
     intel,
     neuron,
     nvidia,
+    totals,
     tpu,
     workload,
 )
@@ -27,7 +28,20 @@ from exporter.catalog.spec import UNITS, Kind, MetricSpec
 
 __all__ = ["CATALOG", "UNITS", "Kind", "MetricSpec", "build", "spec", "with_rows"]
 
-_DOMAINS = (exporter_self, host, device, nvidia, amd, intel, gaudi, tpu, neuron, ccl, workload)
+_DOMAINS = (
+    exporter_self,
+    host,
+    device,
+    nvidia,
+    amd,
+    totals,
+    intel,
+    gaudi,
+    tpu,
+    neuron,
+    ccl,
+    workload,
+)
 
 
 def build(rows: Iterable[MetricSpec]) -> Mapping[str, MetricSpec]:

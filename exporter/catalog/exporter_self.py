@@ -143,4 +143,12 @@ ROWS = (
         otel_unit="{export}",
         values={"result": EXPORT_RESULTS},
     ),
+    MetricSpec(
+        "accel_exporter_series",
+        Kind.GAUGE,
+        "Samples this scrape's exposition carries from each source (exporter: the daemon's own"
+        " families), after the profile and include/exclude; the scrape's series budget.",
+        ("source",),
+        otel_unit="{sample}",
+    ),
 )

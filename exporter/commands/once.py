@@ -11,6 +11,7 @@ from typing import Any, TextIO
 from exporter.catalog.spec import MetricSpec
 from exporter.config import Config
 from exporter.model import HistogramValue, Snapshot
+from exporter.outputs.profile import Profile
 from exporter.outputs.prometheus import Exposition
 from exporter.scheduler import poll_once
 from exporter.sources.base import Source
@@ -85,7 +86,8 @@ def run(config: Config, fmt: str, out: TextIO = sys.stdout) -> int:
         json.dump(to_json(results, store.catalog), out, indent=2)
         out.write("\n")
     else:
-        body, _ = Exposition(store, process_metrics=False).render(None, None)
+        profile = Profile.from_config(config.outputs.prometheus, store.catalog)
+        body, _ = Exposition(store, process_metrics=False, profile=profile).render(None, None)
         out.write(body.decode())
     failed = False
     for snap in results:

@@ -640,6 +640,11 @@ class SourcesConfig:
 # The kubelet's pod-resources reply grows with pods x devices; gRPC's default 4 MiB is
 # known to be too small on busy nodes (dcgm-exporter#509), so never allow less than this.
 MIN_POD_RESOURCES_MESSAGE_BYTES = 16 * 1024 * 1024
+# No series carries more labels than this (Mimir refuses series over 30 by default,
+# target labels and __name__ included); accel_pod_labels_info has namespace, pod and
+# one label per allowlisted key.
+MAX_SERIES_LABELS = 15
+MAX_POD_LABEL_KEYS = MAX_SERIES_LABELS - 2
 # Workload labels that may be stamped onto device series.
 STAMPABLE_LABELS = ("namespace", "pod", "container")
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -695,6 +700,14 @@ class PodLabelsConfig:
         out = []
         if self.enabled and not self.keys:
             out.append(("keys", "enabled needs at least one label key (the allowlist)"))
+        if len(self.keys) > MAX_POD_LABEL_KEYS:
+            out.append(
+                (
+                    "keys",
+                    f"at most {MAX_POD_LABEL_KEYS} keys: with namespace and pod, a series carries"
+                    f" at most {MAX_SERIES_LABELS} labels (docs/profiles.md)",
+                )
+            )
         seen: dict[str, str] = {}
         for i, key in enumerate(self.keys):
             if not re.match(LABEL_KEY, key) or len(key) > 317:
@@ -861,8 +874,64 @@ class WorkloadConfig(SourceConfig):
     slurm: SlurmEnrichConfig = field(default_factory=SlurmEnrichConfig)
 
 
+CompatName = Literal["dcgm", "amd"]
+
+
 @dataclass(frozen=True)
-class OtlpOutputConfig:
+class ProfileConfig:
+    """Which families an output carries: a profile, then families added or removed.
+
+    ``minimal`` (alerts and capacity dashboards), ``default`` (every family, one row
+    per device for links and engines, per-link NVLink errors only for links that
+    counted one), ``full`` (every link and engine). ``include`` and ``exclude`` name
+    families (with or without ``_total``) or globs (``accel_nvlink_*``); an included
+    family is written in full. See docs/profiles.md.
+    """
+
+    HELP: ClassVar[dict[str, str]] = {
+        "profile": "minimal, default or full (docs/profiles.md)",
+        "include": "families or globs added to the profile, written in full",
+        "exclude": "families or globs left out",
+    }
+
+    profile: Literal["minimal", "default", "full"] = "default"
+    include: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
+
+    def check(self) -> list[tuple[str, str]]:
+        """Every pattern names a catalog family (the near miss named when it does not)."""
+        from exporter.catalog.profiles import pattern_problem
+
+        out = []
+        for key, patterns in (("include", self.include), ("exclude", self.exclude)):
+            for i, pattern in enumerate(patterns):
+                problem = pattern_problem(pattern)
+                if problem is not None:
+                    out.append((f"{key}.{i}", problem))
+        return out
+
+
+@dataclass(frozen=True)
+class PrometheusOutputConfig(ProfileConfig):
+    """What /metrics carries: our families by profile, and other exporters' series.
+
+    The listener itself is configured in ``web``; compat series are off by default.
+    """
+
+    HELP: ClassVar[dict[str, str]] = {
+        **ProfileConfig.HELP,
+        "compat": "also serve these exporters' series: dcgm, amd (docs/migrating.md)",
+        "workload_labels": "pod, namespace, container, job_id on attributed device series",
+        "cluster_name": "the cluster_name label of the amd compat series",
+    }
+
+    compat: list[CompatName] = field(default_factory=list)
+    workload_labels: bool = False
+    cluster_name: str = ""
+
+
+@dataclass(frozen=True)
+class OtlpOutputConfig(ProfileConfig):
     """OTLP metrics push (off by default).
 
     A key left unset here is the SDK exporter's: it reads the standard
@@ -884,6 +953,7 @@ class OtlpOutputConfig:
         "client_key_file": "key of client_certificate_file",
         "temporality": "counter temporality (unset: OTEL_* preference, else cumulative)",
         "resource_attributes": "resource attributes that win over detection",
+        **ProfileConfig.HELP,
     }
 
     enabled: bool = False
@@ -905,32 +975,12 @@ class OtlpOutputConfig:
 
     def check(self) -> list[tuple[str, str]]:
         """Positive timings (the OTEL_* merge is checked by load_config, with its env)."""
-        out = []
+        out = super().check()
         if self.interval is not None and self.interval < MIN_INTERVAL:
             out.append(("interval", f"must be at least {int(MIN_INTERVAL * 1000)}ms"))
         if self.timeout is not None and self.timeout <= 0:
             out.append(("timeout", "must be positive"))
         return out
-
-
-CompatName = Literal["dcgm", "amd"]
-
-
-@dataclass(frozen=True)
-class PrometheusOutputConfig:
-    """What /metrics carries beyond our own series (nothing, by default)."""
-
-    HELP: ClassVar[dict[str, str]] = {
-        "compat": "also serve these exporters' series: dcgm (dcgm-exporter 4.x),"
-        " amd (device-metrics-exporter 1.5); see docs/migrating.md",
-        "workload_labels": "put pod, namespace, container and job_id on our per-device"
-        " series while a device is attributed",
-        "cluster_name": "the cluster_name label of the amd compat series",
-    }
-
-    compat: list[CompatName] = field(default_factory=list)
-    workload_labels: bool = False
-    cluster_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -987,17 +1037,17 @@ class KubernetesOutputConfig:
 
 @dataclass(frozen=True)
 class OutputsConfig:
-    """Push outputs (Prometheus pull is always on, in ``web``)."""
+    """Outputs: what /metrics carries, and the push outputs (Prometheus pull is always on)."""
 
     HELP: ClassVar[dict[str, str]] = {
+        "prometheus": "what /metrics carries: profile, include, exclude, compat series",
         "otlp": "OTLP metrics push (off by default)",
         "kubernetes": "device health to Kubernetes: DeviceTaintRules, Node condition (off)",
-        "prometheus": "compat series and workload labels on /metrics (off by default)",
     }
 
+    prometheus: PrometheusOutputConfig = field(default_factory=PrometheusOutputConfig)
     otlp: OtlpOutputConfig = field(default_factory=OtlpOutputConfig)
     kubernetes: KubernetesOutputConfig = field(default_factory=KubernetesOutputConfig)
-    prometheus: PrometheusOutputConfig = field(default_factory=PrometheusOutputConfig)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from exporter.outputs.otlp_account import LOG_EVERY_SECONDS, ExportAccount
 from exporter.outputs.otlp_batch import BatchBuilder
 from exporter.outputs.otlp_resource import resource_attributes
 from exporter.outputs.otlp_transport import build_exporter, sdk_log_capture, temporality_of
+from exporter.outputs.profile import Profile
 from exporter.store import Store
 
 # After the deadline, how long an aborted export may take to notice before it is abandoned.
@@ -61,8 +62,10 @@ class OtlpOutput:
         warnings: list[str] | None = None,
         exporter_factory: Callable[[OtlpSettings], MetricExporter] = build_exporter,
         log_every: float = LOG_EVERY_SECONDS,
+        profile: Profile | None = None,
     ) -> None:
         self.settings = settings
+        self.profile = profile
         self.store = store
         self.resource = Resource(resource)
         self.account = ExportAccount(store, settings.endpoint or "", log_every)
@@ -97,7 +100,13 @@ class OtlpOutput:
                 [f"outputs.otlp.{key}: {message}" for key, message in resolution.problems]
             )
         attributes, warnings = resource_attributes(config.resource_attributes, os.environ)
-        return cls(resolution.settings, store, attributes, resolution.warnings + warnings)
+        return cls(
+            resolution.settings,
+            store,
+            attributes,
+            resolution.warnings + warnings,
+            profile=Profile.from_config(config, store.catalog),
+        )
 
     # -- lifecycle (event loop) ------------------------------------------------
 
@@ -116,7 +125,9 @@ class OtlpOutput:
             # The exporter read the temporality (configured, or the SDK's variable).
             self._temporality = temporality_of(self._exporter)
             self.account.endpoint = self.endpoint()
-            self._batches = BatchBuilder(self.resource, self._temporality, self.store.catalog)
+            self._batches = BatchBuilder(
+                self.resource, self._temporality, self.store.catalog, self.profile
+            )
         except Exception as exc:  # e.g. a certificate file that vanished since the config check
             self._state = "failed"
             self.account.last_error = f"cannot start: {type(exc).__name__}: {exc}"

@@ -52,6 +52,7 @@ from exporter import __version__
 from exporter.catalog import CATALOG, MetricSpec
 from exporter.catalog.otel import Instrument, OtelMetric, instruments
 from exporter.model import HistogramValue
+from exporter.outputs.profile import Profile
 from exporter.store import View
 
 SCOPE = "accel-exporter"
@@ -110,12 +111,15 @@ class BatchBuilder:
         resource: Resource,
         temporality: str = "cumulative",
         catalog: Mapping[str, MetricSpec] = CATALOG,
+        profile: Profile | None = None,
     ) -> None:
         if temporality not in TEMPORALITIES:
             raise ValueError(f"temporality {temporality!r} is not one of {TEMPORALITIES}")
         self._resource = resource
         self._scope = InstrumentationScope(SCOPE, __version__)
         self._instruments = list(instruments(catalog).items())
+        # The families and thinning of ``outputs.otlp.profile`` (every row without one).
+        self._profile = profile
         self._delta = {
             Instrument.COUNTER: temporality == "delta",
             Instrument.HISTOGRAM: temporality in ("delta", "lowmemory"),
@@ -152,7 +156,12 @@ class BatchBuilder:
         delta = self._delta.get(kind, False)
         points: list[NumberDataPoint | HistogramDataPoint] = []
         for member in members:
-            for reading in view.readings(member.row.name):
+            found = (
+                view.readings(member.row.name)
+                if self._profile is None
+                else self._profile.readings(view, member.row.name)
+            )
+            for reading in found:
                 value = reading.value
                 if isinstance(value, HistogramValue) is not (kind is Instrument.HISTOGRAM):
                     continue  # a reading of the wrong shape is /metrics' business, not ours

@@ -20,13 +20,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from exporter import allocator, log
+from exporter.catalog import CATALOG, MetricSpec
+from exporter.model import Reading
 from exporter.outputs import text_format
 from exporter.outputs.compat import Compat
 from exporter.outputs.compat import encode as encode_compat
+from exporter.outputs.profile import Profile
 from exporter.outputs.rows import rows
 from exporter.outputs.stamp import StampFactory
 from exporter.outputs.text_format import Negotiated, ProcessFamilies, negotiate_or_text
-from exporter.store import Store
+from exporter.store import SELF_SOURCE, Store, View
 
 # Process metrics (RSS, CPU) change continuously; refreshing them this often
 # keeps the exposition cacheable between store changes.
@@ -43,6 +46,7 @@ PRERENDER_LEAD_MAX_SECONDS = 1.0
 # their format is rendered on the first change after each scrape, and served only
 # while the store has not changed since.
 PRERENDER_MIN_INTERVAL_SECONDS = 1.0
+SERIES = "accel_exporter_series"
 
 
 def _lead(interval: float) -> float:
@@ -89,12 +93,16 @@ class Exposition:
         clock: Callable[[], float] = time.monotonic,
         stamp: StampFactory | None = None,
         compat: Compat | None = None,
+        profile: Profile | None = None,
     ) -> None:
         self.store = store
         self._clock = clock
         self.stamp = stamp
         # Other exporters' series (outputs.prometheus.compat), built from the same view.
         self.compat = compat
+        # ``outputs.prometheus``'s families and thinning; without one, every reading as
+        # stored (no derived totals, no accel_exporter_series).
+        self.profile = profile
         self._process = ProcessFamilies() if process_metrics else None
         self._lock = threading.Lock()
         self._cache: dict[tuple[object, ...], bytes] = {}
@@ -107,11 +115,24 @@ class Exposition:
         self._last: dict[tuple[str, bool], bytes] = {}
         self._stop_prerender = threading.Event()
 
-    def set_stamp(self, stamp: StampFactory | None, compat: Compat | None = None) -> None:
-        """Change the opt-in stamping and compat series (config reload); drops cached bodies."""
+    def set_stamp(
+        self,
+        stamp: StampFactory | None,
+        compat: Compat | None = None,
+        profile: Profile | None = None,
+    ) -> None:
+        """Change the opt-in label stamping, the compat series and the profile (config reload).
+
+        Drops every cached and pre-rendered body, so the next scrape carries the
+        new families only (none left over from the old profile or compat list).
+        """
         with self._lock:
             self.stamp = stamp
             self.compat = compat
+            if profile is not None:
+                self.profile = profile
+            for scrapes in self._wanted.values():
+                scrapes.body = None
             self._cache.clear()
             self._last.clear()
             self._cache_key = None
@@ -248,18 +269,37 @@ class Exposition:
             body = self._get(self._state_key(), scrapes.negotiated, use_gzip)
             scrapes.body, scrapes.prepared_at, scrapes.prepared_for = body, self._clock(), last
 
+    def _series(
+        self, view: View, profile: Profile | None, names: Sequence[str] | None, process: int
+    ) -> list[tuple[MetricSpec, Sequence[Reading]]]:
+        """``accel_exporter_series``: what this body carries per source.
+
+        The family itself and the process families count as the exporter's.
+        """
+        if profile is None or not profile.wants(SERIES):
+            return []
+        if names is not None and SERIES not in names:
+            return []
+        counts = profile.series(view)
+        counts[SELF_SOURCE] = (
+            counts.get(SELF_SOURCE, 0) + len(counts) + (SELF_SOURCE not in counts) + process
+        )
+        return [(CATALOG[SERIES], [Reading(SERIES, (k,), float(v)) for k, v in counts.items()])]
+
     def _encode(self, negotiated: Negotiated, names: Sequence[str] | None = None) -> bytes:
         """The store's families (``names`` only, when given), compat ones, then the process's."""
         view = self.store.view()
-        found = rows(view, names, self.stamp, self.store.catalog)
-        process = self._process is not None and names is None
+        profile = self.profile
+        found = rows(view, names, self.stamp, self.store.catalog, profile)
+        process = self._process.rows() if self._process is not None and names is None else []
+        series = self._series(view, profile, names, len(process))
         fmt = negotiated.fmt
         others = self.compat.families(view, names) if self.compat is not None else []
         if fmt is None:
             # Only prometheus_client writes this escaping scheme: imported when asked.
             from exporter.outputs.prometheus_compat import encode_with_library
 
-            body = encode_with_library(negotiated.accept, found, process)
+            body = encode_with_library(negotiated.accept, [*found, *series], bool(process))
             if not others:
                 return body
             # Compat names are legacy names, which every escaping scheme keeps as they are.
@@ -268,10 +308,12 @@ class Exposition:
             if om and body.endswith(text_format.EOF):
                 return body[: -len(text_format.EOF)] + extra + text_format.EOF
             return body + extra
-        body = text_format.encode(found, fmt) + encode_compat(others, fmt)
+        body = text_format.encode(found, fmt)
+        if series:
+            body += text_format.encode(series, fmt)
+        body += encode_compat(others, fmt)
         if process:
-            assert self._process is not None
-            body += text_format.encode(self._process.rows(), fmt)
+            body += text_format.encode(process, fmt)
         return body + text_format.EOF if fmt == text_format.OPENMETRICS else body
 
 

@@ -29,7 +29,9 @@ CONFIG = {
             "processes": True,
             "bootstrap_timeout": "20s",
         },
-    }
+    },
+    # The full profile: these tests check every row the fake serves, per link and engine.
+    "outputs": {"prometheus": {"profile": "full"}},
 }
 
 

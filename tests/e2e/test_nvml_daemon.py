@@ -24,7 +24,11 @@ OTHERS_OFF_FLAGS = [
 
 
 def nvml_config(**nvml):
-    return {"sources": {**OTHERS_OFF, "nvml": {"interval": "1s", "slow_interval": "1s", **nvml}}}
+    # The full profile: these tests check every row the fake serves, per link and engine.
+    return {
+        "sources": {**OTHERS_OFF, "nvml": {"interval": "1s", "slow_interval": "1s", **nvml}},
+        "outputs": {"prometheus": {"profile": "full"}},
+    }
 
 
 def test_exact_values_on_metrics_and_promtool(daemon_factory, fake_nvml):

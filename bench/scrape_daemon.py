@@ -1,0 +1,327 @@
+"""The daemon's /metrics on a fake 16-GPU node against a plain Python server, printed as JSON.
+
+Usage: ``python bench/scrape_daemon.py [--baseline /work/main] [--profile full]``
+
+For this checkout (and ``--baseline``, another checkout of the project, e.g. the
+main branch, measured side by side in the same run):
+
+* ``scrape``: the real daemon on the fake NVML node (tests/fakes/nvml, 16 H100-class
+  GPUs) is loaded by 1 and 8 keep-alive clients, alternating round by round with a
+  plain ``http.server.ThreadingHTTPServer`` (HTTP/1.1, no limits, no deadlines)
+  serving the daemon's own body byte for byte, so both meet the same background
+  load; p50 and p99 of each, and the ratio of the p50s per round (target <= 1.2 at 8).
+* ``first_metrics_*``: process start to the first /metrics that has every GPU up,
+  and the latency of the first /metrics request of a daemon that is ready and has
+  rendered nothing yet (the cold render; target <= 0.3 s), over a few starts.
+* ``idle``: CPU of the daemon's process tree and its main RSS over ``--window``
+  seconds while scraped every 5 s, every checkout's daemon running at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from scrape import load  # noqa: E402  (bench/scrape.py's keep-alive load generator)
+
+from tests.fakes.nvml.control import FakeNvml, build  # noqa: E402
+from tests.helpers.daemon import samples, value  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+PLAIN_SERVER = r"""
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+body = open(sys.argv[1], "rb").read()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+server.daemon_threads = True
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+def start_daemon(
+    checkout: Path, work: Path, env: dict[str, str], profile: str | None
+) -> tuple[subprocess.Popen[bytes], str]:
+    config: dict[str, Any] = {"sources": {"host": {"interval": "1s"}}}
+    if profile and (checkout / "exporter" / "catalog" / "profiles.py").exists():
+        config["outputs"] = {"prometheus": {"profile": profile}}
+    path = work / f"config-{checkout.name}.json"
+    path.write_text(json.dumps(config))
+    port_file = work / f"port-{checkout.name}"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_EXPORTER_")}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "--config.file",
+            str(path),
+            "--web.listen-address",
+            "127.0.0.1:0",
+            "--log.format",
+            "json",
+        ],
+        cwd=checkout,
+        env={**clean, **env, "PYTHONPATH": str(checkout)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        event = json.loads(line) if line.startswith(b"{") else {}
+        if event.get("event") == "listening":
+            port_file.write_text(event["url"])
+            break
+    else:
+        raise RuntimeError(f"the daemon of {checkout} exited: {proc.wait()}")
+    # Keep draining its log so it never blocks on a full pipe.
+    import threading
+
+    threading.Thread(target=lambda: [None for _ in proc.stderr or ()], daemon=True).start()
+    return proc, port_file.read_text()
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def complete(url: str, uuids: list[str]) -> bytes | None:
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+            body: bytes = resp.read()
+    except OSError:
+        return None
+    parsed = samples(body.decode())
+    ok = all(
+        value(parsed, "accel_device_up", device=str(i), uuid=u) == 1 for i, u in enumerate(uuids)
+    )
+    return body if ok else None
+
+
+def first_metrics(
+    checkout: Path, work: Path, env: dict[str, str], uuids: list[str], profile: str | None
+) -> dict[str, float]:
+    """Start to the first complete /metrics (polled every 5 ms), and, in a second start,
+    the latency of the first /metrics request once /readyz is 200 and the first slow
+    poll is in (nothing rendered before it: the cold render a first scrape pays)."""
+    started = time.monotonic()
+    proc, url = start_daemon(checkout, work, env, profile)
+    try:
+        while complete(url, uuids) is None:
+            if time.monotonic() - started > 60:
+                raise RuntimeError("no complete /metrics within 60 s")
+            time.sleep(0.005)
+        to_complete = time.monotonic() - started
+    finally:
+        stop(proc)
+    proc, url = start_daemon(checkout, work, env, profile)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(url + "/readyz", timeout=10).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("not ready within 60 s") from None
+                time.sleep(0.02)
+        time.sleep(3.0)
+        began = time.perf_counter()
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+            body = resp.read()
+        first = time.perf_counter() - began
+        parsed = samples(body.decode())
+        if any(
+            value(parsed, "accel_device_up", device=str(i), uuid=u) != 1
+            for i, u in enumerate(uuids)
+        ):
+            raise RuntimeError("the first /metrics after readiness was not complete")
+        return {"start_to_complete": to_complete, "first_request": first}
+    finally:
+        stop(proc)
+
+
+def p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return round(1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+
+
+def scrape(
+    checkout: Path, work: Path, env: dict[str, str], uuids: list[str], args: argparse.Namespace
+) -> dict[str, Any]:
+    proc, url = start_daemon(checkout, work, env, args.profile)
+    plain = None
+    try:
+        deadline = time.monotonic() + 60
+        while (body := complete(url, uuids)) is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError("no complete /metrics within 60 s")
+            time.sleep(0.05)
+        time.sleep(3.0)  # past the first slow poll: the body keeps its size from here on
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+            body = resp.read()
+        body_file = work / f"body-{checkout.name}.prom"
+        body_file.write_bytes(body)
+        plain = subprocess.Popen(
+            [sys.executable, "-c", PLAIN_SERVER, str(body_file)], stdout=subprocess.PIPE, text=True
+        )
+        assert plain.stdout is not None
+        ports = {"daemon": int(url.rsplit(":", 1)[1]), "plain": int(plain.stdout.readline())}
+        out: dict[str, Any] = {"body_bytes": len(body)}
+        for clients in (1, 8):
+            lat: dict[str, list[float]] = {"daemon": [], "plain": []}
+            ratios = []
+            for port in ports.values():
+                load(port, clients, 64)  # connections and caches warm
+            for _ in range(args.rounds):
+                p50 = {}
+                for name, port in ports.items():
+                    got = load(port, clients, args.requests)
+                    lat[name] += got
+                    p50[name] = statistics.median(got)
+                ratios.append(round(p50["daemon"] / p50["plain"], 3))
+            out[f"clients_{clients}"] = {
+                **{f"{n}_p50_ms": p(v, 0.5) for n, v in lat.items()},
+                **{f"{n}_p99_ms": p(v, 0.99) for n, v in lat.items()},
+                "p50_ratio_per_round": ratios,
+                "p50_ratio_median": statistics.median(ratios),
+            }
+        return out
+    finally:
+        if plain is not None:
+            stop(plain)  # type: ignore[arg-type]
+        stop(proc)
+
+
+def tree_cpu(pid: int) -> float:
+    total = 0.0
+    pids = [pid]
+    for child in Path(f"/proc/{pid}/task").iterdir():
+        kids = Path(f"/proc/{pid}/task/{child.name}/children")
+        if kids.exists():
+            pids += [int(x) for x in kids.read_text().split()]
+    for one in pids:
+        try:
+            fields = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / TICK
+    return total
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def idle(
+    checkouts: list[Path], work: Path, env: dict[str, str], args: argparse.Namespace
+) -> dict[str, Any]:
+    running = {c: start_daemon(c, work, env, args.profile) for c in checkouts}
+    try:
+        time.sleep(8.0)  # start-up and the first slow poll
+        cpu0 = {c: tree_cpu(proc.pid) for c, (proc, _) in running.items()}
+        began = next_at = time.monotonic()
+        while time.monotonic() - began < args.window:
+            for _, url in running.values():
+                with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+                    resp.read()
+            next_at += 5.0
+            time.sleep(max(0.0, next_at - time.monotonic()))
+        elapsed = time.monotonic() - began
+        return {
+            str(c): {
+                "cpu_percent": round(100 * (tree_cpu(proc.pid) - cpu0[c]) / elapsed, 2),
+                "main_rss_mib": rss_mib(proc.pid),
+            }
+            for c, (proc, _) in running.items()
+        }
+    finally:
+        for proc, _ in running.values():
+            stop(proc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", type=Path, help="another checkout, measured side by side")
+    parser.add_argument("--devices", type=int, default=16)
+    parser.add_argument("--profile", default="full", help="this checkout's profile")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--starts", type=int, default=5)
+    parser.add_argument("--window", type=float, default=30.0)
+    parser.add_argument("--skip", default="", help="comma-separated: scrape,first,idle")
+    args = parser.parse_args(argv)
+    skip = set(filter(None, args.skip.split(",")))
+    checkouts = [ROOT] + ([args.baseline.resolve()] if args.baseline else [])
+    result: dict[str, Any] = {"devices": args.devices, "profile": args.profile}
+    with tempfile.TemporaryDirectory(prefix="scrape-daemon-") as tmp:
+        work = Path(tmp)
+        fake = FakeNvml.create(build(work / "lib"), work / "state", args.devices)
+        env = fake.env()
+        uuids = [fake.uuid(i) for i in range(args.devices)]
+        for checkout in checkouts:
+            row: dict[str, Any] = {}
+            if "scrape" not in skip:
+                row["scrape"] = scrape(checkout, work, env, uuids, args)
+            result[str(checkout)] = row
+        if "first" not in skip:
+            runs: dict[Path, list[dict[str, float]]] = {c: [] for c in checkouts}
+            for _ in range(args.starts):  # alternated, so both meet the same load
+                for checkout in checkouts:
+                    runs[checkout].append(first_metrics(checkout, work, env, uuids, args.profile))
+            for checkout, got in runs.items():
+                for key in ("start_to_complete", "first_request"):
+                    seconds = [g[key] for g in got]
+                    result[str(checkout)][f"first_metrics_{key}_seconds"] = {
+                        "median": round(statistics.median(seconds), 3),
+                        "runs": [round(x, 3) for x in seconds],
+                    }
+        if "idle" not in skip:
+            for checkout, figures in idle(checkouts, work, env, args).items():
+                result[checkout]["idle"] = figures
+        fake.close()
+    json.dump(result, sys.stdout, indent=2)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
