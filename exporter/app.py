@@ -417,8 +417,8 @@ class App:
             os.environ["ACCEL_EXPORTER_WORKER_LOG_LEVEL"] = new.log.level
             self.exposition.set_stamp(
                 stamp.from_config(new),
-                _compat(new),
-                Profile.from_config(new.outputs.prometheus, self.store.catalog),
+                compat=_compat(new),
+                profile=Profile.from_config(new.outputs.prometheus, self.store.catalog),
             )
             old, self.runtime = self.runtime, runtime
             previous = {source.name: source for source in old.sources}

@@ -118,6 +118,7 @@ class Exposition:
     def set_stamp(
         self,
         stamp: StampFactory | None,
+        *,
         compat: Compat | None = None,
         profile: Profile | None = None,
     ) -> None:

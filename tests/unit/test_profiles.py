@@ -126,7 +126,7 @@ def test_a_profile_change_drops_the_families_it_leaves_out_from_the_next_body():
     store = nvlink_store({})
     expo = Exposition(store, process_metrics=False, profile=Profile.named("full"))
     assert b"accel_nvlink_up{" in expo.render(None, None)[0]
-    expo.set_stamp(None, Profile.named("minimal"))
+    expo.set_stamp(None, profile=Profile.named("minimal"))
     body = expo.render(None, None)[0].decode()
     assert {metric for metric, _ in samples(body)} <= MINIMAL | {"accel_exporter_series"}
 
