@@ -32,7 +32,8 @@ def config(ze_lib: Path | None, hlml_lib: Path | None) -> dict[str, Any]:
     sources: dict[str, Any] = {"host": OFF, "nvml": OFF, "amdsmi": OFF}
     sources["levelzero"] = {**timing, "library_path": str(ze_lib)} if ze_lib else OFF
     sources["hlml"] = {**timing, "library_path": str(hlml_lib)} if hlml_lib else OFF
-    return {"sources": sources}
+    # The full profile: these tests check every row the fakes serve, per fabric and NIC port.
+    return {"sources": sources, "outputs": {"prometheus": {"profile": "full"}}}
 
 
 def start(
