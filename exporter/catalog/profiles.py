@@ -58,6 +58,8 @@ MINIMAL: frozenset[str] = frozenset(
         "accel_device_down_reason_info",
         "accel_device_health",
         "accel_device_health_reason_info",
+        # What to do about a device: present only while a finding asks for an action.
+        "accel_device_action_reason_info",
         "accel_devices",
         "accel_pci_devices",
         "accel_devices_expected",
@@ -85,6 +87,7 @@ MINIMAL: frozenset[str] = frozenset(
         "accel_nvlink_device_errors_total",
         # Workload attribution.
         "accel_device_workload_info",
+        "accel_device_claim_info",
         "accel_mig_workload_info",
         "accel_device_job_info",
         "accel_pod_labels_info",

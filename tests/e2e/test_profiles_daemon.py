@@ -33,7 +33,7 @@ BUDGETS: dict[str, dict[str, int]] = {
     "amd_cpx": {"minimal": 2000, "default": 6800, "full": 10300},
     "intel": {"minimal": 300, "default": 720, "full": 760},
     "gaudi": {"minimal": 250, "default": 470, "full": 1550},
-    "tpu": {"minimal": 130, "default": 220, "full": 220},
+    "tpu": {"minimal": 130, "default": 250, "full": 250},
     "neuron": {"minimal": 120, "default": 300, "full": 300},
 }
 # The daemon's process families (prometheus_client's names), in every profile.
