@@ -921,10 +921,8 @@ class PrometheusOutputConfig:
     """What /metrics carries beyond our own series (nothing, by default)."""
 
     HELP: ClassVar[dict[str, str]] = {
-        "compat": "also serve these exporters' series: dcgm (dcgm-exporter 4.x),"
-        " amd (device-metrics-exporter 1.5); see docs/migrating.md",
-        "workload_labels": "put pod, namespace, container and job_id on our per-device"
-        " series while a device is attributed",
+        "compat": "also serve dcgm-exporter 4.x (dcgm), device-metrics-exporter 1.5 (amd) series",
+        "workload_labels": "pod, namespace, container, job_id on device series while attributed",
         "cluster_name": "the cluster_name label of the amd compat series",
     }
 
