@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
+from exporter import __version__
 from tests.helpers.deploy import (
     HASH_SUFFIX,
     KUSTOMIZE,
+    REPO,
     RULE_FILES,
     dashboards,
     helm_binary,
@@ -27,6 +29,14 @@ BASE = KUSTOMIZE / "base"
 KPS = KUSTOMIZE / "overlays" / "kube-prometheus-stack"
 # Labels only Helm sets (they name the tool, not the application).
 HELM_ONLY_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by")
+# The DRA attribution's RBAC (the chart's default attribution.dra): cluster-scoped, so no
+# overlay's namespace applies to it.
+CLUSTER_SCOPED = ("ClusterRole", "ClusterRoleBinding")
+
+
+def namespaces(docs: list[dict[str, Any]]) -> set[str | None]:
+    """The namespaces of the namespaced documents (None for one without)."""
+    return {d["metadata"].get("namespace") for d in docs if d["kind"] not in CLUSTER_SCOPED}
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +99,10 @@ def chart(tmp_path: Path, values: dict[str, Any] | None = None) -> list[dict[str
 def test_base_validates(base_docs):
     assert validate_manifests(base_docs) == []
     assert sorted(d["kind"] for d in base_docs) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
         "ConfigMap",
-        "DaemonSet",
+        *["DaemonSet"] * 6,  # one per node kind: nvidia, amd, gaudi, neuron, tpu, intel
         "Service",
         "ServiceAccount",
     ]
@@ -98,7 +110,9 @@ def test_base_validates(base_docs):
 
 def test_kube_prometheus_stack_overlay_validates(kps_docs):
     assert validate_manifests(kps_docs) == []
-    assert {d["metadata"]["namespace"] for d in kps_docs} == {"monitoring"}
+    assert namespaces(kps_docs) == {"monitoring"}
+    (binding,) = [d for d in kps_docs if d["kind"] == "ClusterRoleBinding"]
+    assert {s["namespace"] for s in binding["subjects"]} == {"monitoring"}
     for kind in ("ServiceMonitor", "PrometheusRule"):
         assert one(kps_docs, kind)["metadata"]["labels"]["release"] == "kube-prometheus-stack"
 
@@ -132,6 +146,23 @@ def test_overlay_carries_the_shipped_rules_and_dashboards(kps_docs):
 def test_plain_overlay_needs_no_prometheus_operator():
     docs = kustomize(KUSTOMIZE / "overlays" / "plain")
     kinds = {d["kind"] for d in docs}
-    assert kinds == {"DaemonSet", "Service", "ServiceAccount", "ConfigMap"}, kinds
+    assert kinds == {"DaemonSet", "Service", "ServiceAccount", "ConfigMap", *CLUSTER_SCOPED}, kinds
     assert not [d for d in docs if "monitoring.coreos.com" in d["apiVersion"]]
-    assert {d["metadata"]["namespace"] for d in docs} == {"monitoring"}
+    assert namespaces(docs) == {"monitoring"}
+
+
+def test_the_image_is_a_placeholder_the_docs_say_how_to_replace(base_docs):
+    # As the chart refuses to render without image.repository, the tree names no real
+    # image: one placeholder, which docs/deploy.md's kustomize section replaces.
+    images = {
+        c["image"]
+        for d in base_docs
+        if d["kind"] == "DaemonSet"
+        for c in d["spec"]["template"]["spec"]["containers"]
+    }
+    (image,) = images
+    name, _, tag = image.rpartition(":")
+    assert name.split("/")[0].endswith("example.com") and tag == __version__, image
+    section = (REPO / "docs" / "deploy.md").read_text().split("\n## kustomize\n", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    assert f"kustomize edit set image {name}=" in section

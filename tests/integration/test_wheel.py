@@ -4,6 +4,7 @@ the wheel installs into a fresh virtual environment and its console script works
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import venv
@@ -34,8 +35,13 @@ def test_wheel_builds_installs_and_runs(tmp_path):
     venv.EnvBuilder(with_pip=True).create(fresh)
     # With an extra, as docs/deploy.md installs it: the binding comes along.
     spec = f"{wheels[0]}[nvidia]"
-    installed = run(fresh / "bin" / "pip", "install", "-q", spec, cwd=tmp_path)
+    # Without the test run's PYTHONPATH: with the checkout on it, pip takes the checkout's
+    # accel_exporter.egg-info for an installed accel-exporter of the same version and
+    # skips the wheel ("already installed"), leaving no console script.
+    no_checkout = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    installed = run(fresh / "bin" / "pip", "install", "-q", spec, cwd=tmp_path, env=no_checkout)
     assert installed.returncode == 0, installed.stderr
+    assert "already installed" not in installed.stdout + installed.stderr, installed.stderr
     # Run from elsewhere, with a clean environment: the checkout must not be what runs.
     clean = {"PATH": f"{fresh / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
     exe = fresh / "bin" / "accel-exporter"
@@ -88,15 +94,38 @@ def test_scripts_run_puts_the_command_on_path_and_reinstalls_only_on_change(tmp_
     assert "put it on PATH" in third.stderr and "someone else" in link.read_text()
 
 
-def test_the_docs_build_the_image_the_chart_pulls_by_default():
+def test_the_docs_and_the_chart_say_the_same_build_and_push_of_the_image(tmp_path):
+    # No registry publishes the image: the chart has no default and refuses to render
+    # without one, naming the commands that build and push it; docs/deploy.md's
+    # "Container image" gives the same commands (its $IMAGE and $VERSION filled in).
     import yaml
 
-    chart = REPO / "helm" / "accel-exporter"
-    values = yaml.safe_load((chart / "values.yaml").read_text())
-    meta = yaml.safe_load((chart / "Chart.yaml").read_text())
+    from tests.helpers.deploy import CHART, helm_binary
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    meta = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert meta["appVersion"] == __version__  # the tag the docs compute from the package
+    assert not values["image"]["repository"]
+    refused = run(helm_binary(), "template", "accel-exporter", CHART, cwd=tmp_path)
+    assert refused.returncode != 0
+    message = " ".join(refused.stderr.split())
+    assert "image.repository is empty" in message, refused.stderr
+
     deploy = (REPO / "docs" / "deploy.md").read_text()
     section = deploy.split("## Container image", 1)[1].split("\n## ", 1)[0]
-    assert f"IMAGE:-{values['image']['repository']}" in section
-    assert "podman push" in section and "helm install" in section
+    image = "REGISTRY/accel-exporter"
+    assert re.search(r"^IMAGE=\S+/accel-exporter\s", section, re.M), section
+    commands = [
+        line.split("#", 1)[0]
+        .strip()
+        .replace('"$IMAGE:$VERSION"', f"{image}:VERSION")
+        .replace('"$IMAGE"', image)
+        for line in section.splitlines()
+        if line.startswith(("podman build", "podman push"))
+    ]
+    assert [c.split()[:2] for c in commands] == [["podman", "build"], ["podman", "push"]]
+    for command in commands:
+        assert command in message, (command, message)
+    assert "helm install" in section and '--set image.repository="$IMAGE"' in section
+    assert f"--set image.repository={image}" in message
     assert "./scripts/build" in deploy and "./scripts/build" in (REPO / "README.md").read_text()
