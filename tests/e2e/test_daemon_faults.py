@@ -114,6 +114,8 @@ def test_bad_worker_in_daemon(daemon_factory, ctl, mode, reason):
             mig_mode="",
             compute_partition="",
             memory_partition="",
+            partition="",
+            physical_gpu="",
         )
         == 1
     )

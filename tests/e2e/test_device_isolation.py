@@ -144,7 +144,8 @@ def test_one_call_hangs_after_a_healthy_start(daemon_factory: Any, fake_nvml: An
     assert value(got, "accel_device_info", vendor="nvidia", **sick, model="NVIDIA H100 80GB HBM3",
                  pci_bus_id="00000000:24:00.0", serial="1654922001001", vbios="96.00.99.00.02",
                  driver_version="580.82.07", cuda_driver_version="12.8", mig_mode="disabled",
-                 compute_partition="", memory_partition="") == 1  # fmt: skip
+                 compute_partition="", memory_partition="", partition="",
+                 physical_gpu="") == 1  # fmt: skip
     entry = isolated(d, "nvml", "1")
     assert entry["call"] == "nvmlDeviceGetPowerUsage" and entry["uuid"] == u[1]
     healthy = {str(i): u[i] for i in (0, 2, 3)}

@@ -58,6 +58,8 @@ def test_exact_values_on_metrics_and_promtool(daemon_factory, fake_nvml):
         mig_mode="disabled",
         compute_partition="",
         memory_partition="",
+        partition="",
+        physical_gpu="",
     )
     assert value(s, "accel_device_info", **info) == 1
     one = {"device": "1", "uuid": u1}

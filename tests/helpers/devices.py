@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from exporter.catalog import CATALOG
 from exporter.catalog.device import INFO_LABELS
 from exporter.config.schema import Config, SourceConfig
 from exporter.model import OK, Reading, Snapshot
@@ -27,10 +28,15 @@ def process(device: str, uuid: str, pid: int, used: float = 1e9) -> Reading:
 
 def readings(spec: dict[str, Any]) -> list[Reading]:
     """``{"devices": [[device, uuid, pci(, vendor)], ...], "processes": [[device, uuid, pid(,
-    bytes)], ...], "process_utilization": [[device, uuid, pid, ratio], ...], "utilization": [[device, uuid, ratio], ...], "migs": [[device, uuid, gpu_instance,
-    compute_instance, mig_uuid], ...]}``."""
+    bytes)], ...], "process_utilization": [[device, uuid, pid, ratio], ...],
+    "utilization": [[device, uuid, ratio], ...], "migs": [[device, uuid, gpu_instance,
+    compute_instance, mig_uuid(, profile)], ...]}``; labels a row leaves out are empty."""
     out = [info(*d) for d in spec.get("devices", [])]
-    out += [Reading("accel_mig_device_info", tuple(m), 1.0) for m in spec.get("migs", [])]
+    mig_labels = len(CATALOG["accel_mig_device_info"].labels)
+    out += [
+        Reading("accel_mig_device_info", (*m, *[""] * (mig_labels - len(m))), 1.0)
+        for m in spec.get("migs", [])
+    ]
     # A process row may carry its memory in bytes as a fourth element.
     out += [process(d, u, int(p), *rest) for d, u, p, *rest in spec.get("processes", [])]
     out += [
