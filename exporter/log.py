@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from collections.abc import MutableMapping
 from typing import Any, TextIO
 
@@ -39,8 +40,30 @@ def _redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[
     return event
 
 
+class _Stderr:
+    """A structlog logger writing each line to ``sys.stderr`` as it is when the line is written.
+
+    structlog's PrintLogger keeps the file it was made with, and bound loggers keep their
+    PrintLogger: a command run in-process whose stderr was swapped and closed since (a
+    test's capture, a caller's redirection) would leave every later line failing with
+    "I/O operation on closed file".
+    """
+
+    _lock = threading.Lock()
+
+    def msg(self, message: str) -> None:
+        """Write one rendered line."""
+        with self._lock:
+            print(message, file=sys.stderr, flush=True)
+
+    debug = info = warning = warn = error = critical = exception = fatal = log = msg
+
+
 def configure(level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> None:
-    """Configure structlog globally; safe to call again (e.g. after a config reload)."""
+    """Configure structlog globally; safe to call again (e.g. after a config reload).
+
+    Lines go to ``stream``, or to whatever ``sys.stderr`` is when each is written.
+    """
     out = stream or sys.stderr
     if fmt == "auto":
         fmt = "console" if out.isatty() else "json"
@@ -59,7 +82,9 @@ def configure(level: str = "info", fmt: str = "auto", stream: TextIO | None = No
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.INFO)),
-        logger_factory=structlog.PrintLoggerFactory(out),
+        logger_factory=(
+            structlog.PrintLoggerFactory(stream) if stream is not None else lambda *_: _Stderr()
+        ),
         cache_logger_on_first_use=False,
     )
 

@@ -23,13 +23,13 @@ catalog (tests/unit/test_profiles.py).
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from exporter.catalog import CATALOG, MetricSpec
 from exporter.catalog.totals import TOTALS
+from exporter.suggest import closest
 
 PROFILES = ("minimal", "default", "full")
 DEFAULT_PROFILE = "default"
@@ -200,8 +200,8 @@ def pattern_problem(pattern: str, catalog: Mapping[str, MetricSpec] = CATALOG) -
     if matches(pattern, catalog):
         return None
     known = sorted({shown for row in catalog.values() for shown in _names(row)})
-    close = difflib.get_close_matches(pattern.replace("*", "").replace("?", ""), known, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    close = closest(pattern.replace("*", "").replace("?", ""), known)
+    hint = f" (did you mean {close!r}?)" if close else ""
     kind = "matches no" if any(c in pattern for c in "*?[") else "is not a"
     return f"{pattern!r} {kind} catalog family{hint}"
 

@@ -34,7 +34,11 @@ def config(state_dir: Path | None = None) -> dict[str, Any]:
     }
     if state_dir is not None:
         amd["state_dir"] = str(state_dir)
-    return {"sources": {"host": {"enabled": False}, "nvml": {"enabled": False}, "amdsmi": amd}}
+    return {
+        "sources": {"host": {"enabled": False}, "nvml": {"enabled": False}, "amdsmi": amd},
+        # The full profile: the CPX test compares every row the fake serves, per engine too.
+        "outputs": {"prometheus": {"profile": "full"}},
+    }
 
 
 def want(entries: int) -> dict[tuple[str, str], float]:

@@ -78,3 +78,24 @@ def test_the_unavailable_line_says_how_often_it_is_reprobed():
     assert line["reprobe_seconds"] == 0.05
     assert line["logged_again"] == "at most hourly while it lasts"
     assert "repeats" not in line
+
+
+def test_lines_follow_stderr_as_it_is_when_written(monkeypatch):
+    """A command run in-process under a swapped stderr that is closed since leaves no logger
+    writing into the closed file: later lines go to stderr as it is then."""
+    import io
+    import sys
+
+    from exporter import log as exporter_log
+
+    first = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    exporter_log.configure("info", "json")
+    logger = exporter_log.get(source="test")
+    logger.info("one")
+    assert '"event": "one"' in first.getvalue()
+    first.close()
+    second = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", second)
+    logger.warning("two")  # the same bound logger
+    assert '"event": "two"' in second.getvalue()
