@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from tests.helpers.daemon import Daemon
 from tests.helpers.native import compile_shared
@@ -24,6 +25,19 @@ pytest_plugins = [
     "tests.fakes.levelzero.fixtures",
     "tests.fakes.hlml.fixtures",
 ]
+
+
+@pytest.fixture(autouse=True)
+def _logging_left_as_found() -> Iterator[None]:
+    """structlog's global configuration as each test found it.
+
+    A test that runs a command in-process (``exporter.cli.main``) configures logging for
+    the whole worker process, e.g. at level warning: later tests in the same worker would
+    lose their info lines (capture_logs replaces the processors, not the level filter).
+    """
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
 
 
 @pytest.fixture
