@@ -63,6 +63,8 @@ class FakeApiServer(LoopbackServer):
         self.chunked = False  # no Content-Length
         self.metadata_only = True  # whether PartialObjectMetadataList is offered
         self.slices: list[dict[str, Any]] = []
+        # The device names each ResourceSlice listing served, in the order served.
+        self.slice_listings: list[list[str]] = []
         self.dra_served = True
         self.requests: list[dict[str, Any]] = []
         self.kube_version = "1.36.0"  # whose OpenAPI schema every object must satisfy
@@ -256,6 +258,9 @@ class FakeApiServer(LoopbackServer):
             kubernetes_validate.validate(item, self.kube_version, strict=True)
             if not node or item["spec"].get("nodeName") == node:
                 items.append({k: v for k, v in item.items() if k not in ("apiVersion", "kind")})
+        self.slice_listings.append(
+            [device["name"] for item in items for device in item["spec"].get("devices", [])]
+        )
         return {
             "kind": "ResourceSliceList",
             "apiVersion": "resource.k8s.io/v1",
