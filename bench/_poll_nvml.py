@@ -86,6 +86,7 @@ def _bare_fast(n: Any, handles: list[Any], links: int, gpm: BareGpm) -> None:
         n.nvmlDeviceGetFieldValues(h, fields)
         n.nvmlDeviceGetComputeRunningProcesses_v3(h)
         n.nvmlDeviceGetGraphicsRunningProcesses_v3(h)
+        n.nvmlDeviceGetMPSComputeRunningProcesses_v3(h)  # MPS clients by their own PIDs
         n.nvmlDeviceGetMarginTemperature(h)
     gpm()
 
