@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.backends.sysfs import SysfsError, numbered_nodes, pci_functions, pci_present
+
 GOOGLE_PCI_VENDOR = "0x1ae0"
 
 # PCI device id -> (model, runtime devices per chip). 0x0027 is v2 or v3 by subsystem id.
@@ -31,7 +33,6 @@ _V2_V3 = {"0x004e": ("TPU v2", 2), "0x004f": ("TPU v3", 2)}
 # Chips the host hands to the workload through VFIO (/dev/vfio/<group>); older ones are /dev/accelN.
 _VFIO = frozenset({"0x0063", "0x0062", "0x006f", "0x0076"})
 _ACCEL = re.compile(r"^accel(\d+)$")
-_BDF = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 
 
 @dataclass(frozen=True)
@@ -47,13 +48,6 @@ class Chip:
     order: int
 
 
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="ascii", errors="replace").strip()[:64]
-    except OSError:
-        return ""
-
-
 def _model(device_id: str, subsystem: str) -> tuple[str, int]:
     if device_id == "0x0027":
         return _V2_V3.get(subsystem, ("TPU v2/v3", 2))
@@ -61,26 +55,24 @@ def _model(device_id: str, subsystem: str) -> tuple[str, int]:
 
 
 def _pci_chips(root: Path) -> list[Chip]:
-    base = root / "sys" / "bus" / "pci" / "devices"
     try:
-        entries = sorted(p for p in base.iterdir() if _BDF.match(p.name))
-    except OSError:
+        functions = pci_functions(root / "sys")
+    except SysfsError:
         return []
     chips: dict[str, Chip] = {}
-    for entry in entries:
-        if _read(entry / "vendor").lower() != GOOGLE_PCI_VENDOR:
+    for function in functions:
+        if function.attr("vendor").lower() != GOOGLE_PCI_VENDOR:
             continue
-        slot = entry.name.rsplit(".", 1)[0]  # domain:bus:device; functions are cores
-        if slot in chips:
-            continue
-        device_id = _read(entry / "device").lower()
-        model, per_chip = _model(device_id, _read(entry / "subsystem_device").lower())
-        group = _iommu_group(entry) if device_id in _VFIO else None
+        if function.slot in chips:
+            continue  # the functions of one device are one chip's cores
+        device_id = function.attr("device").lower()
+        model, per_chip = _model(device_id, function.attr("subsystem_device").lower())
+        group = function.iommu_group() if device_id in _VFIO else None
         if group is not None:
             node, order = f"/dev/vfio/{group}", group
         else:
             node, order = "", -1
-        chips[slot] = Chip(entry.name.lower(), model, node, per_chip, order)
+        chips[function.slot] = Chip(function.address, model, node, per_chip, order)
     found = list(chips.values())
     accels = _accel_nodes(root)
     # Chips without a vfio group are served through /dev/accelN, numbered in PCI order.
@@ -93,20 +85,8 @@ def _pci_chips(root: Path) -> list[Chip]:
     return sorted(found, key=lambda c: (c.order, c.pci_bus_id))
 
 
-def _iommu_group(entry: Path) -> int | None:
-    try:
-        name = (entry / "iommu_group").resolve(strict=True).name
-    except (OSError, RuntimeError):
-        return None
-    return int(name) if name.isdigit() else None
-
-
 def _accel_nodes(root: Path) -> list[int]:
-    try:
-        names = [p.name for p in (root / "dev").iterdir()]
-    except OSError:
-        return []
-    return sorted(int(m.group(1)) for m in map(_ACCEL.match, names) if m)
+    return sorted(numbered_nodes(root / "dev", _ACCEL))
 
 
 def scan(host_root: str) -> list[Chip]:
@@ -122,5 +102,5 @@ def present(host_root: str, chip: Chip) -> bool:
     """Whether the chip is still on the host (its PCI entry, else its device node)."""
     root = Path(host_root or "/")
     if chip.pci_bus_id:
-        return (root / "sys" / "bus" / "pci" / "devices" / chip.pci_bus_id).exists()
+        return pci_present(root / "sys", chip.pci_bus_id)
     return (root / chip.node.lstrip("/")).exists()

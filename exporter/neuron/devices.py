@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.backends.base import unique_uuids
+from exporter.backends.sysfs import link_name, numbered_nodes, read_attr
 
-_NAME = re.compile(r"^neuron(\d+)$")
+# At most five digits: a name that is not a device index is not taken for one.
+_NAME = re.compile(r"^neuron(\d{1,5})$")
 
 
 @dataclass(frozen=True)
@@ -30,37 +32,18 @@ class NeuronDevice:
     cores: int  # 0 when the driver does not say
 
 
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").strip()[:128]
-    except OSError:
-        return ""
-
-
 def _indices(root: Path) -> dict[int, Path | None]:
-    found: dict[int, Path | None] = {}
-    base = root / "sys" / "devices" / "virtual" / "neuron_device"
-    for parent, into in ((base, True), (root / "dev", False)):
-        try:
-            names = [p.name for p in parent.iterdir()]
-        except OSError:
-            continue
-        for name in names:
-            m = _NAME.match(name)
-            if m and len(m.group(1)) < 6:
-                index = int(m.group(1))
-                if into:
-                    found[index] = parent / name
-                else:
-                    found.setdefault(index, None)
+    """Device indices: sysfs entries first, /dev/neuronN nodes (no attributes) beside them."""
+    found: dict[int, Path | None] = dict(
+        numbered_nodes(root / "sys" / "devices" / "virtual" / "neuron_device", _NAME)
+    )
+    for index in numbered_nodes(root / "dev", _NAME):
+        found.setdefault(index, None)
     return found
 
 
 def _pci(entry: Path) -> str:
-    try:
-        name = (entry / "device").resolve(strict=True).name
-    except (OSError, RuntimeError):
-        return ""
+    name = link_name(entry / "device")
     return name if re.match(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$", name) else ""
 
 
@@ -72,10 +55,10 @@ def scan(host_root: str) -> list[NeuronDevice]:
         if entry is None:
             raw.append((index, "", "", "", 0))
             continue
-        serial = _read(entry / "info" / "serial_number")
+        serial = read_attr(entry / "info" / "serial_number")
         arch = entry / "info" / "architecture"
-        model = _read(arch / "device_name") or _read(arch / "arch_type")
-        cores = _read(entry / "core_count")
+        model = read_attr(arch / "device_name") or read_attr(arch / "arch_type")
+        cores = read_attr(entry / "core_count")
         raw.append((index, serial, model, _pci(entry), int(cores) if cores.isdigit() else 0))
     uuids = unique_uuids([(str(r[0]), r[1]) for r in raw], "neuron-")
     return [

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exporter import log
+from exporter.backends.sysfs import read_attr
 from exporter.catalog.device import INFO_LABELS
 from exporter.config.schema import NeuronSourceConfig
 from exporter.errors import SourceError, SourcePending, SourceUnavailable
@@ -107,10 +108,7 @@ class NeuronSource(Source):
     def _rescan(self) -> None:
         root = Path(self.neuron_config.host_root or "/")
         self.devices = scan(str(root))
-        try:
-            self._driver = (root / "sys" / "module" / "neuron" / "version").read_text()[:64].strip()
-        except OSError:
-            self._driver = ""
+        self._driver = read_attr(root / "sys" / "module" / "neuron" / "version", 64)
         self._next_scan = time.monotonic() + RESCAN_SECONDS
 
     # -- the child's lines ----------------------------------------------------

@@ -12,8 +12,9 @@ device of the same vendor. Virtual functions (an SR-IOV GPU's VFs, marked by a
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from exporter.backends.sysfs import SysfsError, pci_functions
 
 # PCI vendor ids by the vendor label the device sources use.
 VENDOR_IDS: dict[str, int] = {
@@ -26,15 +27,8 @@ DISPLAY_CLASS = 0x03
 ACCELERATOR_CLASS = 0x1200
 
 
-class PciError(Exception):
-    """sysfs could not be read, or says something that is not a PCI device list."""
-
-
-def _hex(path: Path) -> int:
-    try:
-        return int(path.read_text(encoding="ascii").strip(), 16)
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise PciError(f"{path}: {exc}") from None
+# sysfs could not be read, or says something that is not a PCI device list.
+PciError = SysfsError
 
 
 def is_accelerator(pci_class: int) -> bool:
@@ -51,22 +45,16 @@ def accelerators(sys_path: str, vendor: str) -> list[str]:
     want = VENDOR_IDS.get(vendor)
     if want is None:
         raise PciError(f"no PCI vendor id known for {vendor!r}")
-    root = Path(sys_path) / "bus" / "pci" / "devices"
-    try:
-        names = sorted(os.listdir(root))
-    except OSError as exc:
-        raise PciError(f"{root}: {exc.strerror or exc}") from None
     found = []
-    for name in names:
-        entry = root / name
+    for function in pci_functions(Path(sys_path)):
         try:
-            vendor_id = _hex(entry / "vendor")
+            vendor_id = function.hex("vendor")
         except PciError:
             continue  # a function that vanished while we looked, or not a device
         if vendor_id != want:
             continue
-        if is_accelerator(_hex(entry / "class")) and not (entry / "physfn").exists():
-            found.append(name.lower())
+        if is_accelerator(function.hex("class")) and not function.is_virtual:
+            found.append(function.address)
     return found
 
 
