@@ -58,8 +58,9 @@ BAD_PAGES_NEAR_SHARE = 0.9
 
 # Families whose 0 for a link that was 1 means "a link went down".
 LINK_UP_FAMILIES = ("accel_nvlink_up", "accel_amd_xgmi_link_up")
-# accel_ecc_errors_total's type label of uncorrectable errors (NVIDIA, AMD).
-UNCORRECTABLE = frozenset({"uncorrected", "uncorrectable"})
+# accel_ecc_errors_total's type label of uncorrectable errors (one word on every vendor:
+# the store refuses a value outside the catalog's enumeration).
+UNCORRECTED = "uncorrected"
 
 Identity = tuple[str, ...]
 
@@ -235,7 +236,7 @@ class HealthJudge:
                     if reasons is not None:
                         reasons[reason] = state
             elif metric == "accel_ecc_errors_total":
-                if labels[2] in UNCORRECTABLE:
+                if labels[2] == UNCORRECTED:
                     last = ecc.get(labels)
                     if last is not None and value > last:
                         self._ecc_grew[labels[:2]] = now

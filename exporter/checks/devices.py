@@ -28,7 +28,9 @@ VENDOR_SYNONYMS = {
     "inferentia": "aws",
 }
 
-# The ECC type label values that mean uncorrectable / correctable, for both vendors.
+# The ECC type label values that mean uncorrectable / correctable: this daemon's one
+# vocabulary, and the words a daemon released before it used on AMD (a check may read an
+# older daemon's /metrics during a rolling upgrade).
 UNCORRECTED = frozenset({"uncorrected", "uncorrectable"})
 CORRECTED = frozenset({"corrected", "correctable"})
 

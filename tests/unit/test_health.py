@@ -156,7 +156,7 @@ def test_a_link_down_that_was_up_is_degraded_a_link_never_up_is_not(family):
     assert verdicts(first, judge) == ({A: "ok"}, {})  # back up
 
 
-@pytest.mark.parametrize(("kind", "counter"), [("uncorrected", "volatile"), ("uncorrectable", "")])
+@pytest.mark.parametrize(("kind", "counter"), [("uncorrected", "volatile"), ("uncorrected", "")])
 def test_uncorrectable_ecc_growth_is_degraded_for_an_hour(kind, counter):
     now = [1000.0]
     judge = HealthJudge(clock=lambda: now[0])
