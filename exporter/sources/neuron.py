@@ -1,7 +1,7 @@
 """AWS Neuron devices: counted from sysfs, measured by a supervised neuron-monitor.
 
-The child (:mod:`exporter.neuron.monitor`) streams one report per period; each
-line is parsed (:mod:`exporter.neuron.report`) as it arrives. Gauges come from
+The child (:mod:`exporter.backends.neuron_monitor`) streams one report per period; each
+line is parsed (:mod:`exporter.backends.neuron_report`) as it arrives. Gauges come from
 the latest report while it is fresh. Execution counts and ECC events are
 per-period deltas: each line's are added once to counters kept here, so the
 counters survive the child's restarts, neither reset nor counted twice. A
@@ -19,17 +19,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exporter import log
+from exporter.backends.neuron_devices import NeuronDevice, scan
+from exporter.backends.neuron_monitor import STALL_PERIODS, Monitor
 from exporter.backends.sysfs import read_attr
 from exporter.catalog.device import INFO_LABELS
 from exporter.config.schema import NeuronSourceConfig
 from exporter.errors import SourceError, SourcePending, SourceUnavailable
 from exporter.model import Reading
-from exporter.neuron.devices import NeuronDevice, scan
-from exporter.neuron.monitor import STALL_PERIODS, Monitor
 from exporter.sources.base import Source
 
 if TYPE_CHECKING:
-    from exporter.neuron.report import Report
+    from exporter.backends.neuron_report import Report
 
 VENDOR = "aws"
 RESCAN_SECONDS = 60.0
@@ -116,7 +116,7 @@ class NeuronSource(Source):
     def _on_line(self, line: bytes) -> None:
         # Imported here: the report parser is needed once neuron-monitor runs and
         # prints, not on every node where the source only finds no device.
-        from exporter.neuron.report import EXEC_ERRORS, EXEC_STATUS, BadReport, parse
+        from exporter.backends.neuron_report import EXEC_ERRORS, EXEC_STATUS, BadReport, parse
 
         try:
             report = parse(line)

@@ -60,7 +60,7 @@ OURS = (
     "exporter.backends.amdsmi_fields",
     "exporter.backends.tpu",  # the TPU worker's backend: no chip, no worker
     "exporter.backends.tpu_distributions",
-    "exporter.neuron.report",  # neuron-monitor's report parser: not running here
+    "exporter.backends.neuron_report",  # neuron-monitor's report parser: not running here
     "exporter.ccl.ras_parse",  # RAS report parsers: no NCCL/RCCL job answers here
     "exporter.ccl.ras_json",
     "exporter.ccl.ras_text",
