@@ -105,7 +105,7 @@ def config_md() -> str:
     out = [
         "# Configuration",
         "",
-        "Generated from `exporter/config/schema.py` by `scripts/gen_docs.py`; do not edit.",
+        "Generated from the sections in `exporter/config/` by `scripts/gen_docs.py`; do not edit.",
         "",
         "Every key can be set in the YAML file (`--config.file`), by environment variable",
         "and by flag; flags win over the environment, which wins over the file. Durations",

@@ -19,7 +19,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 import yaml
 
 from exporter.config.durations import format_duration, parse_duration
-from exporter.config.schema import Config
+from exporter.config.root import Config
 from exporter.config.web_config import read_web_config
 from exporter.errors import ConfigError
 from exporter.suggest import closest, hint
@@ -138,7 +138,7 @@ def _annotation(tp: Any) -> str:
 
 
 def is_duration(tp: Any) -> bool:
-    """True for :data:`~exporter.config.schema.Duration` fields (optional or not)."""
+    """True for :data:`~exporter.config.fields.Duration` fields (optional or not)."""
     return _annotation(tp) == "duration"
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
-    from exporter.config.schema import OtlpOutputConfig
+    from exporter.config.outputs import OtlpOutputConfig
 
 PREFIX = "OTEL_EXPORTER_OTLP_"
 SIGNAL_PREFIX = "OTEL_EXPORTER_OTLP_METRICS_"

@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from exporter.config.schema import HostSourceConfig
+from exporter.config.host import HostSourceConfig
 from exporter.errors import SourceError
 from exporter.model import Reading
 from exporter.sources.base import BlockingCall, Source

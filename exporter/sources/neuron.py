@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from exporter import log
 from exporter.catalog.device import INFO_LABELS
-from exporter.config.schema import NeuronSourceConfig
+from exporter.config.devices import NeuronSourceConfig
 from exporter.errors import SourceError, SourcePending, SourceUnavailable
 from exporter.model import Reading
 from exporter.neuron.devices import NeuronDevice, scan

@@ -61,7 +61,7 @@ def test_cpu_seconds_counters_and_boot_time_as_node_exporter(tmp_path):
     """Counters in seconds per mode (USER_HZ ticks / SC_CLK_TCK), btime as a Unix time."""
     import asyncio
 
-    from exporter.config.schema import HostSourceConfig
+    from exporter.config.host import HostSourceConfig
     from exporter.sources.host import CLOCK_TICKS, HostSource
 
     assert parse_stat(STAT + "btime 1700000000\n").boot_time == 1700000000
