@@ -34,7 +34,7 @@ from exporter.catalog.otel import SEMCONV_VERSION  # noqa: E402
 from exporter.commands.flags import DERIVED, key_help, leaf_class, sections  # noqa: E402
 from exporter.config import leaves  # noqa: E402
 from exporter.config.json_schema import config_schema  # noqa: E402
-from exporter.config.loader import describe_type, format_default  # noqa: E402
+from exporter.config.keys import describe_type, format_default  # noqa: E402
 from exporter.outputs.compat import table as compat_table  # noqa: E402
 
 PIPE = "\\|"

@@ -1,6 +1,7 @@
 """Configuration: schema, loading and validation."""
 
-from exporter.config.loader import ENV_PREFIX, Leaf, leaves, load_config
+from exporter.config.keys import ENV_PREFIX, Leaf, leaves
+from exporter.config.loader import load_config
 from exporter.config.root import Config
 from exporter.config.source import SourceConfig
 

@@ -56,7 +56,7 @@ def test_defaults_need_no_file():
 def test_every_leaf_is_settable_by_env_with_its_default(tmp_path):
     # Writing each leaf's own default back through the env must be accepted:
     # proves env names and text conversion exist for every key.
-    from exporter.config.loader import format_default
+    from exporter.config.keys import format_default
 
     booleans = flips = 0
     for leaf in leaves():
@@ -116,7 +116,7 @@ def test_expected_devices_per_vendor_source():
 
 def test_defaults_shown_for_null_keys():
     from exporter.config.fields import Duration
-    from exporter.config.loader import format_default
+    from exporter.config.keys import format_default
 
     # A null duration is computed from the interval; any other null is just not set.
     assert format_default(None, Duration | None) == "derived"
