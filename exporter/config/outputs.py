@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from exporter.config.fields import Duration, FilePath, Secret, timing_problems
-from exporter.config.kubernetes import LABEL_KEY, SERVICE_ACCOUNT_DIR
+from exporter.config.kubernetes import API_ACCESS_HELP, LABEL_KEY, SERVICE_ACCOUNT_DIR
 
 CompatName = Literal["dcgm", "amd"]
 
@@ -127,10 +127,7 @@ class KubernetesOutputConfig:
         "taint_key": "the taint's key",
         "clear_after": "a device healthy this long loses its taint (hysteresis)",
         "node_condition": "the Node condition AcceleratorHealthy (device-plugin clusters)",
-        "api_server": "API server URL (empty: in-cluster)",
-        "node_name": "this node's name (empty: $NODE_NAME)",
-        "token_file": "service account token",
-        "ca_file": "CA bundle of the API server",
+        **API_ACCESS_HELP,
     }
 
     enabled: bool = False

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from exporter.config.fields import MIN_INTERVAL, Duration, Enabled, timing_problems
-from exporter.config.kubernetes import LABEL_KEY, SERVICE_ACCOUNT_DIR
+from exporter.config.kubernetes import API_ACCESS_HELP, LABEL_KEY, SERVICE_ACCOUNT_DIR
 from exporter.config.source import SourceConfig
 
 # The kubelet's pod-resources reply grows with pods x devices; gRPC's default 4 MiB is
@@ -37,10 +37,7 @@ class PodLabelsConfig:
         "interval": "time between two pod listings",
         "timeout": "deadline of one pod listing",
         "max_reply_bytes": "largest pod list accepted",
-        "api_server": "API server URL (empty: in-cluster)",
-        "node_name": "this node's name (empty: $NODE_NAME)",
-        "token_file": "service account token",
-        "ca_file": "CA bundle of the API server",
+        **API_ACCESS_HELP,
     }
 
     enabled: bool = False
