@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exporter.config.schema import DeviceSourceConfig
+from exporter.config.devices import DeviceSourceConfig
 from exporter.sources.device import DeviceSource, parse_inventory
 from exporter.workers.child import reply_frame
 from exporter.workers.protocol import decode

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from exporter.backends.cuda_checkpoint import CudaCheckpointBackend  # noqa: E402
-from exporter.config.schema import K8sEnrichConfig, WorkloadConfig  # noqa: E402
+from exporter.config.workload import K8sEnrichConfig, WorkloadConfig  # noqa: E402
 from exporter.enrich.kube_api import ApiAccess, list_pod_labels  # noqa: E402
 from exporter.enrich.pod_resources import list_assignments, resource_filter  # noqa: E402
 from exporter.enrich.procfs import ProcReader  # noqa: E402

@@ -31,7 +31,7 @@ from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metr
 from opentelemetry.sdk.resources import Resource  # noqa: E402
 
 from exporter.config.otlp import resolve  # noqa: E402
-from exporter.config.schema import OtlpOutputConfig  # noqa: E402
+from exporter.config.outputs import OtlpOutputConfig  # noqa: E402
 from exporter.model import OK, Reading, Snapshot  # noqa: E402
 from exporter.outputs.otlp_batch import BatchBuilder  # noqa: E402
 from exporter.outputs.otlp_transport import build_exporter  # noqa: E402

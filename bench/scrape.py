@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 SERVER_CODE = r"""
 import sys, time, signal
-from exporter.config.schema import WebConfig
+from exporter.config.web import WebConfig
 from exporter.model import OK, Reading, Snapshot
 from exporter.outputs.http import Endpoints, HttpServer
 from exporter.outputs.prometheus import Exposition

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from exporter import actions, log
-from exporter.config.schema import HealthConfig
+from exporter.config.health import HealthConfig
 from exporter.model import Reading
 
 OK, DEGRADED, FAILED, PREDICTED = "ok", "degraded", "failed", "predicted_failure"

@@ -34,7 +34,7 @@ from exporter.catalog.otel import SEMCONV_VERSION  # noqa: E402
 from exporter.commands.flags import DERIVED, key_help, leaf_class, sections  # noqa: E402
 from exporter.config import leaves  # noqa: E402
 from exporter.config.json_schema import config_schema  # noqa: E402
-from exporter.config.loader import describe_type, format_default  # noqa: E402
+from exporter.config.keys import describe_type, format_default  # noqa: E402
 from exporter.outputs.compat import table as compat_table  # noqa: E402
 
 PIPE = "\\|"
@@ -105,7 +105,7 @@ def config_md() -> str:
     out = [
         "# Configuration",
         "",
-        "Generated from `exporter/config/schema.py` by `scripts/gen_docs.py`; do not edit.",
+        "Generated from the sections in `exporter/config/` by `scripts/gen_docs.py`; do not edit.",
         "",
         "Every key can be set in the YAML file (`--config.file`), by environment variable",
         "and by flag; flags win over the environment, which wins over the file. Durations",

@@ -50,7 +50,7 @@ from exporter.backends.base import (
     unique_uuids,
 )
 from exporter.backends.wire import drop, merge, new_rows
-from exporter.config.schema import AMD_DEFAULT_EVENTS
+from exporter.catalog.vocabulary import AMD_HEALTH_EVENTS
 from exporter.workers import crumb
 
 SOURCE = "amdsmi"
@@ -229,7 +229,7 @@ class AmdSmiBackend:
                 api,
                 [Watched(g.handle, i, g.device) for i, g in enumerate(self.gpus)],
                 # An explicit empty list means "none": only a missing key means defaults.
-                self.config.get("event_types", AMD_DEFAULT_EVENTS),
+                self.config.get("event_types", AMD_HEALTH_EVENTS),
                 SOURCE,
             )
             self.events.start()

@@ -11,6 +11,8 @@ them.
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 # The exporter's health verdict: the OpenTelemetry hw.state values.
 HEALTH_STATES = ("ok", "degraded", "failed", "predicted_failure")
 # What to do about a device (exporter/actions.py), least to most disruptive.
@@ -129,11 +131,10 @@ RESIDENCIES = (
 )
 
 # Device event notifications: NVIDIA's, then amdsmi's.
-DEVICE_EVENTS = (
-    "single_bit_ecc",
-    "double_bit_ecc",
-    "gpu_unavailable",
-    "recovery_action",
+NVIDIA_EVENTS = ("single_bit_ecc", "double_bit_ecc", "gpu_unavailable", "recovery_action")
+# amdsmi's are also the words of sources.amdsmi.event_types, which the config loader
+# checks against this Literal: one list for the key and the label.
+AmdEvent = Literal[
     "vmfault",
     "thermal_throttle",
     "gpu_pre_reset",
@@ -146,7 +147,17 @@ DEVICE_EVENTS = (
     "unmap_from_gpu",
     "process_start",
     "process_end",
+]
+AMD_EVENTS: tuple[AmdEvent, ...] = get_args(AmdEvent)
+# The amdsmi notifications counted unless configured: those that say something about
+# health; the others can fire very often.
+AMD_HEALTH_EVENTS: tuple[AmdEvent, ...] = (
+    "vmfault",
+    "thermal_throttle",
+    "gpu_pre_reset",
+    "gpu_post_reset",
 )
+DEVICE_EVENTS = (*NVIDIA_EVENTS, *AMD_EVENTS)
 
 NVLINK_ERRORS = ("replay", "recovery", "crc_flit", "crc_data")
 POWER_BOUNDS = ("min", "max", "default")

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from exporter.config.loader import format_default, is_duration, is_secret
+from exporter.config.keys import format_default, is_duration, is_secret
 
 REDACTED = "[redacted]"
 

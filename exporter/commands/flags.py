@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from typing import Any, Literal, get_args, get_origin
 
 from exporter.config import leaves
-from exporter.config.loader import Leaf, closest_key, flag_name, format_default
-from exporter.config.schema import Config
+from exporter.config.keys import Leaf, flag_name, format_default
+from exporter.config.loader import closest_key
+from exporter.config.root import Config
 from exporter.suggest import closest, hint
 
 OVERRIDE_PREFIX = "override:"

@@ -13,7 +13,7 @@ import types
 import typing
 from typing import Any, Literal, Union, get_args, get_origin
 
-from exporter.config.schema import Config
+from exporter.config.root import Config
 
 
 def _help(cls: type, name: str) -> str:

@@ -28,8 +28,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from exporter.config.fields import MIN_INTERVAL
+
 if TYPE_CHECKING:
-    from exporter.config.schema import OtlpOutputConfig
+    from exporter.config.outputs import OtlpOutputConfig
 
 PREFIX = "OTEL_EXPORTER_OTLP_"
 SIGNAL_PREFIX = "OTEL_EXPORTER_OTLP_METRICS_"
@@ -42,7 +44,6 @@ DEFAULT_INTERVAL = 30.0
 DEFAULT_COMPRESSION = "gzip"
 # "No limit" for a timeout of 0, as the spec allows: the largest 32-bit millisecond count.
 NO_LIMIT_SECONDS = (2**31 - 1) / 1000.0
-MIN_INTERVAL_SECONDS = 0.1
 INTERVAL_VAR = "OTEL_METRIC_EXPORT_INTERVAL"
 # The settings the SDK reads from the environment when the config leaves them unset,
 # and the variables it reads for each, first match wins.
@@ -202,7 +203,7 @@ class _Resolver:
         if raw:
             try:
                 seconds = _milliseconds(raw)
-                if seconds < MIN_INTERVAL_SECONDS:
+                if seconds < MIN_INTERVAL:
                     raise ValueError(raw)
             except ValueError:
                 self.warnings.append(f"{INTERVAL_VAR}={raw!r} is not milliseconds >= 100; ignored")
@@ -304,3 +305,16 @@ def sdk_missing() -> bool:
 def resolve(config: OtlpOutputConfig, env: Mapping[str, str]) -> Resolution:
     """``outputs.otlp`` plus what the SDK does not read, from ``env``."""
     return _Resolver(config, env).resolve()
+
+
+def enabled_problems(config: OtlpOutputConfig, env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Why an enabled OTLP output is unusable: (key under ``outputs.otlp``, problem) pairs.
+
+    Its keys, and the protocol variable in ``env``: the environment load_config was
+    given, never the process's own. The other OTEL_* variables are the SDK's to read
+    when the output starts.
+    """
+    out = []
+    if sdk_missing():
+        out.append(("enabled", "needs the accel-exporter 'otlp' extra (docs/deploy.md)"))
+    return out + resolve(config, env).problems

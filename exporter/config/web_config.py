@@ -120,3 +120,22 @@ def _http(value: Any, where: str) -> list[str]:
         else:
             problems.append(_unknown(name, key, HTTP_KEYS))
     return problems
+
+
+def merge_web_config(data: dict[str, Any], origins: dict[tuple[str, ...], str]) -> list[str]:
+    """Fold ``web.config_file`` (exporter-toolkit format) into ``web``; the problems found."""
+    web = data.get("web")
+    path = web.get("config_file") if isinstance(web, dict) else None
+    if not isinstance(path, str) or not path:
+        return []
+    assert isinstance(web, dict)
+    mapped, problems = read_web_config(path)
+    origin = origins.get(("web", "config_file"), "")
+    for section, values in mapped.items():
+        if web.get(section):
+            problems.append(f"web.{section}: set both here and in web.config_file {path}; keep one")
+            continue
+        web[section] = values
+        for key in values:
+            origins[("web", section, key)] = f"web.config_file {path} (from {origin})"
+    return problems

@@ -8,7 +8,7 @@ import ssl
 import threading
 from collections import OrderedDict
 
-from exporter.config.schema import BasicAuthConfig, TLSConfig
+from exporter.config.web import BasicAuthConfig, TLSConfig
 
 # Checks waiting for the bcrypt turn; one more is answered 503 (busy) at once,
 # so a storm of new credentials queues a bounded number of threads.

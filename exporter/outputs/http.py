@@ -30,7 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from exporter import __version__, log
 from exporter.config.addresses import join_host_port, parse_listen_address
-from exporter.config.schema import WebConfig
+from exporter.config.web import WebConfig
 from exporter.model import Reading
 from exporter.outputs.auth import BasicAuth, Verdict, tls_context
 from exporter.outputs.http_conns import (

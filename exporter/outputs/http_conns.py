@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from exporter.config.schema import WebConfig
+from exporter.config.web import WebConfig
 from exporter.model import Reading
 
 WAITING, READING, SERVING = "waiting", "reading", "serving"

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from exporter import log
-from exporter.config.schema import KubernetesOutputConfig
+from exporter.config.outputs import KubernetesOutputConfig
 from exporter.health import DEGRADED, FAILED
 from exporter.outputs.kube_client import KubeClient, KubeError, Reply
 from exporter.store import Store, View

@@ -33,7 +33,7 @@ from opentelemetry.sdk.resources import Resource
 
 from exporter import log
 from exporter.config.otlp import OtlpSettings, resolve
-from exporter.config.schema import OtlpOutputConfig
+from exporter.config.outputs import OtlpOutputConfig
 from exporter.errors import ConfigError
 from exporter.outputs.otlp_account import LOG_EVERY_SECONDS, ExportAccount
 from exporter.outputs.otlp_batch import BatchBuilder

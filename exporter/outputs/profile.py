@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from exporter.catalog import CATALOG, MetricSpec
 from exporter.catalog.profiles import DEFAULT_PROFILE, Selection, Sparse, select
 from exporter.catalog.totals import TOTALS, Total
-from exporter.config.schema import ProfileConfig
+from exporter.config.outputs import ProfileConfig
 from exporter.model import HistogramValue, Reading
 from exporter.store import View
 

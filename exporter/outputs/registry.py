@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from exporter.config.schema import Config
+from exporter.config.root import Config
 from exporter.outputs.base import Output
 from exporter.store import Store
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 from exporter.catalog import MetricSpec
 from exporter.catalog.workload import WORKLOAD_LABELS, stampable, stamped
-from exporter.config.schema import Config
+from exporter.config.root import Config
 from exporter.model import Reading
 from exporter.store import View
 

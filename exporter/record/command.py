@@ -13,7 +13,8 @@ from typing import Any
 
 from exporter.config import Config
 from exporter.config.durations import parse_duration
-from exporter.config.schema import MIN_INTERVAL, SourceConfig
+from exporter.config.fields import MIN_INTERVAL
+from exporter.config.source import SourceConfig
 from exporter.record import HELP
 from exporter.record.runner import RUN_LOG, Recorder, RecordOptions, StartError
 from exporter.sources.base import Source

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 from exporter import log
-from exporter.config.schema import PodLabelsConfig
+from exporter.config.workload import PodLabelsConfig
 from exporter.enrich.errors import AttributionError
 from exporter.enrich.kube_api import ApiAccess, access
 from exporter.errors import SourceError

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from exporter.config.schema import SourceConfig
+from exporter.config.source import SourceConfig
 from exporter.errors import SourceError
 from exporter.model import Reading
 

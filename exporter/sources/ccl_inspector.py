@@ -17,7 +17,7 @@ from typing import Any
 from exporter import log
 from exporter.ccl.inspector import InspectorAggregator
 from exporter.ccl.tail import DirectoryTail, TailStats
-from exporter.config.schema import CclInspectorSourceConfig
+from exporter.config.ccl import CclInspectorSourceConfig
 from exporter.errors import SourceError
 from exporter.model import Reading
 from exporter.sources.base import BlockingCall, Source

@@ -56,7 +56,7 @@ from exporter.ccl.ras_client import (
 from exporter.ccl.ras_events import MonitorEvent
 from exporter.ccl.ras_model import RasParseError, RasReport
 from exporter.ccl.ras_state import ProgressTracker, StateMachine, classify, elect_reporter
-from exporter.config.schema import CclRasSourceConfig
+from exporter.config.ccl import CclRasSourceConfig
 from exporter.errors import SourceError
 from exporter.model import Reading
 from exporter.sources.base import BlockingCall, Source, StoreReader

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from exporter.catalog.workload import CHECKPOINT_STATES
-from exporter.config.schema import CudaCheckpointSourceConfig
+from exporter.config.host import CudaCheckpointSourceConfig
 from exporter.enrich.devices import PROCESS_FAMILIES
 from exporter.errors import SourceUnavailable, WorkerError
 from exporter.model import Reading

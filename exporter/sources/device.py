@@ -61,7 +61,8 @@ from exporter.backends import libsearch
 from exporter.backends.base import INVENTORY_CHANGED
 from exporter.backends.wire import ROW_WIDTH
 from exporter.catalog.device import INFO_LABELS
-from exporter.config.schema import DeviceSourceConfig, HealthConfig
+from exporter.config.devices import DeviceSourceConfig
+from exporter.config.health import HealthConfig
 from exporter.errors import SourceError, SourcePending, SourceUnavailable, WorkerError
 from exporter.health import HealthJudge
 from exporter.health_api import DeviceReport

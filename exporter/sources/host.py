@@ -29,7 +29,7 @@ from exporter.backends.host_proc import (
     parse_meminfo,
     parse_stat,
 )
-from exporter.config.schema import HostSourceConfig
+from exporter.config.host import HostSourceConfig
 from exporter.errors import SourceError
 from exporter.model import Reading
 from exporter.sources.base import BlockingCall, Source

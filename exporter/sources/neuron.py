@@ -23,7 +23,7 @@ from exporter.backends.neuron_devices import NeuronDevice, scan
 from exporter.backends.neuron_monitor import STALL_PERIODS, Monitor
 from exporter.backends.sysfs import read_attr
 from exporter.catalog.device import INFO_LABELS
-from exporter.config.schema import NeuronSourceConfig
+from exporter.config.devices import NeuronSourceConfig
 from exporter.errors import SourceError, SourcePending, SourceUnavailable
 from exporter.model import Reading
 from exporter.sources.base import Source

@@ -12,7 +12,8 @@ from collections.abc import Callable, Mapping
 from exporter.backends import libsearch
 from exporter.catalog import CATALOG, MetricSpec, with_rows
 from exporter.catalog.workload import pod_labels_row
-from exporter.config.schema import Config, SourceConfig
+from exporter.config.root import Config
+from exporter.config.source import SourceConfig
 from exporter.sources import cper_ledger
 from exporter.sources.base import Source
 from exporter.sources.ccl_inspector import CclInspectorSource

@@ -19,7 +19,7 @@ from typing import Any
 
 from exporter.backends.tpu_chips import scan
 from exporter.catalog.tpu import LATENCY_BUCKETS
-from exporter.config.schema import TpuSourceConfig
+from exporter.config.devices import TpuSourceConfig
 from exporter.model import HistogramValue, Reading, is_number
 from exporter.sources.device import DeviceSource, ShapeError, call_budget
 

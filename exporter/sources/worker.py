@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from exporter.config.schema import SourceConfig
+from exporter.config.source import SourceConfig
 from exporter.sources.base import Source
 from exporter.workers.runner import WorkerRunner
 

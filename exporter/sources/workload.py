@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from exporter import log
-from exporter.config.schema import WorkloadConfig
+from exporter.config.workload import WorkloadConfig
 from exporter.enrich.attribution import Inputs, PodMemory, attribute
 from exporter.enrich.cgroup import CgroupIdentity
 from exporter.enrich.devices import PROCESS_FAMILIES, DeviceIndex

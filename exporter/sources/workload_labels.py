@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from exporter.catalog import CATALOG
-from exporter.config.schema import PodLabelsConfig
+from exporter.config.workload import PodLabelsConfig
 from exporter.enrich.kube_api import ApiAccess, list_pod_labels
 from exporter.model import Reading
 from exporter.sources.api_listing import ApiListing

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.catalog import CATALOG
 from exporter.catalog.profiles import members
-from exporter.config.schema import MAX_SERIES_LABELS
+from exporter.config.workload import MAX_SERIES_LABELS
 from tests.helpers.daemon import Daemon, samples
 from tests.helpers.nodes import node
 from tests.helpers.series import measure, settled

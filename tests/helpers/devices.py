@@ -11,7 +11,8 @@ from typing import Any
 
 from exporter.catalog import CATALOG
 from exporter.catalog.device import INFO_LABELS
-from exporter.config.schema import Config, SourceConfig
+from exporter.config.root import Config
+from exporter.config.source import SourceConfig
 from exporter.model import OK, Reading, Snapshot
 from exporter.sources.base import Source
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from exporter.config.schema import SourceConfig
+from exporter.config.source import SourceConfig
 from exporter.model import Reading
 from exporter.sources.base import Source
 

@@ -34,8 +34,9 @@ from hypothesis import strategies as st
 from exporter.ccl.inspector import InspectorParseError, parse_record
 from exporter.ccl.ras_model import RasParseError
 from exporter.ccl.ras_parse import parse_json, parse_text
+from exporter.config.devices import DeviceSourceConfig
 from exporter.config.loader import load_config
-from exporter.config.schema import BasicAuthConfig, DeviceSourceConfig, WebConfig
+from exporter.config.web import BasicAuthConfig, WebConfig
 from exporter.errors import ConfigError
 from exporter.outputs.http import Endpoints, HttpServer
 from exporter.outputs.prometheus import Exposition

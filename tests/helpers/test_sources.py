@@ -17,7 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from exporter.config.schema import Config, DeviceSourceConfig, SourceConfig
+from exporter.config.devices import DeviceSourceConfig
+from exporter.config.root import Config
+from exporter.config.source import SourceConfig
 from exporter.errors import SourceError
 from exporter.model import Reading
 from exporter.sources.base import BlockingCall, Source

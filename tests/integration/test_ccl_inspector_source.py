@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config.schema import CclInspectorSourceConfig
+from exporter.config.ccl import CclInspectorSourceConfig
 from exporter.errors import SourceError
 from exporter.sources.ccl_inspector import CclInspectorSource
 from exporter.store import validate

@@ -10,7 +10,7 @@ import time
 import pytest
 from structlog.testing import capture_logs
 
-from exporter.config.schema import CclRasSourceConfig
+from exporter.config.ccl import CclRasSourceConfig
 from exporter.errors import SourceError
 from exporter.sources.ccl_ras import CclRasSource
 from exporter.store import validate

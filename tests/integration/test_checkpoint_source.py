@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from exporter.catalog.workload import CHECKPOINT_STATES
-from exporter.config.schema import CudaCheckpointSourceConfig
+from exporter.config.host import CudaCheckpointSourceConfig
 from exporter.errors import SourceUnavailable, WorkerError
 from exporter.sources.checkpoint import CheckpointSource
 from exporter.store import Store

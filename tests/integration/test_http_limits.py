@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.config.schema import WebConfig
+from exporter.config.web import WebConfig
 from exporter.outputs.http import PROBE_SLOTS, Endpoints, HttpServer
 from exporter.outputs.http_conns import HEADER_TIMEOUTS, IDLE_CLOSED, REFUSED, WRITE_TIMEOUTS
 from exporter.outputs.prometheus import Exposition

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from exporter.config.schema import KubernetesOutputConfig
+from exporter.config.outputs import KubernetesOutputConfig
 from exporter.model import Reading
 from exporter.outputs.kube_health import RULES_PATH, KubeHealthWriter, rule_name
 from exporter.store import Store
@@ -292,7 +292,8 @@ def test_the_fake_refuses_what_the_real_schema_refuses(api, pki, tmp_path):
 
 
 def test_the_daemon_wires_a_sources_dra_lookup_as_the_resolver():
-    from exporter.config.schema import Config, OutputsConfig
+    from exporter.config.outputs import OutputsConfig
+    from exporter.config.root import Config
     from exporter.outputs.registry import build_outputs
 
     class SliceSource:  # the source that lists this node's ResourceSlices offers this

@@ -15,7 +15,7 @@ from opentelemetry.sdk.metrics.export import MetricExportResult
 from opentelemetry.sdk.resources import Resource
 
 from exporter.config.otlp import resolve
-from exporter.config.schema import OtlpOutputConfig
+from exporter.config.outputs import OtlpOutputConfig
 from exporter.model import OK, Reading, Snapshot
 from exporter.outputs.otlp_batch import BatchBuilder
 from exporter.outputs.otlp_transport import build_exporter, temporality_of

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from exporter.catalog import Kind
-from exporter.config.schema import K8sEnrichConfig, PodLabelsConfig, WorkloadConfig
+from exporter.config.workload import K8sEnrichConfig, PodLabelsConfig, WorkloadConfig
 from exporter.sources.registry import catalog_for
 from exporter.sources.workload import WorkloadSource
 from exporter.sources.workload_labels import PodLabelRefresher

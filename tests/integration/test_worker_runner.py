@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from exporter.config.schema import DeviceSourceConfig
+from exporter.config.devices import DeviceSourceConfig
 from exporter.errors import SourceError, SourcePending, SourceUnavailable, WorkerError
 from exporter.sources.device import DeviceSource
 from exporter.workers import runner as runner_mod

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config.schema import K8sEnrichConfig, SlurmEnrichConfig, WorkloadConfig
+from exporter.config.workload import K8sEnrichConfig, SlurmEnrichConfig, WorkloadConfig
 from exporter.errors import SourceError
 from exporter.sources.workload import WorkloadSource
 from exporter.store import Store

@@ -11,7 +11,9 @@ from exporter.backends import amdsmi_events, amdsmi_fields
 from exporter.backends.amdsmi_fields import U16_MAX, U32_MAX, U64_MAX, number, pcie_generation
 from exporter.catalog import amd
 from exporter.catalog.device import ID
-from exporter.config import load_config, schema
+from exporter.catalog.vocabulary import AmdEvent
+from exporter.config import load_config
+from exporter.config.devices import AmdSmiSourceConfig
 from exporter.errors import ConfigError
 
 
@@ -81,9 +83,9 @@ def test_status_names() -> None:
 
 
 def test_configurable_event_types_are_exactly_the_labelled_ones() -> None:
-    allowed = set(typing.get_args(schema.AmdEvent))
+    allowed = set(typing.get_args(AmdEvent))
     assert allowed == set(amdsmi_events.EVENT_LABELS.values())
-    default = schema.AmdSmiSourceConfig().event_types
+    default = AmdSmiSourceConfig().event_types
     assert set(default) <= allowed
 
 

@@ -8,7 +8,7 @@ import time
 
 import bcrypt
 
-from exporter.config.schema import BasicAuthConfig
+from exporter.config.web import BasicAuthConfig
 from exporter.outputs.auth import BasicAuth, Verdict
 
 

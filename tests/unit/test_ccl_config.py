@@ -62,7 +62,7 @@ def test_environment_overrides():
 
 
 def test_follower_interval_defaults_to_ten_intervals():
-    from exporter.config.schema import CclRasSourceConfig
+    from exporter.config.ccl import CclRasSourceConfig
 
     assert CclRasSourceConfig(interval=600.0).check() == []
     assert CclRasSourceConfig(interval=600.0).follower_seconds == 6000.0

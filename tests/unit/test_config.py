@@ -56,7 +56,7 @@ def test_defaults_need_no_file():
 def test_every_leaf_is_settable_by_env_with_its_default(tmp_path):
     # Writing each leaf's own default back through the env must be accepted:
     # proves env names and text conversion exist for every key.
-    from exporter.config.loader import format_default
+    from exporter.config.keys import format_default
 
     booleans = flips = 0
     for leaf in leaves():
@@ -115,8 +115,8 @@ def test_expected_devices_per_vendor_source():
 
 
 def test_defaults_shown_for_null_keys():
-    from exporter.config.loader import format_default
-    from exporter.config.schema import Duration
+    from exporter.config.fields import Duration
+    from exporter.config.keys import format_default
 
     # A null duration is computed from the interval; any other null is just not set.
     assert format_default(None, Duration | None) == "derived"
@@ -147,7 +147,7 @@ def test_stale_after_below_interval_is_rejected():
 
 
 def test_default_resources_include_mig_profiles_and_shared_gpus():
-    from exporter.config.schema import K8sEnrichConfig
+    from exporter.config.workload import K8sEnrichConfig
     from exporter.enrich.pod_resources import resource_filter
 
     k8s = K8sEnrichConfig()

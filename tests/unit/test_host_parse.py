@@ -62,7 +62,7 @@ def test_cpu_seconds_counters_and_boot_time_as_node_exporter(tmp_path):
     import asyncio
 
     from exporter.backends.host_proc import CLOCK_TICKS
-    from exporter.config.schema import HostSourceConfig
+    from exporter.config.host import HostSourceConfig
     from exporter.sources.host import HostSource
 
     assert parse_stat(STAT + "btime 1700000000\n").boot_time == 1700000000

@@ -6,7 +6,7 @@ import asyncio
 
 from structlog.testing import capture_logs
 
-from exporter.config.schema import SourceConfig
+from exporter.config.source import SourceConfig
 from exporter.errors import SourceUnavailable
 from exporter.logstate import REMINDER_SECONDS, StateLog
 from exporter.scheduler import Scheduler

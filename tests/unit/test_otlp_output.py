@@ -13,7 +13,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
 from structlog.testing import capture_logs
 
 from exporter.config.otlp import resolve
-from exporter.config.schema import OtlpOutputConfig
+from exporter.config.outputs import OtlpOutputConfig
 from exporter.model import OK, Reading, Snapshot
 from exporter.outputs.otlp import OtlpOutput
 from exporter.store import Store

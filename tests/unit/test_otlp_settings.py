@@ -6,7 +6,7 @@ import pytest
 
 from exporter.config.loader import load_config
 from exporter.config.otlp import NO_LIMIT_SECONDS, SDK_READS, resolve
-from exporter.config.schema import OtlpOutputConfig
+from exporter.config.outputs import OtlpOutputConfig
 from exporter.errors import ConfigError
 
 

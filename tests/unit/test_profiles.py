@@ -10,7 +10,7 @@ from exporter.catalog import CATALOG, with_rows
 from exporter.catalog.profiles import FULL_ONLY, MINIMAL, PROFILES, members, problems, select
 from exporter.catalog.workload import WORKLOAD_LABELS, pod_labels_row, stampable, stamped
 from exporter.config import load_config
-from exporter.config.schema import MAX_POD_LABEL_KEYS, MAX_SERIES_LABELS
+from exporter.config.workload import MAX_POD_LABEL_KEYS, MAX_SERIES_LABELS
 from exporter.errors import ConfigError
 from exporter.model import OK, Reading, Snapshot
 from exporter.outputs.otlp_batch import BatchBuilder

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from structlog.testing import capture_logs
 
-from exporter.config.schema import SourceConfig
+from exporter.config.source import SourceConfig
 from exporter.model import OK, Reading, Snapshot
 from exporter.record.runlog import RunLog
 from exporter.record.runner import PHASE_FILE, SUMMARY, Recorder, RecordOptions

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from exporter.config.schema import SourceConfig
+from exporter.config.source import SourceConfig
 from exporter.errors import SourceError, SourcePending, SourceUnavailable
 from exporter.model import Reading
 from exporter.scheduler import (

@@ -1,0 +1,125 @@
+"""The NCCL/RCCL sources: ``sources.ccl_ras`` and ``sources.ccl_inspector``."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+from exporter.config.fields import Duration, Enabled
+from exporter.config.source import SourceConfig
+
+# A RAS follower queries this many times less often than the reporter by default.
+FOLLOWER_FACTOR = 10
+
+
+@dataclass(frozen=True)
+class CclRasSourceConfig(SourceConfig):
+    """NCCL/RCCL RAS service client (every NCCL process listens on port 28028)."""
+
+    HELP: ClassVar[dict[str, str]] = {
+        "addresses": "RAS service host:port of the NCCL/RCCL processes",
+        "format": "RAS reply format asked for (auto: JSON where supported)",
+        "verbose": "ask for the verbose report (per-rank detail)",
+        "rank_series": "per-rank series: this node's ranks, all, or none",
+        "stall_polls": "polls without progress before a job counts as stalled",
+        "role": "reporter queries every poll, a follower less often (auto: by rank 0)",
+        "follower_interval": "a follower's query interval (derived: ten intervals)",
+        "max_response_bytes": "largest RAS reply read",
+        "monitor": "keep a RAS monitor connection for instant state changes",
+        "local_addresses": "this node's IP addresses (empty: read from the kernel)",
+    }
+
+    enabled: Enabled = "auto"
+    addresses: list[str] = field(default_factory=lambda: ["localhost:28028"])
+    interval: Duration = 30.0
+    timeout: Duration | None = 15.0
+    format: Literal["auto", "json", "text"] = "auto"
+    verbose: bool = True
+    rank_series: Literal["local", "all", "none"] = "local"
+    stall_polls: int = 3
+    role: Literal["auto", "reporter", "follower"] = "auto"
+    # Unset: ten times the interval.
+    follower_interval: Duration | None = None
+    max_response_bytes: int = 32 * 1024 * 1024
+    monitor: Enabled = "auto"
+    # This node's addresses, to tell local ranks and the reporter role; empty: read them
+    # from the kernel (plus the host of every non-loopback address above).
+    local_addresses: list[str] = field(default_factory=list)
+
+    def check(self) -> list[tuple[str, str]]:
+        """Sane addresses and counts."""
+        import ipaddress
+
+        from exporter.config.addresses import address_list_problems
+
+        out = super().check() + address_list_problems(self.addresses, 28028, "RAS")
+        for i, local in enumerate(self.local_addresses):
+            try:
+                ipaddress.ip_address(local.strip("[]"))
+            except ValueError:
+                out.append((f"local_addresses.{i}", f"{local!r} is not an IP address"))
+        if self.stall_polls < 1:
+            out.append(("stall_polls", "must be at least 1"))
+        if self.follower_interval is not None and self.follower_interval < self.interval:
+            out.append(("follower_interval", "must be at least interval"))
+        if self.max_response_bytes < 4096:
+            out.append(("max_response_bytes", "must be at least 4096"))
+        return out
+
+    def resolved(self) -> CclRasSourceConfig:
+        """Also fill ``follower_interval`` from the interval."""
+        base = super().resolved()
+        assert isinstance(base, CclRasSourceConfig)
+        return dataclasses.replace(base, follower_interval=self.follower_seconds)
+
+    @property
+    def follower_seconds(self) -> float:
+        """A follower's query interval: ``follower_interval``, else ten intervals."""
+        if self.follower_interval is not None:
+            return self.follower_interval
+        return FOLLOWER_FACTOR * self.interval
+
+
+@dataclass(frozen=True)
+class CclInspectorSourceConfig(SourceConfig):
+    """NCCL/RCCL Inspector profiler plugin output (one JSONL file per process)."""
+
+    HELP: ClassVar[dict[str, str]] = {
+        "dir": "directory of the Inspector plugin's JSONL files",
+        "link_peak_bytes_per_second": "bus bandwidth above this is flagged implausible",
+        "max_line_bytes": "longest JSONL line read",
+        "max_read_bytes": "bytes read per file and poll (a larger backlog is skipped)",
+        "max_files": "files followed at once",
+        "max_comms": "communicators tracked at once",
+        "max_series": "{comm, collective, msg_size} label sets at most",
+        "hostnames": "only files of these host names (empty: all)",
+    }
+
+    enabled: Enabled = "auto"
+    dir: str = "/var/run/nccl-inspector"
+    interval: Duration = 15.0
+    # Bus bandwidth above this is flagged as implausible (RCCL 2.28.3 reports 10x too high).
+    link_peak_bytes_per_second: float = 1.0e12
+    max_line_bytes: int = 1024 * 1024
+    # Per file and poll; a larger backlog is skipped (counted), keeping CPU per poll bounded.
+    max_read_bytes: int = 8 * 1024 * 1024
+    max_files: int = 256
+    # Communicators tracked at once; the least recently seen is forgotten beyond this.
+    max_comms: int = 64
+    # {comm, collective, msg_size} label sets over all communicators (two histograms each).
+    max_series: int = 512
+    # Only files <hostname>-pid<pid>.log of these host names (a shared directory); empty: all.
+    hostnames: list[str] = field(default_factory=list)
+
+    def check(self) -> list[tuple[str, str]]:
+        """Positive limits."""
+        out = super().check()
+        for key in ("max_line_bytes", "max_read_bytes", "max_files", "max_comms", "max_series"):
+            if getattr(self, key) < 1:
+                out.append((key, "must be at least 1"))
+        if self.max_read_bytes < self.max_line_bytes:
+            out.append(("max_read_bytes", "must be at least max_line_bytes"))
+        if self.link_peak_bytes_per_second <= 0:
+            out.append(("link_peak_bytes_per_second", "must be positive"))
+        return out

@@ -1,0 +1,38 @@
+"""The field types the loader understands, and the limits shared across sections.
+
+Each section is a frozen dataclass (one module per section group, composed by
+:mod:`exporter.config.root`); the loader walks them to validate YAML, environment
+variables and flags, so adding a key to a section is all it takes to make it
+configurable everywhere. Field types: ``bool``, ``int``, ``float``, ``str``,
+:data:`Duration`, :data:`FilePath`, ``Literal``, ``X | None``, unions of a bool
+and ``Literal["auto"]``, ``list[...]``, ``dict[str, ...]`` and nested dataclasses.
+
+A dataclass may define ``check() -> list[tuple[str, str]]`` (field, problem) for
+rules across fields, and ``resolved()`` to fill defaults that depend on others.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+# Seconds, written as "250ms", "15s", "1m" in files, env and flags.
+Duration = Annotated[float, "duration"]
+# A path that must exist and be readable when set.
+FilePath = Annotated[str, "file"]
+# A string never logged nor shown (password hashes, tokens).
+Secret = Annotated[str, "secret"]
+
+Enabled = Union[bool, Literal["auto"]]  # noqa: UP007 (a runtime alias, read by the loader)
+
+# The shortest interval of any poll, query or push.
+MIN_INTERVAL = 0.1
+
+
+def timing_problems(interval: float | None, timeout: float | None) -> list[tuple[str, str]]:
+    """An ``interval`` of at least :data:`MIN_INTERVAL`, a positive ``timeout`` (None: unset)."""
+    out = []
+    if interval is not None and interval < MIN_INTERVAL:
+        out.append(("interval", f"must be at least {int(MIN_INTERVAL * 1000)}ms"))
+    if timeout is not None and timeout <= 0:
+        out.append(("timeout", "must be positive"))
+    return out

@@ -1,0 +1,69 @@
+"""The ``sources`` section: every source the daemon knows, each its own section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from exporter.config.ccl import CclInspectorSourceConfig, CclRasSourceConfig
+from exporter.config.devices import (
+    AmdSmiSourceConfig,
+    DeviceSourceConfig,
+    HlmlSourceConfig,
+    LevelZeroSourceConfig,
+    NeuronSourceConfig,
+    TpuSourceConfig,
+)
+from exporter.config.host import CudaCheckpointSourceConfig, HostSourceConfig
+
+
+@dataclass(frozen=True)
+class SourcesConfig:
+    """Every source the daemon knows."""
+
+    HELP: ClassVar[dict[str, str]] = {
+        "host": "host CPU, memory, load and uptime from /proc",
+        "nvml": "NVIDIA GPUs through NVML (in a worker process)",
+        "amdsmi": "AMD GPUs through amdsmi (in a worker process)",
+        "tpu": "Google TPUs: chips from the host, metrics from libtpu",
+        "neuron": "AWS Trainium / Inferentia through neuron-monitor",
+        "ccl_ras": "NCCL/RCCL job health from the RAS service (port 28028)",
+        "ccl_inspector": "NCCL/RCCL Inspector profiler plugin output (JSONL files)",
+        "cuda_checkpoint": "CUDA checkpoint state of GPU processes (CUDA 12.8+)",
+    }
+
+    # Keys that are not here but where a user looks for them: the loader adds the hint.
+    HINTS: ClassVar[dict[str, str]] = {
+        "workload": "workload attribution is the top-level section workload, not under sources",
+        "enrich": "workload attribution is the top-level section workload",
+    }
+    # Sources are named for their library; the vendor's name suggests it ("did you mean").
+    SYNONYMS: ClassVar[dict[str, str]] = {
+        "nvidia": "nvml",
+        "dcgm": "nvml",
+        "amd": "amdsmi",
+        "rocm": "amdsmi",
+        "rocm_smi": "amdsmi",
+        "intel": "levelzero",
+        "xpu": "levelzero",
+        "level_zero": "levelzero",
+        "gaudi": "hlml",
+        "habana": "hlml",
+        "google": "tpu",
+        "aws": "neuron",
+        "trainium": "neuron",
+        "inferentia": "neuron",
+        "nccl": "ccl_ras",
+        "rccl": "ccl_ras",
+    }
+
+    host: HostSourceConfig = field(default_factory=HostSourceConfig)
+    nvml: DeviceSourceConfig = field(default_factory=DeviceSourceConfig)
+    amdsmi: AmdSmiSourceConfig = field(default_factory=AmdSmiSourceConfig)
+    levelzero: LevelZeroSourceConfig = field(default_factory=LevelZeroSourceConfig)
+    hlml: HlmlSourceConfig = field(default_factory=HlmlSourceConfig)
+    tpu: TpuSourceConfig = field(default_factory=TpuSourceConfig)
+    neuron: NeuronSourceConfig = field(default_factory=NeuronSourceConfig)
+    ccl_ras: CclRasSourceConfig = field(default_factory=CclRasSourceConfig)
+    ccl_inspector: CclInspectorSourceConfig = field(default_factory=CclInspectorSourceConfig)
+    cuda_checkpoint: CudaCheckpointSourceConfig = field(default_factory=CudaCheckpointSourceConfig)

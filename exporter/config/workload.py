@@ -1,0 +1,232 @@
+"""The ``workload`` section: which pod, container or Slurm job uses each device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+from exporter.config.fields import MIN_INTERVAL, Duration, Enabled, timing_problems
+from exporter.config.kubernetes import API_ACCESS_HELP, LABEL_KEY, SERVICE_ACCOUNT_DIR
+from exporter.config.source import SourceConfig
+
+# The kubelet's pod-resources reply grows with pods x devices; gRPC's default 4 MiB is
+# known to be too small on busy nodes (dcgm-exporter#509), so never allow less than this.
+MIN_POD_RESOURCES_MESSAGE_BYTES = 16 * 1024 * 1024
+# No series carries more labels than this (Mimir refuses series over 30 by default,
+# target labels and __name__ included); accel_pod_labels_info has namespace, pod and
+# one label per allowlisted key.
+MAX_SERIES_LABELS = 15
+MAX_POD_LABEL_KEYS = MAX_SERIES_LABELS - 2
+# Workload labels that may be stamped onto device series.
+STAMPABLE_LABELS = ("namespace", "pod", "container")
+
+
+@dataclass(frozen=True)
+class PodLabelsConfig:
+    """Kubernetes pod labels from the API server, through an allowlist (off by default).
+
+    The pods of this node are listed (``fieldSelector=spec.nodeName``) with the
+    pod's service account, on their own interval, and cached; the labels in
+    ``keys`` of the pods that use an accelerator are exported on
+    ``accel_pod_labels_info`` as ``label_<key>``. Needs RBAC get/list/watch on pods.
+    """
+
+    HELP: ClassVar[dict[str, str]] = {
+        "enabled": "export allowlisted pod labels from the API server",
+        "keys": "the allowlist of pod label keys (exact names)",
+        "interval": "time between two pod listings",
+        "timeout": "deadline of one pod listing",
+        "max_reply_bytes": "largest pod list accepted",
+        **API_ACCESS_HELP,
+    }
+
+    enabled: bool = False
+    # The allowlist: exact label keys (e.g. team, app.kubernetes.io/name). The exported
+    # label set is fixed when the daemon starts, so no patterns.
+    keys: list[str] = field(default_factory=list)
+    interval: Duration = 60.0
+    timeout: Duration = 10.0
+    # A node's pod list is small; a larger reply is refused (never read into memory).
+    max_reply_bytes: int = 16 * 1024 * 1024
+    # Empty: in-cluster, https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT.
+    api_server: str = ""
+    # Empty: $NODE_NAME (the chart sets it from the downward API spec.nodeName).
+    node_name: str = ""
+    token_file: str = f"{SERVICE_ACCOUNT_DIR}/token"
+    ca_file: str = f"{SERVICE_ACCOUNT_DIR}/ca.crt"
+
+    def check(self) -> list[tuple[str, str]]:
+        """Label keys valid and distinct once exported; positive timings; an https URL."""
+        import re
+
+        from exporter.catalog.workload import pod_label_name
+
+        out = []
+        if self.enabled and not self.keys:
+            out.append(("keys", "enabled needs at least one label key (the allowlist)"))
+        if len(self.keys) > MAX_POD_LABEL_KEYS:
+            out.append(
+                (
+                    "keys",
+                    f"at most {MAX_POD_LABEL_KEYS} keys: with namespace and pod, a series carries"
+                    f" at most {MAX_SERIES_LABELS} labels (docs/profiles.md)",
+                )
+            )
+        seen: dict[str, str] = {}
+        for i, key in enumerate(self.keys):
+            if not re.match(LABEL_KEY, key) or len(key) > 317:
+                out.append((f"keys.{i}", f"{key!r} is not a Kubernetes label key"))
+                continue
+            name = pod_label_name(key)
+            if name in seen:
+                out.append((f"keys.{i}", f"{key!r} is exported as {name}, like {seen[name]!r}"))
+            seen[name] = key
+        out += timing_problems(self.interval, self.timeout)
+        if self.max_reply_bytes < 64 * 1024:
+            out.append(("max_reply_bytes", "must be at least 64 KiB (65536)"))
+        if self.api_server and not self.api_server.startswith("https://"):
+            out.append(("api_server", "must be an https:// URL"))
+        return out
+
+
+@dataclass(frozen=True)
+class DraConfig:
+    """Dynamic Resource Allocation: this node's ResourceSlices, to map DRA claims to devices.
+
+    The kubelet names a DRA device by (driver, pool, device); the driver's
+    ResourceSlice (``resource.k8s.io/v1``) carries its UUID or PCI address. The
+    slices of this node are listed from the API server (the server, node name and
+    credentials of ``pod_labels``), cached, and listed again on ``interval`` or as
+    soon as a claim names a device the cache lacks. Needs RBAC get/list/watch on
+    ``resourceslices.resource.k8s.io``.
+    """
+
+    HELP: ClassVar[dict[str, str]] = {
+        "enabled": "map DRA claims to devices through ResourceSlices (auto: in a cluster)",
+        "interval": "time between two ResourceSlice listings",
+        "min_interval": "shortest time between listings asked for by an unknown device",
+        "timeout": "deadline of one ResourceSlice listing",
+        "max_reply_bytes": "largest ResourceSlice list accepted",
+    }
+
+    enabled: Enabled = "auto"
+    interval: Duration = 300.0
+    min_interval: Duration = 5.0
+    timeout: Duration = 10.0
+    max_reply_bytes: int = 16 * 1024 * 1024
+
+    def check(self) -> list[tuple[str, str]]:
+        """Positive timings, ordered; a reply limit of at least 64 KiB."""
+        out = []
+        if self.min_interval < MIN_INTERVAL:
+            out.append(("min_interval", f"must be at least {int(MIN_INTERVAL * 1000)}ms"))
+        if self.interval < self.min_interval:
+            out.append(("interval", "must be at least min_interval"))
+        if self.timeout <= 0:
+            out.append(("timeout", "must be positive"))
+        if self.max_reply_bytes < 64 * 1024:
+            out.append(("max_reply_bytes", "must be at least 64 KiB (65536)"))
+        return out
+
+
+@dataclass(frozen=True)
+class K8sEnrichConfig:
+    """Kubernetes pod attribution from the kubelet pod-resources API (v1 List)."""
+
+    HELP: ClassVar[dict[str, str]] = {
+        "enabled": "attribute devices to pods through the kubelet (auto: if its socket exists)",
+        "socket": "the kubelet pod-resources socket",
+        "interval": "time between two kubelet queries",
+        "timeout": "deadline of one kubelet query",
+        "resource_names": "extended resource names of accelerators",
+        "resource_patterns": "regexes of more resource names (MIG, shared GPUs)",
+        "max_message_bytes": "largest pod-resources reply accepted",
+        "stamp_device_series": "also put workload labels on device series",
+        "stamp_labels": "the labels stamped (namespace, pod, container)",
+        "pod_labels": "allowlisted pod labels from the API server (off by default)",
+        "dra": "DRA claims mapped to devices through the node's ResourceSlices",
+    }
+
+    # Keys that were renamed: the loader names the new key in its error.
+    RENAMED: ClassVar[dict[str, str]] = {
+        "pod_label_allowlist": "stamp_labels; Kubernetes pod labels are pod_labels.keys"
+    }
+
+    enabled: Enabled = "auto"
+    socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    # How often the kubelet is asked; between refreshes the last answer is reused.
+    interval: Duration = 30.0
+    timeout: Duration = 5.0
+    resource_names: list[str] = field(default_factory=lambda: ["nvidia.com/gpu", "amd.com/gpu"])
+    # Regexes of extra resource names: MIG profiles (nvidia.com/mig-1g.10gb), and the
+    # shared GPUs of time-slicing or MPS with renameByDefault (nvidia.com/gpu.shared).
+    resource_patterns: list[str] = field(
+        default_factory=lambda: [r"^nvidia\.com/mig-.*$", r"^nvidia\.com/gpu\.shared$"]
+    )
+    max_message_bytes: int = 64 * 1024 * 1024
+    # Stamp workload labels onto device series (off: join on accel_device_workload_info).
+    stamp_device_series: bool = False
+    # The labels stamped, from namespace, pod, container; nothing is stamped unless listed.
+    stamp_labels: list[str] = field(default_factory=list)
+    pod_labels: PodLabelsConfig = field(default_factory=PodLabelsConfig)
+    dra: DraConfig = field(default_factory=DraConfig)
+
+    def check(self) -> list[tuple[str, str]]:
+        """Valid regexes, positive timings, a reply limit of at least 16 MiB."""
+        import re
+
+        out = []
+        for i, pattern in enumerate(self.resource_patterns):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                out.append((f"resource_patterns.{i}", f"is not a valid regex: {exc}"))
+        out += timing_problems(self.interval, self.timeout)
+        if self.max_message_bytes < MIN_POD_RESOURCES_MESSAGE_BYTES:
+            out.append(("max_message_bytes", "must be at least 16 MiB (16777216)"))
+        if not self.socket:
+            out.append(("socket", "needs a path"))
+        for i, label in enumerate(self.stamp_labels):
+            if label not in STAMPABLE_LABELS:
+                out.append((f"stamp_labels.{i}", f"must be one of {list(STAMPABLE_LABELS)}"))
+        if self.stamp_device_series and not self.stamp_labels:
+            out.append(("stamp_labels", "stamp_device_series needs at least one label here"))
+        if self.pod_labels.enabled and self.enabled is False:
+            out.append(("pod_labels.enabled", "needs workload.k8s.enabled auto or true"))
+        return out
+
+
+@dataclass(frozen=True)
+class SlurmEnrichConfig:
+    """Slurm job attribution from process cgroups and environments, or prolog files."""
+
+    HELP: ClassVar[dict[str, str]] = {
+        "enabled": "attribute devices to Slurm jobs (auto: where Slurm runs)",
+        "mode": "proc: from process cgroups and environments; files: prolog files",
+        "files_dir": "where contrib/slurm/prolog.sh writes its files",
+    }
+
+    enabled: Enabled = "auto"
+    mode: Literal["proc", "files"] = "proc"
+    files_dir: str = "/run/accel-exporter/slurm"
+
+
+@dataclass(frozen=True)
+class WorkloadConfig(SourceConfig):
+    """Workload attribution: one source ("workload") joining devices, processes and workloads.
+
+    It reads the device sources' latest data from the store (never on scrape), the
+    kubelet (``k8s``) and /proc or prolog files (``slurm``), on its own interval.
+    """
+
+    HELP: ClassVar[dict[str, str]] = {
+        "proc_path": "where /proc is mounted (the host's, in a container)",
+        "k8s": "Kubernetes pods, from the kubelet pod-resources API",
+        "slurm": "Slurm jobs, from process cgroups or prolog files",
+    }
+
+    enabled: Enabled = "auto"
+    interval: Duration = 15.0
+    proc_path: str = "/proc"
+    k8s: K8sEnrichConfig = field(default_factory=K8sEnrichConfig)
+    slurm: SlurmEnrichConfig = field(default_factory=SlurmEnrichConfig)
