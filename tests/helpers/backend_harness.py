@@ -15,8 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
+import pytest
+
+from exporter.backends.base import BackendUnavailable
 from exporter.catalog import CATALOG
 from exporter.model import Reading
 from exporter.sources.device import DeviceId, parse_readings
@@ -76,6 +80,13 @@ def started(make: Callable[..., B], **config: Any) -> B:
     backend = make(**config)
     backend.bootstrap()
     return backend
+
+
+def unavailable(cls: Callable[[dict[str, Any]], Backend], library: Path) -> BackendUnavailable:
+    """Why a backend of ``cls`` on the library at ``library`` cannot start (it must not)."""
+    with pytest.raises(BackendUnavailable) as refused:
+        cls({"library_path": str(library)}).bootstrap()
+    return refused.value
 
 
 def poll(

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from exporter.backends.base import BackendUnavailable, InventoryChanged
+from exporter.backends.base import InventoryChanged
 from exporter.backends.hlml import HlmlBackend
 from tests.fakes.hlml import control, expected
 from tests.fakes.hlml.control import FakeHlml
-from tests.helpers.backend_harness import Backends, key, poll, series, started
+from tests.helpers.backend_harness import Backends, key, poll, series, started, unavailable
 
 Make = Backends[HlmlBackend]
 
@@ -135,12 +135,7 @@ def test_unavailable_without_driver_or_library(
     hlml_lib: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("FAKE_HLML_STATE", raising=False)
-    with pytest.raises(BackendUnavailable) as no_driver:
-        HlmlBackend({"library_path": str(hlml_lib)}).bootstrap()
-    assert no_driver.value.reason == "driver_not_loaded"
+    assert unavailable(HlmlBackend, hlml_lib).reason == "driver_not_loaded"
     missing = tmp_path / "habanalabs" / "libhlml.so"
-    with pytest.raises(BackendUnavailable) as no_library:
-        HlmlBackend({"library_path": str(missing)}).bootstrap()
-    assert (
-        no_library.value.reason == "library_not_found" and str(missing) in no_library.value.detail
-    )
+    no_library = unavailable(HlmlBackend, missing)
+    assert no_library.reason == "library_not_found" and str(missing) in no_library.detail

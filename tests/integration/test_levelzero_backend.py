@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from exporter.backends import levelzero_binding as zb
-from exporter.backends.base import BackendUnavailable, InventoryChanged
+from exporter.backends.base import InventoryChanged
 from exporter.backends.levelzero import LevelZeroBackend
 from tests.fakes.levelzero import control, expected
 from tests.fakes.levelzero.control import FakeZe
-from tests.helpers.backend_harness import Backends, key, poll, series, started
+from tests.helpers.backend_harness import Backends, key, poll, series, started, unavailable
 
 Make = Backends[LevelZeroBackend]
 
@@ -215,12 +215,7 @@ def test_without_a_driver_or_library_it_is_unavailable(
     ze_lib: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("FAKE_ZE_STATE", raising=False)  # the loader finds no driver
-    with pytest.raises(BackendUnavailable) as no_driver:
-        LevelZeroBackend({"library_path": str(ze_lib)}).bootstrap()
-    assert no_driver.value.reason == "driver_not_loaded"
+    assert unavailable(LevelZeroBackend, ze_lib).reason == "driver_not_loaded"
     missing = tmp_path / "lib64" / "libze_loader.so.1"
-    with pytest.raises(BackendUnavailable) as no_library:
-        LevelZeroBackend({"library_path": str(missing)}).bootstrap()
-    assert (
-        no_library.value.reason == "library_not_found" and str(missing) in no_library.value.detail
-    )
+    no_library = unavailable(LevelZeroBackend, missing)
+    assert no_library.reason == "library_not_found" and str(missing) in no_library.detail
