@@ -16,7 +16,8 @@
  *   hang <pid> <ms>              queries about <pid> sleep first
  *
  * The deny, error and hang lines of a pid become one fault rule
- * (../fault_rules.h) on that pid: a delay, then its error.
+ * (../fault_rules.h) on that pid: a delay, then its error (deny before error);
+ * the first FR_MAX_RULES such pids get theirs.
  *
  * Unknown pids answer CUDA_ERROR_NOT_FOUND (500), as the driver does for a
  * process that is not a CUDA process. Every checkpoint entry point called is
