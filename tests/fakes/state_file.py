@@ -3,33 +3,29 @@
 A fake's state is one C struct in a file whose path the library reads from an
 environment variable; the test maps the same file, so a change (a value, a
 lost device, a hung call) applies at once, even inside a running daemon. The
-levelzero and hlml fakes share this shape: a magic, a device count, call
-rules, then the devices (``ze_fake_state.h``, ``hlml_fake_state.h``).
+levelzero and hlml fakes share this shape: a magic, a device count, the fault
+rules (``fault_rules.h``), then the devices (``ze_fake_state.h``,
+``hlml_fake_state.h``).
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib
 import mmap
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
+
+import pytest
+
+from tests.fakes.fault_rules import FaultRules
+from tests.helpers.backend_harness import Backends, backends
 
 T = TypeVar("T", bound="StateFile")
 
 
-class Rule(ctypes.Structure):
-    """One call rule: ``fn`` (or "*") on ``device`` (-1: all) answers ``rc`` or hangs."""
-
-    _fields_ = [
-        ("active", ctypes.c_int32),
-        ("device", ctypes.c_int32),
-        ("rc", ctypes.c_int32),
-        ("hang", ctypes.c_int32),
-        ("fn", ctypes.c_char * 48),
-    ]
-
-
-class StateFile:
+class StateFile(FaultRules):
     """A mapped state file; subclasses name the struct, the magic and the env variable."""
 
     STATE: ClassVar[type[ctypes.Structure]]
@@ -62,22 +58,6 @@ class StateFile:
         """Device ``i``'s live record."""
         return self.state.dev[i]
 
-    def rule(self, fn: str, device: int = -1, rc: int = 0, hang: bool = False) -> int:
-        """Make ``fn`` (or "*") answer ``rc`` or hang on ``device`` (-1: all); the slot."""
-        for slot, r in enumerate(self.state.rules):
-            if not r.active:
-                r.fn, r.device, r.rc, r.hang = fn.encode(), device, rc, int(hang)
-                r.active = 1
-                return slot
-        raise RuntimeError("no free rule slot")
-
-    def clear(self, slot: int | None = None) -> None:
-        """Clear one rule (or all): a call hung on it returns."""
-        for i, r in enumerate(self.state.rules):
-            if slot is None or i == slot:
-                r.active = 0
-                r.hang = 0
-
 
 def layout_problems(lib: Path, symbol: str, want: list[int]) -> list[str]:
     """Where ``want`` (sizes and offsets from the ctypes mirror) differs from what the
@@ -85,3 +65,51 @@ def layout_problems(lib: Path, symbol: str, want: list[int]) -> list[str]:
     out = (ctypes.c_uint64 * len(want))()
     getattr(ctypes.CDLL(str(lib)), symbol)(out)
     return [f"item {i}: C {c} != ctypes {p}" for i, (c, p) in enumerate(zip(out, want)) if c != p]
+
+
+def fixtures(
+    name: str,
+    create: Callable[[Path, int], StateFile],
+    build: Callable[[Path], Path],
+    devices: int,
+    backend: str,
+) -> tuple[Any, ...]:
+    """The pytest fixtures of one state-file fake, named after ``name``:
+
+    - ``<name>_lib`` (session): the library, built once;
+    - ``<name>_fake``: ``create(path, devices)`` in this test's folder; its rules (and
+      so its hung calls) cleared at teardown;
+    - ``<name>_inprocess``: that fake, chosen for this process's library (its
+      ``env`` set; the library reads it at init);
+    - ``<name>_backends``: :class:`Backends` of ``backend`` ("module:Class", imported
+      when first used) on ``<name>_lib``, closed at teardown.
+
+    A fixtures module binds them to module names for pytest to find.
+    """
+
+    @pytest.fixture(scope="session", name=f"{name}_lib")
+    def lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+        return build(tmp_path_factory.mktemp(name))
+
+    @pytest.fixture(name=f"{name}_fake")
+    def state(tmp_path: Path) -> Iterator[StateFile]:
+        made = create(tmp_path / f"{name}-state.bin", devices)
+        yield made
+        made.clear_rules()
+
+    @pytest.fixture(name=f"{name}_inprocess")
+    def inprocess(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> StateFile:
+        made: StateFile = request.getfixturevalue(f"{name}_fake")
+        for key, value in made.env.items():
+            monkeypatch.setenv(key, value)
+        return made
+
+    @pytest.fixture(name=f"{name}_backends")
+    def made_backends(request: pytest.FixtureRequest) -> Iterator[Backends[Any]]:
+        module, cls = backend.split(":")
+        library = request.getfixturevalue(f"{name}_lib")
+        cls_of = getattr(importlib.import_module(module), cls)
+        with backends(cls_of, library_path=str(library)) as made:
+            yield made
+
+    return lib, state, inprocess, made_backends

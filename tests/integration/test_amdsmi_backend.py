@@ -18,7 +18,7 @@ from exporter.catalog import CATALOG
 from exporter.workers.protocol import encode
 from tests.fakes.amdsmi import expected, state
 from tests.fakes.amdsmi.state import FakeAmdSmi
-from tests.helpers.device_replies import reply_readings, reply_values
+from tests.helpers.backend_harness import key, poll, readings, series, started, values
 from tests.helpers.wait import eventually
 
 Make = Callable[..., AmdSmiBackend]
@@ -27,24 +27,6 @@ Make = Callable[..., AmdSmiBackend]
 @pytest.fixture
 def make(amdsmi_backends: Make) -> Make:
     return amdsmi_backends
-
-
-def poll(backend: AmdSmiBackend, **args: Any) -> dict[str, Any]:
-    reply = backend.handle("poll", {"slow": True, "processes": False, "events": True, **args})
-    return reply
-
-
-def as_series(reply: dict[str, Any]) -> dict[expected.Series, float]:
-    out = {}
-    for (metric, labels), val in reply_values(reply).items():
-        keys = CATALOG[metric].labels
-        out[(metric, tuple(sorted(zip(keys, labels, strict=True))))] = val
-    return out
-
-
-def series(metric: str, **labels: str) -> expected.Series:
-    """The key of one series in as_series()."""
-    return (metric, tuple(sorted(labels.items())))
 
 
 def up_series(reply: dict[str, Any], uuids: dict[str, str]) -> dict[expected.Series, float]:
@@ -83,7 +65,7 @@ def test_poll_gives_exact_values_for_every_device(make: Make, amdsmi_inprocess: 
     reply = poll(backend, processes=True)
     assert [d["up"] for d in reply["devices"]] == [True] * 8
     uuids = {d["uuid"]: d["device"] for d in inventory["devices"]}
-    got = {**as_series(reply), **up_series(reply, uuids)}
+    got = {**series(reply), **up_series(reply, uuids)}
     want: dict[expected.Series, float] = {}
     for i in range(8):
         want.update(expected.series(amdsmi_inprocess.device(i), i, processes=True))
@@ -93,8 +75,7 @@ def test_poll_gives_exact_values_for_every_device(make: Make, amdsmi_inprocess: 
 
 
 def test_slow_fields_only_when_asked_and_processes_behind_the_flag(make: Make) -> None:
-    backend = make()
-    backend.bootstrap()
+    backend = started(make)
     reply = poll(backend, slow=False)
     assert "slow_readings" not in reply
     metrics = set(reply["readings"])
@@ -110,9 +91,8 @@ def test_na_and_unsupported_fields_are_omitted_not_exported(
     dev.socket_power = dev.current_socket_power = dev.average_socket_power = state.U16_NA
     dev.xgmi_read_kb[2] = state.U64_NA
     amdsmi_inprocess.rule("amdsmi_get_clock_info", state.NOT_SUPPORTED, device=3, arg=3)  # SOC
-    backend = make()
-    backend.bootstrap()
-    got = as_series(poll(backend))
+    backend = started(make)
+    got = series(poll(backend))
     mine = {k: v for k, v in got.items() if ("device", "3") in k[1]}
     names = {k[0] for k in mine}
     assert "accel_memory_bandwidth_utilization_ratio" not in names
@@ -135,12 +115,11 @@ def test_non_finite_values_are_omitted_and_the_reply_stays_sendable(
 ) -> None:
     amdsmi_inprocess.device(1).energy_resolution = float("inf")
     amdsmi_inprocess.device(2).energy_resolution = float("nan")
-    backend = make()
-    backend.bootstrap()
+    backend = started(make)
     reply = poll(backend)
     encode({"type": "result", "id": 1, "result": reply})  # JSON has no NaN or infinity
     assert all(d["up"] for d in reply["devices"])
-    energy = {k for k in as_series(reply) if k[0] == "accel_energy_joules_total"}
+    energy = {k for k in series(reply) if k[0] == "accel_energy_joules_total"}
     assert {dict(k[1])["device"] for k in energy} == {"0", "3", "4", "5", "6", "7"}
 
 
@@ -151,9 +130,8 @@ def test_pcie_generations_from_gts_rates_and_the_interface_version(
     gts.pcie_speed, gts.pcie_max_speed = 16, 32
     unstated = amdsmi_inprocess.device(2)  # no interface version: from the maximum rate
     unstated.pcie_interface_version, unstated.pcie_max_speed = 0xFFFFFFFF, 16000
-    backend = make()
-    backend.bootstrap()
-    got = as_series(poll(backend))
+    backend = started(make)
+    got = series(poll(backend))
 
     def gen(metric: str, dev: Any, i: int) -> float | None:
         return got.get((metric, (("device", str(i)), ("uuid", expected.uuid(dev)))))
@@ -182,38 +160,34 @@ def test_fan_speed_is_a_ratio_of_its_maximum_and_na_is_omitted(
     dev = amdsmi_inprocess.device(2)
     dev.fan_supported = 1
     dev.fan_speed, dev.fan_max = fan
-    backend = make()
-    backend.bootstrap()
-    got = as_series(poll(backend))
+    backend = started(make)
+    got = series(poll(backend))
     uuid = expected.uuid(dev)
-    assert got.get(series("accel_fan_speed_ratio", device="2", uuid=uuid, fan="0")) == ratio
-    assert got[series("accel_utilization_ratio", device="2", uuid=uuid)] == dev.gfx_activity / 100
+    assert got.get(key("accel_fan_speed_ratio", device="2", uuid=uuid, fan="0")) == ratio
+    assert got[key("accel_utilization_ratio", device="2", uuid=uuid)] == dev.gfx_activity / 100
 
 
 def test_a_16_bit_na_clock_is_omitted(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
     # Builds that fill clk and max_clk from gpu_metrics' uint16 fields give 0xFFFF for N/A.
     dev = amdsmi_inprocess.device(4)
     dev.clk[6] = dev.clk_max[6] = 0xFFFF  # VCLK0
-    backend = make()
-    backend.bootstrap()
-    got = as_series(poll(backend))
+    backend = started(make)
+    got = series(poll(backend))
     ident = {"device": "4", "uuid": expected.uuid(dev)}
     for metric in ("accel_clock_hertz", "accel_clock_max_hertz"):
-        assert series(metric, clock="video", **ident) not in got
-        assert got[series(metric, clock="graphics", **ident)] == 2100 * 10**6
+        assert key(metric, clock="video", **ident) not in got
+        assert got[key(metric, clock="graphics", **ident)] == 2100 * 10**6
     other = {"device": "3", "uuid": expected.uuid(amdsmi_inprocess.device(3))}
-    assert got[series("accel_clock_hertz", clock="video", **other)] == 914 * 10**6
+    assert got[key("accel_clock_hertz", clock="video", **other)] == 914 * 10**6
 
 
 def test_power_limit_falls_back_to_the_power_cap(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
     dev = amdsmi_inprocess.device(1)
     dev.power_limit = state.U16_NA
     dev.power_cap_uw = 561_500_000
-    backend = make()
-    backend.bootstrap()
-    got = as_series(poll(backend))
-    key = ("accel_power_limit_watts", (("device", "1"), ("uuid", expected.uuid(dev))))
-    assert got[key] == 561.5
+    backend = started(make)
+    got = series(poll(backend))
+    assert got[key("accel_power_limit_watts", device="1", uuid=expected.uuid(dev))] == 561.5
 
 
 @pytest.mark.parametrize(
@@ -222,15 +196,14 @@ def test_power_limit_falls_back_to_the_power_cap(make: Make, amdsmi_inprocess: F
 def test_lost_device_is_down_others_unaffected_and_it_comes_back(
     make: Make, amdsmi_inprocess: FakeAmdSmi, code: int
 ) -> None:
-    backend = make()
-    backend.bootstrap()
+    backend = started(make)
     amdsmi_inprocess.device(5).lost_status = code
     reply = poll(backend)
     states = [(d["up"], d["reason"]) for d in reply["devices"]]
     assert states[5] == (False, "gpu_lost")
     assert all(s == (True, "") for i, s in enumerate(states) if i != 5)
     lost_uuid = reply["devices"][5]["uuid"]
-    assert not any(r.labels[1] == lost_uuid for r in reply_readings(reply))
+    assert not any(r.labels[1] == lost_uuid for r in readings(reply))
     amdsmi_inprocess.device(5).lost_status = 0
     assert poll(backend)["devices"][5] == {"uuid": lost_uuid, "up": True, "reason": ""}
 
@@ -245,14 +218,13 @@ def test_lost_device_is_down_others_unaffected_and_it_comes_back(
 def test_device_lost_half_way_through_a_poll_has_none_of_its_rows(
     make: Make, amdsmi_inprocess: FakeAmdSmi, func: str, slow: bool
 ) -> None:
-    backend = make()
-    backend.bootstrap()
-    full = reply_values(poll(backend, slow=slow))
+    backend = started(make)
+    full = values(poll(backend, slow=slow))
     assert len([k for k in full if k[1][0] == "3"]) > 40
     amdsmi_inprocess.rule(func, state.IO, device=3)
     reply = poll(backend, slow=slow)
     assert reply["devices"][3]["up"] is False and reply["devices"][3]["reason"] == "gpu_lost"
-    got = reply_values(reply)
+    got = values(reply)
     assert not [k for k in got if k[1][0] == "3"]
     for other in ("2", "4"):
         assert {k for k in got if k[1][0] == other} == {k for k in full if k[1][0] == other}
@@ -261,8 +233,7 @@ def test_device_lost_half_way_through_a_poll_has_none_of_its_rows(
 def test_device_answering_only_errors_is_down_with_that_reason(
     make: Make, amdsmi_inprocess: FakeAmdSmi
 ) -> None:
-    backend = make()
-    backend.bootstrap()
+    backend = started(make)
     amdsmi_inprocess.rule("*", state.NO_PERM, device=2)
     amdsmi_inprocess.rule("amdsmi_get_power_info", state.BUSY, device=4)
     reply = poll(backend)
@@ -270,7 +241,7 @@ def test_device_answering_only_errors_is_down_with_that_reason(
     assert reply["devices"][2]["reason"] == "no_perm"
     # One failing field on device 4 costs that field only.
     assert reply["devices"][4]["up"] is True
-    dev4 = [r.metric for r in reply_readings(reply) if r.labels[0] == "4"]
+    dev4 = [r.metric for r in readings(reply) if r.labels[0] == "4"]
     assert "accel_power_watts" not in dev4 and "accel_energy_joules_total" in dev4
 
 
@@ -372,14 +343,13 @@ def test_no_gpu_is_unavailable_not_an_error(make: Make, amdsmi_inprocess: FakeAm
 def _events(reply: dict[str, Any]) -> dict[tuple[str, str], float]:
     return {
         (r.labels[0], r.labels[2]): r.value
-        for r in reply_readings(reply)
+        for r in readings(reply)
         if r.metric == "accel_device_events_total"
     }
 
 
 def test_events_are_counted_per_device_and_type(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
-    backend = make(events=True)
-    backend.bootstrap()
+    backend = started(make, events=True)
     before = time.time()
     amdsmi_inprocess.push_event(1, state.EVT_VMFAULT, "pid=4242")
     amdsmi_inprocess.push_event(1, state.EVT_VMFAULT, "pid=4242")
@@ -389,9 +359,7 @@ def test_events_are_counted_per_device_and_type(make: Make, amdsmi_inprocess: Fa
     reply = poll(backend)
     assert _events(reply) == {("1", "vmfault"): 2, ("6", "gpu_pre_reset"): 1}
     stamps = [
-        r.value
-        for r in reply_readings(reply)
-        if r.metric == "accel_device_event_last_timestamp_seconds"
+        r.value for r in readings(reply) if r.metric == "accel_device_event_last_timestamp_seconds"
     ]
     assert len(stamps) == 2 and all(before <= s <= time.time() for s in stamps)
     assert amdsmi_inprocess.state.event_head == amdsmi_inprocess.state.event_tail
@@ -400,14 +368,11 @@ def test_events_are_counted_per_device_and_type(make: Make, amdsmi_inprocess: Fa
     lost = poll(backend)
     assert lost["devices"][6]["up"] is False
     assert _events(lost)[("6", "gpu_pre_reset")] == 1
-    assert not [
-        r for r in reply_readings(lost) if r.metric == "accel_power_watts" and r.labels[0] == "6"
-    ]
+    assert not [r for r in readings(lost) if r.metric == "accel_power_watts" and r.labels[0] == "6"]
 
 
 def test_event_types_are_configurable(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
-    backend = make(events=True, event_types=["process_start"])
-    backend.bootstrap()
+    backend = started(make, events=True, event_types=["process_start"])
     amdsmi_inprocess.push_event(0, state.EVT_VMFAULT)
     amdsmi_inprocess.push_event(0, state.EVT_PROCESS_START)
     eventually(lambda: _events(poll(backend)), what="the subscribed event")
@@ -415,8 +380,7 @@ def test_event_types_are_configurable(make: Make, amdsmi_inprocess: FakeAmdSmi) 
 
 
 def test_an_explicit_empty_event_type_list_means_none(make: Make) -> None:
-    backend = make(events=True, event_types=[])
-    backend.bootstrap()
+    backend = started(make, events=True, event_types=[])
     assert backend.events is not None and backend.events.registered == 0
     backend.close()
     defaults = make(events=True)  # no key at all: the default types
@@ -426,8 +390,7 @@ def test_an_explicit_empty_event_type_list_means_none(make: Make) -> None:
 
 def test_a_hung_event_wait_never_delays_polls(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
     amdsmi_inprocess.rule("amdsmi_get_gpu_event_notification", hang=True, times=1)
-    backend = make(events=True)
-    backend.bootstrap()
+    backend = started(make, events=True)
     amdsmi_inprocess.wait(lambda: amdsmi_inprocess.state.hung_now == 1)
     done = threading.Event()
     result: dict[str, Any] = {}
@@ -448,8 +411,7 @@ def test_event_read_returning_at_once_does_not_spin(
     # rocm_smi answers NO_DATA at once after its event file reported a hang-up.
     many = 10**6
     slot = amdsmi_inprocess.rule("amdsmi_get_gpu_event_notification", 40, times=many)  # NO_DATA
-    backend = make(events=True)
-    backend.bootstrap()
+    backend = started(make, events=True)
     assert backend.events is not None
     rule = amdsmi_inprocess.state.rules[slot]
     reads, cpu, wall = many - rule.remaining, time.process_time(), time.monotonic()
@@ -464,8 +426,7 @@ def test_close_leaves_the_readers_of_a_hung_event_wait_alone(
     make: Make, amdsmi_inprocess: FakeAmdSmi
 ) -> None:
     amdsmi_inprocess.rule("amdsmi_get_gpu_event_notification", hang=True, times=1)
-    backend = make(events=True)
-    backend.bootstrap()
+    backend = started(make, events=True)
     amdsmi_inprocess.wait(lambda: amdsmi_inprocess.state.hung_now == 1)
     calls = amdsmi_inprocess.state.calls
     backend.close()
@@ -494,8 +455,7 @@ def test_older_package_without_some_functions_and_types_omits_those_fields(
     older.AmdSmiClkType = without(amdsmi.AmdSmiClkType, "VCLK0")
     older.AmdSmiTemperatureType = without(amdsmi.AmdSmiTemperatureType, "HBM_3")
     monkeypatch.setattr(amdsmi_backend, "load_amdsmi", lambda: older)
-    backend = make()
-    backend.bootstrap()
+    backend = started(make)
     assert set(backend.api.lacking) == {
         *lacking,
         "AmdSmiClkType.VCLK0",
@@ -503,7 +463,7 @@ def test_older_package_without_some_functions_and_types_omits_those_fields(
     }
     reply = poll(backend, processes=True)
     assert all(d["up"] for d in reply["devices"])
-    got = as_series(reply)
+    got = series(reply)
     dev = amdsmi_inprocess.device(0)
     want = expected.series(dev, 0, processes=True)
     gone = {
@@ -520,7 +480,6 @@ def test_older_package_without_some_functions_and_types_omits_those_fields(
 
 
 def test_unknown_operation_is_an_error(make: Make) -> None:
-    backend = make()
-    backend.bootstrap()
+    backend = started(make)
     with pytest.raises(BackendError):
         backend.handle("reset", {})

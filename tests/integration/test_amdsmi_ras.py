@@ -17,7 +17,7 @@ from exporter.backends.base import BackendError
 from exporter.catalog import CATALOG
 from tests.fakes.amdsmi import expected, state
 from tests.fakes.amdsmi.state import FakeAmdSmi
-from tests.helpers.device_replies import reply_values
+from tests.helpers.backend_harness import poll, started, values
 
 Make = Callable[..., AmdSmiBackend]
 FATAL, UNCORRECTED, CORRECTED = (
@@ -34,18 +34,11 @@ def make(amdsmi_backends: Make) -> Make:
     return amdsmi_backends
 
 
-def poll(backend: AmdSmiBackend, ledger: dict[str, Any] | None = None, **args: Any) -> Any:
-    request = {"slow": True, "processes": False, "events": False, **args}
-    if ledger is not None:
-        request["ledger"] = ledger
-    return backend.handle("poll", request)
-
-
-def values(reply: dict[str, Any], metric: str, device: int = 0) -> dict[tuple[str, ...], float]:
+def family(reply: dict[str, Any], metric: str, device: int = 0) -> dict[tuple[str, ...], float]:
     """{other labels: value} of one family for one device position."""
     return {
         labels[2:]: v
-        for (name, labels), v in reply_values(reply).items()
+        for (name, labels), v in values(reply).items()
         if name == metric and labels[0] == str(device)
     }
 
@@ -68,28 +61,27 @@ def test_afid_counts_are_exact_and_nothing_is_read_twice(
 ) -> None:
     dev = amdsmi_inprocess.device(0)
     state.cper(dev, KINDS, 7)
-    backend = make()
-    backend.bootstrap()
+    backend = started(make)
     uuid = expected.uuid(dev)
-    first = poll(backend, {})
+    first = poll(backend, ledger={})
     assert first["ledger"][uuid]["cursor"] == 7
-    assert values(first, "accel_amd_afid_errors_total") == want_counts(KINDS, 0, 7)
+    assert family(first, "accel_amd_afid_errors_total") == want_counts(KINDS, 0, 7)
     # Newest record naming each AFID: 30 in entry 6, 12 in entry 5, 13 in entry 4.
     t0 = dev.cper_time0
-    assert values(first, "accel_amd_afid_last_timestamp_seconds") == {
+    assert family(first, "accel_amd_afid_last_timestamp_seconds") == {
         ("30",): t0 + 6,
         ("12",): t0 + 5,
         ("13",): t0 + 4,
     }
     # Handing the ledger back: the same records are not counted again.
-    again = poll(backend, first["ledger"])
-    assert values(again, "accel_amd_afid_errors_total") == want_counts(KINDS, 0, 7)
+    again = poll(backend, ledger=first["ledger"])
+    assert family(again, "accel_amd_afid_errors_total") == want_counts(KINDS, 0, 7)
     dev.cper_count = 10
-    more = poll(backend, again["ledger"])
+    more = poll(backend, ledger=again["ledger"])
     assert more["ledger"][uuid]["cursor"] == 10
-    assert values(more, "accel_amd_afid_errors_total") == want_counts(KINDS, 0, 10)
+    assert family(more, "accel_amd_afid_errors_total") == want_counts(KINDS, 0, 10)
     # Other GPUs have empty rings: no AFID series, ledgers at cursor 0.
-    assert values(more, "accel_amd_afid_errors_total", device=1) == {}
+    assert family(more, "accel_amd_afid_errors_total", device=1) == {}
     assert more["ledger"][expected.uuid(amdsmi_inprocess.device(1))]["cursor"] == 0
 
 
@@ -98,39 +90,36 @@ def test_a_new_worker_goes_on_from_the_ledger_it_is_given(
 ) -> None:
     dev = amdsmi_inprocess.device(3)
     state.cper(dev, KINDS, 5)
-    old = make()
-    old.bootstrap()
-    ledger = poll(old, {})["ledger"]
+    old = started(make)
+    ledger = poll(old, ledger={})["ledger"]
     old.close()
     dev.cper_count = 9
-    new = make()
-    new.bootstrap()
-    reply = poll(new, ledger)
-    assert values(reply, "accel_amd_afid_errors_total", device=3) == want_counts(KINDS, 0, 9)
+    new = started(make)
+    reply = poll(new, ledger=ledger)
+    assert family(reply, "accel_amd_afid_errors_total", device=3) == want_counts(KINDS, 0, 9)
     # A worker whose reply was lost: the daemon still has the older ledger, and the
     # next worker reads those records once.
     dev.cper_count = 12
-    lost = poll(new, reply["ledger"])
-    assert values(lost, "accel_amd_afid_errors_total", device=3) == want_counts(KINDS, 0, 12)
-    retry = poll(new, reply["ledger"])
-    assert values(retry, "accel_amd_afid_errors_total", device=3) == want_counts(KINDS, 0, 12)
+    lost = poll(new, ledger=reply["ledger"])
+    assert family(lost, "accel_amd_afid_errors_total", device=3) == want_counts(KINDS, 0, 12)
+    retry = poll(new, ledger=reply["ledger"])
+    assert family(retry, "accel_amd_afid_errors_total", device=3) == want_counts(KINDS, 0, 12)
 
 
 def test_a_burst_is_read_in_bounded_chunks(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
     dev = amdsmi_inprocess.device(0)
     state.cper(dev, KINDS, 10_000)
-    backend = make(cper_per_poll=256)
-    backend.bootstrap()
+    backend = started(make, cper_per_poll=256)
     uuid = expected.uuid(dev)
     ledger: dict[str, Any] = {}
     cursors = []
     for _ in range(3):
-        reply = poll(backend, ledger, slow=False)
+        reply = poll(backend, ledger=ledger, slow=False)
         ledger = reply["ledger"]
         cursors.append(ledger[uuid]["cursor"])
         assert all(d["up"] for d in reply["devices"])
     assert cursors == [256, 512, 768]
-    assert values(reply, "accel_amd_afid_errors_total") == want_counts(KINDS, 0, 768)
+    assert family(reply, "accel_amd_afid_errors_total") == want_counts(KINDS, 0, 768)
 
 
 def test_bad_records_are_skipped_and_counted_the_rest_exported(
@@ -145,12 +134,11 @@ def test_bad_records_are_skipped_and_counted_the_rest_exported(
         (CORRECTED, [12]),
     ]
     state.cper(dev, kinds, 10)
-    backend = make()
-    backend.bootstrap()
-    reply = poll(backend, {})
+    backend = started(make)
+    reply = poll(backend, ledger={})
     assert reply["devices"][2]["up"] is True
-    assert values(reply, "accel_amd_afid_errors_total", device=2) == want_counts(kinds, 0, 10)
-    assert values(reply, "accel_amd_cper_records_skipped_total", device=2) == {
+    assert family(reply, "accel_amd_afid_errors_total", device=2) == want_counts(kinds, 0, 10)
+    assert family(reply, "accel_amd_cper_records_skipped_total", device=2) == {
         ("bad_length",): 2,
         ("afid_unexpected_data",): 2,
         ("afid_unexpected_size",): 2,
@@ -163,24 +151,22 @@ def test_no_cper_ring_is_no_series_and_no_fault(make: Make, amdsmi_inprocess: Fa
     # Before amdsmi 7.1 an empty ring answered FILE_ERROR: no records, the GPU is fine.
     amdsmi_inprocess.rule("amdsmi_get_gpu_cper_entries", state.FILE_ERROR, device=1)
     amdsmi_inprocess.rule("amdsmi_get_gpu_cper_entries", state.BUSY, device=2)
-    backend = make()
-    backend.bootstrap()
-    reply = poll(backend, {})
+    backend = started(make)
+    reply = poll(backend, ledger={})
     assert all(d["up"] for d in reply["devices"])
     for i in (0, 1, 2):
-        assert values(reply, "accel_amd_afid_errors_total", device=i) == {}
+        assert family(reply, "accel_amd_afid_errors_total", device=i) == {}
     # The busy ring keeps its cursor for the next poll; the others have none to keep.
     assert reply["ledger"][expected.uuid(amdsmi_inprocess.device(2))]["cursor"] == 0
-    assert values(reply, "accel_utilization_ratio", device=2) == {
+    assert family(reply, "accel_utilization_ratio", device=2) == {
         (): amdsmi_inprocess.device(2).gfx_activity / 100
     }
 
 
 def test_a_malformed_ledger_from_the_daemon_is_refused(make: Make) -> None:
-    backend = make()
-    backend.bootstrap()
+    backend = started(make)
     with pytest.raises(BackendError) as info:
-        poll(backend, {"x": {"cursor": -1}})
+        poll(backend, ledger={"x": {"cursor": -1}})
     assert info.value.reason == "bad_request"
 
 
@@ -190,20 +176,19 @@ def test_bad_pages_and_threshold(make: Make, amdsmi_inprocess: FakeAmdSmi) -> No
     dev.bad_page_threshold = 10
     amdsmi_inprocess.device(2).bad_page_unsupported = 1
     amdsmi_inprocess.device(3).bad_page_threshold = state.U32_NA
-    backend = make()
-    backend.bootstrap()
-    reply = poll(backend, {})
-    assert values(reply, "accel_retired_pages", device=1) == {("",): 5}
-    assert values(reply, "accel_retired_pages_pending", device=1) == {(): 1}
-    assert values(reply, "accel_amd_bad_pages", device=1) == {("pending",): 2, ("unreservable",): 1}
-    assert values(reply, "accel_amd_bad_page_threshold", device=1) == {(): 10}
-    assert values(reply, "accel_retired_pages_pending", device=0) == {(): 0}
-    assert values(reply, "accel_retired_pages", device=2) == {}
-    assert values(reply, "accel_amd_bad_page_threshold", device=3) == {}
+    backend = started(make)
+    reply = poll(backend, ledger={})
+    assert family(reply, "accel_retired_pages", device=1) == {("",): 5}
+    assert family(reply, "accel_retired_pages_pending", device=1) == {(): 1}
+    assert family(reply, "accel_amd_bad_pages", device=1) == {("pending",): 2, ("unreservable",): 1}
+    assert family(reply, "accel_amd_bad_page_threshold", device=1) == {(): 10}
+    assert family(reply, "accel_retired_pages_pending", device=0) == {(): 0}
+    assert family(reply, "accel_retired_pages", device=2) == {}
+    assert family(reply, "accel_amd_bad_page_threshold", device=3) == {}
     for i in range(8):
         got = {
             (name, tuple(sorted(zip(CATALOG[name].labels, labels, strict=True)))): v
-            for (name, labels), v in reply_values(reply).items()
+            for (name, labels), v in values(reply).items()
             if labels[0] == str(i)
         }
         want = expected.series(amdsmi_inprocess.device(i), i)
@@ -232,9 +217,9 @@ def test_cpx_node_of_64_partitions_exports_each_partitions_own_xcp(
     backend = make()
     inventory = backend.bootstrap()
     assert len(inventory["devices"]) == 64
-    reply = poll(backend, {})
+    reply = poll(backend, ledger={})
     assert all(d["up"] for d in reply["devices"])
-    got = reply_values(reply)
+    got = values(reply)
     for i in range(64):
         g, p = divmod(i, 8)
         dev = amdsmi_inprocess.device(i)
@@ -252,7 +237,7 @@ def test_cpx_node_of_64_partitions_exports_each_partitions_own_xcp(
         assert {k: series.get(k) for k in want if k[0] != "accel_device_up"} == {
             k: v for k, v in want.items() if k[0] != "accel_device_up"
         }
-        afids = values(reply, "accel_amd_afid_errors_total", device=i)
+        afids = family(reply, "accel_amd_afid_errors_total", device=i)
         assert afids == (want_counts(KINDS, 0, g + 1) if p == 0 else {})
         assert ("accel_retired_pages_pending", (str(i), expected.uuid(dev))) in mine or p != 0
 
@@ -263,19 +248,18 @@ def test_xcp_values_not_available_are_skipped_and_counted(
     dev = amdsmi_inprocess.device(0)
     dev.xcp_acc[0][0][3] = state.U64_NA  # XCC 3's ppt accumulator of XCP 0: N/A
     dev.xcp_acc[2][0][5] = state.U64_NA
-    backend = make()
-    backend.bootstrap()
-    reply = poll(backend, {}, slow=False)
-    assert values(reply, "accel_amd_field_errors_total") == {("xcp_value_not_available",): 2}
-    residency = values(reply, "accel_amd_violation_residency_total")
+    backend = started(make)
+    reply = poll(backend, ledger={}, slow=False)
+    assert family(reply, "accel_amd_field_errors_total") == {("xcp_value_not_available",): 2}
+    residency = family(reply, "accel_amd_violation_residency_total")
     busy = [dev.xcp_busy[0][c] for c in range(8)]
     ppt = [10 * b for c, b in enumerate(busy) if c != 3]
     assert residency[("gfx_below_host_limit_ppt", "0")] == sum(ppt) / len(ppt)
     assert residency[("gfx_below_host_limit_thermal", "0")] == sum(busy) / 8
-    assert values(reply, "accel_amd_xcp_utilization_ratio") == {("0",): sum(busy) / 8 / 100}
+    assert family(reply, "accel_amd_xcp_utilization_ratio") == {("0",): sum(busy) / 8 / 100}
     # Counted since the worker started: the next poll adds the same two.
-    again = poll(backend, {}, slow=False)
-    assert values(again, "accel_amd_field_errors_total") == {("xcp_value_not_available",): 4}
+    again = poll(backend, ledger={}, slow=False)
+    assert family(again, "accel_amd_field_errors_total") == {("xcp_value_not_available",): 4}
 
 
 def test_a_partition_whose_xcp_is_not_available_has_no_utilization(
@@ -283,13 +267,12 @@ def test_a_partition_whose_xcp_is_not_available_has_no_utilization(
 ) -> None:
     state.cpx(amdsmi_inprocess, gpus=1)
     amdsmi_inprocess.device(5).xcp_busy[5][0] = state.U32_NA
-    backend = make()
-    backend.bootstrap()
-    reply = poll(backend, {}, slow=False)
-    assert values(reply, "accel_utilization_ratio", device=5) == {}
-    assert values(reply, "accel_amd_xcp_utilization_ratio", device=5) == {}
-    assert values(reply, "accel_amd_field_errors_total", device=5) == {("xcp_not_available",): 1}
-    assert values(reply, "accel_utilization_ratio", device=4) == {(): 0.04}
+    backend = started(make)
+    reply = poll(backend, ledger={}, slow=False)
+    assert family(reply, "accel_utilization_ratio", device=5) == {}
+    assert family(reply, "accel_amd_xcp_utilization_ratio", device=5) == {}
+    assert family(reply, "accel_amd_field_errors_total", device=5) == {("xcp_not_available",): 1}
+    assert family(reply, "accel_utilization_ratio", device=4) == {(): 0.04}
 
 
 def test_a_ring_shorter_than_the_cursor_is_read_again_from_its_start(
@@ -297,18 +280,17 @@ def test_a_ring_shorter_than_the_cursor_is_read_again_from_its_start(
 ) -> None:
     dev = amdsmi_inprocess.device(0)
     state.cper(dev, KINDS, 7)
-    backend = make()
-    backend.bootstrap()
-    first = poll(backend, {}, slow=False)
+    backend = started(make)
+    first = poll(backend, ledger={}, slow=False)
     # The driver is reloaded: its ring starts again, with two new records.
     dev.cper_count = 2
-    again = poll(backend, first["ledger"], slow=False)
+    again = poll(backend, ledger=first["ledger"], slow=False)
     assert again["ledger"][expected.uuid(dev)]["cursor"] == 2
     both = want_counts(KINDS, 0, 7)
     for key, n in want_counts(KINDS, 0, 2).items():
         both[key] = both.get(key, 0) + n
-    assert values(again, "accel_amd_afid_errors_total") == both
-    assert values(again, "accel_amd_field_errors_total") == {("cper_ring_restarted",): 1}
+    assert family(again, "accel_amd_afid_errors_total") == both
+    assert family(again, "accel_amd_field_errors_total") == {("cper_ring_restarted",): 1}
 
 
 def test_a_container_that_sees_one_cpx_partition_knows_which_partition_of_which_gpu(
@@ -325,9 +307,9 @@ def test_a_container_that_sees_one_cpx_partition_knows_which_partition_of_which_
     assert info["partition"] == "3"
     assert info["physical_gpu"] == expected.pci_bus_id(dev)[:-1] + "0"
     assert info["physical_gpu"] != info["pci_bus_id"]
-    reply = poll(backend, {}, slow=False)
-    assert values(reply, "accel_amd_xcp_utilization_ratio") == {("3",): (5 * 2 + 3) / 100}
-    assert values(reply, "accel_utilization_ratio") == {(): (5 * 2 + 3) / 100}
+    reply = poll(backend, ledger={}, slow=False)
+    assert family(reply, "accel_amd_xcp_utilization_ratio") == {("3",): (5 * 2 + 3) / 100}
+    assert family(reply, "accel_utilization_ratio") == {(): (5 * 2 + 3) / 100}
 
 
 def test_every_cpx_partition_names_its_gpu_and_its_place_in_it(

@@ -8,27 +8,16 @@ from __future__ import annotations
 
 import ctypes
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from exporter.backends.base import BackendUnavailable, InventoryChanged
+from exporter.backends.base import InventoryChanged
 from exporter.backends.hlml import HlmlBackend
 from tests.fakes.hlml import control, expected
 from tests.fakes.hlml.control import FakeHlml
-from tests.integration.test_levelzero_backend import values
+from tests.helpers.backend_harness import Backends, key, poll, series, started, unavailable
 
-key = expected.key
-
-
-def started(lib: Path, **config: Any) -> HlmlBackend:
-    backend = HlmlBackend({"library_path": str(lib), **config})
-    backend.bootstrap()
-    return backend
-
-
-def poll(backend: HlmlBackend, slow: bool = True) -> dict[str, Any]:
-    return backend.handle("poll", {"slow": slow})
+Make = Backends[HlmlBackend]
 
 
 def me(i: int) -> dict[str, str]:
@@ -43,14 +32,14 @@ def test_layouts_are_the_1_24_ones(hlml_lib: Path) -> None:
     assert ctypes.sizeof(types.c_hlml_utilization) == 8
 
 
-def test_eight_devices_exact_values(hlml_lib: Path, hlml_inprocess: FakeHlml) -> None:
-    backend = started(hlml_lib)
+def test_eight_devices_exact_values(hlml_backends: Make, hlml_inprocess: FakeHlml) -> None:
+    backend = started(hlml_backends)
     assert [a.info for a in backend.aips] == [
         {k: v for k, v in expected.info(hlml_inprocess.device(i), i).items() if k in a.info}
         for i, a in enumerate(backend.aips)
     ]
     assert [a.uuid for a in backend.aips] == [control.uuid(i) for i in range(8)]
-    got = values(poll(backend))
+    got = series(poll(backend))
     for i in range(8):
         want = expected.series(hlml_inprocess.device(i), i)
         assert {k: got.get(k) for k in want} == want
@@ -59,14 +48,14 @@ def test_eight_devices_exact_values(hlml_lib: Path, hlml_inprocess: FakeHlml) ->
     assert got[key("accel_power_watts", **me(0))] == 250.123  # mW divided, exactly
 
 
-def test_not_supported_fields_are_absent(hlml_lib: Path, hlml_inprocess: FakeHlml) -> None:
-    hlml_inprocess.rule("hlml_device_get_power_usage", device=1, rc=control.NOT_SUPPORTED)
-    hlml_inprocess.rule("hlml_device_get_total_ecc_errors", rc=control.NOT_SUPPORTED)
-    hlml_inprocess.rule("hlml_nic_get_statistics", device=0, rc=control.NOT_SUPPORTED)
-    backend = started(hlml_lib)
+def test_not_supported_fields_are_absent(hlml_backends: Make, hlml_inprocess: FakeHlml) -> None:
+    hlml_inprocess.rule("hlml_device_get_power_usage", device=1, error=control.NOT_SUPPORTED)
+    hlml_inprocess.rule("hlml_device_get_total_ecc_errors", error=control.NOT_SUPPORTED)
+    hlml_inprocess.rule("hlml_nic_get_statistics", device=0, error=control.NOT_SUPPORTED)
+    backend = started(hlml_backends)
     reply = poll(backend)
     assert all(d["up"] for d in reply["devices"])
-    got = values(reply)
+    got = series(reply)
     names = {(m, dict(labels).get("device")) for m, labels in got}
     assert ("accel_power_watts", "1") not in names
     assert not [m for m, _ in names if m == "accel_ecc_errors_total"]
@@ -77,7 +66,7 @@ def test_not_supported_fields_are_absent(hlml_lib: Path, hlml_inprocess: FakeHlm
     assert got[key("accel_power_watts", **me(2))] == 252.123
 
 
-def test_sentinels_and_garbage(hlml_lib: Path, hlml_inprocess: FakeHlml) -> None:
+def test_sentinels_and_garbage(hlml_backends: Make, hlml_inprocess: FakeHlml) -> None:
     d0, d1 = hlml_inprocess.device(0), hlml_inprocess.device(1)
     d0.power_mw = 0xFFFFFFFF
     d0.util_aip = 255
@@ -87,9 +76,9 @@ def test_sentinels_and_garbage(hlml_lib: Path, hlml_inprocess: FakeHlml) -> None
     d0.pcie_gen = 0xFFFFFFFF
     d1.name = b"HL-\xff\x07225"
     d1.serial = b""
-    backend = started(hlml_lib)
+    backend = started(hlml_backends)
     assert backend.aips[1].info["model"] == "HL-\ufffd225"
-    got = values(poll(backend))
+    got = series(poll(backend))
     for metric, labels in (
         ("accel_power_watts", {}),
         ("accel_utilization_ratio", {}),
@@ -103,41 +92,41 @@ def test_sentinels_and_garbage(hlml_lib: Path, hlml_inprocess: FakeHlml) -> None
 
 
 def test_energy_counter_going_backwards_is_a_clean_reset(
-    hlml_lib: Path, hlml_inprocess: FakeHlml
+    hlml_backends: Make, hlml_inprocess: FakeHlml
 ) -> None:
-    backend = started(hlml_lib)
+    backend = started(hlml_backends)
     joules = key("accel_energy_joules_total", **me(0))
-    first = values(poll(backend, slow=False))[joules]
+    first = series(poll(backend, slow=False))[joules]
     hlml_inprocess.device(0).energy_mj = 5_000  # the driver reloaded: 5 J since then
-    assert values(poll(backend, slow=False))[joules] == first
+    assert series(poll(backend, slow=False))[joules] == first
     hlml_inprocess.device(0).energy_mj = 7_000
-    assert values(poll(backend, slow=False))[joules] == first + 2.0
+    assert series(poll(backend, slow=False))[joules] == first + 2.0
 
 
 def test_a_lost_device_is_down_and_the_others_read(
-    hlml_lib: Path, hlml_inprocess: FakeHlml
+    hlml_backends: Make, hlml_inprocess: FakeHlml
 ) -> None:
-    backend = started(hlml_lib)
+    backend = started(hlml_backends)
     hlml_inprocess.device(6).lost = 1
     reply = poll(backend)
     assert reply["devices"][6] == {"uuid": control.uuid(6), "up": False, "reason": "gpu_lost"}
     assert sum(d["up"] for d in reply["devices"]) == 7
-    got = values(reply)
+    got = series(reply)
     assert not [k for k in got if dict(k[1]).get("device") == "6"]
     hlml_inprocess.device(6).lost = 0
     assert poll(backend)["devices"][6]["up"] is True
 
 
 def test_a_device_lost_before_the_start_is_listed_down(
-    hlml_lib: Path, hlml_inprocess: FakeHlml
+    hlml_backends: Make, hlml_inprocess: FakeHlml
 ) -> None:
-    hlml_inprocess.rule("hlml_device_get_uuid", device=4, rc=control.AIP_IS_LOST)
-    backend = started(hlml_lib)
+    hlml_inprocess.rule("hlml_device_get_uuid", device=4, error=control.AIP_IS_LOST)
+    backend = started(hlml_backends)
     assert backend.aips[4].uuid == "gaudi-4"
     reply = poll(backend)
     assert reply["devices"][4] == {"uuid": "gaudi-4", "up": False, "reason": "gpu_lost"}
     assert sum(d["up"] for d in reply["devices"]) == 7
-    hlml_inprocess.clear()
+    hlml_inprocess.clear_rules()
     with pytest.raises(InventoryChanged):
         poll(backend)
 
@@ -146,12 +135,7 @@ def test_unavailable_without_driver_or_library(
     hlml_lib: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("FAKE_HLML_STATE", raising=False)
-    with pytest.raises(BackendUnavailable) as no_driver:
-        HlmlBackend({"library_path": str(hlml_lib)}).bootstrap()
-    assert no_driver.value.reason == "driver_not_loaded"
+    assert unavailable(HlmlBackend, hlml_lib).reason == "driver_not_loaded"
     missing = tmp_path / "habanalabs" / "libhlml.so"
-    with pytest.raises(BackendUnavailable) as no_library:
-        HlmlBackend({"library_path": str(missing)}).bootstrap()
-    assert (
-        no_library.value.reason == "library_not_found" and str(missing) in no_library.value.detail
-    )
+    no_library = unavailable(HlmlBackend, missing)
+    assert no_library.reason == "library_not_found" and str(missing) in no_library.detail

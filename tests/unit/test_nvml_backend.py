@@ -24,7 +24,7 @@ from exporter.backends.nvml import NvmlBackend
 from exporter.sources.device import parse_inventory
 from tests.fakes.nvml import control
 from tests.fakes.nvml.control import FakeNvml, MigInstance, Process
-from tests.helpers.device_replies import reply_values
+from tests.helpers.backend_harness import Backends, backends, poll, started, values
 from tests.helpers.wait import eventually
 
 
@@ -55,31 +55,9 @@ def fake(shared_fake) -> Iterator[FakeNvml]:
 
 
 @pytest.fixture
-def backend() -> Iterator[Any]:
-    made: list[NvmlBackend] = []
-
-    def make(**config: Any) -> NvmlBackend:
-        b = NvmlBackend({"events": False, **config})
-        made.append(b)
-        return b
-
-    yield make
-    for b in made:
-        b.close()
-
-
-def started(backend, **config: Any) -> NvmlBackend:
-    b = backend(**config)
-    b.bootstrap()
-    return b
-
-
-def poll(b: NvmlBackend, *, slow: bool = True, processes: bool = False) -> dict[str, Any]:
-    return b.handle("poll", {"slow": slow, "processes": processes, "events": True})
-
-
-def values(reply: dict[str, Any]) -> dict[tuple[str, tuple[str, ...]], float]:
-    return reply_values(reply)
+def backend() -> Iterator[Backends[NvmlBackend]]:
+    with backends(NvmlBackend, events=False) as made:
+        yield made
 
 
 def test_inventory_has_identity_and_info_labels(fake, backend):

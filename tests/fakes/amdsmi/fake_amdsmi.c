@@ -6,13 +6,14 @@
  * by FAKE_AMDSMI_STATE, mapped at amdsmi_init: without it the library loads but
  * amdsmi_init reports DRIVER_NOT_LOADED, like a node with ROCm but no amdgpu.
  *
- * Every device call goes through guard(): not initialised -> NOT_INIT; a
- * matching rule -> optional hang (until release_generation changes) and/or
- * its status; a lost device -> its lost_status.
+ * Every device call goes through guard(): not initialised -> NOT_INIT; the
+ * fault rules (../fault_rules.h) -> a delay, a hang and/or their status; a lost
+ * device -> its lost_status.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,7 @@
 
 #define API __attribute__((visibility("default")))
 #define ANY (-1)
-#define POLL_NS 5000000L /* 5 ms between checks while hung or waiting for events */
+#define POLL_NS 5000000L /* 5 ms between checks while waiting for events */
 
 static fake_state_t *S;
 static int initialised;
@@ -38,10 +39,12 @@ static uint64_t notify_mask[FAKE_MAX_DEVICES];
 
 API uint32_t fake_amdsmi_state_size(void) { return (uint32_t)sizeof(fake_state_t); }
 
-static void nap(void) {
-    struct timespec ts = {0, POLL_NS};
-    nanosleep(&ts, NULL);
-}
+static void nap(void) { fr_sleep_ns(POLL_NS); }
+
+/* The fault rules: 8-aligned in the page-aligned mapping although the state is
+ * packed, so the atomics of ../fault_rules.h may take their address. */
+_Static_assert(offsetof(fake_state_t, faults) % 8 == 0, "fr_faults_t must stay 8-aligned");
+static fr_faults_t *faults(void) { return (fr_faults_t *)((char *)S + offsetof(fake_state_t, faults)); }
 
 static int device_of(void *handle) {
     char *p = (char *)handle;
@@ -49,40 +52,14 @@ static int device_of(void *handle) {
     return (int)(p - device_tokens);
 }
 
-static fake_rule_t *match(const char *fn, int dev, int64_t arg) {
-    for (int i = 0; i < FAKE_MAX_RULES; i++) {
-        fake_rule_t *r = &S->rules[i];
-        if (r->func[0] == '\0' || r->remaining == 0) continue;
-        if (strcmp(r->func, "*") != 0 && strncmp(r->func, fn, sizeof r->func) != 0) continue;
-        if (r->device != ANY && r->device != dev) continue;
-        if (r->arg != ANY && r->arg != arg) continue;
-        return r;
-    }
-    return NULL;
-}
-
-static uint32_t apply(fake_rule_t *r) {
-    if (r->remaining > 0) __atomic_sub_fetch(&r->remaining, 1, __ATOMIC_SEQ_CST);
-    if (r->hang) {
-        uint32_t gen = __atomic_load_n(&S->release_generation, __ATOMIC_SEQ_CST);
-        __atomic_add_fetch(&S->hung_now, 1, __ATOMIC_SEQ_CST);
-        while (__atomic_load_n(&S->release_generation, __ATOMIC_SEQ_CST) == gen) nap();
-        __atomic_sub_fetch(&S->hung_now, 1, __ATOMIC_SEQ_CST);
-    }
-    return r->status;
-}
-
 /* Entry check of every device call; on success *dev is the device index. */
 static uint32_t guard(const char *fn, void *handle, int64_t arg, int *dev) {
     if (!initialised || S == NULL) return AMDSMI_STATUS_NOT_INIT;
     *dev = device_of(handle);
     if (*dev < 0) return AMDSMI_STATUS_INVAL;
-    __atomic_add_fetch(&S->calls, 1, __ATOMIC_SEQ_CST);
-    fake_rule_t *r = match(fn, *dev, arg);
-    if (r != NULL) {
-        uint32_t status = apply(r);
-        if (status != AMDSMI_STATUS_SUCCESS) return status;
-    }
+    fr_count(faults());
+    uint32_t status = (uint32_t)fr_apply(faults(), fn, *dev, arg, 1);
+    if (status != AMDSMI_STATUS_SUCCESS) return status;
     if (S->devices[*dev].lost_status) return S->devices[*dev].lost_status;
     return AMDSMI_STATUS_SUCCESS;
 }
@@ -105,20 +82,16 @@ API uint32_t amdsmi_init(uint64_t flags) {
     if (initialised) return AMDSMI_STATUS_SUCCESS;
     const char *path = getenv("FAKE_AMDSMI_STATE");
     if (path == NULL || path[0] == '\0') return AMDSMI_STATUS_DRIVER_NOT_LOADED;
-    int fd = open(path, O_RDWR);
-    if (fd < 0) return AMDSMI_STATUS_DRIVER_NOT_LOADED;
-    void *map = mmap(NULL, sizeof(fake_state_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) return AMDSMI_STATUS_INIT_ERROR;
-    fake_state_t *state = map;
-    if (state->magic != FAKE_MAGIC || state->version != FAKE_VERSION ||
-        state->device_count > FAKE_MAX_DEVICES) {
-        munmap(map, sizeof(fake_state_t));
+    fake_state_t *state = fr_map_state(path, sizeof(fake_state_t), FAKE_MAGIC);
+    if (state == NULL)
+        return errno == EINVAL ? AMDSMI_STATUS_INIT_ERROR : AMDSMI_STATUS_DRIVER_NOT_LOADED;
+    if (state->version != FAKE_VERSION || state->device_count > FAKE_MAX_DEVICES) {
+        munmap(state, sizeof(fake_state_t));
         return AMDSMI_STATUS_INIT_ERROR;
     }
     if (state->init_status != AMDSMI_STATUS_SUCCESS) {
         uint32_t status = state->init_status;
-        munmap(map, sizeof(fake_state_t));
+        munmap(state, sizeof(fake_state_t));
         return status;
     }
     S = state;
@@ -590,11 +563,8 @@ API uint32_t amdsmi_get_gpu_event_notification(int32_t timeout_ms, uint32_t *num
                                                struct_amdsmi_evt_notification_data_t *data) {
     if (!initialised || S == NULL) return AMDSMI_STATUS_NOT_INIT;
     if (num == NULL || data == NULL || *num == 0) return AMDSMI_STATUS_INVAL;
-    fake_rule_t *r = match(__func__, ANY, ANY);
-    if (r != NULL) {
-        uint32_t status = apply(r);
-        if (status != AMDSMI_STATUS_SUCCESS) return status;
-    }
+    uint32_t status = (uint32_t)fr_apply(faults(), __func__, ANY, ANY, 1);
+    if (status != AMDSMI_STATUS_SUCCESS) return status;
     uint32_t capacity = *num;
     struct timespec start, now;
     clock_gettime(CLOCK_MONOTONIC, &start);

@@ -10,10 +10,11 @@
 
 #include <stdint.h>
 
+#include "../fault_rules.h"
+
 #define FAKE_MAGIC 0x46414d44u /* "DMAF" */
-#define FAKE_VERSION 2u
+#define FAKE_VERSION 3u
 #define FAKE_MAX_DEVICES 64 /* 8 GPUs in CPX mode: 64 partitions */
-#define FAKE_MAX_RULES 32
 #define FAKE_MAX_EVENTS 64
 #define FAKE_MAX_PROCS 8
 #define FAKE_NUM_TEMPS 7   /* amdsmi temperature types EDGE..HBM_3 */
@@ -105,16 +106,6 @@ typedef struct __attribute__((packed)) {
     uint64_t xcp_acc[FAKE_NUM_XCP_ACC][FAKE_NUM_XCP][FAKE_NUM_XCC];
 } fake_device_t;
 
-/* A fault rule: the first live rule matching (function, device, argument) applies. */
-typedef struct __attribute__((packed)) {
-    char func[56];     /* C function name, "*" for any; empty: unused slot */
-    int32_t device;    /* -1: any device */
-    int64_t arg;       /* -1: any; else the temperature/clock/memory type or RAS block */
-    uint32_t status;   /* status to return (0: proceed normally, after any hang) */
-    uint32_t hang;     /* 1: block until release_generation changes */
-    int32_t remaining; /* -1: forever; n > 0: n more times */
-} fake_rule_t;
-
 typedef struct __attribute__((packed)) {
     uint32_t device;
     uint32_t event; /* amdsmi_evt_notification_type_t */
@@ -125,13 +116,12 @@ typedef struct __attribute__((packed)) {
     uint32_t magic, version;
     uint32_t init_status; /* what amdsmi_init returns */
     uint32_t device_count;
-    uint32_t release_generation; /* bump to release every hung call */
-    uint32_t hung_now;           /* calls currently blocked in a hang */
-    uint64_t calls;              /* device calls served, for tests */
+    /* Fault rules (../fault_rules.h): device the processor index, arg the
+     * temperature / clock / memory type or RAS block; calls: device calls served. */
+    fr_faults_t faults;
     uint32_t event_head;         /* producer (test) index */
     uint32_t event_tail;         /* consumer (fake) index */
     fake_event_t events[FAKE_MAX_EVENTS];
-    fake_rule_t rules[FAKE_MAX_RULES];
     fake_device_t devices[FAKE_MAX_DEVICES];
 } fake_state_t;
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.fakes.amdsmi import build, state
+from tests.helpers.backend_harness import Backends, backends
 
 
 @pytest.fixture(scope="session")
@@ -46,22 +47,14 @@ def amdsmi_inprocess(
 
 
 @pytest.fixture
-def amdsmi_backends(amdsmi_inprocess: state.FakeAmdSmi) -> Iterator[Callable[..., Any]]:
+def amdsmi_backends(amdsmi_inprocess: state.FakeAmdSmi) -> Iterator[Backends[Any]]:
     """``make(**config)`` -> an in-process AmdSmiBackend (events off unless asked) on the fake.
 
     Hangs are released and every backend made is closed at teardown.
     """
     from exporter.backends.amdsmi import AmdSmiBackend
 
-    made: list[AmdSmiBackend] = []
-
-    def build(**config: Any) -> AmdSmiBackend:
-        backend = AmdSmiBackend({"events": False, **config})
-        made.append(backend)
-        return backend
-
-    yield build
-    amdsmi_inprocess.clear_rules()
-    amdsmi_inprocess.release_hangs()
-    for backend in made:
-        backend.close()
+    with backends(AmdSmiBackend, events=False) as made:
+        yield made
+        amdsmi_inprocess.clear_rules()
+        amdsmi_inprocess.release_hangs()

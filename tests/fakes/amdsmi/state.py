@@ -15,10 +15,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.fakes.fault_rules import FaultRules, Faults
+
 MAGIC = 0x46414D44
-VERSION = 2
+VERSION = 3
 MAX_DEVICES = 64
-MAX_RULES = 32
 MAX_EVENTS = 64
 MAX_PROCS = 8
 NUM_TEMPS = 7
@@ -158,18 +159,6 @@ class Device(ctypes.Structure):
     ]
 
 
-class Rule(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [
-        ("func", ctypes.c_char * 56),
-        ("device", ctypes.c_int32),
-        ("arg", ctypes.c_int64),
-        ("status", ctypes.c_uint32),
-        ("hang", ctypes.c_uint32),
-        ("remaining", ctypes.c_int32),
-    ]
-
-
 class Event(ctypes.Structure):
     _pack_ = 1
     _fields_ = [
@@ -181,18 +170,16 @@ class Event(ctypes.Structure):
 
 class State(ctypes.Structure):
     _pack_ = 1
+    _anonymous_ = ("faults",)
     _fields_ = [
         ("magic", ctypes.c_uint32),
         ("version", ctypes.c_uint32),
         ("init_status", ctypes.c_uint32),
         ("device_count", ctypes.c_uint32),
-        ("release_generation", ctypes.c_uint32),
-        ("hung_now", ctypes.c_uint32),
-        ("calls", ctypes.c_uint64),
+        ("faults", Faults),
         ("event_head", ctypes.c_uint32),
         ("event_tail", ctypes.c_uint32),
         ("events", Event * MAX_EVENTS),
-        ("rules", Rule * MAX_RULES),
         ("devices", Device * MAX_DEVICES),
     ]
 
@@ -362,7 +349,7 @@ def create(path: Path, devices: int = 8) -> FakeAmdSmi:
     return FakeAmdSmi(path)
 
 
-class FakeAmdSmi:
+class FakeAmdSmi(FaultRules):
     """The shared state, mapped; changes are seen at once by every process using the fake."""
 
     def __init__(self, path: Path) -> None:
@@ -387,38 +374,6 @@ class FakeAmdSmi:
     def device(self, i: int) -> Device:
         """Device ``i`` (live view)."""
         return self.state.devices[i]
-
-    def rule(
-        self,
-        func: str,
-        status: int = SUCCESS,
-        *,
-        device: int = -1,
-        arg: int = -1,
-        hang: bool = False,
-        times: int = -1,
-    ) -> int:
-        """Add a fault rule; returns its slot (for :meth:`clear_rule`)."""
-        for slot, r in enumerate(self.state.rules):
-            if not r.func:
-                r.device, r.arg, r.status = device, arg, status
-                r.hang, r.remaining = int(hang), times
-                r.func = func.encode()  # last: the rule goes live when complete
-                return slot
-        raise RuntimeError("no free rule slot")
-
-    def clear_rule(self, slot: int) -> None:
-        """Remove one rule."""
-        self.state.rules[slot].func = b""
-
-    def clear_rules(self) -> None:
-        """Remove every rule."""
-        for r in self.state.rules:
-            r.func = b""
-
-    def release_hangs(self) -> None:
-        """Let every call blocked in a hang return."""
-        self.state.release_generation += 1
 
     def push_event(self, device: int, event: int, message: str = "") -> None:
         """Queue one event notification."""

@@ -15,6 +15,10 @@
  *                                (NOT_INITIALIZED: maps libcuda, never called cuInit)
  *   hang <pid> <ms>              queries about <pid> sleep first
  *
+ * The deny, error and hang lines of a pid become one fault rule
+ * (../fault_rules.h) on that pid: a delay, then its error (deny before error);
+ * the first FR_MAX_RULES such pids get theirs.
+ *
  * Unknown pids answer CUDA_ERROR_NOT_FOUND (500), as the driver does for a
  * process that is not a CUDA process. Every checkpoint entry point called is
  * appended to the file named by FAKE_CUDA_CALL_LOG, so a test can prove the
@@ -26,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "../fault_rules.h"
 
 typedef int CUresult;
 typedef uint64_t cuuint64_t;
@@ -54,6 +60,7 @@ struct fake_state {
     int init_error;
     int npids;
     struct fake_pid pids[MAX_PIDS];
+    fr_faults_t faults;
 };
 
 static int initialised;
@@ -112,6 +119,20 @@ static void load(struct fake_state *st) {
         }
     }
     fclose(f);
+    int n = 0;
+    for (int i = 0; i < st->npids && n < FR_MAX_RULES; i++) {
+        const struct fake_pid *p = &st->pids[i];
+        if (!p->deny && !p->error && p->hang_ms <= 0)
+            continue;
+        fr_rule_t *r = &st->faults.rules[n++];
+        snprintf(r->fn, sizeof r->fn, "*");
+        r->device = p->pid;
+        r->arg = FR_ANY;
+        r->error = p->deny ? CUDA_ERROR_NOT_PERMITTED : p->error;
+        r->delay_ms = p->hang_ms > 0 ? (uint32_t)p->hang_ms : 0;
+        r->remaining = -1;
+        r->active = 1;
+    }
 }
 
 static void record(const char *fn, int pid) {
@@ -173,18 +194,13 @@ static CUresult lookup(const char *fn, int pid, struct fake_state *st, struct fa
     if (!initialised)
         return CUDA_ERROR_NOT_INITIALIZED;
     load(st);
+    CUresult rc = fr_apply(&st->faults, fn, pid, FR_ANY, 1);
+    if (rc != CUDA_SUCCESS)
+        return rc;
     struct fake_pid *p = NULL;
     for (int i = 0; i < st->npids; i++)
         if (st->pids[i].pid == pid)
             p = &st->pids[i];
-    if (p != NULL && p->hang_ms > 0) {
-        struct timespec ts = {p->hang_ms / 1000, (long)(p->hang_ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-    if (p != NULL && p->deny)
-        return CUDA_ERROR_NOT_PERMITTED;
-    if (p != NULL && p->error != 0)
-        return p->error;
     if (p == NULL || p->state < 0)
         return CUDA_ERROR_NOT_FOUND;
     *found = p;

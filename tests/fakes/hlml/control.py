@@ -7,7 +7,7 @@ Typical use::
     env = fake.env                                 # FAKE_HLML_STATE for the daemon's worker
     fake.device(3).lost = 1                        # applies at once, inside a running daemon
     slot = fake.rule("hlml_device_get_power_usage", device=2, hang=True)
-    fake.clear(slot)
+    fake.clear_rule(slot)
 
 The daemon is pointed at the library with ``sources.hlml.library_path``. The
 ctypes classes mirror ``hlml_fake_state.h``; ``layout_problems`` compares them
@@ -20,13 +20,14 @@ import ctypes
 from pathlib import Path
 
 from tests.fakes import state_file
-from tests.fakes.state_file import Rule, StateFile
+from tests.fakes.fault_rules import Faults
+from tests.fakes.state_file import StateFile
 from tests.helpers.native import compile_shared
 
 HERE = Path(__file__).resolve().parent
 LIBRARY_NAME = "libhlml.so"
 MAGIC = 0x48464B31
-MAX_DEV, MAX_RULES, SENSORS, NIC_STATS = 16, 16, 6, 4
+MAX_DEV, SENSORS, NIC_STATS = 16, 6, 4
 NIC_STAT_NAMES = ("rx_bytes", "tx_bytes", "rx_crc_errors", "link_down_events")
 PORTS = 24
 
@@ -70,14 +71,14 @@ class Device(ctypes.Structure):
 
 
 class State(ctypes.Structure):
+    _anonymous_ = ("faults",)
     _fields_ = [
         ("magic", ctypes.c_uint32),
         ("devices", ctypes.c_int32),
         ("init_rc", ctypes.c_int32),
         ("chatty", ctypes.c_int32),
-        ("calls", ctypes.c_uint64),
+        ("faults", Faults),
         ("driver_version", ctypes.c_char * 64),
-        ("rules", Rule * MAX_RULES),
         ("dev", Device * MAX_DEV),
     ]
 

@@ -6,13 +6,13 @@ from typing import Any
 
 from exporter.catalog.device import INFO_LABELS
 from tests.fakes.hlml.control import NIC_STAT_NAMES, PORTS, SERVED_SENSORS, Device, bdf, uuid
-from tests.fakes.levelzero.expected import Series, key
+from tests.helpers.backend_harness import Series, key
 
 
 def series(dev: Device, i: int, *, device: str | None = None) -> Series:
     """Every series of device ``i`` (slow ones included), keyed like samples()."""
     me: dict[str, Any] = {"device": device if device is not None else str(i), "uuid": uuid(i)}
-    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {
+    out: Series = {
         key("accel_utilization_ratio", **me): dev.util_aip / 100,
         key("accel_gaudi_memory_utilization_ratio", **me): dev.util_memory / 100,
         key("accel_memory_total_bytes", **me): dev.mem_total,

@@ -58,24 +58,14 @@ static int dev_of(const void *h) {
     return (int)(p - handles);
 }
 
-static int matches(const hf_rule_t *r, const char *fn, int dev) {
-    return r->active && (r->device < 0 || r->device == dev) &&
-           (strcmp((const char *)r->fn, "*") == 0 || strcmp((const char *)r->fn, fn) == 0);
-}
-
+/* Every call: count it, apply the test's rules (../fault_rules.h), then AIP_IS_LOST for
+ * a lost device. */
 static int guard(const char *fn, int dev) {
     if (!S || !initialised) return HLML_ERROR_UNINITIALIZED;
-    __atomic_add_fetch(&S->calls, 1, __ATOMIC_RELAXED);
+    fr_count(&S->faults);
     if (S->chatty) { printf("fake hlml: %s device %d\n", fn, dev); fflush(stdout); }
-    for (int i = 0; i < HF_MAX_RULES; i++) {
-        volatile hf_rule_t *r = &S->rules[i];
-        if (!matches((const hf_rule_t *)r, fn, dev)) continue;
-        while (r->active && r->hang) {
-            struct timespec ts = {0, 5 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-        }
-        if (r->active && r->rc) return r->rc;
-    }
+    int rc = fr_apply(&S->faults, fn, dev, FR_ANY, 1);
+    if (rc) return rc;
     if (dev >= 0 && S->dev[dev].lost) return HLML_ERROR_AIP_IS_LOST;
     return HLML_SUCCESS;
 }
@@ -85,24 +75,15 @@ static int guard(const char *fn, int dev) {
     hf_device_t *v = &S->dev[d_]
 #define OUT(p) if (!(p)) return HLML_ERROR_INVALID_ARGUMENT
 
-static char state_path[4096];
+static char state_path[FR_PATH_LEN];
 
 /* Maps $FAKE_HLML_STATE; a later hlml_init with another path (the next in-process
  * test) maps that one instead. */
 static int map_state(void) {
-    const char *path = getenv("FAKE_HLML_STATE");
-    if (!path || !*path) return HLML_ERROR_DRIVER_NOT_LOADED;
-    if (S && strcmp(path, state_path) == 0) return HLML_SUCCESS;
-    int fd = open(path, O_RDWR);
-    if (fd < 0) return HLML_ERROR_DRIVER_NOT_LOADED;
-    void *m = mmap(NULL, sizeof(hf_state_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (m == MAP_FAILED) return HLML_ERROR_DRIVER_NOT_LOADED;
-    if (((hf_state_t *)m)->magic != HF_MAGIC) { munmap(m, sizeof(hf_state_t));
-        return HLML_ERROR_DRIVER_NOT_LOADED; }
-    if (S) munmap(S, sizeof(hf_state_t));
-    S = (hf_state_t *)m;
-    snprintf(state_path, sizeof state_path, "%s", path);
+    void *state = S;
+    if (!fr_follow_env("FAKE_HLML_STATE", sizeof(hf_state_t), HF_MAGIC, &state, state_path))
+        return HLML_ERROR_DRIVER_NOT_LOADED;
+    S = state;
     return HLML_SUCCESS;
 }
 

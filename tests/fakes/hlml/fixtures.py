@@ -1,31 +1,12 @@
-"""Pytest fixtures for the fake libhlml.so (registered in tests/conftest.py)."""
+"""Pytest fixtures for the fake libhlml.so (registered in tests/conftest.py): ``hlml_lib``,
+``hlml_fake`` (eight Gaudi 2 devices), ``hlml_inprocess``, ``hlml_backends`` (see
+tests.fakes.state_file.fixtures)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from tests.fakes.hlml.control import FakeHlml, build
+from tests.fakes.state_file import fixtures
 
-
-@pytest.fixture(scope="session")
-def hlml_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The fake libhlml.so, built once per session."""
-    return build(tmp_path_factory.mktemp("hlml"))
-
-
-@pytest.fixture
-def hlml_fake(tmp_path: Path) -> Iterator[FakeHlml]:
-    """Eight Gaudi 2 devices; rules (and so hung calls) are cleared at teardown."""
-    fake = FakeHlml.create(tmp_path / "hlml-state.bin", devices=8)
-    yield fake
-    fake.clear()
-
-
-@pytest.fixture
-def hlml_inprocess(hlml_fake: FakeHlml, monkeypatch: pytest.MonkeyPatch) -> FakeHlml:
-    """Point this process's fake libhlml at this test's state (read at hlml_init)."""
-    monkeypatch.setenv("FAKE_HLML_STATE", str(hlml_fake.path))
-    return hlml_fake
+hlml_lib, hlml_fake, hlml_inprocess, hlml_backends = fixtures(
+    "hlml", FakeHlml.create, build, devices=8, backend="exporter.backends.hlml:HlmlBackend"
+)

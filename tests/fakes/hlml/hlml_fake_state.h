@@ -5,19 +5,12 @@
 #define HLML_FAKE_STATE_H
 #include <stdint.h>
 
+#include "../fault_rules.h"
+
 #define HF_MAX_DEV 16
-#define HF_MAX_RULES 16
 #define HF_SENSORS 6
 #define HF_NIC_STATS 4
 #define HF_MAGIC 0x48464b31u
-
-typedef struct {
-    int32_t active;
-    int32_t device;   /* -1: every device */
-    int32_t rc;       /* returned instead of the answer (0: none) */
-    int32_t hang;     /* block until the rule is cleared */
-    char fn[48];      /* C symbol, "*" for all */
-} hf_rule_t;
 
 typedef struct {
     int32_t lost;                 /* every call answers AIP_IS_LOST */
@@ -49,9 +42,8 @@ typedef struct {
     int32_t devices;
     int32_t init_rc;
     int32_t chatty;               /* print every call on stdout */
-    uint64_t calls;
+    fr_faults_t faults;           /* calls: every entry point called after init */
     char driver_version[64];
-    hf_rule_t rules[HF_MAX_RULES];
     hf_device_t dev[HF_MAX_DEV];
 } hf_state_t;
 

@@ -7,7 +7,7 @@ Typical use::
     env = fake.env                                # FAKE_ZE_STATE for the daemon's worker
     fake.device(1).lost = 1                       # applies at once, inside a running daemon
     slot = fake.rule("zesEngineGetActivity", device=2, hang=True)
-    fake.clear(slot)                              # the hung call returns
+    fake.clear_rule(slot)                         # the hung call returns
 
 The daemon is pointed at the library with ``sources.levelzero.library_path``
 (configuration, as on a RHEL node). The ctypes classes mirror ``ze_fake_state.h``;
@@ -20,14 +20,15 @@ import ctypes
 from pathlib import Path
 
 from tests.fakes import state_file
-from tests.fakes.state_file import Rule, StateFile
+from tests.fakes.fault_rules import Faults
+from tests.fakes.state_file import StateFile
 from tests.helpers.native import compile_shared
 
 HERE = Path(__file__).resolve().parent
 LIBRARY_NAME = "libze_loader.so.1"
 MAGIC = 0x5A46414B
-MAX_DEV, MAX_RULES, TILES, ENGINE_TYPES, TEMP_TYPES, FREQ_DOMAINS, RAS_CATS, PORTS = (
-    16, 16, 2, 14, 9, 3, 7, 4,
+MAX_DEV, TILES, ENGINE_TYPES, TEMP_TYPES, FREQ_DOMAINS, RAS_CATS, PORTS = (
+    16, 2, 14, 9, 3, 7, 4,
 )  # fmt: skip
 
 DEVICE_LOST = 0x70000001
@@ -130,13 +131,13 @@ class Device(ctypes.Structure):
 
 
 class State(ctypes.Structure):
+    _anonymous_ = ("faults",)
     _fields_ = [
         ("magic", ctypes.c_uint32),
         ("devices", ctypes.c_int32),
         ("init_rc", ctypes.c_int32),
         ("chatty", ctypes.c_int32),
-        ("calls", ctypes.c_uint64),
-        ("rules", Rule * MAX_RULES),
+        ("faults", Faults),
         ("dev", Device * MAX_DEV),
     ]
 

@@ -11,8 +11,7 @@ from typing import Any
 
 from exporter.catalog.device import INFO_LABELS
 from tests.fakes.levelzero.control import CLOCKS, ENGINES, SENSORS, Device, uuid
-
-Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+from tests.helpers.backend_harness import Series, key
 
 THROTTLE_REASONS = [
     "ave_pwr_cap",
@@ -31,11 +30,6 @@ SENSOR_LABELS = {"gpu_board": "board"}
 # The fake's frequency domains -> the clock label every vendor uses for them.
 CLOCK_LABELS = {"gpu": "graphics", "memory": "memory", "media": "video"}
 RAS = ("reset", "programming", "driver", "compute", "non_compute", "cache", "display")
-
-
-def key(metric: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """A series key as tests.helpers.daemon.samples() writes it."""
-    return metric, tuple(sorted(labels.items()))
 
 
 def series(dev: Device, i: int, *, device: str | None = None) -> Series:

@@ -119,26 +119,14 @@ static int dev_of(const void *h) {
     return (int)(p - device_handles);
 }
 
-static int matches(const zf_rule_t *r, const char *fn, int dev) {
-    return r->active && (r->device < 0 || r->device == dev) &&
-           (strcmp((const char *)r->fn, "*") == 0 || strcmp((const char *)r->fn, fn) == 0);
-}
-
-/* Every call: count it, apply the test's rules (a hang waits until its rule is cleared),
- * then DEVICE_LOST for a lost device. */
+/* Every call: count it, apply the test's rules (../fault_rules.h), then DEVICE_LOST for
+ * a lost device. */
 static ze_result_t guard(const char *fn, int dev) {
     if (!S) return UNINITIALIZED;
-    __atomic_add_fetch(&S->calls, 1, __ATOMIC_RELAXED);
+    fr_count(&S->faults);
     if (S->chatty) { printf("fake ze: %s device %d\n", fn, dev); fflush(stdout); }
-    for (int i = 0; i < ZF_MAX_RULES; i++) {
-        volatile zf_rule_t *r = &S->rules[i];
-        if (!matches((const zf_rule_t *)r, fn, dev)) continue;
-        while (r->active && r->hang) {
-            struct timespec ts = {0, 5 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-        }
-        if (r->active && r->rc) return r->rc;
-    }
+    ze_result_t rc = fr_apply(&S->faults, fn, dev, FR_ANY, 1);
+    if (rc) return rc;
     if (dev >= 0 && S->dev[dev].lost) return DEVICE_LOST;
     return OK;
 }
@@ -177,25 +165,17 @@ static ze_result_t enumerate(int dev, int kind, uint32_t *pCount, void **out) {
     return OK;
 }
 
-static char state_path[4096];
+static char state_path[FR_PATH_LEN];
 
 /* Maps $FAKE_ZE_STATE; a later zesInit with another path (the next in-process test)
  * maps that one instead. */
 EXPORT ze_result_t zesInit(uint32_t flags) {
     (void)flags;
-    const char *path = getenv("FAKE_ZE_STATE");
-    if (!path || !*path) return UNINITIALIZED;  /* no driver behind the loader */
-    if (S && strcmp(path, state_path) == 0) return S->init_rc;
-    int fd = open(path, O_RDWR);
-    if (fd < 0) return UNINITIALIZED;
-    void *m = mmap(NULL, sizeof(zf_state_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (m == MAP_FAILED) return UNINITIALIZED;
-    zf_state_t *s = (zf_state_t *)m;
-    if (s->magic != ZF_MAGIC) { munmap(m, sizeof(zf_state_t)); return UNINITIALIZED; }
-    if (S) munmap(S, sizeof(zf_state_t));
-    S = s;
-    snprintf(state_path, sizeof state_path, "%s", path);
+    void *state = S;
+    int mapped = fr_follow_env("FAKE_ZE_STATE", sizeof(zf_state_t), ZF_MAGIC, &state, state_path);
+    if (!mapped) return UNINITIALIZED;  /* no driver behind the loader */
+    S = state;
+    if (mapped == 1) return S->init_rc;
     build_components();
     if (S->chatty) { printf("fake ze: zesInit\n"); fflush(stdout); }
     return S->init_rc;

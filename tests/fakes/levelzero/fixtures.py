@@ -1,31 +1,12 @@
-"""Pytest fixtures for the fake libze_loader.so.1 (registered in tests/conftest.py)."""
+"""Pytest fixtures for the fake libze_loader.so.1 (registered in tests/conftest.py):
+``ze_lib`` (its own SONAME: pointed at by library_path), ``ze_fake`` (four Max
+1550-like GPUs), ``ze_inprocess``, ``ze_backends`` (see tests.fakes.state_file.fixtures)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from tests.fakes.levelzero.control import FakeZe, build
+from tests.fakes.state_file import fixtures
 
-
-@pytest.fixture(scope="session")
-def ze_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The fake loader, built once per session (its own SONAME: pointed at by library_path)."""
-    return build(tmp_path_factory.mktemp("ze"))
-
-
-@pytest.fixture
-def ze_fake(tmp_path: Path) -> Iterator[FakeZe]:
-    """Four Max 1550-like GPUs; rules (and so hung calls) are cleared at teardown."""
-    fake = FakeZe.create(tmp_path / "ze-state.bin", devices=4)
-    yield fake
-    fake.clear()
-
-
-@pytest.fixture
-def ze_inprocess(ze_fake: FakeZe, monkeypatch: pytest.MonkeyPatch) -> FakeZe:
-    """Point this process's fake loader at this test's state (read at zesInit)."""
-    monkeypatch.setenv("FAKE_ZE_STATE", str(ze_fake.path))
-    return ze_fake
+ze_lib, ze_fake, ze_inprocess, ze_backends = fixtures(
+    "ze", FakeZe.create, build, devices=4, backend="exporter.backends.levelzero:LevelZeroBackend"
+)

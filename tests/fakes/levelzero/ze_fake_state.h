@@ -5,8 +5,9 @@
 #define ZE_FAKE_STATE_H
 #include <stdint.h>
 
+#include "../fault_rules.h"
+
 #define ZF_MAX_DEV 16
-#define ZF_MAX_RULES 16
 #define ZF_TILES 2
 #define ZF_ENGINE_TYPES 14
 #define ZF_TEMP_TYPES 9
@@ -14,14 +15,6 @@
 #define ZF_RAS_CATEGORIES 7
 #define ZF_PORTS 4
 #define ZF_MAGIC 0x5a46414bu
-
-typedef struct {
-    int32_t active;
-    int32_t device;   /* -1: every device */
-    int32_t rc;       /* returned instead of the call's answer (0: none) */
-    int32_t hang;     /* block until the rule is cleared */
-    char fn[48];      /* entry point name, "*" for all */
-} zf_rule_t;
 
 typedef struct {
     int32_t type;     /* ze_device_type_t: 1 GPU, 5 VPU (must be skipped) */
@@ -75,8 +68,7 @@ typedef struct {
     int32_t devices;
     int32_t init_rc;        /* zesInit's answer (0: success) */
     int32_t chatty;         /* print every call on stdout, as some builds do */
-    uint64_t calls;         /* every entry point called */
-    zf_rule_t rules[ZF_MAX_RULES];
+    fr_faults_t faults;     /* calls: every entry point called */
     zf_device_t dev[ZF_MAX_DEV];
 } zf_state_t;
 

@@ -24,20 +24,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.fakes.fault_rules import CRASH as CRASH  # re-exported for the NVML tests
+from tests.fakes.fault_rules import FaultRules, Faults, Rule
+
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "fake_nvml.c"
 HEADER = HERE / "nvml_fake_state.h"
 LIBRARY_NAME = "libnvidia-ml.so.1"
 
 MAX_DEVICES = 16
-MAX_RULES = 32
 MAX_PROCS = 16
 MAX_MIG = 7
 MAX_EVENTS = 64
 MAX_NVLINKS = 18
 MAX_FANS = 4
 VIOLATIONS = 9
-FN_LEN = 64
 GPM_IDS = 176
 PROC_NAME = 32
 NOT_AVAILABLE_U64 = 0xFFFFFFFFFFFFFFFF
@@ -58,8 +59,6 @@ GPU_IS_LOST = 15
 RESET_REQUIRED = 16
 LIB_RM_VERSION_MISMATCH = 18
 UNKNOWN = 999
-# A rule "error" that makes the call crash the calling process (SIGSEGV) in native code.
-CRASH = -11
 
 # Index of Device.nvlink_errors[link][...] (nvmlNvLinkErrorCounter_t).
 NVLINK_REPLAY, NVLINK_RECOVERY, NVLINK_CRC_FLIT, NVLINK_CRC_DATA = 0, 1, 2, 3
@@ -79,18 +78,6 @@ GPM_KNOWN = (
 
 # Order of FakeDevice.violation_ns: NVML field ids 74..79, 269, 270, 271.
 VIOLATION_FIELDS = (74, 75, 76, 77, 78, 79, 269, 270, 271)
-
-
-class Rule(ctypes.Structure):
-    _fields_ = [
-        ("active", ctypes.c_int32),
-        ("device", ctypes.c_int32),
-        ("error", ctypes.c_int32),
-        ("hang", ctypes.c_int32),
-        ("after_calls", ctypes.c_uint32),
-        ("matched", ctypes.c_uint32),
-        ("function", ctypes.c_char * FN_LEN),
-    ]
 
 
 class Proc(ctypes.Structure):
@@ -214,6 +201,7 @@ class Device(ctypes.Structure):
 
 
 class State(ctypes.Structure):
+    _anonymous_ = ("faults",)
     _fields_ = [
         ("magic", ctypes.c_uint32),
         ("version", ctypes.c_uint32),
@@ -221,14 +209,11 @@ class State(ctypes.Structure):
         ("init_error", ctypes.c_int32),
         ("driver_version", ctypes.c_char * 80),
         ("cuda_driver_version", ctypes.c_int32),
-        ("release_generation", ctypes.c_uint32),
-        ("hangs_entered", ctypes.c_uint32),
         ("pad", ctypes.c_uint32),
-        ("calls", ctypes.c_uint64),
+        ("faults", Faults),
         ("event_head", ctypes.c_uint64),
         ("event_sets", ctypes.c_uint64),
         ("events", Event * MAX_EVENTS),
-        ("rules", Rule * MAX_RULES),
         ("devices", Device * MAX_DEVICES),
         ("gpm_samples_live", ctypes.c_int64),
         ("gpm_sample_gets", ctypes.c_uint64),
@@ -238,7 +223,8 @@ class State(ctypes.Structure):
 
 # C struct name of each mirror class, for the layout check.
 C_NAMES = {
-    Rule: "fake_rule_t",
+    Rule: "fr_rule_t",
+    Faults: "fr_faults_t",
     Proc: "fake_proc_t",
     Mig: "fake_mig_t",
     Event: "fake_event_t",
@@ -314,7 +300,7 @@ class MigInstance:
     uuid: str = ""
 
 
-class FakeNvml:
+class FakeNvml(FaultRules):
     """A state file of the fake library, mapped for reading and writing."""
 
     def __init__(self, library: Path, path: Path) -> None:
@@ -444,51 +430,16 @@ class FakeNvml:
 
     # -- faults ----------------------------------------------------------------
 
-    def add_rule(
-        self,
-        function: str = "*",
-        *,
-        device: int = -1,
-        error: int = 0,
-        hang: bool = False,
-        after_calls: int = 0,
-    ) -> int:
-        """Add a fault rule; its index. ``device`` -1 = any, -2 = calls without a device.
-
-        ``function`` is an NVML symbol (``nvmlDeviceGetPowerUsage``), ``*``, or
-        ``field:<id>`` to fail one entry of nvmlDeviceGetFieldValues.
-        """
-        for i, rule in enumerate(self.state.rules):
-            if not rule.active:
-                rule.device = device
-                rule.error = error
-                rule.hang = int(hang)
-                rule.after_calls = after_calls
-                rule.matched = 0
-                rule.function = function.encode()
-                rule.active = 1
-                return i
-        raise RuntimeError("no free fault rule slot")
-
-    def clear_rule(self, index: int) -> None:
-        """Deactivate one rule (a call hung by it returns within ~20 ms)."""
-        self.state.rules[index].active = 0
-
-    def clear_rules(self) -> None:
-        """Deactivate every rule."""
-        for rule in self.state.rules:
-            rule.active = 0
+    # The NVML tests' name for rule(): ``function`` an NVML symbol, "*", or
+    # "field:<id>" to fail one entry of nvmlDeviceGetFieldValues; ``device`` -1 any,
+    # -2 the calls that take no device.
+    add_rule = FaultRules.rule
 
     def release(self, index: int | None = None) -> None:
         """Clear rule ``index`` (or none) and release every hung call."""
         if index is not None:
             self.clear_rule(index)
-        self.state.release_generation += 1
-
-    @property
-    def hangs_entered(self) -> int:
-        """How many calls have started hanging so far."""
-        return int(self.state.hangs_entered)
+        self.release_hangs()
 
     def inject_event(self, index: int, event_type: int, data: int = 0) -> None:
         """Append one event to the ring every registered event set reads."""

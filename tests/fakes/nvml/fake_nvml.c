@@ -195,8 +195,6 @@ _Static_assert(sizeof(nvmlEccSramErrorStatus_v1_t) == 104, "nvmlEccSramErrorStat
 static fake_state_t *S;
 static int init_count;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_mutex_t hang_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t hang_cv = PTHREAD_COND_INITIALIZER;
 static struct nvmlDevice_st gpu_handles[FAKE_MAX_DEVICES];
 static struct nvmlDevice_st mig_handles[FAKE_MAX_DEVICES][FAKE_MAX_MIG];
 
@@ -315,81 +313,26 @@ static int attach(void) {
         S = mem;
         return NVML_SUCCESS;
     }
-    int fd = open(path, O_RDWR);
-    if (fd < 0) {
-        fprintf(stderr, "fake nvml: cannot open %s: %s\n", path, strerror(errno));
-        return NVML_ERROR_UNKNOWN;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(fake_state_t)) {
-        fprintf(stderr, "fake nvml: %s is smaller than the state struct\n", path);
-        close(fd);
-        return NVML_ERROR_UNKNOWN;
-    }
-    void *p = mmap(NULL, sizeof(fake_state_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED)
-        return NVML_ERROR_UNKNOWN;
-    fake_state_t *s = p;
-    if (s->magic != FAKE_NVML_MAGIC || s->version != FAKE_NVML_VERSION) {
-        fprintf(stderr, "fake nvml: %s has the wrong magic or version\n", path);
-        munmap(p, sizeof(fake_state_t));
+    fake_state_t *s = fr_map_state(path, sizeof(fake_state_t), FAKE_NVML_MAGIC);
+    if (s == NULL || s->version != FAKE_NVML_VERSION) {
+        fprintf(stderr, "fake nvml: %s is no state file of this fake (%s)\n", path,
+                s == NULL ? strerror(errno) : "another version");
+        if (s != NULL)
+            munmap(s, sizeof(fake_state_t));
         return NVML_ERROR_UNKNOWN;
     }
     S = s;
     return NVML_SUCCESS;
 }
 
-/* Block until the rule is cleared or a release is requested (polls the shared
- * generation, because the releasing test may live in another process). */
-static void hang(volatile fake_rule_t *r) {
-    uint32_t gen = __atomic_load_n(&S->release_generation, __ATOMIC_ACQUIRE);
-    __atomic_add_fetch(&S->hangs_entered, 1, __ATOMIC_ACQ_REL);
-    pthread_mutex_lock(&hang_mu);
-    while (__atomic_load_n(&S->release_generation, __ATOMIC_ACQUIRE) == gen && r->active && r->hang) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 20 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec += 1;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&hang_cv, &hang_mu, &ts);
-    }
-    pthread_mutex_unlock(&hang_mu);
-}
-
-/* Apply the fault rules for `fn` on `dev`; the error to return, or 0. */
-static int rules(const char *fn, int dev, int may_hang) {
-    for (int i = 0; i < FAKE_MAX_RULES; i++) {
-        volatile fake_rule_t *r = &S->rules[i];
-        if (!r->active)
-            continue;
-        if (r->device != -1 && r->device != dev)
-            continue;
-        if (strcmp((const char *)r->function, "*") != 0 && strcmp((const char *)r->function, fn) != 0)
-            continue;
-        uint32_t seen = __atomic_add_fetch(&r->matched, 1, __ATOMIC_ACQ_REL);
-        if (seen <= r->after_calls)
-            continue;
-        if (r->hang && may_hang)
-            hang(r);
-        if (r->error == FAKE_ERROR_CRASH)
-            raise(SIGSEGV); /* a driver bug: the calling process dies in native code */
-        if (r->error)
-            return r->error;
-    }
-    return 0;
-}
-
 /* Entry check for every call: initialised, rules, lost devices. */
 static int guard(const char *fn, int dev, int lookup) {
     if (S == NULL || init_count <= 0)
         return NVML_ERROR_UNINITIALIZED;
-    __atomic_add_fetch(&S->calls, 1, __ATOMIC_RELAXED);
+    fr_count(&S->faults);
     if (dev >= 0)
         __atomic_add_fetch(&S->devices[dev].calls, 1, __ATOMIC_RELAXED);
-    int rc = rules(fn, dev, 1);
+    int rc = fr_apply(&S->faults, fn, dev, FR_ANY, 1);
     if (rc)
         return rc;
     if (dev >= 0) {
@@ -484,13 +427,10 @@ EXPORT int fake_nvml_state_init(const char *path, unsigned devices) {
     return 0;
 }
 
-/* Release every hung call of this process now (others notice within 20 ms). */
+/* Release every hung call (in every process using this state). */
 EXPORT void fake_nvml_release_hangs(void) {
     if (S != NULL)
-        __atomic_add_fetch(&S->release_generation, 1, __ATOMIC_ACQ_REL);
-    pthread_mutex_lock(&hang_mu);
-    pthread_cond_broadcast(&hang_cv);
-    pthread_mutex_unlock(&hang_mu);
+        __atomic_add_fetch(&S->faults.release_generation, 1, __ATOMIC_ACQ_REL);
 }
 
 struct layout_entry {
@@ -536,9 +476,12 @@ static const struct layout_entry layout[] = {
     SZ(nvmlMarginTemperature_v1_t), OF(nvmlMarginTemperature_v1_t, version),
     OF(nvmlMarginTemperature_v1_t, marginTemperature),
     /* the shared state, mirrored by tests/fakes/nvml/control.py */
-    SZ(fake_rule_t), OF(fake_rule_t, active), OF(fake_rule_t, device), OF(fake_rule_t, error),
-    OF(fake_rule_t, hang), OF(fake_rule_t, after_calls), OF(fake_rule_t, matched),
-    OF(fake_rule_t, function),
+    SZ(fr_rule_t), OF(fr_rule_t, active), OF(fr_rule_t, device), OF(fr_rule_t, arg),
+    OF(fr_rule_t, error), OF(fr_rule_t, hang), OF(fr_rule_t, remaining),
+    OF(fr_rule_t, after_calls), OF(fr_rule_t, matched), OF(fr_rule_t, delay_ms), OF(fr_rule_t, fn),
+    SZ(fr_faults_t), OF(fr_faults_t, calls), OF(fr_faults_t, release_generation),
+    OF(fr_faults_t, hangs_entered), OF(fr_faults_t, hung_now), OF(fr_faults_t, fr_pad),
+    OF(fr_faults_t, rules),
     SZ(fake_proc_t), OF(fake_proc_t, pid), OF(fake_proc_t, gpu_instance),
     OF(fake_proc_t, compute_instance), OF(fake_proc_t, sm_util), OF(fake_proc_t, mem_util),
     OF(fake_proc_t, graphics), OF(fake_proc_t, used_memory), OF(fake_proc_t, enc_util),
@@ -599,9 +542,8 @@ static const struct layout_entry layout[] = {
     SZ(fake_state_t), OF(fake_state_t, magic), OF(fake_state_t, version),
     OF(fake_state_t, device_count), OF(fake_state_t, init_error),
     OF(fake_state_t, driver_version), OF(fake_state_t, cuda_driver_version),
-    OF(fake_state_t, release_generation), OF(fake_state_t, hangs_entered), OF(fake_state_t, pad),
-    OF(fake_state_t, calls), OF(fake_state_t, event_head), OF(fake_state_t, event_sets),
-    OF(fake_state_t, events), OF(fake_state_t, rules), OF(fake_state_t, devices),
+    OF(fake_state_t, pad), OF(fake_state_t, faults), OF(fake_state_t, event_head),
+    OF(fake_state_t, event_sets), OF(fake_state_t, events), OF(fake_state_t, devices),
     OF(fake_state_t, gpm_samples_live), OF(fake_state_t, gpm_sample_gets),
     OF(fake_state_t, gpm_metrics_gets),
 };
@@ -662,17 +604,17 @@ EXPORT const char *nvmlErrorString(int result) {
 }
 
 EXPORT int nvmlSystemGetDriverVersion(char *version, unsigned int length) {
-    int rc = guard(__func__, -2, 0);
+    int rc = guard(__func__, FAKE_NO_DEVICE, 0);
     return rc ? rc : copy_string(version, length, S->driver_version);
 }
 
 EXPORT int nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
-    int rc = guard(__func__, -2, 0);
+    int rc = guard(__func__, FAKE_NO_DEVICE, 0);
     return rc ? rc : copy_string(version, length, "13.580.82.07");
 }
 
 EXPORT int nvmlSystemGetCudaDriverVersion(int *version) {
-    int rc = guard(__func__, -2, 0);
+    int rc = guard(__func__, FAKE_NO_DEVICE, 0);
     if (rc)
         return rc;
     *version = S->cuda_driver_version;
@@ -680,7 +622,7 @@ EXPORT int nvmlSystemGetCudaDriverVersion(int *version) {
 }
 
 EXPORT int nvmlSystemGetCudaDriverVersion_v2(int *version) {
-    int rc = guard(__func__, -2, 0);
+    int rc = guard(__func__, FAKE_NO_DEVICE, 0);
     if (rc)
         return rc;
     *version = S->cuda_driver_version;
@@ -690,7 +632,7 @@ EXPORT int nvmlSystemGetCudaDriverVersion_v2(int *version) {
 /* ---- enumeration and identity --------------------------------------------- */
 
 EXPORT int nvmlDeviceGetCount_v2(unsigned int *count) {
-    int rc = guard(__func__, -2, 0);
+    int rc = guard(__func__, FAKE_NO_DEVICE, 0);
     if (rc)
         return rc;
     *count = S->device_count;
@@ -1049,7 +991,7 @@ EXPORT int nvmlDeviceGetFieldValues(nvmlDevice_t h, int count, nvmlFieldValue_t 
         /* A rule named "field:<id>" fails just that entry, as a real driver does. */
         char name[32];
         snprintf(name, sizeof name, "field:%u", v->fieldId);
-        int rc = rules(name, (int)(d - S->devices), 0);
+        int rc = fr_apply(&S->faults, name, (int)(d - S->devices), FR_ANY, 0);
         if (rc) {
             v->nvmlReturn = (unsigned int)rc;
             continue;
@@ -1159,7 +1101,7 @@ EXPORT int nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessUtilizatio
 }
 
 EXPORT int nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length) {
-    int rc = guard(__func__, -2, 0);
+    int rc = guard(__func__, FAKE_NO_DEVICE, 0);
     if (rc)
         return rc;
     for (unsigned dev = 0; dev < S->device_count; dev++) {
@@ -1379,7 +1321,7 @@ EXPORT int nvmlGpmQueryDeviceSupport(nvmlDevice_t h, nvmlGpmSupport_t *support) 
 }
 
 EXPORT int nvmlGpmSampleAlloc(nvmlGpmSample_t *sample) {
-    int rc = guard(__func__, -2, 0);
+    int rc = guard(__func__, FAKE_NO_DEVICE, 0);
     if (rc)
         return rc;
     *sample = calloc(1, sizeof(struct fake_gpm_sample));
@@ -1440,7 +1382,7 @@ EXPORT int nvmlGpmMigSampleGet(nvmlDevice_t h, unsigned int gpuInstanceId, nvmlG
 }
 
 EXPORT int nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m) {
-    int rc = guard(__func__, -2, 0);
+    int rc = guard(__func__, FAKE_NO_DEVICE, 0);
     if (rc)
         return rc;
     if (m->version != 1)
@@ -1488,7 +1430,7 @@ EXPORT int nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m) {
 /* ---- events ------------------------------------------------------------------- */
 
 EXPORT int nvmlEventSetCreate(nvmlEventSet_t *set) {
-    int rc = guard(__func__, -2, 0);
+    int rc = guard(__func__, FAKE_NO_DEVICE, 0);
     if (rc)
         return rc;
     struct fake_event_set *s = calloc(1, sizeof(*s));
@@ -1536,7 +1478,7 @@ static int next_event(struct fake_event_set *set, nvmlEventData_t *data) {
 }
 
 EXPORT int nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
-    int rc = guard(__func__, -2, 0);
+    int rc = guard(__func__, FAKE_NO_DEVICE, 0);
     if (rc)
         return rc;
     if (set == NULL || data == NULL)

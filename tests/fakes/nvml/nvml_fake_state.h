@@ -12,34 +12,23 @@
 
 #include <stdint.h>
 
+#include "../fault_rules.h"
+
 #define FAKE_NVML_MAGIC 0x4E564D4Cu /* "NVML" */
-#define FAKE_NVML_VERSION 1u
+#define FAKE_NVML_VERSION 2u
 #define FAKE_MAX_DEVICES 16
-#define FAKE_MAX_RULES 32
-/* A rule error that makes the call crash its process (SIGSEGV) instead of returning. */
-#define FAKE_ERROR_CRASH (-11)
 #define FAKE_MAX_PROCS 16
 #define FAKE_MAX_MIG 7
 #define FAKE_MAX_EVENTS 64
 #define FAKE_MAX_NVLINKS 18
 #define FAKE_MAX_FANS 4
 #define FAKE_VIOLATIONS 9
-#define FAKE_FN_LEN 64
 #define FAKE_GPM_IDS 176 /* GPM metric ids 0..175 (NVENC 3 is 169) */
 #define FAKE_PROC_NAME 32
 
-/* A fault rule: calls of `function` ("*" = any) on `device` (-1 = any, -2 = calls
- * that take no device) return `error` and/or hang until released, once more than
- * `after_calls` matching calls were made. */
-typedef struct {
-    int32_t active;
-    int32_t device;
-    int32_t error;
-    int32_t hang;
-    uint32_t after_calls;
-    uint32_t matched; /* written by the fake */
-    char function[FAKE_FN_LEN];
-} fake_rule_t;
+/* Fault rules (../fault_rules.h): a rule's device is the GPU index, -1 any,
+ * NO_DEVICE the calls that take no device. */
+#define FAKE_NO_DEVICE (-2)
 
 typedef struct {
     uint32_t pid;
@@ -141,14 +130,11 @@ typedef struct {
     int32_t init_error;          /* nvmlInit* returns this when non-zero */
     char driver_version[80];
     int32_t cuda_driver_version; /* e.g. 12080 */
-    uint32_t release_generation; /* bump to release every hung call */
-    uint32_t hangs_entered;      /* counts calls that started hanging (written by the fake) */
     uint32_t pad;
-    uint64_t calls;              /* every NVML call (written by the fake) */
+    fr_faults_t faults;          /* calls: every NVML call after init */
     uint64_t event_head;         /* events written so far; ring index = head % FAKE_MAX_EVENTS */
     uint64_t event_sets;         /* event sets created (written by the fake) */
     fake_event_t events[FAKE_MAX_EVENTS];
-    fake_rule_t rules[FAKE_MAX_RULES];
     fake_device_t devices[FAKE_MAX_DEVICES];
     int64_t gpm_samples_live; /* GPM samples allocated and not yet freed (written by the fake) */
     uint64_t gpm_sample_gets;  /* nvmlGpmSampleGet calls that succeeded (written by the fake) */
