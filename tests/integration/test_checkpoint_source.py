@@ -10,7 +10,7 @@ import pytest
 
 from exporter.catalog.workload import CHECKPOINT_STATES
 from exporter.config.host import CudaCheckpointSourceConfig
-from exporter.errors import SourceUnavailable, WorkerError
+from exporter.errors import SourcePending, SourceUnavailable, WorkerError
 from exporter.sources.checkpoint import CheckpointSource
 from exporter.store import Store
 from tests.helpers.devices import process, snapshot
@@ -215,11 +215,12 @@ def test_hung_driver_call_kills_the_worker_and_recovers(fake):
             with pytest.raises(WorkerError) as hung:
                 await source.poll()
             fake.write("driver_version 12080", "pid 4300 1")
-            # The worker was killed; polls fail until the respawned one is ready.
+            # The worker was killed; polls fail (the worker down) or are pending (the new
+            # one still starting) until the respawned one is ready.
             for _ in range(100):
                 try:
                     return hung.value, await source.poll(), source.restarts
-                except WorkerError:
+                except (WorkerError, SourcePending):
                     await asyncio.sleep(0.2)
             raise AssertionError("the worker never came back")
         finally:
