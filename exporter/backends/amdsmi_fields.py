@@ -3,8 +3,9 @@
 Runs inside the worker process. Every vendor call goes through
 :meth:`DeviceReader.call`, the boundary where amdsmi exceptions are converted:
 a status meaning "not offered here" omits the field silently, a status
-meaning the GPU or its driver is gone raises :class:`DeviceLost`, anything
-else omits the field and is remembered as a failure. Values the library marks
+meaning the GPU or its driver is gone raises
+:class:`~exporter.backends.contract.DeviceGone`, anything else omits the field
+and is remembered as a failure (the table: :data:`CODES`). Values the library marks
 "N/A" (all-ones in the C struct) are omitted, never exported as numbers.
 Units are converted exactly to the catalog's base units.
 """
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from exporter.backends.contract import Codes
 from exporter.backends.wire import Rows, put
 
 # Statuses meaning "this device does not offer this field": omitted silently.
@@ -34,6 +36,9 @@ LOST = frozenset(
         "amdgpu_restart_err",
     }
 )
+# The backend contract's table (exporter.backends.contract), keyed by status name: a
+# failed field's reason is the status name, a gone GPU is down as gpu_lost.
+CODES: Codes[str] = Codes(names={}, absent=UNSUPPORTED, gone=dict.fromkeys(LOST, "gpu_lost"))
 
 U16_MAX = 0xFFFF
 U32_MAX = 0xFFFF_FFFF
@@ -111,15 +116,6 @@ PCIE_GENERATIONS = {
     **{2500: 1, 5000: 2, 8000: 3, 16000: 4, 32000: 5, 64000: 6, 128000: 7},
     **{5: 2, 8: 3, 16: 4, 32: 5, 64: 6, 128: 7},
 }
-
-
-class DeviceLost(Exception):
-    """A call said the GPU is gone; ``status`` is the amdsmi status name."""
-
-    def __init__(self, field_name: str, status: str) -> None:
-        super().__init__(f"{field_name}: {status}")
-        self.field = field_name
-        self.status = status
 
 
 @dataclass(frozen=True)
@@ -207,10 +203,9 @@ class DeviceReader:
             result = fn(self.handle, *args)
         except api.AmdSmiLibraryException as exc:
             status = status_name(api.status_names, int(exc.get_error_code()))
-            if status in LOST:
-                raise DeviceLost(name, status) from None
-            if status not in UNSUPPORTED:
-                self.failures.append(Failure(name, status))
+            reason = CODES.failed(status, name)  # DeviceGone when the GPU is
+            if reason:
+                self.failures.append(Failure(name, reason))
             return None
         except Exception as exc:
             # The wrapper parses strings and structs (int(serial, 16), enum

@@ -37,8 +37,8 @@ from exporter.backends.base import (
     InventoryChanged,
     unique_uuids,
 )
+from exporter.backends.contract import Codes, DeviceGone, count, poll_devices
 from exporter.backends.counters import Energy
-from exporter.backends.polling import poll_devices
 from exporter.backends.wire import Rows, put
 from exporter.workers import crumb
 
@@ -62,6 +62,13 @@ RETURN_NAMES = {
     21: "no_data",
     49: "unknown",
 }
+# The backend contract's table (exporter.backends.contract).
+CODES: Codes[int] = Codes(
+    names=RETURN_NAMES,
+    absent=frozenset({NOT_SUPPORTED}),
+    gone={AIP_IS_LOST: "gpu_lost"},
+    unknown="hlml_return_{}",
+)
 MIN_BINDING = (1, 24)
 U32_NA = 0xFFFFFFFF
 U64_NA = 0xFFFFFFFFFFFFFFFF
@@ -87,17 +94,13 @@ _COUNTER_NAME = re.compile(r"[^a-z0-9_]+")
 
 def return_name(code: int) -> str:
     """An hlml_return_t as a short reason."""
-    return RETURN_NAMES.get(code, f"hlml_return_{code}")
+    return CODES.reason(code)
 
 
 def printable(raw: Any) -> str:
     """An HLML string (bytes) decoded, without control characters, stripped."""
     value = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
     return "".join(ch for ch in value if ch.isprintable()).strip()
-
-
-class DeviceDown(Exception):
-    """The device stopped answering (AIP_IS_LOST)."""
 
 
 def _binding_version() -> tuple[int, int] | None:
@@ -155,6 +158,8 @@ class Aip:
     sensors: list[tuple[int, str]] = field(default_factory=list)
     unidentified: str = ""
     down: str = ""
+    # Calls that failed (not merely unsupported) since the worker started, by reason.
+    errors: dict[str, int] = field(default_factory=dict)
 
 
 class HlmlBackend:
@@ -235,7 +240,7 @@ class HlmlBackend:
             crumb.identity(f"uuid={uuid}")
             pci = api.hlmlDeviceGetPCIInfo(handle)
         except api.HLMLError as exc:
-            reason = "gpu_lost" if int(exc.value) == AIP_IS_LOST else return_name(int(exc.value))
+            reason = CODES.down(int(exc.value))
             self._log.warning("device unidentified", device=index, reason=reason)
             return Aip(index, None, str(index), "", {}, unidentified=reason)
         bdf = "".join(ch for ch in pci.bus_id.decode("ascii", "replace") if ch.isprintable())
@@ -265,23 +270,19 @@ class HlmlBackend:
         """Answer ``poll``; anything else is an error."""
         if op != "poll":
             raise BackendError("unknown_op", f"the hlml backend has no operation {op!r}")
-        return poll_devices(self.aips, bool(args.get("slow")), self._poll_aip, self._log)
+        return poll_devices(self.aips, bool(args.get("slow")), self._poll_aip, self._log, SOURCE)
 
-    def _poll_aip(self, aip: Aip, position: int, rows: Rows, slow: Rows | None) -> str:
-        """Read one device into the reply's rows; the reason it is down, or ""."""
+    def _poll_aip(self, aip: Aip, position: int, rows: Rows, slow: Rows | None) -> None:
+        """Read one device into the reply's rows; DeviceGone when it is down."""
         if aip.unidentified:
             if slow is not None:
                 self._identify_again(aip)
-            return aip.unidentified
-        try:
-            if slow is not None:
-                aip.sensors = list(SENSORS)  # ask the unsupported ones again
-            self._fast(aip, position, rows)
-            if slow is not None:
-                self._slow(aip, position, slow)
-        except DeviceDown:
-            return "gpu_lost"
-        return ""
+            raise DeviceGone(aip.unidentified, "not identified when the worker started")
+        if slow is not None:
+            aip.sensors = list(SENSORS)  # ask the unsupported ones again
+        self._fast(aip, position, rows)
+        if slow is not None:
+            self._slow(aip, position, slow)
 
     def _identify_again(self, aip: Aip) -> None:
         """InventoryChanged when a device unidentified at bootstrap answers now."""
@@ -302,12 +303,11 @@ class HlmlBackend:
             return None
 
     def _failed(self, aip: Aip, name: str, exc: Any) -> None:
-        """DeviceDown for a lost device; a failure other than NOT_SUPPORTED is logged once."""
-        code = int(exc.value)
-        if code == AIP_IS_LOST:
-            raise DeviceDown from None
-        if code != NOT_SUPPORTED:
-            self._note(aip, name, return_name(code))
+        """DeviceGone for a lost device; another failure is counted and logged once."""
+        reason = CODES.failed(int(exc.value), name)
+        if reason:
+            count(aip.errors, reason)
+            self._note(aip, name, reason)
 
     def _fast(self, aip: Aip, pos: int, rows: Rows) -> None:
         me = (pos,)
