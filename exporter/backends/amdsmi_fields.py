@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.backends.contract import Codes
-from exporter.backends.wire import Rows, put
+from exporter.backends.contract import Codes, Emitter
+from exporter.backends.wire import Rows, new_rows
 
 # Statuses meaning "this device does not offer this field": omitted silently.
 UNSUPPORTED = frozenset({"not_supported", "not_yet_implemented", "no_data", "setting_unavailable"})
@@ -183,7 +183,7 @@ class DeviceReader:
     api: Any  # an AmdBinding: functions, status names, enum tables
     handle: Any
     position: int  # of the device in the inventory: its rows' first item
-    readings: Rows = field(default_factory=dict)  # the reply's, shared by its devices
+    readings: Rows = field(default_factory=new_rows)  # the reply's, shared by its devices
     failures: list[Failure] = field(default_factory=list)
     successes: int = 0
     # On a partitioned GPU: True, and the XCP this device is (None when unknown).
@@ -191,6 +191,12 @@ class DeviceReader:
     xcp: int | None = None
     # Items of an answer skipped as malformed this poll, by reason.
     errors: Counter[str] = field(default_factory=Counter)
+    out: Emitter = field(init=False)
+
+    def __post_init__(self) -> None:
+        # No backend-wide sentinel: amdsmi's "N/A" is all ones at the field's own width
+        # (16, 32 or 64 bits), so number() drops it per field before any scaling.
+        self.out = Emitter(self.position, self.readings)
 
     def failure(self, name: str, status: str) -> None:
         """Remember a field that failed outside :meth:`call`."""
@@ -217,13 +223,12 @@ class DeviceReader:
         return result
 
     def add(self, metric: str, value: float | None, *labels: str) -> None:
-        """Record one reading unless the value is missing or not finite.
+        """Record one reading unless the value is missing or not finite (the contract's add).
 
         A non-finite value (e.g. a product of two finite values that overflowed)
         is not a measurement, and JSON could not carry it to the daemon anyway.
         """
-        if value is not None and math.isfinite(value):
-            put(self.readings, metric, (self.position, *labels), value)
+        self.out.add(metric, value, *labels)
 
     def down_reason(self) -> str:
         """Why the device counts as down, or "" when it answered something."""
