@@ -132,6 +132,23 @@ class Emitter:
         rows += prefix
         rows.append(value)
 
+    def usable(self, value: float | None) -> bool:
+        """Whether ``value`` is a reading (not None, not a sentinel, finite).
+
+        For a raw value that feeds state (an energy total, a bit mask) before
+        anything is added.
+        """
+        return value is not None and value not in self.sentinels and not value - value
+
+    def scaled(self, metric: str, raw: float | None, mul: int, per: int, *extra: str) -> None:
+        """Add ``raw`` in base units (``raw * mul`` or ``raw / per``), checked before scaling.
+
+        A sentinel is a raw value: once scaled it no longer looks like one. One of
+        ``mul`` and ``per`` is 1: a division is exact where multiplying by 1e-3 is not.
+        """
+        if self.usable(raw):
+            self.add(metric, raw * mul if per == 1 else raw / per, *extra)  # type: ignore[operator]
+
     def ratio(self, metric: str, percent: float | None, *extra: str) -> None:
         """Add a percent as a 0..1 ratio (sentinels and out-of-range values are dropped)."""
         if percent is not None and 0 <= percent <= 100:  # all-ones and nan fail this too

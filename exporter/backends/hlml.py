@@ -37,9 +37,9 @@ from exporter.backends.base import (
     InventoryChanged,
     unique_uuids,
 )
-from exporter.backends.contract import Codes, DeviceGone, count, poll_devices
+from exporter.backends.contract import Codes, DeviceGone, Emitter, count, poll_devices
 from exporter.backends.counters import Energy
-from exporter.backends.wire import Rows, put
+from exporter.backends.wire import Rows
 from exporter.workers import crumb
 
 SOURCE = "hlml"
@@ -72,6 +72,9 @@ CODES: Codes[int] = Codes(
 MIN_BINDING = (1, 24)
 U32_NA = 0xFFFFFFFF
 U64_NA = 0xFFFFFFFFFFFFFFFF
+# HLML's "not available": all ones at 32 or 64 bits, -1 where pyhlml reads them signed.
+SENTINELS: frozenset[float] = frozenset({U32_NA, U64_NA, -1})
+MHZ = 1_000_000
 MAX_CELSIUS = 250
 MAX_MHZ = 100_000
 NANO = 1_000_000_000
@@ -158,6 +161,8 @@ class Aip:
     sensors: list[tuple[int, str]] = field(default_factory=list)
     unidentified: str = ""
     down: str = ""
+    # Row prefixes shared by this device's readings across polls (see Emitter).
+    prefixes: dict[tuple[str, ...], tuple[Any, ...]] = field(default_factory=dict)
     # Calls that failed (not merely unsupported) since the worker started, by reason.
     errors: dict[str, int] = field(default_factory=dict)
 
@@ -280,9 +285,9 @@ class HlmlBackend:
             raise DeviceGone(aip.unidentified, "not identified when the worker started")
         if slow is not None:
             aip.sensors = list(SENSORS)  # ask the unsupported ones again
-        self._fast(aip, position, rows)
+        self._fast(aip, Emitter(position, rows, SENTINELS, aip.prefixes))
         if slow is not None:
-            self._slow(aip, position, slow)
+            self._slow(aip, Emitter(position, slow, SENTINELS, aip.prefixes))
 
     def _identify_again(self, aip: Aip) -> None:
         """InventoryChanged when a device unidentified at bootstrap answers now."""
@@ -309,53 +314,47 @@ class HlmlBackend:
             count(aip.errors, reason)
             self._note(aip, name, reason)
 
-    def _fast(self, aip: Aip, pos: int, rows: Rows) -> None:
-        me = (pos,)
+    def _fast(self, aip: Aip, out: Emitter) -> None:
+        pos, rows = out.position, out.rows
         call = self._call
         util = call(aip, "hlmlDeviceGetUtilizationRates")
         if util is not None:
-            if util.aip <= 100:
-                rows["accel_utilization_ratio"] += (pos, util.aip / 100)
-            if util.memory <= 100:
-                rows["accel_gaudi_memory_utilization_ratio"] += (pos, util.memory / 100)
+            out.ratio("accel_utilization_ratio", util.aip)
+            out.ratio("accel_gaudi_memory_utilization_ratio", util.memory)
         mem = call(aip, "hlmlDeviceGetMemoryInfo")
+        # An all-ones total is "not available"; used or free beyond it is garbage.
         if mem is not None and 0 < mem.total != U64_NA and mem.used <= mem.total:
-            rows["accel_memory_total_bytes"] += (pos, mem.total)
-            rows["accel_memory_used_bytes"] += (pos, mem.used)
+            out.add("accel_memory_total_bytes", mem.total)
+            out.add("accel_memory_used_bytes", mem.used)
             if mem.free <= mem.total:
-                rows["accel_memory_free_bytes"] += (pos, mem.free)
-        power = call(aip, "hlmlDeviceGetPowerUsage")
-        if power is not None and power != U32_NA:
-            rows["accel_power_watts"] += (pos, power / 1000)
+                out.add("accel_memory_free_bytes", mem.free)
+        out.scaled("accel_power_watts", call(aip, "hlmlDeviceGetPowerUsage"), 1, 1000)  # mW
         limit = call(aip, "hlmlDeviceGetPowerManagementLimit")
-        if limit and limit != U32_NA:
-            rows["accel_power_limit_watts"] += (pos, limit / 1000)
+        if limit:  # 0: no limit set
+            out.scaled("accel_power_limit_watts", limit, 1, 1000)
         energy = call(aip, "hlmlDeviceGetTotalEnergyConsumption")
-        if energy is not None and energy != U64_NA:
+        if out.usable(energy):
             joules, _watts = aip.energy.update(energy, time.monotonic())
-            rows["accel_energy_joules_total"] += (pos, joules)
+            out.add("accel_energy_joules_total", joules)
         self._temperatures(aip, pos, rows)
         soc = call(aip, "hlmlDeviceGetClockInfo", 0)
         if soc and soc <= MAX_MHZ:
-            rows["accel_clock_hertz"] += (pos, "soc", soc * 1_000_000)
+            out.scaled("accel_clock_hertz", soc, MHZ, 1, "soc")
         reasons = call(aip, "hlmlDeviceGetCurrentClocksThrottleReasons")
-        if reasons is not None and reasons != U64_NA:
-            target = rows["accel_clock_throttle_active"]
+        if out.usable(reasons):
             for bit, name in THROTTLE_REASONS:
-                target += (pos, name, 1 if reasons & bit else 0)
+                out.add("accel_clock_throttle_active", 1 if reasons & bit else 0, name)
         for policy, name in VIOLATIONS:
             violation = call(aip, "hlmlDeviceGetViolationStatus", policy)
-            if violation is not None and violation.violation_time != U64_NA:
-                seconds = violation.violation_time / NANO
-                rows["accel_clock_violation_seconds_total"] += (pos, name, seconds)
+            if violation is not None:
+                seconds = violation.violation_time
+                out.scaled("accel_clock_violation_seconds_total", seconds, 1, NANO, name)
         for fn, family in (
             ("hlmlDeviceGetPCIEReplayCounter", "accel_pcie_replays_total"),
             ("hlmlDeviceGetCurrPCIELinkGeneration", "accel_pcie_link_generation"),
             ("hlmlDeviceGetCurrPCIELinkWidth", "accel_pcie_link_width"),
         ):
-            value = call(aip, fn)
-            if value is not None and value != U32_NA:
-                put(rows, family, me, value)
+            out.add(family, call(aip, fn))
         self._links(aip, pos, rows)
 
     def _temperatures(self, aip: Aip, pos: int, rows: Rows) -> None:
@@ -385,27 +384,25 @@ class HlmlBackend:
                 continue
             target += (pos, label, 1 if up else 0)
 
-    def _slow(self, aip: Aip, pos: int, rows: Rows) -> None:
-        me = (pos,)
+    def _slow(self, aip: Aip, out: Emitter) -> None:
         top = self._call(aip, "hlmlDeviceGetMaxClockInfo", 0)
         if top and top <= MAX_MHZ:
-            put(rows, "accel_clock_max_hertz", (pos, "soc"), top * 1_000_000)
+            out.scaled("accel_clock_max_hertz", top, MHZ, 1, "soc")
         for kind, type_name in ECC_TYPES:
             for counter, counter_name in ECC_COUNTERS:
-                # A signed 64-bit answer in pyhlml: all ones reads as -1.
+                # A signed 64-bit answer in pyhlml: all ones reads as -1 (a sentinel).
                 count = self._call(aip, "hlmlDeviceGetTotalECCErrors", kind, counter)
-                if count is not None and count >= 0:
-                    put(rows, "accel_ecc_errors_total", (pos, type_name, counter_name), count)
+                if count is None or count >= 0:
+                    out.add("accel_ecc_errors_total", count, type_name, counter_name)
         for cause, cause_name in ROW_CAUSES:
-            rows_replaced = self._call(aip, "hlmlDeviceGetReplacedRowsCount", cause)
-            if rows_replaced is not None and rows_replaced != U32_NA:
-                put(rows, "accel_gaudi_replaced_rows", (pos, cause_name), rows_replaced)
+            replaced = self._call(aip, "hlmlDeviceGetReplacedRowsCount", cause)
+            out.add("accel_gaudi_replaced_rows", replaced, cause_name)
         pending = self._call(aip, "hlmlDeviceGetReplacedRowsPendingStatus")
-        if pending is not None and pending in (0, 1):
-            put(rows, "accel_gaudi_row_replacement_pending", me, pending)
+        if pending in (0, 1):
+            out.add("accel_gaudi_row_replacement_pending", pending)
         if self.config.get("nic_statistics", True):
             for port, label in aip.ports:
-                self._nic_statistics(aip, pos, port, label, rows)
+                self._nic_statistics(aip, out.position, port, label, out.rows)
 
     def _nic_statistics(self, aip: Aip, pos: int, port: int, label: str, rows: Rows) -> None:
         stats = self._call(aip, "hlmlDeviceNicGetStatistics", port)
@@ -413,10 +410,11 @@ class HlmlBackend:
             return
         count = min(int(stats.num_of_counters_out[0]), 256)  # pyhlml's buffers hold 256
         names = self._counter_names(ctypes.string_at(stats.str_buf, 32 * count))
-        target = rows["accel_gaudi_nic_statistic_total"]
+        # Many counters a port: the contract's sentinel check, inlined.
+        target, sentinels = rows["accel_gaudi_nic_statistic_total"], SENTINELS
         values = stats.val_buf[:count]
         for k, name in names:
-            if values[k] != U64_NA:
+            if values[k] not in sentinels:
                 target += (pos, label, name, values[k])
 
     def _counter_names(self, block: bytes) -> tuple[tuple[int, str], ...]:
