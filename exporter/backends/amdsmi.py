@@ -48,7 +48,7 @@ from exporter.backends.base import (
     InventoryChanged,
     unique_uuids,
 )
-from exporter.backends.contract import DeviceGone, count, poll_devices
+from exporter.backends.contract import DeviceGone, Failing, count, poll_devices
 from exporter.backends.wire import Rows, merge
 from exporter.config.schema import AMD_DEFAULT_EVENTS
 from exporter.workers import crumb
@@ -188,7 +188,7 @@ class AmdSmiBackend:
         self._names: dict[int, str] = {}
         self._blocks: list[tuple[str, Any]] = []
         self._log = log.get(source=SOURCE)
-        self._failing: dict[tuple[str, str], str] = {}
+        self._failing = Failing(self._log)
         self._cper: CperReader | None = None
 
     # -- bootstrap -----------------------------------------------------------
@@ -490,7 +490,7 @@ class AmdSmiBackend:
                 if gpu.primary:
                     read_bad_pages(slow_r)
         except DeviceGone as exc:
-            self._note(gpu, "device", exc.detail)
+            self._failing.note(gpu, "device", exc.detail)
             raise
         readers = (r,) if slow_r is None else (r, slow_r)
         self._note_failures(gpu, *readers)
@@ -507,17 +507,8 @@ class AmdSmiBackend:
             for f in reader.failures:
                 failing.setdefault(f.field, f.detail or f.reason)
         for name, why in failing.items():
-            self._note(gpu, name, why)
-        for key in [k for k in self._failing if k[0] == gpu.uuid and k[1] not in failing]:
-            self._log.info("amdsmi read recovered", device=gpu.device, field=key[1])
-            del self._failing[key]
-
-    def _note(self, gpu: Gpu, name: str, why: str) -> None:
-        """Log a failing field (or a lost device) once, not on every poll."""
-        key = (gpu.uuid, name)
-        if self._failing.get(key) != why:
-            self._failing[key] = why
-            self._log.warning("amdsmi read failed", device=gpu.device, field=name, status=why)
+            self._failing.note(gpu, name, why)
+        self._failing.recovered(gpu, failing)
 
     def close(self) -> None:
         """Stop the event thread and shut the library down."""

@@ -22,7 +22,7 @@ fields counted in one family, ``accel_field_errors_total{source, reason}``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -175,6 +175,30 @@ class Polled(Protocol):
 
     down: str  # the reason it was down at the previous poll ("" when up)
     errors: dict[str, int]  # failed fields by reason, since the worker started
+
+
+class Failing:
+    """The fields failing on each device, logged when they start failing and when they recover.
+
+    A field's line is written again only when its reason changes, never every poll.
+    """
+
+    def __init__(self, logger: Any) -> None:
+        self._log = logger
+        self._why: dict[tuple[str, str], str] = {}
+
+    def note(self, dev: Polled, field: str, why: str) -> None:
+        """``field`` of ``dev`` failed with ``why`` (the device itself: field "device")."""
+        key = (dev.uuid, field)
+        if self._why.get(key) != why:
+            self._why[key] = why
+            self._log.warning("field read failed", device=dev.device, field=field, reason=why)
+
+    def recovered(self, dev: Polled, failing: Collection[str]) -> None:
+        """Every field of ``dev`` noted before and not in ``failing`` now answers again."""
+        for key in [k for k in self._why if k[0] == dev.uuid and k[1] not in failing]:
+            self._log.info("field read recovered", device=dev.device, field=key[1])
+            del self._why[key]
 
 
 def count(errors: dict[str, int], reason: str, n: int = 1) -> None:

@@ -37,7 +37,7 @@ from exporter.backends.base import (
     InventoryChanged,
     unique_uuids,
 )
-from exporter.backends.contract import Codes, DeviceGone, Emitter, count, poll_devices
+from exporter.backends.contract import Codes, DeviceGone, Emitter, Failing, count, poll_devices
 from exporter.backends.counters import Energy
 from exporter.backends.wire import Rows
 from exporter.workers import crumb
@@ -175,7 +175,7 @@ class HlmlBackend:
         self.api: Any = None
         self.aips: list[Aip] = []
         self._log = log.get(source=SOURCE)
-        self._failing: dict[tuple[str, str], str] = {}
+        self._failing = Failing(self._log)
         self._names: dict[bytes, tuple[tuple[int, str], ...]] = {}
 
     # -- bootstrap -------------------------------------------------------------
@@ -312,7 +312,7 @@ class HlmlBackend:
         reason = CODES.failed(int(exc.value), name)
         if reason:
             count(aip.errors, reason)
-            self._note(aip, name, reason)
+            self._failing.note(aip, name, reason)
 
     def _fast(self, aip: Aip, out: Emitter) -> None:
         pos, rows = out.position, out.rows
@@ -437,13 +437,6 @@ class HlmlBackend:
         if len(self._names) < 64:  # a driver that changes its names every poll: no growth
             self._names[block] = tuple(out)
         return tuple(out)
-
-    def _note(self, aip: Aip, name: str, why: str) -> None:
-        """Log a failing call once, not on every poll."""
-        key = (aip.uuid, name)
-        if self._failing.get(key) != why:
-            self._failing[key] = why
-            self._log.warning("hlml call failed", device=aip.device, call=name, status=why)
 
     def close(self) -> None:
         """Shut HLML down (best effort: the process exits next)."""

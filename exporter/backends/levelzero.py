@@ -33,7 +33,7 @@ from exporter.backends.base import (
     InventoryChanged,
     unique_uuids,
 )
-from exporter.backends.contract import Codes, DeviceGone, Emitter, count, poll_devices
+from exporter.backends.contract import Codes, DeviceGone, Emitter, Failing, count, poll_devices
 from exporter.backends.counters import Delta, Energy
 from exporter.backends.wire import Rows
 from exporter.workers import crumb
@@ -244,7 +244,7 @@ class LevelZeroBackend:
         self._lacking: set[str] = set()
         self.gpus: list[Gpu] = []
         self._log = log.get(source=SOURCE)
-        self._failing: dict[tuple[str, str], str] = {}
+        self._failing = Failing(self._log)
 
     # -- bootstrap -------------------------------------------------------------
 
@@ -512,12 +512,12 @@ class LevelZeroBackend:
         """
         if rc == zb.INSUFFICIENT_PERMISSIONS:
             gpu.denied.add(reading)
-            self._note(gpu, reading, CODES.reason(rc))
+            self._failing.note(gpu, reading, CODES.reason(rc))
             return
         reason = CODES.failed(rc, reading)
         if reason:
             count(gpu.errors, reason)
-            self._note(gpu, reading, reason)
+            self._failing.note(gpu, reading, reason)
 
     # The fast readings call the library directly and test the result inline: they run
     # for every component of every device on every poll (bench/poll.py measures them).
@@ -769,15 +769,6 @@ class LevelZeroBackend:
         for kind, type_name in enumerate(ECC_TYPES):
             if seen[kind]:
                 out.add("accel_ecc_errors_total", totals[kind], type_name, "")
-
-    def _note(self, gpu: Gpu, reading: str, why: str) -> None:
-        """Log a failing reading once, not on every poll."""
-        key = (gpu.uuid or gpu.device, reading)
-        if self._failing.get(key) != why:
-            self._failing[key] = why
-            self._log.warning(
-                "levelzero reading failed", device=gpu.device, reading=reading, result=why
-            )
 
     def close(self) -> None:
         """Nothing to release: Sysman has no shutdown call and the process exits next."""

@@ -15,6 +15,7 @@ from exporter.backends.contract import (
     Codes,
     DeviceGone,
     Emitter,
+    Failing,
     count,
     poll_devices,
 )
@@ -171,3 +172,20 @@ def test_one_field_errors_family_for_every_backend():
     assert rows[0].labels == ("device", "uuid", "source", "reason")
     assert tuple(rows[0].values["source"]) == DEVICE_BACKENDS
     assert set(TABLES) == set(DEVICE_BACKENDS)
+
+
+def test_a_failing_field_is_logged_when_it_starts_changes_and_recovers_not_every_poll():
+    log = Log()
+    failing = Failing(log)
+    dev = Dev(0, "0", "u0")
+    for _ in range(3):
+        failing.note(dev, "power", "timeout")
+        failing.recovered(dev, {"power"})
+    failing.note(dev, "power", "unknown")
+    failing.recovered(dev, set())
+    failing.recovered(dev, set())
+    assert log.lines == [
+        ("warning", "field read failed", {"device": "0", "field": "power", "reason": "timeout"}),
+        ("warning", "field read failed", {"device": "0", "field": "power", "reason": "unknown"}),
+        ("info", "field read recovered", {"device": "0", "field": "power"}),
+    ]
