@@ -1,8 +1,9 @@
 """What every device backend shares: status codes as data, one add path, one device loop.
 
-A device backend (nvml, amdsmi, levelzero, hlml) enumerates its devices at
+A device backend (nvml, amdsmi, levelzero, hlml, tpu) enumerates its devices at
 ``bootstrap`` (the protocol: :mod:`exporter.backends.base`) and answers each
-``poll`` through :func:`poll_devices`, giving it one ``read`` step per device.
+``poll`` through :func:`poll_devices`, giving it one ``read`` step per device
+(tpu's step only sorts the runtime's answers by chip: its faults are per address).
 The pieces a backend declares rather than writes:
 
 - :class:`Codes`, the vendor's table of status codes: which say "this field does
