@@ -191,12 +191,14 @@ class DeviceReader:
     xcp: int | None = None
     # Items of an answer skipped as malformed this poll, by reason.
     errors: Counter[str] = field(default_factory=Counter)
-    out: Emitter = field(init=False)
+    # add(metric, value, *labels): the contract's Emitter.add, bound once (a wrapper
+    # method would cost a call per reading). None and non-finite values are dropped
+    # there; amdsmi declares no sentinel set because its "N/A" is all ones at each
+    # field's own width (16, 32 or 64 bits), which number() drops before any scaling.
+    add: Callable[..., None] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        # No backend-wide sentinel: amdsmi's "N/A" is all ones at the field's own width
-        # (16, 32 or 64 bits), so number() drops it per field before any scaling.
-        self.out = Emitter(self.position, self.readings)
+        self.add = Emitter(self.position, self.readings).add
 
     def failure(self, name: str, status: str) -> None:
         """Remember a field that failed outside :meth:`call`."""
@@ -221,14 +223,6 @@ class DeviceReader:
             return None
         self.successes += 1
         return result
-
-    def add(self, metric: str, value: float | None, *labels: str) -> None:
-        """Record one reading unless the value is missing or not finite (the contract's add).
-
-        A non-finite value (e.g. a product of two finite values that overflowed)
-        is not a measurement, and JSON could not carry it to the daemon anyway.
-        """
-        self.out.add(metric, value, *labels)
 
     def down_reason(self) -> str:
         """Why the device counts as down, or "" when it answered something."""
