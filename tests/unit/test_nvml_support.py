@@ -53,6 +53,7 @@ def test_every_pynvml_function_the_backend_calls_is_resolved_at_bootstrap():
         "nvml.py",
         "nvml_device.py",
         "nvml_events.py",
+        "nvml_gpu.py",
         "nvml_gpm.py",
         "nvml_reliability.py",
     ):
