@@ -22,8 +22,8 @@ from _common import Subject, measure, reply_parser
 
 from exporter.backends import nvml_gpm
 from exporter.backends import nvml_support as nv
+from exporter.backends.contract import Emitter
 from exporter.backends.nvml import NvmlBackend
-from exporter.backends.nvml_support import Emitter
 from exporter.backends.wire import new_rows
 from tests.fakes.nvml.control import FakeNvml, build
 
@@ -138,7 +138,7 @@ def prepare(devices: int, workdir: Path) -> Subject:
     def gpm_through() -> dict[str, Any]:
         rows = new_rows()
         for position, gpu in enumerate(backend.gpus):
-            reader.read(gpu, Emitter(position, rows, gpu.prefixes))
+            reader.read(gpu, Emitter(position, rows, nv.SENTINELS, gpu.prefixes))
         up = [{"uuid": g.uuid, "up": True, "reason": ""} for g in backend.gpus]
         return {"devices": up, "readings": rows}  # a reply of the GPM figures only
 

@@ -28,7 +28,6 @@ from exporter.backends.amdsmi_binding import AmdBinding
 from exporter.backends.amdsmi_events import EventWatcher, Watched
 from exporter.backends.amdsmi_fields import (
     FAST,
-    DeviceLost,
     DeviceReader,
     read_ecc,
     read_limits,
@@ -49,7 +48,8 @@ from exporter.backends.base import (
     InventoryChanged,
     unique_uuids,
 )
-from exporter.backends.wire import drop, merge, new_rows
+from exporter.backends.contract import DeviceGone, Failing, count, poll_devices
+from exporter.backends.wire import Rows, merge
 from exporter.catalog.vocabulary import AMD_HEALTH_EVENTS
 from exporter.workers import crumb
 
@@ -81,6 +81,15 @@ class Gpu:
     parent: str = ""
     # The board part number (board_info model_number): a partition has its GPU's.
     part_number: str = ""
+    # The reason it was down at the last poll ("" when up), to log changes only.
+    down: str = ""
+    # Items of answers skipped as malformed since the worker started, by reason.
+    errors: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def index(self) -> int:
+        """Amdsmi's index of the device (the ``device`` label)."""
+        return int(self.device)
 
     @property
     def primary(self) -> bool:
@@ -179,10 +188,8 @@ class AmdSmiBackend:
         self._names: dict[int, str] = {}
         self._blocks: list[tuple[str, Any]] = []
         self._log = log.get(source=SOURCE)
-        self._failing: dict[tuple[str, str], str] = {}
+        self._failing = Failing(self._log)
         self._cper: CperReader | None = None
-        # Malformed items skipped since the worker started: (uuid, reason) -> count.
-        self._errors: dict[tuple[str, str], int] = {}
 
     # -- bootstrap -----------------------------------------------------------
 
@@ -354,9 +361,9 @@ class AmdSmiBackend:
                 count = metrics.get("num_partition")
                 if isinstance(count, int) and count > 1:
                     compute = MODES.get(count, compute)
-        except DeviceLost as exc:
+        except DeviceGone as exc:
             # Keep a lost GPU in the inventory, so it is reported down by name.
-            self._log.warning("device lost during enumeration", status=exc.status)
+            self._log.warning("device lost during enumeration", status=exc.detail)
             return Gpu(handle, "", "", {}, identified=False)
         info = {
             "model": _text(asic.get("market_name")) or _text(board.get("product_name")),
@@ -402,28 +409,23 @@ class AmdSmiBackend:
         ledgers = self._ledgers(args.get("ledger"))
         if slow:
             self._identify_again()
-        devices: list[dict[str, Any]] = []
-        readings, slow_readings = new_rows(), new_rows()
         ledger_out: dict[str, Any] = {}
-        for position, gpu in enumerate(self.gpus):
-            crumb.device(int(gpu.device))
-            r = DeviceReader(self.api, gpu.handle, position, readings, partitioned=gpu.partitioned)
+
+        def read(gpu: Gpu, position: int, rows: Rows, slow_rows: Rows | None) -> None:
+            r = DeviceReader(self.api, gpu.handle, position, rows, partitioned=gpu.partitioned)
             r.xcp = gpu.xcp
-            slow_r = DeviceReader(self.api, gpu.handle, position, slow_readings)
+            slow_r = (
+                None
+                if slow_rows is None
+                else DeviceReader(self.api, gpu.handle, position, slow_rows)
+            )
             cper = (ledgers.get(gpu.uuid, Ledger()), ledger_out) if gpu.primary else None
-            reason = self._read(gpu, r, slow_r if slow else None, processes, cper)
-            devices.append({"uuid": gpu.uuid, "up": not reason, "reason": reason})
-            if reason:  # a device found down shows no readings, not half of them
-                drop(readings, position)
-                drop(slow_readings, position)
-            else:
-                self._count_errors(gpu, r)
-        crumb.clear()
+            self._read(gpu, r, slow_r, processes, cper)
+
+        reply = poll_devices(self.gpus, slow, read, self._log, SOURCE)
         if self.events is not None and args.get("events", True):
-            merge(readings, self.events.readings())
-        reply: dict[str, Any] = {"devices": devices, "readings": readings, "ledger": ledger_out}
-        if slow:
-            reply["slow_readings"] = slow_readings
+            merge(reply["readings"], self.events.readings())
+        reply["ledger"] = ledger_out
         return reply
 
     def _ledgers(self, raw: Any) -> dict[str, Ledger]:
@@ -444,15 +446,6 @@ class AmdSmiBackend:
         ledger = self._cper.read(r, ledger)
         out[gpu.uuid] = ledger.to_wire()
         export_ledger(r, ledger)
-
-    def _count_errors(self, gpu: Gpu, r: DeviceReader) -> None:
-        for reason, n in r.errors.items():
-            if n:
-                key = (gpu.uuid, reason)
-                self._errors[key] = self._errors.get(key, 0) + n
-        for (uuid, reason), n in self._errors.items():
-            if uuid == gpu.uuid:
-                r.add("accel_amd_field_errors_total", n, reason)
 
     def _identify_again(self) -> None:
         """InventoryChanged when a device lost during enumeration can be identified now.
@@ -475,8 +468,8 @@ class AmdSmiBackend:
         slow_r: DeviceReader | None,
         processes: bool,
         cper: tuple[Ledger, dict[str, Any]] | None,
-    ) -> str:
-        """Read one device into the reply's rows; the reason it is down, or "".
+    ) -> None:
+        """Read one device into the reply's rows; DeviceGone when it is down.
 
         ``cper``: the GPU's ledger from the daemon and where to put the advanced
         one (None for a partition other than the first).
@@ -496,12 +489,17 @@ class AmdSmiBackend:
                 read_limits(slow_r)
                 if gpu.primary:
                     read_bad_pages(slow_r)
-        except DeviceLost as exc:
-            self._note(gpu, "device", exc.status)
-            return "gpu_lost"
+        except DeviceGone as exc:
+            self._failing.note(gpu, "device", exc.detail)
+            raise
         readers = (r,) if slow_r is None else (r, slow_r)
         self._note_failures(gpu, *readers)
-        return r.down_reason()
+        reason = r.down_reason()
+        if reason:
+            raise DeviceGone(reason, "every call failed")
+        for why, n in r.errors.items():
+            if n:
+                count(gpu.errors, why, n)
 
     def _note_failures(self, gpu: Gpu, *readers: DeviceReader) -> None:
         failing: dict[str, str] = {}
@@ -509,17 +507,8 @@ class AmdSmiBackend:
             for f in reader.failures:
                 failing.setdefault(f.field, f.detail or f.reason)
         for name, why in failing.items():
-            self._note(gpu, name, why)
-        for key in [k for k in self._failing if k[0] == gpu.uuid and k[1] not in failing]:
-            self._log.info("amdsmi read recovered", device=gpu.device, field=key[1])
-            del self._failing[key]
-
-    def _note(self, gpu: Gpu, name: str, why: str) -> None:
-        """Log a failing field (or a lost device) once, not on every poll."""
-        key = (gpu.uuid, name)
-        if self._failing.get(key) != why:
-            self._failing[key] = why
-            self._log.warning("amdsmi read failed", device=gpu.device, field=name, status=why)
+            self._failing.note(gpu, name, why)
+        self._failing.recovered(gpu, failing)
 
     def close(self) -> None:
         """Stop the event thread and shut the library down."""

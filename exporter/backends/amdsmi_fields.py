@@ -3,8 +3,9 @@
 Runs inside the worker process. Every vendor call goes through
 :meth:`DeviceReader.call`, the boundary where amdsmi exceptions are converted:
 a status meaning "not offered here" omits the field silently, a status
-meaning the GPU or its driver is gone raises :class:`DeviceLost`, anything
-else omits the field and is remembered as a failure. Values the library marks
+meaning the GPU or its driver is gone raises
+:class:`~exporter.backends.contract.DeviceGone`, anything else omits the field
+and is remembered as a failure (the table: :data:`CODES`). Values the library marks
 "N/A" (all-ones in the C struct) are omitted, never exported as numbers.
 Units are converted exactly to the catalog's base units.
 """
@@ -17,7 +18,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.backends.wire import Rows, put
+from exporter.backends.contract import Codes, Emitter
+from exporter.backends.wire import Rows, new_rows
 
 # Statuses meaning "this device does not offer this field": omitted silently.
 UNSUPPORTED = frozenset({"not_supported", "not_yet_implemented", "no_data", "setting_unavailable"})
@@ -34,6 +36,9 @@ LOST = frozenset(
         "amdgpu_restart_err",
     }
 )
+# The backend contract's table (exporter.backends.contract), keyed by status name: a
+# failed field's reason is the status name, a gone GPU is down as gpu_lost.
+CODES: Codes[str] = Codes(names={}, absent=UNSUPPORTED, gone=dict.fromkeys(LOST, "gpu_lost"))
 
 U16_MAX = 0xFFFF
 U32_MAX = 0xFFFF_FFFF
@@ -113,15 +118,6 @@ PCIE_GENERATIONS = {
 }
 
 
-class DeviceLost(Exception):
-    """A call said the GPU is gone; ``status`` is the amdsmi status name."""
-
-    def __init__(self, field_name: str, status: str) -> None:
-        super().__init__(f"{field_name}: {status}")
-        self.field = field_name
-        self.status = status
-
-
 @dataclass(frozen=True)
 class Failure:
     """One field that could not be read: an amdsmi status name, or bad_value with detail."""
@@ -187,7 +183,7 @@ class DeviceReader:
     api: Any  # an AmdBinding: functions, status names, enum tables
     handle: Any
     position: int  # of the device in the inventory: its rows' first item
-    readings: Rows = field(default_factory=dict)  # the reply's, shared by its devices
+    readings: Rows = field(default_factory=new_rows)  # the reply's, shared by its devices
     failures: list[Failure] = field(default_factory=list)
     successes: int = 0
     # On a partitioned GPU: True, and the XCP this device is (None when unknown).
@@ -195,6 +191,14 @@ class DeviceReader:
     xcp: int | None = None
     # Items of an answer skipped as malformed this poll, by reason.
     errors: Counter[str] = field(default_factory=Counter)
+    # add(metric, value, *labels): the contract's Emitter.add, bound once (a wrapper
+    # method would cost a call per reading). None and non-finite values are dropped
+    # there; amdsmi declares no sentinel set because its "N/A" is all ones at each
+    # field's own width (16, 32 or 64 bits), which number() drops before any scaling.
+    add: Callable[..., None] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.add = Emitter(self.position, self.readings).add
 
     def failure(self, name: str, status: str) -> None:
         """Remember a field that failed outside :meth:`call`."""
@@ -207,10 +211,9 @@ class DeviceReader:
             result = fn(self.handle, *args)
         except api.AmdSmiLibraryException as exc:
             status = status_name(api.status_names, int(exc.get_error_code()))
-            if status in LOST:
-                raise DeviceLost(name, status) from None
-            if status not in UNSUPPORTED:
-                self.failures.append(Failure(name, status))
+            reason = CODES.failed(status, name)  # DeviceGone when the GPU is
+            if reason:
+                self.failures.append(Failure(name, reason))
             return None
         except Exception as exc:
             # The wrapper parses strings and structs (int(serial, 16), enum
@@ -220,15 +223,6 @@ class DeviceReader:
             return None
         self.successes += 1
         return result
-
-    def add(self, metric: str, value: float | None, *labels: str) -> None:
-        """Record one reading unless the value is missing or not finite.
-
-        A non-finite value (e.g. a product of two finite values that overflowed)
-        is not a measurement, and JSON could not carry it to the daemon anyway.
-        """
-        if value is not None and math.isfinite(value):
-            put(self.readings, metric, (self.position, *labels), value)
 
     def down_reason(self) -> str:
         """Why the device counts as down, or "" when it answered something."""

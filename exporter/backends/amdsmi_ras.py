@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from exporter.backends.amdsmi_fields import LOST, U32_MAX, DeviceLost, DeviceReader, status_name
+from exporter.backends.amdsmi_fields import CODES, LOST, U32_MAX, DeviceReader, status_name
+from exporter.backends.contract import DeviceGone
 
 # Severity of a CPER record (amdsmi_cper_sev_t) -> label.
 SEVERITIES = {0: "non_fatal_uncorrected", 1: "fatal", 2: "non_fatal_corrected"}
@@ -205,7 +206,7 @@ class CperReader:
             if code not in (SUCCESS, MORE_DATA):
                 status = status_name(api.status_names, code)
                 if status in LOST - NO_CPER:
-                    raise DeviceLost("cper", status)
+                    raise DeviceGone(CODES.gone[status], f"cper: {status}")
                 return _Chunk(status, cursor, [], Counter())
             r.successes += 1
             n = min(int(count.value), headers)

@@ -33,8 +33,8 @@ from exporter.backends.base import (
     InventoryChanged,
     unique_uuids,
 )
+from exporter.backends.contract import Codes, DeviceGone, Failing, count, poll_devices
 from exporter.backends.counters import Delta, Energy
-from exporter.backends.polling import poll_devices
 from exporter.backends.wire import Rows, put
 from exporter.workers import crumb
 
@@ -53,6 +53,14 @@ DOWN = {
     zb.DEVICE_REQUIRES_RESET: "reset_required",
     zb.SURVIVABILITY_MODE_DETECTED: "survivability_mode",
 }
+# The backend contract's table (exporter.backends.contract). INSUFFICIENT_PERMISSIONS
+# is absent too, and also exported as accel_intel_reading_denied_info (see _bad).
+CODES: Codes[int] = Codes(
+    names=zb.RESULT_NAMES,
+    absent=ABSENT | {zb.INSUFFICIENT_PERMISSIONS},
+    gone=DOWN,
+    unknown="ze_result_{:#x}",
+)
 
 # zes_engine_group_t *_ALL groups -> engine label (the single-engine groups are left out).
 ENGINE_GROUPS = {
@@ -139,41 +147,6 @@ READING_FUNCTIONS = {
 }
 
 
-class Absent(Exception):
-    """A reading this device does not offer (or not to this process)."""
-
-    def __init__(self, rc: int) -> None:
-        super().__init__(zb.result_name(rc))
-        self.rc = rc
-
-
-class Failed(Exception):
-    """A call failed with an unexpected result; its reading is omitted."""
-
-    def __init__(self, rc: int) -> None:
-        super().__init__(zb.result_name(rc))
-        self.rc = rc
-
-
-class DeviceDown(Exception):
-    """The device stopped answering (lost, needs a reset)."""
-
-    def __init__(self, reason: str, rc: int) -> None:
-        super().__init__(f"{reason}: {zb.result_name(rc)}")
-        self.reason = reason
-
-
-def check(rc: int) -> None:
-    """Raise the exception a ze_result_t stands for (nothing on SUCCESS)."""
-    if rc == zb.SUCCESS:
-        return
-    if rc in DOWN:
-        raise DeviceDown(DOWN[rc], rc)
-    if rc in ABSENT or rc == zb.INSUFFICIENT_PERMISSIONS:
-        raise Absent(rc)
-    raise Failed(rc)
-
-
 def text(raw: bytes) -> str:
     """A Sysman string: decoded, printable, and empty for the spec's "unknown"."""
     value = raw.decode("utf-8", "replace")
@@ -227,6 +200,8 @@ class Gpu:
     denied: set[str] = field(default_factory=set)
     unidentified: str = ""
     down: str = ""
+    # Readings that failed (not absent, not denied) since the worker started, by reason.
+    errors: dict[str, int] = field(default_factory=dict)
 
 
 class Structs:
@@ -267,7 +242,7 @@ class LevelZeroBackend:
         self._lacking: set[str] = set()
         self.gpus: list[Gpu] = []
         self._log = log.get(source=SOURCE)
-        self._failing: dict[tuple[str, str], str] = {}
+        self._failing = Failing(self._log)
 
     # -- bootstrap -------------------------------------------------------------
 
@@ -352,12 +327,12 @@ class LevelZeroBackend:
         ze = self.ze
         props = ze.zes_device_properties_t()
         props.stype = ze.ZES_STRUCTURE_TYPE_DEVICE_PROPERTIES
-        try:
-            check(int(ze.zesDeviceGetProperties(handle, ctypes.byref(props))))
-        except (DeviceDown, Failed, Absent) as exc:
+        rc = int(ze.zesDeviceGetProperties(handle, ctypes.byref(props)))
+        if rc:
             # Kept in the inventory, down, so a GPU lost before the worker started shows.
-            self._log.warning("device unidentified", device=index, reason=str(exc))
-            return Gpu(index, handle, str(index), "", {}, unidentified=str(exc).split(":")[0])
+            reason = CODES.down(rc)
+            self._log.warning("device unidentified", device=index, reason=reason)
+            return Gpu(index, handle, str(index), "", {}, unidentified=reason)
         if props.core.type != ZE_DEVICE_TYPE_GPU:
             return None
         pci = ze.zes_pci_properties_t()
@@ -366,17 +341,15 @@ class LevelZeroBackend:
         gpu_uuid = _uuid(bytes(props.core.uuid.id))
         crumb.identity(f"uuid={gpu_uuid}")
         gpu = Gpu(index, handle, str(index), gpu_uuid, {})
-        try:
-            if "pcie" in self._lacking:
-                raise Absent(zb.UNSUPPORTED_FEATURE)
-            check(int(ze.zesDevicePciGetProperties(handle, ctypes.byref(pci))))
+        # Without PCI properties the GPU is still described (no bus id, no link maxima).
+        if "pcie" not in self._lacking and not ze.zesDevicePciGetProperties(
+            handle, ctypes.byref(pci)
+        ):
             a = pci.address
             bdf = f"{a.domain:04x}:{a.bus:02x}:{a.device:02x}.{a.function:x}"
             gpu.pci_max = (int(pci.maxSpeed.gen), int(pci.maxSpeed.width))
             gpu.have_bandwidth = bool(pci.haveBandwidthCounters)
             gpu.have_replay = bool(pci.haveReplayCounters)
-        except (Absent, Failed, DeviceDown):
-            pass
         crumb.identity(f"uuid={gpu_uuid};pci_bus_id={bdf}")
         if not gpu.uuid and bdf:
             gpu.uuid = f"pci-{bdf}"
@@ -388,7 +361,7 @@ class LevelZeroBackend:
         }
         try:
             self._components(gpu)
-        except DeviceDown as exc:
+        except DeviceGone as exc:
             gpu.unidentified = exc.reason
         return gpu
 
@@ -459,53 +432,37 @@ class LevelZeroBackend:
         """The two-call enumeration; an empty list when the device offers none."""
         if reading in self._lacking:
             return []
-        count = ctypes.c_uint32(0)
-        try:
-            check(int(fn(gpu.handle, ctypes.byref(count), None)))
-            handles = (kind * count.value)()
-            if count.value:
-                check(int(fn(gpu.handle, ctypes.byref(count), handles)))
-        except (Absent, Failed) as exc:
-            self._refused(gpu, reading, exc)
+        n = ctypes.c_uint32(0)
+        rc = int(fn(gpu.handle, ctypes.byref(n), None))
+        handles = (kind * (0 if rc else n.value))()
+        if not rc and n.value:
+            rc = int(fn(gpu.handle, ctypes.byref(n), handles))
+        if rc:
+            self._bad(gpu, reading, rc)
             return []
-        return [Component(h) for h in handles[: count.value]]
+        return [Component(h) for h in handles[: n.value]]
 
     def _enum_extra(self, gpu: Gpu, reading: str, name: str, h: Any) -> list[Component]:
         assert self.extra is not None
-        count = ctypes.c_uint32(0)
-        try:
-            check(self.extra.call(name, h, ctypes.byref(count), None))
-            handles = (ctypes.c_void_p * count.value)()
-            if count.value:
-                check(self.extra.call(name, h, ctypes.byref(count), handles))
-        except (Absent, Failed) as exc:
-            self._refused(gpu, reading, exc)
+        n = ctypes.c_uint32(0)
+        rc = self.extra.call(name, h, ctypes.byref(n), None)
+        handles = (ctypes.c_void_p * (0 if rc else n.value))()
+        if not rc and n.value:
+            rc = self.extra.call(name, h, ctypes.byref(n), handles)
+        if rc:
+            self._bad(gpu, reading, rc)
             return []
-        return [Component(ctypes.c_void_p(x)) for x in handles[: count.value]]
+        return [Component(ctypes.c_void_p(x)) for x in handles[: n.value]]
 
     def _ok(self, gpu: Gpu, reading: str, fn: Callable[..., int], handle: Any, out: Any) -> bool:
-        try:
-            check(int(fn(handle, ctypes.byref(out))))
-        except (Absent, Failed) as exc:
-            self._refused(gpu, reading, exc)
-            return False
-        return True
+        return self._read(gpu, reading, fn, handle, ctypes.byref(out))
 
     def _ok_extra(self, gpu: Gpu, reading: str, name: str, handle: Any, out: Any) -> bool:
         assert self.extra is not None
-        try:
-            check(self.extra.call(name, handle, ctypes.byref(out)))
-        except (Absent, Failed) as exc:
-            self._refused(gpu, reading, exc)
-            return False
-        return True
-
-    def _refused(self, gpu: Gpu, reading: str, exc: Absent | Failed) -> None:
-        """Note a reading that failed: denied ones are exported, failures logged once."""
-        if isinstance(exc, Absent) and exc.rc == zb.INSUFFICIENT_PERMISSIONS:
-            gpu.denied.add(reading)
-        if isinstance(exc, Failed) or exc.rc == zb.INSUFFICIENT_PERMISSIONS:
-            self._note(gpu, reading, str(exc))
+        rc = self.extra.call(name, handle, ctypes.byref(out))
+        if rc:
+            self._bad(gpu, reading, rc)
+        return not rc
 
     # -- requests --------------------------------------------------------------
 
@@ -513,21 +470,17 @@ class LevelZeroBackend:
         """Answer ``poll``; anything else is an error."""
         if op != "poll":
             raise BackendError("unknown_op", f"the levelzero backend has no operation {op!r}")
-        return poll_devices(self.gpus, bool(args.get("slow")), self._poll_gpu, self._log)
+        return poll_devices(self.gpus, bool(args.get("slow")), self._poll_gpu, self._log, SOURCE)
 
-    def _poll_gpu(self, gpu: Gpu, position: int, rows: Rows, slow: Rows | None) -> str:
-        """Read one GPU into the reply's rows; the reason it is down, or ""."""
+    def _poll_gpu(self, gpu: Gpu, position: int, rows: Rows, slow: Rows | None) -> None:
+        """Read one GPU into the reply's rows; DeviceGone when it is down."""
         if gpu.unidentified:
             if slow is not None:
                 self._identify_again(gpu)
-            return gpu.unidentified
-        try:
-            self._fast(gpu, position, rows)
-            if slow is not None:
-                self._slow(gpu, position, slow)
-        except DeviceDown as exc:
-            return exc.reason
-        return ""
+            raise DeviceGone(gpu.unidentified, "not identified when the worker started")
+        self._fast(gpu, position, rows)
+        if slow is not None:
+            self._slow(gpu, position, slow)
 
     def _identify_again(self, gpu: Gpu) -> None:
         """InventoryChanged when a GPU unidentified at bootstrap answers now.
@@ -541,23 +494,31 @@ class LevelZeroBackend:
             raise InventoryChanged(f"GPU {gpu.device} answers again")
 
     def _read(self, gpu: Gpu, reading: str, fn: Callable[..., int], *args: Any) -> bool:
-        """One reading call; False (and noted) when it yields nothing."""
-        try:
-            check(int(fn(*args)))
-        except (Absent, Failed) as exc:
-            self._refused(gpu, reading, exc)
-            return False
-        return True
+        """One reading call; False (and noted, see _bad) when it yields nothing."""
+        rc = int(fn(*args))
+        if rc:
+            self._bad(gpu, reading, rc)
+        return not rc
 
     def _bad(self, gpu: Gpu, reading: str, rc: int) -> None:
-        """A reading call did not succeed: DeviceDown, or noted (see _refused)."""
-        try:
-            check(rc)
-        except (Absent, Failed) as exc:
-            self._refused(gpu, reading, exc)
+        """A reading call did not succeed: DeviceGone, denied, absent, or a counted failure.
+
+        A denied reading is exported (accel_intel_reading_denied_info) and logged
+        once; a failure is counted and logged once; an absent one is neither.
+        """
+        if rc == zb.INSUFFICIENT_PERMISSIONS:
+            gpu.denied.add(reading)
+            self._failing.note(gpu, reading, CODES.reason(rc))
+            return
+        reason = CODES.failed(rc, reading)
+        if reason:
+            count(gpu.errors, reason)
+            self._failing.note(gpu, reading, reason)
 
     # The fast readings call the library directly and test the result inline: they run
-    # for every component of every device on every poll (bench/poll.py measures them).
+    # for every component of every device on every poll (bench/poll.py measures them;
+    # adding through the contract's Emitter cost 20-40 % more CPU a poll). Sysman has no
+    # sentinel encoding to drop: its "unknown" (-1) fails each reading's range test.
 
     def _fast(self, gpu: Gpu, pos: int, rows: Rows) -> None:
         ze, s = self.ze, self._structs
@@ -775,10 +736,9 @@ class LevelZeroBackend:
         for c in gpu.ras:
             ras.stype = zb.STYPE_RAS_STATE
             # clear=0 always: clearing resets the counters for every reader, and needs root.
-            try:
-                check(self.extra.call("zesRasGetState", c.handle, 0, ctypes.byref(ras)))
-            except (Absent, Failed) as exc:
-                self._refused(gpu, "ras", exc)
+            rc = self.extra.call("zesRasGetState", c.handle, 0, ctypes.byref(ras))
+            if rc:
+                self._bad(gpu, "ras", rc)
                 continue
             seen[c.kind] = True
             for i in range(len(RAS_CATEGORIES)):
@@ -795,31 +755,22 @@ class LevelZeroBackend:
         totals = [0, 0]
         seen = [False, False]
         for c in gpu.ras:
-            count = ctypes.c_uint32(0)
-            try:
-                check(self.extra.call("zesRasGetStateExp", c.handle, ctypes.byref(count), None))
-                states = (zb.RasStateExp * min(count.value, 64))()
-                count.value = len(states)
-                check(self.extra.call("zesRasGetStateExp", c.handle, ctypes.byref(count), states))
-            except (Absent, Failed) as exc:
-                self._refused(gpu, "ras", exc)
+            n = ctypes.c_uint32(0)
+            rc = self.extra.call("zesRasGetStateExp", c.handle, ctypes.byref(n), None)
+            if not rc:
+                states = (zb.RasStateExp * min(n.value, 64))()
+                n.value = len(states)
+                rc = self.extra.call("zesRasGetStateExp", c.handle, ctypes.byref(n), states)
+            if rc:
+                self._bad(gpu, "ras", rc)
                 continue
-            for state in states[: count.value]:
+            for state in states[: n.value]:
                 if state.category == zb.RAS_CATEGORY_EXP_MEMORY:
                     totals[c.kind] += int(state.errorCounter)
                     seen[c.kind] = True
         for kind, type_name in enumerate(ECC_TYPES):
             if seen[kind]:
                 put(rows, "accel_ecc_errors_total", (pos, type_name, ""), totals[kind])
-
-    def _note(self, gpu: Gpu, reading: str, why: str) -> None:
-        """Log a failing reading once, not on every poll."""
-        key = (gpu.uuid or gpu.device, reading)
-        if self._failing.get(key) != why:
-            self._failing[key] = why
-            self._log.warning(
-                "levelzero reading failed", device=gpu.device, reading=reading, result=why
-            )
 
     def close(self) -> None:
         """Nothing to release: Sysman has no shutdown call and the process exits next."""

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from exporter import log
+from exporter.backends import nvml_gpm
 from exporter.backends import nvml_support as nv
 from exporter.backends.base import (
     BackendError,
@@ -25,12 +26,14 @@ from exporter.backends.base import (
     unique_uuids,
 )
 from exporter.backends.binding import Binding
-from exporter.backends.nvml_device import DeviceDown, DeviceReader, Gpu
+from exporter.backends.contract import DeviceGone, Emitter, poll_devices
+from exporter.backends.nvml_device import DeviceReader
 from exporter.backends.nvml_events import EventWatcher
-from exporter.backends.nvml_support import Emitter
-from exporter.backends.wire import drop, merge, new_rows
+from exporter.backends.nvml_gpu import Gpu
+from exporter.backends.wire import Rows, merge
 from exporter.workers import crumb
 
+SOURCE = "nvml"
 # uuid placeholder of a GPU that failed to identify itself at bootstrap, + index.
 UNIDENTIFIED = "unidentified-"
 
@@ -78,7 +81,7 @@ class NvmlBackend:
         self.gpus: list[Gpu] = []
         self.reader: DeviceReader | None = None
         self.events: EventWatcher | None = None
-        self._log = log.get(source="nvml")
+        self._log = log.get(source=SOURCE)
 
     # -- bootstrap -------------------------------------------------------------
 
@@ -174,7 +177,7 @@ class NvmlBackend:
         def label(fn: Callable[..., Any]) -> str:
             try:
                 value = gpu.call(fn, handle)
-            except DeviceDown:
+            except DeviceGone:
                 return ""
             return nv.text(value) if value is not None else ""
 
@@ -184,7 +187,7 @@ class NvmlBackend:
             if pci is not None:
                 crumb.identity(f"uuid={uuid};pci_bus_id={nv.text(pci.busId)}")
             mig = gpu.call(n.nvmlDeviceGetMigMode, handle)
-        except DeviceDown:
+        except DeviceGone:
             mig = None
         gpu.mig_mode = nv.mig_mode(mig)
         info = {
@@ -212,23 +215,13 @@ class NvmlBackend:
         """Read every GPU once; one lost GPU never costs the others their readings."""
         if slow:
             self._identify_again()
-        devices = []
-        readings, slow_readings = new_rows(), new_rows()
-        for position, gpu in enumerate(self.gpus):
-            crumb.device(gpu.index)
-            fast_out = Emitter(position, readings, gpu.prefixes)
-            slow_out = Emitter(position, slow_readings, gpu.prefixes)
-            reason = self._poll_gpu(gpu, fast_out, slow_out, slow, processes)
-            devices.append({"uuid": gpu.uuid, "up": not reason, "reason": reason})
-            if reason:  # a device found down shows no readings, not half of them
-                drop(readings, position)
-                drop(slow_readings, position)
-        crumb.clear()
+
+        def read(gpu: Gpu, position: int, rows: Rows, slow_rows: Rows | None) -> None:
+            self._poll_gpu(gpu, position, rows, slow_rows, processes)
+
+        reply = poll_devices(self.gpus, slow, read, self._log, SOURCE)
         if events and self.events is not None:
-            merge(readings, self.events.readings())
-        reply: dict[str, Any] = {"devices": devices, "readings": readings}
-        if slow:
-            reply["slow_readings"] = slow_readings
+            merge(reply["readings"], self.events.readings())
         return reply
 
     def _identify_again(self) -> None:
@@ -249,35 +242,26 @@ class NvmlBackend:
             raise InventoryChanged(f"GPU {gpu.index} answers again, as {uuid}")
 
     def _poll_gpu(
-        self, gpu: Gpu, fast_out: Emitter, slow_out: Emitter, slow: bool, processes: bool
-    ) -> str:
-        """Read one GPU into the reply's rows; the reason it is down, or ""."""
+        self, gpu: Gpu, position: int, rows: Rows, slow_rows: Rows | None, processes: bool
+    ) -> None:
+        """Read one GPU into the reply's rows; DeviceGone when it is down."""
         assert self.reader is not None
         gpu.ok = gpu.failed = 0
-        reason, detail = gpu.unidentified, "not identified when the worker started"
-        if not reason:
-            try:
-                # Slow first: it learns the NVLink and MIG layout the fast read uses.
-                if slow:
-                    self.reader.slow(gpu, slow_out)
-                self.reader.fast(gpu, fast_out, processes)
-            except DeviceDown as exc:
-                reason, detail = exc.reason, exc.detail
-            if not reason and gpu.failed and not gpu.ok:
+        try:
+            if gpu.unidentified:
+                raise DeviceGone(gpu.unidentified, "not identified when the worker started")
+            # Slow first: it learns the NVLink and MIG layout the fast read uses.
+            if slow_rows is not None:
+                self.reader.slow(gpu, Emitter(position, slow_rows, nv.SENTINELS, gpu.prefixes))
+            self.reader.fast(gpu, Emitter(position, rows, nv.SENTINELS, gpu.prefixes), processes)
+            if gpu.failed and not gpu.ok:
                 # Nothing answered and something failed: as good as down. (Fields
                 # merely absent on this GPU say nothing either way.)
-                reason, detail = gpu.last_failure, "every call failed"
-        if reason:  # a GPU found down keeps no GPM sample (the next poll after it returns primes)
-            gpu.free_gpm()
-        if reason != gpu.down:
-            if reason:
-                self._log.warning("device down", device=gpu.index, reason=reason, detail=detail)
-            else:
-                self._log.info("device up", device=gpu.index)
-            gpu.down = reason
-        for why, count in sorted(gpu.errors.items()):
-            fast_out.add("accel_nvml_field_errors_total", count, why)
-        return reason
+                raise DeviceGone(gpu.last_failure, "every call failed")
+        except DeviceGone:
+            # A GPU found down keeps no GPM sample (the next poll after it returns primes).
+            nvml_gpm.free_all(gpu)
+            raise
 
     def close(self) -> None:
         """Stop the event thread, free GPM samples and shut NVML down."""
@@ -285,7 +269,7 @@ class NvmlBackend:
             self.events.stop()
             self.events = None
         for gpu in self.gpus:
-            gpu.free_gpm()
+            nvml_gpm.free_all(gpu)
         if self.nvml is not None:
             with contextlib.suppress(self.nvml.NVMLError):
                 self.nvml.nvmlShutdown()

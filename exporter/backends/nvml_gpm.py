@@ -21,13 +21,11 @@ import struct
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import mul, truediv
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from exporter.backends import nvml_support as nv
-from exporter.backends.nvml_support import Emitter
-
-if TYPE_CHECKING:
-    from exporter.backends.nvml_device import Gpu
+from exporter.backends.contract import Emitter
+from exporter.backends.nvml_gpu import Gpu
 
 # Per-entry layout of nvmlGpmMetric_t: metricId, nvmlReturn, value (double), then
 # metricInfo (three pointers), 40 bytes; the array starts after version,
@@ -36,7 +34,7 @@ _METRIC = struct.Struct("=IId24x")
 _METRICS_OFFSET = 24
 _MIB = 1 << 20
 
-# The reason counted in accel_nvml_field_errors_total for a value outside its range.
+# The reason counted in accel_field_errors_total{source="nvml"} for a value outside its range.
 INVALID_VALUE = "invalid_value"
 
 # nvmlGpmMetricId_t -> (family, label value or "", percent: True for a 0..100 %
@@ -255,7 +253,7 @@ class GpmReader:
 
     @staticmethod
     def _guard(gpu: Gpu, state: GpmState, name: str, code: int, detail: str) -> None:
-        """Count a failed call; a fatal one frees the buffers before DeviceDown leaves."""
+        """Count a failed call; a fatal one frees the buffers before DeviceGone leaves."""
         if code in nv.DEVICE_FATAL:
             free(gpu)
         gpu.failure(name, code, detail)
@@ -269,3 +267,11 @@ def free(gpu: Gpu) -> None:
             gpu.release_gpm(sample)
         state.buffers.clear()
     gpu.gpm_full = None
+
+
+def free_all(gpu: Gpu) -> None:
+    """Release every GPM sample of a GPU (whole GPU and MIG instances) held between polls."""
+    for sample in gpu.gpm_samples.values():
+        gpu.release_gpm(sample)
+    gpu.gpm_samples.clear()
+    free(gpu)

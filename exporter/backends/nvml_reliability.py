@@ -11,13 +11,11 @@ is absent and a lost GPU ends the poll like any other call.
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from exporter.backends import nvml_support as nv
-from exporter.backends.nvml_support import Emitter
-
-if TYPE_CHECKING:
-    from exporter.backends.nvml_device import Gpu
+from exporter.backends.contract import Emitter
+from exporter.backends.nvml_gpu import Gpu
 
 FI_RECOVERY_ACTION = 230
 # nvmlDeviceGpuRecoveryAction_t -> the action label; the first five are always

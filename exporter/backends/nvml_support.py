@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from exporter.backends.wire import Rows
+from exporter.backends.contract import Codes
 
 # nvmlReturn_t codes (nvml.h) -> the snake_case reason exported in labels.
 REASONS: dict[int, str] = {
@@ -62,6 +62,14 @@ DEVICE_FATAL = frozenset({1, DRIVER_NOT_LOADED, GPU_IS_LOST, 16, 18, 28})
 # "This field does not exist here": omit it silently (a fact about the SKU,
 # the driver version or the container's permissions, not a fault).
 ABSENT = frozenset({NOT_SUPPORTED, NO_PERMISSION, NOT_FOUND, FUNCTION_NOT_FOUND, 21, 26})
+# The backend contract's table (exporter.backends.contract): a gone GPU is down with
+# the code's own reason (gpu_lost, reset_required, ...).
+CODES: Codes[int] = Codes(
+    names=REASONS,
+    absent=ABSENT,
+    gone={code: REASONS[code] for code in DEVICE_FATAL},
+    unknown="nvml_error_{}",
+)
 # A newer entry point that answers one of these for a GPU is retried with the
 # older one: it does not serve this GPU (or this struct version), the older may.
 DOWNGRADE = ABSENT | {INVALID_ARGUMENT, ARGUMENT_VERSION_MISMATCH}
@@ -200,10 +208,11 @@ FUNCTIONS = (
 
 def reason_of(code: int) -> str:
     """The exported reason for an NVML return code."""
-    return REASONS.get(code, f"nvml_error_{code}")
+    return CODES.reason(code)
 
 
-SENTINELS = frozenset({U32_MAX, U64_MAX, -1})
+# NVML's "not available" encodings: all ones in 32 or 64 bits, and -1 (the Emitter's set).
+SENTINELS: frozenset[float] = frozenset({U32_MAX, U64_MAX, -1})
 
 
 def is_sentinel(value: float) -> bool:
@@ -306,55 +315,3 @@ def mig_mode(mode: Any) -> str:
 def cuda_version(value: int) -> str:
     """12080 -> "12.8" (nvmlSystemGetCudaDriverVersion encoding)."""
     return f"{value // 1000}.{value % 1000 // 10}"
-
-
-class Emitter:
-    """Adds one device's readings to a reply's rows (``wire.new_rows()``).
-
-    Values that are sentinels or not finite are dropped here, so no code path
-    can export "not available" as a number. Row prefixes (the device's position
-    and a dimension's label values) are shared through ``cache``, kept by the
-    caller across polls.
-    """
-
-    __slots__ = ("_base", "_cache", "position", "rows")
-
-    def __init__(
-        self,
-        position: int,
-        rows: Rows,
-        cache: dict[tuple[str, ...], tuple[Any, ...]] | None = None,
-    ) -> None:
-        self.position = position
-        self.rows = rows
-        self._cache = cache if cache is not None else {}
-        self._base = self.prefix()
-
-    def prefix(self, *extra: str) -> tuple[Any, ...]:
-        """The row prefix of this device with these label values: ``(position, *extra)``."""
-        prefix = self._cache.get(extra)
-        if prefix is None:
-            prefix = self._cache[extra] = (self.position, *extra)
-        return prefix
-
-    def add(self, metric: str, value: float | None, *extra: str) -> None:
-        """Add one reading; silently skipped when ``value`` is absent or a sentinel.
-
-        ``extra`` are the family's label values after ``device`` and ``uuid``.
-        """
-        if value is None or value in SENTINELS:
-            return
-        if value - value:  # inf or nan
-            return
-        # put(self.rows, metric, self.prefix(*extra), value), inlined: ~10 a GPU a poll
-        prefix = self._cache.get(extra) if extra else self._base
-        if prefix is None:
-            prefix = self.prefix(*extra)
-        rows = self.rows[metric]  # the reply's rows (new_rows()): created on first use
-        rows += prefix
-        rows.append(value)
-
-    def ratio(self, metric: str, percent: float | None, *extra: str) -> None:
-        """Add a percent as a 0..1 ratio (sentinels and out-of-range values are dropped)."""
-        if percent is not None and 0 <= percent <= 100:  # all-ones and nan fail this too
-            self.add(metric, percent / 100, *extra)

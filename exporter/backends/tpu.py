@@ -9,7 +9,9 @@ runtime device id. A service that is not there (``UNAVAILABLE``) is the
 normal state of a chip nobody uses: that address is reported not attached,
 without a reason. A hung, failing or malformed service costs only its own
 series, with the reason in the reply's ``runtimes`` list (see
-:mod:`exporter.sources.tpu`).
+:mod:`exporter.sources.tpu`). The merged values become each chip's readings in
+the device loop every backend shares (:func:`exporter.backends.contract.poll_devices`):
+a chip gone from the host is down (``device_missing``) and shows none.
 
 gRPC does not survive ``fork``; the worker is a fresh interpreter, and grpc is
 imported only here, in it.
@@ -19,15 +21,16 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from exporter import log
 from exporter.backends.base import BackendError, BackendUnavailable
+from exporter.backends.contract import DeviceGone, poll_devices
 from exporter.backends.tpu_chips import Chip, present, scan
 from exporter.backends.tpu_distributions import MAX_POINTS, fold, label_of
 from exporter.backends.tpu_metrics import BadMetric, device_values
-from exporter.backends.wire import Rows, new_rows, put
+from exporter.backends.wire import Rows, put
 from exporter.catalog.tpu import LATENCY_BUCKETS
 from exporter.workers import crumb
 
@@ -80,6 +83,23 @@ class Runtime:
             self.reason, self.detail = reason, detail[:500]
 
 
+@dataclass
+class Served:
+    """One chip this worker serves, as the device loop sees it."""
+
+    index: int  # the chip's place in the host's order (libtpu's)
+    chip: Chip
+    uuid: str
+    down: str = ""
+    # No per-chip field fails on its own (faults are per runtime address): stays empty.
+    errors: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def device(self) -> str:
+        """The ``device`` label."""
+        return str(self.index)
+
+
 class TpuBackend:
     """The TPU backend (runs in the worker child)."""
 
@@ -89,7 +109,7 @@ class TpuBackend:
         self.addresses = [str(a) for a in config.get("addresses") or [DEFAULT_ADDRESS]]
         self.call_timeout = float(config.get("call_timeout") or 2.0)
         self.max_message_bytes = int(config.get("max_message_bytes") or 4 * 1024 * 1024)
-        self.chips: list[tuple[int, Chip]] = []  # (library index, chip) of the served chips
+        self.chips: list[Served] = []
         self.per_chip = 1
         self.runtime_devices = 0
         self._grpc: Any = None
@@ -117,7 +137,7 @@ class TpuBackend:
             chip = found[index]
             crumb.device(index)
             crumb.identity(chip.pci_bus_id or chip.node)
-            self.chips.append((index, chip))
+            self.chips.append(Served(index, chip, uuid_of(chip)))
             devices.append(
                 {
                     "device": str(index),
@@ -212,12 +232,16 @@ class TpuBackend:
                 else:
                     merged[device] = value
         self._note(runtimes.values())
-        return {
-            "devices": self._devices(),
-            "readings": self._rows(values),
-            "runtimes": [vars(r) for r in runtimes.values()],
-            "histograms": histograms,
-        }
+
+        def read(served: Served, position: int, rows: Rows, _slow: Rows | None) -> None:
+            if not present(self.host_root, served.chip):
+                raise DeviceGone("device_missing", f"{served.chip.node} is gone from the host")
+            self._rows(served, position, values, rows)
+
+        reply = poll_devices(self.chips, False, read, self._log, SOURCE)
+        reply["runtimes"] = [vars(r) for r in runtimes.values()]
+        reply["histograms"] = histograms
+        return reply
 
     @staticmethod
     def _upper(name: str) -> float:
@@ -229,42 +253,29 @@ class TpuBackend:
             return "malformed_reply"  # bytes that do not decode as a MetricResponse
         return _REASONS.get(code, code.lower())
 
-    def _devices(self) -> list[dict[str, Any]]:
-        out = []
-        for _, chip in self.chips:
-            up = present(self.host_root, chip)
-            out.append(
-                {
-                    "uuid": uuid_of(chip),
-                    "up": up,
-                    "reason": "" if up else "device_missing",
-                }
-            )
-        return out
-
-    def _rows(self, values: dict[str, dict[int, float]]) -> Rows:
-        rows = new_rows()
-        per = self.per_chip
-        for position, (index, chip) in enumerate(self.chips):
-            ids = range(index * per, index * per + per)
-            prefix = (position,)
-            for name, metric, combine in (
-                (HBM_TOTAL, "accel_memory_total_bytes", math.fsum),
-                (HBM_USAGE, "accel_memory_used_bytes", math.fsum),
-                (HBM_BANDWIDTH, "accel_memory_bandwidth_utilization_ratio", _mean_ratio),
-            ):
-                got = [values[name][d] for d in ids if d in values[name]]
-                if len(got) == per:  # part of a chip is not the chip
-                    put(rows, metric, prefix, combine(got))
-            duty = values[DUTY_CYCLE]
-            if chip.model in DUTY_PER_CHIP:
-                if index in duty:
-                    put(rows, "accel_utilization_ratio", prefix, duty[index] / 100.0)
-            else:
-                got = [duty[d] for d in ids if d in duty]
-                if len(got) == per:
-                    put(rows, "accel_utilization_ratio", prefix, _mean_ratio(got))
-        return rows
+    def _rows(
+        self, served: Served, position: int, values: dict[str, dict[int, float]], rows: Rows
+    ) -> None:
+        """One chip's readings from the runtime devices it has (all of them, or none)."""
+        per, index, chip = self.per_chip, served.index, served.chip
+        ids = range(index * per, index * per + per)
+        prefix = (position,)
+        for name, metric, combine in (
+            (HBM_TOTAL, "accel_memory_total_bytes", math.fsum),
+            (HBM_USAGE, "accel_memory_used_bytes", math.fsum),
+            (HBM_BANDWIDTH, "accel_memory_bandwidth_utilization_ratio", _mean_ratio),
+        ):
+            got = [values[name][d] for d in ids if d in values[name]]
+            if len(got) == per:  # part of a chip is not the chip
+                put(rows, metric, prefix, combine(got))
+        duty = values[DUTY_CYCLE]
+        if chip.model in DUTY_PER_CHIP:
+            if index in duty:
+                put(rows, "accel_utilization_ratio", prefix, duty[index] / 100.0)
+        else:
+            got = [duty[d] for d in ids if d in duty]
+            if len(got) == per:
+                put(rows, "accel_utilization_ratio", prefix, _mean_ratio(got))
 
     def _note(self, runtimes: Any) -> None:
         """Log each address's state when it changes, not on every poll."""

@@ -161,15 +161,6 @@ ROWS = (
         otel_unit="{record}",
     ),
     MetricSpec(
-        "accel_amd_field_errors_total",
-        Kind.COUNTER,
-        "Items of amdsmi answers skipped as malformed, by reason (xcp_value_not_available,"
-        " xcp_not_available, xcp_out_of_range), and CPER rings found restarted"
-        " (cper_ring_restarted: read again from the start); counted since the worker started.",
-        (*ID, "reason"),
-        otel_unit="{error}",
-    ),
-    MetricSpec(
         "accel_amd_bad_pages",
         Kind.GAUGE,
         "Bad VRAM pages not (yet) retired, by status: pending (retired at the next reset) or"

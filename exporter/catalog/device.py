@@ -11,6 +11,7 @@ from __future__ import annotations
 from exporter.catalog.spec import Instrument, Kind, MetricSpec
 from exporter.catalog.vocabulary import (
     CLOCKS,
+    DEVICE_BACKENDS,
     DEVICE_EVENTS,
     ECC_COUNTERS,
     ECC_TYPES,
@@ -148,6 +149,19 @@ ROWS = (
         " and this one is probed apart until it answers.",
         (*ID, "reason", "call"),
         values={"reason": ISOLATION_REASONS},
+    ),
+    MetricSpec(
+        "accel_field_errors_total",
+        Kind.COUNTER,
+        "Fields of a device that could not be read, by backend (source) and reason, since the"
+        " worker started; the field is omitted. nvml, levelzero, hlml: calls that failed with"
+        " an error other than not-supported (NVML's invalid_value: a GPM figure out of range);"
+        " amdsmi: items of an answer skipped as malformed (xcp_value_not_available,"
+        " xcp_not_available, xcp_out_of_range) and CPER rings found restarted"
+        " (cper_ring_restarted).",
+        (*ID, "source", "reason"),
+        otel_unit="{error}",
+        values={"source": DEVICE_BACKENDS},
     ),
     MetricSpec(
         "accel_device_isolated_since_timestamp_seconds",

@@ -301,12 +301,4 @@ ROWS = (
         "The name the driver gives a process using the GPU (its executable), by pid.",
         (*ID, "pid", "name"),
     ),
-    MetricSpec(
-        "accel_nvml_field_errors_total",
-        Kind.COUNTER,
-        "NVML calls for a device that failed with an error other than not-supported, by reason"
-        " (the field is omitted; counted since the worker started).",
-        (*ID, "reason"),
-        otel_unit="{error}",
-    ),
 )

@@ -19,6 +19,8 @@ HEALTH_STATES = ("ok", "degraded", "failed", "predicted_failure")
 RECOMMENDED_ACTIONS = ("none", "restart_app", "drain_p2p", "reset_device", "reboot_node", "service")
 # Why a device's calls were isolated into a probe.
 ISOLATION_REASONS = ("hung", "crashed")
+# The device backends that read devices in a worker (accel_field_errors_total's source).
+DEVICE_BACKENDS = ("nvml", "amdsmi", "levelzero", "hlml")
 
 # Whether an error was corrected, on every vendor (nvml, amdsmi, Level Zero, HLML, Neuron).
 ECC_CORRECTION = ("corrected", "uncorrected")

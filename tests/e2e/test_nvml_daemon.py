@@ -124,7 +124,7 @@ def test_not_supported_and_all_ones_are_omitted_on_metrics(daemon_factory, fake_
     assert value(s, "accel_power_watts", device="1", uuid=u1) == 313.456
     assert value(s, "accel_clock_hertz", clock="memory", device="1", uuid=u1) == 2.619e9
     # Not supported is a fact about the GPU, not an error.
-    assert "accel_nvml_field_errors_total" not in text
+    assert "accel_field_errors_total" not in text
     # No sentinel anywhere, whatever the scale it was multiplied by.
     for (name, labels), number in s.items():
         digits = repr(number).replace(".", "")

@@ -68,7 +68,7 @@ def test_gpm_families_on_eight_gpus_exact(daemon_factory, fake_nvml):
     # The pre-Hopper GPU: up, no GPM series, no errors; none anywhere else either.
     assert value(s, "accel_device_up", device="6", uuid=u[6]) == 1
     assert not [k for k in s if k[0] in FAMILIES and dict(k[1])["device"] == "6"]
-    assert not [k for k in s if k[0] == "accel_nvml_field_errors_total"]
+    assert not [k for k in s if k[0] == "accel_field_errors_total"]
     check_metrics(text)
 
 

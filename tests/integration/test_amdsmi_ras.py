@@ -250,7 +250,7 @@ def test_xcp_values_not_available_are_skipped_and_counted(
     dev.xcp_acc[2][0][5] = state.U64_NA
     backend = started(make)
     reply = poll(backend, ledger={}, slow=False)
-    assert family(reply, "accel_amd_field_errors_total") == {("xcp_value_not_available",): 2}
+    assert family(reply, "accel_field_errors_total") == {("amdsmi", "xcp_value_not_available"): 2}
     residency = family(reply, "accel_amd_violation_residency_total")
     busy = [dev.xcp_busy[0][c] for c in range(8)]
     ppt = [10 * b for c, b in enumerate(busy) if c != 3]
@@ -259,7 +259,7 @@ def test_xcp_values_not_available_are_skipped_and_counted(
     assert family(reply, "accel_amd_xcp_utilization_ratio") == {("0",): sum(busy) / 8 / 100}
     # Counted since the worker started: the next poll adds the same two.
     again = poll(backend, ledger={}, slow=False)
-    assert family(again, "accel_amd_field_errors_total") == {("xcp_value_not_available",): 4}
+    assert family(again, "accel_field_errors_total") == {("amdsmi", "xcp_value_not_available"): 4}
 
 
 def test_a_partition_whose_xcp_is_not_available_has_no_utilization(
@@ -271,7 +271,9 @@ def test_a_partition_whose_xcp_is_not_available_has_no_utilization(
     reply = poll(backend, ledger={}, slow=False)
     assert family(reply, "accel_utilization_ratio", device=5) == {}
     assert family(reply, "accel_amd_xcp_utilization_ratio", device=5) == {}
-    assert family(reply, "accel_amd_field_errors_total", device=5) == {("xcp_not_available",): 1}
+    assert family(reply, "accel_field_errors_total", device=5) == {
+        ("amdsmi", "xcp_not_available"): 1
+    }
     assert family(reply, "accel_utilization_ratio", device=4) == {(): 0.04}
 
 
@@ -290,7 +292,7 @@ def test_a_ring_shorter_than_the_cursor_is_read_again_from_its_start(
     for key, n in want_counts(KINDS, 0, 2).items():
         both[key] = both.get(key, 0) + n
     assert family(again, "accel_amd_afid_errors_total") == both
-    assert family(again, "accel_amd_field_errors_total") == {("cper_ring_restarted",): 1}
+    assert family(again, "accel_field_errors_total") == {("amdsmi", "cper_ring_restarted"): 1}
 
 
 def test_a_container_that_sees_one_cpx_partition_knows_which_partition_of_which_gpu(

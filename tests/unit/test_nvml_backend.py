@@ -142,7 +142,7 @@ def test_not_supported_and_sentinels_are_omitted_not_exported(fake, backend):
     assert ("accel_clock_hertz", (*ident, "sm")) in v
     assert v[("accel_power_watts", ("1", fake.uuid(1)))] == 313.456
     # Not-supported is a fact, not an error: nothing counted.
-    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+    assert not [k for k in v if k[0] == "accel_field_errors_total"]
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
@@ -156,7 +156,7 @@ def test_non_finite_double_field_value_is_omitted_and_the_reply_still_encodes(fa
     assert ("accel_temperature_celsius", ("0", fake.uuid(0), "memory")) not in v
     assert v[("accel_temperature_celsius", ("0", fake.uuid(0), "gpu"))] == 34
     assert v[("accel_temperature_celsius", ("1", fake.uuid(1), "memory"))] == 47.5
-    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+    assert not [k for k in v if k[0] == "accel_field_errors_total"]
 
 
 @pytest.mark.parametrize("code", [control.GPU_IS_LOST, control.RESET_REQUIRED])
@@ -207,9 +207,9 @@ def test_error_code_degrades_one_field_and_is_counted(fake, backend):
     ident = ("1", fake.uuid(1))
     assert ("accel_energy_joules_total", ident) not in v
     assert ("accel_power_watts", ident) in v
-    assert v[("accel_nvml_field_errors_total", (*ident, "unknown"))] == 1
+    assert v[("accel_field_errors_total", (*ident, "nvml", "unknown"))] == 1
     v = values(poll(b))
-    assert v[("accel_nvml_field_errors_total", (*ident, "unknown"))] == 2
+    assert v[("accel_field_errors_total", (*ident, "nvml", "unknown"))] == 2
 
 
 def test_device_answering_nothing_is_down_with_the_error(fake, backend):
@@ -297,7 +297,7 @@ def test_older_binding_without_some_functions_omits_their_fields_only(fake, back
     assert ("accel_encoder_utilization_ratio", ident) not in v
     assert ("accel_pcie_link_max_width", ident) not in v
     assert v[("accel_pcie_link_max_generation", ident)] == 5
-    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+    assert not [k for k in v if k[0] == "accel_field_errors_total"]
 
 
 def test_init_failures_are_unavailable_or_errors(fake, backend):
@@ -322,7 +322,7 @@ def test_older_driver_falls_back_to_memory_v1_and_legacy_temperature(fake, backe
     assert ("accel_memory_reserved_bytes", ident) not in v
     assert v[("accel_memory_used_bytes", ident)] == (1 << 30) + (512 << 20)  # v1 counts reserved
     assert v[("accel_temperature_celsius", (*ident, "gpu"))] == 34
-    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+    assert not [k for k in v if k[0] == "accel_field_errors_total"]
 
 
 NEWER_REFUSALS = [
@@ -343,7 +343,7 @@ def test_memory_v2_refused_falls_back_to_v1_for_that_gpu(fake, backend, code):
     assert v[("accel_memory_used_bytes", ident)] == (1 << 30) + (512 << 20)  # v1 counts reserved
     assert ("accel_memory_reserved_bytes", ident) not in v
     assert v[("accel_memory_reserved_bytes", ("1", fake.uuid(1)))] == 512 << 20  # v2 still
-    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+    assert not [k for k in v if k[0] == "accel_field_errors_total"]
     # The downgrade is remembered: the refusing entry point is not asked again.
     asked = fake.state.rules[rule].matched
     values(poll(b, slow=False))
@@ -357,7 +357,7 @@ def test_temperature_v_refused_falls_back_to_the_legacy_call(fake, backend, code
     v = values(poll(b))
     assert v[("accel_temperature_celsius", ("1", fake.uuid(1), "gpu"))] == 35
     assert v[("accel_temperature_celsius", ("1", fake.uuid(1), "memory"))] == 41
-    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+    assert not [k for k in v if k[0] == "accel_field_errors_total"]
 
 
 @pytest.mark.parametrize("code", NEWER_REFUSALS)
@@ -369,7 +369,7 @@ def test_clock_event_reasons_refused_falls_back_to_throttle_reasons(fake, backen
     ident = ("0", fake.uuid(0))
     assert v[("accel_clock_throttle_active", (*ident, "sw_thermal_slowdown"))] == 1
     assert v[("accel_clock_throttle_active", (*ident, "sw_power_cap"))] == 0
-    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+    assert not [k for k in v if k[0] == "accel_field_errors_total"]
 
 
 def test_newer_entry_point_failing_for_real_is_not_retried_with_the_older(fake, backend):
@@ -379,7 +379,7 @@ def test_newer_entry_point_failing_for_real_is_not_retried_with_the_older(fake, 
     v = values(poll(b))
     ident = ("0", fake.uuid(0))
     assert ("accel_memory_used_bytes", ident) not in v
-    assert v[("accel_nvml_field_errors_total", (*ident, "unknown"))] == 1
+    assert v[("accel_field_errors_total", (*ident, "nvml", "unknown"))] == 1
     assert fake.state.rules[legacy].matched == 0
     fake.add_rule("nvmlDeviceGetTemperatureV", device=0, error=control.GPU_IS_LOST)
     assert poll(b)["devices"][0] == {"uuid": fake.uuid(0), "up": False, "reason": "gpu_lost"}
@@ -416,7 +416,7 @@ def test_processes_two_call_protocol_and_per_process_series(fake, backend):
     assert v[("accel_process_sm_utilization_ratio", (*ident, "4242"))] == 0.55
     assert v[("accel_processes", ("1", fake.uuid(1)))] == 0
     # GPU 1 has no process: pynvml's NVMLError(0) for "nothing to report" is no error.
-    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+    assert not [k for k in v if k[0] == "accel_field_errors_total"]
 
 
 def test_mps_clients_are_listed_with_their_own_pids(fake, backend):
@@ -436,13 +436,13 @@ def test_mps_clients_are_listed_with_their_own_pids(fake, backend):
     assert v[("accel_processes", ident)] == 3
     assert v[("accel_process_memory_bytes", (*ident, "4242"))] == 3 * 2**30
     assert v[("accel_process_memory_bytes", (*ident, "5151"))] == 2**30
-    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+    assert not [k for k in v if k[0] == "accel_field_errors_total"]
     # A driver without the MPS entry points: the other lists still count, no error.
     for version in ("v3", "v2"):
         fake.add_rule(f"nvmlDeviceGetMPSComputeRunningProcesses_{version}", error=13)
     v = values(poll(started(backend), processes=True))
     assert v[("accel_processes", ident)] == 1
-    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+    assert not [k for k in v if k[0] == "accel_field_errors_total"]
 
 
 @pytest.mark.parametrize("code", [13, *NEWER_REFUSALS])  # 13: FUNCTION_NOT_FOUND
@@ -466,7 +466,7 @@ def test_process_lists_fall_back_to_v2_on_drivers_without_v3(fake, backend, code
     assert v[("accel_process_memory_bytes", (*ident, "6060"))] == 2**20
     assert v[("accel_process_sm_utilization_ratio", (*ident, "4242"))] == 0.55
     assert v[("accel_processes", ("1", fake.uuid(1)))] == 0
-    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+    assert not [k for k in v if k[0] == "accel_field_errors_total"]
     # The downgrade is remembered: _v3 is not asked again.
     asked = [fake.state.rules[rule].matched for rule in rules]
     values(poll(b, slow=False, processes=True))
@@ -701,7 +701,7 @@ def test_gpm_figures_of_whole_gpus_from_consecutive_samples(fake, backend):
     fake.set_gpm(1, {2: 77.0})
     third = values(poll(b, slow=False))
     assert third[("accel_sm_active_ratio", ("1", fake.uuid(1)))] == 0.77
-    assert not [k for k in third if k[0] == "accel_nvml_field_errors_total"]
+    assert not [k for k in third if k[0] == "accel_field_errors_total"]
 
 
 def test_gpm_metric_not_supported_on_one_gpu_is_absent_there_and_not_asked_again(fake, backend):
@@ -713,7 +713,7 @@ def test_gpm_metric_not_supported_on_one_gpu_is_absent_there_and_not_asked_again
     assert ("accel_pipe_active_ratio", ("fp16",)) not in gpm_series(v, 1)
     assert ("accel_sm_occupancy_ratio", ()) in gpm_series(v, 0)
     assert ("accel_pipe_active_ratio", ("fp16",)) in gpm_series(v, 0)
-    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+    assert not [k for k in v if k[0] == "accel_field_errors_total"]
     # Dropped from GPU 1's request once; GPU 0 still asks for them.
     assert 3 not in b.gpus[1].gpm_full.ids and 13 not in b.gpus[1].gpm_full.ids
     assert 3 in b.gpus[0].gpm_full.ids
@@ -728,7 +728,7 @@ def test_pre_hopper_gpu_has_no_gpm_series_and_no_errors(fake, backend):
         v = values(poll(b))
     assert not gpm_series(v, 0)
     assert gpm_series(v, 1)
-    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+    assert not [k for k in v if k[0] == "accel_field_errors_total"]
     assert poll(b, slow=False)["devices"][0]["up"] is True
 
 
@@ -742,7 +742,7 @@ def test_gpm_value_out_of_range_is_omitted_and_counted(fake, backend, bad):
     assert ("accel_sm_active_ratio", ident) not in v
     assert ("accel_pcie_tx_average_bytes_per_second", ident) not in v
     assert ("accel_sm_occupancy_ratio", ident) in v
-    assert v[("accel_nvml_field_errors_total", (*ident, "invalid_value"))] == 2
+    assert v[("accel_field_errors_total", (*ident, "nvml", "invalid_value"))] == 2
     assert ("accel_sm_active_ratio", ("1", fake.uuid(1))) in v
 
 
@@ -753,7 +753,7 @@ def test_gpm_call_failing_on_one_gpu_gives_no_stale_numbers(fake, backend):
     rule = fake.add_rule("nvmlGpmSampleGet", device=0, error=control.UNKNOWN)
     v = values(poll(b, slow=False))
     assert not gpm_series(v, 0) and gpm_series(v, 1)
-    assert v[("accel_nvml_field_errors_total", ("0", fake.uuid(0), "unknown"))] == 1
+    assert v[("accel_field_errors_total", ("0", fake.uuid(0), "nvml", "unknown"))] == 1
     fake.clear_rule(rule)
     # The pair was broken: the next sample primes again instead of spanning the gap.
     assert not gpm_series(values(poll(b, slow=False)), 0)
@@ -827,7 +827,7 @@ def test_recovery_action_field_failing_is_absent_and_counted(fake, backend):
     fake.add_rule("field:230", device=0, error=control.UNKNOWN)
     v = values(poll(started(backend)))
     assert not [k for k in v if k[0] == "accel_device_recovery_action" and k[1][0] == "0"]
-    assert v[("accel_nvml_field_errors_total", ("0", fake.uuid(0), "unknown"))] == 1
+    assert v[("accel_field_errors_total", ("0", fake.uuid(0), "nvml", "unknown"))] == 1
     assert [k for k in v if k[0] == "accel_device_recovery_action" and k[1][0] == "1"]
 
 
@@ -868,7 +868,7 @@ def test_nvlink_errors_fabric_margin_and_power_bounds(fake, backend):
     assert v[("accel_power_limit_bound_watts", (*ident, "default"))] == 600.0
     # GPU 1 is on no fabric (NOT_SUPPORTED): no fabric series, no error.
     assert not [k for k in v if k[0].startswith("accel_nvidia_fabric") and k[1][0] == "1"]
-    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+    assert not [k for k in v if k[0] == "accel_field_errors_total"]
 
 
 def test_per_process_encoder_decoder_memory_and_name(fake, backend):
@@ -890,4 +890,4 @@ def test_sram_ecc_threshold(fake, backend):
     v = values(poll(started(backend)))
     assert v[("accel_sram_ecc_threshold_exceeded", ("0", fake.uuid(0)))] == 1
     assert ("accel_sram_ecc_threshold_exceeded", ("1", fake.uuid(1))) not in v
-    assert not [k for k in v if k[0] == "accel_nvml_field_errors_total"]
+    assert not [k for k in v if k[0] == "accel_field_errors_total"]

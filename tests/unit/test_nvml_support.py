@@ -1,15 +1,12 @@
-"""Pure helpers of the NVML backend: value decoding, sentinels, emission."""
+"""Pure helpers of the NVML backend: value decoding, reasons (emission: test_backend_contract)."""
 
 from __future__ import annotations
 
-import math
 import struct
 
 import pytest
 
 from exporter.backends import nvml_support as nv
-from exporter.backends.nvml_support import Emitter
-from exporter.backends.wire import new_rows
 
 
 def raw(fmt: str, value) -> int:
@@ -37,34 +34,6 @@ def test_uint_ignores_upper_bytes_of_the_union():
     assert nv.union_value(1, (0xDEAD << 32) | 17) == 17.0
 
 
-@pytest.mark.parametrize("value", [nv.U32_MAX, nv.U64_MAX, -1, math.inf, math.nan])
-def test_sentinels_are_never_emitted(value):
-    out = Emitter(0, new_rows())
-    out.add("accel_power_watts", value)
-    assert out.rows == {}
-
-
-def test_ratio_rejects_out_of_range_percentages_and_rows_are_in_wire_form():
-    out = Emitter(3, new_rows())
-    out.ratio("accel_utilization_ratio", 101)
-    out.ratio("accel_utilization_ratio", nv.U32_MAX)
-    out.ratio("accel_utilization_ratio", math.nan)
-    out.ratio("accel_utilization_ratio", 0)
-    out.ratio("accel_fan_speed_ratio", 55, "1")
-    out.ratio("accel_fan_speed_ratio", 60, "2")
-    assert out.rows == {
-        "accel_utilization_ratio": [3, 0.0],
-        "accel_fan_speed_ratio": [3, "1", 0.55, 3, "2", 0.6],
-    }
-
-
-def test_row_prefixes_are_shared_per_dimension_value():
-    cache: dict = {}
-    a, b = Emitter(0, new_rows(), cache), Emitter(0, new_rows(), cache)
-    assert a.prefix("gpu") is b.prefix("gpu")
-    assert a.prefix("1", "0") == (0, "1", "0")
-
-
 def test_reasons_and_cuda_version():
     assert nv.reason_of(15) == "gpu_lost"
     assert nv.reason_of(12345) == "nvml_error_12345"
@@ -84,6 +53,7 @@ def test_every_pynvml_function_the_backend_calls_is_resolved_at_bootstrap():
         "nvml.py",
         "nvml_device.py",
         "nvml_events.py",
+        "nvml_gpu.py",
         "nvml_gpm.py",
         "nvml_reliability.py",
     ):
