@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from exporter.catalog import amd, device, gaudi, intel, nvidia
+from exporter.catalog import DOMAINS
 from exporter.catalog.device import ID
 
 # family -> [position, label..., value, position, label..., value, ...]
@@ -38,10 +38,12 @@ DAEMON_OWNED = frozenset(
 
 # The families a backend may send, with the width of a row: its label count, the
 # two identity labels (device, uuid) being replaced by one inventory position.
-# Only the device domains: workload attribution and the rest come from other sources.
+# Only the domains of device backends (a catalog module with FROM_WORKERS): workload
+# attribution and the rest come from other sources.
 ROW_WIDTH: dict[str, int] = {
     spec.name: len(spec.labels)
-    for module in (device, nvidia, amd, intel, gaudi)
+    for module in DOMAINS
+    if getattr(module, "FROM_WORKERS", False)
     for spec in module.ROWS
     if spec.labels[: len(ID)] == ID and spec.name not in DAEMON_OWNED
 }

@@ -26,9 +26,10 @@ from exporter.catalog import (
 )
 from exporter.catalog.spec import UNITS, Kind, MetricSpec
 
-__all__ = ["CATALOG", "UNITS", "Kind", "MetricSpec", "build", "spec", "with_rows"]
+__all__ = ["CATALOG", "DOMAINS", "UNITS", "Kind", "MetricSpec", "build", "spec", "with_rows"]
 
-_DOMAINS = (
+# Every domain module; one that sets FROM_WORKERS holds rows a device worker may send.
+DOMAINS = (
     exporter_self,
     host,
     device,
@@ -54,7 +55,7 @@ def build(rows: Iterable[MetricSpec]) -> Mapping[str, MetricSpec]:
     return MappingProxyType(out)
 
 
-CATALOG: Mapping[str, MetricSpec] = build(row for mod in _DOMAINS for row in mod.ROWS)
+CATALOG: Mapping[str, MetricSpec] = build(row for mod in DOMAINS for row in mod.ROWS)
 
 
 def spec(name: str) -> MetricSpec:

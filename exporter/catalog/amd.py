@@ -19,6 +19,9 @@ from exporter.catalog.vocabulary import (
     TEMPERATURE_LIMITS,
 )
 
+# Rows a device worker may send (exporter.backends.wire): this module is a backend's.
+FROM_WORKERS = True
+
 ROWS = (
     MetricSpec(
         "accel_amd_board_info",

@@ -63,6 +63,9 @@ INFO_LABELS = (
     "physical_gpu",
 )
 
+# Rows a device worker may send (exporter.backends.wire): this module is a backend's.
+FROM_WORKERS = True
+
 ROWS = (
     MetricSpec(
         "accel_device_info",

@@ -13,6 +13,9 @@ from exporter.catalog.device import ID
 from exporter.catalog.spec import Kind, MetricSpec
 from exporter.catalog.vocabulary import ROW_CAUSES
 
+# Rows a device worker may send (exporter.backends.wire): this module is a backend's.
+FROM_WORKERS = True
+
 ROWS = (
     MetricSpec(
         "accel_gaudi_memory_utilization_ratio",

@@ -11,6 +11,9 @@ from __future__ import annotations
 from exporter.catalog.device import ID
 from exporter.catalog.spec import Kind, MetricSpec
 
+# Rows a device worker may send (exporter.backends.wire): this module is a backend's.
+FROM_WORKERS = True
+
 ROWS = (
     MetricSpec(
         "accel_intel_engine_utilization_ratio",
