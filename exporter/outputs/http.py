@@ -21,6 +21,7 @@ import io
 import json
 import socket
 import ssl
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -118,7 +119,13 @@ class _Server(ThreadingHTTPServer):
             request.settimeout(None)
             if not request.recv(1, socket.MSG_PEEK) or not self.conns.reading(conn):
                 return
-            request.settimeout(self.read_timeout)
+            # The socket stays blocking for its whole life, as the standard library's
+            # server keeps it: a Python timeout would poll before every send and
+            # switch the socket's mode around every keep-alive wait, a GIL hand-over
+            # each that loaded scrapers queue behind (docs/http.md). The read
+            # timeout of a write (some progress at least this often) is the
+            # kernel's SO_SNDTIMEO instead; every other deadline is the reaper's.
+            request.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(self.read_timeout))
             tls = self.tls
             if tls is not None:
                 request = tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
@@ -166,10 +173,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             # Blocks until the next request's first byte, or until the reaper shuts
             # the socket down: the idle timeout is its business, not a socket timeout.
-            self.connection.settimeout(None)
             if not cast(io.BufferedReader, self.rfile).peek(1) or not conns.reading(self.conn):
                 return
-            self.connection.settimeout(self.server.read_timeout)
             self.handle_one_request()
 
     # Answers, error pages included, always carry a status line and headers:
@@ -226,7 +231,8 @@ class _Handler(BaseHTTPRequestHandler):
             if not self._authorized():
                 return
             self._with_slot(self.server.slots, url.path, parse_qs(url.query))
-        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+        except (BrokenPipeError, ConnectionResetError, TimeoutError, BlockingIOError):
+            # BlockingIOError: a write made no progress within SO_SNDTIMEO.
             self.close_connection = True
         except Exception as exc:
             log.get(output="http").error("request failed", path=url.path, error=repr(exc))
@@ -310,6 +316,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(204, b"")
         else:
             self._send(404, b"Not Found\n")
+
+
+def _timeval(seconds: float) -> bytes:
+    """``seconds`` as the ``struct timeval`` SO_SNDTIMEO takes."""
+    whole = int(seconds)
+    return struct.pack("@ll", whole, int((seconds - whole) * 1_000_000))
 
 
 def _landing() -> str:
