@@ -33,6 +33,7 @@ from exporter import __version__, log
 from exporter.config.addresses import join_host_port, parse_listen_address
 from exporter.config.schema import WebConfig
 from exporter.model import Reading
+from exporter.outputs import http_request
 from exporter.outputs.auth import BasicAuth, Verdict, tls_context
 from exporter.outputs.http_conns import (
     AUTH_FAILURES,
@@ -150,6 +151,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    raw_requestline: bytes  # set by handle_one_request, untyped in the stubs
     protocol_version = "HTTP/1.1"
     server_version = f"accel-exporter/{__version__}"
 
@@ -182,11 +184,32 @@ class _Handler(BaseHTTPRequestHandler):
     default_request_version = "HTTP/1.0"
 
     def parse_request(self) -> bool:
-        """Parse the request line and headers; from here on the connection is serving."""
-        if not super().parse_request():
+        """Parse the request line and headers; from here on the connection is serving.
+
+        As the standard library's, with the headers read by ``http_request``.
+        """
+        self.command = None  # type: ignore[assignment]  # as the standard library's
+        self.request_version = self.default_request_version
+        self.close_connection = True
+        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        try:
+            line = http_request.request_line(self.requestline)
+            if line is None:
+                return False
+            self.request_version = line.version
+            self.close_connection = not line.keep_alive
+            self.command, self.path = line.method, line.target
+            self.headers = http_request.headers(self.rfile)
+        except http_request.BadRequest as exc:
+            self.send_error(exc.status, exc.message)
             return False
-        if len(self.requestline.split()) != 3:
-            self.send_error(400, "Request line needs a method, a target and a version")
+        connection = self.headers.get("Connection", "").lower()
+        if connection == "close":
+            self.close_connection = True
+        elif connection == "keep-alive":
+            self.close_connection = False
+        expect = self.headers.get("Expect", "").lower()
+        if expect == "100-continue" and line.keep_alive and not self.handle_expect_100():
             return False
         if not self.server.conns.serving(self.conn):
             self.close_connection = True
