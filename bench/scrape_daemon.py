@@ -9,7 +9,10 @@ main branch, measured side by side in the same run):
   GPUs) is loaded by 1 and 8 keep-alive clients, alternating round by round with a
   plain ``http.server.ThreadingHTTPServer`` (HTTP/1.1, no limits, no deadlines)
   serving the daemon's own body byte for byte, so both meet the same background
-  load; p50 and p99 of each, and the ratio of the p50s per round (target <= 1.2 at 8).
+  load; p50 and p99 of each, the ratio of the p50s per round (target <= 1.2 at 8),
+  and the CPU each server's process spent per request (the daemon's includes its
+  polls and renders meanwhile; its worker processes are not counted), which a
+  loaded machine moves far less than latency; and the 1-minute load average.
 * ``first_metrics_*``: process start to the first /metrics that has every GPU up,
   and the latency of the first /metrics request of a daemon that is ready and has
   rendered nothing yet (the cold render; target <= 0.3 s), over a few starts.
@@ -203,29 +206,46 @@ def scrape(
         assert plain.stdout is not None
         ports = {"daemon": int(url.rsplit(":", 1)[1]), "plain": int(plain.stdout.readline())}
         out: dict[str, Any] = {"body_bytes": len(body)}
+        pids = {"daemon": proc.pid, "plain": plain.pid}
         for clients in (1, 8):
             lat: dict[str, list[float]] = {"daemon": [], "plain": []}
+            cpu: dict[str, list[float]] = {"daemon": [], "plain": []}
             ratios = []
             for port in ports.values():
                 load(port, clients, 64)  # connections and caches warm
+            loads = []
             for _ in range(args.rounds):
+                loads.append(round(os.getloadavg()[0], 1))
                 p50 = {}
                 for name, port in ports.items():
+                    before = process_cpu(pids[name])
                     got = load(port, clients, args.requests)
+                    cpu[name].append(1000 * (process_cpu(pids[name]) - before) / len(got))
                     lat[name] += got
                     p50[name] = statistics.median(got)
                 ratios.append(round(p50["daemon"] / p50["plain"], 3))
             out[f"clients_{clients}"] = {
                 **{f"{n}_p50_ms": p(v, 0.5) for n, v in lat.items()},
                 **{f"{n}_p99_ms": p(v, 0.99) for n, v in lat.items()},
+                **{
+                    f"{n}_cpu_ms_per_request": round(statistics.median(v), 3)
+                    for n, v in cpu.items()
+                },
                 "p50_ratio_per_round": ratios,
                 "p50_ratio_median": statistics.median(ratios),
+                "load_average_1m": loads,
             }
         return out
     finally:
         if plain is not None:
             stop(plain)  # type: ignore[arg-type]
         stop(proc)
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds of one process, every thread (user and system)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def tree_cpu(pid: int) -> float:

@@ -219,9 +219,12 @@ def _lines(shape: _Shape, readings: Sequence[Reading], out: list[str]) -> None:
             value = reading.value
             assert not isinstance(value, HistogramValue), reading.metric
             labels = reading.labels
-            last = lines.get(labels)
+            # Popped and put back: the key is then this render's tuple, and the last
+            # poll's (with its strings) is not kept alive by the cache.
+            last = lines.pop(labels, None)
             # Zero is written again: 0.0 == -0.0, and Go writes "-0".
             if last is not None and last[0] == value and value:
+                lines[labels] = last
                 out.append(last[1])
                 continue
             if last is not None:
