@@ -5,11 +5,14 @@ Usage: ``python bench/scrape_daemon.py [--baseline /work/main] [--profile full]`
 For this checkout (and ``--baseline``, another checkout of the project, e.g. the
 main branch, measured side by side in the same run):
 
-* ``scrape``: the real daemon on the fake NVML node (tests/fakes/nvml, 16 H100-class
-  GPUs) is loaded by 1 and 8 keep-alive clients, alternating round by round with a
-  plain ``http.server.ThreadingHTTPServer`` (HTTP/1.1, no limits, no deadlines)
-  serving the daemon's own body byte for byte, so both meet the same background
-  load; p50 and p99 of each, and the ratio of the p50s per round (target <= 1.2 at 8).
+* ``scrape``: the real daemon of every checkout on one fake NVML node (tests/fakes/nvml,
+  16 H100-class GPUs) is loaded by 1 and 8 keep-alive clients, alternating round by
+  round with the other checkouts' and a plain ``http.server.ThreadingHTTPServer``
+  (HTTP/1.1, no limits, no deadlines) serving the first daemon's body byte for byte,
+  so all meet the same background load; p50 and p99 of each, the ratio of the p50s
+  per round (target <= 1.2 at 8), the CPU each server's process spent per request
+  (the daemon's includes its polls and renders meanwhile, not its workers'), which a
+  loaded machine moves far less than latency, and the 1-minute load average.
 * ``first_metrics_*``: process start to the first /metrics that has every GPU up,
   and the latency of the first /metrics request of a daemon that is ready and has
   rendered nothing yet (the cold render; target <= 0.3 s), over a few starts.
@@ -182,50 +185,86 @@ def p(values: list[float], q: float) -> float:
 
 
 def scrape(
-    checkout: Path, work: Path, env: dict[str, str], uuids: list[str], args: argparse.Namespace
-) -> dict[str, Any]:
-    proc, url = start_daemon(checkout, work, env, args.profile)
+    checkouts: list[Path],
+    work: Path,
+    env: dict[str, str],
+    uuids: list[str],
+    args: argparse.Namespace,
+) -> dict[Path, dict[str, Any]]:
+    """Every checkout's daemon on the same fake node, and a plain server with the first's
+    body, loaded in turn round by round (A, B, plain, A, B, plain...), so that all meet
+    the same background load; each round's p50 ratio is to the plain server's of that round."""
+    daemons = {c: start_daemon(c, work, env, args.profile) for c in checkouts}
     plain = None
     try:
-        deadline = time.monotonic() + 60
-        while (body := complete(url, uuids)) is None:
-            if time.monotonic() > deadline:
-                raise RuntimeError("no complete /metrics within 60 s")
-            time.sleep(0.05)
+        bodies = {}
+        for _, url in daemons.values():
+            deadline = time.monotonic() + 60
+            while complete(url, uuids) is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("no complete /metrics within 60 s")
+                time.sleep(0.05)
         time.sleep(3.0)  # past the first slow poll: the body keeps its size from here on
-        with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
-            body = resp.read()
-        body_file = work / f"body-{checkout.name}.prom"
-        body_file.write_bytes(body)
+        for checkout, (_, url) in daemons.items():
+            with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+                bodies[checkout] = resp.read()
+        body_file = work / "body.prom"
+        body_file.write_bytes(bodies[checkouts[0]])
         plain = subprocess.Popen(
             [sys.executable, "-c", PLAIN_SERVER, str(body_file)], stdout=subprocess.PIPE, text=True
         )
         assert plain.stdout is not None
-        ports = {"daemon": int(url.rsplit(":", 1)[1]), "plain": int(plain.stdout.readline())}
-        out: dict[str, Any] = {"body_bytes": len(body)}
+        servers: dict[Path | str, tuple[int, int]] = {
+            c: (proc.pid, int(url.rsplit(":", 1)[1])) for c, (proc, url) in daemons.items()
+        }
+        servers["plain"] = (plain.pid, int(plain.stdout.readline()))
+        out: dict[Path, dict[str, Any]] = {c: {"body_bytes": len(bodies[c])} for c in checkouts}
         for clients in (1, 8):
-            lat: dict[str, list[float]] = {"daemon": [], "plain": []}
-            ratios = []
-            for port in ports.values():
+            lat: dict[Path | str, list[float]] = {n: [] for n in servers}
+            cpu: dict[Path | str, list[float]] = {n: [] for n in servers}
+            p50: dict[Path | str, list[float]] = {n: [] for n in servers}
+            for _, port in servers.values():
                 load(port, clients, 64)  # connections and caches warm
+            loads = []
             for _ in range(args.rounds):
-                p50 = {}
-                for name, port in ports.items():
+                loads.append(round(os.getloadavg()[0], 1))
+                for name, (pid, port) in servers.items():
+                    before = process_cpu(pid)
                     got = load(port, clients, args.requests)
+                    cpu[name].append(1000 * (process_cpu(pid) - before) / len(got))
                     lat[name] += got
-                    p50[name] = statistics.median(got)
-                ratios.append(round(p50["daemon"] / p50["plain"], 3))
-            out[f"clients_{clients}"] = {
-                **{f"{n}_p50_ms": p(v, 0.5) for n, v in lat.items()},
-                **{f"{n}_p99_ms": p(v, 0.99) for n, v in lat.items()},
-                "p50_ratio_per_round": ratios,
-                "p50_ratio_median": statistics.median(ratios),
-            }
+                    p50[name].append(statistics.median(got))
+            for checkout in checkouts:
+                ratios = [round(a / b, 3) for a, b in zip(p50[checkout], p50["plain"], strict=True)]
+                out[checkout][f"clients_{clients}"] = {
+                    **{
+                        f"{n}_p50_ms": p(lat[k], 0.5)
+                        for n, k in (("daemon", checkout), ("plain", "plain"))
+                    },
+                    **{
+                        f"{n}_p99_ms": p(lat[k], 0.99)
+                        for n, k in (("daemon", checkout), ("plain", "plain"))
+                    },
+                    **{
+                        f"{n}_cpu_ms_per_request": round(statistics.median(cpu[k]), 3)
+                        for n, k in (("daemon", checkout), ("plain", "plain"))
+                    },
+                    "p50_ratio_per_round": ratios,
+                    "p50_ratio_median": statistics.median(ratios),
+                    "load_average_1m": loads,
+                }
         return out
     finally:
         if plain is not None:
             stop(plain)  # type: ignore[arg-type]
-        stop(proc)
+        for proc, _ in daemons.values():
+            stop(proc)
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds of one process, every thread (user and system)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def tree_cpu(pid: int) -> float:
@@ -297,11 +336,9 @@ def main(argv: list[str] | None = None) -> int:
         fake = FakeNvml.create(build(work / "lib"), work / "state", args.devices)
         env = fake.env()
         uuids = [fake.uuid(i) for i in range(args.devices)]
+        scraped = scrape(checkouts, work, env, uuids, args) if "scrape" not in skip else {}
         for checkout in checkouts:
-            row: dict[str, Any] = {}
-            if "scrape" not in skip:
-                row["scrape"] = scrape(checkout, work, env, uuids, args)
-            result[str(checkout)] = row
+            result[str(checkout)] = {"scrape": scraped[checkout]} if checkout in scraped else {}
         if "first" not in skip:
             runs: dict[Path, list[dict[str, float]]] = {c: [] for c in checkouts}
             for _ in range(args.starts):  # alternated, so both meet the same load

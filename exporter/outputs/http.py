@@ -21,6 +21,7 @@ import io
 import json
 import socket
 import ssl
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from exporter import __version__, log
 from exporter.config.addresses import join_host_port, parse_listen_address
 from exporter.config.web import WebConfig
 from exporter.model import Reading
+from exporter.outputs import http_request
 from exporter.outputs.auth import BasicAuth, Verdict, tls_context
 from exporter.outputs.http_conns import (
     AUTH_FAILURES,
@@ -118,7 +120,13 @@ class _Server(ThreadingHTTPServer):
             request.settimeout(None)
             if not request.recv(1, socket.MSG_PEEK) or not self.conns.reading(conn):
                 return
-            request.settimeout(self.read_timeout)
+            # The socket stays blocking for its whole life, as the standard library's
+            # server keeps it: a Python timeout would poll before every send and
+            # switch the socket's mode around every keep-alive wait, a GIL hand-over
+            # each that loaded scrapers queue behind (docs/http.md). The read
+            # timeout of a write (some progress at least this often) is the
+            # kernel's SO_SNDTIMEO instead; every other deadline is the reaper's.
+            request.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(self.read_timeout))
             tls = self.tls
             if tls is not None:
                 request = tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
@@ -143,6 +151,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    raw_requestline: bytes  # set by handle_one_request, untyped in the stubs
     protocol_version = "HTTP/1.1"
     server_version = f"accel-exporter/{__version__}"
 
@@ -166,10 +175,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             # Blocks until the next request's first byte, or until the reaper shuts
             # the socket down: the idle timeout is its business, not a socket timeout.
-            self.connection.settimeout(None)
             if not cast(io.BufferedReader, self.rfile).peek(1) or not conns.reading(self.conn):
                 return
-            self.connection.settimeout(self.server.read_timeout)
             self.handle_one_request()
 
     # Answers, error pages included, always carry a status line and headers:
@@ -177,11 +184,32 @@ class _Handler(BaseHTTPRequestHandler):
     default_request_version = "HTTP/1.0"
 
     def parse_request(self) -> bool:
-        """Parse the request line and headers; from here on the connection is serving."""
-        if not super().parse_request():
+        """Parse the request line and headers; from here on the connection is serving.
+
+        As the standard library's, with the headers read by ``http_request``.
+        """
+        self.command = None  # type: ignore[assignment]  # as the standard library's
+        self.request_version = self.default_request_version
+        self.close_connection = True
+        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        try:
+            line = http_request.request_line(self.requestline)
+            if line is None:
+                return False
+            self.request_version = line.version
+            self.close_connection = not line.keep_alive
+            self.command, self.path = line.method, line.target
+            self.headers = http_request.headers(self.rfile)
+        except http_request.BadRequest as exc:
+            self.send_error(exc.status, exc.message)
             return False
-        if len(self.requestline.split()) != 3:
-            self.send_error(400, "Request line needs a method, a target and a version")
+        connection = self.headers.get("Connection", "").lower()
+        if connection == "close":
+            self.close_connection = True
+        elif connection == "keep-alive":
+            self.close_connection = False
+        expect = self.headers.get("Expect", "").lower()
+        if expect == "100-continue" and line.keep_alive and not self.handle_expect_100():
             return False
         if not self.server.conns.serving(self.conn):
             self.close_connection = True
@@ -226,7 +254,8 @@ class _Handler(BaseHTTPRequestHandler):
             if not self._authorized():
                 return
             self._with_slot(self.server.slots, url.path, parse_qs(url.query))
-        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+        except (BrokenPipeError, ConnectionResetError, TimeoutError, BlockingIOError):
+            # BlockingIOError: a write made no progress within SO_SNDTIMEO.
             self.close_connection = True
         except Exception as exc:
             log.get(output="http").error("request failed", path=url.path, error=repr(exc))
@@ -310,6 +339,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(204, b"")
         else:
             self._send(404, b"Not Found\n")
+
+
+def _timeval(seconds: float) -> bytes:
+    """``seconds`` as the ``struct timeval`` SO_SNDTIMEO takes."""
+    whole = int(seconds)
+    return struct.pack("@ll", whole, int((seconds - whole) * 1_000_000))
 
 
 def _landing() -> str:

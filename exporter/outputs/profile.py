@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from exporter.catalog import CATALOG, MetricSpec
+from exporter.catalog import CATALOG, Kind, MetricSpec
 from exporter.catalog.profiles import DEFAULT_PROFILE, Selection, Sparse, select
 from exporter.catalog.totals import TOTALS, Total
 from exporter.config.outputs import ProfileConfig
@@ -40,6 +40,18 @@ def _total(total: Total, readings: Sequence[Reading], labels: Sequence[str]) -> 
         key = reading.labels[:at] + reading.labels[at + 1 :]
         sums[key] = sums.get(key, 0.0) + value
     return [Reading(total.row.name, key, value) for key, value in sums.items()]
+
+
+def _total_count(total: Total, readings: Sequence[Reading], labels: Sequence[str]) -> int:
+    """How many readings :func:`_total` returns."""
+    at = labels.index(total.over)
+    return len(
+        {
+            r.labels[:at] + r.labels[at + 1 :]
+            for r in readings
+            if not isinstance(r.value, HistogramValue)
+        }
+    )
 
 
 def _sparse(rule: Sparse, readings: Sequence[Reading]) -> list[Reading]:
@@ -105,12 +117,20 @@ class Profile:
                 if name in families:
                     rule = self.selection.sparse.get(name)
                     kept = _sparse(rule, readings) if rule is not None else readings
-                    count += sum(samples_of(r) for r in kept)
+                    row = self.catalog.get(name)
+                    # Counted per render: a line per reading but for histograms.
+                    if row is not None and row.kind is not Kind.HISTOGRAM:
+                        count += len(kept)
+                    else:
+                        count += sum(samples_of(r) for r in kept)
             for name, total in _TOTALS.items():
                 detail = self.catalog.get(total.detail)
                 if name in families and total.detail in by_family and detail is not None:
-                    kept = _total(total, by_family[total.detail], detail.labels)
                     rule = self.selection.sparse.get(name)
-                    count += len(_sparse(rule, kept) if rule is not None else kept)
+                    if rule is None:  # the totals' number without summing them
+                        count += _total_count(total, by_family[total.detail], detail.labels)
+                        continue
+                    kept = _total(total, by_family[total.detail], detail.labels)
+                    count += len(_sparse(rule, kept))
             counts[source] = counts.get(source, 0) + count
         return counts

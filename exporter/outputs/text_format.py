@@ -24,7 +24,7 @@ import math
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from exporter.catalog import Kind, MetricSpec
 from exporter.model import HistogramValue, Reading
@@ -167,6 +167,13 @@ class _Shape:
     names: tuple[str, ...]
     # Histograms: where "le" goes among the sorted names.
     le_at: int
+    # Label values -> (value, line, where the value starts) of the last render, for
+    # non-histogram families: a series keeps its labels from one render to the next,
+    # and often its value too, and building the label text and formatting the number
+    # are nearly all of a line's cost (docs/http.md: renders of the 16-GPU fake).
+    lines: dict[tuple[str, ...], tuple[float, str, int]] = field(
+        default_factory=dict, compare=False, hash=False
+    )
 
 
 @functools.lru_cache(maxsize=4096)
@@ -203,17 +210,38 @@ def _labels(shape: _Shape, values: Sequence[str], le: str | None = None) -> str:
 def _lines(shape: _Shape, readings: Sequence[Reading], out: list[str]) -> None:
     sample = shape.sample
     if not shape.histogram:
+        lines = shape.lines
+        # Series that come and go (a pod's labels) would grow it without bound:
+        # past a few renders' worth it starts again from this one.
+        if len(lines) > 4 * len(readings) + 64:
+            lines.clear()
         for reading in readings:
             value = reading.value
             assert not isinstance(value, HistogramValue), reading.metric
-            out.append(f"{sample}{_labels(shape, reading.labels)} {go_float(value)}\n")
+            labels = reading.labels
+            # Popped and put back: the key is then this render's tuple, and the last
+            # poll's (with its strings) is not kept alive by the cache.
+            last = lines.pop(labels, None)
+            # Zero is written again: 0.0 == -0.0, and Go writes "-0".
+            if last is not None and last[0] == value and value:
+                lines[labels] = last
+                out.append(last[1])
+                continue
+            if last is not None:
+                cut = last[2]
+                line = f"{last[1][:cut]}{go_float(value)}\n"
+            else:
+                prefix = f"{sample}{_labels(shape, labels)} "
+                cut, line = len(prefix), f"{prefix}{go_float(value)}\n"
+            lines[labels] = (value, line, cut)
+            out.append(line)
         return
     for reading in readings:
         hist = reading.value
         assert isinstance(hist, HistogramValue), reading.metric
         for bound, count in zip(hist.bounds, hist.counts, strict=False):
-            labels = _labels(shape, reading.labels, le_bound(bound))
-            out.append(f"{sample}_bucket{labels} {go_float(count)}\n")
+            bucket = _labels(shape, reading.labels, le_bound(bound))
+            out.append(f"{sample}_bucket{bucket} {go_float(count)}\n")
         total = hist.counts[-1]
         out.append(f"{sample}_bucket{_labels(shape, reading.labels, '+Inf')} {go_float(total)}\n")
         if hist.bounds and hist.bounds[0] < 0:

@@ -119,3 +119,32 @@ def test_each_profile_within_budget_and_switched_by_sighup(
             previous = text
         assert figures["minimal"]["samples"] < figures["default"]["samples"]
         assert figures["default"]["samples"] <= figures["full"]["samples"]
+
+
+@pytest.mark.parametrize("kind", ["nvidia", "amd"])
+def test_compat_and_workload_labels_stay_within_the_label_limit(
+    kind: str, daemon_factory: Any, tmp_path: Path
+) -> None:
+    """Every family of every profile, with both compat exporters, AMD's cluster_name and
+    workload_labels on (the widest configuration): no series over the limit. The widest
+    attributed case (a pod and a Slurm job at once) is tests/unit/test_compat.py's."""
+    wide = {"compat": ["dcgm", "amd"], "cluster_name": "prod-a", "workload_labels": True}
+    with node(kind, tmp_path / kind) as fake:
+        d = daemon_factory(config=fake.with_profile("full", **wide), env=fake.env)
+        d.wait_metric("accel_devices", fake.devices, timeout=90, vendor=fake.vendor)
+        d.wait_metric("accel_exporter_source_up", 1, timeout=90, source=fake.source)
+        compat_prefix = "DCGM_" if kind == "nvidia" else "gpu_"
+        for profile in ("full", "minimal", "default"):
+            if profile != "full":
+                reloaded = time.time()
+                reload_to(d, fake.with_profile(profile, **wide))
+                d.wait_for(
+                    lambda since=reloaded: polled_since(d, fake.source, since),
+                    timeout=90,
+                    what=f"{fake.source} polled after the reload",
+                )
+            text = settled(d.metrics)
+            figures = measure(text)
+            assert figures["max_labels"] <= MAX_SERIES_LABELS, (profile, figures["widest_family"])
+            names = {f.name for f in text_string_to_metric_families(text)}
+            assert any(n.startswith(compat_prefix) for n in names), profile

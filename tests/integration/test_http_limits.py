@@ -145,6 +145,16 @@ class BigExposition(Exposition):
         return b"#" * (32 << 20), {"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
 
 
+def stalled_scrape(server: HttpServer) -> socket.socket:
+    """A client that asks for /metrics and never reads the answer, once it is served."""
+    slow = socket.socket()
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.connect(server.address)
+    slow.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    wait_until(lambda: server.connections.counts()["serving"] == 1)
+    return slow
+
+
 def test_a_client_that_does_not_read_loses_its_slot_at_the_write_timeout():
     store = Store()
     config = WebConfig(
@@ -153,12 +163,7 @@ def test_a_client_that_does_not_read_loses_its_slot_at_the_write_timeout():
     server = HttpServer(config, Endpoints(BigExposition(store), lambda: (True, []), lambda: {}))
     server.start()
     try:
-        host, port = server.address
-        slow = socket.socket()
-        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        slow.connect((host, port))
-        slow.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        wait_until(lambda: server.connections.counts()["serving"] == 1)
+        slow = stalled_scrape(server)
         # Its answer is never read: the write timeout (not the 60 s read timeout) ends it.
         wait_until(lambda: server.connections.counters.get(WRITE_TIMEOUTS) == 1)
         slow.close()
@@ -167,5 +172,25 @@ def test_a_client_that_does_not_read_loses_its_slot_at_the_write_timeout():
         # moment later, so a scrape in between may still get 503.
         wait_until(lambda: server.connections.counts()["serving"] == 0)
         wait_until(lambda: get(server, "/metrics")[0] == 200)
+    finally:
+        server.stop()
+
+
+def test_a_write_without_progress_ends_at_the_read_timeout():
+    """read_timeout bounds each write's progress (the kernel's SO_SNDTIMEO on the blocking
+    socket), well inside a write_timeout that is far away: the reaper closes nothing."""
+    store = Store()
+    config = WebConfig(
+        listen_address="127.0.0.1:0", max_requests=1, write_timeout=120.0, read_timeout=0.5
+    )
+    server = HttpServer(config, Endpoints(BigExposition(store), lambda: (True, []), lambda: {}))
+    server.start()
+    try:
+        slow = stalled_scrape(server)
+        # Never read: the stalled write fails, the connection closes, its slot is free.
+        wait_until(lambda: server.connections.counts()["serving"] == 0, timeout=60)
+        wait_until(lambda: get(server, "/metrics")[0] == 200)
+        assert server.connections.counters.get(WRITE_TIMEOUTS) == 0
+        slow.close()
     finally:
         server.stop()

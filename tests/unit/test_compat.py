@@ -12,6 +12,7 @@ from exporter.errors import ConfigError
 from exporter.model import OK, Reading, Snapshot
 from exporter.outputs import stamp
 from exporter.outputs.compat import Compat, from_config, table
+from exporter.outputs.compat import amd as amd_compat
 from exporter.outputs.prometheus import Exposition
 from exporter.store import Store
 from tests.helpers.daemon import samples, value
@@ -119,6 +120,78 @@ def test_amd_units_and_labels():
     assert [v for (n, _), v in got.items() if n == "pcie_bandwidth"] == [4000]  # Mb/s
     assert [v for (n, _), v in got.items() if n == "gpu_health"] == [1]
     assert [v for (n, _), v in got.items() if n == "gpu_nodes_total"] == [1]
+
+
+def _amd_held_by_a_pod_and_a_job() -> Snapshot:
+    """An AMD GPU with every label AMD's exporter knows set: the widest series it can get."""
+    ident = ("0", AMD)
+    info = {"serial": "S1", "model": "MI300X", "vbios": "113-M3000100-102"}
+    info.update(driver_version="6.8.5", compute_partition="SPX", memory_partition="NPS1")
+    return _snapshot(
+        "amdsmi",
+        [
+            _info("amd", "0", AMD, **info),
+            _info("amd", "1", "amd-b", serial="S2", model="MI300X"),
+            Reading("accel_device_up", ident, 1.0),
+            Reading("accel_device_up", ("1", "amd-b"), 1.0),
+            Reading("accel_amd_board_info", (*ident, "102-G30211-00"), 1.0),
+            Reading("accel_memory_used_bytes", ident, 1.5 * (1 << 20)),
+            Reading("accel_memory_used_bytes", ("1", "amd-b"), 2.5 * (1 << 20)),
+            Reading("accel_clock_hertz", (*ident, "graphics"), 2.1e9),
+            Reading("accel_clock_max_hertz", (*ident, "graphics"), 2.1e9),
+            Reading("accel_temperature_celsius", (*ident, "hbm_0"), 50.0),
+            Reading("accel_device_health", (*ident, "ok"), 1.0),
+            Reading("accel_device_workload_info", (*ident, "ml", "train", "main"), 1.0),
+            Reading("accel_device_job_info", (*ident, "777", "bob", "gpu"), 1.0),
+        ],
+    )
+
+
+def test_amd_series_leave_empty_labels_out_and_carry_at_most_fifteen():
+    store = Store()
+    store.put(_amd_held_by_a_pod_and_a_job())
+    got = samples(render(store, both()))
+    compat = {key: v for key, v in got.items() if not key[0].startswith("accel_")}
+    widths = {name: len(labels) for name, labels in compat}
+    assert max(widths.values()) == amd_compat.LABEL_LIMIT  # gpu_clock, gpu_max_clock: at the limit
+    for name, labels in compat:
+        values = dict(labels)
+        assert "" not in values.values(), name  # Prometheus stores an empty label as none
+        if values["gpu_id"] == "0":
+            # The identity, the workload and the index labels are never given up.
+            assert {"gpu_uuid", "card_model", "hostname", "cluster_name"} <= values.keys()
+            assert values["pod"] == "train" and values["job_id"] == "777", name
+    health = dict(next(labels for name, labels in compat if name == "gpu_health"))
+    clock = dict(next(labels for name, labels in compat if name == "gpu_clock"))
+    # All 19 of AMD's labels are set on this GPU: the per-device series give up four, the
+    # per-clock ones (two index labels) two more, in the documented order; the dashboards'
+    # label_values variables still find every descriptive label on the per-device series.
+    assert not {"job_partition", "job_user"} & set(health)
+    assert not {"gpu_memory_partition_type", "gpu_compute_partition_type"} & set(health)
+    assert set(health) - set(clock) == {"vbios_version", "card_vendor"}
+    assert health["vbios_version"] == "113-M3000100-102" and health["card_vendor"] == "AMD"
+    assert clock["serial_number"] == "S1" and clock["clock_type"] == "system"
+    # The unattributed GPU: AMD writes pod="" and the rest; here they are simply absent.
+    other = dict(next(k[1] for k in compat if k[0] == "gpu_used_vram" and ("gpu_id", "1") in k[1]))
+    assert other == {
+        "gpu_id": "1",
+        "gpu_uuid": "amd-b",
+        "serial_number": "S2",
+        "card_model": "MI300X",
+        "card_series": "MI300X",
+        "card_vendor": "AMD",
+        "gpu_partition_id": "0",
+        "hostname": "node-1",
+        "cluster_name": "lab",
+    }
+
+
+def test_fit_gives_up_spare_labels_in_order():
+    spare = amd_compat.SPARE
+    keep = [(f"keep{i}", "x") for i in range(12)]
+    fitted = amd_compat.fit([*keep, *((name, "x") for name in spare)])
+    assert [k for k, _ in fitted] == [k for k, _ in keep] + list(spare[-3:])
+    assert amd_compat.fit([("a", ""), ("b", "1")]) == [("b", "1")]
 
 
 def test_a_stale_source_leaves_no_compat_family():

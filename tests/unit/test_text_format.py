@@ -86,6 +86,28 @@ def test_every_family_is_written_as_prometheus_client_writes_it(accept):
     assert (text_format.negotiate(accept).fmt is None) == ("dots" in accept)
 
 
+@pytest.mark.parametrize("accept", ACCEPTS[:4])
+def test_lines_kept_from_the_last_render_still_match_the_library(accept):
+    """Renders in a row, each series keeping, changing or losing its value (zero turning
+    into minus zero, NaN staying NaN) or its labels: every body is what the library writes."""
+    catalog = with_rows([pod_labels_row(["team"])])
+    first = every_row(catalog)
+    # A series moves one step a render: 0 to -0, a value kept, NaN kept, 1e22 to 0.
+    steps = [0.0, -0.0, 7.5, 7.5, float("nan"), float("nan"), 1e22]
+    for turn in range(5):
+        readings = []
+        for i, r in enumerate(first):
+            value = r.value
+            if turn and not isinstance(value, HistogramValue):
+                value = steps[(turn + i) % len(steps)]
+            labels = r.labels if (i + turn) % 5 else tuple(f"{v}{turn}" for v in r.labels)
+            readings.append(Reading(r.metric, labels, value))
+        store = store_of(catalog, readings)
+        assert Exposition(store, process_metrics=False).render(accept, None)[0] == library(
+            store, accept
+        )
+
+
 def test_histograms_with_negative_buckets_have_no_count_or_sum_as_in_the_library():
     row = next(r for r in CATALOG.values() if r.kind is Kind.HISTOGRAM)
     labels = ("x",) * len(row.labels)

@@ -10,7 +10,16 @@ number, ``102-G30211-00``), ``card_series``, ``card_vendor``, ``vbios_version``,
 ``driver_version``, ``gpu_partition_id``, ``gpu_compute_partition_type``,
 ``gpu_memory_partition_type``, ``hostname``, ``cluster_name`` (configured), and
 ``pod``, ``namespace``, ``container``, ``job_id``, ``job_user``,
-``job_partition``, empty when the device is not attributed, as AMD writes them.
+``job_partition``.
+
+Two rules keep every series within :data:`LABEL_LIMIT` labels (issue 27) and
+change nothing a query sees. A label whose value is empty is left out: AMD's
+exporter writes ``pod=""`` on an unattributed device, but Prometheus stores an
+empty label as no label at all, so ``pod!=""`` and ``by (pod)`` match the same
+series either way. A series that would still carry more (a device held by a pod
+and a Slurm job, with ``cluster_name`` set, on a per-clock family) leaves out
+labels of :data:`SPARE`, in that order: those AMD's dashboards read least,
+and never a label they select, group or join on.
 docs/migrating.md lists the fields we do not serve and why.
 """
 
@@ -52,6 +61,28 @@ class Field:
 
 
 KEEP, ZERO, DROP = "keep", "zero", "drop"
+
+# At most this many labels on one series: with Prometheus' job and instance (and the
+# name) it stays far below Mimir's default of 30, the limit dcgm-exporter #585 hit.
+LABEL_LIMIT = 15
+# What a series over the limit gives up, first to last, by what AMD's four dashboards
+# read: job_partition and job_user no query or panel; the partition types only columns
+# the GPU dashboard's error table hides; the descriptive labels its variables read with
+# label_values over any series of the GPU, and the per-device series keep them in every
+# case (19 labels less the first four). Without all of them a series keeps gpu_id,
+# gpu_uuid, card_model, gpu_partition_id, hostname, cluster_name, pod, namespace,
+# container, job_id and two index labels: 12, so the limit always holds.
+SPARE = (
+    "job_partition",
+    "job_user",
+    "gpu_memory_partition_type",
+    "gpu_compute_partition_type",
+    "vbios_version",
+    "card_vendor",
+    "driver_version",
+    "card_series",
+    "serial_number",
+)
 
 
 FIELDS = (
@@ -184,11 +215,24 @@ def _labels(dev: Device, host: str, cluster: str, part: str) -> list[tuple[str, 
     ]
 
 
-def _family(families: dict[str, Family], name: str, doc: str) -> Family:
-    family = families.get(name)
-    if family is None:
-        family = families[name] = Family(name, "gauge", doc)
-    return family
+def fit(labels: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``labels`` without empty values, and within :data:`LABEL_LIMIT` (see the module doc)."""
+    kept = [(k, v) for k, v in labels if v]
+    spare = iter(SPARE)
+    while len(kept) > LABEL_LIMIT:
+        name = next(spare)
+        kept = [(k, v) for k, v in kept if k != name]
+    return kept
+
+
+class _Families(dict[str, Family]):
+    """device-metrics-exporter's families by name, each sample's labels fitted."""
+
+    def add(self, name: str, doc: str, labels: list[tuple[str, str]], value: float) -> None:
+        family = self.get(name)
+        if family is None:
+            family = self[name] = Family(name, "gauge", doc)
+        family.add(fit(labels), value)
 
 
 def build(view: View, host: str, cluster: str) -> list[Family]:
@@ -197,12 +241,14 @@ def build(view: View, host: str, cluster: str) -> list[Family]:
     if not gpus:
         return []
     readings = Readings(view)
-    families: dict[str, Family] = {}
+    families = _Families()
     counted = [r for r in view.readings("accel_devices") if r.labels == ("amd",)]
     if counted:
         node = {"hostname": host, "cluster_name": cluster}
         labels = [(k, node.get(k, "")) for k, _ in _labels(gpus[0], host, cluster, "")]
-        _family(families, "gpu_nodes_total", "number of GPU nodes on the machine").add(
+        families.add(
+            "gpu_nodes_total",
+            "number of GPU nodes on the machine",
             labels,
             float(counted[0].value),  # type: ignore[arg-type]
         )
@@ -217,25 +263,23 @@ def build(view: View, host: str, cluster: str) -> list[Family]:
         secondary = partition is not None and partition > 0
         health = readings.one("accel_device_health", dev.uuid, "ok")
         if health is not None:
-            _family(families, "gpu_health", "computed GPU health flag").add(labels, health)
+            families.add("gpu_health", "computed GPU health flag", labels, health)
         for f in FIELDS:
             value = readings.one(f.source, dev.uuid, *f.dims)
             if value is None or (secondary and f.secondary == DROP):
                 continue
             scaled = 0.0 if secondary and f.secondary == ZERO else f.scale(value)
-            _family(families, f.name, f.help).add(labels, scaled)
+            families.add(f.name, f.help, labels, scaled)
         total = readings.one("accel_amd_visible_vram_total_bytes", dev.uuid)
         used = readings.one("accel_amd_visible_vram_used_bytes", dev.uuid)
         if total is not None and used is not None:
             free = 0.0 if secondary else _mb(max(total - used, 0.0))
-            _family(families, "gpu_free_visible_vram", "free visible VRAM memory in MB").add(
-                labels, free
-            )
+            families.add("gpu_free_visible_vram", "free visible VRAM memory in MB", labels, free)
         total = readings.one("accel_amd_gtt_total_bytes", dev.uuid)
         used = readings.one("accel_amd_gtt_used_bytes", dev.uuid)
         if total is not None and used is not None:
             free = 0.0 if secondary else _mb(max(total - used, 0.0))
-            _family(families, "gpu_free_gtt", "free GTT memory available in MB").add(labels, free)
+            families.add("gpu_free_gtt", "free GTT memory available in MB", labels, free)
         if secondary:
             _per_partition(families, readings, dev, labels)
             continue
@@ -244,25 +288,28 @@ def build(view: View, host: str, cluster: str) -> list[Family]:
 
 
 def _per_partition(
-    families: dict[str, Family], readings: Readings, dev: Device, labels: list[tuple[str, str]]
+    families: _Families, readings: Readings, dev: Device, labels: list[tuple[str, str]]
 ) -> None:
     """What a partition other than the first has of its own: its XCP's busy share."""
     for r in readings.of("accel_amd_xcp_utilization_ratio", dev.uuid):
-        _family(
-            families,
+        families.add(
             "gpu_gfx_busy_instantaneous",
             "GFX busy instantaneous activity per accelerator compute processor",
-        ).add([*labels, ("xcc_index", r.labels[2])], _percent(float(r.value)))  # type: ignore[arg-type]
+            [*labels, ("xcc_index", r.labels[2])],
+            _percent(float(r.value)),  # type: ignore[arg-type]
+        )
 
 
 def _indexed(
-    families: dict[str, Family], readings: Readings, dev: Device, labels: list[tuple[str, str]]
+    families: _Families, readings: Readings, dev: Device, labels: list[tuple[str, str]]
 ) -> None:
     """The fields with an index label (HBM, XCC, clock, XGMI link) and per-block ECC."""
     for r in readings.of("accel_temperature_celsius", dev.uuid):
         sensor = r.labels[2]
         if sensor.startswith("hbm_"):
-            _family(families, "gpu_hbm_temperature", "list of hbm temperatures in Celsius").add(
+            families.add(
+                "gpu_hbm_temperature",
+                "list of hbm temperatures in Celsius",
                 [*labels, ("hbm_index", sensor[4:])],
                 float(r.value),  # type: ignore[arg-type]
             )
@@ -272,18 +319,22 @@ def _indexed(
         if kind is None:
             continue
         clock = [*labels, ("clock_index", str(position)), ("clock_type", kind)]
-        _family(families, "gpu_clock", "clock measure of the GPU in Mhz").add(
+        families.add(
+            "gpu_clock",
+            "clock measure of the GPU in Mhz",
             clock,
             float(r.value) / 1e6,  # type: ignore[arg-type]
         )
         top = readings.one("accel_clock_max_hertz", dev.uuid, r.labels[2])
         if top is not None:
-            _family(families, "gpu_max_clock", "maximum clock measure of the GPU in Mhz").add(
-                clock, top / 1e6
+            families.add(
+                "gpu_max_clock", "maximum clock measure of the GPU in Mhz", clock, top / 1e6
             )
     for name, source, doc in XGMI:
         for r in readings.of(source, dev.uuid):
-            _family(families, name, doc).add(
+            families.add(
+                name,
+                doc,
                 [*labels, ("link_index", r.labels[2])],
                 float(r.value) / 1024,  # type: ignore[arg-type]
             )
@@ -291,6 +342,9 @@ def _indexed(
         for r in readings.of(source, dev.uuid):
             block = BLOCKS.get(r.labels[2])
             if block is not None:
-                _family(
-                    families, f"gpu_ecc_{kind}_{block}", f"{doc} ECC errors in {block.upper()}"
-                ).add(labels, float(r.value))  # type: ignore[arg-type]
+                families.add(
+                    f"gpu_ecc_{kind}_{block}",
+                    f"{doc} ECC errors in {block.upper()}",
+                    labels,
+                    float(r.value),  # type: ignore[arg-type]
+                )

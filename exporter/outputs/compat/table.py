@@ -36,7 +36,11 @@ AMD_LABELS = (
     "`gpu_id`, `gpu_uuid`, `serial_number`, `card_model` (board part number), `card_series`,"
     " `card_vendor`, `vbios_version`, `driver_version`, `gpu_partition_id`,"
     " `gpu_compute_partition_type`, `gpu_memory_partition_type`, `hostname`, `cluster_name`,"
-    " `pod`, `namespace`, `container`, `job_id`, `job_user`, `job_partition`"
+    " `pod`, `namespace`, `container`, `job_id`, `job_user`, `job_partition`; each only when"
+    ' its value is not empty (Prometheus stores `pod=""` as no label), and a series that'
+    " would carry more than 15 leaves out `job_partition`, `job_user`, the partition types,"
+    " then `vbios_version`, `card_vendor`, `driver_version`, `card_series`, `serial_number`,"
+    " in that order, as many as it must"
 )
 
 _DCGM_UNITS = {
@@ -132,7 +136,7 @@ _AMD_NOTES = {
     "gpu_gfx_busy_instantaneous": "per XCP, the mean of its XCCs, under `xcc_index` = the XCP"
     " (one series per XCC in CPX, where an XCP has one XCC; one for the whole GPU in SPX)",
     "gpu_health": "1 while our verdict is ok (docs/health.md), else 0",
-    "gpu_nodes_total": "labels `hostname`, `cluster_name` (the others empty, as AMD writes them)",
+    "gpu_nodes_total": "labels `hostname`, `cluster_name` (AMD writes the others empty)",
     "gpu_hbm_temperature": "per sensor, `hbm_index`; where the driver still reports them",
     "gpu_edge_temperature": "where the card has the sensor (MI2xx)",
     "gpu_clock": "`clock_type` system (gfx), memory, data (fabric), soc, video (vclk, dclk);"
