@@ -254,13 +254,14 @@ class Store:
         """A poll that had no result yet (a worker starting): counted nowhere.
 
         Its readings, if any (what the source still knows, e.g. devices down while
-        their worker restarts), replace the last snapshot's; without readings the
-        last snapshot stays until it goes stale. Before a first result there is
-        nothing to keep showing: the source stays "not polled yet".
+        their worker restarts, or the devices a first bootstrap has identified so
+        far), replace the last snapshot's; without readings the last snapshot stays
+        until it goes stale, and before a first snapshot the source stays "not
+        polled yet".
         """
         with self._lock:
             record = self._records.setdefault(snapshot.source, SourceRecord(snapshot.source))
-            if snapshot.readings and record.unavailable is None and record.snapshot is not None:
+            if snapshot.readings and record.unavailable is None:
                 record.snapshot = snapshot
             if restarts is not None:
                 record.count_restarts(restarts)

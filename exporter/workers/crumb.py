@@ -28,6 +28,14 @@ physical GPU in one deadline, siblings not identified yet included. Layout:
 ``uint32`` length, then that many bytes of a JSON list of parent keys, one per
 library index; length 0: the backend did not say (each device is its own).
 
+After the topology come the *learnt identities*: one slot per library index (the
+first :data:`LEARNT_DEVICES`), ``uint32`` length then up to :data:`TEXT_BYTES` of
+the identity text :func:`identity` last recorded for that device. A bootstrap that
+hangs on one device has said what it learnt of the others before it: the daemon
+shows those devices while the culprit is still being found (the last device
+entered is left out while the worker is on it, it may be the culprit). Only
+identification writes here, so a poll costs nothing more.
+
 Outside a worker (unit tests, ``python -c``) the page is private memory and
 every call still works.
 """
@@ -52,7 +60,11 @@ TEXT_BYTES = CRUMB_BYTES - _HEAD.size
 # Room for the topology: about 40 bytes per device, over a thousand devices.
 TOPOLOGY_BYTES = 49152
 _LENGTH = struct.Struct("=I")
-PAGE_BYTES = CRUMB_BYTES + _LENGTH.size + TOPOLOGY_BYTES
+LEARNT_AT = CRUMB_BYTES + _LENGTH.size + TOPOLOGY_BYTES
+# Enough for the largest node we know of (64 partitions, 16 GPUs x 8 NICs...) many times over.
+LEARNT_DEVICES = 1024
+_SLOT_BYTES = _LENGTH.size + TEXT_BYTES
+PAGE_BYTES = LEARNT_AT + LEARNT_DEVICES * _SLOT_BYTES
 
 # The worker's page: shared with the daemon once attach() found the fd, else private.
 _page: mmap.mmap | bytearray = bytearray(PAGE_BYTES)
@@ -85,10 +97,19 @@ def device(index: int) -> None:
 
 
 def identity(text: str) -> None:
-    """Record what is known of the current device's identity (PCI bus id, uuid)."""
+    """Record what is known of the current device's identity (PCI bus id, uuid).
+
+    Kept for the daemon twice: as the current device's (to name it if it hangs)
+    and in the device's learnt slot (to show it while the bootstrap goes on).
+    """
     data = text.encode("utf-8", "replace")[:TEXT_BYTES]
     _page[4:8] = struct.pack("=i", len(data))
     _page[_HEAD.size : _HEAD.size + len(data)] = data
+    index = _slot[0] - 1
+    if 0 <= index < LEARNT_DEVICES:
+        at = LEARNT_AT + index * _SLOT_BYTES
+        _page[at + _LENGTH.size : at + _LENGTH.size + len(data)] = data
+        _page[at : at + _LENGTH.size] = _LENGTH.pack(len(data))
 
 
 def clear() -> None:
@@ -145,6 +166,22 @@ class Page:
     def reset(self) -> None:
         """Forget the previous worker's crumb before a new one starts."""
         self._map[0 : CRUMB_BYTES + _LENGTH.size] = bytes(CRUMB_BYTES + _LENGTH.size)
+        self._map[LEARNT_AT:PAGE_BYTES] = bytes(PAGE_BYTES - LEARNT_AT)
+
+    def learnt(self) -> dict[int, str]:
+        """Identity text of each device the worker has identified, by library index.
+
+        The device the worker is on is left out: it may be the one that hangs.
+        """
+        current = self.read().index
+        out = {}
+        for index in range(LEARNT_DEVICES):
+            at = LEARNT_AT + index * _SLOT_BYTES
+            (length,) = _LENGTH.unpack_from(self._map, at)
+            if 0 < length <= TEXT_BYTES and index != current:
+                start = at + _LENGTH.size
+                out[index] = self._map[start : start + length].decode("utf-8", "replace")
+        return out
 
     def parents(self) -> list[str]:
         """The topology the worker recorded (a parent key per library index), or []."""

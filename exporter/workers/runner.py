@@ -207,6 +207,8 @@ class WorkerRunner:
         # Failed probes of a device when it was last released: a device isolated
         # again resumes its backoff instead of being probed every 2 s.
         self._probe_history: dict[int, int] = {}
+        # What earlier attempts at a first inventory learnt of each device (see learnt()).
+        self._learnt: dict[int, str] = {}
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -354,6 +356,8 @@ class WorkerRunner:
             self._close_files()
             self._fail("spawn_failed", f"cannot create the worker's shared pages: {exc}")
             return False
+        if self.isolate and not self.state.inventory:
+            self._learnt.update(self._page.learnt())
         self._page.reset()
         self._dump.clear()
         env = dict(os.environ if self.env is None else self.env)
@@ -408,6 +412,7 @@ class WorkerRunner:
         kind = first.get("type")
         if kind == "ready" and isinstance(first.get("inventory"), dict):
             self.state.inventory = first["inventory"]
+            self._learnt.clear()  # the inventory says it all now
             self.state.state = "ready"
             self.state.last_reason = ""
             self.state.last_detail = ""
@@ -831,6 +836,19 @@ class WorkerRunner:
         if self.state.next_start is not None:
             wait = f"; restart in {max(0.0, self.state.next_start - time.time()):.1f}s"
         raise WorkerError(reason, (self.state.last_detail or "worker not running") + wait)
+
+    def learnt(self) -> dict[int, str]:
+        """Identity text of each device the workers identified before any inventory.
+
+        By library index, from the shared page: what a bootstrap that has not
+        answered yet (hung on one device, say) has learnt so far, with what
+        earlier attempts learnt. Empty once a worker has answered (its inventory
+        says it all) and in probes.
+        """
+        page = self._page
+        if not self.isolate or self.state.inventory or page is None:
+            return dict(self._learnt) if self.isolate else {}
+        return {**self._learnt, **page.learnt()}
 
     def _reprobe_in(self) -> float:
         """Seconds until the next probe of an unavailable library is due."""

@@ -277,11 +277,16 @@ def test_pending_poll_keeps_what_the_source_still_knows_after_a_first_result():
     store = Store(mono=clock)
     starting = Outcome(False, "starting", "the worker is still starting", pending=True)
     down = [Reading("accel_devices", ("x",), 2.0)]
-    # Before any result: nothing to keep showing, the source stays "not polled yet".
+    # Before any result and knowing nothing: the source stays "not polled yet".
+    store.pending(dataclasses.replace(snap("a", [], clock), outcome=starting), restarts=0)
+    text = Exposition(store, process_metrics=False, clock=clock).render(None, None)[0].decode()
+    assert value(text, "accel_exporter_source_up", source="a") is None
+    # Knowing something already (devices a first bootstrap identified): shown, not a result.
     store.pending(dataclasses.replace(snap("a", down, clock), outcome=starting), restarts=0)
     text = Exposition(store, process_metrics=False, clock=clock).render(None, None)[0].decode()
-    assert value(text, "accel_devices", vendor="x") is None
-    assert value(text, "accel_exporter_source_up", source="a") is None
+    assert value(text, "accel_devices", vendor="x") == 2
+    assert value(text, "accel_exporter_source_down_reason_info", source="a", reason="starting") == 1
+    assert value(text, "accel_exporter_source_poll_duration_seconds_count", source="a") == 0
     store.put(snap("a", down, clock, ok=False, reason="crashed", stale_after=5))
     for _ in range(
         4
