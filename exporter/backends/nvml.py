@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from exporter import log
+from exporter.backend_api import crumb
 from exporter.backends import nvml_support as nv
 from exporter.backends.base import (
     BackendError,
@@ -29,7 +30,6 @@ from exporter.backends.nvml_device import DeviceDown, DeviceReader, Gpu
 from exporter.backends.nvml_events import EventWatcher
 from exporter.backends.nvml_support import Emitter
 from exporter.backends.wire import drop, merge, new_rows
-from exporter.workers import crumb
 
 # uuid placeholder of a GPU that failed to identify itself at bootstrap, + index.
 UNIDENTIFIED = "unidentified-"

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
+from exporter.backend_api import crumb
 from exporter.backends.wire import Rows, drop, new_rows
-from exporter.workers import crumb
 
 
 class Polled(Protocol):

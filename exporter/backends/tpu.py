@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter import log
+from exporter.backend_api import crumb
 from exporter.backends.base import BackendError, BackendUnavailable
 from exporter.backends.tpu_chips import Chip, present, scan
 from exporter.backends.tpu_distributions import MAX_POINTS, fold, label_of
 from exporter.backends.tpu_metrics import BadMetric, device_values
 from exporter.backends.wire import Rows, new_rows, put
 from exporter.catalog.tpu import LATENCY_BUCKETS
-from exporter.workers import crumb
 
 SOURCE = "tpu"
 DEFAULT_ADDRESS = "localhost:8431"

@@ -76,7 +76,8 @@ from exporter.sources import pci
 from exporter.sources.base import Source
 from exporter.sources.cper_ledger import LedgerStore
 from exporter.sources.worker import WorkerSource
-from exporter.workers.runner import FAULT_BUDGET_SECONDS, DeviceFault, Fault, Probe
+from exporter.workers.isolation import DeviceFault, Fault, Probe
+from exporter.workers.runner import FAULT_BUDGET_SECONDS
 
 # Share of the poll deadline given to the worker call, so the runner's own
 # deadline (which kills the worker with reason "timeout") fires first, with room

@@ -6,7 +6,8 @@ import mmap
 
 import pytest
 
-from exporter.workers import crumb
+from exporter.backend_api import crumb
+from exporter.workers.crumb import Page
 
 
 @pytest.mark.parametrize(
@@ -23,7 +24,7 @@ def test_physical_key(text: str, key: str) -> None:
 
 
 def test_the_daemon_reads_what_the_worker_wrote_and_a_reset_forgets_it() -> None:
-    page = crumb.Page()
+    page = Page()
     try:
         worker = mmap.mmap(page.fd, crumb.PAGE_BYTES)
         assert page.parents() == []
@@ -53,7 +54,7 @@ def test_a_topology_too_long_for_the_page_is_left_out() -> None:
 
 
 def test_the_daemon_reads_the_devices_identified_so_far_but_not_the_one_in_hand() -> None:
-    page = crumb.Page()
+    page = Page()
     worker = mmap.mmap(page.fd, crumb.PAGE_BYTES)
     saved = crumb._page, crumb._slot, crumb._since
     crumb._page, crumb._slot, crumb._since = (
