@@ -122,6 +122,15 @@ class SourceRecordView:
     unavailable: str | None
     unavailable_detail: str
 
+    @property
+    def answered(self) -> bool:
+        """Whether a poll has ended (with a result or a failure), or the source is unavailable.
+
+        A snapshot of a pending poll before that (what a starting source already
+        knows) is shown but is no answer: readiness and the source's state wait.
+        """
+        return self.polls > 0 or self.unavailable is not None
+
     def fresh(self, now_mono: float) -> bool:
         """True when there is a snapshot younger than its stale_after."""
         return _fresh(self.snapshot, now_mono)

@@ -97,6 +97,8 @@ def test_a_hung_cpx_gpu_is_isolated_whole_in_one_deadline(
     for family in ("accel_device_up", "accel_device_health", "accel_devices", "accel_power_watts"):
         assert not any(k == family for k, _ in got), family
     assert value(got, "accel_exporter_source_down_reason_info", source="amdsmi", reason="starting")
+    # Shown, but not a first poll: the source is still pending (and the daemon not ready).
+    assert d.status()["sources"]["amdsmi"]["state"] == "pending"
     # Nothing a start shows may fire a shipped alert, even held for many minutes.
     assert alerts_firing(start, QUIET_START_MINUTES, tmp_path) == ""
 
