@@ -30,6 +30,7 @@ from typing import Any
 
 from exporter import log
 from exporter.backend_api.crumb import ISOLATION_KEY
+from exporter.backoff import restart_delay
 from exporter.errors import (
     UNAVAILABLE_REPROBE_SECONDS,
     SourcePending,
@@ -43,8 +44,6 @@ from exporter.workers.probes import Prober
 from exporter.workers.protocol import ProtocolError, encode, read_frame
 from exporter.workers.stuck import StuckProcesses
 
-RESTART_BASE_SECONDS = 1.0
-RESTART_CAP_SECONDS = 60.0
 STDERR_LINES_PER_LIFE = 200
 STOP_GRACE_SECONDS = 1.0
 # How long a SIGKILLed worker gets to be reaped before it counts as stuck (an
@@ -78,11 +77,6 @@ def _close_transport(proc: asyncio.subprocess.Process) -> None:
     transport = getattr(proc, "_transport", None)
     if transport is not None:
         transport.close()
-
-
-def restart_delay(failures: int) -> float:
-    """Backoff before the next start after ``failures`` consecutive bad lives."""
-    return float(min(RESTART_BASE_SECONDS * 2 ** max(failures - 1, 0), RESTART_CAP_SECONDS))
 
 
 class WorkerRunner:
