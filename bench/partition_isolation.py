@@ -10,8 +10,10 @@ deadlines (5 s interval, 30 s bootstrap), and we measure:
 
 - ``listening_seconds``: from the daemon's start to its HTTP listener up (Python start-up
   and imports: what a loaded machine stretches, the same for both);
+- ``first_identity_seconds``: from the daemon's start to the first AMD device named on
+  /metrics (``accel_device_info``: a partition the hung bootstrap identified before it hung);
 - ``first_device_seconds``: from the daemon's start to the first ``accel_device_up`` on
-  /metrics (a blank node until then);
+  /metrics (no device state known until then);
 - ``all_healthy_fresh_seconds``: from the daemon's start to every one of the 56 healthy
   partitions up with a power value (``null``: not within ``--limit`` seconds);
 - ``worker_restarts``: restarts by then (one per isolation round).
@@ -58,10 +60,12 @@ def measure(tree: Path, lib_root: Path, work: Path, name: str, limit: float) -> 
     began = time.monotonic()
     d.start()
     listening = time.monotonic() - began
-    first = fresh = None
+    named = first = fresh = None
     try:
         while time.monotonic() - began < limit:
             got = samples(d.metrics())
+            if named is None and any(k[0] == "accel_device_info" for k in got):
+                named = round(time.monotonic() - began, 2)
             if first is None and any(k[0] == "accel_device_up" for k in got):
                 first = round(time.monotonic() - began, 2)
             if all(
@@ -80,6 +84,7 @@ def measure(tree: Path, lib_root: Path, work: Path, name: str, limit: float) -> 
         fake.close()
     return {
         "listening_seconds": round(listening, 2),
+        "first_identity_seconds": named,
         "first_device_seconds": first,
         "all_healthy_fresh_seconds": fresh,
         "worker_restarts": restarts,

@@ -96,7 +96,7 @@ def source_state(record: SourceRecordView, now: float) -> tuple[str, str]:
     """(state, reason) of a source: unavailable, pending, ok, stale or failing."""
     if record.unavailable is not None:
         return "unavailable", record.unavailable
-    if record.snapshot is None:
+    if record.snapshot is None or not record.answered:
         return "pending", ""
     reason = record.down_reason(now)
     return ("ok" if not reason else ("stale" if reason == "stale" else "failing")), reason
@@ -145,9 +145,7 @@ class App:
 
     def ready(self) -> tuple[bool, list[str]]:
         """Ready once every enabled source finished its first poll, however it ended."""
-        pending = [
-            r.name for r in self.store.records() if r.snapshot is None and r.unavailable is None
-        ]
+        pending = [r.name for r in self.store.records() if not r.answered]
         return not pending and self.runtime is not None, pending
 
     def status(self) -> dict[str, Any]:

@@ -122,6 +122,15 @@ class SourceRecordView:
     unavailable: str | None
     unavailable_detail: str
 
+    @property
+    def answered(self) -> bool:
+        """Whether a poll has ended (with a result or a failure), or the source is unavailable.
+
+        A snapshot of a pending poll before that (what a starting source already
+        knows) is shown but is no answer: readiness and the source's state wait.
+        """
+        return self.polls > 0 or self.unavailable is not None
+
     def fresh(self, now_mono: float) -> bool:
         """True when there is a snapshot younger than its stale_after."""
         return _fresh(self.snapshot, now_mono)
@@ -254,13 +263,14 @@ class Store:
         """A poll that had no result yet (a worker starting): counted nowhere.
 
         Its readings, if any (what the source still knows, e.g. devices down while
-        their worker restarts), replace the last snapshot's; without readings the
-        last snapshot stays until it goes stale. Before a first result there is
-        nothing to keep showing: the source stays "not polled yet".
+        their worker restarts, or the devices a first bootstrap has identified so
+        far), replace the last snapshot's; without readings the last snapshot stays
+        until it goes stale, and before a first snapshot the source stays "not
+        polled yet".
         """
         with self._lock:
             record = self._records.setdefault(snapshot.source, SourceRecord(snapshot.source))
-            if snapshot.readings and record.unavailable is None and record.snapshot is not None:
+            if snapshot.readings and record.unavailable is None:
                 record.snapshot = snapshot
             if restarts is not None:
                 record.count_restarts(restarts)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter import log
+from exporter.backend_api import crumb
 from exporter.backends import libsearch
 from exporter.backends.amdsmi_binding import AmdBinding
 from exporter.backends.amdsmi_events import EventWatcher, Watched
@@ -51,7 +52,6 @@ from exporter.backends.base import (
 from exporter.backends.contract import DeviceGone, Failing, count, poll_devices
 from exporter.backends.wire import Rows, merge
 from exporter.catalog.vocabulary import AMD_HEALTH_EVENTS
-from exporter.workers import crumb
 
 SOURCE = "amdsmi"
 # CPER records read per GPU and poll: a burst drains over several polls.

@@ -1,62 +1,30 @@
-"""The contract a backend fulfils inside a worker process.
+"""Helpers every backend shares; the protocol a backend fulfils is in the layer below.
 
-A backend is constructed with its config (a JSON object), then ``bootstrap()``
-loads the vendor library and returns the inventory; ``handle(op, args)`` answers
-each request. Everything a backend returns must be JSON. Vendor exceptions are
-converted here, at the boundary, into :class:`BackendError` with a reason.
+The :class:`Backend` protocol and its errors live in :mod:`exporter.backend_api.backend`,
+which the worker process imports too (a worker imports no backend module); they
+are named here as well so that a backend finds all it builds on in one import.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
 
+from exporter.backend_api.backend import (
+    INVENTORY_CHANGED,
+    Backend,
+    BackendError,
+    BackendUnavailable,
+    InventoryChanged,
+)
 
-class BackendError(Exception):
-    """A request or the bootstrap failed; ``reason`` is a short snake_case code."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-        self.detail = detail or reason
-
-
-class BackendUnavailable(BackendError):
-    """The library or driver is not present: with ``enabled: auto`` not an error."""
-
-
-# Reason of InventoryChanged, which the daemon answers by restarting the worker.
-INVENTORY_CHANGED = "inventory_changed"
-
-
-class InventoryChanged(BackendError):
-    """The devices no longer match the inventory the bootstrap announced.
-
-    E.g. a GPU that could not be identified then can now, or a MIG mode switched:
-    only a new worker can describe them, so the daemon restarts it at once and
-    polls again.
-    """
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(INVENTORY_CHANGED, detail)
-
-
-class Backend(Protocol):
-    """What the worker child loop drives."""
-
-    def __init__(self, config: dict[str, Any]) -> None: ...
-
-    def bootstrap(self) -> dict[str, Any]:
-        """Load the library, enumerate devices, return the inventory."""
-        ...
-
-    def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
-        """Answer one request."""
-        ...
-
-    def close(self) -> None:
-        """Release the library (best effort; the process exits next)."""
-        ...
+__all__ = [
+    "INVENTORY_CHANGED",
+    "Backend",
+    "BackendError",
+    "BackendUnavailable",
+    "InventoryChanged",
+    "unique_uuids",
+]
 
 
 def unique_uuids(devices: Sequence[tuple[str, str]], missing: str) -> list[str]:

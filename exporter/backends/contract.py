@@ -27,8 +27,8 @@ from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from exporter.backend_api import crumb
 from exporter.backends.wire import Rows, drop, new_rows
-from exporter.workers import crumb
 
 K = TypeVar("K", bound=Hashable)
 
@@ -218,7 +218,7 @@ def poll_devices(
     """The poll reply of ``devices`` (see exporter.sources.device for its shape).
 
     Before touching a device the worker says which one it is
-    (:mod:`exporter.workers.crumb`); a device found down has none of its rows
+    (:mod:`exporter.backend_api.crumb`); a device found down has none of its rows
     in the reply, not half of them; a change of state is logged once; a device
     that is up gets its failed-field counts as ``accel_field_errors_total``.
     """

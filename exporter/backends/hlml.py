@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter import log
+from exporter.backend_api import crumb
 from exporter.backends import libsearch
 from exporter.backends.base import (
     BackendError,
@@ -40,7 +41,6 @@ from exporter.backends.base import (
 from exporter.backends.contract import Codes, DeviceGone, Emitter, Failing, count, poll_devices
 from exporter.backends.counters import Energy
 from exporter.backends.wire import Rows, put
-from exporter.workers import crumb
 
 SOURCE = "hlml"
 # hlml_return_t

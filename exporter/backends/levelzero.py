@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter import log
+from exporter.backend_api import crumb
 from exporter.backends import levelzero_binding as zb
 from exporter.backends import libsearch
 from exporter.backends.base import (
@@ -36,7 +37,6 @@ from exporter.backends.base import (
 from exporter.backends.contract import Codes, DeviceGone, Failing, count, poll_devices
 from exporter.backends.counters import Delta, Energy
 from exporter.backends.wire import Rows, put
-from exporter.workers import crumb
 
 SOURCE = "levelzero"
 ZE_DEVICE_TYPE_GPU = 1

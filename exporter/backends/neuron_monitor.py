@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter import log
-from exporter.workers.runner import restart_delay
+from exporter.backoff import restart_delay
 
 # No line for this many periods is a stall.
 STALL_PERIODS = 3

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter import log
+from exporter.backend_api import crumb
 from exporter.backends import nvml_support as nv
 from exporter.backends.event_wait import rest_after_empty_wait
 from exporter.backends.wire import Rows, put
-from exporter.workers import crumb
 
 WAIT_MS = 500
 # After an error other than TIMEOUT, wait this long before trying again (no spin).

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter import log
+from exporter.backend_api import crumb
 from exporter.backends.base import BackendError, BackendUnavailable
 from exporter.backends.contract import DeviceGone, poll_devices
 from exporter.backends.tpu_chips import Chip, present, scan
@@ -32,7 +33,6 @@ from exporter.backends.tpu_distributions import MAX_POINTS, fold, label_of
 from exporter.backends.tpu_metrics import BadMetric, device_values
 from exporter.backends.wire import Rows, put
 from exporter.catalog.tpu import LATENCY_BUCKETS
-from exporter.workers import crumb
 
 SOURCE = "tpu"
 DEFAULT_ADDRESS = "localhost:8431"

@@ -112,7 +112,7 @@ class WebConfig:
         "basic_auth": "HTTP basic auth for all but the health probes",
         "listen_address": "host:port to serve on (:9842 is every address)",
         "max_requests": "concurrent requests before 503 (instead of an unbounded queue)",
-        "read_timeout": "a write to the client that makes no progress this long ends the connection",
+        "read_timeout": "a write that makes no progress this long ends the connection",
         "config_file": "exporter-toolkit web config file (web.yml)",
         "max_connections": "open connections at most; the oldest idle one makes room",
         "max_idle_connections": "keep-alive connections kept waiting; more close the oldest",

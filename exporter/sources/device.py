@@ -19,6 +19,12 @@ serves the others. The poll that caught it carries the others' last values
 (they were fresh one poll ago and are not at fault); the next poll reads them
 from the new worker. While a worker starts, the last state stays exported.
 
+Before a worker's first inventory, what the workers have learnt so far (each
+device identified before a bootstrap hung on another, see
+``WorkerRunner.learnt``) is exported as identity alone: ``accel_device_info``,
+no ``accel_device_up`` nor health (nothing is known yet of their state, and a 0
+would count them down on every daemon start), not counted in ``accel_devices``.
+
 Wire shapes (all JSON):
 
 inventory  ``{"vendor": str, "devices": [{"device": str, "uuid": str, "info": {label: str},
@@ -71,7 +77,8 @@ from exporter.sources import pci
 from exporter.sources.base import Source
 from exporter.sources.cper_ledger import LedgerStore
 from exporter.sources.worker import WorkerSource
-from exporter.workers.runner import FAULT_BUDGET_SECONDS, DeviceFault, Fault, Probe
+from exporter.workers.isolation import DeviceFault, Fault, Probe
+from exporter.workers.runner import FAULT_BUDGET_SECONDS
 
 # Share of the poll deadline given to the worker call, so the runner's own
 # deadline (which kills the worker with reason "timeout") fires first, with room
@@ -100,6 +107,11 @@ KEPT_WHILE_STARTING = IDENTITY | {
 }
 # Why a device is down while the worker a reload replaced is not answering yet.
 RELOADING = "reloading"
+
+
+def _learnt_identity(text: str) -> dict[str, str]:
+    """``key=value;...`` as a worker's breadcrumb records it (``uuid``, ``pci_bus_id``)."""
+    return dict(part.split("=", 1) for part in text.split(";") if part.count("=") == 1)
 
 
 def call_budget(timeout: float) -> float:
@@ -264,6 +276,8 @@ class DeviceSource(WorkerSource):
         # Identity of every device any inventory named, by library index: an isolated
         # device keeps the name it had.
         self._known: dict[int, DeviceId] = {}
+        # Devices identified by a worker that has not answered yet (no inventory so far).
+        self._learnt: dict[int, DeviceId] = {}
         # The last poll's outcome (kept while a worker starts), and its device values
         # and device states (carried for the others when one device is isolated).
         self._last: list[Reading] = []
@@ -341,6 +355,9 @@ class DeviceSource(WorkerSource):
             dev = names.get(entry["index"])
             if dev is not None:
                 entry["device"], entry["uuid"] = dev.device, dev.uuid
+        if self._inventory_raw is None and self._learnt:
+            # A first bootstrap still under way: how far it got (see _learn).
+            out["identified_so_far"] = len(self._learnt)
         if self.ledger is not None:
             out["cper_state"] = self.ledger.describe()
         if self._pci is not None:
@@ -369,7 +386,26 @@ class DeviceSource(WorkerSource):
 
     def _isolated(self) -> list[tuple[DeviceId, Fault]]:
         faults = sorted(self.runner.faults.values(), key=lambda f: f.index)
-        return [(self._known.get(f.index) or self._unnamed(f), f) for f in faults]
+        return [
+            (self._known.get(f.index) or self._learnt.get(f.index) or self._unnamed(f), f)
+            for f in faults
+        ]
+
+    def _learn(self) -> None:
+        """Take in what the starting workers identified, before any inventory named them."""
+        if self._inventory_raw is not None:
+            return
+        for index, text in self.runner.learnt().items():
+            learnt = _learnt_identity(text)
+            if learnt.get("uuid"):  # without it, no name the inventory will keep
+                bus = learnt.get("pci_bus_id", "")
+                info = (("pci_bus_id", bus),) if bus else ()
+                self._learnt[index] = DeviceId(str(index), learnt["uuid"], info, index)
+
+    def _learnt_only(self) -> list[DeviceId]:
+        """Devices identified so far that neither an inventory nor an isolation names."""
+        named = {d.index for d in self._devices} | set(self.runner.faults)
+        return [d for i, d in sorted(self._learnt.items()) if i not in named]
 
     def _unnamed(self, fault: Fault) -> DeviceId:
         """Identity of a device isolated before any worker described it.
@@ -379,9 +415,7 @@ class DeviceSource(WorkerSource):
         so when it numbers as many as the bus holds and every device it did
         describe sits at its own index on the bus, the index gives the address.
         """
-        learnt = dict(
-            part.split("=", 1) for part in fault.identity.split(";") if part.count("=") == 1
-        )
+        learnt = _learnt_identity(fault.identity)
         uuid = learnt.get("uuid") or f"unidentified-{fault.index}"
         bus = learnt.get("pci_bus_id", "") or self._bus_by_order(fault.index)
         info = (("pci_bus_id", bus),) if bus else ()
@@ -418,13 +452,17 @@ class DeviceSource(WorkerSource):
             return []
         return [Reading("accel_devices_expected", (vendor,), float(expected))]
 
-    def _identity(self) -> list[Reading]:
+    def _identity(self, *, unread: bool = False) -> list[Reading]:
         devices = self._exported()
         # Before any worker named the vendor (every device isolated at the first start).
         vendor = self._vendor or self._default_vendor
-        out = [Reading("accel_devices", (vendor,), float(len(devices)))]
+        out = []
+        if not unread:
+            # Counted once a poll answered: until then the count says the source is
+            # still starting, as it always has (devices only learnt are never counted).
+            out.append(Reading("accel_devices", (vendor,), float(len(devices))))
         out.extend(self._expected())
-        for dev in devices:
+        for dev in [*devices, *self._learnt_only()]:
             info = dict(dev.info)
             info.update(vendor=vendor, device=dev.device, uuid=dev.uuid)
             out.append(
@@ -433,14 +471,22 @@ class DeviceSource(WorkerSource):
         return out
 
     def _compose(
-        self, states: Mapping[tuple[str, str], str], values: Iterable[Reading]
+        self,
+        states: Mapping[tuple[str, str], str],
+        values: Iterable[Reading],
+        *,
+        unread: bool = False,
     ) -> list[Reading]:
-        """Identity, each device's state ("" = up, else the reason it is down), and values."""
-        if not self._devices and not self.runner.faults:
+        """Identity, each device's state ("" = up, else the reason it is down), and values.
+
+        ``unread``: no worker has answered a poll yet; the inventory's devices are
+        shown by identity alone (isolated ones with their state, which is known).
+        """
+        if not self._devices and not self.runner.faults and not self._learnt:
             return self._expected()
-        out = self._identity()
+        out = self._identity(unread=unread)
         faults = self.runner.faults
-        for dev in self._devices:
+        for dev in [] if unread else self._devices:
             if dev.index in faults:
                 continue
             key = (dev.device, dev.uuid)
@@ -481,8 +527,15 @@ class DeviceSource(WorkerSource):
                 self._started = True
             return [*await self._poll_device(deadline), *extra]
         except SourceError as exc:
-            exc.readings = (*exc.readings, *extra)
+            if not isinstance(exc, SourcePending) or self._anything_known():
+                exc.readings = (*exc.readings, *extra)
             raise
+
+    def _anything_known(self) -> bool:
+        """Whether any device is known: identified, isolated or in an inventory."""
+        return bool(
+            self._devices or self._learnt or self.runner.faults or self._inventory_raw is not None
+        )
 
     async def _poll_device(self, deadline: float) -> Sequence[Reading]:
         try:
@@ -501,6 +554,11 @@ class DeviceSource(WorkerSource):
         self._vendor, self._devices = parse_inventory(inventory)
         self._inventory_raw = inventory
         self._known.update((d.index, d) for d in self._devices)
+        # An isolated device keeps the name it was shown by while the bootstrap ran.
+        for index in self.runner.faults:
+            if index in self._learnt:
+                self._known.setdefault(index, self._learnt[index])
+        self._learnt = {}
         self._slow = []
         self._next_slow = 0.0
 
@@ -543,11 +601,16 @@ class DeviceSource(WorkerSource):
         except SourcePending as exc:
             # A new worker is starting: which devices there are and their state stay
             # shown until it answers; their values do not (they would pass for fresh).
-            # Before any result, what is known: the devices isolated so far, if any.
+            # Before any result, what is known: the devices isolated so far, if any,
+            # and those identified so far (identity alone).
+            self._learn()
+            if not self._anything_known():
+                raise  # the source stays "not polled yet"
             known = [r for r in self._last if r.metric in KEPT_WHILE_STARTING]
-            if not known:
-                down = {(d.device, d.uuid): exc.reason for d in self._devices}
-                known = self._compose(down, ())
+            if not known or not self._devices:
+                # No result yet: the devices are known, their state is not (a 0 would
+                # count every device down on each daemon start).
+                known = self._compose({}, (), unread=True)
             raise SourcePending(exc.reason, exc.detail, known) from None
         except SourceUnavailable as exc:
             if self.device_config.expected_devices is not None:
@@ -568,6 +631,7 @@ class DeviceSource(WorkerSource):
             self._last = self._compose(self._states, values)
             raise WorkerError(exc.reason, exc.detail, self._last) from None
         except WorkerError as exc:
+            self._learn()
             raise type(exc)(exc.reason, exc.detail, self._all_down(exc.reason)) from None
         if slow:
             self._next_slow = time.monotonic() + self.device_config.slow_interval

@@ -18,8 +18,9 @@ import traceback
 from typing import Any
 
 from exporter import log
-from exporter.backends.base import Backend, BackendError, BackendUnavailable
-from exporter.workers import crumb, stackdump
+from exporter.backend_api import crumb
+from exporter.backend_api.backend import Backend, BackendError, BackendUnavailable
+from exporter.workers import stackdump
 from exporter.workers.protocol import ProtocolError, encode, read_frame_fd, write_fd, write_frame_fd
 
 __all__ = ["main", "protocol_out", "serve", "write_frame_fd"]

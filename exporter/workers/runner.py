@@ -7,29 +7,18 @@ request/response under a deadline; a missed deadline, a crash or a malformed
 reply kills the whole process group and reaps it before anything else happens,
 so the number of workers never grows and no zombie survives.
 
-Device isolation: before touching device ``i`` the worker says so in a page it
-shares with this runner (:mod:`exporter.workers.crumb`). When a call or the
-bootstrap misses its deadline, or the worker crashes, the runner reads the page
-and asks for a stack dump (:mod:`exporter.workers.stackdump`) before killing
-it: device ``i`` and the call are named, the device is *isolated* (a
-:class:`Fault`), and a new worker starts at once without it, so one sick GPU
-costs that GPU only. The unit of isolation is the physical device: the logical
-devices the worker said share one (partitions of an AMD GPU, in the page's
-topology) are isolated together, in one deadline. Each isolated physical
-device is retried apart, with backoff, by one probe at a time: a worker of its
-own for its logical devices, bootstrapped and polled under the same deadlines,
-killed and reaped like any worker. When a probe answers, they are released
-and the worker restarted with them. A killed process that does not
-die (stuck in the driver) is left behind for the device it was stuck on (at
-most one per device: no probe runs while it lives) and never blocks the
-healthy devices' worker.
+Device isolation (one sick GPU costs that GPU only) is done beside it: which
+device a fault is due to and what is isolated (:mod:`exporter.workers.isolation`),
+the probes that retry an isolated device apart (:mod:`exporter.workers.probes`,
+through this runner's public probe API) and the killed processes that do not die
+(:mod:`exporter.workers.stuck`). This module starts a new worker without the
+isolated devices at once, and takes them back when their probe answers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import os
 import signal
@@ -40,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter import log
+from exporter.backend_api.crumb import ISOLATION_KEY
+from exporter.backoff import restart_delay
 from exporter.errors import (
     UNAVAILABLE_REPROBE_SECONDS,
     SourcePending,
@@ -48,14 +39,13 @@ from exporter.errors import (
 )
 from exporter.logstate import StateLog
 from exporter.workers import crumb, stackdump
+from exporter.workers.isolation import DUMP_WAIT_SECONDS, DeviceFault, Fault, Isolation, Probe
+from exporter.workers.probes import Prober
 from exporter.workers.protocol import ProtocolError, encode, read_frame
+from exporter.workers.stuck import StuckProcesses
 
-RESTART_BASE_SECONDS = 1.0
-RESTART_CAP_SECONDS = 60.0
 STDERR_LINES_PER_LIFE = 200
 STOP_GRACE_SECONDS = 1.0
-# How long a stuck worker gets to write its stack dump after SIGUSR1.
-DUMP_WAIT_SECONDS = 0.3
 # How long a SIGKILLed worker gets to be reaped before it counts as stuck (an
 # ordinary process dies in milliseconds; one in a driver's uninterruptible sleep
 # does not die at all until the call returns).
@@ -63,9 +53,6 @@ REAP_WAIT_SECONDS = 0.3
 # What naming and killing a stuck worker may take after its deadline (the dump
 # wait and the reap wait): callers leave this much of their own deadline.
 FAULT_BUDGET_SECONDS = DUMP_WAIT_SECONDS + REAP_WAIT_SECONDS
-# An isolated device is probed again after 2, 4, 8, ... seconds, at most this far apart.
-PROBE_BASE_SECONDS = 2.0
-PROBE_CAP_SECONDS = 60.0
 
 
 @dataclass
@@ -81,57 +68,6 @@ class WorkerState:
     inventory: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class Fault:
-    """A device isolated from the worker: what it did, since when, how its probes go."""
-
-    index: int  # the library's index of the device
-    reason: str  # hung | crashed
-    call: str  # the vendor call it was in, "" when the stack dump did not say
-    identity: str  # what the worker had learnt of its identity (PCI bus id, uuid)
-    since: float  # wall time it was isolated
-    probes: int = 0  # failed probes so far
-    next_probe: float | None = None  # wall time of the next probe
-    stuck_pid: int | None = None  # a killed process still stuck on it
-    # The physical device it belongs to ("": itself alone); its siblings share its fate.
-    parent: str = ""
-    # Isolated with the device named here, which it shares a physical device with.
-    sibling_of: int | None = None
-
-    @property
-    def unit(self) -> str:
-        """What is isolated and probed as one: the physical device."""
-        return self.parent or f"#{self.index}"
-
-    def describe(self) -> str:
-        """One line for logs and /status."""
-        call = self.call or "a vendor call"
-        verb = "hung in" if self.reason == "hung" else "crashed the worker in"
-        return f"device {self.index} {verb} {call}"
-
-
-@dataclass(frozen=True)
-class Probe:
-    """The request a probe of an isolated device must answer to release it."""
-
-    op: str
-    args: Mapping[str, Any]
-    timeout: float
-
-
-class DeviceFault(WorkerError):
-    """A call failed because of one device, now isolated (see the module docstring)."""
-
-    def __init__(self, reason: str, detail: str, fault: Fault) -> None:
-        super().__init__(reason, detail)
-        self.fault = fault
-
-
-def probe_delay(failures: int) -> float:
-    """Wait before the next probe of a device after ``failures`` failed probes."""
-    return float(min(PROBE_BASE_SECONDS * 2**failures, PROBE_CAP_SECONDS))
-
-
 def _close_transport(proc: asyncio.subprocess.Process) -> None:
     """Close the pipes now, on the loop that owns them.
 
@@ -141,11 +77,6 @@ def _close_transport(proc: asyncio.subprocess.Process) -> None:
     transport = getattr(proc, "_transport", None)
     if transport is not None:
         transport.close()
-
-
-def restart_delay(failures: int) -> float:
-    """Backoff before the next start after ``failures`` consecutive bad lives."""
-    return float(min(RESTART_BASE_SECONDS * 2 ** max(failures - 1, 0), RESTART_CAP_SECONDS))
 
 
 class WorkerRunner:
@@ -161,6 +92,7 @@ class WorkerRunner:
         env: Mapping[str, str] | None = None,
         python: str = sys.executable,
         isolate: bool = True,
+        log_context: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = name
         self.backend = backend
@@ -170,7 +102,7 @@ class WorkerRunner:
         self.env = dict(env) if env is not None else None
         self.python = python
         self.state = WorkerState()
-        self._log = log.get(source=name)
+        self._log = log.get(source=name).bind(**(log_context or {}))
         self._proc: asyncio.subprocess.Process | None = None
         self._ready = asyncio.Event()
         # Set whenever a start attempt has ended (ready, unavailable or failed).
@@ -182,31 +114,48 @@ class WorkerRunner:
         self._failures = 0
         self._ended_badly = False
         self._probed_at = 0.0
-        self._unreaped: list[asyncio.subprocess.Process] = []
         self._killed_for: tuple[str, str] | None = None
         self._restart_now = False
         self._supervisor: asyncio.Task[None] | None = None
         self._aux: list[asyncio.Task[Any]] = []
         # Device isolation (see the module docstring); off in probes themselves.
-        self.isolate = isolate
-        self.probe: Probe | None = None
-        self.faults: dict[int, Fault] = {}
-        self._stuck: dict[int, asyncio.subprocess.Process] = {}
-        # One probe per physical device (Fault.unit), however many logical devices it has.
-        self._probes: dict[str, asyncio.Task[None]] = {}
+        self.isolation = Isolation(self._log, enabled=isolate)
+        self.stuck = StuckProcesses(self._log)
+        self._prober = Prober(
+            name,
+            self.isolation,
+            self.stuck,
+            spawn=self.probe_runner,
+            take_back=self.take_back,
+            log=self._log,
+        )
         self._page: crumb.Page | None = None
         self._dump: stackdump.DumpFile | None = None
         # Held while a worker starts, so a restart never lands in the middle of one.
         self._switch = asyncio.Lock()
         # Timeout handling that outlives a cancelled caller (see call()).
         self._handling: set[asyncio.Task[Any]] = set()
-        self._stopped = False
-        # The device a whole-worker timeout was last on: the same one twice is blamed
-        # even when earlier devices ate the time (a slow poll, then a hang late in it).
-        self._suspect: int | None = None
-        # Failed probes of a device when it was last released: a device isolated
-        # again resumes its backoff instead of being probed every 2 s.
-        self._probe_history: dict[int, int] = {}
+        # What earlier attempts at a first inventory learnt of each device (see learnt()).
+        self._learnt: dict[int, str] = {}
+
+    @property
+    def isolate(self) -> bool:
+        """Whether this runner isolates devices (not in a probe)."""
+        return self.isolation.enabled
+
+    @property
+    def faults(self) -> dict[int, Fault]:
+        """The isolated devices, by library index."""
+        return self.isolation.faults
+
+    @property
+    def probe(self) -> Probe | None:
+        """The request a probe of an isolated device must answer (None: no probes)."""
+        return self._prober.request
+
+    @probe.setter
+    def probe(self, request: Probe | None) -> None:
+        self._prober.request = request
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -215,7 +164,7 @@ class WorkerRunner:
         if self._supervisor is None:
             self._supervisor = asyncio.create_task(self._supervise(), name=f"worker-{self.name}")
             for fault in list(self.faults.values()):
-                self._schedule_probe(fault)
+                self._prober.schedule(fault)
 
     def adopt(self, old: WorkerRunner) -> None:
         """Keep the devices ``old`` isolated: it is the runner this one replaces (a reload).
@@ -227,11 +176,9 @@ class WorkerRunner:
         """
         if not self.isolate or old.backend != self.backend or old.config != self.config:
             return
-        for index, fault in old.faults.items():
-            self.faults[index] = dataclasses.replace(fault, next_probe=None)
-        self._probe_history.update(old._probe_history)
+        self.isolation.adopt(old.isolation)
         # A process stuck in the driver outlives its runner; probes must not join it.
-        self._stuck.update((i, p) for i, p in old._stuck.items() if p.returncode is None)
+        self.stuck.adopt(old.stuck)
         if self.faults:
             self._log.info("isolation carried over", devices=sorted(self.faults))
 
@@ -242,9 +189,9 @@ class WorkerRunner:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._supervisor
             self._supervisor = None
-        self._stopped = True
         try:
-            pending = [*self._probes.values(), *self._handling]
+            await self._prober.stop()
+            pending = list(self._handling)
             for task in pending:
                 task.cancel()
             for task in pending:
@@ -354,6 +301,8 @@ class WorkerRunner:
             self._close_files()
             self._fail("spawn_failed", f"cannot create the worker's shared pages: {exc}")
             return False
+        if self.isolate and not self.state.inventory:
+            self._learnt.update(self._page.learnt())
         self._page.reset()
         self._dump.clear()
         env = dict(os.environ if self.env is None else self.env)
@@ -408,6 +357,7 @@ class WorkerRunner:
         kind = first.get("type")
         if kind == "ready" and isinstance(first.get("inventory"), dict):
             self.state.inventory = first["inventory"]
+            self._learnt.clear()  # the inventory says it all now
             self.state.state = "ready"
             self.state.last_reason = ""
             self.state.last_detail = ""
@@ -439,13 +389,9 @@ class WorkerRunner:
         # Processes stuck on an isolated device do not count: the new worker will
         # not touch that device. One whose culprit is unknown might be stuck on
         # any of them, so it holds back the next worker.
-        loop = asyncio.get_running_loop()
-        end = loop.time() + STOP_GRACE_SECONDS
-        while any(p.returncode is None for p in self._unreaped) and loop.time() < end:
-            await asyncio.sleep(0.05)
-        self._unreaped = [p for p in self._unreaped if p.returncode is None]
-        if self._unreaped:
-            pids = ", ".join(str(p.pid) for p in self._unreaped)
+        alive = await self.stuck.unknown_gone()
+        if alive:
+            pids = ", ".join(str(p.pid) for p in alive)
             self._fail(
                 "worker_unkillable",
                 f"killed worker {pids} has not exited (stuck in the driver?); "
@@ -527,7 +473,7 @@ class WorkerRunner:
         self._restart_now = True
         await self._kill(fault.reason, detail, fault)
         self._wake.set()  # the exit watcher may have put the supervisor in a backoff
-        self._schedule_probe(fault)
+        self._prober.schedule(fault)
 
     async def _diagnose(
         self,
@@ -537,203 +483,64 @@ class WorkerRunner:
         dump: bool = True,
         min_held: float = 0.0,
     ) -> Fault | None:
-        """Which device (and call) the worker was stuck on or crashed in; isolates it.
-
-        None when the worker was not inside a device (a system-wide call, the
-        library's own start), when it had been on that device for less than
-        ``min_held`` seconds (a poll slow over every device is nobody's fault),
-        or, for a crash, when it was not a fatal signal in native code (an
-        outside SIGKILL is not the device's doing).
-        """
-        page, dump_file = self._page, self._dump  # stop() may close them meanwhile
-        if not self.isolate or page is None or dump_file is None:
-            return None
-        seen = page.read()
-        if seen.index is None or seen.index in self.faults:
-            return None
-        if seen.held < min_held and seen.index != self._suspect:
-            self._suspect = seen.index  # blamed if the next deadline finds it there again
-            return None
-        self._suspect = None
-        call = ""
-        if dump and proc.returncode is None:
-            dump_file.clear()
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(proc.pid, stackdump.DUMP_SIGNAL)
-            loop = asyncio.get_running_loop()
-            end = loop.time() + DUMP_WAIT_SECONDS
-            while not call and loop.time() < end:
-                await asyncio.sleep(0.02)
-                call = stackdump.hung_call(dump_file.read(), seen.main_thread)
-        else:
-            text = dump_file.read()
-            # A native crash of the thread reading the device; not of another thread
-            # (the event reader), and not an outside SIGKILL (no fatal dump at all).
-            if not dump and not stackdump.fatal_on(text, seen.main_thread):
-                return None
-            call = stackdump.hung_call(text, seen.main_thread)
-        parents = page.parents()
-        parent = parents[seen.index] if seen.index < len(parents) else ""
-        since = time.time()
-        fault = Fault(seen.index, reason, call, seen.identity, since, parent=parent)
-        fault.probes = self._probe_history.get(seen.index, 0)
-        self.faults[seen.index] = fault
-        # Its siblings (partitions of the same GPU) go with it: each would hang in
-        # turn, one deadline apiece, before the healthy GPUs are served.
-        siblings = [
-            i for i, p in enumerate(parents) if parent and p == parent and i not in self.faults
-        ]
-        for i in siblings:
-            self.faults[i] = Fault(
-                i, reason, call, "", since, fault.probes, parent=parent, sibling_of=seen.index
-            )
-        self._log.error(
-            "device isolated",
-            device=seen.index,
-            reason=reason,
-            call=call or "unknown",
-            identity=seen.identity,
-            held_seconds=round(seen.held, 3),
-            physical_device=parent or None,
-            with_siblings=siblings or None,
+        """The device a fault is due to, isolated (see Isolation.diagnose); None if none."""
+        return await self.isolation.diagnose(
+            proc, self._page, self._dump, reason, dump=dump, min_held=min_held
         )
-        return fault
 
     def child_config(self) -> dict[str, Any]:
         """The backend config a new worker gets: isolated devices skipped."""
-        config = dict(self.config)
-        if self.faults:
-            rules = dict(config.get(crumb.ISOLATION_KEY) or {})
-            rules["skip"] = sorted(set(rules.get("skip") or ()) | set(self.faults))
-            config[crumb.ISOLATION_KEY] = rules
-        return config
+        return self.isolation.skipping(self.config)
 
-    # -- probes of isolated devices ----------------------------------------
+    # -- probes of isolated devices (exporter.workers.probes drives these) --
 
-    def _schedule_probe(self, fault: Fault) -> None:
-        if self.probe is None or self._stopped:
-            return
-        unit = fault.unit
-        running = self._probes.get(unit)
-        if running is not None and not running.done():
-            return
-        task = asyncio.create_task(self._probe_loop(fault), name=f"probe-{self.name}-{unit}")
-        self._probes[unit] = task
-        task.add_done_callback(lambda done: self._forget_probe(unit, done))
+    def probe_runner(self, indices: list[int]) -> WorkerRunner:
+        """A runner for these devices alone, with this one's config (events included).
 
-    def _forget_probe(self, unit: str, task: asyncio.Task[None]) -> None:
-        if self._probes.get(unit) is task:
-            del self._probes[unit]
-
-    def _unit_faults(self, unit: str) -> list[Fault]:
-        """The isolated logical devices of one physical device, by index."""
-        return sorted((f for f in self.faults.values() if f.unit == unit), key=lambda f: f.index)
-
-    def _stuck_on(self, index: int) -> bool:
-        proc = self._stuck.get(index)
-        if proc is not None and proc.returncode is not None:
-            self._stuck.pop(index, None)
-            fault = self.faults.get(index)
-            if fault is not None:
-                fault.stuck_pid = None
-            self._log.info("stuck worker exited", device=index, worker_pid=proc.pid)
-            proc = None
-        return proc is not None
-
-    async def _probe_loop(self, fault: Fault) -> None:
-        """Probe an isolated physical device with backoff until it answers; then take it back.
-
-        One loop per physical device: its logical devices are probed by one worker
-        together and released together.
+        Its worker must do all a worker does; it isolates nothing itself.
         """
-        unit = fault.unit
-        while not self._stopped:
-            members = self._unit_faults(unit)
-            if not members:
-                return
-            lead = members[0]
-            delay = probe_delay(lead.probes)
-            for member in members:
-                member.next_probe = time.time() + delay
-            await asyncio.sleep(delay)
-            members = self._unit_faults(unit)
-            if not members:
-                return
-            for member in members:
-                member.next_probe = None
-            indices = [m.index for m in members]
-            # While a process is still stuck on the device a probe would only join it.
-            try:
-                stuck = any([self._stuck_on(i) for i in indices])
-                answered = not stuck and await self._probe_once(members)
-            except (asyncio.CancelledError, KeyboardInterrupt):
-                raise
-            except Exception as exc:  # a bug must not end the probing of this device
-                self._log.error("probe failed", devices=indices, error=repr(exc))
-                answered = False
-            if not answered:
-                for member in members:
-                    member.probes += 1
-                continue
-            self._log.info(
-                "device answers again", devices=indices, call=lead.call, probes=lead.probes
-            )
-            async with self._call_lock:  # not in the middle of a poll
-                # Released only now: a poll never sees it neither isolated nor served.
-                for member in members:
-                    self._probe_history[member.index] = member.probes + 1
-                    self.faults.pop(member.index, None)
-                await self.restart("device_recovered", f"device {indices} answers again")
-            return
-
-    async def _probe_once(self, members: list[Fault]) -> bool:
-        """One probe: a worker for this physical device alone, bootstrapped and asked."""
-        assert self.probe is not None
-        indices = [m.index for m in members]
-        # The main worker's config (events included): the probe must do all a worker does.
-        config = {**self.config, crumb.ISOLATION_KEY: {"only": indices}}
-        probe = WorkerRunner(
+        return WorkerRunner(
             self.name,
             self.backend,
-            config,
+            {**self.config, ISOLATION_KEY: {"only": indices}},
             bootstrap_timeout=self.bootstrap_timeout,
             env=self.env,
             python=self.python,
             isolate=False,
+            log_context={"probe_of": indices},
         )
-        probe._log = self._log.bind(probe_of=indices)
+
+    async def attempt(self) -> bool:
+        """Start one worker, without a supervisor (a probe); True when it is ready."""
+        return await self._launch()
+
+    def served(self) -> list[object]:
+        """The library indices of the devices the ready worker's inventory lists."""
+        devices = self.state.inventory.get("devices")
+        if not isinstance(devices, list):
+            return []
+        return [d.get("index") for d in devices if isinstance(d, dict)]
+
+    async def discard(self) -> list[asyncio.subprocess.Process]:
+        """End the worker started by attempt(); the killed processes that are still alive."""
         try:
-            if not await probe._launch():
-                return False
-            devices = probe.state.inventory.get("devices")
-            served = (
-                [d.get("index") for d in devices if isinstance(d, dict)]
-                if isinstance(devices, list)
-                else []
-            )
-            if served != indices:
-                # A device is gone from the library's list (or another took its
-                # index): nothing to take back; they stay isolated and named.
-                self._log.warning("probe found no such device", devices=indices, found=served)
-                return False
-            await probe.call(self.probe.op, self.probe.args, timeout=self.probe.timeout)
-            return True
-        except WorkerError:
-            return False
+            await self._terminate(graceful=True)
+            return [p for p in self.stuck.unknown if p.returncode is None]
         finally:
-            await probe._terminate(graceful=True)
-            for proc in probe._unreaped:
-                if proc.returncode is None:
-                    for member in members:
-                        self._stuck[member.index] = proc
-                        member.stuck_pid = proc.pid
-            probe._close_files()
+            self._close_files()
+
+    async def take_back(self, members: list[Fault]) -> None:
+        """Release these isolated devices (their probe answered) and restart with them."""
+        indices = [m.index for m in members]
+        async with self._call_lock:  # not in the middle of a poll
+            # Released only now: a poll never sees it neither isolated nor served.
+            self.isolation.release(members)
+            await self.restart("device_recovered", f"device {indices} answers again")
 
     def stuck_processes(self) -> int:
         """Killed workers (and probes) that have not exited yet (read-only: /status calls it)."""
         # One process may be stuck for every partition of its GPU: counted once.
-        stuck = {id(p): p for p in [*self._stuck.values(), *self._unreaped]}
-        return sum(1 for p in stuck.values() if p.returncode is None)
+        return self.stuck.count()
 
     async def _terminate(self, *, graceful: bool, fault: Fault | None = None) -> None:
         proc = self._proc
@@ -750,16 +557,14 @@ class WorkerRunner:
                 if proc.returncode is None:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.killpg(proc.pid, signal.SIGKILL)
-                    if fault is not None and fault.index not in self._stuck:
+                    if fault is not None and fault.index not in self.stuck.on_device:
                         # Stuck on the isolated device, which no new worker touches.
-                        for member in self._unit_faults(fault.unit):
-                            self._stuck[member.index] = proc
-                            member.stuck_pid = proc.pid
+                        self.stuck.left_on(proc, self.isolation.unit(fault.unit))
                         self._log.error(
                             "killed worker stuck", device=fault.index, worker_pid=proc.pid
                         )
                     else:
-                        self._unreaped.append(proc)
+                        self.stuck.unknown.append(proc)
                 _close_transport(proc)
             for task in self._aux:
                 task.cancel()
@@ -832,6 +637,19 @@ class WorkerRunner:
             wait = f"; restart in {max(0.0, self.state.next_start - time.time()):.1f}s"
         raise WorkerError(reason, (self.state.last_detail or "worker not running") + wait)
 
+    def learnt(self) -> dict[int, str]:
+        """Identity text of each device the workers identified before any inventory.
+
+        By library index, from the shared page: what a bootstrap that has not
+        answered yet (hung on one device, say) has learnt so far, with what
+        earlier attempts learnt. Empty once a worker has answered (its inventory
+        says it all) and in probes.
+        """
+        page = self._page
+        if not self.isolate or self.state.inventory or page is None:
+            return dict(self._learnt) if self.isolate else {}
+        return {**self._learnt, **page.learnt()}
+
     def _reprobe_in(self) -> float:
         """Seconds until the next probe of an unavailable library is due."""
         return self._probed_at + UNAVAILABLE_REPROBE_SECONDS - time.monotonic()
@@ -902,7 +720,7 @@ class WorkerRunner:
                 detail = f"reply id {reply.get('id')!r} does not match request {call_id}"
                 await self._kill("protocol_error", detail)
                 raise WorkerError("protocol_error", detail)
-            self._suspect = None  # it answered: whatever was slow last time moved on
+            self.isolation.answered()  # whatever was slow last time moved on
             if reply.get("type") == "fault":
                 raise WorkerError(
                     str(reply.get("reason") or "fault"), str(reply.get("detail") or "")
@@ -941,19 +759,5 @@ class WorkerRunner:
             ),
             "worker_next_start": self.state.next_start,
             "worker_stuck_processes": self.stuck_processes(),
-            "isolated_devices": [
-                {
-                    "index": f.index,
-                    "reason": f.reason,
-                    "call": f.call,
-                    "identity": f.identity,
-                    "since": f.since,
-                    "failed_probes": f.probes,
-                    "next_probe": f.next_probe,
-                    "stuck_pid": f.stuck_pid,
-                    "physical_device": f.parent,
-                    "isolated_with": f.sibling_of,
-                }
-                for f in sorted(self.faults.values(), key=lambda f: f.index)
-            ],
+            "isolated_devices": self.isolation.status(),
         }

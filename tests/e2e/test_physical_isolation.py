@@ -1,8 +1,9 @@
 """A physical GPU is the unit of isolation: the daemon (subprocess) against the fake amdsmi
 (8 MI300X in CPX: 64 partitions) and the fake NVML (MIG instances), with every call on one
 physical GPU hanging from the start. Its logical devices are isolated together in one
-bootstrap deadline (one worker restart, not one per partition), the healthy ones are served
-meanwhile, and one probe at a time retries the hung GPU."""
+bootstrap deadline (one worker restart, not one per partition), what the hung bootstrap had
+identified is shown while the culprit is found (identity alone: no shipped alert fires on
+it), the healthy ones are served meanwhile, and one probe at a time retries the hung GPU."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from tests.fakes.amdsmi import expected
 from tests.fakes.amdsmi.state import NUM_XCP, FakeAmdSmi, cpx
 from tests.fakes.nvml.control import MigInstance
 from tests.helpers.daemon import Daemon, samples, value
+from tests.helpers.promtool import alerts_firing
 
 HUNG_GPU = 3
 BOOTSTRAP_SECONDS = 6.0
@@ -26,6 +28,11 @@ DEADLINES = {
     "timeout": "5s",
     "bootstrap_timeout": f"{BOOTSTRAP_SECONDS:g}s",
 }
+# Long enough to look at the first bootstrap while it hangs, on a loaded machine.
+CPX_BOOTSTRAP_SECONDS = 15.0
+# How long the exposition of a start may last without any shipped alert firing: far
+# longer than a start with several hung GPUs in turn (one bootstrap deadline each).
+QUIET_START_MINUTES = 9
 
 
 def most_workers(d: Daemon, seconds: float) -> int:
@@ -54,19 +61,46 @@ def isolations(d: Daemon) -> int:
 
 
 def test_a_hung_cpx_gpu_is_isolated_whole_in_one_deadline(
-    daemon_factory: Any, amdsmi_env: dict[str, str], amdsmi_fake: FakeAmdSmi
+    daemon_factory: Any, amdsmi_env: dict[str, str], amdsmi_fake: FakeAmdSmi, tmp_path: Any
 ) -> None:
     cpx(amdsmi_fake)
     hung = range(HUNG_GPU * NUM_XCP, (HUNG_GPU + 1) * NUM_XCP)
     slots = [amdsmi_fake.rule("*", hang=True, device=i) for i in hung]
     began = time.monotonic()
     config = amd_config()
-    config["sources"]["amdsmi"].update(DEADLINES)
+    config["sources"]["amdsmi"].update(DEADLINES, bootstrap_timeout=f"{CPX_BOOTSTRAP_SECONDS:g}s")
     d = daemon_factory(config=config, env=amdsmi_env)
     s = Scrapes(d)
     healthy = {
         str(i): expected.uuid(amdsmi_fake.device(i)) for i in range(8 * NUM_XCP) if i not in hung
     }
+    # While the first bootstrap hangs on GPU 3, the partitions it identified before it
+    # (GPUs 0-2) are shown by identity alone: their state is not known yet.
+    before = range(HUNG_GPU * NUM_XCP)
+
+    def first_bootstrap_shown() -> bool:
+        status = d.status()["sources"]["amdsmi"]
+        return status["worker_restarts"] == 0 and status.get("identified_so_far") == len(before)
+
+    d.wait_for(first_bootstrap_shown, CPX_BOOTSTRAP_SECONDS, what="the identified partitions")
+    start = s.get()
+    got = samples(start)
+    assert d.status()["sources"]["amdsmi"]["worker_restarts"] == 0, "isolated already"
+    for i in before:
+        dev = amdsmi_fake.device(i)
+        info = [v for k, v in got if k == "accel_device_info" and ("device", str(i)) in v]
+        assert [dict(labels)["uuid"] for labels in info] == [expected.uuid(dev)], i
+    assert not any(
+        k == "accel_device_info" and ("device", str(i)) in v for k, v in got for i in hung
+    )
+    # No state claimed (no accel_device_up, no health), no count, no value yet.
+    for family in ("accel_device_up", "accel_device_health", "accel_devices", "accel_power_watts"):
+        assert not any(k == family for k, _ in got), family
+    assert value(got, "accel_exporter_source_down_reason_info", source="amdsmi", reason="starting")
+    # Shown, but not a first poll: the source is still pending (and the daemon not ready).
+    assert d.status()["sources"]["amdsmi"]["state"] == "pending"
+    # Nothing a start shows may fire a shipped alert, even held for many minutes.
+    assert alerts_firing(start, QUIET_START_MINUTES, tmp_path) == ""
 
     def all_healthy_up() -> bool:
         got = samples(s.get())
@@ -83,7 +117,7 @@ def test_a_hung_cpx_gpu_is_isolated_whole_in_one_deadline(
     # One deadline waited out, not eight: the old way could not be this quick (the
     # bench measures the time; here a loaded machine only stretches it).
     assert isolations(d) == 1
-    assert took < NUM_XCP * BOOTSTRAP_SECONDS, took
+    assert took < NUM_XCP * CPX_BOOTSTRAP_SECONDS, took
     # From then on the eight partitions stay down, hung, under their index.
     for _ in range(5):
         got = samples(s.get())
@@ -124,8 +158,21 @@ def test_a_hung_gpu_with_mig_instances_is_isolated_whole(
         )
     fake.add_rule("*", device=1, hang=True)
     began = time.monotonic()
-    d = daemon_factory(nvml_config(**DEADLINES), env=fake.env())
+    deadlines = {**DEADLINES, "bootstrap_timeout": f"{CPX_BOOTSTRAP_SECONDS:g}s"}
+    d = daemon_factory(nvml_config(**deadlines), env=fake.env())
     s = Scrapes(d)
+    # The same for NVML: GPU 0, identified before GPU 1 hung, is shown by identity alone.
+
+    def first_bootstrap_shown() -> bool:
+        status = d.status()["sources"]["nvml"]
+        return status["worker_restarts"] == 0 and status.get("identified_so_far") == 1
+
+    d.wait_for(first_bootstrap_shown, CPX_BOOTSTRAP_SECONDS, what="GPU 0 identified")
+    got = samples(s.get())
+    assert d.status()["sources"]["nvml"]["worker_restarts"] == 0, "isolated already"
+    info = [dict(v) for k, v in got if k == "accel_device_info"]
+    assert [(i["device"], i["uuid"]) for i in info] == [("0", fake.uuid(0))]
+    assert not any(k == "accel_device_up" for k, _ in got)
     for i in (0, 2, 3):
         s.wait("accel_device_up", 1, device=str(i), uuid=fake.uuid(i))
     took = time.monotonic() - began
@@ -133,7 +180,7 @@ def test_a_hung_gpu_with_mig_instances_is_isolated_whole(
     # One deadline waited out, not eight: the old way could not be this quick (the
     # bench measures the time; here a loaded machine only stretches it).
     assert isolations(d) == 1
-    assert took < NUM_XCP * BOOTSTRAP_SECONDS, took
+    assert took < NUM_XCP * CPX_BOOTSTRAP_SECONDS, took
     sick = {"device": "1", "uuid": "unidentified-1"}
     s.wait("accel_device_up", 0, **sick)
     got = samples(s.get())

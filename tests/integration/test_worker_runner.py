@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from exporter import backoff
 from exporter.config.devices import DeviceSourceConfig
 from exporter.errors import SourceError, SourcePending, SourceUnavailable, WorkerError
 from exporter.sources.device import DeviceSource
@@ -27,7 +28,7 @@ BACKEND = "tests.helpers.worker_backend:MisbehavingBackend"
 @pytest.fixture(autouse=True)
 def fast_restarts(monkeypatch):
     # Our own runner's backoff constants, not a binding: keeps respawn tests short.
-    monkeypatch.setattr(runner_mod, "RESTART_BASE_SECONDS", 0.2)
+    monkeypatch.setattr(backoff, "RESTART_BASE_SECONDS", 0.2)
 
 
 @pytest.fixture

@@ -9,12 +9,13 @@ import sys
 import textwrap
 import time
 
-from exporter.workers import crumb
+from exporter.backend_api import crumb
+from exporter.workers.crumb import Page
 
 WORKER = textwrap.dedent(
     """
     import sys, threading
-    from exporter.workers import crumb
+    from exporter.backend_api import crumb
     print(int(crumb.attach()), threading.main_thread().ident, flush=True)
     for line in sys.stdin:
         op, _, arg = line.strip().partition(" ")
@@ -32,7 +33,7 @@ WORKER = textwrap.dedent(
 class Worker:
     """A child process that attached the page through the environment, as a device worker does."""
 
-    def __init__(self, page: crumb.Page) -> None:
+    def __init__(self, page: Page) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", WORKER],
             env={**os.environ, **page.env()},
@@ -62,7 +63,7 @@ class Worker:
 
 
 def test_the_daemon_reads_what_the_worker_wrote_without_its_help() -> None:
-    page = crumb.Page()
+    page = Page()
     worker = Worker(page)
     try:
         # Attached: the main thread is published, no device yet.
@@ -88,7 +89,7 @@ def test_the_daemon_reads_what_the_worker_wrote_without_its_help() -> None:
 
 
 def test_a_dead_workers_last_crumb_stays_readable_until_reset() -> None:
-    page = crumb.Page()
+    page = Page()
     worker = Worker(page)
     worker.do("device 5")
     worker.do("identity GPU-5")
@@ -104,7 +105,7 @@ def test_a_dead_workers_last_crumb_stays_readable_until_reset() -> None:
 
 
 def test_identity_is_cut_to_the_page_and_a_bad_length_reads_as_unknown() -> None:
-    page = crumb.Page()
+    page = Page()
     try:
         long = "x" * (crumb.TEXT_BYTES + 40)
         worker = Worker(page)

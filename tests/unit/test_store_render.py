@@ -6,6 +6,7 @@ import gzip
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.app import source_state
 from exporter.model import OK, HistogramValue, Outcome, Reading, Snapshot
 from exporter.outputs.prometheus import Exposition
 from exporter.store import HistogramAccumulator, Store, validate
@@ -277,11 +278,20 @@ def test_pending_poll_keeps_what_the_source_still_knows_after_a_first_result():
     store = Store(mono=clock)
     starting = Outcome(False, "starting", "the worker is still starting", pending=True)
     down = [Reading("accel_devices", ("x",), 2.0)]
-    # Before any result: nothing to keep showing, the source stays "not polled yet".
+    # Before any result and knowing nothing: the source stays "not polled yet".
+    store.pending(dataclasses.replace(snap("a", [], clock), outcome=starting), restarts=0)
+    text = Exposition(store, process_metrics=False, clock=clock).render(None, None)[0].decode()
+    assert value(text, "accel_exporter_source_up", source="a") is None
+    # Knowing something already (devices a first bootstrap identified): shown, not a result.
     store.pending(dataclasses.replace(snap("a", down, clock), outcome=starting), restarts=0)
     text = Exposition(store, process_metrics=False, clock=clock).render(None, None)[0].decode()
-    assert value(text, "accel_devices", vendor="x") is None
-    assert value(text, "accel_exporter_source_up", source="a") is None
+    assert value(text, "accel_devices", vendor="x") == 2
+    assert value(text, "accel_exporter_source_down_reason_info", source="a", reason="starting") == 1
+    assert value(text, "accel_exporter_source_poll_duration_seconds_count", source="a") == 0
+    # Shown, but no answer: readiness and the source's state still wait for its first poll.
+    (record,) = store.records()
+    assert not record.answered
+    assert source_state(record, clock()) == ("pending", "")
     store.put(snap("a", down, clock, ok=False, reason="crashed", stale_after=5))
     for _ in range(
         4
@@ -292,6 +302,7 @@ def test_pending_poll_keeps_what_the_source_still_knows_after_a_first_result():
     text = Exposition(store, process_metrics=False, clock=clock).render(None, None)[0].decode()
     assert value(text, "accel_devices", vendor="x") == 2
     assert value(text, "accel_exporter_source_down_reason_info", source="a", reason="starting") == 1
+    assert store.records()[0].answered
     assert value(text, "accel_exporter_source_errors_total", source="a", reason="crashed") == 1
     assert value(text, "accel_exporter_source_poll_duration_seconds_count", source="a") == 1
     assert value(text, "accel_exporter_worker_restarts_total", source="a") == 1
