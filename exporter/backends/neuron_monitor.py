@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exporter import log
+from exporter import child_output, log
 from exporter.backoff import restart_delay
 
 # No line for this many periods is a stall.
@@ -199,20 +199,13 @@ class Monitor:
 
     async def _drain(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stderr is not None
-        lines = 0
-        while True:
-            try:
-                raw = await proc.stderr.readline()
-            except ValueError:
-                continue
-            if not raw:
-                return
-            lines += 1
-            if lines <= STDERR_LINES_PER_LIFE:
-                text = raw.decode("utf-8", "replace").rstrip()[:500]
-                self._log.info("neuron-monitor output", pid=proc.pid, line=text)
-            elif lines == STDERR_LINES_PER_LIFE + 1:
-                self._log.warning("neuron-monitor output suppressed", pid=proc.pid)
+        pid = proc.pid
+        await child_output.drain(
+            proc.stderr,
+            STDERR_LINES_PER_LIFE,
+            lambda line: self._log.info("neuron-monitor output", pid=pid, line=line[:500]),
+            lambda: self._log.warning("neuron-monitor output suppressed", pid=pid),
+        )
 
     async def _end(self, proc: asyncio.subprocess.Process) -> None:
         """Stop the child's process group and reap it, also when cancelled."""

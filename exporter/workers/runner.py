@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter import log
+from exporter import child_output, log
 from exporter.backend_api.crumb import ISOLATION_KEY
 from exporter.backoff import restart_delay
 from exporter.errors import (
@@ -425,19 +425,13 @@ class WorkerRunner:
 
     async def _drain_stderr(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stderr is not None
-        lines = 0
-        while True:
-            try:
-                raw = await proc.stderr.readline()
-            except (ValueError, asyncio.LimitOverrunError):
-                continue
-            if not raw:
-                return
-            lines += 1
-            if lines <= STDERR_LINES_PER_LIFE:
-                self._relay(raw.decode("utf-8", "replace").rstrip(), proc.pid, self._ready.is_set())
-            elif lines == STDERR_LINES_PER_LIFE + 1:
-                self._log.warning("worker output suppressed", worker_pid=proc.pid)
+        pid = proc.pid
+        await child_output.drain(
+            proc.stderr,
+            STDERR_LINES_PER_LIFE,
+            lambda line: self._relay(line, pid, self._ready.is_set()),
+            lambda: self._log.warning("worker output suppressed", worker_pid=pid),
+        )
 
     def _relay(self, line: str, pid: int, ready: bool) -> None:
         """Re-log a worker's structured line at its level; anything else as raw output.
