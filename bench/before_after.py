@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -85,6 +86,29 @@ def idle_score(result: dict[str, Any]) -> float:
         return float(result["ours"]["cpu_percent"])
     except (KeyError, TypeError, ValueError):
         return float("inf")
+
+
+def poll_summary(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per backend and side: the lowest and the median of each ratio over the rounds."""
+    out: dict[str, Any] = {}
+    for side, results in rounds.items():
+        for result in results:
+            for backend, figures in result.items():
+                if not isinstance(figures, dict) or "fast" not in figures:
+                    continue
+                for poll in ("fast", "slow"):
+                    for key in ("ratio", "cycle_ratio", "cpu_seconds_per_poll"):
+                        value = figures[poll].get(key)
+                        if isinstance(value, (int, float)):
+                            out.setdefault(backend, {}).setdefault(f"{poll}_{key}", {}).setdefault(
+                                side, []
+                            ).append(value)
+    for figures in out.values():
+        for key, sides in figures.items():
+            figures[key] = {
+                side: {"min": min(v), "median": statistics.median(v)} for side, v in sides.items()
+            }
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
                 report[name] = {
                     side: min(results, key=score) for side, results in rounds.items()
                 } | {"rounds": rounds}
+                if name == "poll":
+                    report["poll_summary"] = poll_summary(rounds)
         finally:
             git("worktree", "remove", "--force", str(before))
     json.dump(report, sys.stdout, indent=2, sort_keys=True)
