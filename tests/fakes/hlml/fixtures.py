@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.hlml.control import FakeHlml, build
+from tests.helpers.native import built_once
 
 
 @pytest.fixture(scope="session")
 def hlml_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The fake libhlml.so, built once per session."""
-    return build(tmp_path_factory.mktemp("hlml"))
+    return built_once("hlml", build, tmp_path_factory.mktemp("hlml"))
 
 
 @pytest.fixture

@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.levelzero.control import FakeZe, build
+from tests.helpers.native import built_once
 
 
 @pytest.fixture(scope="session")
 def ze_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The fake loader, built once per session (its own SONAME: pointed at by library_path)."""
-    return build(tmp_path_factory.mktemp("ze"))
+    return built_once("levelzero", build, tmp_path_factory.mktemp("ze"))
 
 
 @pytest.fixture
