@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.helpers.cli import WITHOUT_RICH
 from tests.helpers.wait import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -131,7 +132,8 @@ class Daemon:
 
     def start(self, wait: float = 20.0) -> Daemon:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_EXPORTER_")}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        path = [str(REPO), str(WITHOUT_RICH), env.get("PYTHONPATH")]
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, path))
         env.update(self.env)
         self.proc = subprocess.Popen(
             self.command(),

@@ -11,15 +11,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-# The daemon under test runs without rich, as in the container image (Containerfile:
-# the runtime extras only). The dev extras bring rich in (tpu-info, twine), and
-# structlog imports it whenever it is installed: 0.13 s of CPU per daemon start (about
-# a minute of the suite's CPU over its hundreds of daemons) for the console renderer's
-# tracebacks, which the tests' json logs never use; without it structlog prints plain ones.
-sys.modules.setdefault("rich", None)  # type: ignore[arg-type]
 
-from exporter.cli import main  # noqa: E402
-from exporter.sources.registry import build_sources  # noqa: E402
+from exporter.cli import main
+from exporter.sources.registry import build_sources
 
 
 def run(argv: list[str]) -> int:
