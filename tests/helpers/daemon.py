@@ -50,10 +50,11 @@ class Response:
 def children_of(pid: int) -> set[int]:
     """Direct children of ``pid`` (from /proc/<pid>/task/*/children)."""
     out: set[int] = set()
-    task_dir = Path(f"/proc/{pid}/task")
-    if not task_dir.exists():
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:  # gone (also between a check and the listing: CI failed on that)
         return out
-    for task in task_dir.iterdir():
+    for task in tasks:
         try:
             out.update(int(p) for p in (task / "children").read_text().split())
         except OSError:
