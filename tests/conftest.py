@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,7 @@ import pytest
 import structlog
 
 from tests.helpers.daemon import Daemon
-from tests.helpers.native import compile_shared
+from tests.helpers.native import BUILDS_ENV, built_once, compile_shared
 
 FAKES = Path(__file__).resolve().parent / "fakes"
 
@@ -20,11 +22,31 @@ FAKES = Path(__file__).resolve().parent / "fakes"
 # enumeration raises instead of being dropped (exporter/store.py).
 os.environ["ACCEL_STRICT_LABEL_VALUES"] = "1"
 
+_BUILDS = pytest.StashKey[str]()
+
 pytest_plugins = [
     "tests.fakes.amdsmi.fixtures",
     "tests.fakes.levelzero.fixtures",
     "tests.fakes.hlml.fixtures",
 ]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One directory of fake library builds for the whole run (tests.helpers.native):
+    made here, in the process that starts the xdist workers, so that they inherit it."""
+    if hasattr(config, "workerinput") or os.environ.get(BUILDS_ENV):
+        return
+    made = tempfile.mkdtemp(prefix="accel-fake-builds-")
+    os.environ[BUILDS_ENV] = made
+    config.stash[_BUILDS] = made
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The run's builds go with it."""
+    made = config.stash.get(_BUILDS, None)
+    if made is not None:
+        shutil.rmtree(made, ignore_errors=True)
+        os.environ.pop(BUILDS_ENV, None)
 
 
 @pytest.fixture(autouse=True)
@@ -60,7 +82,7 @@ def fake_nvml_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The fake libnvidia-ml.so.1, compiled once per test run (tests/fakes/nvml)."""
     from tests.fakes.nvml.control import build
 
-    return build(tmp_path_factory.mktemp("fake-nvml"))
+    return built_once("nvml", build, tmp_path_factory.mktemp("fake-nvml"))
 
 
 @pytest.fixture
@@ -85,6 +107,8 @@ def fake_nvml(fake_nvml_lib: Path, tmp_path: Path) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def fake_libcuda_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory holding the fake ``libcuda.so.1`` (point LD_LIBRARY_PATH at it)."""
-    out = tmp_path_factory.mktemp("fake-cuda")
-    compile_shared(FAKES / "cuda" / "fake_cuda.c", "libcuda.so.1", out)
-    return out
+
+    def build(out: Path) -> Path:
+        return compile_shared(FAKES / "cuda" / "fake_cuda.c", "libcuda.so.1", out)
+
+    return built_once("cuda", build, tmp_path_factory.mktemp("fake-cuda")).parent

@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import bcrypt
 import pytest
@@ -89,6 +90,14 @@ def test_slow_bootstrap_is_pending_not_failing(daemon_factory, ctl):
     )
 
 
+def sighup_ignored(pid: int) -> bool:
+    """Whether the process ignores SIGHUP now (its SigIgn mask in /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGHUP - 1)))
+    return False
+
+
 def test_sighup_during_startup_does_not_start_twice(tmp_path, ctl):
     d = Daemon(
         tmp_path,
@@ -105,17 +114,18 @@ def test_sighup_during_startup_does_not_start_twice(tmp_path, ctl):
         import threading
 
         def hup_soon() -> None:
-            # Once the daemon speaks (its first log line comes after the CLI set SIGHUP
-            # aside, before the 2 s start of the test source ends): the interpreter's own
-            # start-up, before any of our code runs, is not what is tested, and on a
-            # loaded machine it alone can take longer than a fixed delay.
-            while d.proc is None or not d.events:
+            # Once the CLI has set SIGHUP aside (its first act after parsing the flags),
+            # while the sources still start (2 s). A fixed delay raced the interpreter's
+            # imports on a loaded machine: the SIGHUP came first and its default killed it.
+            while d.proc is None or not sighup_ignored(d.proc.pid):
                 time.sleep(0.01)
-            time.sleep(0.3)
             d.signal(signal.SIGHUP)
+            sent.set()
 
+        sent = threading.Event()
         threading.Thread(target=hup_soon, daemon=True).start()
         d.start(wait=30)
+        assert sent.is_set(), "the SIGHUP was not sent during start-up"
         assert d.proc.poll() is None, "a SIGHUP during start-up must not kill the daemon"
         before = d.status()["sources"]["host"]["polls"]
         time.sleep(3.0)  # a negative window: count the host polls in it

@@ -25,6 +25,7 @@ import pytest
 
 from tests.fakes.hlml.control import FakeHlml
 from tests.helpers.cli import REPO, cli_command
+from tests.helpers.native import built_once
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
@@ -78,7 +79,7 @@ def _nothing(_: pytest.TempPathFactory) -> dict[str, str]:
 def _gaudi(tmp: pytest.TempPathFactory) -> dict[str, str]:
     from tests.fakes.hlml.control import build
 
-    lib = build(tmp.mktemp("hlml"))
+    lib = built_once("hlml", build, tmp.mktemp("hlml"))
     fake = FakeHlml.create(tmp.mktemp("hlml-state") / "state.bin", devices=8)
     # Configured (by its variable), so that the Level Zero search of the example is
     # the one of a node without it.
@@ -88,7 +89,7 @@ def _gaudi(tmp: pytest.TempPathFactory) -> dict[str, str]:
 def _seven_nvidia_gpus(tmp: pytest.TempPathFactory) -> dict[str, str]:
     from tests.fakes.nvml.control import FakeNvml, build
 
-    lib = build(tmp.mktemp("nvml"))
+    lib = built_once("nvml", build, tmp.mktemp("nvml"))
     return FakeNvml.create(lib, tmp.mktemp("nvml-state") / "state", devices=7).env()
 
 

@@ -21,6 +21,7 @@ import pytest
 
 from tests.fakes.fault_rules import FaultRules
 from tests.helpers.backend_harness import Backends, backends
+from tests.helpers.native import built_once
 
 T = TypeVar("T", bound="StateFile")
 
@@ -89,7 +90,7 @@ def fixtures(
 
     @pytest.fixture(scope="session", name=f"{name}_lib")
     def lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-        return build(tmp_path_factory.mktemp(name))
+        return built_once(name, build, tmp_path_factory.mktemp(name))
 
     @pytest.fixture(name=f"{name}_fake")
     def state(tmp_path: Path) -> Iterator[StateFile]:

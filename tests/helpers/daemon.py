@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.helpers.cli import WITHOUT_RICH
 from tests.helpers.wait import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,10 +50,11 @@ class Response:
 def children_of(pid: int) -> set[int]:
     """Direct children of ``pid`` (from /proc/<pid>/task/*/children)."""
     out: set[int] = set()
-    task_dir = Path(f"/proc/{pid}/task")
-    if not task_dir.exists():
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:  # gone (also between a check and the listing: CI failed on that)
         return out
-    for task in task_dir.iterdir():
+    for task in tasks:
         try:
             out.update(int(p) for p in (task / "children").read_text().split())
         except OSError:
@@ -131,7 +133,8 @@ class Daemon:
 
     def start(self, wait: float = 20.0) -> Daemon:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_EXPORTER_")}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        path = [str(REPO), str(WITHOUT_RICH), env.get("PYTHONPATH")]
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, path))
         env.update(self.env)
         self.proc = subprocess.Popen(
             self.command(),

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.helpers.native import built_once
+
 # Every backend off unless a node turns it on (auto sources would only add
 # "unavailable" rows that differ from one build machine to the next).
 OFF = {
@@ -62,7 +64,8 @@ def node(kind: str, work: Path) -> Iterator[Node]:
         from tests.fakes.nvml.control import FakeNvml, build
 
         devices = 16 if kind == "nvidia16" else 8
-        nv = FakeNvml.create(build(work / "nvml-lib"), work / "nvml-state", devices)
+        lib = built_once("nvml", build, work / "nvml-lib")
+        nv = FakeNvml.create(lib, work / "nvml-state", devices)
         try:
             yield Node(kind, "nvidia", devices, _sources(nvml={}), nv.env())
         finally:
@@ -71,7 +74,7 @@ def node(kind: str, work: Path) -> Iterator[Node]:
         from tests.fakes.amdsmi import build as amd_build
         from tests.fakes.amdsmi import state as amd_state
 
-        root = amd_build.build(work / "amdsmi")
+        root = built_once("amdsmi", amd_build.build, work / "amdsmi")
         with amd_state.opened(work / "amdsmi-state.bin", devices=8) as fake:
             if kind == "amd_cpx":
                 amd_state.cpx(fake, gpus=8)
@@ -81,13 +84,13 @@ def node(kind: str, work: Path) -> Iterator[Node]:
     elif kind == "intel":
         from tests.fakes.levelzero import control as ze
 
-        lib = ze.build(work / "ze")
+        lib = built_once("levelzero", ze.build, work / "ze")
         fake = ze.FakeZe.create(work / "ze-state.bin", 8)
         yield Node(kind, "intel", 8, _sources(levelzero={"library_path": str(lib)}), fake.env)
     elif kind == "gaudi":
         from tests.fakes.hlml import control as hl
 
-        lib = hl.build(work / "hlml")
+        lib = built_once("hlml", hl.build, work / "hlml")
         fake = hl.FakeHlml.create(work / "hlml-state.bin", 8)
         yield Node(kind, "intel_gaudi", 8, _sources(hlml={"library_path": str(lib)}), fake.env)
     elif kind == "tpu":

@@ -10,12 +10,13 @@ import pytest
 
 from tests.fakes.amdsmi import build, state
 from tests.helpers.backend_harness import Backends, backends
+from tests.helpers.native import built_once
 
 
 @pytest.fixture(scope="session")
 def amdsmi_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Build the fake once per session; the directory to use as ROCM_PATH."""
-    return build.build(tmp_path_factory.mktemp("amdsmi"))
+    return built_once("amdsmi", build.build, tmp_path_factory.mktemp("amdsmi"))
 
 
 @pytest.fixture
