@@ -426,10 +426,11 @@ class DeviceSource(WorkerSource):
         if bus_list is None:
             return ""
         faults = set(self.runner.faults)
+        # Before a worker's inventory names them, the devices the starting worker
+        # identified (with their addresses) stand for it.
+        described = self._devices or list(self._learnt.values())
         named = {
-            d.index: dict(d.info).get("pci_bus_id", "")
-            for d in self._devices
-            if d.index not in faults
+            d.index: dict(d.info).get("pci_bus_id", "") for d in described if d.index not in faults
         }
         if len(bus_list) != len(named) + len(faults) or index >= len(bus_list):
             return ""
