@@ -309,13 +309,13 @@ class Exposition:
             if om and body.endswith(text_format.EOF):
                 return body[: -len(text_format.EOF)] + extra + text_format.EOF
             return body + extra
-        body = text_format.encode(found, fmt)
-        if series:
-            body += text_format.encode(series, fmt)
-        body += encode_compat(others, fmt)
-        if process:
-            body += text_format.encode(process, fmt)
-        return body + text_format.EOF if fmt == text_format.OPENMETRICS else body
+        # One body, joined once: the families' line caches point into it (text_format.Body).
+        out = text_format.Body(fmt)
+        out.families(found)
+        out.families(series)
+        out.raw(encode_compat(others, fmt))
+        out.families(process)
+        return out.finish(text_format.EOF if fmt == text_format.OPENMETRICS else b"")
 
 
 def _gzip_accepted(header: str | None) -> bool:

@@ -2,8 +2,9 @@
 
 ``model.readings_of`` (the bulk Reading constructor) and
 ``sources.device.parse_readings`` (the check of a worker's reply, column by
-column in C) are the two places tuned for speed; ``wire.drop`` removes a device's
-rows again. Each is compared here, on inputs Hypothesis draws, with the obvious
+column in C) are the two places tuned for speed on the way in;
+``outputs.text_format.Body`` (lines copied from the last body while labels and
+value hold) on the way out; ``wire.drop`` removes a device's rows again. Each is compared here, on inputs Hypothesis draws, with the obvious
 Python loop its docstring describes: same readings, or the same ShapeError
 message, for every input. A change that makes a helper faster and different
 fails here, whatever the example tests cover.
@@ -18,7 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exporter.backends.wire import ROW_WIDTH, drop
+from exporter.catalog import CATALOG, Kind
 from exporter.model import Reading, readings_of
+from exporter.outputs import text_format
 from exporter.sources.device import DeviceId, ShapeError, parse_readings
 
 DEVICES = [DeviceId(str(i), f"GPU-{i}", ()) for i in range(3)]
@@ -167,3 +170,68 @@ def test_drop_equals_filtering_row_by_row(families, position, data):
         expected[metric] = [item for row in table if row[0] != position for item in row]
     drop(rows, position)
     assert rows == expected
+
+
+# Families of each kind a line cache serves (histograms are written afresh every time).
+CACHED_ROWS = [
+    next(r for r in CATALOG.values() if r.kind is kind and len(r.labels) == width)
+    for kind in (Kind.GAUGE, Kind.COUNTER)
+    for width in (0, 2, 3)
+]
+VALUES = st.one_of(
+    st.sampled_from([0.0, -0.0, 1.0, 7.5, float("nan"), math.inf, -math.inf, 1e22, 123456789.0]),
+    st.floats(),
+    st.integers(min_value=-(2**60), max_value=2**60),
+)
+# Label values with the characters the formats escape.
+ESCAPED_TEXT = st.text(alphabet='ab"\\\n\u00e9', max_size=3)
+
+
+def reference_encode(rows: list[tuple[Any, list[Reading]]], fmt: str) -> bytes:
+    """Every line written afresh: header, then ``sample{labels} value`` per reading."""
+    out = []
+    for spec, readings in rows:
+        shape = text_format._shape(spec, fmt)
+        out.append(shape.header.decode())
+        for r in readings:
+            labels = text_format._labels(shape, r.labels)
+            out.append(f"{shape.sample}{labels} {text_format.go_float(r.value)}\n")
+    return "".join(out).encode()
+
+
+@st.composite
+def renders(draw: st.DrawFn) -> list[list[tuple[Any, list[Reading]]]]:
+    """Up to 6 renders of the same families, series kept, changed, added, dropped, moved."""
+    out = []
+    series: dict[Any, list[tuple[tuple[str, ...], float]]] = {}
+    for _ in range(draw(st.integers(1, 6))):
+        rows = []
+        for spec in CACHED_ROWS:
+            width = len(spec.labels)
+            now = []
+            for labels, value in series.get(spec, []):
+                step = draw(st.sampled_from(["keep", "keep", "change", "drop"]))
+                if step == "keep":
+                    now.append((labels, value))
+                elif step == "change":
+                    now.append((labels, draw(VALUES)))
+            for _ in range(draw(st.integers(0, 3))):
+                labels = tuple(draw(ESCAPED_TEXT) for _ in range(width))
+                if all(labels != known for known, _ in now):
+                    now.insert(draw(st.integers(0, len(now))), (labels, draw(VALUES)))
+            if draw(st.booleans()):
+                now = draw(st.permutations(now))
+            series[spec] = now
+            rows.append((spec, [Reading(spec.name, labels, value) for labels, value in now]))
+        out.append(rows)
+    return out
+
+
+@SETTINGS
+@given(renders(), st.sampled_from([text_format.TEXT, text_format.OPENMETRICS]))
+def test_cached_lines_equal_lines_written_afresh(sequence, fmt):
+    text_format._shape.cache_clear()  # no lines left from another example
+    for rows in sequence:
+        body = text_format.Body(fmt)
+        body.families(rows)
+        assert body.finish() == reference_encode(rows, fmt)
