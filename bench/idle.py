@@ -2,7 +2,7 @@
 
 Run by hand (needs network access to PyPI once, for the peer's venv):
 
-    .venv/bin/python bench/idle.py [--devices 16] [--window 60] [--scrape 5]
+    .venv/bin/python bench/idle.py [--devices 16] [--window 60] [--scrape 5] [--profile full]
 
 Both exporters load the same fake NVML (tests/fakes/nvml, one shared state file), run
 side by side, and are scraped every ``--scrape`` seconds over the same ``--window``
@@ -189,11 +189,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scrape", type=float, default=5.0)
     parser.add_argument("--peer-venv", type=Path, default=ROOT / ".tools" / "nvitop-exporter")
     parser.add_argument("--daemon-venv", type=Path, default=ROOT / ".tools" / "accel-exporter")
+    parser.add_argument(
+        "--profile", help="outputs.prometheus.profile of this daemon (default: its default)"
+    )
     args = parser.parse_args(argv)
+    config: dict[str, Any] = dict(CONFIG)
+    if args.profile:
+        config["outputs"] = {"prometheus": {"profile": args.profile}}
     with tempfile.TemporaryDirectory(prefix="bench-idle-") as tmp:
         work = Path(tmp)
         fake = FakeNvml.create(build(work / "lib"), work / "nvml-state", args.devices)
-        d = InstalledDaemon(daemon_venv(args.daemon_venv), work, CONFIG, env=fake.env())
+        d = InstalledDaemon(daemon_venv(args.daemon_venv), work, config, env=fake.env())
         d.start()
         proc = None
         try:
@@ -211,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                 "scrape_seconds": args.scrape,
                 "load_average_1m": os.getloadavg()[0],
                 "daemon_extras": EXTRAS,
+                "profile": args.profile or "default",
                 **measure(targets, args.window, args.scrape),
             }
         finally:

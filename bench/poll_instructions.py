@@ -1,6 +1,10 @@
 """Instructions per fast-poll stage under valgrind, printed as JSON. Run by hand, never by CI:
 
-    .venv/bin/python bench/poll_instructions.py [--backend nvml|amdsmi] [--devices 8] [--polls 40]
+    .venv/bin/python bench/poll_instructions.py [--backend nvml|amdsmi|levelzero|hlml]
+        [--poll fast|slow] [--devices 8] [--polls 40] [--root TREE]
+
+``--root`` measures another checkout (a baseline worktree: its ``exporter`` and its
+``bench/_poll_<backend>.py``), so a before/after pair is two runs of this script.
 
 bench/poll.py measures CPU seconds, which wander with the load of a shared machine
 (±10-20% on a busy 2-core box). Instruction counts do not: each stage is run in
@@ -35,16 +39,16 @@ ROOT = HERE.parent
 STAGES = ("bare", "poll", "encode", "parse")
 
 
-def _child(backend: str, devices: int, stage: str, count: int) -> None:
+def _child(backend: str, devices: int, stage: str, count: int, poll: str, root: Path) -> None:
     """Set the backend up, then run one stage ``count`` times (under valgrind)."""
-    sys.path[:0] = [str(ROOT), str(HERE)]
+    sys.path[:0] = [str(root), str(root / "bench")]
     from exporter import log
     from exporter.workers.child import reply_frame
 
     log.configure("warning", "console", sys.stderr)
     with tempfile.TemporaryDirectory(prefix=f"bench-ir-{backend}-") as tmp:
         subject = importlib.import_module(f"_poll_{backend}").prepare(devices, Path(tmp))
-        through, bare = subject.polls["fast"]
+        through, bare = subject.polls[poll]
         message = {"type": "result", "id": 1, "result": through()}
         frame = reply_frame(message)
         run = {
@@ -60,7 +64,7 @@ def _child(backend: str, devices: int, stage: str, count: int) -> None:
         subject.close()
 
 
-def _instructions(backend: str, devices: int, stage: str, count: int) -> int:
+def _instructions(backend: str, devices: int, stage: str, count: int, poll: str, root: Path) -> int:
     out = subprocess.run(
         [
             "valgrind",
@@ -76,6 +80,10 @@ def _instructions(backend: str, devices: int, stage: str, count: int) -> int:
             str(devices),
             "--polls",
             str(count),
+            "--poll",
+            poll,
+            "--root",
+            str(root),
         ],
         capture_output=True,
         text=True,
@@ -88,12 +96,14 @@ def _instructions(backend: str, devices: int, stage: str, count: int) -> int:
     return int(match.group(1))
 
 
-def measure(backend: str, devices: int, polls: int) -> dict[str, Any]:
+def measure(
+    backend: str, devices: int, polls: int, poll: str = "fast", root: Path = ROOT
+) -> dict[str, Any]:
     """Instructions per repetition of each stage, and the ratios to the bare calls."""
     per = {
         stage: (
-            _instructions(backend, devices, stage, polls)
-            - _instructions(backend, devices, stage, 0)
+            _instructions(backend, devices, stage, polls, poll, root)
+            - _instructions(backend, devices, stage, 0, poll, root)
         )
         / polls
         for stage in STAGES
@@ -102,7 +112,9 @@ def measure(backend: str, devices: int, polls: int) -> dict[str, Any]:
     return {
         "devices": devices,
         "polls": polls,
-        "instructions_per_fast_poll": {
+        "poll": poll,
+        "root": str(root),
+        "instructions_per_poll": {
             **{k: round(v) for k, v in per.items()},
             "cycle": round(cycle),
         },
@@ -113,18 +125,26 @@ def measure(backend: str, devices: int, polls: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--backend", choices=("nvml", "amdsmi"), default="nvml")
+    parser.add_argument(
+        "--backend", choices=("nvml", "amdsmi", "levelzero", "hlml"), default="nvml"
+    )
+    parser.add_argument("--poll", choices=("fast", "slow"), default="fast")
+    parser.add_argument("--root", type=Path, default=ROOT)
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--polls", type=int, default=40)
     parser.add_argument("--child", choices=STAGES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        _child(args.backend, args.devices, args.child, args.polls)
+        _child(args.backend, args.devices, args.child, args.polls, args.poll, args.root.resolve())
         return 0
     if shutil.which("valgrind") is None:
         print("valgrind is needed (apt-get install valgrind)", file=sys.stderr)
         return 2
-    report = {args.backend: measure(args.backend, args.devices, args.polls)}
+    report = {
+        args.backend: measure(
+            args.backend, args.devices, args.polls, args.poll, args.root.resolve()
+        )
+    }
     json.dump(report, sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")
     return 0
