@@ -36,6 +36,36 @@ PCIE_THROUGHPUT = "PCIe throughput by direction over the driver's last sample wi
 HW_STATUS = "Operational status: 1 for the state that holds (hw.state), 0 for the others."
 HW_GPU = (("hw.type", "gpu"),)
 
+
+def _gpu_task(name: str, help: str, task: str) -> MetricSpec:
+    """A busy share of one engine: OTel's hw.gpu.utilization, told apart by ``hw.gpu.task``."""
+    return MetricSpec(
+        name,
+        Kind.GAUGE,
+        help,
+        ID,
+        unit="ratio",
+        otel_name="hw.gpu.utilization",
+        otel_constants=(("hw.gpu.task", task),),
+        semconv=True,
+        otel_description=GPU_TASK,
+    )
+
+
+def _pcie_throughput(short: str, direction: str) -> MetricSpec:
+    """One direction of PCIe throughput: OTel's accel.pcie.throughput, by its direction."""
+    return MetricSpec(
+        f"accel_pcie_{short}_bytes_per_second",
+        Kind.GAUGE,
+        f"PCIe {direction} throughput over the driver's last sample window.",
+        ID,
+        unit="bytes_per_second",
+        otel_name="accel.pcie.throughput",
+        otel_constants=(("network.io.direction", direction),),
+        otel_description=PCIE_THROUGHPUT,
+    )
+
+
 # accel_device_info's identity labels under the hardware conventions' attribute names.
 HW_IDENTITY = (
     ("vendor", "hw.vendor"),
@@ -182,16 +212,10 @@ ROWS = (
         otel_unit="{device}",
         otel_attributes=(("vendor", "hw.vendor"),),
     ),
-    MetricSpec(
+    _gpu_task(
         "accel_utilization_ratio",
-        Kind.GAUGE,
         "Share of the last sample period the device was busy running kernels, 0..1.",
-        ID,
-        unit="ratio",
-        otel_name="hw.gpu.utilization",
-        otel_constants=(("hw.gpu.task", "general"),),
-        semconv=True,
-        otel_description=GPU_TASK,
+        "general",
     ),
     MetricSpec(
         "accel_memory_bandwidth_utilization_ratio",
@@ -201,27 +225,15 @@ ROWS = (
         unit="ratio",
         otel_name="accel.memory.bandwidth.utilization",
     ),
-    MetricSpec(
+    _gpu_task(
         "accel_encoder_utilization_ratio",
-        Kind.GAUGE,
         "Video encoder busy share, 0..1.",
-        ID,
-        unit="ratio",
-        otel_name="hw.gpu.utilization",
-        otel_constants=(("hw.gpu.task", "encoder"),),
-        semconv=True,
-        otel_description=GPU_TASK,
+        "encoder",
     ),
-    MetricSpec(
+    _gpu_task(
         "accel_decoder_utilization_ratio",
-        Kind.GAUGE,
         "Video decoder busy share, 0..1.",
-        ID,
-        unit="ratio",
-        otel_name="hw.gpu.utilization",
-        otel_constants=(("hw.gpu.task", "decoder"),),
-        semconv=True,
-        otel_description=GPU_TASK,
+        "decoder",
     ),
     MetricSpec(
         "accel_memory_total_bytes",
@@ -318,26 +330,8 @@ ROWS = (
         "Performance state (P-state: 0 is maximum performance, 15 minimum).",
         ID,
     ),
-    MetricSpec(
-        "accel_pcie_tx_bytes_per_second",
-        Kind.GAUGE,
-        "PCIe transmit throughput over the driver's last sample window.",
-        ID,
-        unit="bytes_per_second",
-        otel_name="accel.pcie.throughput",
-        otel_constants=(("network.io.direction", "transmit"),),
-        otel_description=PCIE_THROUGHPUT,
-    ),
-    MetricSpec(
-        "accel_pcie_rx_bytes_per_second",
-        Kind.GAUGE,
-        "PCIe receive throughput over the driver's last sample window.",
-        ID,
-        unit="bytes_per_second",
-        otel_name="accel.pcie.throughput",
-        otel_constants=(("network.io.direction", "receive"),),
-        otel_description=PCIE_THROUGHPUT,
-    ),
+    _pcie_throughput("tx", "transmit"),
+    _pcie_throughput("rx", "receive"),
     MetricSpec(
         "accel_pcie_replays_total",
         Kind.COUNTER,

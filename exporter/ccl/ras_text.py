@@ -118,6 +118,11 @@ def _where(rank: int, text: str | None) -> RankRef:
     return RankRef(rank)
 
 
+def _rank(match: re.Match[str], where: int) -> RankRef:
+    """The rank a detail line names (its group 1), placed by its group ``where`` if given."""
+    return _where(_int(match.group(1)), match.group(where))
+
+
 @dataclass
 class _CommAcc:
     """What the Errors/Warnings blocks said about one communicator, while parsing."""
@@ -375,6 +380,10 @@ class _TextParser:
         if ref.host:
             (self.missing_hosts if unresponsive else self.responding).add(ref.host)
 
+    def _missing_list(self, acc: _CommAcc, match: re.Match[str], *, unresponsive: bool) -> None:
+        for number in _int_list(match.group(1)):
+            self._add_missing(acc, RankRef(number), unresponsive=unresponsive)
+
     def _incomplete_detail(self, acc: _CommAcc, stripped: str) -> bool:
         match = _MISSING_RANKS.match(stripped)
         if match:
@@ -382,19 +391,31 @@ class _TextParser:
             return True
         rank = _RANK_WHERE.match(stripped)
         if rank:
-            self._add_missing(acc, _where(_int(rank.group(1)), rank.group(2)), unresponsive=True)
+            self._add_missing(acc, _rank(rank, 2), unresponsive=True)
             return True
         listed = _MISSING_LIST.match(stripped)
         if listed:
-            for number in _int_list(listed.group(1)):
-                self._add_missing(acc, RankRef(number), unresponsive=True)
+            self._missing_list(acc, listed, unresponsive=True)
             return True
         return False
 
-    def _responding(self, rank: int, where: str | None) -> None:
-        ref = _where(rank, where)
+    def _responding(self, ref: RankRef) -> None:
         if ref.host:
             self.responding.add(ref.host)
+
+    def _answered(
+        self, stripped: str, *patterns: tuple[re.Pattern[str], int]
+    ) -> re.Match[str] | None:
+        """The first of ``patterns`` (each with its "where" group) naming a rank that answered.
+
+        That rank's host is noted as responding.
+        """
+        for pattern, where in patterns:
+            match = pattern.match(stripped)
+            if match:
+                self._responding(_rank(match, where))
+                return match
+        return None
 
     def _error_detail(self, acc: _CommAcc, stripped: str) -> bool:
         init = _INIT_ERRORS.match(stripped)
@@ -407,15 +428,7 @@ class _TextParser:
             return True
         if _RANKS_REPORTED.match(stripped):
             return True
-        reported = _RANK_REPORTED.match(stripped)
-        if reported:
-            self._responding(_int(reported.group(1)), reported.group(3))
-            return True
-        rank = _RANK_WHERE.match(stripped)
-        if rank:
-            self._responding(_int(rank.group(1)), rank.group(2))
-            return True
-        return False
+        return self._answered(stripped, (_RANK_REPORTED, 3), (_RANK_WHERE, 2)) is not None
 
     def _mismatch_detail(self, acc: _CommAcc, stripped: str) -> bool:
         if stripped == _DIFFERENT_STATUS:
@@ -439,33 +452,27 @@ class _TextParser:
             if acc.status_context == "NOCOMM":
                 acc.nocomm += _int(several.group(1))
             return True
-        single = _RANK_STATUS.match(stripped)
-        if single:
-            status = _status_word(single.group(2))
-            acc.status_context = ""
-            if status == "NOCOMM":
-                acc.nocomm += 1
-                self._add_missing(
-                    acc, _where(_int(single.group(1)), single.group(3)), unresponsive=False
-                )
-            else:
-                self._responding(_int(single.group(1)), single.group(3))
-            return True
         unknown = _UNKNOWN_LIST.match(stripped)
         if unknown:
-            for number in _int_list(unknown.group(1)):
-                self._add_missing(acc, RankRef(number), unresponsive=False)
+            self._missing_list(acc, unknown, unresponsive=False)
             return True
-        rank = _RANK_WHERE.match(stripped)
-        if rank:
-            if acc.status_context == "NOCOMM":
-                self._add_missing(
-                    acc, _where(_int(rank.group(1)), rank.group(2)), unresponsive=False
-                )
-            else:
-                self._responding(_int(rank.group(1)), rank.group(2))
+        # A rank with a status line of its own, or one listed under "N ranks have status S".
+        single = _RANK_STATUS.match(stripped)
+        listed = None if single else _RANK_WHERE.match(stripped)
+        if single:
+            status, ref = _status_word(single.group(2)), _rank(single, 3)
+            acc.status_context = ""
+        elif listed:
+            status, ref = acc.status_context, _rank(listed, 2)
+        else:
+            return False
+        if status != "NOCOMM":
+            self._responding(ref)
             return True
-        return False
+        if single:  # a listed rank is in its list's count already
+            acc.nocomm += 1
+        self._add_missing(acc, ref, unresponsive=False)
+        return True
 
     def _count_detail(self, acc: _CommAcc, collective: str, stripped: str) -> bool:
         values = acc.op_counts.setdefault(collective, set())
@@ -476,21 +483,14 @@ class _TextParser:
         if _RANKS_NONE.match(stripped):
             values.add(0)
             return True
-        single = _RANK_LAUNCHED.match(stripped)
-        if single:
-            values.add(_int(single.group(2)))
-            self._responding(_int(single.group(1)), single.group(3))
-            return True
-        none = _RANK_NONE.match(stripped)
-        if none:
+        rank = self._answered(stripped, (_RANK_LAUNCHED, 3), (_RANK_NONE, 2), (_RANK_WHERE, 2))
+        if rank is None:
+            return False
+        if rank.re is _RANK_LAUNCHED:
+            values.add(_int(rank.group(2)))
+        elif rank.re is _RANK_NONE:
             values.add(0)
-            self._responding(_int(none.group(1)), none.group(2))
-            return True
-        rank = _RANK_WHERE.match(stripped)
-        if rank:
-            self._responding(_int(rank.group(1)), rank.group(2))
-            return True
-        return False
+        return True
 
     # -- result ------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any, Literal, get_args, get_origin
 
 from exporter.config import leaves
-from exporter.config.keys import Leaf, flag_name, format_default
+from exporter.config.keys import Leaf, flag_name, format_default, key_help
 from exporter.config.loader import closest_key
 from exporter.config.root import Config
 from exporter.suggest import closest, hint
@@ -51,15 +51,6 @@ def sections(
 def _summary(cls: type, given: str) -> str:
     """The parent's HELP for the section, else the first line of its docstring."""
     return given or (cls.__doc__ or "").strip().splitlines()[0].rstrip(".").replace("``", "")
-
-
-def key_help(cls: type, name: str) -> str:
-    """A key's one-line description: the ``HELP`` of its class or of a base class."""
-    for klass in cls.__mro__:
-        text = vars(klass).get("HELP", {}).get(name)
-        if text:
-            return str(text)
-    return ""
 
 
 def leaf_class(leaf: Leaf) -> type:

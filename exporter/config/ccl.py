@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from exporter.config.fields import Duration, Enabled
+from exporter.config.fields import Duration, Enabled, at_least, positive
 from exporter.config.source import SourceConfig
 
 # A RAS follower queries this many times less often than the reporter by default.
@@ -59,12 +59,10 @@ class CclRasSourceConfig(SourceConfig):
                 ipaddress.ip_address(local.strip("[]"))
             except ValueError:
                 out.append((f"local_addresses.{i}", f"{local!r} is not an IP address"))
-        if self.stall_polls < 1:
-            out.append(("stall_polls", "must be at least 1"))
+        out += at_least(self, 1, "stall_polls")
         if self.follower_interval is not None and self.follower_interval < self.interval:
             out.append(("follower_interval", "must be at least interval"))
-        if self.max_response_bytes < 4096:
-            out.append(("max_response_bytes", "must be at least 4096"))
+        out += at_least(self, 4096, "max_response_bytes")
         return out
 
     def resolved(self) -> CclRasSourceConfig:
@@ -115,11 +113,9 @@ class CclInspectorSourceConfig(SourceConfig):
     def check(self) -> list[tuple[str, str]]:
         """Positive limits."""
         out = super().check()
-        for key in ("max_line_bytes", "max_read_bytes", "max_files", "max_comms", "max_series"):
-            if getattr(self, key) < 1:
-                out.append((key, "must be at least 1"))
+        out += at_least(
+            self, 1, "max_line_bytes", "max_read_bytes", "max_files", "max_comms", "max_series"
+        )
         if self.max_read_bytes < self.max_line_bytes:
             out.append(("max_read_bytes", "must be at least max_line_bytes"))
-        if self.link_peak_bytes_per_second <= 0:
-            out.append(("link_peak_bytes_per_second", "must be positive"))
-        return out
+        return out + positive(self, "link_peak_bytes_per_second")

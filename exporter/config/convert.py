@@ -153,25 +153,18 @@ def convert(value: Any, tp: Any, path: Path, problems: Problems, secret: bool = 
             return value.strip().lower() in _TRUE
         problems.add(path, f"must be true or false, not {_shown(value, secret)}")
         return INVALID
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+    if tp is int or tp is float:
+        # An int is a float too (YAML writes 5, not 5.0); a bool is neither.
+        taken = (int, float) if tp is float else (int,)
+        if isinstance(value, taken) and not isinstance(value, bool):
+            return tp(value)
         if isinstance(value, str):
             try:
-                return int(value.strip())
+                return tp(value.strip())
             except ValueError:
                 pass
-        problems.add(path, f"must be an integer, not {_shown(value, secret)}")
-        return INVALID
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value.strip())
-            except ValueError:
-                pass
-        problems.add(path, f"must be a number, not {_shown(value, secret)}")
+        what = "a number" if tp is float else "an integer"
+        problems.add(path, f"must be {what}, not {_shown(value, secret)}")
         return INVALID
     if tp is str:
         if isinstance(value, str):

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from exporter.catalog.vocabulary import AMD_HEALTH_EVENTS, AmdEvent
-from exporter.config.fields import Duration, Enabled
+from exporter.config.fields import Duration, Enabled, at_least, positive
 from exporter.config.source import SourceConfig
 
 
@@ -45,8 +45,7 @@ class DeviceSourceConfig(SourceConfig):
         out = super().check()
         if self.slow_interval < self.interval:
             out.append(("slow_interval", "must be at least interval"))
-        if self.bootstrap_timeout <= 0:
-            out.append(("bootstrap_timeout", "must be positive"))
+        out += positive(self, "bootstrap_timeout")
         if self.expected_devices is not None and self.expected_devices < 1:
             out.append(("expected_devices", "must be at least 1 (leave it unset on other nodes)"))
         return out
@@ -76,10 +75,7 @@ class AmdSmiSourceConfig(DeviceSourceConfig):
 
     def check(self) -> list[tuple[str, str]]:
         """The CPER read bound is positive."""
-        out = super().check()
-        if self.cper_per_poll < 1:
-            out.append(("cper_per_poll", "must be at least 1"))
-        return out
+        return super().check() + at_least(self, 1, "cper_per_poll")
 
 
 @dataclass(frozen=True)
@@ -129,9 +125,7 @@ class TpuSourceConfig(DeviceSourceConfig):
         from exporter.config.addresses import address_list_problems
 
         out = super().check() + address_list_problems(self.addresses, None, "libtpu")
-        if self.max_message_bytes < 4096:
-            out.append(("max_message_bytes", "must be at least 4096"))
-        return out
+        return out + at_least(self, 4096, "max_message_bytes")
 
 
 @dataclass(frozen=True)

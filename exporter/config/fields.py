@@ -36,3 +36,17 @@ def timing_problems(interval: float | None, timeout: float | None) -> list[tuple
     if timeout is not None and timeout <= 0:
         out.append(("timeout", "must be positive"))
     return out
+
+
+def at_least(section: object, minimum: int, *keys: str, shown: str = "") -> list[tuple[str, str]]:
+    """(key, problem) for each of ``keys`` whose value in ``section`` is under ``minimum``.
+
+    ``shown`` writes the minimum for people (``64 KiB (65536)``); unset, the number.
+    """
+    problem = f"must be at least {shown or minimum}"
+    return [(key, problem) for key in keys if getattr(section, key) < minimum]
+
+
+def positive(section: object, *keys: str) -> list[tuple[str, str]]:
+    """(key, problem) for each of ``keys`` whose value in ``section`` is not above 0."""
+    return [(key, "must be positive") for key in keys if getattr(section, key) <= 0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from exporter.config.fields import Duration, Enabled
+from exporter.config.fields import Duration, Enabled, positive
 from exporter.config.source import SourceConfig
 
 
@@ -41,7 +41,4 @@ class CudaCheckpointSourceConfig(SourceConfig):
 
     def check(self) -> list[tuple[str, str]]:
         """A positive bootstrap deadline."""
-        out = super().check()
-        if self.bootstrap_timeout <= 0:
-            out.append(("bootstrap_timeout", "must be positive"))
-        return out
+        return super().check() + positive(self, "bootstrap_timeout")

@@ -13,15 +13,8 @@ import types
 import typing
 from typing import Any, Literal, Union, get_args, get_origin
 
+from exporter.config.keys import key_help
 from exporter.config.root import Config
-
-
-def _help(cls: type, name: str) -> str:
-    for klass in cls.__mro__:
-        text = vars(klass).get("HELP", {}).get(name)
-        if text:
-            return str(text)
-    return ""
 
 
 def of_type(tp: Any) -> dict[str, Any]:
@@ -59,7 +52,7 @@ def of_section(cls: type) -> dict[str, Any]:
     properties: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         sub = of_type(hints[f.name])
-        text = _help(cls, f.name)
+        text = key_help(cls, f.name)
         properties[f.name] = {"description": text, **sub} if text else sub
     for old, new in getattr(cls, "ALIASES", {}).items():
         properties[old] = {**properties[new], "description": f"renamed to {new}; still read"}

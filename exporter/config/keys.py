@@ -100,6 +100,15 @@ def leaves(cls: type = Config, prefix: Path = ()) -> Iterator[Leaf]:
             yield Leaf(path, hints[f.name], default)
 
 
+def key_help(cls: type, name: str) -> str:
+    """A key's one-line description: the ``HELP`` of its class or of a base class."""
+    for klass in cls.__mro__:
+        text = vars(klass).get("HELP", {}).get(name)
+        if text:
+            return str(text)
+    return ""
+
+
 def describe_type(tp: Any) -> str:
     """A short human name for a field type (used in errors and docs)."""
     tp, optional = unwrap_optional(tp)

@@ -177,41 +177,56 @@ class _Resolver:
         self.origins["protocol"] = "default"
         return DEFAULT_PROTOCOL
 
-    def timeout(self) -> float:
-        if self.config.timeout is not None:
-            self.origins["timeout"] = "config"
-            return self.config.timeout
-        found = _set(self.env, "TIMEOUT")
+    def _seconds(
+        self,
+        key: str,
+        configured: float | None,
+        found: tuple[str, str] | None,
+        default: float,
+        *,
+        minimum: float = 0.0,
+        expected: str,
+    ) -> float:
+        """The configured seconds, else ``found`` (value, variable) in ms, else ``default``."""
+        if configured is not None:
+            self.origins[key] = "config"
+            return configured
         if found is not None:
+            text, var = found
             try:
-                seconds = _milliseconds(found[0])
+                seconds = _milliseconds(text)
+                if seconds < minimum:
+                    raise ValueError(text)
             except ValueError:
-                self.warnings.append(
-                    f"{found[1]}={found[0]!r} is not a whole number of milliseconds; ignored"
-                )
+                self.warnings.append(f"{var}={text!r} is not {expected}; ignored")
             else:
-                self.origins["timeout"] = f"env {found[1]}"
-                return NO_LIMIT_SECONDS if seconds == 0 else seconds
-        self.origins["timeout"] = "default"
-        return DEFAULT_TIMEOUT
+                self.origins[key] = f"env {var}"
+                return seconds
+        self.origins[key] = "default"
+        return default
+
+    def timeout(self) -> float:
+        found = _set(self.env, "TIMEOUT")
+        seconds = self._seconds(
+            "timeout",
+            self.config.timeout,
+            found,
+            DEFAULT_TIMEOUT,
+            expected="a whole number of milliseconds",
+        )
+        # The spec's 0 is no limit; a configured timeout is positive (its check says so).
+        return NO_LIMIT_SECONDS if seconds == 0 else seconds
 
     def interval(self) -> float:
-        if self.config.interval is not None:
-            self.origins["interval"] = "config"
-            return self.config.interval
         raw = self.env.get(INTERVAL_VAR, "").strip()
-        if raw:
-            try:
-                seconds = _milliseconds(raw)
-                if seconds < MIN_INTERVAL:
-                    raise ValueError(raw)
-            except ValueError:
-                self.warnings.append(f"{INTERVAL_VAR}={raw!r} is not milliseconds >= 100; ignored")
-            else:
-                self.origins["interval"] = f"env {INTERVAL_VAR}"
-                return seconds
-        self.origins["interval"] = "default"
-        return DEFAULT_INTERVAL
+        return self._seconds(
+            "interval",
+            self.config.interval,
+            (raw, INTERVAL_VAR) if raw else None,
+            DEFAULT_INTERVAL,
+            minimum=MIN_INTERVAL,
+            expected="milliseconds >= 100",
+        )
 
     def endpoint(self, protocol: str) -> str | None:
         configured = self.config.endpoint

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from exporter.config.fields import Duration, FilePath, Secret
+from exporter.config.fields import Duration, FilePath, Secret, at_least, positive
 
 # Client certificate policies, as exporter-toolkit names them (the subset TLS servers
 # in Python can honour: a certificate asked for is always verified).
@@ -159,13 +159,10 @@ class WebConfig:
             parse_listen_address(self.listen_address)
         except ValueError as exc:
             out.append(("listen_address", str(exc)))
-        if self.max_requests < 1:
-            out.append(("max_requests", "must be at least 1"))
+        out += at_least(self, 1, "max_requests")
         if self.max_connections <= self.max_requests:
             out.append(("max_connections", f"must be more than max_requests ({self.max_requests})"))
         if not 0 <= self.max_idle_connections <= self.max_connections:
             out.append(("max_idle_connections", "must be between 0 and max_connections"))
-        for key in ("idle_timeout", "header_timeout", "read_timeout", "write_timeout"):
-            if getattr(self, key) <= 0:
-                out.append((key, "must be positive"))
+        out += positive(self, "idle_timeout", "header_timeout", "read_timeout", "write_timeout")
         return out

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from exporter.config.fields import MIN_INTERVAL, Duration, Enabled, timing_problems
+from exporter.config.fields import (
+    MIN_INTERVAL,
+    Duration,
+    Enabled,
+    at_least,
+    positive,
+    timing_problems,
+)
 from exporter.config.kubernetes import API_ACCESS_HELP, LABEL_KEY, SERVICE_ACCOUNT_DIR
 from exporter.config.source import SourceConfig
 
@@ -82,8 +89,7 @@ class PodLabelsConfig:
                 out.append((f"keys.{i}", f"{key!r} is exported as {name}, like {seen[name]!r}"))
             seen[name] = key
         out += timing_problems(self.interval, self.timeout)
-        if self.max_reply_bytes < 64 * 1024:
-            out.append(("max_reply_bytes", "must be at least 64 KiB (65536)"))
+        out += at_least(self, 64 * 1024, "max_reply_bytes", shown="64 KiB (65536)")
         if self.api_server and not self.api_server.startswith("https://"):
             out.append(("api_server", "must be an https:// URL"))
         return out
@@ -122,11 +128,8 @@ class DraConfig:
             out.append(("min_interval", f"must be at least {int(MIN_INTERVAL * 1000)}ms"))
         if self.interval < self.min_interval:
             out.append(("interval", "must be at least min_interval"))
-        if self.timeout <= 0:
-            out.append(("timeout", "must be positive"))
-        if self.max_reply_bytes < 64 * 1024:
-            out.append(("max_reply_bytes", "must be at least 64 KiB (65536)"))
-        return out
+        out += positive(self, "timeout")
+        return out + at_least(self, 64 * 1024, "max_reply_bytes", shown="64 KiB (65536)")
 
 
 @dataclass(frozen=True)
@@ -182,8 +185,9 @@ class K8sEnrichConfig:
             except re.error as exc:
                 out.append((f"resource_patterns.{i}", f"is not a valid regex: {exc}"))
         out += timing_problems(self.interval, self.timeout)
-        if self.max_message_bytes < MIN_POD_RESOURCES_MESSAGE_BYTES:
-            out.append(("max_message_bytes", "must be at least 16 MiB (16777216)"))
+        out += at_least(
+            self, MIN_POD_RESOURCES_MESSAGE_BYTES, "max_message_bytes", shown="16 MiB (16777216)"
+        )
         if not self.socket:
             out.append(("socket", "needs a path"))
         for i, label in enumerate(self.stamp_labels):

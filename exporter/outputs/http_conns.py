@@ -169,32 +169,32 @@ class Connections:
 
         False when the connection was closed meanwhile.
         """
-        now = self._clock()
         with self._lock:
-            if conn.closed:
-                return False
-            conn.state, conn.since, conn.deadline = READING, now, now + self.config.header_timeout
-            return True
+            return self._enter(conn, READING, self.config.header_timeout)
 
     def serving(self, conn: Conn) -> bool:
         """The headers are complete; False when the connection was closed meanwhile."""
         with self._lock:
-            if conn.closed:
+            if not self._enter(conn, SERVING, self.config.write_timeout):
                 return False
-            now = self._clock()
-            conn.state, conn.since, conn.deadline = SERVING, now, now + self.config.write_timeout
             conn.served = True
             return True
 
     def waiting(self, conn: Conn) -> bool:
         """Back to keep-alive idle after a response; False when it should close instead."""
-        now = self._clock()
         with self._lock:
-            if conn.closed:
+            if not self._enter(conn, WAITING, self.config.idle_timeout):
                 return False
-            conn.state, conn.since, conn.deadline = WAITING, now, now + self.config.idle_timeout
             self._trim_idle()
             return not conn.closed
+
+    def _enter(self, conn: Conn, state: str, timeout: float) -> bool:
+        """Under the lock: ``conn`` is in ``state`` from now, for ``timeout``; False if closed."""
+        if conn.closed:
+            return False
+        now = self._clock()
+        conn.state, conn.since, conn.deadline = state, now, now + timeout
+        return True
 
     def closed_early(self, conn: Conn) -> bool:
         """Whether the limits or a deadline closed this connection (not its client)."""

@@ -234,3 +234,67 @@ def test_host_port_is_written_back_as_it_is_read():
         assert split_host_port(join_host_port(host, port)) == (host, port)
     assert join_host_port("::", 9842) == "[::]:9842"
     assert join_host_port("", 9842) == ":9842"
+
+
+def test_every_limit_names_its_key_and_minimum(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "web: {max_requests: 0, read_timeout: 0s}\n"
+        "sources:\n"
+        "  amdsmi: {cper_per_poll: 0, bootstrap_timeout: 0s}\n"
+        "  tpu: {max_message_bytes: 100}\n"
+        "  ccl_ras: {max_response_bytes: 100}\n"
+        "  ccl_inspector: {max_files: 0, max_comms: 0, link_peak_bytes_per_second: 0}\n"
+        "  cuda_checkpoint: {bootstrap_timeout: 0s}\n"
+        "workload:\n"
+        "  k8s:\n"
+        "    max_message_bytes: 1024\n"
+        "    pod_labels: {max_reply_bytes: 10}\n"
+        "    dra: {timeout: 0s, max_reply_bytes: 10}\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(str(cfg), env={})
+    problems = [p.split(": ", 1)[1] for p in info.value.problems]
+    assert sorted(problems) == sorted(
+        [
+            "web.max_requests: must be at least 1",
+            "web.read_timeout: must be positive",
+            "sources.amdsmi.bootstrap_timeout: must be positive",
+            "sources.amdsmi.cper_per_poll: must be at least 1",
+            "sources.tpu.max_message_bytes: must be at least 4096",
+            "sources.ccl_ras.max_response_bytes: must be at least 4096",
+            "sources.ccl_inspector.max_files: must be at least 1",
+            "sources.ccl_inspector.max_comms: must be at least 1",
+            "sources.ccl_inspector.link_peak_bytes_per_second: must be positive",
+            "sources.cuda_checkpoint.bootstrap_timeout: must be positive",
+            "workload.k8s.max_message_bytes: must be at least 16 MiB (16777216)",
+            "workload.k8s.pod_labels.max_reply_bytes: must be at least 64 KiB (65536)",
+            "workload.k8s.dra.timeout: must be positive",
+            "workload.k8s.dra.max_reply_bytes: must be at least 64 KiB (65536)",
+        ]
+    )
+
+
+def test_numbers_from_text_and_their_mistakes(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "web: {max_requests: ' 12 '}\n"
+        "sources:\n  ccl_inspector: {link_peak_bytes_per_second: 5, max_files: '9'}\n"
+    )
+    config = load_config(str(cfg), env={})
+    inspector = config.sources.ccl_inspector
+    assert config.web.max_requests == 12
+    assert (inspector.link_peak_bytes_per_second, inspector.max_files) == (5.0, 9)
+    assert type(inspector.link_peak_bytes_per_second) is float
+    cfg.write_text(
+        "web: {max_requests: many, max_connections: true}\n"
+        "sources:\n  ccl_inspector: {link_peak_bytes_per_second: fast, max_files: 1.5}\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(str(cfg), env={})
+    assert [p.split(": ", 1)[1] for p in info.value.problems] == [
+        "web.max_requests: must be an integer, not 'many'",
+        "web.max_connections: must be an integer, not True",
+        "sources.ccl_inspector.link_peak_bytes_per_second: must be a number, not 'fast'",
+        "sources.ccl_inspector.max_files: must be an integer, not 1.5",
+    ]
