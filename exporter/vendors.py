@@ -153,7 +153,6 @@ VENDORS: tuple[Vendor, ...] = (
         ("google",),
         "tpu",
         source="exporter.sources.tpu:TpuSource",
-        field_errors=False,
     ),
     # neuron-monitor streams its reports to the daemon itself (no worker, no field reads).
     Vendor(
