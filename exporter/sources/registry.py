@@ -65,7 +65,6 @@ def device_factory(vendor: Vendor) -> Factory:
             health=config.health,
         )
 
-    build.__name__ = f"_{vendor.name}"
     return build
 
 
