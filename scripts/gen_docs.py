@@ -14,21 +14,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from exporter.catalog import (  # noqa: E402
-    CATALOG,
-    amd,
-    ccl,
-    device,
-    exporter_self,
-    gaudi,
-    host,
-    intel,
-    neuron,
-    nvidia,
-    totals,
-    tpu,
-    workload,
-)
+from exporter import catalog, vendors  # noqa: E402
+from exporter.catalog import CATALOG, ccl, device, exporter_self, host, totals, workload  # noqa: E402
 from exporter.catalog.otel import METRICS as OTEL  # noqa: E402
 from exporter.catalog.otel import SEMCONV_VERSION  # noqa: E402
 from exporter.commands.flags import DERIVED, key_help, leaf_class, sections  # noqa: E402
@@ -38,20 +25,19 @@ from exporter.config.keys import describe_type, format_default  # noqa: E402
 from exporter.outputs.compat import table as compat_table  # noqa: E402
 
 PIPE = "\\|"
-DOMAINS = [
-    ("Daemon", exporter_self),
-    ("Host", host),
-    ("Devices (every vendor)", device),
-    ("NVIDIA only", nvidia),
-    ("AMD only", amd),
-    ("Per-device totals of per-link families (derived while rendering)", totals),
-    ("Intel GPU only", intel),
-    ("Intel Gaudi only", gaudi),
-    ("Google TPU only", tpu),
-    ("AWS Neuron only", neuron),
-    ("NCCL/RCCL", ccl),
-    ("Workloads", workload),
-]
+# The section of each catalog domain, in catalog order; a vendor's is named by its title.
+TITLES = {
+    exporter_self: "Daemon",
+    host: "Host",
+    device: "Devices (every vendor)",
+    totals: "Per-device totals of per-link families (derived while rendering)",
+    ccl: "NCCL/RCCL",
+    workload: "Workloads",
+}
+TITLES.update(
+    (sys.modules[f"exporter.catalog.{v.catalog}"], f"{v.title} only") for v in vendors.VENDORS
+)
+DOMAINS = [(TITLES[module], module) for module in catalog.DOMAINS]
 
 
 def metrics_md() -> str:

@@ -17,19 +17,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+# Each vendor's library is part of its entry in exporter.vendors (where it is registered).
+from exporter.vendors import HLML as HLML
+from exporter.vendors import LEVELZERO as LEVELZERO
+from exporter.vendors import Library as Library
+
 LD_SO_CACHE = "/etc/ld.so.cache"
 # glibc's trusted directories on x86_64 (searched after the cache), 64-bit first.
 DEFAULT_DIRS = ("/lib64", "/usr/lib64", "/lib", "/usr/lib")
-
-
-@dataclass(frozen=True)
-class Library:
-    """A vendor library: its SONAME, its documented install paths, how to get it."""
-
-    soname: str
-    documented: tuple[str, ...]
-    key: str  # the config key that names it explicitly
-    install: str  # the packages that install it
 
 
 @dataclass(frozen=True)
@@ -49,27 +44,6 @@ class Found:
             f" cache); install "
             f"{self.library.install}, or set {self.library.key}"
         )
-
-
-# Debian/Ubuntu's multiarch path (pyzes's hard-coded one); RHEL, Fedora and SUSE
-# package it in %{_libdir}, /usr/lib64; Arch-style distributions in /usr/lib.
-LEVELZERO = Library(
-    "libze_loader.so.1",
-    (
-        "/usr/lib/x86_64-linux-gnu/libze_loader.so.1",
-        "/usr/lib64/libze_loader.so.1",
-        "/usr/lib/libze_loader.so.1",
-    ),
-    "sources.levelzero.library_path",
-    "the Level Zero loader (libze1 on Debian/Ubuntu, level-zero on RHEL/SUSE/Fedora)",
-)
-# habanalabs-firmware-tools installs it here on every distribution Habana supports.
-HLML = Library(
-    "libhlml.so",
-    ("/usr/lib/habanalabs/libhlml.so",),
-    "sources.hlml.library_path",
-    "habanalabs-firmware-tools",
-)
 
 
 def cached_paths(soname: str, cache: str = LD_SO_CACHE) -> list[str]:

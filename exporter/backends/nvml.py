@@ -27,7 +27,7 @@ from exporter.backends.base import (
     unique_uuids,
 )
 from exporter.backends.binding import Binding
-from exporter.backends.contract import DeviceGone, Emitter, poll_devices
+from exporter.backends.contract import DeviceGone, Emitter, Failing, poll_devices
 from exporter.backends.nvml_device import DeviceReader
 from exporter.backends.nvml_events import EventWatcher
 from exporter.backends.nvml_gpu import Gpu
@@ -82,6 +82,8 @@ class NvmlBackend:
         self.reader: DeviceReader | None = None
         self.events: EventWatcher | None = None
         self._log = log.get(source=SOURCE)
+        # The failing calls of every GPU, each logged once per change of reason.
+        self._failing = Failing(self._log)
 
     # -- bootstrap -------------------------------------------------------------
 
@@ -172,7 +174,7 @@ class NvmlBackend:
             reason = nv.reason_of(int(exc.value))
             self._log.warning("device unidentified", device=index, reason=reason, detail=str(exc))
             return Gpu(index, f"{UNIDENTIFIED}{index}", None, n, unidentified=reason), {}
-        gpu = Gpu(index, uuid, handle, n)
+        gpu = Gpu(index, uuid, handle, n, failing=self._failing)
 
         def label(fn: Callable[..., Any]) -> str:
             try:

@@ -16,7 +16,7 @@ from typing import Any
 
 from exporter import log
 from exporter.backends import nvml_support as nv
-from exporter.backends.contract import count
+from exporter.backends.contract import Failing, count
 
 
 @dataclass
@@ -84,7 +84,9 @@ class Gpu:
     # Newer entry points this GPU refused ("memory", "temperature", ...): read
     # with the older one from then on.
     legacy: set[str] = field(default_factory=set)
-    _logged: set[tuple[str, str]] = field(default_factory=set)
+    # Logs a call's failure when it starts failing or its reason changes (the
+    # backend's, shared by its GPUs).
+    failing: Failing = field(default_factory=lambda: Failing(log.get(source="nvml")))
 
     @property
     def device(self) -> str:
@@ -121,11 +123,7 @@ class Gpu:
         self.failed += 1
         self.last_failure = reason
         count(self.errors, reason)
-        if (name, reason) not in self._logged:
-            self._logged.add((name, reason))
-            log.get(source="nvml").warning(
-                "field read failed", device=self.index, call=name, reason=reason, detail=detail
-            )
+        self.failing.note(self, name, reason)
         return None
 
     def release_gpm(self, sample: Any) -> None:

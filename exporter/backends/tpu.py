@@ -13,6 +13,15 @@ series, with the reason in the reply's ``runtimes`` list (see
 the device loop every backend shares (:func:`exporter.backends.contract.poll_devices`):
 a chip gone from the host is down (``device_missing``) and shows none.
 
+A failed field is a per-device metric (the gauges) that an attached runtime
+failed to give: a status other than "no workload" (``UNAVAILABLE``) or "not
+offered" (``NOT_FOUND``, ``UNIMPLEMENTED``), or a reply that does not parse. It
+is counted, by reason, on each chip that runtime serves (the chips its
+per-device answers named, this poll or, when it answered none, the last time
+it did) as ``accel_field_errors_total{source="tpu"}``; the other metrics and
+runtimes are still served. The latency distributions are the runtime's, not a
+chip's: a failed one is the runtime's reason only.
+
 gRPC does not survive ``fork``; the worker is a fresh interpreter, and grpc is
 imported only here, in it.
 """
@@ -27,7 +36,7 @@ from typing import Any
 from exporter import log
 from exporter.backend_api import crumb
 from exporter.backends.base import BackendError, BackendUnavailable
-from exporter.backends.contract import DeviceGone, poll_devices
+from exporter.backends.contract import DeviceGone, count, poll_devices
 from exporter.backends.tpu_chips import Chip, present, scan
 from exporter.backends.tpu_distributions import MAX_POINTS, fold, label_of
 from exporter.backends.tpu_metrics import BadMetric, device_values
@@ -41,6 +50,8 @@ HBM_USAGE = "tpu.runtime.hbm.memory.usage.bytes"
 DUTY_CYCLE = "tpu.runtime.tensorcore.dutycycle.percent"
 HBM_BANDWIDTH = "tpu.runtime.hbm.utilization.percent"
 GAUGES = (HBM_TOTAL, HBM_USAGE, DUTY_CYCLE, HBM_BANDWIDTH)
+# Gauges keyed by runtime device on every chip (the duty cycle is per chip on some).
+PER_DEVICE = (HBM_TOTAL, HBM_USAGE, HBM_BANDWIDTH)
 # Latency distributions of multislice workloads, in microseconds, by kind (the
 # histogram's kind label); a single-slice workload answers NOT_FOUND.
 DISTRIBUTIONS = {
@@ -91,7 +102,7 @@ class Served:
     chip: Chip
     uuid: str
     down: str = ""
-    # No per-chip field fails on its own (faults are per runtime address): stays empty.
+    # Failed metric reads of the runtime serving it, by reason, since the worker started.
     errors: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -117,6 +128,8 @@ class TpuBackend:
         self._calls: dict[str, Any] = {}
         self._channels: list[Any] = []
         self._states: dict[str, tuple[bool, str]] = {}
+        # The chips (host indexes) each address's per-device answers named when it last gave any.
+        self._serves: dict[str, set[int]] = {}
         self._log = log.get(source=SOURCE)
 
     # -- bootstrap -----------------------------------------------------------
@@ -202,6 +215,9 @@ class TpuBackend:
         runtimes = {address: Runtime(address) for address in self.addresses}
         values: dict[str, dict[int, float]] = defaultdict(dict)
         histograms: list[dict[str, Any]] = []
+        # Per address: the reasons of its failed gauge reads, and the chips it served.
+        failed: dict[str, list[str]] = defaultdict(list)
+        serves: dict[str, set[int]] = {}
         for (address, name), future in pending.items():
             runtime = runtimes[address]
             try:
@@ -211,7 +227,10 @@ class TpuBackend:
                 if code in ABSENT_CODES:
                     runtime.attached = True  # the service is there, without this metric
                 elif code not in IDLE_CODES:
-                    runtime.fail(self._reason(code, exc.details() or ""), exc.details() or code)
+                    reason = self._reason(code, exc.details() or "")
+                    runtime.fail(reason, exc.details() or code)
+                    if name in GAUGES:
+                        failed[address].append(reason)
                 continue
             runtime.attached = True
             if name in DISTRIBUTIONS:
@@ -224,7 +243,10 @@ class TpuBackend:
                 got = device_values(response, name, self.runtime_devices, self._upper(name))
             except BadMetric as exc:
                 runtime.fail("malformed_reply", f"{name}: {exc}")
+                failed[address].append("malformed_reply")
                 continue
+            if name in PER_DEVICE:
+                serves.setdefault(address, set()).update(d // self.per_chip for d in got)
             merged = values[name]
             for device, value in got.items():
                 if device in merged:
@@ -232,6 +254,8 @@ class TpuBackend:
                 else:
                     merged[device] = value
         self._note(runtimes.values())
+        self._serves.update(serves)
+        self._count_failed(failed)
 
         def read(served: Served, position: int, rows: Rows, _slow: Rows | None) -> None:
             if not present(self.host_root, served.chip):
@@ -242,6 +266,16 @@ class TpuBackend:
         reply["runtimes"] = [vars(r) for r in runtimes.values()]
         reply["histograms"] = histograms
         return reply
+
+    def _count_failed(self, failed: dict[str, list[str]]) -> None:
+        """Count each failed gauge read on the chips its address serves (see the module doc)."""
+        by_index = {served.index: served for served in self.chips}
+        for address, reasons in failed.items():
+            for index in sorted(self._serves.get(address, ())):
+                served = by_index.get(index)
+                if served is not None:
+                    for reason in reasons:
+                        count(served.errors, reason)
 
     @staticmethod
     def _upper(name: str) -> float:

@@ -7,42 +7,29 @@ module and the source code that fills it.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable, Mapping
-from types import MappingProxyType
+from types import MappingProxyType, ModuleType
 
-from exporter.catalog import (
-    amd,
-    ccl,
-    device,
-    exporter_self,
-    gaudi,
-    host,
-    intel,
-    neuron,
-    nvidia,
-    totals,
-    tpu,
-    workload,
-)
+from exporter.catalog import ccl, device, exporter_self, host, totals, workload
 from exporter.catalog.spec import UNITS, Kind, MetricSpec
+from exporter.vendors import VENDORS
 
 __all__ = ["CATALOG", "DOMAINS", "UNITS", "Kind", "MetricSpec", "build", "spec", "with_rows"]
 
+
+def _domains() -> tuple[ModuleType, ...]:
+    """The domain modules in catalog order: the shared ones, each vendor's (exporter.vendors)."""
+    vendors = [importlib.import_module(f"{__name__}.{vendor.catalog}") for vendor in VENDORS]
+    # The per-device totals were written when NVIDIA and AMD were the only vendors with
+    # links, and render after their rows: they stay there, so no node's exposition
+    # changes order.
+    at = [vendor.name for vendor in VENDORS].index("amdsmi") + 1
+    return (exporter_self, host, device, *vendors[:at], totals, *vendors[at:], ccl, workload)
+
+
 # Every domain module; one that sets FROM_WORKERS holds rows a device worker may send.
-DOMAINS = (
-    exporter_self,
-    host,
-    device,
-    nvidia,
-    amd,
-    totals,
-    intel,
-    gaudi,
-    tpu,
-    neuron,
-    ccl,
-    workload,
-)
+DOMAINS = _domains()
 
 
 def build(rows: Iterable[MetricSpec]) -> Mapping[str, MetricSpec]:

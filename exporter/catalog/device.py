@@ -191,7 +191,8 @@ ROWS = (
         " an error other than not-supported (NVML's invalid_value: a GPM figure out of range);"
         " amdsmi: items of an answer skipped as malformed (xcp_value_not_available,"
         " xcp_not_available, xcp_out_of_range) and CPER rings found restarted"
-        " (cper_ring_restarted).",
+        " (cper_ring_restarted); tpu: runtime metrics the libtpu service serving the chip"
+        " failed to give (its gRPC status, or malformed_reply).",
         (*ID, "source", "reason"),
         otel_unit="{error}",
         values={"source": DEVICE_BACKENDS},

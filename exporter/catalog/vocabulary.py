@@ -13,14 +13,16 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
+from exporter.vendors import VENDORS
+
 # The exporter's health verdict: the OpenTelemetry hw.state values.
 HEALTH_STATES = ("ok", "degraded", "failed", "predicted_failure")
 # What to do about a device (exporter/actions.py), least to most disruptive.
 RECOMMENDED_ACTIONS = ("none", "restart_app", "drain_p2p", "reset_device", "reboot_node", "service")
 # Why a device's calls were isolated into a probe.
 ISOLATION_REASONS = ("hung", "crashed")
-# The device backends that read devices in a worker (accel_field_errors_total's source).
-DEVICE_BACKENDS = ("nvml", "amdsmi", "levelzero", "hlml")
+# The device backends that count failed fields (accel_field_errors_total's source).
+DEVICE_BACKENDS = tuple(vendor.name for vendor in VENDORS if vendor.field_errors)
 
 # Whether an error was corrected, on every vendor (nvml, amdsmi, Level Zero, HLML, Neuron).
 ECC_CORRECTION = ("corrected", "uncorrected")

@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from exporter import vendors
 from exporter.catalog.nvidia import CRITICAL_XIDS
 from exporter.checks.nagios import Perf, Result, Status, worst
 from exporter.checks.samples import Labels, Samples
 
 # The vendor label of accel_device_info, as every device source sets it.
-VENDORS = ("nvidia", "amd", "intel", "intel_gaudi", "google", "aws")
+VENDORS = tuple(vendor.label for vendor in vendors.VENDORS)
 # Names a user may reach for first -> the vendor label (a typo is suggested the same way).
 VENDOR_SYNONYMS = {
     "gaudi": "intel_gaudi",

@@ -15,18 +15,17 @@ from exporter.config.devices import (
     TpuSourceConfig,
 )
 from exporter.config.host import CudaCheckpointSourceConfig, HostSourceConfig
+from exporter.vendors import VENDORS
 
 
 @dataclass(frozen=True)
 class SourcesConfig:
     """Every source the daemon knows."""
 
+    # A vendor's help and synonyms come with its entry in exporter.vendors.VENDORS.
     HELP: ClassVar[dict[str, str]] = {
         "host": "host CPU, memory, load and uptime from /proc",
-        "nvml": "NVIDIA GPUs through NVML (in a worker process)",
-        "amdsmi": "AMD GPUs through amdsmi (in a worker process)",
-        "tpu": "Google TPUs: chips from the host, metrics from libtpu",
-        "neuron": "AWS Trainium / Inferentia through neuron-monitor",
+        **{vendor.name: vendor.help for vendor in VENDORS},
         "ccl_ras": "NCCL/RCCL job health from the RAS service (port 28028)",
         "ccl_inspector": "NCCL/RCCL Inspector profiler plugin output (JSONL files)",
         "cuda_checkpoint": "CUDA checkpoint state of GPU processes (CUDA 12.8+)",
@@ -39,24 +38,13 @@ class SourcesConfig:
     }
     # Sources are named for their library; the vendor's name suggests it ("did you mean").
     SYNONYMS: ClassVar[dict[str, str]] = {
-        "nvidia": "nvml",
-        "dcgm": "nvml",
-        "amd": "amdsmi",
-        "rocm": "amdsmi",
-        "rocm_smi": "amdsmi",
-        "intel": "levelzero",
-        "xpu": "levelzero",
-        "level_zero": "levelzero",
-        "gaudi": "hlml",
-        "habana": "hlml",
-        "google": "tpu",
-        "aws": "neuron",
-        "trainium": "neuron",
-        "inferentia": "neuron",
+        **{word: vendor.name for vendor in VENDORS for word in vendor.synonyms},
         "nccl": "ccl_ras",
         "rccl": "ccl_ras",
     }
 
+    # One typed field per vendor of exporter.vendors.VENDORS, in its order (mypy knows a
+    # section by its name only from here; tests/unit/test_vendors.py checks the two agree).
     host: HostSourceConfig = field(default_factory=HostSourceConfig)
     nvml: DeviceSourceConfig = field(default_factory=DeviceSourceConfig)
     amdsmi: AmdSmiSourceConfig = field(default_factory=AmdSmiSourceConfig)

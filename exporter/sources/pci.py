@@ -15,13 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from exporter.backends.sysfs import SysfsError, pci_functions
+from exporter.vendors import VENDORS
 
-# PCI vendor ids by the vendor label the device sources use.
+# PCI vendor ids by the vendor label the device sources use (exporter.vendors).
 VENDOR_IDS: dict[str, int] = {
-    "nvidia": 0x10DE,
-    "amd": 0x1002,
-    "intel": 0x8086,
-    "intel_gaudi": 0x1DA3,
+    vendor.label: vendor.pci_vendor for vendor in VENDORS if vendor.pci_vendor
 }
 DISPLAY_CLASS = 0x03
 ACCELERATOR_CLASS = 0x1200

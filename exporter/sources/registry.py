@@ -2,16 +2,20 @@
 
 Each factory builds a source from the whole config (it reads its own section,
 and may read others, e.g. enrichers). The order here is the polling order, and
-so the order of the phase offsets.
+so the order of the phase offsets. The device vendors' factories are derived
+from their entries in :data:`exporter.vendors.VENDORS` (a vendor is registered
+there, not here).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
+from typing import Any
 
-from exporter.backends import libsearch
 from exporter.catalog import CATALOG, MetricSpec, with_rows
 from exporter.catalog.workload import pod_labels_row
+from exporter.config.devices import DeviceSourceConfig
 from exporter.config.root import Config
 from exporter.config.source import SourceConfig
 from exporter.sources import cper_ledger
@@ -20,6 +24,7 @@ from exporter.sources.ccl_inspector import CclInspectorSource
 from exporter.sources.ccl_ras import CclRasSource
 from exporter.sources.device import DeviceSource
 from exporter.sources.host import HostSource
+from exporter.vendors import VENDORS, Vendor
 
 Factory = Callable[[Config], Source]
 
@@ -28,73 +33,39 @@ def _host(config: Config) -> Source:
     return HostSource("host", config.sources.host)
 
 
-def _nvml(config: Config) -> Source:
-    nvml = config.sources.nvml
-    return DeviceSource(
-        "nvml",
-        nvml,
-        "exporter.backends.nvml:NvmlBackend",
-        backend_config={"events": nvml.events, "processes": nvml.processes},
-        vendor="nvidia",
-        health=config.health,
-    )
+def _load(path: str) -> Any:
+    """The class ``module:Class`` names (imported on first use: the daemon loads only its own)."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
-def _amdsmi(config: Config) -> Source:
-    cfg = config.sources.amdsmi
-    return DeviceSource(
-        "amdsmi",
-        cfg,
-        "exporter.backends.amdsmi:AmdSmiBackend",
-        backend_config={
-            "events": cfg.events,
-            "event_types": list(cfg.event_types),
-            "sys_path": cfg.sys_path,
-            "dev_path": cfg.dev_path,
-            "cper_per_poll": cfg.cper_per_poll,
-        },
-        vendor="amd",
-        ledger=cper_ledger.store_for(cfg.state_dir),
-        health=config.health,
-    )
+def _option(value: Any) -> Any:
+    """A section value as the worker's JSON config takes it (a tuple as a list)."""
+    return list(value) if isinstance(value, tuple | list) else value
 
 
-def _levelzero(config: Config) -> Source:
-    cfg = config.sources.levelzero
-    return DeviceSource(
-        "levelzero",
-        cfg,
-        "exporter.backends.levelzero:LevelZeroBackend",
-        backend_config={"library_path": cfg.library_path},
-        vendor="intel",
-        library=libsearch.LEVELZERO,
-        health=config.health,
-    )
+def device_factory(vendor: Vendor) -> Factory:
+    """The factory of ``vendor``'s source, from its entry in :data:`exporter.vendors.VENDORS`."""
 
+    def build(config: Config) -> Source:
+        cfg = section(config, vendor.name)
+        if vendor.source:
+            source = _load(vendor.source)(vendor.name, cfg)
+            assert isinstance(source, Source)
+            return source
+        assert isinstance(cfg, DeviceSourceConfig)
+        return DeviceSource(
+            vendor.name,
+            cfg,
+            vendor.backend,
+            backend_config={key: _option(getattr(cfg, key)) for key in vendor.options},
+            vendor=vendor.label,
+            library=vendor.library,
+            ledger=cper_ledger.store_for(getattr(cfg, vendor.ledger)) if vendor.ledger else None,
+            health=config.health,
+        )
 
-def _hlml(config: Config) -> Source:
-    cfg = config.sources.hlml
-    return DeviceSource(
-        "hlml",
-        cfg,
-        "exporter.backends.hlml:HlmlBackend",
-        backend_config={"library_path": cfg.library_path, "nic_statistics": cfg.nic_statistics},
-        vendor="intel_gaudi",
-        library=libsearch.HLML,
-        health=config.health,
-    )
-
-
-def _tpu(config: Config) -> Source:
-    from exporter.sources.tpu import TpuSource
-
-    return TpuSource("tpu", config.sources.tpu)
-
-
-def _neuron(config: Config) -> Source:
-    from exporter.sources.neuron import NeuronSource
-
-    return NeuronSource("neuron", config.sources.neuron)
+    return build
 
 
 def _ccl_ras(config: Config) -> Source:
@@ -119,12 +90,7 @@ def _workload(config: Config) -> Source:
 
 FACTORIES: dict[str, Factory] = {
     "host": _host,
-    "nvml": _nvml,
-    "amdsmi": _amdsmi,
-    "levelzero": _levelzero,
-    "hlml": _hlml,
-    "tpu": _tpu,
-    "neuron": _neuron,
+    **{vendor.name: device_factory(vendor) for vendor in VENDORS},
     "ccl_ras": _ccl_ras,
     "ccl_inspector": _ccl_inspector,
     # Enrichers come last: they read what the sources above reported.

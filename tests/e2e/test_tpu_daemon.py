@@ -147,6 +147,19 @@ def test_a_hung_service_costs_only_its_own_series(
     hung.set(mode="normal")
     d.wait_metric("accel_memory_used_bytes", GiB, device="0", uuid=uuid(0))
     assert runtime(d, hung.address)["reason"] == ""
+    # Served once, its chips are known: a metric it then fails to give is counted on
+    # them (accel_field_errors_total{source="tpu"}); the others are still served.
+    hung.set(failing={"tpu.runtime.hbm.memory.usage.bytes": "INTERNAL"})
+    errors = {"source": "tpu", "reason": "internal"}
+    chip0 = {"device": "0", "uuid": uuid(0)}
+    d.wait_for(
+        lambda: (value(d.metrics(), "accel_field_errors_total", **chip0, **errors) or 0) >= 1,
+        what="the failed read counted",
+    )
+    got = samples(d.metrics())
+    assert value(got, "accel_field_errors_total", device="1", uuid=uuid(1), **errors) is None
+    assert value(got, "accel_memory_total_bytes", device="0", uuid=uuid(0)) == 16 * GiB
+    assert value(got, "accel_memory_used_bytes", device="1", uuid=uuid(1)) == 2 * GiB
 
 
 def test_unavailable_is_idle_until_a_workload_starts(

@@ -87,3 +87,27 @@ def test_a_lower_layer_import_is_allowed() -> None:
         "exporter.workers",
         "exporter.workers.stackdump",
     }
+
+
+# The lowest layers and the only exporter modules each may import: the catalog reads the
+# vendor table (exporter/vendors.py), which reads nothing of the daemon's.
+LEAVES = {
+    "exporter.catalog": ("exporter.catalog", "exporter.vendors", "exporter.suggest"),
+    "exporter.vendors": (),
+    "exporter.suggest": (),
+}
+
+
+@pytest.mark.parametrize("layer", sorted(LEAVES))
+def test_the_lowest_layers_import_nothing_above_them(layer: str) -> None:
+    path = EXPORTER.joinpath(*layer.split(".")[1:])
+    files = sorted(path.rglob("*.py")) if path.is_dir() else [path.with_suffix(".py")]
+    assert files and all(f.is_file() for f in files)
+    found = []
+    for f in files:
+        module = ".".join(("exporter", *f.relative_to(EXPORTER).with_suffix("").parts))
+        for name in sorted(imported(f.read_text(), module)):
+            allowed = any(name == a or name.startswith(a + ".") for a in LEAVES[layer])
+            if name.startswith("exporter.") and not allowed:
+                found.append(f"{module} imports {name}")
+    assert found == []

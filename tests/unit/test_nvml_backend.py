@@ -17,8 +17,10 @@ from typing import Any
 
 import pynvml
 import pytest
+from structlog.testing import capture_logs
 
 from exporter.backends import nvml as nvml_backend
+from exporter.backends import nvml_support as nv
 from exporter.backends.base import BackendError, BackendUnavailable
 from exporter.backends.nvml import NvmlBackend
 from exporter.sources.device import parse_inventory
@@ -210,6 +212,35 @@ def test_error_code_degrades_one_field_and_is_counted(fake, backend):
     assert v[("accel_field_errors_total", (*ident, "nvml", "unknown"))] == 1
     v = values(poll(b))
     assert v[("accel_field_errors_total", (*ident, "nvml", "unknown"))] == 2
+
+
+def test_a_failing_call_is_logged_when_it_starts_and_when_its_reason_changes(fake, backend):
+    # The backend's shared contract.Failing: a line per state change, never one a poll.
+    fake.add_rule("nvmlDeviceGetTotalEnergyConsumption", device=1, error=control.UNKNOWN)
+    b = started(backend)
+
+    def failed_lines(polls: int) -> list[dict[str, Any]]:
+        with capture_logs() as logs:
+            for _ in range(polls):
+                assert [d["up"] for d in poll(b)["devices"]] == [True, True]
+        return [
+            {k: line[k] for k in ("device", "field", "reason")}
+            for line in logs
+            if line["event"] == "field read failed"
+        ]
+
+    energy = "nvmlDeviceGetTotalEnergyConsumption"
+    assert failed_lines(3) == [{"device": "1", "field": energy, "reason": "unknown"}]
+    fake.clear_rules()
+    fake.add_rule("nvmlDeviceGetTotalEnergyConsumption", device=1, error=nv.TIMEOUT)
+    assert failed_lines(2) == [{"device": "1", "field": energy, "reason": "nvml_timeout"}]
+    fake.clear_rules()
+    fake.add_rule("nvmlDeviceGetTotalEnergyConsumption", device=1, error=control.UNKNOWN)
+    fake.add_rule("nvmlDeviceGetTotalEnergyConsumption", device=0, error=control.UNKNOWN)
+    assert failed_lines(2) == [
+        {"device": "0", "field": energy, "reason": "unknown"},
+        {"device": "1", "field": energy, "reason": "unknown"},
+    ]
 
 
 def test_device_answering_nothing_is_down_with_the_error(fake, backend):

@@ -10,6 +10,7 @@ so a test changes the service's behaviour by rewriting it:
    "devices": {"<runtime device id>": {"total": B, "usage": B, "duty": %, "bw": %}},
    "duty_per_chip": {"<chip id>": %}   (v2/v3: duty cycle reported once per chip),
    "missing": ["<metric name>", ...]   (answered NOT_FOUND),
+   "failing": {"<metric name>": "<grpc.StatusCode name>"}   (answered with that status),
    "distributions": {"<megascale metric name>": [{"buffer_size": str, "counts": [n, ...],
        "mean": us, "exponential": [n, growth, scale] | "explicit": [bound, ...],
        "count": n (default: the sum of counts)}]}}``
@@ -76,6 +77,9 @@ class Service:
         if mode == "garbage":
             return b"\xff\xff\xff\xff not a MetricResponse"
         name = request.metric_name
+        failing = s.get("failing", {}).get(name)
+        if failing:
+            context.abort(grpc.StatusCode[failing], f"metric {name} could not be read")
         if name.startswith("megascale."):
             return self.distribution(name, s, context)
         if name not in FIELDS or name in s.get("missing", []):
