@@ -325,19 +325,27 @@ class Body:
         A series ``last`` had keeps its label text, and its line when the value
         holds too. The new line lengths and value offsets.
         """
+        sample = shape.sample
+        if last is None:  # a family's first render: every line new, encoded at once
+            prefixes = [f"{sample}{_labels(shape, labels)} " for labels in keys]
+            lines = [f"{p}{go_float(v)}\n" for p, v in zip(prefixes, values, strict=True)]
+            text = "".join(lines)
+            data = text.encode()
+            self.raw(data)
+            if len(data) == len(text):  # ASCII: a character is a byte
+                return array("I", map(len, lines)), array("I", map(len, prefixes))
+            return (
+                array("I", [len(line.encode()) for line in lines]),
+                array("I", [len(p.encode()) for p in prefixes]),
+            )
         lengths, cuts = array("I"), array("I")
-        where: dict[tuple[str, ...], int] = {}
-        starts: list[int] = []
-        before: Sequence[float] = ()
-        if last is not None:
-            where = {k: n for n, k in enumerate(last.keys)}
-            starts = list(accumulate(last.lengths, initial=last.base))
-            before = memoryview(last.values).cast("d")
-        parts, copysign, sample = self._parts, math.copysign, shape.sample
+        where = {k: n for n, k in enumerate(last.keys)}
+        starts = list(accumulate(last.lengths, initial=last.base))
+        before = memoryview(last.values).cast("d")
+        parts, copysign = self._parts, math.copysign
         for labels, value in zip(keys, values, strict=True):
             j = where.get(labels, -1)
             if j >= 0:
-                assert last is not None
                 start, was, cut = starts[j], before[j], last.cuts[j]
                 if value == was and (value or copysign(1.0, value) == copysign(1.0, was)):
                     line = last.body[start : start + last.lengths[j]]
