@@ -15,8 +15,15 @@ The reference keeps its own previous samples (:class:`Previous`) for the
 cumulative counters, so every poll is compared, the first after a write
 included. Which components a device has is fixed when the backend starts (the
 fake enumerates at ``zesInit``), so three devices with different shapes cover
-one tile and two, a device without a compute engine, one without a GPU clock
-domain, power domain or fabric ports, and a memory module of unknown size.
+one tile and two (with a temperature sensor on each tile, as Sysman enumerates
+them on a Max 1550: ``temp_per_tile`` in the fake), a device without a compute
+engine, one without a GPU clock domain, power domain or fabric ports, and a
+memory module of unknown size.
+
+Each example starts a backend of its own (about 5 ms) so that it does not depend
+on the examples before it; shrinking is off (an example is a start and up to
+three polls: shrinking one failure took minutes), so a failure prints the drawn
+states unshrunk with the rows that differ.
 """
 
 from __future__ import annotations
@@ -81,13 +88,14 @@ class Shape:
     bandwidth: bool  # PCIe rx/tx counters
     replay: bool
     mem_size: int  # each module's physical size (0: not known)
+    sensors_per_tile: bool = False  # each sensor once per tile, as a Max 1550's
 
 
 SHAPES = (
     # One tile, no compute group (utilization from "render"), every sensor.
     Shape(1, (0, 2, 12, 13), tuple(range(TEMP_TYPES)), (0, 1, 2), True, 2, True, True, 64 * GIB),
-    # Two tiles (a Max 1550), four ports.
-    Shape(2, (1, 2, 3, 12), (0, 1, 2, 6), (0, 1, 2), True, 4, True, True, 64 * GIB),
+    # Two tiles (a Max 1550), sensors on each tile (maxima and minima), four ports.
+    Shape(2, (1, 2, 3, 12), (0, 1, 2, 3, 4, 6), (0, 1, 2), True, 4, True, True, 64 * GIB, True),
     # Integrated-like: no GPU clock domain, power domain or ports; size unknown.
     Shape(1, (0, 3), (0, 3), (1, 2), False, 0, False, True, 0),
 )
@@ -102,6 +110,7 @@ def configure(dev: Device, shape: Shape) -> None:
     dev.power_domains = int(shape.power)
     dev.fabric_ports = shape.ports
     dev.have_bandwidth, dev.have_replay = int(shape.bandwidth), int(shape.replay)
+    dev.temp_per_tile = int(shape.sensors_per_tile)
     for t in range(TILES):
         dev.mem_size[t] = shape.mem_size
 
@@ -143,7 +152,8 @@ class Draw:
     """One device's drawn state: readings, counters, each counter's step a call, and
     optionally where the counters stand before the third poll (a reset or a jump)."""
 
-    temp: dict[int, float]
+    temp: dict[int, float]  # zes_temp_sensors_t -> °C (tile 0's when per tile)
+    temp_tile1: dict[int, float]  # tile 1's, when per tile
     actual: list[float]
     throttle: list[int]
     free: list[int]
@@ -181,6 +191,11 @@ def draws(draw: Callable[..., Any], shape: Shape) -> Draw:
     step = st.integers(0, 1 << 30)
     return Draw(
         temp=draw(st.fixed_dictionaries(dict.fromkeys(shape.sensors, CELSIUS))),
+        temp_tile1=draw(
+            st.fixed_dictionaries(
+                dict.fromkeys(shape.sensors if shape.sensors_per_tile else (), CELSIUS)
+            )
+        ),
         actual=draw(st.lists(MHZ, min_size=3, max_size=3)),
         throttle=draw(st.lists(st.integers(0, (1 << 32) - 1), min_size=3, max_size=3)),
         free=draw(st.lists(free_of(shape.mem_size), min_size=shape.tiles, max_size=shape.tiles)),
@@ -218,6 +233,8 @@ def write(dev: Device, d: Draw) -> None:
     """Put a drawn state into the fake device (the running backend sees it at once)."""
     for s, v in d.temp.items():
         dev.temp[s] = v
+    for s, v in d.temp_tile1.items():
+        dev.temp_tile1[s] = v
     for i in range(3):
         dev.freq_actual[i], dev.throttle[i] = d.actual[i], d.throttle[i]
     for t, free in enumerate(d.free):
@@ -278,9 +295,13 @@ def expected_rows(fake: FakeZe, previous: list[Previous]) -> Rows:
             out.add("accel_energy_joules_total", prev.energy_total / 1e6)
             out.add("accel_power_watts", None if rate is None else rate / 1e6)
         for s in shape.sensors:
-            v = dev.temp[s]
-            if 0.0 <= v <= MAX_CELSIUS:
-                out.add("accel_temperature_celsius", v, SENSOR_LABEL[s])
+            # A sensor on each tile: the hottest, or for a *_min sensor the coldest.
+            readings = [dev.temp[s], *([dev.temp_tile1[s]] if shape.sensors_per_tile else [])]
+            known = [v for v in readings if 0.0 <= v <= MAX_CELSIUS]
+            if known:
+                label = SENSOR_LABEL[s]
+                extreme = min(known) if label.endswith("_min") else max(known)
+                out.add("accel_temperature_celsius", extreme, label)
         for c in shape.clocks:
             mhz = dev.freq_actual[c]
             if 0.0 <= mhz <= MAX_MHZ:
@@ -386,9 +407,7 @@ def test_fast_rows_match_the_reference_over_drawn_states(
         configure(ze_inprocess.device(i), shape)
     polls = [0]
 
-    # No shrinking: an example is a backend start and up to three polls, and shrinking
-    # one of ~150 choices took minutes; a failure prints the drawn states and the rows
-    # that differ, which name the family and the value.
+    # No shrinking (see the module docstring): the differing rows name family and value.
     @settings(
         max_examples=60,
         deadline=None,
