@@ -127,6 +127,9 @@ class Device(ctypes.Structure):
         ("port_tx", _U64 * PORTS),
         ("port_step", _U64),
         ("ras_memory", _U64 * 2),
+        ("temp_per_tile", _I32),
+        ("pad2", _I32),
+        ("temp_tile1", ctypes.c_double * TEMP_TYPES),
     ]
 
 

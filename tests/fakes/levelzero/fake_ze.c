@@ -149,7 +149,11 @@ static void build_components(void) {
         }
         for (int p = 0; p < v->power_domains && p < 1; p++) ADD(K_POWER, -1, p);
         for (int f = 0; f < ZF_FREQ_DOMAINS; f++) if (v->freq_mask & (1 << f)) ADD(K_FREQ, -1, f);
-        for (int s = 0; s < ZF_TEMP_TYPES; s++) if (v->temp_mask & (1 << s)) ADD(K_TEMP, -1, s);
+        for (int s = 0; s < ZF_TEMP_TYPES; s++) {
+            if (!(v->temp_mask & (1 << s))) continue;
+            if (v->temp_per_tile && tiles > 1) for (int t = 0; t < tiles; t++) ADD(K_TEMP, t, s);
+            else ADD(K_TEMP, -1, s);
+        }
         for (int r = 0; r < v->ras_sets && r < 2; r++) ADD(K_RAS, -1, r);
         for (int p = 0; p < v->fabric_ports && p < ZF_PORTS; p++) ADD(K_PORT, -1, p);
 #undef ADD
@@ -368,8 +372,8 @@ EXPORT ze_result_t zesTemperatureGetProperties(void *h, zes_temp_properties_t *p
     COMP_CALL(h);
     (void)v;
     p->type = c->type;
-    p->onSubdevice = 0;
-    p->subdeviceId = 0;
+    p->onSubdevice = c->tile >= 0;
+    p->subdeviceId = (uint32_t)(c->tile < 0 ? 0 : c->tile);
     p->maxTemperature = 105.0;
     p->isCriticalTempSupported = p->isThreshold1Supported = p->isThreshold2Supported = 0;
     return OK;
@@ -377,7 +381,7 @@ EXPORT ze_result_t zesTemperatureGetProperties(void *h, zes_temp_properties_t *p
 
 EXPORT ze_result_t zesTemperatureGetState(void *h, double *p) {
     COMP_CALL(h);
-    *p = v->temp[c->type];
+    *p = c->tile == 1 ? v->temp_tile1[c->type] : v->temp[c->type];
     return OK;
 }
 

@@ -61,6 +61,9 @@ typedef struct {
     int32_t port_status[ZF_PORTS];
     uint64_t port_rx[ZF_PORTS], port_tx[ZF_PORTS], port_step;
     uint64_t ras_memory[2];           /* zesRasGetStateExp MEMORY_ERRORS [correctable, uncorrectable] */
+    int32_t temp_per_tile;            /* with tiles: each sensor once per tile (onSubdevice) */
+    int32_t pad2;
+    double temp_tile1[ZF_TEMP_TYPES]; /* tile 1's sensors when temp_per_tile (tile 0's: temp) */
 } zf_device_t;
 
 typedef struct {
