@@ -66,7 +66,10 @@ SLOT_BYTES = LENGTH.size + TEXT_BYTES
 PAGE_BYTES = LEARNT_AT + LEARNT_DEVICES * SLOT_BYTES
 
 # The worker's page: shared with the daemon once attach() found the fd, else private.
-_page: mmap.mmap | bytearray = bytearray(PAGE_BYTES)
+# Private, it is an anonymous mapping rather than a bytearray: a page of it is resident
+# only once written, and the daemon, which imports this module and never writes here,
+# would otherwise hold 156 KiB of zeros (bench/idle.py).
+_page: mmap.mmap | bytearray = mmap.mmap(-1, PAGE_BYTES)
 _slot = memoryview(_page)[0:4].cast("i")
 _since = memoryview(_page)[16:24].cast("q")
 
