@@ -28,6 +28,7 @@ pytest_plugins = [
     "tests.fakes.amdsmi.fixtures",
     "tests.fakes.levelzero.fixtures",
     "tests.fakes.hlml.fixtures",
+    "tests.fakes.nvml.fixtures",
 ]
 
 

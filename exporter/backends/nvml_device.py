@@ -344,12 +344,18 @@ class DeviceReader:
         kind_bytes = kinds.tobytes()
         if kind_bytes != plan.kinds:
             plan.kinds = kind_bytes
-            plan.convert = tuple(i for i, kind in enumerate(kinds) if kind not in nv.RAW_KINDS)
+            scale = [mul for _m, mul, _p, first, end, _x in plan.runs for _ in range(first, end)]
+            plan.convert = tuple(
+                (i, scale[i]) for i, kind in enumerate(kinds) if kind not in nv.RAW_KINDS
+            )
         union_value = nv.union_value
-        for i in plan.convert:
+        for i, mul in plan.convert:
             number = union_value(kinds[i], raws[i])
-            # A NaN or infinite double is dropped like a sentinel.
-            numbers[i] = number if number - number == 0 else -1
+            # A NaN or infinite double is dropped like a sentinel, and so is a finite
+            # one that scaling to base units would make infinite (the reply could
+            # not be encoded). An integer times mul stays an exact integer.
+            scaled = number * mul
+            numbers[i] = number if scaled - scaled == 0 else -1
         answered = len(numbers)
         if codes.tobytes() != plan.no_errors:  # some entries failed: the rare case
             for i, code in enumerate(codes):

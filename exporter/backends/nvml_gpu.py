@@ -30,10 +30,11 @@ class FieldPlan:
     # entry's row prefix).
     runs: list[tuple[str, int, int, int, int, list[tuple[Any, ...]]]]
     # The driver's valueType of each entry at the last poll, and the entries whose
-    # raw 64 bits are not already the number (anything but an unsigned integer):
-    # a field's type does not change, so they are found once, not every poll.
+    # raw 64 bits are not already the number (anything but an unsigned integer),
+    # each with its run's multiplier: a field's type does not change, so they are
+    # found once, not every poll.
     kinds: bytes = b""
-    convert: tuple[int, ...] = ()
+    convert: tuple[tuple[int, int], ...] = ()
     no_errors: bytes = b""
 
 

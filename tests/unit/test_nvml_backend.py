@@ -7,8 +7,6 @@ state; scenarios that need a process of their own live in tests/e2e.
 
 from __future__ import annotations
 
-import ctypes
-import os
 import threading
 import time
 import types
@@ -30,30 +28,12 @@ from tests.helpers.backend_harness import Backends, backends, poll, started, val
 from tests.helpers.wait import eventually
 
 
-@pytest.fixture(scope="session")
-def shared_fake(fake_nvml_lib, tmp_path_factory) -> FakeNvml:
-    path = tmp_path_factory.mktemp("nvml-inproc") / "state"
-    fake = FakeNvml.create(fake_nvml_lib, path, 2)
-    ctypes.CDLL(str(fake_nvml_lib), mode=ctypes.RTLD_GLOBAL)
-    saved = os.environ.get("FAKE_NVML_STATE")
-    os.environ["FAKE_NVML_STATE"] = str(path)
-    try:
-        pynvml.nvmlInit()  # the fake maps its state file at the first init of the process
-        pynvml.nvmlShutdown()
-    finally:
-        if saved is None:
-            del os.environ["FAKE_NVML_STATE"]
-        else:
-            os.environ["FAKE_NVML_STATE"] = saved
-    return fake
-
-
 @pytest.fixture
-def fake(shared_fake) -> Iterator[FakeNvml]:
-    shared_fake.reset(2)
-    yield shared_fake
-    shared_fake.clear_rules()
-    shared_fake.release()
+def fake(nvml_shared) -> Iterator[FakeNvml]:
+    nvml_shared.reset(2)
+    yield nvml_shared
+    nvml_shared.clear_rules()
+    nvml_shared.release()
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import ctypes
 import mmap
 import os
 import shutil
+import struct
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -38,6 +39,9 @@ MAX_MIG = 7
 MAX_EVENTS = 64
 MAX_NVLINKS = 18
 MAX_FANS = 4
+MAX_FIELDS = 48
+# nvmlValueType_t: the member of nvmlValue_t an nvmlFieldValue_t entry carries.
+VALUE_DOUBLE, VALUE_UINT, VALUE_ULONG, VALUE_ULL, VALUE_SLL, VALUE_SINT, VALUE_USHORT = range(7)
 VIOLATIONS = 9
 GPM_IDS = 176
 PROC_NAME = 32
@@ -115,6 +119,16 @@ class Event(ctypes.Structure):
         ("pad", ctypes.c_uint32),
         ("type", ctypes.c_uint64),
         ("data", ctypes.c_uint64),
+    ]
+
+
+class Field(ctypes.Structure):
+    _fields_ = [
+        ("field_id", ctypes.c_uint32),
+        ("scope_id", ctypes.c_uint32),
+        ("value_type", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+        ("raw", ctypes.c_uint64),
     ]
 
 
@@ -197,6 +211,9 @@ class Device(ctypes.Structure):
         ("power_max_mw", ctypes.c_uint32),
         ("power_default_mw", ctypes.c_uint32),
         ("sram_threshold_exceeded", ctypes.c_uint32),
+        ("field_count", ctypes.c_uint32),
+        ("field_pad", ctypes.c_uint32),
+        ("fields", Field * MAX_FIELDS),
     ]
 
 
@@ -228,6 +245,7 @@ C_NAMES = {
     Proc: "fake_proc_t",
     Mig: "fake_mig_t",
     Event: "fake_event_t",
+    Field: "fake_field_t",
     Device: "fake_device_t",
     State: "fake_state_t",
 }
@@ -263,6 +281,29 @@ def build(dest: Path, cc: str | None = None) -> Path:
     if result.returncode != 0:
         raise RuntimeError(f"building the fake NVML failed:\n{result.stderr}")
     return out
+
+
+@dataclass(frozen=True)
+class FieldValue:
+    """One ``nvmlDeviceGetFieldValues`` entry as the fake answers it (``set_fields``).
+
+    ``value`` is written to the union member of ``value_type`` (nvmlValueType_t,
+    the ``VALUE_*`` constants): a float for ``VALUE_DOUBLE``, else an integer kept
+    to the member's width (two's complement for the signed ones).
+    """
+
+    field_id: int
+    value: float
+    value_type: int = 3
+    scope_id: int = 0
+
+
+def union_raw(value_type: int, value: float) -> int:
+    """The 64 bits whose low bytes are ``value`` as the member of ``value_type``."""
+    if value_type == VALUE_DOUBLE:
+        return int(struct.unpack("=Q", struct.pack("=d", value))[0])
+    bits = {VALUE_UINT: 32, VALUE_SINT: 32, VALUE_USHORT: 16}.get(value_type, 64)
+    return int(value) & ((1 << bits) - 1)
 
 
 @dataclass
@@ -380,6 +421,19 @@ class FakeNvml(FaultRules):
             slot.gpu_instance = p.gpu_instance
             slot.compute_instance = p.compute_instance
         dev.proc_count = len(items)
+
+    def set_fields(self, index: int, entries: Iterable[FieldValue]) -> None:
+        """Answer these field-value entries of GPU ``index`` as given (each matched by
+        field id and scope id; at most MAX_FIELDS); ``[]`` goes back to the fake's own."""
+        items = list(entries)
+        if len(items) > MAX_FIELDS:
+            raise ValueError(f"at most {MAX_FIELDS} field entries per GPU")
+        dev = self.state.devices[index]
+        dev.field_count = 0
+        for slot, e in zip(dev.fields, items):
+            slot.field_id, slot.scope_id = e.field_id, e.scope_id
+            slot.value_type, slot.raw = e.value_type, union_raw(e.value_type, e.value)
+        dev.field_count = len(items)
 
     def set_gpm(
         self,

@@ -525,6 +525,9 @@ static const struct layout_entry layout[] = {
     OF(fake_device_t, margin_temperature), OF(fake_device_t, margin_supported),
     OF(fake_device_t, power_min_mw), OF(fake_device_t, power_max_mw),
     OF(fake_device_t, power_default_mw), OF(fake_device_t, sram_threshold_exceeded),
+    OF(fake_device_t, field_count), OF(fake_device_t, field_pad), OF(fake_device_t, fields),
+    SZ(fake_field_t), OF(fake_field_t, field_id), OF(fake_field_t, scope_id),
+    OF(fake_field_t, value_type), OF(fake_field_t, pad), OF(fake_field_t, raw),
     SZ(nvmlEccSramErrorStatus_v1_t),
     OF(nvmlEccSramErrorStatus_v1_t, version),
     OF(nvmlEccSramErrorStatus_v1_t, aggregateUncParity),
@@ -920,7 +923,28 @@ static int violation_slot(unsigned int field) {
     return -1;
 }
 
+/* The entry a test set for this field and scope (fake_field_t), if any: only the
+ * member of its valueType is written, as a driver does. */
+static int set_field_value(const fake_device_t *d, nvmlFieldValue_t *v) {
+    static const size_t width[] = {sizeof(double), sizeof(unsigned int), sizeof(unsigned long),
+                                   sizeof(unsigned long long), sizeof(signed long long),
+                                   sizeof(signed int), sizeof(unsigned short)};
+    for (uint32_t i = 0; i < d->field_count && i < FAKE_MAX_FIELDS; i++) {
+        const fake_field_t *f = &d->fields[i];
+        if (f->field_id != v->fieldId || f->scope_id != v->scopeId)
+            continue;
+        v->nvmlReturn = NVML_SUCCESS;
+        v->valueType = f->value_type;
+        /* little-endian: a member's bytes are the low bytes of the 64 */
+        memcpy(&v->value, &f->raw, f->value_type < 7 ? width[f->value_type] : sizeof f->raw);
+        return 1;
+    }
+    return 0;
+}
+
 static void field_value(fake_device_t *d, nvmlFieldValue_t *v) {
+    if (set_field_value(d, v))
+        return;
     v->nvmlReturn = NVML_SUCCESS;
     v->valueType = 3; /* unsigned long long */
     int slot = violation_slot(v->fieldId);

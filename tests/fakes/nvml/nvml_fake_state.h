@@ -25,6 +25,7 @@
 #define FAKE_VIOLATIONS 9
 #define FAKE_GPM_IDS 176 /* GPM metric ids 0..175 (NVENC 3 is 169) */
 #define FAKE_PROC_NAME 32
+#define FAKE_MAX_FIELDS 48 /* served nvmlDeviceGetFieldValues entries a test sets */
 
 /* Fault rules (../fault_rules.h): a rule's device is the GPU index, -1 any,
  * NO_DEVICE the calls that take no device. */
@@ -60,6 +61,17 @@ typedef struct {
     uint64_t type; /* nvmlEventType* bit */
     uint64_t data; /* XID code for 0x8 */
 } fake_event_t;
+
+/* One nvmlDeviceGetFieldValues entry as a test sets it: the entry asking for
+ * field_id with scope_id is answered with value_type (nvmlValueType_t: 0 double,
+ * 1 uint, 2 ulong, 3 ull, 4 sll, 5 sint, 6 ushort) and that union member, taken
+ * from the low bytes of raw (the member's own bytes: the rest of the union is
+ * left as the caller gave it, as a driver writing one member does). */
+typedef struct {
+    uint32_t field_id, scope_id;
+    uint32_t value_type, pad;
+    uint64_t raw;
+} fake_field_t;
 
 typedef struct {
     uint32_t lost;          /* 0 ok; 1 every call GPU_IS_LOST; 2 handle lookups still work */
@@ -121,6 +133,8 @@ typedef struct {
     uint32_t margin_supported;
     uint32_t power_min_mw, power_max_mw, power_default_mw;
     uint32_t sram_threshold_exceeded; /* nvmlDeviceGetSramEccErrorStatus; 2: NOT_SUPPORTED */
+    uint32_t field_count, field_pad;  /* entries of fields[] in use */
+    fake_field_t fields[FAKE_MAX_FIELDS];
 } fake_device_t;
 
 typedef struct {
