@@ -13,6 +13,7 @@ from typing import Any
 from tests.fakes.amdsmi import expected, state
 from tests.fakes.amdsmi.build import env_for
 from tests.fakes.amdsmi.state import FakeAmdSmi
+from tests.helpers.cli import WITHOUT_RICH
 from tests.helpers.daemon import REPO, Daemon, samples, value
 from tests.helpers.promtool import check_metrics
 
@@ -98,12 +99,16 @@ def test_events_reach_metrics(
 # -- once and probe ---------------------------------------------------------------
 
 
+UNRELATED_OFF = ("--sources.host.enabled=false", "--sources.nvml.enabled=false")
+
+
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("ACCEL_EXPORTER_", "ROCM_"))}
     base.pop("FAKE_AMDSMI_STATE", None)
-    base["PYTHONPATH"] = str(REPO)
+    base["PYTHONPATH"] = os.pathsep.join([str(REPO), str(WITHOUT_RICH)])
     return subprocess.run(
-        [sys.executable, "-m", "exporter", *args, "--sources.host.enabled=false"],
+        # NVML off too: its auto probe would start a worker in every command here.
+        [sys.executable, "-m", "exporter", *args, *UNRELATED_OFF],
         env={**base, **env},
         capture_output=True,
         text=True,

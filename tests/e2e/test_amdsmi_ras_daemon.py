@@ -13,7 +13,8 @@ from typing import Any
 
 from tests.fakes.amdsmi import expected, state
 from tests.fakes.amdsmi.state import FakeAmdSmi
-from tests.helpers.daemon import REPO, Daemon, samples, value
+from tests.helpers.cli import cli_env
+from tests.helpers.daemon import Daemon, samples, value
 from tests.helpers.promtool import check_metrics
 
 FATAL, CORRECTED = state.SEV_FATAL, state.SEV_NON_FATAL_CORRECTED
@@ -153,11 +154,9 @@ def test_cpx_node_of_64_partitions_through_the_daemon(
 
 
 def check(url: str, *args: str) -> tuple[int, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_EXPORTER_")}
-    env["PYTHONPATH"] = str(REPO)
     done = subprocess.run(
         [sys.executable, "-m", "exporter", "check", "afid", "--url", url, *args],
-        env=env,
+        env=cli_env(),
         capture_output=True,
         text=True,
         timeout=60,

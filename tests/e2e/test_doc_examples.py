@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.hlml.control import FakeHlml
-from tests.helpers.cli import REPO, cli_command
+from tests.helpers.cli import REPO, WITHOUT_RICH, cli_command
 from tests.helpers.native import built_once
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -107,7 +107,7 @@ def run(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     argv = shlex.split(command)
     assert argv[0] == "accel-exporter", command
     base = {k: os.environ[k] for k in ("PATH", "HOME", "TMPDIR") if k in os.environ}
-    full = {**base, "PYTHONPATH": str(REPO), **env}
+    full = {**base, "PYTHONPATH": f"{REPO}:{WITHOUT_RICH}", **env}
     return subprocess.run(
         cli_command(*argv[1:]), env=full, capture_output=True, text=True, timeout=120
     )

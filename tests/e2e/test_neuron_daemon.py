@@ -19,7 +19,8 @@ import pytest
 import structlog
 
 from tests.fakes.neuron.control import FakeMonitor, install, make_host, serial
-from tests.helpers.daemon import REPO, Daemon, samples, value
+from tests.helpers.cli import cli_env
+from tests.helpers.daemon import Daemon, samples, value
 from tests.helpers.promtool import check_metrics
 
 OFF = {"enabled": False}
@@ -240,8 +241,7 @@ def test_once_and_probe(tmp_path: Path) -> None:
     monitor.set(devices=2, cores_per_device=2, runtimes=[RUNTIME])
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config(host, command=monitor.command)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_EXPORTER_")}
-    env["PYTHONPATH"] = str(REPO)
+    env = cli_env()
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from tests.fakes.nvml.control import NOT_SUPPORTED, MigInstance, Process
+from tests.helpers.cli import WITHOUT_RICH
 from tests.helpers.daemon import REPO, samples, value
 from tests.helpers.promtool import check_metrics
 
@@ -268,7 +269,7 @@ def test_no_library_with_an_expected_count_is_a_failure(daemon_factory, tmp_path
 
 
 def run_cli(args, env):
-    full_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), **env}
+    full_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{REPO}:{WITHOUT_RICH}", **env}
     return subprocess.run(
         [sys.executable, "-m", "exporter", *args],
         capture_output=True,

@@ -7,7 +7,6 @@ own processes; the daemon's worker talks to them with the exporter's client.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -19,7 +18,8 @@ import pytest
 import structlog
 
 from tests.fakes.tpu.control import V3, FakeService, devices, make_host, uuid
-from tests.helpers.daemon import REPO, Daemon, samples, value
+from tests.helpers.cli import cli_env
+from tests.helpers.daemon import Daemon, samples, value
 from tests.helpers.promtool import check_metrics
 
 OFF = {"enabled": False}
@@ -242,11 +242,9 @@ def test_v3_duty_cycle_per_chip_and_memory_of_both_cores(
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_EXPORTER_")}
-    env["PYTHONPATH"] = str(REPO)
     return subprocess.run(
         [sys.executable, "-m", "exporter", *args],
-        env=env,
+        env=cli_env(),
         capture_output=True,
         text=True,
         timeout=120,

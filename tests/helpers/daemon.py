@@ -32,6 +32,30 @@ from tests.helpers.wait import eventually
 REPO = Path(__file__).resolve().parents[2]
 LAUNCH = Path(__file__).with_name("launch.py")
 
+# The device sources whose default, enabled: auto, starts a worker process at once to
+# look for the vendor's library (a fresh interpreter each: about 1 CPU-s per daemon,
+# minutes over the suite on the 2-core CI machine). A daemon started here runs without
+# them unless its test names the source (in its config, environment or flags) or asks
+# for them as they are by default: Daemon(..., library_probes=True).
+LIBRARY_PROBES = ("nvml", "amdsmi")
+
+
+def probes_off(
+    config: Mapping[str, Any], args: Sequence[str], env: Mapping[str, str]
+) -> dict[str, str]:
+    """The environment that disables each of LIBRARY_PROBES that the test does not name."""
+    out = {}
+    for source in LIBRARY_PROBES:
+        variable = f"ACCEL_EXPORTER_SOURCES__{source.upper()}__"
+        named = (
+            source in (config.get("sources") or {})
+            or any(arg.startswith(f"--sources.{source}.") for arg in args)
+            or any(key.startswith(variable) for key in env)
+        )
+        if not named:
+            out[variable + "ENABLED"] = "false"
+    return out
+
 
 @dataclass
 class Response:
@@ -102,11 +126,14 @@ class Daemon:
         extra_sources: str | None = None,
         listen: str = "127.0.0.1:0",
         scheme: str = "http",
+        library_probes: bool = False,
     ) -> None:
         self.tmp_path = tmp_path
         self.config = dict(config or {})
         self.args = list(args)
         self.env = dict(env or {})
+        if not library_probes:
+            self.env = {**probes_off(self.config, self.args, self.env), **self.env}
         self.extra_sources = extra_sources
         self.listen = listen
         self.scheme = scheme

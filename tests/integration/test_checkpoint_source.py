@@ -13,6 +13,7 @@ from exporter.config.host import CudaCheckpointSourceConfig
 from exporter.errors import SourcePending, SourceUnavailable, WorkerError
 from exporter.sources.checkpoint import CheckpointSource
 from exporter.store import Store
+from tests.helpers.cli import WITHOUT_RICH
 from tests.helpers.devices import process, snapshot
 from tests.helpers.fakeproc import FakeProc
 
@@ -36,7 +37,7 @@ class Fake:
 
     def env(self, lib: bool = True) -> dict[str, str]:
         env = dict(os.environ)
-        env["PYTHONPATH"] = str(REPO)
+        env["PYTHONPATH"] = f"{REPO}:{WITHOUT_RICH}"
         env["LD_LIBRARY_PATH"] = str(self.lib_dir) if lib else ""
         env["FAKE_CUDA_STATE"] = str(self.state)
         env["FAKE_CUDA_CALL_LOG"] = str(self.calls)

@@ -64,8 +64,22 @@ def retired(dev, uuid, sbe=0, dbe=0, pending=0):
     )
 
 
+# A timestamp ``age`` seconds before the test runs, not before the module was imported:
+# the cases are built at collection, and on a loaded CI machine a test can run more
+# than its check's 10m window later. served() puts the time in when the body is served.
+AGO = re.compile(r"@ago:([0-9.]+)@")
+
+
+def ago(age: float) -> str:
+    return f"@ago:{age}@"
+
+
+def served(body: str | None) -> str:
+    return AGO.sub(lambda m: repr(time.time() - float(m[1])), body or "")
+
+
 def xid_line(dev, uuid, code, age):
-    stamp = time.time() - age
+    stamp = ago(age)
     return (
         f'accel_xid_errors_total{{device="{dev}",uuid="{uuid}",xid="{code}"}} 1\n'
         f'accel_xid_last_timestamp_seconds{{device="{dev}",uuid="{uuid}",xid="{code}"}} {stamp}\n'
@@ -73,7 +87,7 @@ def xid_line(dev, uuid, code, age):
 
 
 def afid_line(dev, uuid, code, age, severity="non_fatal_corrected", count=1):
-    stamp = time.time() - age
+    stamp = ago(age)
     return (
         f'accel_amd_afid_errors_total{{device="{dev}",uuid="{uuid}",afid="{code}",severity="{severity}"}} {count}\n'
         f'accel_amd_afid_last_timestamp_seconds{{device="{dev}",uuid="{uuid}",afid="{code}"}} {stamp}\n'
@@ -316,7 +330,7 @@ def server():
 @pytest.mark.parametrize(("name", "args", "body", "code", "fragment"), CASES)
 def test_check(server, capsys, name, args, body, code, fragment):
     url = server.url if body is not None else "http://127.0.0.1:1"
-    server.body = body or ""
+    server.body = served(body)
     status = main(["check", name, *args, "--url", url, "--timeout", "5"])
     out = capsys.readouterr().out.strip()
     assert status == code, out
@@ -388,7 +402,7 @@ def test_npd_exit_codes(server, capsys):
     ],
 )
 def test_thresholds_alert_above_the_value(server, capsys, args, body, code, fragment):
-    server.body = body
+    server.body = served(body)
     status = main(["check", *args, "--url", server.url])
     out = capsys.readouterr().out
     assert status == code, out
@@ -511,7 +525,7 @@ def test_render_rules():
 )
 def test_afid_exit_codes_nagios_and_npd(server, capsys, body, nagios, npd):
     url = server.url if body is not None else "http://127.0.0.1:1"
-    server.body = body or ""
+    server.body = served(body)
     for convention, code in (("nagios", nagios), ("npd", npd)):
         args = ["check", "afid", "--url", url, "--timeout", "5", "--exit-codes", convention]
         assert main(args) == code
