@@ -38,6 +38,9 @@ LAUNCH = Path(__file__).with_name("launch.py")
 # them unless its test names the source (in its config, environment or flags) or asks
 # for them as they are by default: Daemon(..., library_probes=True).
 LIBRARY_PROBES = ("nvml", "amdsmi")
+# The fakes' environment names their source too: a process given a fake library is
+# meant to find it (bench/idle.py and the other benches start daemons this way).
+FAKE_LIBRARY_ENV = {"nvml": "FAKE_NVML_STATE", "amdsmi": "FAKE_AMDSMI_STATE"}
 
 
 def probes_off(
@@ -51,6 +54,7 @@ def probes_off(
             source in (config.get("sources") or {})
             or any(arg.startswith(f"--sources.{source}.") for arg in args)
             or any(key.startswith(variable) for key in env)
+            or FAKE_LIBRARY_ENV[source] in env
         )
         if not named:
             out[variable + "ENABLED"] = "false"
