@@ -358,6 +358,8 @@ class WorkerRunner:
         if kind == "ready" and isinstance(first.get("inventory"), dict):
             self.state.inventory = first["inventory"]
             self._learnt.clear()  # the inventory says it all now
+            if self._page is not None:
+                self._page.forget_learnt()
             self.state.state = "ready"
             self.state.last_reason = ""
             self.state.last_detail = ""

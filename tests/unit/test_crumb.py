@@ -138,3 +138,40 @@ def test_wanted_applies_skip_and_only() -> None:
     assert crumb.wanted({crumb.ISOLATION_KEY: {"only": [7]}}, 4) == []
     assert crumb.wanted({crumb.ISOLATION_KEY: {"only": [2], "skip": [2]}}, 4) == []
     assert crumb.wanted({crumb.ISOLATION_KEY: None}, 2) == [0, 1]
+
+
+def _resident_kib(name: str) -> int:
+    """Resident KiB of this process's mappings of the memfd called ``name``."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            if line[0] in "0123456789abcdef" and "-" in line.split()[0]:
+                inside = f"memfd:{name}" in line
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1])
+    return total
+
+
+def test_forgotten_learnt_identities_read_as_nothing_and_are_not_resident() -> None:
+    page = Page()
+    worker = Worker(page)
+    try:
+        for index in range(0, crumb.LEARNT_DEVICES, 7):
+            worker.do(f"device {index}")
+            worker.do(f"identity uuid=GPU-{index}")
+        worker.do("clear")
+        assert len(page.learnt()) == len(range(0, crumb.LEARNT_DEVICES, 7))
+        # Read: every slot's page is resident in the daemon too.
+        assert _resident_kib("accel-exporter-crumb") > 100
+        page.forget_learnt()
+        assert _resident_kib("accel-exporter-crumb") < 16
+        assert page.read().main_thread == worker.ident  # the head is kept
+        assert page.learnt() == {}  # (reading them makes their pages resident again)
+        # A slot written again after that is read again.
+        worker.do("device 5")
+        worker.do("identity uuid=GPU-5")
+        worker.do("clear")
+        assert page.learnt() == {5: "uuid=GPU-5"}
+    finally:
+        worker.close()
+        page.close()
