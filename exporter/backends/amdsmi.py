@@ -85,6 +85,8 @@ class Gpu:
     down: str = ""
     # Items of answers skipped as malformed since the worker started, by reason.
     errors: dict[str, int] = dataclasses.field(default_factory=dict)
+    # Row prefixes of this device's readings, shared across polls (contract.Emitter).
+    prefixes: dict[tuple[str, ...], tuple[Any, ...]] = dataclasses.field(default_factory=dict)
 
     @property
     def index(self) -> int:
@@ -412,12 +414,12 @@ class AmdSmiBackend:
         ledger_out: dict[str, Any] = {}
 
         def read(gpu: Gpu, position: int, rows: Rows, slow_rows: Rows | None) -> None:
-            r = DeviceReader(self.api, gpu.handle, position, rows, partitioned=gpu.partitioned)
-            r.xcp = gpu.xcp
+            r = DeviceReader(self.api, gpu.handle, position, rows, prefixes=gpu.prefixes)
+            r.partitioned, r.xcp = gpu.partitioned, gpu.xcp
             slow_r = (
                 None
                 if slow_rows is None
-                else DeviceReader(self.api, gpu.handle, position, slow_rows)
+                else DeviceReader(self.api, gpu.handle, position, slow_rows, prefixes=gpu.prefixes)
             )
             cper = (ledgers.get(gpu.uuid, Ledger()), ledger_out) if gpu.primary else None
             self._read(gpu, r, slow_r, processes, cper)

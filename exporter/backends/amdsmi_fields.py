@@ -191,6 +191,8 @@ class DeviceReader:
     xcp: int | None = None
     # Items of an answer skipped as malformed this poll, by reason.
     errors: Counter[str] = field(default_factory=Counter)
+    # The device's row prefixes, kept by the caller across polls (None: this poll's own).
+    prefixes: dict[tuple[str, ...], tuple[Any, ...]] | None = None
     # add(metric, value, *labels): the contract's Emitter.add, bound once (a wrapper
     # method would cost a call per reading). None and non-finite values are dropped
     # there; amdsmi declares no sentinel set because its "N/A" is all ones at each
@@ -198,7 +200,7 @@ class DeviceReader:
     add: Callable[..., None] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.add = Emitter(self.position, self.readings).add
+        self.add = Emitter(self.position, self.readings, cache=self.prefixes).add
 
     def failure(self, name: str, status: str) -> None:
         """Remember a field that failed outside :meth:`call`."""
