@@ -362,14 +362,27 @@ class Body:
         return lengths, cuts
 
     def finish(self, tail: bytes = b"") -> bytes:
-        """The body; each family's lines recorded for the next render."""
+        """The body; each family's lines recorded for the next render.
+
+        A family this body does not carry forgets its lines: they would keep an
+        older body alive (a device's family gone, a profile changed by SIGHUP).
+        """
         self.raw(tail)
         body = b"".join(self._parts)
+        holding = {id(shape): shape for shape, _ in self._made}
+        for key, shape in _HOLDING.get(self.fmt, {}).items():
+            if key not in holding:
+                shape.last[0] = None
         for shape, made in self._made:
             made.body = body
             shape.last[0] = made
+        _HOLDING[self.fmt] = holding
         self._parts, self._made = [], []
         return body
+
+
+# The families of each format whose lines point into the last body written.
+_HOLDING: dict[str, dict[int, _Shape]] = {}
 
 
 def _histogram_lines(shape: _Shape, readings: Sequence[Reading], out: list[str]) -> None:

@@ -156,3 +156,18 @@ def test_a_name_filter_writes_only_those_families():
     body, _ = expo.render("", None, names=["accel_host_load1", "accel_energy_joules_total"])
     names = {line.split(b" ")[2] for line in body.splitlines() if line.startswith(b"# TYPE")}
     assert names == {b"accel_host_load1", b"accel_energy_joules_total"}
+
+
+def test_a_family_left_out_of_a_render_forgets_the_body_it_was_in():
+    """Its lines would keep that older body alive (a device's family gone, a profile change)."""
+    gauges = [r for r in CATALOG.values() if r.kind is Kind.GAUGE and r.labels][:2]
+    kept, gone = ([Reading(row.name, ("x",) * len(row.labels), 1.0)] for row in gauges)
+    first = text_format.Body(text_format.TEXT)
+    first.families([(gauges[0], kept), (gauges[1], gone)])
+    first.finish()
+    assert text_format._shape(gauges[1], text_format.TEXT).last[0] is not None
+    second = text_format.Body(text_format.TEXT)
+    second.families([(gauges[0], kept)])
+    body = second.finish()
+    assert text_format._shape(gauges[1], text_format.TEXT).last[0] is None
+    assert text_format._shape(gauges[0], text_format.TEXT).last[0].body is body
