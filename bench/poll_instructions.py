@@ -115,28 +115,19 @@ def measure(
         / polls
         for stage in stages
     }
-    if "encode" not in per or "parse" not in per:
-        return {
-            "devices": devices,
-            "polls": polls,
-            "poll": poll,
-            "root": str(root),
-            "instructions_per_poll": {k: round(v) for k, v in per.items()},
-            "poll_ratio": per["poll"] / per["bare"],
-        }
-    cycle = per["poll"] + per["encode"] + per["parse"]
-    return {
+    out: dict[str, Any] = {
         "devices": devices,
         "polls": polls,
         "poll": poll,
         "root": str(root),
-        "instructions_per_poll": {
-            **{k: round(v) for k, v in per.items()},
-            "cycle": round(cycle),
-        },
+        "instructions_per_poll": {k: round(v) for k, v in per.items()},
         "poll_ratio": per["poll"] / per["bare"],
-        "cycle_ratio": cycle / per["bare"],
     }
+    if "encode" in per and "parse" in per:
+        cycle = per["poll"] + per["encode"] + per["parse"]
+        out["instructions_per_poll"]["cycle"] = round(cycle)
+        out["cycle_ratio"] = cycle / per["bare"]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--polls", type=int, default=40)
     parser.add_argument("--child", choices=STAGES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    stages = tuple(args.stages.split(","))
+    if not {"bare", "poll"} <= set(stages) or not set(stages) <= set(STAGES):
+        parser.error(f"--stages: bare and poll, and any of {', '.join(STAGES)}")
     if args.child:
         _child(args.backend, args.devices, args.child, args.polls, args.poll, args.root.resolve())
         return 0
@@ -166,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             args.polls,
             args.poll,
             args.root.resolve(),
-            tuple(args.stages.split(",")),
+            stages,
         )
     }
     json.dump(report, sys.stdout, indent=2, sort_keys=True)
