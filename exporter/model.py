@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Union
 
+from exporter.verdict import DeviceHealth
+
 LabelValues = tuple[str, ...]
 
 
@@ -119,6 +121,9 @@ class Snapshot:
     completed_mono: float
     duration: float
     stale_after: float
+    # The health verdict of each device the poll judged (device sources; see
+    # exporter.verdict): what every consumer of the verdict reads.
+    health: tuple[DeviceHealth, ...] = ()
 
     @property
     def ok(self) -> bool:

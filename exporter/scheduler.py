@@ -29,6 +29,7 @@ from exporter.logstate import StateLog
 from exporter.model import OK, Outcome, Reading, Snapshot
 from exporter.sources.base import Source
 from exporter.store import Store, validate
+from exporter.verdict import DeviceHealth
 
 # The backoff delay grows to at most this multiple of the interval (and this long).
 BACKOFF_CAP_FACTOR = 8
@@ -83,6 +84,7 @@ async def poll_once(
     started = time.monotonic()
     good: list[Reading] = []
     outcome = OK
+    verdicts: tuple[DeviceHealth, ...] = ()
     try:
         try:
             readings: Sequence[Reading] = await asyncio.wait_for(
@@ -102,6 +104,9 @@ async def poll_once(
                 )
             else:
                 outcome = Outcome(False, exc.reason, exc.detail)
+        # What this poll judged, with or without a result (a poll cut off by its
+        # deadline judged nothing: its devices are unknown until the next one).
+        verdicts = source.verdicts()
         good, bad = validate(readings, catalog)
         if bad:
             logger.warning("readings dropped", count=len(bad), examples=bad[:3])
@@ -112,7 +117,7 @@ async def poll_once(
     except Exception as exc:
         logger.error("poll raised", error=repr(exc), traceback=traceback.format_exc(limit=8))
         outcome = Outcome(False, "exception", repr(exc)[:500])
-        good = []
+        good, verdicts = [], ()
     duration = time.monotonic() - started
     snapshot = Snapshot(
         source=source.name,
@@ -123,6 +128,7 @@ async def poll_once(
         completed_mono=time.monotonic(),
         duration=duration,
         stale_after=source.stale_after,
+        health=verdicts,
     )
     return snapshot
 
@@ -208,6 +214,7 @@ class Scheduler:
                 completed_mono=time.monotonic(),
                 duration=0.0,
                 stale_after=source.stale_after,
+                health=source.verdicts(),
             )
         )
 

@@ -29,6 +29,7 @@ from exporter import __version__
 from exporter.catalog import CATALOG, Kind, MetricSpec
 from exporter.catalog.exporter_self import POLL_DURATION_BUCKETS
 from exporter.model import HistogramValue, Reading, Snapshot, is_number
+from exporter.verdict import DeviceHealth
 
 # The source label of the daemon's own families (accel_exporter_series).
 SELF_SOURCE = "exporter"
@@ -153,8 +154,11 @@ class View:
         key: tuple[object, ...],
         readings: Iterable[Reading],
         parts: Sequence[tuple[str, Sequence[Reading]]] = (),
+        verdicts: Iterable[DeviceHealth] = (),
     ) -> None:
         self.key = key
+        # Later sources win on a uuid two sources judge, as on a duplicate series.
+        self._health = {v.uuid: v for v in verdicts}
         # Who reported what (source name, its readings), for the series count per source.
         self.parts = parts
         grouped: dict[str, dict[tuple[str, ...], Reading]] = {}
@@ -170,6 +174,14 @@ class View:
     def metrics(self) -> list[str]:
         """Names of the families that have readings."""
         return list(self._by_metric)
+
+    def health(self) -> Mapping[str, DeviceHealth]:
+        """The verdict of every device a fresh snapshot judged, by uuid.
+
+        A device whose source is stale, gone or not polled yet is absent: no
+        verdict, which every consumer treats as unknown.
+        """
+        return self._health
 
 
 class Store:
@@ -346,7 +358,13 @@ class Store:
                 if record.snapshot is not None and record.fresh(now)
             ),
         ]
-        view = View(key, (r for _, items in parts for r in items), parts)
+        fresh = [r.snapshot for r in records if r.snapshot is not None and r.fresh(now)]
+        view = View(
+            key,
+            (r for _, items in parts for r in items),
+            parts,
+            (v for snap in fresh for v in snap.health),
+        )
         with self._lock:
             self._view = view
         return view

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from exporter.config.source import SourceConfig
 from exporter.errors import SourceError
 from exporter.model import Reading
+from exporter.verdict import DeviceHealth
 
 if TYPE_CHECKING:
     from exporter.store import View
@@ -111,6 +112,14 @@ class Source:
     def status(self) -> dict[str, Any]:
         """Extra fields for /status (worker pid, role, ...)."""
         return {}
+
+    def verdicts(self) -> tuple[DeviceHealth, ...]:
+        """The health verdicts the last poll made (device sources). Default: none.
+
+        Read by the scheduler right after a poll ended, with or without a result, and
+        put on its snapshot (exporter.verdict).
+        """
+        return ()
 
 
 class BlockingCall:
