@@ -29,9 +29,10 @@ sys.path.insert(0, str(REPO))
 
 from exporter.backends.cuda_checkpoint import CudaCheckpointBackend  # noqa: E402
 from exporter.config.workload import K8sEnrichConfig, WorkloadConfig  # noqa: E402
-from exporter.enrich.kube_api import ApiAccess, list_pod_labels  # noqa: E402
+from exporter.enrich.pod_labels import parse_pods  # noqa: E402
 from exporter.enrich.pod_resources import list_assignments, resource_filter  # noqa: E402
 from exporter.enrich.procfs import ProcReader  # noqa: E402
+from exporter.kube import KubeAccess, KubeClient, list_pods  # noqa: E402
 from exporter.sources.workload import WorkloadSource  # noqa: E402
 from exporter.store import Store  # noqa: E402
 from tests.fakes.kube_api import FakeApiPod, FakeApiServer  # noqa: E402
@@ -120,9 +121,10 @@ def pod_labels_list(tmp: Path) -> dict[str, float]:
     labels = {f"example.com/key-{k}": f"value-{k}" for k in range(10)}
     with FakeApiServer(pki, token="bench") as api:
         api.pods = [FakeApiPod("ml", f"pod-{i}", "node-a", labels) for i in range(110)]
-        access = ApiAccess(api.url, "node-a", str(tmp / "token"), str(pki / "ca.pem"))
+        access = KubeAccess(api.url, "node-a", str(tmp / "token"), str(pki / "ca.pem"))
+        client = KubeClient(access, 10.0, 16 << 20)
         keys = ["example.com/key-1", "team"]
-        return timed(lambda: list_pod_labels(access, 10.0, 16 << 20, keys), 10)
+        return timed(lambda: parse_pods(list_pods(client, "node-a"), keys), 10)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from exporter.config.fields import Duration, FilePath, Secret, timing_problems
-from exporter.config.kubernetes import API_ACCESS_HELP, LABEL_KEY, SERVICE_ACCOUNT_DIR
+from exporter.config.kubernetes import LABEL_KEY, MOVED
 
 CompatName = Literal["dcgm", "amd"]
 
@@ -115,7 +115,10 @@ class OtlpOutputConfig(ProfileConfig):
 
 @dataclass(frozen=True)
 class KubernetesOutputConfig:
-    """The health verdict written to Kubernetes (docs/kubernetes-health.md); off by default."""
+    """The health verdict written to Kubernetes (docs/kubernetes-health.md); off by default.
+
+    The API server, node name and credentials are the ``kubernetes`` section's.
+    """
 
     HELP: ClassVar[dict[str, str]] = {
         "enabled": "write DeviceTaintRules and a Node condition for this node's devices",
@@ -127,8 +130,9 @@ class KubernetesOutputConfig:
         "taint_key": "the taint's key",
         "clear_after": "a device healthy this long loses its taint (hysteresis)",
         "node_condition": "the Node condition AcceleratorHealthy (device-plugin clusters)",
-        **API_ACCESS_HELP,
     }
+    # The API server and credentials moved to the kubernetes section.
+    RENAMED: ClassVar[dict[str, str]] = MOVED
 
     enabled: bool = False
     interval: Duration = 30.0
@@ -141,10 +145,6 @@ class KubernetesOutputConfig:
     taint_key: str = "accel-exporter.io/unhealthy"
     clear_after: Duration = 300.0
     node_condition: bool = True
-    api_server: str = ""
-    node_name: str = ""
-    token_file: str = f"{SERVICE_ACCOUNT_DIR}/token"
-    ca_file: str = f"{SERVICE_ACCOUNT_DIR}/ca.crt"
 
     def check(self) -> list[tuple[str, str]]:
         """Positive timings; a taint key that is a label name."""

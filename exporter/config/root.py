@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from exporter.config.health import HealthConfig
+from exporter.config.kubernetes import KubernetesConfig
 from exporter.config.outputs import OutputsConfig
 from exporter.config.sources import SourcesConfig
 from exporter.config.web import WebConfig
@@ -35,6 +36,7 @@ class Config:
         "web": "the HTTP server: /metrics, /status, /healthz, /readyz",
         "log": "log level and format",
         "workload": "which pod, container or Slurm job uses each device",
+        "kubernetes": "the API server and credentials of pod labels, DRA and the health writer",
         "health": "the health verdict: event window, action overrides",
     }
 
@@ -42,5 +44,6 @@ class Config:
     log: LogConfig = field(default_factory=LogConfig)
     sources: SourcesConfig = field(default_factory=SourcesConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
     outputs: OutputsConfig = field(default_factory=OutputsConfig)
     health: HealthConfig = field(default_factory=HealthConfig)

@@ -13,7 +13,7 @@ from exporter.config.fields import (
     positive,
     timing_problems,
 )
-from exporter.config.kubernetes import API_ACCESS_HELP, LABEL_KEY, SERVICE_ACCOUNT_DIR
+from exporter.config.kubernetes import LABEL_KEY, MOVED
 from exporter.config.source import SourceConfig
 
 # The kubelet's pod-resources reply grows with pods x devices; gRPC's default 4 MiB is
@@ -36,6 +36,7 @@ class PodLabelsConfig:
     pod's service account, on their own interval, and cached; the labels in
     ``keys`` of the pods that use an accelerator are exported on
     ``accel_pod_labels_info`` as ``label_<key>``. Needs RBAC get/list/watch on pods.
+    The API server and credentials are the ``kubernetes`` section's.
     """
 
     HELP: ClassVar[dict[str, str]] = {
@@ -44,8 +45,9 @@ class PodLabelsConfig:
         "interval": "time between two pod listings",
         "timeout": "deadline of one pod listing",
         "max_reply_bytes": "largest pod list accepted",
-        **API_ACCESS_HELP,
     }
+    # The API server and credentials moved to the kubernetes section.
+    RENAMED: ClassVar[dict[str, str]] = MOVED
 
     enabled: bool = False
     # The allowlist: exact label keys (e.g. team, app.kubernetes.io/name). The exported
@@ -55,15 +57,9 @@ class PodLabelsConfig:
     timeout: Duration = 10.0
     # A node's pod list is small; a larger reply is refused (never read into memory).
     max_reply_bytes: int = 16 * 1024 * 1024
-    # Empty: in-cluster, https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT.
-    api_server: str = ""
-    # Empty: $NODE_NAME (the chart sets it from the downward API spec.nodeName).
-    node_name: str = ""
-    token_file: str = f"{SERVICE_ACCOUNT_DIR}/token"
-    ca_file: str = f"{SERVICE_ACCOUNT_DIR}/ca.crt"
 
     def check(self) -> list[tuple[str, str]]:
-        """Label keys valid and distinct once exported; positive timings; an https URL."""
+        """Label keys valid and distinct once exported; positive timings."""
         import re
 
         from exporter.catalog.workload import pod_label_name
@@ -89,10 +85,7 @@ class PodLabelsConfig:
                 out.append((f"keys.{i}", f"{key!r} is exported as {name}, like {seen[name]!r}"))
             seen[name] = key
         out += timing_problems(self.interval, self.timeout)
-        out += at_least(self, 64 * 1024, "max_reply_bytes", shown="64 KiB (65536)")
-        if self.api_server and not self.api_server.startswith("https://"):
-            out.append(("api_server", "must be an https:// URL"))
-        return out
+        return out + at_least(self, 64 * 1024, "max_reply_bytes", shown="64 KiB (65536)")
 
 
 @dataclass(frozen=True)
@@ -102,7 +95,7 @@ class DraConfig:
     The kubelet names a DRA device by (driver, pool, device); the driver's
     ResourceSlice (``resource.k8s.io/v1``) carries its UUID or PCI address. The
     slices of this node are listed from the API server (the server, node name and
-    credentials of ``pod_labels``), cached, and listed again on ``interval`` or as
+    credentials of the ``kubernetes`` section), cached, and listed again on ``interval`` or as
     soon as a claim names a device the cache lacks. Needs RBAC get/list/watch on
     ``resourceslices.resource.k8s.io``.
     """

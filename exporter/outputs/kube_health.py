@@ -34,9 +34,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from exporter import log
+from exporter.config.kubernetes import KubernetesConfig
 from exporter.config.outputs import KubernetesOutputConfig
 from exporter.health import DEGRADED, FAILED
-from exporter.outputs.kube_client import KubeClient, KubeError, Reply
+from exporter.kube import KubeClient, KubeError, Reply
 from exporter.store import Store, View
 
 API_VERSION = "resource.k8s.io/v1beta2"  # the version Kubernetes 1.36 serves (KEP-5055 beta)
@@ -134,6 +135,7 @@ class KubeHealthWriter:
         config: KubernetesOutputConfig,
         store: Store,
         *,
+        kube: KubernetesConfig | None = None,
         resolver: Resolver | None = None,
         env: Mapping[str, str] = os.environ,
         wall: Callable[[], float] = time.time,
@@ -142,13 +144,9 @@ class KubeHealthWriter:
         self.store = store
         self.resolver = resolver
         self.wall = wall
-        self.node = config.node_name or env.get("NODE_NAME", "")
-        url = config.api_server.rstrip("/")
-        if not url:
-            host, port = env.get("KUBERNETES_SERVICE_HOST", ""), env.get("KUBERNETES_SERVICE_PORT")
-            url = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
-            url = url if host and port else ""
-        self.client = KubeClient(url, config.token_file, config.ca_file, config.timeout)
+        # The API server, node and credentials: the kubernetes section (in-cluster defaults).
+        self.client = KubeClient.from_config(kube or KubernetesConfig(), config.timeout, env=env)
+        self.node = self.client.node
         self._labels = {MANAGED_BY: OURS, NODE_LABEL: label_value(self.node)}
         self._rules: dict[str, Rule] = {}
         self._adopted = False

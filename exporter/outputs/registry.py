@@ -37,7 +37,12 @@ def dra_resolver(sources: Sequence[Any]) -> Callable[[str], Any] | None:
 def _kubernetes(config: Config, store: Store, sources: Sequence[Any]) -> Output:
     from exporter.outputs.kube_health import KubeHealthWriter
 
-    return KubeHealthWriter(config.outputs.kubernetes, store, resolver=dra_resolver(sources))
+    return KubeHealthWriter(
+        config.outputs.kubernetes,
+        store,
+        kube=config.kubernetes,
+        resolver=dra_resolver(sources),
+    )
 
 
 # name -> (is it enabled in this config?, factory)

@@ -1,69 +1,87 @@
 """A Kubernetes API listing kept fresh in the background, for the workload source.
 
 The API server is asked by a task of its own (never on a poll, never on a scrape),
-through a :class:`BlockingCall` under a deadline, every ``interval``, or sooner when
+through a :class:`BlockingCall` and the listing's :class:`~exporter.kube.KubeClient`
+(whose timeout is the deadline of the whole request), every ``interval``, or sooner when
 :meth:`ApiListing.poke` asks for it (no sooner than ``min_interval`` after the last
 listing). The answer is cached and kept for three intervals when the server stops
 answering. Failures are counted by reason in the source's error counter and shown
-in ``/status``; they never fail a poll.
+in ``/status``; they never fail a poll. The client's reasons are exported as the
+source's own (:func:`attribution_reason`: ``timeout`` is ``api_timeout``, HTTP 403
+``api_forbidden``, ...), as ``accel_workload_attribution_errors_total`` has always
+counted them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from exporter import log
-from exporter.config.workload import PodLabelsConfig
-from exporter.enrich.errors import AttributionError
-from exporter.enrich.kube_api import ApiAccess, access
 from exporter.errors import SourceError
+from exporter.kube import KubeClient, KubeError
 from exporter.sources.base import BlockingCall
 
 T = TypeVar("T")
 # How many intervals a last good answer outlives failures.
 KEEP_INTERVALS = 3
-# Time the listing thread gets beyond its own socket timeout before it counts as hung.
+# Time the listing thread gets beyond its client's deadline before it counts as hung.
 DEADLINE_MARGIN_SECONDS = 1.0
+# The client's reasons as the workload source has always exported them; any other
+# http_<code> is api_http_error.
+_REASONS = {
+    "not_configured": "api_not_configured",
+    "token_unreadable": "api_token_unreadable",
+    "tls_error": "api_tls_error",
+    "timeout": "api_timeout",
+    "unreachable": "api_connect_failed",
+    "bad_reply": "api_bad_reply",
+    "reply_too_large": "api_reply_too_large",
+    "http_401": "api_unauthorized",
+    "http_403": "api_forbidden",
+    "dra_not_served": "dra_not_served",
+}
+
+
+def attribution_reason(exc: KubeError) -> str:
+    """The ``accel_workload_attribution_errors_total`` reason of a client failure."""
+    if exc.reason in _REASONS:
+        return _REASONS[exc.reason]
+    return "api_http_error" if exc.reason.startswith("http_") else "api_error"
 
 
 class ApiListing(Generic[T]):
-    """Calls ``fetch(api, timeout)`` on its own interval and caches the answer.
+    """Calls ``fetch(client)`` on its own interval and caches the answer.
 
-    ``api`` (where the server is, the node, the credentials) comes from ``api_config``;
-    ``quiet`` reasons (e.g. "not in a cluster" for an auto-enabled listing) set the
-    state without being counted.
+    ``client`` (the API server, the node, the credentials, the deadline of one
+    request) is the listing's own; ``quiet`` reasons (e.g. "not in a cluster" for an
+    auto-enabled listing) set the state without being counted.
     """
 
     def __init__(
         self,
         name: str,
         what: str,
-        api_config: PodLabelsConfig,
-        fetch: Callable[[ApiAccess, float], T],
+        client: KubeClient,
+        fetch: Callable[[KubeClient], T],
         errors: Counter[str],
         *,
         interval: float,
-        timeout: float,
         min_interval: float = 0.0,
         quiet: frozenset[str] = frozenset(),
-        env: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.what = what
         self.interval = interval
-        self.timeout = timeout
         self.min_interval = min_interval
-        self._api_config = api_config
+        self.client = client
         self._fetch = fetch
         self._errors = errors
         self._quiet = quiet
-        self._env = dict(os.environ if env is None else env)
         self._clock = clock
         self._log = log.get(source=name, listing=what)
         self._call = BlockingCall(f"{name}-{what}")
@@ -114,18 +132,17 @@ class ApiListing(Generic[T]):
         """List once; on failure count the reason and keep the last answer for a while."""
         self._tried_at = self._clock()
         try:
-            cfg = self._api_config
-            api = access(cfg.api_server, cfg.node_name, cfg.token_file, cfg.ca_file, self._env)
+            # The client keeps its own deadline; this one only catches a bug that hangs.
             found = await asyncio.wait_for(
-                self._call(self._fetch, api, self.timeout),
-                self.timeout + DEADLINE_MARGIN_SECONDS,
+                self._call(self._fetch, self.client),
+                self.client.timeout + DEADLINE_MARGIN_SECONDS,
             )
         except asyncio.TimeoutError:
             self._failed("api_timeout", f"listing {self.what} took longer than its deadline")
         except SourceError as exc:  # the previous listing thread is still hung
             self._failed("api_timeout", exc.detail)
-        except AttributionError as exc:
-            self._failed(exc.reason, exc.detail)
+        except KubeError as exc:
+            self._failed(attribution_reason(exc), exc.detail)
         except Exception as exc:  # a bug must not end the listing task
             self._failed("api_error", repr(exc))
         else:
@@ -155,5 +172,9 @@ class ApiListing(Generic[T]):
         return None if self.listed_at is None else round(self._clock() - self.listed_at, 3)
 
     def status(self, prefix: str) -> dict[str, Any]:
-        """State and cache age under ``<prefix>`` and ``<prefix>_age_seconds``."""
-        return {prefix: self.state, f"{prefix}_age_seconds": self.age()}
+        """State, cache age and requests sent (by method) under ``<prefix>``, ``<prefix>_*``."""
+        return {
+            prefix: self.state,
+            f"{prefix}_age_seconds": self.age(),
+            f"{prefix}_requests": self.client.stats(),
+        }

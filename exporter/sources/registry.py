@@ -85,7 +85,7 @@ def _cuda_checkpoint(config: Config) -> Source:
 def _workload(config: Config) -> Source:
     from exporter.sources.workload import WorkloadSource
 
-    return WorkloadSource("workload", config.workload)
+    return WorkloadSource("workload", config.workload, config.kubernetes)
 
 
 FACTORIES: dict[str, Factory] = {

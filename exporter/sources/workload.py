@@ -32,21 +32,22 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from exporter import log
+from exporter.config.kubernetes import KubernetesConfig
 from exporter.config.workload import WorkloadConfig
 from exporter.enrich.attribution import Inputs, PodMemory, attribute
 from exporter.enrich.cgroup import CgroupIdentity
 from exporter.enrich.devices import PROCESS_FAMILIES, DeviceIndex
 from exporter.enrich.dra import DraDevice, DraIndex
 from exporter.enrich.errors import AttributionError
-from exporter.enrich.kube_api import ApiAccess, list_resource_slices
 from exporter.enrich.pod_resources import Assignment, list_assignments, resource_filter
 from exporter.enrich.procfs import ProcessFacts, ProcReader
 from exporter.enrich.slurm_files import JobFile, read_job_files
 from exporter.errors import SourceError
+from exporter.kube import KubeClient, list_resource_slices
 from exporter.model import Reading
 from exporter.sources.api_listing import ApiListing
 from exporter.sources.base import BlockingCall, Source, StoreReader
@@ -69,11 +70,22 @@ KUBELET_SHARE = 0.6
 
 
 class WorkloadSource(Source):
-    """Polls attribution: kubelet assignments, process cgroups, Slurm jobs."""
+    """Polls attribution: kubelet assignments, process cgroups, Slurm jobs.
 
-    def __init__(self, name: str, config: WorkloadConfig) -> None:
+    ``kube`` (the ``kubernetes`` section) is where the pod-label and ResourceSlice
+    listings find the API server; unset, the in-cluster defaults.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        config: WorkloadConfig,
+        kube: KubernetesConfig | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(name, config)
         self.workload = config
+        kube = KubernetesConfig() if kube is None else kube
         self._log = log.get(source=name)
         self._store: StoreReader | None = None
         self._kubelet_call = BlockingCall(f"{name}-kubelet")
@@ -91,7 +103,9 @@ class WorkloadSource(Source):
         self._counts: dict[str, Any] = {}
         self._pod_labels: PodLabelRefresher | None = None
         if config.k8s.enabled is not False and config.k8s.pod_labels.enabled:
-            self._pod_labels = PodLabelRefresher(name, config.k8s.pod_labels, self._errors)
+            self._pod_labels = PodLabelRefresher(
+                name, config.k8s.pod_labels, self._errors, kube=kube, env=env
+            )
         self._dra: ApiListing[tuple[DraIndex, Counter[str]]] | None = None
         self._dra_counted: object = None
         # Claimed DRA devices missing from the slices that already asked for a listing.
@@ -100,17 +114,16 @@ class WorkloadSource(Source):
         dra = config.k8s.dra
         if config.k8s.enabled is not False and dra.enabled is not False:
 
-            def slices(api: ApiAccess, timeout: float) -> tuple[DraIndex, Counter[str]]:
-                return DraIndex.from_slices(list_resource_slices(api, timeout, dra.max_reply_bytes))
+            def slices(client: KubeClient) -> tuple[DraIndex, Counter[str]]:
+                return DraIndex.from_slices(list_resource_slices(client, client.node))
 
             self._dra = ApiListing(
                 name,
                 "resource-slices",
-                config.k8s.pod_labels,
+                KubeClient.from_config(kube, dra.timeout, dra.max_reply_bytes, env),
                 slices,
                 self._errors,
                 interval=dra.interval,
-                timeout=dra.timeout,
                 min_interval=dra.min_interval,
                 quiet=_DRA_QUIET if dra.enabled == "auto" else frozenset(),
             )

@@ -15,8 +15,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from exporter.catalog import CATALOG
+from exporter.config.kubernetes import KubernetesConfig
 from exporter.config.workload import PodLabelsConfig
-from exporter.enrich.kube_api import ApiAccess, list_pod_labels
+from exporter.enrich.pod_labels import parse_pods
+from exporter.kube import KubeClient, list_pods
 from exporter.model import Reading
 from exporter.sources.api_listing import ApiListing
 
@@ -42,32 +44,30 @@ def pods_named(readings: Iterable[Reading]) -> set[tuple[str, str]]:
 
 
 class PodLabelRefresher:
-    """Lists this node's pods' allowlisted labels on its own interval and caches them."""
+    """Lists this node's pods' allowlisted labels on its own interval and caches them.
+
+    The API server and credentials are ``kube``'s (the ``kubernetes`` section).
+    """
 
     def __init__(
         self,
         name: str,
         config: PodLabelsConfig,
         errors: Counter[str],
+        *,
+        kube: KubernetesConfig,
         env: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
+        client = KubeClient.from_config(kube, config.timeout, config.max_reply_bytes, env)
 
-        def fetch(api: ApiAccess, timeout: float) -> dict[tuple[str, str], Mapping[str, str]]:
-            found = list_pod_labels(api, timeout, config.max_reply_bytes, config.keys)
+        def fetch(client: KubeClient) -> dict[tuple[str, str], Mapping[str, str]]:
+            found = parse_pods(list_pods(client, client.node), config.keys)
             return {(p.namespace, p.pod): p.labels for p in found}
 
         self._listing = ApiListing(
-            name,
-            "pod-labels",
-            config,
-            fetch,
-            errors,
-            interval=config.interval,
-            timeout=config.timeout,
-            env=env,
-            clock=clock,
+            name, "pod-labels", client, fetch, errors, interval=config.interval, clock=clock
         )
 
     async def start(self) -> None:

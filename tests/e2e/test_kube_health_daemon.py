@@ -40,17 +40,13 @@ def test_writer_reports_and_survives_a_hung_api_server(daemon_factory, fake_nvml
         api.delay = 3.0  # hung: every request outlives the writer's timeout
         config = {
             "sources": {**OTHERS_OFF, "nvml": {"interval": "1s", "slow_interval": "1s"}},
-            "outputs": {
-                "kubernetes": {
-                    "enabled": True,
-                    "api_server": api.url,
-                    "node_name": NODE,
-                    "token_file": str(token),
-                    "ca_file": str(pki / "ca.pem"),
-                    "timeout": "500ms",
-                    "interval": "1s",
-                }
+            "kubernetes": {
+                "api_server": api.url,
+                "node_name": NODE,
+                "token_file": str(token),
+                "ca_file": str(pki / "ca.pem"),
             },
+            "outputs": {"kubernetes": {"enabled": True, "timeout": "500ms", "interval": "1s"}},
         }
         d: Daemon = daemon_factory(config, env=fake.env())
         u1 = fake.uuid(1)
@@ -101,15 +97,13 @@ def test_a_failed_dra_gpu_gets_a_rule_selecting_its_resource_slice_device(
         access = {"api_server": api.url, "token_file": str(token), "ca_file": str(pki / "ca.pem")}
         config = {
             "sources": {**OTHERS_OFF, "nvml": {"interval": "1s", "slow_interval": "1s"}},
+            "kubernetes": {**access, "node_name": NODE},
             "workload": enrich(
                 str(tmp_path),
                 kubelet.socket_path,
-                pod_labels=access,
                 dra={"enabled": True, "interval": "60s", "min_interval": "1s"},
             ),
-            "outputs": {
-                "kubernetes": {**access, "enabled": True, "node_name": NODE, "interval": "1s"}
-            },
+            "outputs": {"kubernetes": {"enabled": True, "interval": "1s"}},
         }
         d: Daemon = daemon_factory(config, env={**fake.env(), "NODE_NAME": NODE})
         d.wait_for(lambda: fake.state.event_sets >= 1, timeout=60, what="the worker's event set")

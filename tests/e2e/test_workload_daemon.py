@@ -149,12 +149,14 @@ def test_pod_labels_from_the_api_server(daemon_factory, tmp_path, sock_dir, tmp_
             "enabled": True,
             "keys": ["team", "app.kubernetes.io/name", "cost-center"],
             "interval": "1s",
-            "api_server": api.url,
-            "token_file": str(token),
-            "ca_file": str(pki / "ca.pem"),
         }
         config = {
             "sources": QUIET,
+            "kubernetes": {
+                "api_server": api.url,
+                "token_file": str(token),
+                "ca_file": str(pki / "ca.pem"),
+            },
             "workload": enrich(str(tmp_path), kubelet.socket_path, pod_labels=pod_labels),
         }
         d = daemon_factory(

@@ -102,10 +102,10 @@ def test_dra_and_device_plugin_pods_on_one_node(
         }
         config = {
             "sources": QUIET,
+            "kubernetes": api_access,
             "workload": enrich(
                 str(tmp_path),
                 kubelet.socket_path,
-                pod_labels=api_access,
                 dra={"enabled": True, "interval": "60s", "min_interval": "1s"},
             ),
         }

@@ -40,7 +40,7 @@ THIRD_PARTY = (
     "bcrypt",  # web.basic_auth: not configured here
     "difflib",  # suggestions for a config key that does not exist
     "prometheus_client",  # only for an escaping scheme that rewrites names (dots, values)
-    "urllib.request",  # the Kubernetes API client (and prometheus_client's push gateway)
+    "urllib.request",  # prometheus_client's push gateway (the Kubernetes client never)
     "hashlib",
 )
 # Our own modules that belong to commands or outputs the daemon is not running.
@@ -53,6 +53,8 @@ OURS = (
     "exporter.commands.probe",
     "exporter.commands.config_show",
     "exporter.outputs.otlp",
+    "exporter.kube_wire",  # the Kubernetes client's transport (http.client): no API server here
+    "exporter.outputs.kube_health",
     "exporter.outputs.prometheus_compat",
     "exporter.config.otlp",
     "exporter.outputs.otlp_batch",

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from exporter.config.kubernetes import KubernetesConfig
 from exporter.config.outputs import KubernetesOutputConfig
 from exporter.model import Reading
 from exporter.outputs.kube_health import RULES_PATH, KubeHealthWriter, rule_name
@@ -71,16 +72,11 @@ def health(device: str, uuid: str, state: str, *reasons: str, action: str = "non
 def writer(api: Any, pki: Path, tmp_path: Path, store: Store, clock: Clock, **kw: Any):
     token = tmp_path / "token"
     token.write_text("t0ken\n")
-    config = KubernetesOutputConfig(
-        enabled=True,
-        api_server=api.url,
-        node_name=NODE,
-        token_file=str(token),
-        ca_file=str(pki / "ca.pem"),
-        timeout=kw.pop("timeout", 5.0),
-        **kw,
+    config = KubernetesOutputConfig(enabled=True, timeout=kw.pop("timeout", 5.0), **kw)
+    kube = KubernetesConfig(
+        api_server=api.url, node_name=NODE, token_file=str(token), ca_file=str(pki / "ca.pem")
     )
-    return KubeHealthWriter(config, store, resolver=SLICES.get, wall=clock)
+    return KubeHealthWriter(config, store, kube=kube, resolver=SLICES.get, wall=clock)
 
 
 def condition(api: Any, name: str = NODE) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from exporter.catalog import Kind
+from exporter.config.kubernetes import KubernetesConfig
 from exporter.config.workload import K8sEnrichConfig, PodLabelsConfig, WorkloadConfig
 from exporter.sources.registry import catalog_for
 from exporter.sources.workload import WorkloadSource
@@ -49,21 +50,19 @@ def cluster(tmp_path, pki):
         yield store, kubelet, api, token, pki
 
 
+def kube(cluster) -> KubernetesConfig:
+    _, _, api, token, pki = cluster
+    return KubernetesConfig(
+        api_server=api.url, node_name="node-a", token_file=str(token), ca_file=str(pki / "ca.pem")
+    )
+
+
 def make(cluster, **pod_labels):
-    store, kubelet, api, token, pki = cluster
-    settings = {
-        "enabled": True,
-        "keys": KEYS,
-        "interval": 0.2,
-        "timeout": 2.0,
-        "api_server": api.url,
-        "node_name": "node-a",
-        "token_file": str(token),
-        "ca_file": str(pki / "ca.pem"),
-    }
+    store, kubelet, _, _, _ = cluster
+    settings = {"enabled": True, "keys": KEYS, "interval": 0.2, "timeout": 2.0}
     labels = PodLabelsConfig(**{**settings, **pod_labels})
     k8s = K8sEnrichConfig(socket=kubelet.socket_path, interval=0.2, pod_labels=labels)
-    source = WorkloadSource("workload", WorkloadConfig(k8s=k8s))
+    source = WorkloadSource("workload", WorkloadConfig(k8s=k8s), kube(cluster))
     source.attach(store)
     return source
 
@@ -161,7 +160,9 @@ def test_the_last_answer_outlives_a_few_failures_then_goes(cluster):
     settings = make(cluster).workload.k8s.pod_labels  # interval 0.2 s: kept for 0.6 s
     now = [100.0]
     counted: Counter[str] = Counter()
-    refresher = PodLabelRefresher("workload", settings, counted, clock=lambda: now[0])
+    refresher = PodLabelRefresher(
+        "workload", settings, counted, kube=kube(cluster), clock=lambda: now[0]
+    )
     pods = [("ml", "train-0"), ("ml", "eval-0")]
 
     async def go():

@@ -298,3 +298,63 @@ def test_numbers_from_text_and_their_mistakes(tmp_path):
         "sources.ccl_inspector.link_peak_bytes_per_second: must be a number, not 'fast'",
         "sources.ccl_inspector.max_files: must be an integer, not 1.5",
     ]
+
+
+def test_one_kubernetes_section_for_every_client(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "kubernetes:\n  api_server: https://api.example:6443\n  node_name: gpu-7\n"
+        "  token_file: /run/t\n"
+    )
+    config = load_config(str(cfg), env={"ACCEL_EXPORTER_KUBERNETES__CA_FILE": "/run/ca.crt"})
+    kube = config.kubernetes
+    assert (kube.api_server, kube.node_name, kube.token_file, kube.ca_file) == (
+        "https://api.example:6443",
+        "gpu-7",
+        "/run/t",
+        "/run/ca.crt",
+    )
+    flagged = load_config(None, {}, {"kubernetes.node_name": "gpu-8"})
+    assert flagged.kubernetes.node_name == "gpu-8"
+    assert flagged.kubernetes.token_file.startswith("/var/run/secrets/kubernetes.io/")
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("http://api.example", "must be an https:// URL"),
+        ("api.example:6443", "must be an https:// URL"),
+        ("https://", "names no host"),
+        ("https://u:p@api.example", "scheme, host, port and an optional path only"),
+        ("https://api.example/?x=1", "scheme, host, port and an optional path only"),
+        ("https://api.example:port", "is not a URL"),
+    ],
+)
+def test_the_api_server_must_be_an_https_url(value, words):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, {"ACCEL_EXPORTER_KUBERNETES__API_SERVER": value})
+    (problem,) = info.value.problems
+    assert "kubernetes.api_server" in problem and words in problem
+
+
+def test_a_node_name_must_be_one():
+    with pytest.raises(ConfigError, match=r"kubernetes\.node_name: is not a Kubernetes node name"):
+        load_config(None, {"ACCEL_EXPORTER_KUBERNETES__NODE_NAME": "gpu-7/../x"})
+
+
+@pytest.mark.parametrize("section", ["workload.k8s.pod_labels", "outputs.kubernetes"])
+@pytest.mark.parametrize("key", ["api_server", "node_name", "token_file", "ca_file"])
+def test_the_access_keys_of_old_sections_name_the_kubernetes_section(tmp_path, section, key):
+    # Refused, not read: the two old sections could disagree, and which one wins
+    # would be a guess. The error names the one key to set instead.
+    old = tmp_path / "old.yaml"
+    path = section.split(".")
+    text = "".join(f"{'  ' * i}{part}:\n" for i, part in enumerate(path))
+    old.write_text(text + f"{'  ' * len(path)}{key}: x\n")
+    env_var = "ACCEL_EXPORTER_" + "__".join(p.upper() for p in [*path, key])
+    for args in ((str(old), {}), (None, {env_var: "x"})):
+        with pytest.raises(ConfigError) as info:
+            load_config(*args)
+        (problem,) = info.value.problems
+        assert f"{section}.{key}" in problem
+        assert f"renamed to kubernetes.{key}" in problem
