@@ -13,6 +13,14 @@ when the Accept header asks for it (else a ``PodList`` with spec and status),
 and records every request. A test can make it slow, send garbage, pad the reply,
 or stream it without a Content-Length.
 
+It can also lie and stall as a broken server or a middlebox would: ``trickle``
+sends every reply (status line, headers, body) one byte at a time, that many
+seconds apart; ``hang_after_tls`` completes TLS, reads the request and never
+answers; ``garbage_for`` and ``wrong_kind`` answer the requests they match (a
+method such as ``"PATCH"`` or a path prefix such as ``"/api/v1/nodes/"``) with 200
+and a body that is not JSON, or JSON of another kind, without acting on them. Each
+stops when the server does.
+
 For the health writer it also keeps ``resource.k8s.io/v1beta2`` DeviceTaintRules
 (create, get, list by label selector, JSON merge patch, delete with a uid
 precondition) and Node status (strategic merge patch of ``status.conditions``, merged
@@ -26,12 +34,13 @@ from __future__ import annotations
 import itertools
 import json
 import ssl
+import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import kubernetes_validate
 
@@ -40,6 +49,10 @@ from tests.helpers.http_server import LoopbackServer
 METADATA_ONLY = "as=PartialObjectMetadataList"
 RULES = "/apis/resource.k8s.io/v1beta2/devicetaintrules"
 RESOURCE_SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+# What a wrong_kind request is answered: valid JSON, a real kind, never the one asked for.
+WRONG_KIND = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {}}
+# The longest a hang_after_tls request is held (the server's stop ends it sooner).
+HANG_SECONDS = 120.0
 
 
 @dataclass
@@ -71,6 +84,11 @@ class FakeApiServer(LoopbackServer):
         self.rules: dict[str, dict[str, Any]] = {}  # DeviceTaintRules by name
         self.nodes: dict[str, dict[str, Any]] = {}  # Node objects by name
         self.invalid: list[str] = []  # validation errors answered 422
+        self.trickle = 0.0  # seconds between two bytes of every reply
+        self.hang_after_tls = False  # complete TLS, read the request, never answer
+        self.garbage_for: set[str] = set()  # methods or path prefixes answered 200, not JSON
+        self.wrong_kind: set[str] = set()  # methods or path prefixes answered 200, a ConfigMap
+        self._stopping = threading.Event()
         self._uids = itertools.count(1)
         owner = self
 
@@ -96,7 +114,22 @@ class FakeApiServer(LoopbackServer):
         context.load_cert_chain(str(pki / "server.pem"), str(pki / "server.key"))
         super().__init__(Handler, context)
 
+    def __exit__(self, *exc: object) -> None:
+        self._stopping.set()  # ends every trickle and hang, so the handler threads end
+        super().__exit__(*exc)
+
+    def _matches(self, entries: set[str], method: str, path: str) -> bool:
+        return any(entry == method or path.startswith(entry) for entry in entries)
+
     def _answer(self, handler: BaseHTTPRequestHandler) -> None:
+        if self.trickle and not isinstance(handler.wfile, _Trickle):
+            handler.wfile = _Trickle(handler.wfile, self.trickle, self._stopping)  # type: ignore[assignment]
+        try:
+            self._route(handler)
+        except OSError:  # the client gave up (a deadline): nothing to answer
+            handler.close_connection = True
+
+    def _route(self, handler: BaseHTTPRequestHandler) -> None:
         parsed = urllib.parse.urlsplit(handler.path)
         query = urllib.parse.parse_qs(parsed.query)
         length = int(handler.headers.get("Content-Length") or 0)
@@ -110,12 +143,20 @@ class FakeApiServer(LoopbackServer):
                 **dict(handler.headers),
             }
         )
+        if self.hang_after_tls:
+            self._stopping.wait(HANG_SECONDS)
+            handler.close_connection = True
+            return None
         if self.delay:
             time.sleep(self.delay)
         if handler.headers.get("Authorization") != f"Bearer {self.token}":
             return self._send(handler, 401, self._status("Unauthorized", 401))
         if self.status is not None:
             return self._send(handler, self.status, self._status("Forbidden", self.status))
+        if self._matches(self.garbage_for, handler.command, parsed.path):
+            return self._send(handler, 200, b"<html><body>Gateway says hello</body></html>")
+        if self._matches(self.wrong_kind, handler.command, parsed.path):
+            return self._send(handler, 200, json.dumps(WRONG_KIND).encode())
         if parsed.path.startswith(RULES) or parsed.path.startswith("/api/v1/nodes/"):
             code, reply = self._object(handler.command, parsed.path, query, body, handler.headers)
             return self._send(handler, code, json.dumps(reply).encode())
@@ -287,6 +328,33 @@ class FakeApiServer(LoopbackServer):
             handler.send_header("Content-Length", str(len(body)))
             handler.end_headers()
             handler.wfile.write(body)
+
+
+class _Trickle:
+    """A handler's output stream that sends one byte per ``seconds`` until ``stopping``."""
+
+    def __init__(self, inner: BinaryIO, seconds: float, stopping: threading.Event) -> None:
+        self._inner = inner
+        self._seconds = seconds
+        self._stopping = stopping
+
+    def write(self, data: bytes) -> int:
+        for i in range(len(data)):
+            if self._stopping.is_set():
+                raise ConnectionAbortedError("the fake API server is stopping")
+            self._inner.write(data[i : i + 1])
+            self._stopping.wait(self._seconds)
+        return len(data)
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+    @property
+    def closed(self) -> bool:
+        return self._inner.closed
+
+    def close(self) -> None:
+        self._inner.close()
 
 
 def _merge(target: Any, patch: Any) -> Any:
