@@ -259,7 +259,7 @@ class App:
             config,
             sources,
             Scheduler(self.store, sources),
-            build_outputs(config, self.store, sources),
+            build_outputs(config, self.store),
         )
 
     async def _start_runtime(self, runtime: Runtime) -> None:
