@@ -63,8 +63,8 @@ class DeviceRefs:
         self.listed_at = now  # also when it fails: a refusing server is asked again later
         try:
             items = lister()
-        except Exception as exc:
-            self.state = getattr(exc, "reason", "internal")
+        except Exception as exc:  # KubeError: its reason, shown in /status
+            self.state = str(getattr(exc, "reason", self.state))
             raise
         self.index, _skipped = DraIndex.from_slices(items)
         self.state = "ok"

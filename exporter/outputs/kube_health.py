@@ -170,8 +170,12 @@ class KubeHealthWriter:
     # -- the Output protocol ---------------------------------------------------------
 
     def fingerprint(self) -> tuple[Any, ...]:
-        """What it was built from: a reload building an equal one keeps this one running."""
-        return (type(self), self.config, self.node, self.client)
+        """What it was built from: a reload building an equal one keeps this one running.
+
+        The config (here with the API access keys), and the node and API server it
+        resolved. Plain values: a client object compares by identity.
+        """
+        return (type(self), self.config, self.node, self.client.url)
 
     def adopt(self, old: object) -> None:
         """Take over what the stopped writer this one replaces kept.
