@@ -243,10 +243,11 @@ class App:
     def _build_runtime(self, config: Config, running: Runtime | None = None) -> Runtime:
         """Construct sources, scheduler and outputs without starting anything.
 
-        A source of ``running`` that the new config builds the same (its
-        fingerprint) is taken as it is, not replaced: a reload leaves it running.
+        A source or a push output of ``running`` that the new config builds the same
+        (its fingerprint) is taken as it is, not replaced: a reload leaves it running.
         """
         sources = list(self.source_builder(config))
+        outputs = build_outputs(config, self.store)
         if running is not None:
             current = {s.name: s for s in running.sources}
             sources = [
@@ -255,26 +256,39 @@ class App:
                 else s
                 for s in sources
             ]
-        return Runtime(
-            config,
-            sources,
-            Scheduler(self.store, sources),
-            build_outputs(config, self.store, sources),
-        )
+            pushing = {o.name: o for o in running.outputs}
+            outputs = [
+                pushing[o.name]
+                if o.name in pushing and pushing[o.name].fingerprint() == o.fingerprint()
+                else o
+                for o in outputs
+            ]
+        return Runtime(config, sources, Scheduler(self.store, sources), outputs)
 
-    async def _start_runtime(self, runtime: Runtime) -> None:
+    async def _start_runtime(self, runtime: Runtime, running: Sequence[Output] = ()) -> None:
+        """Start the scheduler and every output not in ``running`` (kept by a reload)."""
         await runtime.scheduler.start()
         for output in runtime.outputs:
+            if any(output is kept for kept in running):
+                continue
             try:
                 await output.start()
             except Exception as exc:
                 self._log.error("output start failed", output=output.name, error=repr(exc))
 
-    async def _stop_runtime(self, runtime: Runtime, *, flush_seconds: float) -> None:
+    async def _stop_runtime(
+        self, runtime: Runtime, *, flush_seconds: float, keep: Sequence[Output] = ()
+    ) -> None:
+        """Stop the scheduler and every output not in ``keep``, each joined in its bound."""
         await runtime.scheduler.stop()
         for output in runtime.outputs:
+            if any(output is kept for kept in keep):
+                continue
             try:
-                await asyncio.wait_for(output.stop(flush_seconds), timeout=flush_seconds + 0.5)
+                await asyncio.wait_for(
+                    output.stop(flush_seconds),
+                    timeout=output.stop_seconds(flush_seconds) + 0.5,
+                )
             except Exception as exc:
                 self._log.warning("output stop failed", output=output.name, error=repr(exc))
 
@@ -425,21 +439,33 @@ class App:
                 old.scheduler.hand_over(name, runtime.scheduler)
             # Until it is fully stopped, a shutdown that cancels this reload must
             # still find the old runtime (and its workers) to stop.
+            kept = [o for o in runtime.outputs if any(o is p for p in old.outputs)]
             self._retiring.append(old)
-            await self._stop_runtime(old, flush_seconds=OUTPUT_FLUSH_SECONDS)
+            await self._stop_runtime(old, flush_seconds=OUTPUT_FLUSH_SECONDS, keep=kept)
             self._retiring.remove(old)
             for source in runtime.sources:
                 if source.name in previous and source.name not in unchanged:
                     source.adopt(previous[source.name])
-            await self._start_runtime(runtime)
-            kept = {s.name for s in runtime.sources}
+            # A replaced output hands on what it kept (the writer's holds and counts),
+            # once it is stopped: never two of one name at work.
+            replaced = {o.name: o for o in old.outputs if not any(o is k for k in kept)}
+            for output in runtime.outputs:
+                if output.name in replaced and not any(output is k for k in kept):
+                    output.adopt(replaced[output.name])
+            await self._start_runtime(runtime, running=kept)
+            names = {s.name for s in runtime.sources}
             for name in self.store.names():
-                if name not in kept:
+                if name not in names:
                     self.store.unregister(name)
             if new_http is not None:
                 old_http, self.http = self.http, new_http
                 new_http.start()
                 await asyncio.get_running_loop().run_in_executor(None, old_http.stop)
             self.config = new
-            self._log.info("config reloaded", sources=sorted(kept), unchanged=unchanged)
+            self._log.info(
+                "config reloaded",
+                sources=sorted(names),
+                unchanged=unchanged,
+                outputs_unchanged=[o.name for o in kept],
+            )
             return True

@@ -113,6 +113,11 @@ class OtlpOutputConfig(ProfileConfig):
         return out
 
 
+# The longest a Node condition may go unwritten: watchers take an older heartbeat for
+# a writer that is gone.
+MAX_HEARTBEAT_SECONDS = 300.0
+
+
 @dataclass(frozen=True)
 class KubernetesOutputConfig:
     """The health verdict written to Kubernetes (docs/kubernetes-health.md); off by default.
@@ -130,6 +135,7 @@ class KubernetesOutputConfig:
         "taint_key": "the taint's key",
         "clear_after": "a device healthy this long loses its taint (hysteresis)",
         "node_condition": "the Node condition AcceleratorHealthy (device-plugin clusters)",
+        "heartbeat": "the unchanged Node condition is written again this often (at most 5m)",
     }
     # The API server and credentials moved to the kubernetes section.
     RENAMED: ClassVar[dict[str, str]] = MOVED
@@ -145,12 +151,17 @@ class KubernetesOutputConfig:
     taint_key: str = "accel-exporter.io/unhealthy"
     clear_after: Duration = 300.0
     node_condition: bool = True
+    # An unchanged condition is patched only this often (Node Problem Detector's
+    # 5 minutes): every patch is an update event for every Node watcher.
+    heartbeat: Duration = 300.0
 
     def check(self) -> list[tuple[str, str]]:
-        """Positive timings; a taint key that is a label name."""
+        """Positive timings, a heartbeat of interval..5m; a taint key that is a label name."""
         import re
 
         out = timing_problems(self.interval, self.timeout)
+        if not self.interval <= self.heartbeat <= MAX_HEARTBEAT_SECONDS:
+            out.append(("heartbeat", "must be at least the interval and at most 5m"))
         if self.clear_after < 0:
             out.append(("clear_after", "must not be negative"))
         if not re.fullmatch(LABEL_KEY, self.taint_key):

@@ -160,5 +160,19 @@ class DraIndex:
         pci = normalise_pci(bus_id)
         return tuple(sorted(self._by_pci.get(pci, ()))) if pci is not None else ()
 
+    def resolve(self, uuid: str, pci_bus_id: str = "") -> DraDevice | None:
+        """The DRA device a device source's device is, or None when the slices do not say.
+
+        By the driver's uuid attribute (NVIDIA, GPU or MIG), else by the device's PCI
+        function ``pci_bus_id`` where the driver names devices by PCI address (AMD,
+        Intel) and exactly one DRA device sits there: a partitioned GPU's partitions
+        are not told apart by it, so never a guess.
+        """
+        found = self.by_uuid(uuid)
+        if found is not None or not pci_bus_id:
+            return found
+        at = self.by_pci(pci_bus_id)
+        return at[0] if len(at) == 1 else None
+
     def __len__(self) -> int:
         return len(self.devices)

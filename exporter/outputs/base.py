@@ -6,12 +6,29 @@ from typing import Any, Protocol
 
 
 class Output(Protocol):
-    """A push output reading the store on its own schedule (e.g. OTLP)."""
+    """A push output reading the store on its own schedule (e.g. OTLP).
+
+    On a reload, a new output whose :meth:`fingerprint` equals the running one's of
+    the same name is dropped unstarted and the running one is kept, untouched; a
+    replaced one is stopped first, and the new one :meth:`adopt` s it before starting.
+    """
 
     name: str
 
+    def fingerprint(self) -> object:
+        """What it was built from: equal for two outputs that would do the same."""
+        ...
+
+    def adopt(self, old: Any) -> None:
+        """Take over what the stopped ``old`` (same name) kept that a reload must not lose."""
+        ...
+
     async def start(self) -> None:
         """Begin exporting."""
+        ...
+
+    def stop_seconds(self, deadline: float) -> float:
+        """The longest ``stop(deadline)`` takes (what the caller waits for)."""
         ...
 
     async def stop(self, deadline: float) -> None:

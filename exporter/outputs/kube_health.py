@@ -1,128 +1,124 @@
 """The health verdict written to Kubernetes: DeviceTaintRules and a Node condition.
 
 Opt-in (``outputs.kubernetes.enabled``). Every ``interval`` it reads this node's
-device verdicts from the store (only fresh data is there: a device whose source is
-stale or down is unknown and left as it is) and reconciles:
+verdicts from the store (``View.health()``: only fresh ones are there; a device
+whose source is down, stale or not polled yet has none and is *unknown*) and
+reconciles two things, each in its own step, so a failing one never skips the other:
 
-- per failed device (also degraded ones with ``taint_degraded``) a
-  ``resource.k8s.io/v1beta2`` DeviceTaintRule selecting it by driver, pool and
-  device, as the node's DRA ResourceSlice names it (an injected resolver maps the
-  uuid). It is created with effect ``None`` (KEP-5055's "no effect first": the
-  rule's status shows what it would evict) and set to the configured ``NoSchedule``
-  or ``NoExecute`` one reconciliation later, never without configuration. It is
-  deleted once the device has been healthy for ``clear_after`` (hysteresis);
-- the Node condition ``AcceleratorHealthy`` on this node only, for device-plugin
-  clusters: False naming the devices, reasons and actions; True; Unknown without data.
+- **rules** (:mod:`exporter.outputs.kube_rules`): one list of this node's rules by
+  label, compared with the verdicts and with what the writer holds each rule to be;
+  missing rules of bad devices are created (effect ``None`` first), drift is
+  repaired, the healthy-since clock is kept on the object, a rule is deleted (with
+  the listed uid as precondition) once fresh not-bad data has held ``clear_after``.
+  Every rule found at start is held: a restart with no data yet changes nothing.
+  With nothing held and nothing bad the list is asked only every
+  :data:`QUIET_LIST_SECONDS`. Devices are resolved from this node's ResourceSlices
+  (:mod:`exporter.outputs.kube_devices`);
+- **the Node condition** (:mod:`exporter.outputs.kube_condition`) of this node only,
+  read once at start, patched on change and as a heartbeat.
 
-It never touches an object it did not create: its rules carry its labels (managed-by
-and this node), and a delete is preceded by a read that checks them and sent with the
-read object's uid as precondition. It never raises into the daemon: every failure is
-counted by reason in /status and the next interval tries again. It runs on its own
-thread, so a hung API server delays only it (each request has a timeout).
+Every reply is checked (kind, name, the taint or condition sent): anything else is
+a failure ``bad_reply``, and nothing is believed written. It never raises into the
+daemon: failures are counted by reason in /status and the next pass tries again. It
+runs on its own thread; every request has one deadline, and ``stop()`` joins the
+thread (bounded by that deadline and a margin). A reload that leaves the config as it
+was keeps the writer; a replaced one hands its holds and counts to the next
+(:meth:`KubeHealthWriter.adopt`).
 """
 
 from __future__ import annotations
 
-import hashlib
+import asyncio
 import os
-import re
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
+from urllib.parse import quote
 
 from exporter import log
 from exporter.config.kubernetes import KubernetesConfig
 from exporter.config.outputs import KubernetesOutputConfig
-from exporter.health import DEGRADED, FAILED
-from exporter.kube import KubeClient, KubeError, Reply
-from exporter.store import Store, View
+from exporter.enrich.devices import DeviceIndex
+from exporter.enrich.dra import DraDevice
+from exporter.kube import KubeClient, KubeError, Reply, list_resource_slices
+from exporter.outputs.kube_condition import (
+    CONDITION,
+    STRATEGIC_PATCH,
+    Written,
+    carried,
+    patch_body,
+    wanted,
+    written,
+)
+from exporter.outputs.kube_devices import DeviceRefs
+from exporter.outputs.kube_rules import (
+    BAD,
+    HEALTHY_SINCE,
+    RECOVERING,
+    RULES_PATH,
+    UNKNOWN,
+    Create,
+    Delete,
+    Intent,
+    Listed,
+    Patch,
+    Selector,
+    Settings,
+    Taint,
+    create_body,
+    is_bad,
+    is_ours,
+    label_value,
+    our_labels,
+    plan,
+    rfc3339,
+    rule_name,
+    selector_query,
+    standing,
+)
+from exporter.store import Store
+from exporter.verdict import DeviceHealth
 
-API_VERSION = "resource.k8s.io/v1beta2"  # the version Kubernetes 1.36 serves (KEP-5055 beta)
-RULES_PATH = "/apis/resource.k8s.io/v1beta2/devicetaintrules"
-MANAGED_BY, OURS = "app.kubernetes.io/managed-by", "accel-exporter"
-NODE_LABEL = "accel-exporter.io/node"
-UUID_ANNOTATION = "accel-exporter.io/device-uuid"
-CONDITION = "AcceleratorHealthy"
 MERGE_PATCH = "application/merge-patch+json"
-STRATEGIC_PATCH = "application/strategic-merge-patch+json"
-_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+# With no rule held and no device bad, the rules are listed this seldom: a quiet node
+# costs the API server a handful of requests an hour (a rule made by hand with our
+# labels, or one an earlier run left behind and the first list missed, is found then).
+QUIET_LIST_SECONDS = 1800.0
+# stop() waits for the request in flight (its deadline) and this much more.
+JOIN_MARGIN_SECONDS = 1.0
 
 
-class DraRef(Protocol):
-    """A device as DRA names it (exporter.enrich.dra.DraDevice has this shape)."""
-
-    @property
-    def driver(self) -> str:
-        """The DRA driver's name (ResourceSlice spec.driver)."""
-        ...
-
-    @property
-    def pool(self) -> str:
-        """The pool (ResourceSlice spec.pool.name)."""
-        ...
-
-    @property
-    def device(self) -> str:
-        """The device's name in its slice (spec.devices[].name)."""
-        ...
+class _Stopped(Exception):
+    """The writer is stopping: the pass ends before its next request."""
 
 
-# uuid -> the DRA device, or None when no ResourceSlice of this node publishes it.
-Resolver = Callable[[str], DraRef | None]
+def access(
+    config: KubernetesOutputConfig, kube: KubernetesConfig, env: Mapping[str, str]
+) -> tuple[str, KubeClient]:
+    """The node's name and the API client: the one place the writer's access is built."""
+    client = KubeClient.from_config(kube, config.timeout, env=env)
+    return client.node, client
 
 
-@dataclass(frozen=True)
-class DeviceVerdict:
-    """One device's verdict as the store has it."""
-
-    device: str
-    uuid: str
-    state: str
-    reasons: tuple[str, ...]
-    action: str
-
-
-def verdicts(view: View) -> dict[str, DeviceVerdict]:
-    """The verdict of every device the store has fresh data for, by uuid."""
-    states = {r.labels[:2]: r.labels[2] for r in view.readings("accel_device_health") if r.value}
-    reasons: dict[tuple[str, ...], list[str]] = {}
-    for r in view.readings("accel_device_health_reason_info"):
-        reasons.setdefault(r.labels[:2], []).append(r.labels[2])
-    todo = {
-        r.labels[:2]: r.labels[2]
-        for r in view.readings("accel_device_recommended_action")
-        if r.value
-    }
-    return {
-        ident[1]: DeviceVerdict(
-            ident[0], ident[1], state, tuple(sorted(reasons.get(ident, []))), todo.get(ident, "")
+def _expect(reply: Reply, kind: str, name: str = "") -> dict[str, Any]:
+    """The body of a 2xx reply that is a ``kind`` (named ``name``); else KubeError."""
+    if not 200 <= reply.status < 300:
+        message = str(reply.body.get("message", ""))[:300]
+        raise KubeError(f"http_{reply.status}", f"{kind}: HTTP {reply.status} {message}")
+    body = reply.body
+    meta = body.get("metadata")
+    got = meta.get("name") if isinstance(meta, dict) else None
+    if body.get("kind") != kind or (name and got != name):
+        raise KubeError(
+            "bad_reply", f"expected {kind} {name}, got {str(body.get('kind'))[:60]} {got!s:.100}"
         )
-        for ident, state in states.items()
-    }
+    return body
 
 
-@dataclass
-class Rule:
-    """A DeviceTaintRule this writer made: its name and the taint last written."""
-
-    name: str
-    taint: dict[str, str]
-
-
-def label_value(text: str) -> str:
-    """``text`` if it is a valid label value, else a stable 32-character digest of it."""
-    return text if _LABEL_VALUE.match(text) else hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def rule_name(node: str, uuid: str) -> str:
-    """A DNS-subdomain name for the rule of one device on one node."""
-    raw = re.sub(r"[^a-z0-9.-]+", "-", f"accel-exporter.{node}.{uuid}".lower()).strip("-.")
-    if len(raw) <= 253:
-        return raw
-    return f"accel-exporter.{hashlib.sha256(raw.encode()).hexdigest()}"
+def _bad_reply(what: str) -> KubeError:
+    return KubeError("bad_reply", what)
 
 
 class KubeHealthWriter:
@@ -136,25 +132,33 @@ class KubeHealthWriter:
         store: Store,
         *,
         kube: KubernetesConfig | None = None,
-        resolver: Resolver | None = None,
         env: Mapping[str, str] = os.environ,
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
+        self.kube = kube if kube is not None else KubernetesConfig()
         self.store = store
-        self.resolver = resolver
         self.wall = wall
-        # The API server, node and credentials: the kubernetes section (in-cluster defaults).
-        self.client = KubeClient.from_config(kube or KubernetesConfig(), config.timeout, env=env)
-        self.node = self.client.node
-        self._labels = {MANAGED_BY: OURS, NODE_LABEL: label_value(self.node)}
-        self._rules: dict[str, Rule] = {}
-        self._adopted = False
-        # uuid -> Unix time it was first seen healthy again (None while still bad).
-        self._held: dict[str, float | None] = {}
-        self._condition: tuple[str, float] | None = None  # (status, since)
+        self.node, self.client = access(config, self.kube, env)
+        self._labels = our_labels(self.node)
+        self._settings = Settings(
+            config.taint_key, config.taint_effect, config.taint_degraded, config.clear_after
+        )
+        # What this writer holds each rule to be (only rules the server listed or
+        # answered for: never one a reply did not confirm).
+        self._intents: dict[str, Intent] = {}
+        self._held: dict[str, str] = {}  # uuid -> recovering / unknown (rules kept)
+        self._clocks: dict[str, float] = {}  # uuid -> healthy-since on its rule
+        self._next_list = 0.0  # the first pass lists: adoption
+        self._devices = DeviceRefs()
         self._unresolved: list[str] = []
+        # Bad devices without a rule (unresolved, or taint_rules off): when each was
+        # first seen healthy again (None while bad), for the Node condition's hysteresis.
+        self._recovering: dict[str, float | None] = {}
+        self._node_read = False
+        self._written: Written | None = None
         self._failures: Counter[str] = Counter()
+        self._requests: Counter[str] = Counter()
         self._last_error = ""
         self._last_success: float | None = None
         self._reconciles = 0
@@ -165,28 +169,84 @@ class KubeHealthWriter:
 
     # -- the Output protocol ---------------------------------------------------------
 
+    def fingerprint(self) -> tuple[Any, ...]:
+        """What it was built from: a reload building an equal one keeps this one running.
+
+        The config and the ``kubernetes`` access section, and the node and API server it
+        resolved. Plain values: a client object compares by identity.
+        """
+        return (type(self), self.config, self.kube, self.node, self.client.url)
+
+    def adopt(self, old: object) -> None:
+        """Take over what the stopped writer this one replaces kept.
+
+        Its counts always; for the same API server and node also its holds, clocks,
+        the ResourceSlice listing and the condition it wrote.
+        """
+        if not isinstance(old, KubeHealthWriter):
+            return
+        with old._lock:
+            self._failures.update(old._failures)
+            self._requests.update(old._requests)
+            self._reconciles = old._reconciles
+            self._last_error, self._last_success = old._last_error, old._last_success
+            if (old.client.url, old.node) != (self.client.url, self.node):
+                return
+            self._intents = dict(old._intents)
+            self._held, self._clocks = dict(old._held), dict(old._clocks)
+            self._recovering = dict(old._recovering)
+            self._node_read, self._written = old._node_read, old._written
+            self._devices = old._devices
+
     async def start(self) -> None:
         """Start the reconcile thread."""
         self._thread = threading.Thread(target=self._run, name="kube-health", daemon=True)
         self._thread.start()
 
+    def stop_seconds(self, deadline: float) -> float:
+        """The longest :meth:`stop` takes: the request in flight, and a margin."""
+        return self.config.timeout + JOIN_MARGIN_SECONDS
+
     async def stop(self, deadline: float) -> None:
-        """Stop the thread; a request in flight ends at its own timeout (not waited for)."""
+        """End the thread and join it; ``deadline`` does not apply (nothing to flush).
+
+        No request starts after this; the one in flight ends at its own deadline.
+        """
         self._stop.set()
+        thread = self._thread
+        end = time.monotonic() + self.stop_seconds(deadline)
+        while thread is not None and thread.is_alive() and time.monotonic() < end:
+            await asyncio.sleep(0.02)  # not a blocking join: the event loop goes on
+        if thread is not None and thread.is_alive():
+            self._log.warning("writer thread did not end", waited=self.stop_seconds(deadline))
 
     def status(self) -> dict[str, Any]:
-        """Rules, condition and failures for /status."""
+        """Rules, holds, condition and failures for /status."""
         with self._lock:
+            written_now = self._written
             return {
                 "node": self.node,
                 "api_server": self.client.url,
-                "rules": {uuid: {"name": r.name, **r.taint} for uuid, r in self._rules.items()},
+                "rules": {
+                    uuid: {
+                        "name": intent.name,
+                        **intent.taint.as_dict(),
+                        "healthy_since": rfc3339(self._clocks[uuid])
+                        if uuid in self._clocks
+                        else None,
+                    }
+                    for uuid, intent in sorted(self._intents.items())
+                },
+                "held": dict(sorted(self._held.items())),
                 "unresolved_devices": list(self._unresolved),
-                "condition": self._condition[0] if self._condition else None,
+                "resource_slices": self._devices.status(),
+                "condition": written_now.condition.status if written_now else None,
+                "condition_reason": written_now.condition.reason if written_now else None,
                 "failures": dict(self._failures),
                 "last_error": self._last_error,
                 "last_success": self._last_success,
                 "reconciles": self._reconciles,
+                "requests": dict(self._requests),
             }
 
     def _run(self) -> None:
@@ -197,27 +257,41 @@ class KubeHealthWriter:
     # -- one reconciliation ----------------------------------------------------------
 
     def reconcile(self) -> None:
-        """Bring the rules and the condition in line with the store; never raises."""
+        """Bring the rules and the condition in line with the verdicts; never raises."""
+        now = self.wall()
+        with self._lock:
+            self._reconciles += 1
+        if not self.client.url or not self.node:
+            self._fail(
+                "not_configured", "no API server (KUBERNETES_SERVICE_HOST) or node name (NODE_NAME)"
+            )
+            return
         try:
-            if not self.client.url or not self.node:
-                raise KubeError(
-                    "not_configured",
-                    "no API server (KUBERNETES_SERVICE_HOST) or node name (NODE_NAME)",
-                )
-            now = self.wall()
-            devices = verdicts(self.store.view())
-            bad = self._hold(devices, now)
-            if self.config.taint_rules:
-                self._reconcile_rules(devices, bad)
-            if self.config.node_condition:
-                self._write_condition(devices, bad, now)
+            health = dict(self.store.view().health())
+        except Exception as exc:  # the store never raises; if it did, nothing is known
+            self._fail("internal", repr(exc))
+            return
+        clean = True
+        if self.config.taint_rules:
+            clean = self._step(lambda: self._rules(health, now)) and clean
+        held = {**self._without_rule(health, now), **self._held}
+        if self.config.node_condition:
+            clean = self._step(lambda: self._condition(health, held, now)) and clean
+        if clean:
             with self._lock:
                 self._last_success = now
-                self._reconciles += 1
+
+    def _step(self, run: Callable[[], bool]) -> bool:
+        """Run one step; its failures counted. True when it ended without one."""
+        try:
+            return run()
+        except _Stopped:
+            return False
         except KubeError as exc:
             self._fail(exc.reason, exc.detail)
         except Exception as exc:  # never into the daemon: counted, logged, retried
             self._fail("internal", repr(exc))
+        return False
 
     def _fail(self, reason: str, detail: str) -> None:
         with self._lock:
@@ -227,191 +301,237 @@ class KubeHealthWriter:
         if first:  # logged once per distinct problem, not every interval
             self._log.warning("kubernetes write failed", reason=reason, detail=detail)
 
-    def _is_bad(self, dev: DeviceVerdict) -> bool:
-        return dev.state == FAILED or (self.config.taint_degraded and dev.state == DEGRADED)
-
-    def _hold(self, devices: dict[str, DeviceVerdict], now: float) -> dict[str, DeviceVerdict]:
-        """The devices treated as unhealthy: bad now, or bad and not yet healthy long enough.
-
-        A device the store has no fresh data for keeps whatever it had (unknown is no
-        recovery).
-        """
-        for uuid, dev in devices.items():
-            if self._is_bad(dev):
-                self._held[uuid] = None
-            elif uuid in self._held:
-                since = self._held[uuid]
-                if since is None:
-                    self._held[uuid] = now
-                elif now - since >= self.config.clear_after:
-                    del self._held[uuid]
-        return {
-            uuid: devices.get(uuid) or DeviceVerdict("", uuid, "unknown", (), "")
-            for uuid in self._held
-        }
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        content_type: str = "application/json",
+    ) -> Reply:
+        """Every API request of the writer: counted, and none once stopping."""
+        if self._stop.is_set():
+            raise _Stopped
+        with self._lock:
+            self._requests[method] += 1
+        return self.client.request(method, path, body, content_type)
 
     # -- DeviceTaintRules ------------------------------------------------------------
 
-    def _selector(self) -> str:
-        return ",".join(f"{k}={v}" for k, v in sorted(self._labels.items()))
-
-    def _ours(self, body: Mapping[str, Any]) -> bool:
-        labels = body.get("metadata", {}).get("labels") or {}
-        return all(labels.get(k) == v for k, v in self._labels.items())
-
-    def _adopt(self) -> None:
-        """Take over the rules an earlier run on this node left (found by our labels)."""
-        from urllib.parse import quote
-
-        reply = self.client.request("GET", f"{RULES_PATH}?labelSelector={quote(self._selector())}")
-        self._check(reply, "list")
-        found = {}
-        for item in reply.body.get("items", []):
-            meta = item.get("metadata", {})
-            uuid = (meta.get("annotations") or {}).get(UUID_ANNOTATION, "")
-            if uuid and self._ours(item):
-                taint = item.get("spec", {}).get("taint", {})
-                found[uuid] = Rule(meta["name"], {k: taint.get(k, "") for k in TAINT_KEYS})
-        with self._lock:  # /status reads the rules from an HTTP thread
-            self._rules.update(found)
-        self._adopted = True
-
-    def _reconcile_rules(
-        self, devices: dict[str, DeviceVerdict], bad: dict[str, DeviceVerdict]
-    ) -> None:
-        if not self._adopted:
-            self._adopt()
-        unresolved = []
-        for uuid, dev in sorted(bad.items()):
-            rule = self._rules.get(uuid)
-            if rule is None:
-                ref = self.resolver(uuid) if self.resolver is not None else None
-                if ref is None:
-                    unresolved.append(uuid)
-                    continue
-                self._create(dev, ref)
-            elif self._is_bad(dev):  # a recovering device keeps its taint as it was
-                self._update(rule, dev)
-        for uuid in [u for u in self._rules if u not in bad]:
-            self._delete(uuid, self._rules[uuid])
+    def _rules(self, health: dict[str, DeviceHealth], now: float) -> bool:
+        bad = [u for u, d in health.items() if is_bad(d, self.config.taint_degraded)]
+        if not self._intents and not bad and now < self._next_list:
+            return True  # quiet: nothing held, nothing bad, listed not long ago
+        listed = self._list()
+        self._next_list = now + QUIET_LIST_SECONDS if not listed and not bad else now
+        step = plan(listed, self._intents, health, self._settings, now)
+        creates = [s for s in step.steps if isinstance(s, Create)]
+        refs: dict[str, DraDevice] = {}
+        clean = True
+        if creates:
+            try:
+                refs = self._resolve([c.uuid for c in creates], now)
+            except KubeError as exc:  # counted; the other steps still go
+                self._fail(exc.reason, exc.detail)
+                clean = False
         with self._lock:
-            self._unresolved = unresolved
+            self._intents = step.intents
+            self._held, self._clocks = step.held, step.clocks
+            self._unresolved = sorted(c.uuid for c in creates if c.uuid not in refs)
+        for item in step.steps:
+            try:
+                if isinstance(item, Create):
+                    if item.uuid in refs:
+                        self._create(item, refs[item.uuid])
+                elif isinstance(item, Patch):
+                    self._patch(item)
+                else:
+                    self._delete(item)
+            except KubeError as exc:  # one device's failure is not the others'
+                self._fail(exc.reason, exc.detail)
+                clean = False
+        return clean
 
-    def _taint(self, dev: DeviceVerdict, effect: str) -> dict[str, str]:
-        return {"key": self.config.taint_key, "value": label_value(dev.action), "effect": effect}
+    def _list(self) -> dict[str, Listed]:
+        """The rules of this node, listed by label, by device uuid."""
+        path = f"{RULES_PATH}?labelSelector={quote(selector_query(self._labels))}"
+        body = _expect(self._request("GET", path), "DeviceTaintRuleList")
+        items = body.get("items")
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise _bad_reply("DeviceTaintRuleList without an items list")
+        found = [Listed.of(item) for item in items if is_ours(item, self._labels)]
+        out: dict[str, Listed] = {}
+        # Two rules naming one device (made by hand): the first by name is the one held.
+        for rule in sorted((r for r in found if r is not None), key=lambda r: r.name):
+            out.setdefault(rule.uuid, rule)
+        return out
 
-    def _create(self, dev: DeviceVerdict, ref: DraRef) -> None:
-        name = rule_name(self.node, dev.uuid)
-        taint = self._taint(dev, "None")  # no effect first, whatever is configured
-        body = {
-            "apiVersion": API_VERSION,
-            "kind": "DeviceTaintRule",
-            "metadata": {
-                "name": name,
-                "labels": dict(self._labels),
-                "annotations": {
-                    UUID_ANNOTATION: dev.uuid,
-                    "accel-exporter.io/node-name": self.node,
-                    "accel-exporter.io/reasons": ",".join(dev.reasons),
-                },
-            },
-            "spec": {
-                "deviceSelector": {"driver": ref.driver, "pool": ref.pool, "device": ref.device},
-                "taint": taint,
-            },
-        }
-        reply = self.client.request("POST", RULES_PATH, body)
+    def _resolve(self, uuids: list[str], now: float) -> dict[str, DraDevice]:
+        view = self.store.view()
+        index = DeviceIndex.from_readings(view.readings("accel_device_info"))
+        pci = {}
+        for uuid in uuids:
+            ref = index.by_uuid(uuid)
+            if ref is not None and ref.pci_bus_id:
+                pci[uuid] = ref.pci_bus_id
+        return self._devices.resolve(uuids, pci, now, self._list_slices)
+
+    def _list_slices(self) -> list[Any]:
+        """The node's ResourceSlices, through the one listing every consumer uses."""
+        if self._stop.is_set():
+            raise _Stopped
+        with self._lock:
+            self._requests["GET"] += 1
+        return list_resource_slices(self.client, self.node)
+
+    def _taint(self, dev: DeviceHealth, effect: str) -> Taint:
+        return Taint(self.config.taint_key, label_value(dev.action), effect)
+
+    def _create(self, item: Create, at: DraDevice) -> None:
+        name = rule_name(self.node, item.uuid)
+        taint = self._taint(item.health, "None")  # no effect first, whatever is configured
+        selector = Selector(at.driver, at.pool, at.device)
+        body = create_body(name, self.node, self._labels, item.health, taint, selector)
+        reply = self._request("POST", RULES_PATH, body)
         if reply.status == 409:  # exists: ours from a run we did not see, or someone else's
-            existing = self.client.request("GET", f"{RULES_PATH}/{name}")
-            self._check(existing, "get")
-            if not self._ours(existing.body):
+            existing = _expect(
+                self._request("GET", f"{RULES_PATH}/{name}"), "DeviceTaintRule", name
+            )
+            found = Listed.of(existing) if is_ours(existing, self._labels) else None
+            if found is None or found.uuid != item.uuid:
                 raise KubeError("conflict", f"DeviceTaintRule {name} exists and is not ours")
-            spec_taint = existing.body.get("spec", {}).get("taint", {})
-            taint = {k: spec_taint.get(k, "") for k in TAINT_KEYS}
-        else:
-            self._check(reply, "create")
-            self._log.info("device tainted", uuid=dev.uuid, rule=name, effect="None")
-        with self._lock:
-            self._rules[dev.uuid] = Rule(name, taint)
-
-    def _update(self, rule: Rule, dev: DeviceVerdict) -> None:
-        # The configured effect only once the rule exists with effect None (a later pass).
-        effect = self.config.taint_effect if rule.taint.get("effect") else "None"
-        want = self._taint(dev, effect)
-        if want == rule.taint:
+            with self._lock:
+                self._intents[item.uuid] = Intent.adopted(found)
+            self._log.info("device taint rule adopted", uuid=item.uuid, rule=name)
             return
-        patch = {"spec": {"taint": want}}
-        reply = self.client.request("PATCH", f"{RULES_PATH}/{rule.name}", patch, MERGE_PATCH)
+        answer = Listed.of(_expect(reply, "DeviceTaintRule", name))
+        if answer is None or answer.taint != taint or answer.selector != selector:
+            raise _bad_reply(f"create {name}: the reply is not the rule sent")
+        with self._lock:
+            self._intents[item.uuid] = Intent(name, taint, selector)
+        self._log.info(
+            "device taint recreated" if item.again else "device tainted",
+            uuid=item.uuid,
+            rule=name,
+            effect=taint.effect,
+            reasons=list(item.health.reason_names()),
+        )
+
+    def _patch(self, item: Patch) -> None:
+        reply = self._request("PATCH", f"{RULES_PATH}/{item.name}", item.body, MERGE_PATCH)
         if reply.status == 404:  # deleted behind our back: made again at the next pass
             with self._lock:
-                self._rules = {u: r for u, r in self._rules.items() if r is not rule}
+                self._intents.pop(item.uuid, None)
+            self._log.warning("device taint rule gone", uuid=item.uuid, rule=item.name)
             return
-        self._check(reply, "patch")
-        if want["effect"] != rule.taint.get("effect"):
-            self._log.info("taint effect set", rule=rule.name, effect=want["effect"])
+        answer = Listed.of(_expect(reply, "DeviceTaintRule", item.name))
+        notes = item.body.get("metadata", {}).get("annotations", {})
+        # The healthy-since text the rule must now carry ("" once removed); None: not touched.
+        since = (notes[HEALTHY_SINCE] or "") if HEALTHY_SINCE in notes else None
+        if (
+            answer is None
+            or answer.taint != item.intent.taint
+            or answer.selector != item.intent.selector
+            or (since is not None and answer.healthy_since_text != since)
+        ):
+            raise _bad_reply(f"patch {item.name}: the reply is not the rule patched")
         with self._lock:
-            rule.taint = want
+            self._intents[item.uuid] = item.intent
+        if "effect" in item.what:
+            self._log.info(
+                "taint effect set", uuid=item.uuid, rule=item.name, effect=item.intent.taint.effect
+            )
+        if {"taint", "selector"} & set(item.what):
+            self._log.warning(
+                "device taint rule repaired",
+                uuid=item.uuid,
+                rule=item.name,
+                what=[w for w in item.what if w in ("taint", "selector")],
+            )
+        if "clock_set" in item.what:
+            self._log.info(
+                "device healthy again, taint held",
+                uuid=item.uuid,
+                rule=item.name,
+                healthy_since=since,
+                clear_after=self.config.clear_after,
+            )
 
-    def _delete(self, uuid: str, rule: Rule) -> None:
-        path = f"{RULES_PATH}/{rule.name}"
-        existing = self.client.request("GET", path)
-        if existing.status != 404:
-            self._check(existing, "get")
-            if not self._ours(existing.body):  # replaced by someone else's: not ours to delete
-                raise KubeError("conflict", f"DeviceTaintRule {rule.name} is no longer ours")
-            uid = existing.body.get("metadata", {}).get("uid", "")
-            options = {
-                "apiVersion": "v1",
-                "kind": "DeleteOptions",
-                "preconditions": {"uid": uid} if uid else {},
-            }
-            reply = self.client.request("DELETE", path, options)
-            if reply.status != 404:
-                self._check(reply, "delete")
-            self._log.info("device taint removed", uuid=uuid, rule=rule.name)
+    def _delete(self, item: Delete) -> None:
+        options = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "preconditions": {"uid": item.uid} if item.uid else {},
+        }
+        reply = self._request("DELETE", f"{RULES_PATH}/{item.name}", options)
+        if reply.status == 409:  # its uid changed since the list: not the rule we held
+            raise KubeError("conflict", f"DeviceTaintRule {item.name} was replaced")
+        if reply.status != 404:
+            kind = reply.body.get("kind")
+            _expect(reply, kind if kind in ("Status", "DeviceTaintRule") else "Status")
+            if kind == "Status" and reply.body.get("status") != "Success":
+                raise _bad_reply(f"delete {item.name}: Status {reply.body.get('status')!s:.40}")
         with self._lock:
-            self._rules.pop(uuid, None)
-
-    @staticmethod
-    def _check(reply: Reply, what: str) -> None:
-        if not 200 <= reply.status < 300:
-            message = str(reply.body.get("message", ""))[:300]
-            raise KubeError(f"http_{reply.status}", f"{what}: HTTP {reply.status} {message}")
+            self._intents.pop(item.uuid, None)
+            self._held.pop(item.uuid, None)
+            self._clocks.pop(item.uuid, None)
+        self._log.info(
+            "device taint removed",
+            uuid=item.uuid,
+            rule=item.name,
+            healthy_since=rfc3339(item.healthy_since),
+        )
 
     # -- the Node condition ----------------------------------------------------------
 
-    def _write_condition(
-        self, devices: dict[str, DeviceVerdict], bad: dict[str, DeviceVerdict], now: float
-    ) -> None:
-        if bad:
-            status, reason = "False", "AcceleratorUnhealthy"
-            message = "; ".join(
-                f"{d.device or '?'} ({uuid}) "
-                + (d.state if self._is_bad(d) or d.state == "unknown" else "recovering")
-                + (f": {','.join(d.reasons)}" if d.reasons else "")
-                + (f" -> {d.action}" if d.action and d.action != "none" else "")
-                for uuid, d in sorted(bad.items())
-            )
-        elif devices:
-            status, reason = "True", "AcceleratorsHealthy"
-            message = f"{len(devices)} accelerators healthy"
-        else:
-            status, reason, message = "Unknown", "NoHealthData", "no fresh device health"
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
-        if self._condition is None or self._condition[0] != status:
-            self._condition = (status, now)
-        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._condition[1]))
-        condition = {
-            "type": CONDITION,
-            "status": status,
-            "reason": reason,
-            "message": message[:1024],
-            "lastHeartbeatTime": stamp,
-            "lastTransitionTime": since,
+    def _without_rule(self, health: Mapping[str, DeviceHealth], now: float) -> dict[str, str]:
+        """Holds of bad devices that have no rule (the condition's hysteresis only)."""
+        degraded = self.config.taint_degraded
+        for uuid, dev in health.items():
+            where = standing(dev, degraded)
+            if uuid in self._intents:
+                self._recovering.pop(uuid, None)
+            elif where == BAD:
+                self._recovering[uuid] = None
+            elif where == RECOVERING and uuid in self._recovering:
+                since = self._recovering[uuid]
+                since = now if since is None else since
+                self._recovering[uuid] = since
+                if now - since >= self.config.clear_after:
+                    del self._recovering[uuid]
+        return {
+            uuid: RECOVERING if standing(health.get(uuid), degraded) == RECOVERING else UNKNOWN
+            for uuid, since in self._recovering.items()
+            if standing(health.get(uuid), degraded) != BAD
         }
-        patch = {"status": {"conditions": [condition]}}
+
+    def _condition(
+        self, health: Mapping[str, DeviceHealth], held: dict[str, str], now: float
+    ) -> bool:
         path = f"/api/v1/nodes/{self.node}/status"
-        self._check(self.client.request("PATCH", path, patch, STRATEGIC_PATCH), "node status")
-
-
-TAINT_KEYS = ("key", "value", "effect")
+        if not self._node_read:  # what the node carries, before we say anything
+            node = _expect(self._request("GET", path), "Node", self.node)
+            with self._lock:
+                self._written, self._node_read = carried(node), True
+        before = self._written
+        want = wanted(health, held, before, self.config.taint_degraded)
+        if want is None or (
+            before is not None and not before.due(want, now, self.config.heartbeat)
+        ):
+            return True
+        body = patch_body(want, before, now)
+        answer = carried(
+            _expect(self._request("PATCH", path, body, STRATEGIC_PATCH), "Node", self.node)
+        )
+        if answer is None or answer.condition.status != want.status:
+            raise _bad_reply(f"node status: the reply does not carry {CONDITION}={want.status}")
+        with self._lock:
+            self._written = written(body, now)
+        if before is None or before.condition.status != want.status:
+            self._log.info(
+                "node condition set",
+                condition=CONDITION,
+                status=want.status,
+                reason=want.reason,
+                message=want.message[:200],
+            )
+        return True

@@ -147,6 +147,20 @@ class OtlpOutput:
             origins=dict(settings.origins),
         )
 
+    def fingerprint(self) -> object:
+        """Unique: a reload always replaces the push, as it always did.
+
+        Its counters live in the store and continue (otlp_account.ExportAccount).
+        """
+        return self
+
+    def adopt(self, old: object) -> None:
+        """Nothing to take over: the store keeps the export counters."""
+
+    def stop_seconds(self, deadline: float) -> float:
+        """The flush deadline (an abort's grace after it fits the caller's margin)."""
+        return deadline
+
     async def stop(self, deadline: float) -> None:
         """Flush once within ``deadline`` seconds, then release the exporter."""
         if self._thread is None:

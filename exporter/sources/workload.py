@@ -110,7 +110,6 @@ class WorkloadSource(Source):
         self._dra_counted: object = None
         # Claimed DRA devices missing from the slices that already asked for a listing.
         self._dra_asked: set[DraDevice] = set()
-        self._index: DeviceIndex | None = None  # the devices of the last pass
         dra = config.k8s.dra
         if config.k8s.enabled is not False and dra.enabled is not False:
 
@@ -166,28 +165,6 @@ class WorkloadSource(Source):
             **(self._dra_status() if self._dra is not None else {}),
             **self._counts,
         }
-
-    def dra_lookup(self, uuid: str) -> DraDevice | None:
-        """The node's DRA device for a device uuid (the Kubernetes health writer's resolver).
-
-        By the driver's uuid attribute (NVIDIA, GPU or MIG), else by the device's PCI
-        function where the driver names devices by PCI address (AMD, Intel) and exactly
-        one DRA device sits there (a partitioned GPU's partitions are not told apart by
-        it: never a guess). Called from the writer's thread: reads the last listing and
-        device index, never lists.
-        """
-        listed = self._dra.value if self._dra is not None else None
-        if listed is None:
-            return None
-        index = listed[0]
-        found = index.by_uuid(uuid)
-        if found is not None:
-            return found
-        device = self._index.by_uuid(uuid) if self._index is not None else None
-        if device is None or not device.pci_bus_id:
-            return None
-        at = index.by_pci(device.pci_bus_id)
-        return at[0] if len(at) == 1 else None
 
     def _dra_status(self) -> dict[str, Any]:
         assert self._dra is not None
@@ -275,7 +252,6 @@ class WorkloadSource(Source):
             [r for name in PROCESS_FAMILIES for r in view.readings(name)] if view else (),
             view.readings("accel_mig_device_info") if view is not None else (),
         )
-        self._index = index
         kubelet_problem, kubelet_detail = await self._refresh_kubelet()
         pids = sorted({pid for found in index.processes.values() for pid in found})
         facts = await self._proc_call(self._read_facts, pids) if pids else {}

@@ -24,9 +24,11 @@ stops when the server does.
 For the health writer it also keeps ``resource.k8s.io/v1beta2`` DeviceTaintRules
 (create, get, list by label selector, JSON merge patch, delete with a uid
 precondition) and Node status (strategic merge patch of ``status.conditions``, merged
-by type), validating every object it stores against Kubernetes' own OpenAPI schema of
-``kube_version`` (kubernetes-validate, strict): an invalid one is answered 422, as the
-real server's validation would.
+by type; and GET), validating every object it stores against Kubernetes' own OpenAPI
+schema of ``kube_version`` (kubernetes-validate, strict): an invalid one is answered
+422, as the real server's validation would. It can refuse one path with a status of
+its own (``path_status``), and leave some rules out of its lists (``unlisted``: a
+list answered from a cache that has not seen them yet).
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ class FakeApiServer(LoopbackServer):
         self.hang_after_tls = False  # complete TLS, read the request, never answer
         self.garbage_for: set[str] = set()  # methods or path prefixes answered 200, not JSON
         self.wrong_kind: set[str] = set()  # methods or path prefixes answered 200, a ConfigMap
+        self.path_status: dict[str, int] = {}  # path prefix -> answer it with this code
+        self.unlisted: set[str] = set()  # rule names its lists leave out
         self._stopping = threading.Event()
         self._uids = itertools.count(1)
         owner = self
@@ -153,6 +157,9 @@ class FakeApiServer(LoopbackServer):
             return self._send(handler, 401, self._status("Unauthorized", 401))
         if self.status is not None:
             return self._send(handler, self.status, self._status("Forbidden", self.status))
+        for prefix, code in self.path_status.items():
+            if parsed.path.startswith(prefix):
+                return self._send(handler, code, self._status("Refused", code))
         if self._matches(self.garbage_for, handler.command, parsed.path):
             return self._send(handler, 200, b"<html><body>Gateway says hello</body></html>")
         if self._matches(self.wrong_kind, handler.command, parsed.path):
@@ -223,8 +230,9 @@ class FakeApiServer(LoopbackServer):
             )
             items = [
                 rule
-                for rule in self.rules.values()
+                for name, rule in self.rules.items()
                 if all(rule["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
+                and name not in self.unlisted
             ]
             return 200, {
                 "apiVersion": "resource.k8s.io/v1beta2",
@@ -267,8 +275,10 @@ class FakeApiServer(LoopbackServer):
     def _node_status(
         self, method: str, path: str, body: Any, headers: Any
     ) -> tuple[int, dict[str, Any]]:
-        parts = path.split("/")  # "", api, v1, nodes, <name>, status
+        parts = path.split("/")  # "", api, v1, nodes, <name>[, status]
         node = self.nodes.get(parts[4])
+        if node is not None and method == "GET" and parts[5:] in ([], ["status"]):
+            return 200, node
         if node is None or len(parts) != 6 or parts[5] != "status" or method != "PATCH":
             return 404, json.loads(self._status("NotFound", 404))
         assert headers.get("Content-Type") == "application/strategic-merge-patch+json"
@@ -311,7 +321,8 @@ class FakeApiServer(LoopbackServer):
 
     @staticmethod
     def _status(reason: str, code: int) -> bytes:
-        body = {"kind": "Status", "status": "Failure", "reason": reason, "code": code}
+        outcome = "Success" if code < 300 else "Failure"
+        body = {"kind": "Status", "status": outcome, "reason": reason, "code": code}
         return json.dumps(body).encode()
 
     def _send(self, handler: BaseHTTPRequestHandler, code: int, body: bytes) -> None:

@@ -69,6 +69,19 @@ def test_lookup_by_uuid_and_by_pci():
     assert index.by_pci("not-a-bus-id") == ()
 
 
+def test_resolve_prefers_the_uuid_and_takes_a_pci_address_only_when_it_is_one_device():
+    index, _ = DraIndex.from_slices(slices())
+    # NVIDIA: the uuid attribute, whatever PCI address the device source reported.
+    assert index.resolve(GPU0, "0000:c1:00.0") == DraDevice("gpu.nvidia.com", NODE, "gpu-0")
+    # AMD: no uuid attribute; the one DRA device on that PCI function.
+    amd = DraDevice("gpu.amd.com", NODE, "gpu-0-128")
+    assert index.resolve("0c1d2e3f-amd-uuid", "00000000:C1:00.0") == amd
+    # A GPU and its MIG device on one function: never a guess.
+    assert index.resolve("GPU-not-published", "0000:2a:00.0") is None
+    assert index.resolve("GPU-not-published") is None
+    assert index.resolve("GPU-not-published", "not-a-bus-id") is None
+
+
 def test_qualified_attribute_names_are_the_driver_s_own():
     device = {"name": "gpu-0", "attributes": {"gpu.nvidia.com/uuid": attr(GPU0)}}
     index, _ = DraIndex.from_slices([resource_slice(NODE, "gpu.nvidia.com", [device])])
