@@ -148,8 +148,14 @@ def prometheus_factory(tmp_path: Path) -> Iterator[Callable[[str], Prometheus]]:
 
 
 @pytest.mark.timeout(240)
-def test_prometheus_scrapes_the_daemon_and_loads_the_rules(daemon_factory, prometheus_factory):
-    daemon = daemon_factory(config=yaml.safe_load((SYSTEMD / "config.yaml").read_text()))
+def test_prometheus_scrapes_the_daemon_and_loads_the_rules(
+    daemon_factory, prometheus_factory, tmp_path
+):
+    config = yaml.safe_load((SYSTEMD / "config.yaml").read_text())
+    # The unit's StateDirectory, here the test's own: the host's stays untouched.
+    assert config["health"]["state_dir"] == config["sources"]["amdsmi"]["state_dir"]
+    config["health"]["state_dir"] = config["sources"]["amdsmi"]["state_dir"] = str(tmp_path)
+    daemon = daemon_factory(config=config)
     host, port = daemon.address
     prom = prometheus_factory(f"{host}:{port}")
 

@@ -27,6 +27,12 @@ SYSTEMD = REPO / "systemd"
 # Kubernetes versions the manifests are validated against: the oldest the chart
 # supports (Chart.yaml kubeVersion) and the newest the schemas know.
 KUBE_VERSIONS = ("1.25.0", kubernetes_validate.latest_version())
+# Kinds the chart renders only for newer clusters: the oldest version it renders them
+# for (the admission policy's template refuses older ones), instead of 1.25.
+FIRST_VERSION = {
+    "ValidatingAdmissionPolicy": "1.30.0",
+    "ValidatingAdmissionPolicyBinding": "1.30.0",
+}
 
 
 def need(tool: str, hint: str) -> str:
@@ -102,17 +108,19 @@ def render_chart(
     notes: bool = False,
     skip_schema: bool = False,
     operator: bool = True,
+    kube_version: str = RENDER_KUBE_VERSION,
 ) -> str:
     """The chart rendered with ``values`` over its defaults: ``helm template``'s stream,
     or with ``notes`` the NOTES.txt an install prints (a client-only dry run).
     ``skip_schema`` renders without values.schema.json, to reach the templates' own checks;
-    ``operator`` False renders for a cluster without the Prometheus Operator's API."""
+    ``operator`` False renders for a cluster without the Prometheus Operator's API;
+    ``kube_version`` is the cluster version the templates are told."""
     vals = _values_args(tmp_path, values)
     if skip_schema:
         vals.append("--skip-schema-validation")
     if notes:
         return str(_install(helm, vals, name, namespace)["info"]["notes"])
-    cmd = ["template", name, str(CHART), "-n", namespace, "--kube-version", RENDER_KUBE_VERSION]
+    cmd = ["template", name, str(CHART), "-n", namespace, "--kube-version", kube_version]
     if operator:  # a cluster that serves the Prometheus Operator's API
         cmd += ["--api-versions", "monitoring.coreos.com/v1"]
     return _helm(helm, [*cmd, *vals])
@@ -433,10 +441,14 @@ CRD_SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
-def validate_manifests(docs: Iterable[Mapping[str, Any]]) -> list[str]:
+def validate_manifests(
+    docs: Iterable[Mapping[str, Any]], versions: Iterable[str] | None = None
+) -> list[str]:
     """Problems of every document: Kubernetes kinds against the (strict) Kubernetes
-    schemas of each supported version, Prometheus Operator kinds structurally."""
+    schemas of each supported version (or of ``versions``), Prometheus Operator kinds
+    structurally."""
     problems = []
+    chosen = tuple(versions) if versions is not None else None
     for doc in docs:
         where = f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
         kind = doc.get("kind")
@@ -444,7 +456,8 @@ def validate_manifests(docs: Iterable[Mapping[str, Any]]) -> list[str]:
             validator = jsonschema.Draft7Validator(CRD_SCHEMAS[kind])
             problems += [f"{where}: {e.json_path}: {e.message}" for e in validator.iter_errors(doc)]
             continue
-        for version in KUBE_VERSIONS:
+        oldest = FIRST_VERSION.get(str(kind), KUBE_VERSIONS[0])
+        for version in chosen or (oldest, *KUBE_VERSIONS[1:]):
             try:
                 kubernetes_validate.validate(dict(doc), version, strict=True)
             except kubernetes_validate.ValidationError as exc:

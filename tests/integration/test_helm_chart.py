@@ -293,10 +293,15 @@ def test_security_defaults(renderer, tmp_path):
     assert spec["automountServiceAccountToken"] is True  # DRA: ResourceSlices, read-only
     assert one(docs, "ServiceAccount")["automountServiceAccountToken"] is False
     assert all("hostPort" not in p for p in container(docs)["ports"])
-    # Nothing writable but a small in-memory /tmp.
+    # Nothing writable but a small in-memory /tmp and the state directory (one host
+    # directory of its own, for what a restart must not forget: stateHostPath).
+    writable = [m for m in container(docs)["volumeMounts"] if not m.get("readOnly")]
+    assert [m["mountPath"] for m in writable] == ["/tmp", "/var/lib/accel-exporter"]
+    assert volumes(docs)["tmp"]["emptyDir"]["medium"] == "Memory"
+    assert volumes(docs)["state"]["hostPath"]["path"] == "/var/lib/accel-exporter"
+    docs = render(renderer, tmp_path, {"stateHostPath": ""})
     writable = [m for m in container(docs)["volumeMounts"] if not m.get("readOnly")]
     assert [m["mountPath"] for m in writable] == ["/tmp"]
-    assert volumes(docs)["tmp"]["emptyDir"]["medium"] == "Memory"
 
 
 def test_capabilities_are_added_only_when_asked(renderer, tmp_path):
@@ -832,6 +837,9 @@ def test_probes_pass_against_a_daemon_with_the_charts_tls_settings(
             config["web"]["tls"][key] = str(pki / in_secret[Path(path).name])
     assert ("client_ca_file" in config["web"]["tls"]) == bool(client_auth)
     config["web"].pop("listen_address")
+    # The state directory, as the pod mounts it: here the test's own, not the host's.
+    assert config["health"]["state_dir"] == config["sources"]["amdsmi"]["state_dir"]
+    config["health"]["state_dir"] = config["sources"]["amdsmi"]["state_dir"] = str(tmp_path)
     d = daemon_factory(config, scheme="https")
     kubelet = ssl.create_default_context()
     kubelet.check_hostname = False
@@ -936,16 +944,35 @@ def test_operator_objects_only_where_the_cluster_serves_their_api(renderer, tmp_
     assert kinds <= {d["kind"] for d in rendered}
 
 
-def test_amd_state_survives_pod_restarts_on_a_host_directory(renderer, tmp_path):
-    assert daemon_config(render(renderer, tmp_path), tmp_path).sources.amdsmi.state_dir == ""
-    values = {"amd": {"stateHostPath": "/var/lib/accel-exporter"}, "expectedDevices": {"amd": 8}}
-    docs = render(renderer, tmp_path, values)
+def test_state_survives_pod_restarts_on_a_host_directory(renderer, tmp_path):
+    # Every node kind's pod keeps its health findings (and, on AMD, the CPER cursor and
+    # AFID counts) in one host directory, mounted at the systemd unit's StateDirectory.
+    docs = render(renderer, tmp_path, {"expectedDevices": {"amd": 8}})
     config = daemon_config(docs, tmp_path)
+    assert config.health.state_dir == "/var/lib/accel-exporter"
     assert config.sources.amdsmi.state_dir == "/var/lib/accel-exporter"
     assert config.sources.amdsmi.expected_devices == 8  # both owned keys kept
-    assert "amd-state" not in volumes(docs)  # the AMD pods only
-    spec = daemonset(docs, "amd")["spec"]["template"]["spec"]
-    (volume,) = [v for v in spec["volumes"] if v["name"] == "amd-state"]
-    assert volume["hostPath"] == {"path": "/var/lib/accel-exporter", "type": "DirectoryOrCreate"}
-    mounts = spec["containers"][0]["volumeMounts"]
-    assert {"name": "amd-state", "mountPath": "/var/lib/accel-exporter"} in mounts
+    for kind in KINDS:
+        spec = daemonset(docs, kind)["spec"]["template"]["spec"]
+        (volume,) = [v for v in spec["volumes"] if v["name"] == "state"]
+        assert volume["hostPath"] == {
+            "path": "/var/lib/accel-exporter",
+            "type": "DirectoryOrCreate",
+        }
+        mounts = spec["containers"][0]["volumeMounts"]
+        assert {"name": "state", "mountPath": "/var/lib/accel-exporter"} in mounts
+    # Another host directory: mounted at the same place, the config unchanged.
+    docs = render(renderer, tmp_path, {"stateHostPath": "/srv/accel-exporter"})
+    assert volumes(docs, "gaudi")["state"]["hostPath"]["path"] == "/srv/accel-exporter"
+    assert daemon_config(docs, tmp_path).health.state_dir == "/var/lib/accel-exporter"
+    # The user's own health settings are kept beside the owned key.
+    docs = render(renderer, tmp_path, {"config": {"health": {"event_window": "2h"}}})
+    assert daemon_config(docs, tmp_path).health.event_window == 7200.0
+    # Empty: nothing mounted, findings in memory only.
+    docs = render(renderer, tmp_path, {"stateHostPath": ""})
+    config = daemon_config(docs, tmp_path)
+    assert (config.health.state_dir, config.sources.amdsmi.state_dir) == ("", "")
+    assert all("state" not in volumes(docs, kind) for kind in KINDS)
+    # The old AMD-only key is refused, naming its replacement.
+    with pytest.raises(RenderError, match=r"amd\.stateHostPath moved to stateHostPath"):
+        render_chart(renderer, tmp_path, {"amd": {"stateHostPath": "/var/lib/x"}})

@@ -192,7 +192,7 @@ def test_device_access_per_vendor(renderer, tmp_path):
 def test_no_volume_can_keep_a_pod_from_starting(renderer, tmp_path):
     # A hostPath of type CharDevice, File, Socket or Directory fails the pod on a node
     # without it; only the kubelet's own directory may be required to exist.
-    values = {"amd": {"rocmPath": "/opt/rocm", "stateHostPath": "/var/lib/accel-exporter"}}
+    values = {"amd": {"rocmPath": "/opt/rocm"}, "stateHostPath": "/var/lib/accel-exporter"}
     for ds in daemonsets(load_docs(render_chart(renderer, tmp_path, values))).values():
         for volume in pod(ds)["volumes"]:
             host = volume.get("hostPath")

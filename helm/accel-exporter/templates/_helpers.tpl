@@ -56,6 +56,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{- define "accel-exporter.configDir" -}}/etc/accel-exporter/config{{- end }}
+{{- /* Where stateHostPath is mounted in the pod (the systemd unit's StateDirectory too). */}}
+{{- define "accel-exporter.stateDir" -}}/var/lib/accel-exporter{{- end }}
 {{- define "accel-exporter.tlsDir" -}}/etc/accel-exporter/tls{{- end }}
 {{- define "accel-exporter.webConfigDir" -}}/etc/accel-exporter/web{{- end }}
 
@@ -92,8 +94,8 @@ The daemon's config file: the user's config with the keys the chart owns set on 
 {{- if .Values.expectedDevices.amd }}
 {{- $_ := set $amd "expected_devices" (int .Values.expectedDevices.amd) }}
 {{- end }}
-{{- if .Values.amd.stateHostPath }}
-{{- $_ := set $amd "state_dir" "/var/lib/accel-exporter" }}
+{{- if .Values.stateHostPath }}
+{{- $_ := set $amd "state_dir" (include "accel-exporter.stateDir" .) }}
 {{- end }}
 {{- if $amd }}
 {{- $_ := set $sources "amdsmi" $amd }}
@@ -137,6 +139,10 @@ The daemon's config file: the user's config with the keys the chart owns set on 
 {{- end }}
 {{- if $outputs }}
 {{- $_ := set $owned "outputs" $outputs }}
+{{- end }}
+{{- if .Values.stateHostPath }}
+{{- /* Health findings (XIDs, AFIDs, ...) and the writer's memory survive pod restarts. */}}
+{{- $_ := set $owned "health" (dict "state_dir" (include "accel-exporter.stateDir" .)) }}
 {{- end }}
 {{- toYaml (mergeOverwrite $config $owned) }}
 {{- end }}
