@@ -68,9 +68,11 @@ ROWS = (
     MetricSpec(
         "accel_exporter_state_errors_total",
         Kind.COUNTER,
-        "Failed reads and writes of a source's state file (AMD CPER ledgers) by reason: "
-        "corrupt, unreadable, read_only, no_space, permission_denied, write_failed. While "
-        "writes fail, a daemon restart counts every CPER record again (/status: cper_state).",
+        "Failed reads and writes of a source's state files (the health judge's memory, AMD "
+        "CPER ledgers) by reason: corrupt, unreadable, read_only, no_space, "
+        "permission_denied, write_failed, locked (another process writes the file). While "
+        "writes fail, a daemon restart forgets what the judge learnt since and counts every "
+        "CPER record again (/status: health_state, cper_state).",
         ("source", "reason"),
         otel_unit="{error}",
         values={
@@ -81,6 +83,7 @@ ROWS = (
                 "no_space",
                 "permission_denied",
                 "write_failed",
+                "locked",
             )
         },
     ),

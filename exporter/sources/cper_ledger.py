@@ -4,9 +4,9 @@ The amdsmi worker reads a GPU's CPER ring from the cursor the daemon passes
 and answers the advanced ledger; the daemon keeps the newest answer, so a new
 worker goes on where the last reply left off (nothing read twice, nothing
 lost). With a state directory, the ledgers are also written to a small JSON
-file after every change (written to a temporary file, then renamed), so a
-restarted daemon neither re-reads the ring from its start nor resets the AFID
-counters.
+file after every change (:mod:`exporter.state_file`: atomic, fsynced, one writing
+process per file under its lock), so a restarted daemon neither re-reads the ring
+from its start nor resets the AFID counters.
 
 The ring lives in the driver's memory: after a reboot it starts empty and the
 old cursors point past its end. The file therefore records the kernel's boot
@@ -18,30 +18,27 @@ unique per boot.
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from exporter import log
+from exporter import log, state_file
+from exporter.state_file import StateFile, StateFileError, boot_id, write_reason
 
 FILE_NAME = "amdsmi-cper.json"
 FORMAT = 1
-BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+# Kept importable here (tests and older callers): the state file module owns them.
+__all__ = ["FILE_NAME", "FORMAT", "LedgerStore", "boot_id", "store_for", "write_reason"]
 
 # One store per state directory and process: a configuration reload builds new
 # sources, and they must go on from the ledgers of the ones they replace.
 _STORES: dict[str, LedgerStore] = {}
 # Only the daemon writes the file; one-shot commands (once, probe, check --local)
-# read it, so their counts go on from the daemon's, and leave it alone.
-_WRITES = {"enabled": False}
-
-
-def enable_writes() -> None:
-    """Let this process write state files (the daemon calls this once)."""
-    _WRITES["enabled"] = True
+# read it, so their counts go on from the daemon's, and leave it alone. The switch
+# is the state file module's (the same dict): one switch for every state file.
+_WRITES = state_file.WRITES
+enable_writes = state_file.enable_writes
 
 
 def store_for(state_dir: str) -> LedgerStore:
@@ -52,29 +49,11 @@ def store_for(state_dir: str) -> LedgerStore:
     return store
 
 
-def write_reason(exc: OSError) -> str:
-    """A short reason for a failed write of the state file (a label value)."""
-    if exc.errno == errno.EROFS:
-        return "read_only"
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return "no_space"
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return "permission_denied"
-    return "write_failed"
-
-
-def boot_id(path: Path = BOOT_ID) -> str:
-    """The kernel's id of this boot ("" when it cannot be read)."""
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return ""
-
-
 class LedgerStore:
     """Ledgers by device uuid, in memory and (with a directory) on disk."""
 
     def __init__(self, state_dir: str = "", *, boot: str | None = None) -> None:
+        self._file: StateFile | None = None
         self.path = Path(state_dir) / FILE_NAME if state_dir else None
         self.boot = boot_id() if boot is None else boot
         self.ledgers: dict[str, dict[str, Any]] = {}
@@ -87,6 +66,19 @@ class LedgerStore:
         self.errors: dict[str, int] = {}
         if self.path is not None:
             self._load(self.path)
+
+    @property
+    def path(self) -> Path | None:
+        """The state file ("" state_dir: None, memory only)."""
+        return None if self._file is None else self._file.path
+
+    @path.setter
+    def path(self, path: Path | None) -> None:
+        if self._file is not None:
+            self._file.release(self)
+        self._file = None if path is None else state_file.shared(path)
+        if self._file is not None:
+            self._file.claim(self)  # the store lives as long as the process: so does its lock
 
     def _count(self, reason: str) -> None:
         self.errors[reason] = self.errors.get(reason, 0) + 1
@@ -102,17 +94,14 @@ class LedgerStore:
         )
 
     def _load(self, path: Path) -> None:
-        try:
-            raw = json.loads(path.read_text())
-        except FileNotFoundError:
+        found = state_file.read_json(path)
+        if found.reason == "missing":
             return
-        except OSError as exc:
-            self._unloadable("unreadable", str(exc))
+        if found.data is None:
+            self._unloadable(found.reason, found.detail)
             return
-        except ValueError as exc:
-            self._unloadable("corrupt", str(exc))
-            return
-        devices = raw.get("devices") if isinstance(raw, dict) else None
+        raw = found.data
+        devices = raw.get("devices")
         if not isinstance(devices, dict) or raw.get("format") != FORMAT:
             self._unloadable("corrupt", "not a CPER state file of a known format")
             return
@@ -159,28 +148,24 @@ class LedgerStore:
 
         A no-op without a directory, and outside the daemon unless ``force``.
         """
-        if self.path is None or not (force or _WRITES["enabled"]):
+        if self._file is None or not (force or _WRITES["enabled"]):
             return
         text = self._text()
         if text == self._written:
             return
-        tmp = self.path.with_name(self.path.name + ".tmp")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(text)
-            os.replace(tmp, self.path)
-        except OSError as exc:
+            self._file.write(text)
+        except StateFileError as exc:
             # Counting goes on in memory; only a daemon restart would read records again.
-            reason = write_reason(exc)
-            self._count(reason)
+            self._count(exc.reason)
             if not self._problem:
                 self._log.warning(
                     "CPER state file not written",
                     path=str(self.path),
-                    reason=reason,
-                    detail=str(exc),
+                    reason=exc.reason,
+                    detail=exc.detail,
                 )
-            self._problem = f"{reason}: {exc}"
+            self._problem = f"{exc.reason}: {exc.detail}"
             return
         if self._problem:
             self._log.info("CPER state file written again", path=str(self.path))
