@@ -71,9 +71,10 @@ def _imported_when_used(
 
 
 def _builtin_extras() -> None:
-    """The subcommands that live in their own packages: health checks, run recording."""
+    """The subcommands that live in their own packages: checks, run recording, health memory."""
     EXTRA_COMMANDS.setdefault("check", _imported_when_used("exporter.checks"))
     EXTRA_COMMANDS.setdefault("record", _imported_when_used("exporter.record"))
+    EXTRA_COMMANDS.setdefault("health", _imported_when_used("exporter.health_state"))
 
 
 def _short_help(parser: argparse.ArgumentParser) -> str:

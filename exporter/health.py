@@ -8,7 +8,12 @@ and what asks for it (``accel_device_action_reason_info{reason, action}``) out. 
 reads only shared family names, so every backend that fills them (NVIDIA, AMD,
 later ones) gets the same rules. The rules that compare with the past ("grew",
 "was up", an XID within the window, a reset since) keep their memory in
-:class:`HealthJudge`, one per source. Every rule is in docs/health.md.
+:class:`HealthJudge`, one per source; :meth:`HealthJudge.remembered` and
+:meth:`HealthJudge.recall` hand it to and from the state file
+(:mod:`exporter.sources.health_keeper`), so it survives a daemon restart. What
+clears it is evidence of repair only (a reset, a reboot, NVML's recovery action
+back to none, the window passing, an operator's clear), each logged once with
+what it cleared. Every rule is in docs/health.md.
 
 The worst state found wins: failed, then degraded, then predicted_failure; every
 reason found is listed, whatever its state.
@@ -20,9 +25,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from exporter import actions, log
 from exporter.config.health import HealthConfig
+from exporter.health_state.memory import DeviceMemory
 from exporter.model import Reading
 
 OK, DEGRADED, FAILED, PREDICTED = "ok", "degraded", "failed", "predicted_failure"
@@ -184,15 +191,35 @@ class HealthJudge:
     _reset_at: dict[Identity, float] = field(default_factory=dict)
     # identity -> its verdict as the last poll left it.
     latest: dict[Identity, DeviceHealth] = field(default_factory=dict)
+    # The source whose devices these are (log context).
+    source: str = ""
+    # identity -> the last NVML recovery action read, and when it last went back to none
+    # (XIDs from before that a reboot resolves no longer count).
+    _recovery: dict[Identity, str] = field(default_factory=dict)
+    _recovered_at: dict[Identity, float] = field(default_factory=dict)
+    # identity -> when an operator cleared it: no event from before counts.
+    _cleared_at: dict[Identity, float] = field(default_factory=dict)
+    # identity -> Unix time of the last poll that had it: one gone longer than the
+    # window is forgotten (MIG and partition uuids come and go over a long uptime).
+    _seen: dict[Identity, float] = field(default_factory=dict)
+    # uuid -> the identity a recalled device had: renamed if a poll names it otherwise.
+    _unplaced: dict[str, Identity] = field(default_factory=dict)
+    # identity -> (monotonic, Unix) time of its last ECC growth, as last converted: the
+    # file keeps Unix time, and converting anew each poll would drift with the clocks.
+    _grew_wall: dict[Identity, tuple[float, float]] = field(default_factory=dict)
 
     @classmethod
-    def configured(cls, config: HealthConfig) -> HealthJudge:
+    def configured(cls, config: HealthConfig, source: str = "") -> HealthJudge:
         """A judge with the configured window and action overrides."""
-        return cls(
-            window=config.event_window,
-            xid_actions=dict(config.xid_actions),
-            afid_actions=dict(config.afid_actions),
-        )
+        judge = cls(source=source)
+        judge.reconfigure(config)
+        return judge
+
+    def reconfigure(self, config: HealthConfig) -> None:
+        """Take a reloaded config's window and overrides; the memory stays."""
+        self.window = config.event_window
+        self.xid_actions = dict(config.xid_actions)
+        self.afid_actions = dict(config.afid_actions)
 
     def judge(self, readings: Sequence[Reading]) -> list[Reading]:
         """``readings`` followed by the health families of every device they report up or down."""
@@ -249,7 +276,7 @@ class HealthJudge:
                     links_up.add(key2)
                 elif key2 in links_up and labels[:2] in devices:
                     devices[labels[:2]]["link_down"] = DEGRADED
-        self._note_resets(up, down_why, wall)
+        self._note(up, down_why, field_action, wall)
         fatal = _remember_afids(amd, events)
         found = self._events_found(wall, field_action, fatal)
         amd_rules = _amd_reasons(amd, retired, found)
@@ -285,8 +312,28 @@ class HealthJudge:
             out.extend(self._record(ident, reasons, findings, wall))
         return out
 
+    def _note(
+        self,
+        up: dict[Identity, float],
+        down_why: dict[Identity, set[str]],
+        field_action: dict[Identity, str],
+        wall: float,
+    ) -> None:
+        """Take in what a poll says beyond its rules: resets, recovery, who is still here."""
+        if self._unplaced:
+            self._place(up)
+        self._note_resets(up, down_why, field_action, wall)
+        self._note_recovery(field_action, wall)
+        for ident in up:
+            self._seen[ident] = wall
+        self._prune(wall)
+
     def _note_resets(
-        self, up: dict[Identity, float], down_why: dict[Identity, set[str]], wall: float
+        self,
+        up: dict[Identity, float],
+        down_why: dict[Identity, set[str]],
+        field_action: dict[Identity, str],
+        wall: float,
     ) -> None:
         """Mark a device lost to a reset-only reason; one that is back was reset now."""
         for ident, value in up.items():
@@ -294,10 +341,86 @@ class HealthJudge:
                 self._lost.add(ident)
             elif value == 1 and ident in self._lost:
                 self._lost.discard(ident)
+                cleared = [
+                    f.reason
+                    for f in self._current(ident, field_action, wall)
+                    if f.action in actions.CLEARED_BY_RESET
+                ]
                 self._reset_at[ident] = wall
                 log.get(component="health").info(
                     "device back after a reset", device=ident[0], uuid=ident[1]
                 )
+                self._log_cleared(ident, "reset", cleared)
+
+    def _note_recovery(self, field_action: dict[Identity, str], wall: float) -> None:
+        """NVML's recovery action back to none: the XIDs a reboot resolves are resolved."""
+        for ident, name in field_action.items():
+            last = self._recovery.get(ident, "")
+            self._recovery[ident] = name
+            if name != "none" or last in ("", "none"):
+                continue
+            cleared = [
+                f.reason
+                for f in self._current(ident, field_action, wall)
+                if f.reason.startswith("xid_") and f.action in actions.CLEARED_BY_REBOOT
+            ]
+            self._recovered_at[ident] = wall
+            self._log_cleared(ident, "recovery_action_none", cleared, was=last)
+
+    def _event_finding(
+        self,
+        key: tuple[Identity, str, str],
+        stamp: float,
+        field_action: dict[Identity, str],
+        fatal: set[tuple[str, ...]],
+    ) -> Finding:
+        """The finding one remembered XID or AFID makes, with the action it asks for."""
+        ident, kind, code = key
+        if kind == "xid":
+            entry = actions.xid_action(int(code), self.xid_actions)
+            action = entry.action
+            if entry.code == actions.XID_RECOVERY_ACTION_CHANGED and ident in field_action:
+                action = actions.recovery_action(field_action[ident])
+            return Finding(f"xid_{code}", action, entry.immediate, entry.investigatory, stamp)
+        severity = "fatal" if (*ident, code) in fatal else "non_fatal"
+        action = actions.afid_action(code, self.afid_actions)
+        return Finding(f"afid_{code}", action, at=stamp, severity=severity)
+
+    def _counts(self, ident: Identity, kind: str, stamp: float, action: str, boot: float) -> bool:
+        """Whether an event still counts: no repair since it, of the kind that resolves it."""
+        if stamp <= self._cleared_at.get(ident, 0.0):
+            return False  # an operator cleared the device since
+        if stamp < self._reset_at.get(ident, 0.0) and action in actions.CLEARED_BY_RESET:
+            return False
+        if (
+            kind == "xid"
+            and stamp < self._recovered_at.get(ident, 0.0)
+            and action in actions.CLEARED_BY_REBOOT
+        ):
+            return False  # NVML's recovery action went back to none since
+        return not (stamp < boot and action in actions.CLEARED_BY_REBOOT)
+
+    def _current(
+        self,
+        ident: Identity,
+        field_action: dict[Identity, str],
+        wall: float,
+        boot: float | None = None,
+    ) -> list[Finding]:
+        """The events of one device that count now (to say what a repair clears).
+
+        ``boot``: the boot time to judge them by (default this boot's; 0 for a file from
+        another boot, whose events this boot's rule would already hide).
+        """
+        boot = self.boot_time() if boot is None else boot
+        out = []
+        for key, stamp in self._events.items():
+            if key[0] != ident or wall - stamp >= self.window:
+                continue
+            finding = self._event_finding(key, stamp, field_action, set())
+            if self._counts(ident, key[1], stamp, finding.action, boot):
+                out.append(finding)
+        return out
 
     def _events_found(
         self, wall: float, field_action: dict[Identity, str], fatal: set[tuple[str, ...]]
@@ -305,31 +428,233 @@ class HealthJudge:
         """The XIDs and AFIDs that still count, by device; forgets those out of the window."""
         boot = self.boot_time()
         out: dict[Identity, list[Finding]] = {}
+        expired: dict[Identity, list[str]] = {}
         for key, stamp in list(self._events.items()):
-            ident, kind, code = key
+            ident, kind, _code = key
+            finding = self._event_finding(key, stamp, field_action, fatal)
+            counts = self._counts(ident, kind, stamp, finding.action, boot)
             if wall - stamp >= self.window:
                 del self._events[key]
+                if counts:
+                    expired.setdefault(ident, []).append(finding.reason)
                 continue
-            if kind == "xid":
-                entry = actions.xid_action(int(code), self.xid_actions)
-                action = entry.action
-                if entry.code == actions.XID_RECOVERY_ACTION_CHANGED and ident in field_action:
-                    action = actions.recovery_action(field_action[ident])
-                finding = Finding(
-                    f"xid_{code}", action, entry.immediate, entry.investigatory, stamp
-                )
-            else:
-                severity = "fatal" if (*ident, code) in fatal else "non_fatal"
-                action = actions.afid_action(code, self.afid_actions)
-                finding = Finding(f"afid_{code}", action, at=stamp, severity=severity)
-            if stamp < self._reset_at.get(ident, 0.0) and action in actions.CLEARED_BY_RESET:
-                continue
-            if stamp < boot and action in actions.CLEARED_BY_REBOOT:
-                continue
-            out.setdefault(ident, []).append(finding)
+            if counts:
+                out.setdefault(ident, []).append(finding)
+        for ident, reasons in expired.items():
+            self._log_cleared(ident, "window", reasons)
         for findings in out.values():
             findings.sort(key=lambda f: f.reason)
         return out
+
+    def _log_cleared(self, ident: Identity, why: str, cleared: list[str], **context: Any) -> None:
+        """One line for a repair that cleared something (nothing: no line)."""
+        if cleared:
+            log.get(component="health", source=self.source).info(
+                "findings cleared",
+                device=ident[0],
+                uuid=ident[1],
+                why=why,
+                cleared=sorted(cleared),
+                **context,
+            )
+
+    # -- the memory, beyond one poll -----------------------------------------------
+
+    def _idents(self) -> set[Identity]:
+        """Every device the memory holds anything of."""
+        out = {key[0] for key in self._events}
+        out.update(labels[:2] for labels in self._ecc)
+        out.update(labels[:2] for _family, labels in self._links_up)
+        for held in (self._ecc_grew, self._lost, self._reset_at, self._recovery):
+            out.update(held)
+        for held2 in (self._recovered_at, self._cleared_at, self._seen, self.latest):
+            out.update(held2)
+        return out
+
+    def _prune(self, wall: float) -> None:
+        """Forget the devices no poll has had for longer than the window."""
+        for ident in self._idents():
+            seen = self._seen.setdefault(ident, wall)  # held but never seen: from now on
+            if wall - seen > self.window:
+                self._forget(ident)
+
+    def _forget(self, ident: Identity) -> None:
+        """Drop everything remembered of one device (gone from every poll for a window)."""
+        events = sorted(f"{kind}_{code}" for (i, kind, code) in self._events if i == ident)
+        self._rename(ident, None)
+        log.get(component="health", source=self.source).info(
+            "device forgotten",
+            device=ident[0],
+            uuid=ident[1],
+            why="in no poll for longer than the event window",
+            events=events,
+        )
+
+    def _rename(self, old: Identity, new: Identity | None) -> None:
+        """Move what is remembered of ``old`` to ``new`` (None: drop it)."""
+
+        def moved(labels: tuple[str, ...]) -> tuple[str, ...] | None:
+            return None if new is None else (*new, *labels[2:])
+
+        for key in [k for k in self._events if k[0] == old]:
+            stamp = self._events.pop(key)
+            if new is not None:
+                self._events[(new, key[1], key[2])] = stamp
+        for labels in [k for k in self._ecc if k[:2] == old]:
+            count = self._ecc.pop(labels)
+            target = moved(labels)
+            if target is not None:
+                self._ecc[target] = count
+        for family, labels in [k for k in self._links_up if k[1][:2] == old]:
+            self._links_up.discard((family, labels))
+            target = moved(labels)
+            if target is not None:
+                self._links_up.add((family, target))
+        if old in self._lost:
+            self._lost.discard(old)
+            if new is not None:
+                self._lost.add(new)
+        maps: tuple[dict[Identity, Any], ...] = (
+            self._ecc_grew,
+            self._reset_at,
+            self._recovery,
+            self._recovered_at,
+            self._cleared_at,
+            self._seen,
+            self._grew_wall,
+            self.latest,
+        )
+        for held in maps:
+            if old in held:
+                value = held.pop(old)
+                if new is not None:
+                    held[new] = value
+
+    def _place(self, up: dict[Identity, float]) -> None:
+        """A recalled device a poll names by another device label: its memory follows it."""
+        for ident in up:
+            old = self._unplaced.pop(ident[1], None)
+            if old is not None and old != ident:
+                self._rename(old, ident)
+
+    def known(self) -> dict[str, Identity]:
+        """Every device the judge knows (seen, or recalled): uuid -> identity."""
+        return {ident[1]: ident for ident in self._seen}
+
+    def remembered(self) -> dict[str, DeviceMemory]:
+        """The memory by device uuid, as the state file keeps it (see health_state.memory)."""
+        now, wall = self.clock(), self.wall()
+        out: dict[str, DeviceMemory] = {}
+
+        def of(ident: Identity) -> DeviceMemory:
+            found = out.get(ident[1])
+            if found is None:
+                found = out[ident[1]] = DeviceMemory(ident[0])
+            return found
+
+        for ident in self._seen:  # every device, so that its label names it (health clear)
+            of(ident)
+        for (ident, kind, code), stamp in self._events.items():
+            of(ident).events[(kind, code)] = stamp
+        for labels, count in self._ecc.items():
+            of(labels[:2]).ecc[labels[2:]] = count
+        for ident, grew in self._ecc_grew.items():
+            converted = self._grew_wall.get(ident)
+            if converted is None or converted[0] != grew:
+                converted = self._grew_wall[ident] = (grew, max(0.0, wall - (now - grew)))
+            of(ident).ecc_grew_at = converted[1]
+        for family, labels in self._links_up:
+            of(labels[:2]).links_up.add((family, labels[2:]))
+        for ident in self._lost:
+            of(ident).lost = True
+        for ident, name in self._recovery.items():
+            of(ident).recovery_action = name
+        for ident, at in self._reset_at.items():
+            of(ident).reset_at = at
+        for ident, at in self._recovered_at.items():
+            of(ident).recovered_at = at
+        for ident, at in self._cleared_at.items():
+            of(ident).cleared_at = at
+        return out
+
+    def recall(self, devices: Mapping[str, DeviceMemory], *, rebooted: bool) -> None:
+        """Take in the memory a state file kept (before the first poll is judged).
+
+        ``rebooted``: the file was written in another boot. Then the events a reboot
+        resolves are cleared (``service`` and ``drain_p2p`` stay: a reboot repairs no
+        hardware), and links seen up, ECC baselines and lost devices start afresh
+        (a reboot resets volatile counters and every device).
+        """
+        now, wall = self.clock(), self.wall()
+        for uuid, mem in devices.items():
+            ident: Identity = (mem.device, uuid)
+            self._seen[ident] = wall  # forgotten a window after the last poll that has it
+            self._unplaced[uuid] = ident
+            for (kind, code), stamp in mem.events.items():
+                key = (ident, kind, code)
+                self._events[key] = max(self._events.get(key, 0.0), stamp)
+            if mem.ecc_grew_at:
+                grew = now - (wall - mem.ecc_grew_at)
+                self._ecc_grew[ident] = grew
+                self._grew_wall[ident] = (grew, mem.ecc_grew_at)
+            for key2, at in (
+                (self._reset_at, mem.reset_at),
+                (self._recovered_at, mem.recovered_at),
+                (self._cleared_at, mem.cleared_at),
+            ):
+                if at:
+                    key2[ident] = at
+            if mem.recovery_action:
+                self._recovery[ident] = mem.recovery_action
+            if rebooted:
+                cleared = [
+                    f.reason
+                    for f in self._current(ident, {}, wall, boot=0.0)
+                    if f.action in actions.CLEARED_BY_REBOOT
+                ]
+                for key in [k for k in self._events if k[0] == ident]:
+                    finding = self._event_finding(key, self._events[key], {}, set())
+                    if finding.action in actions.CLEARED_BY_REBOOT:
+                        del self._events[key]
+                if mem.lost:
+                    cleared.append("lost")
+                self._log_cleared(ident, "reboot", cleared)
+                continue
+            for labels, count in mem.ecc.items():
+                self._ecc[ident + labels] = count
+            for family, labels in mem.links_up:
+                self._links_up.add((family, ident + labels))
+            if mem.lost:
+                self._lost.add(ident)
+
+    def clear(self, ident: Identity, *, by: str) -> list[str]:
+        """An operator's clear of one device: what it cleared (logged, with who asked).
+
+        Events from before now no longer count, the ECC growth hold ends, a device
+        waiting for a reset waits no more. Link and ECC baselines stay: they are no
+        finding, and a link still down afterwards is found down again.
+        """
+        now, wall = self.clock(), self.wall()
+        cleared = [f.reason for f in self._current(ident, {}, wall)]
+        grew = self._ecc_grew.pop(ident, None)
+        self._grew_wall.pop(ident, None)
+        if grew is not None and now - grew < ECC_GROWTH_HOLD_S:
+            cleared.append("ecc_uncorrected_growth")
+        if ident in self._lost:
+            self._lost.discard(ident)
+            cleared.append("lost")
+        self._reset_at.pop(ident, None)
+        self._recovered_at.pop(ident, None)
+        self._cleared_at[ident] = wall
+        log.get(component="health", source=self.source).info(
+            "findings cleared",
+            device=ident[0],
+            uuid=ident[1],
+            why="operator",
+            cleared=sorted(cleared),
+            by=by,
+        )
+        return sorted(cleared)
 
     def _record(
         self, ident: Identity, reasons: dict[str, str], findings: list[Finding], wall: float

@@ -17,11 +17,13 @@ class HealthConfig:
         "event_window": "how long an XID or AFID counts, from the event's own time",
         "xid_actions": "XID code -> action, over NVIDIA's catalog (e.g. '13': none)",
         "afid_actions": "AFID -> action, from AMD's AFID Event List (unlisted: service)",
+        "state_dir": "where the health memory (XIDs, AFIDs, resets) survives restarts",
     }
 
     event_window: Duration = 3600.0
     xid_actions: dict[str, str] = field(default_factory=dict)
     afid_actions: dict[str, str] = field(default_factory=dict)
+    state_dir: str = ""
 
     def check(self) -> list[tuple[str, str]]:
         """A positive window; override keys that are codes, values in the vocabulary."""

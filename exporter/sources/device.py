@@ -70,12 +70,12 @@ from exporter.catalog.device import INFO_LABELS
 from exporter.config.devices import DeviceSourceConfig
 from exporter.config.health import HealthConfig
 from exporter.errors import SourceError, SourcePending, SourceUnavailable, WorkerError
-from exporter.health import HealthJudge
 from exporter.health_api import DeviceReport
 from exporter.model import Reading, readings_of
 from exporter.sources import pci
 from exporter.sources.base import Source
 from exporter.sources.cper_ledger import LedgerStore
+from exporter.sources.health_keeper import HealthKeeper
 from exporter.sources.worker import WorkerSource
 from exporter.workers.isolation import DeviceFault, Fault, Probe
 from exporter.workers.runner import FAULT_BUDGET_SECONDS
@@ -271,8 +271,11 @@ class DeviceSource(WorkerSource):
         self._inventory_raw: dict[str, Any] | None = None
         self._slow: list[Reading] = []
         self._next_slow = 0.0
-        # The health verdict of each device, derived from every poll's readings.
-        self._health = HealthJudge.configured(health or HealthConfig())
+        # The health verdict of each device, derived from every poll's readings; the
+        # keeper holds the judge and its memory in health.state_dir (carried by adopt).
+        self._health_config = health or HealthConfig()
+        self._keeper = HealthKeeper(name, self._health_config)
+        self._health = self._keeper.judge
         # Identity of every device any inventory named, by library index: an isolated
         # device keeps the name it had.
         self._known: dict[int, DeviceId] = {}
@@ -304,6 +307,9 @@ class DeviceSource(WorkerSource):
         """
         if not isinstance(old, DeviceSource) or old.runner.backend != self.runner.backend:
             return
+        # The judge and its memory file go on (one writer of the file in this process).
+        self._keeper = self._keeper.take_over(old._keeper, self._health_config)
+        self._health = self._keeper.judge
         self.runner.adopt(old.runner)
         for index, known in old._known.items():
             self._known.setdefault(index, known)
@@ -315,6 +321,17 @@ class DeviceSource(WorkerSource):
     def carried(self) -> Sequence[Reading]:
         """The replaced source's devices, down with reason ``reloading`` (see adopt)."""
         return self._last
+
+    def fingerprint(self) -> tuple[Any, ...]:
+        """The worker's settings and the health section (a changed one rebuilds, adopted)."""
+        return (*super().fingerprint(), self._health_config)
+
+    async def close(self) -> None:
+        """Stop the worker; the health memory file is let go (unless a reload took it)."""
+        try:
+            await super().close()
+        finally:
+            self._keeper.close()
 
     def _call_budget(self) -> float:
         return call_budget(self.timeout)
@@ -358,6 +375,7 @@ class DeviceSource(WorkerSource):
         if self._inventory_raw is None and self._learnt:
             # A first bootstrap still under way: how far it got (see _learn).
             out["identified_so_far"] = len(self._learnt)
+        out["health_state"] = self._keeper.describe()
         if self.ledger is not None:
             out["cper_state"] = self.ledger.describe()
         if self._pci is not None:
@@ -512,6 +530,19 @@ class DeviceSource(WorkerSource):
     # -- polls ---------------------------------------------------------------------
 
     async def poll(self) -> Sequence[Reading]:
+        """One poll, the judge's memory recalled before it and kept after it (health_keeper).
+
+        Before: the memory file read at the first poll (so the first verdict after a
+        restart carries what was remembered) and the clear requests taken. After,
+        whatever the poll's outcome: the memory written if it changed, in a thread.
+        """
+        await self._keeper.before_poll()
+        try:
+            return await self._poll_all()
+        finally:
+            await self._keeper.after_poll()
+
+    async def _poll_all(self) -> Sequence[Reading]:
         """One poll plus the bus count; a worker whose devices changed is replaced, asked again."""
         deadline = time.monotonic() + self._call_budget()  # the bus scan comes out of it too
         extra = self._own_readings(await self._scan_pci())
@@ -720,8 +751,11 @@ class DeviceSource(WorkerSource):
         stuck = self.runner.stuck_processes()
         if stuck or self._known:  # once a worker ran here; a node without the vendor has none
             out.append(Reading("accel_exporter_worker_stuck_processes", (self.name,), float(stuck)))
+        errors = dict(self._keeper.errors)  # the health memory's and the CPER ledger's files
         if self.ledger is not None:
-            for reason, count in sorted(self.ledger.errors.items()):
-                labels = (self.name, reason)
-                out.append(Reading("accel_exporter_state_errors_total", labels, float(count)))
+            for reason, count in self.ledger.errors.items():
+                errors[reason] = errors.get(reason, 0) + count
+        for reason, count in sorted(errors.items()):
+            labels = (self.name, reason)
+            out.append(Reading("accel_exporter_state_errors_total", labels, float(count)))
         return out
