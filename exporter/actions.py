@@ -156,6 +156,8 @@ RECOVERY_ACTIONS: dict[str, str] = {
 # (thermal margin, ECC growth, the AFID reasons, whose AFIDs carry their own) ask none.
 REASON_ACTIONS: dict[str, str] = {
     "device_down": RESET_DEVICE,
+    # A call on it hung or crashed the worker (the exporter isolated it): a reset first.
+    "isolated": RESET_DEVICE,
     "row_remap_failure": SERVICE,
     "retired_pages_pending": RESET_DEVICE,
     "row_remap_pending": RESET_DEVICE,

@@ -217,7 +217,9 @@ class App:
             if not isinstance(source, DeviceSource):
                 continue
             state, reason = source_state(record, now)
-            reports.append(SourceReport(record.name, state, reason, source.health_report()))
+            # The records the store holds for the source: what every consumer reads.
+            verdicts = {v.uuid: v for v in record.snapshot.health} if record.snapshot else {}
+            reports.append(SourceReport(record.name, state, reason, source.health_report(verdicts)))
         return health_api.document(reports, time.time(), os.environ.get("NODE_NAME") or None)
 
     # -- lifecycle -----------------------------------------------------------

@@ -1,14 +1,14 @@
 """A vendor-neutral health verdict per device, from the readings of one device source.
 
-Readings in, ``accel_device_health{state}`` (one-hot over ok, degraded,
-failed, predicted_failure: OpenTelemetry's ``hw.status`` states),
-``accel_device_health_reason_info{reason}``, the recommended action
-(``accel_device_recommended_action{action}``, one-hot over :data:`actions.ACTIONS`)
-and what asks for it (``accel_device_action_reason_info{reason, action}``) out. It
-reads only shared family names, so every backend that fills them (NVIDIA, AMD,
-later ones) gets the same rules. The rules that compare with the past ("grew",
-"was up", an XID within the window, a reset since) keep their memory in
-:class:`HealthJudge`, one per source; :meth:`HealthJudge.remembered` and
+Readings in, one :class:`~exporter.verdict.DeviceHealth` record per device out: its
+state (OpenTelemetry's ``hw.status`` states ok, degraded, failed, predicted_failure,
+or unknown when the exporter cannot vouch for it), its reasons, the findings that ask
+an action and the most disruptive such action. Every consumer reads these records;
+the health families of /metrics are derived from them by :func:`readings`, the one
+place they are spelled. The rules read only shared family names, so every backend
+that fills them (NVIDIA, AMD, later ones) gets the same rules. The rules that compare
+with the past ("grew", "was up", an XID within the window, a reset since) keep their
+memory in :class:`HealthJudge`, one per source; :meth:`HealthJudge.remembered` and
 :meth:`HealthJudge.recall` hand it to and from the state file
 (:mod:`exporter.sources.health_keeper`), so it survives a daemon restart. What
 clears it is evidence of repair only (a reset, a reboot, NVML's recovery action
@@ -16,7 +16,9 @@ back to none, the window passing, an operator's clear), each logged once with
 what it cleared. Every rule is in docs/health.md.
 
 The worst state found wins: failed, then degraded, then predicted_failure; every
-reason found is listed, whatever its state.
+reason found is listed, whatever its state. A device the poll did not read (its
+worker down or starting, its source reloading) is unknown: only evidence about the
+device itself makes it failed, never the exporter's own trouble.
 """
 
 from __future__ import annotations
@@ -31,10 +33,32 @@ from exporter import actions, log
 from exporter.config.health import HealthConfig
 from exporter.health_state.memory import DeviceMemory
 from exporter.model import Reading
+from exporter.verdict import (
+    DEGRADED,
+    FAILED,
+    OK,
+    PREDICTED,
+    RANK,
+    STATES,
+    UNKNOWN,
+    DeviceHealth,
+    Finding,
+    Reason,
+)
 
-OK, DEGRADED, FAILED, PREDICTED = "ok", "degraded", "failed", "predicted_failure"
-STATES = (OK, DEGRADED, FAILED, PREDICTED)
-_RANK = {FAILED: 3, DEGRADED: 2, PREDICTED: 1}
+__all__ = [
+    "DEGRADED",
+    "FAILED",
+    "OK",
+    "PREDICTED",
+    "STATES",
+    "UNKNOWN",
+    "DeviceHealth",
+    "Finding",
+    "HealthJudge",
+    "Reason",
+    "readings",
+]
 
 # Recovery actions that leave the GPU usable as it is (drain_p2p: only peer-to-peer
 # traffic has to stop, so the GPU is degraded); any other asked action means it cannot be used.
@@ -62,6 +86,9 @@ RESET_REASONS = frozenset({"gpu_lost", "reset_required", "driver_not_loaded", "d
 # AMD: from this share of the driver's bad-page threshold on, the GPU is close to
 # being declared bad (the NVIDIA 64-page limit does not apply: the threshold is per GPU).
 BAD_PAGES_NEAR_SHARE = 0.9
+
+# The reasons AMD's rules derive from AFIDs: remembered events, kept while a device is unknown.
+AFID_REASONS = frozenset({"afid_fatal", "afid_recent"})
 
 # Families whose 0 for a link that was 1 means "a link went down".
 LINK_UP_FAMILIES = ("accel_nvlink_up", "accel_amd_xgmi_link_up")
@@ -115,6 +142,7 @@ _FAMILIES = frozenset(
         "accel_ecc_errors_total",
         "accel_xid_last_timestamp_seconds",
         "accel_device_down_reason_info",
+        "accel_device_isolated_info",
     }
 )
 
@@ -131,35 +159,6 @@ def _boot_time(path: str = "/proc/stat") -> float:
 
 
 BOOT_TIME = _boot_time()
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One thing a device reported and the action it calls for (docs/health.md)."""
-
-    # The source code: xid_79, afid_30, recovery_action_gpu_reset, or a health reason.
-    reason: str
-    action: str
-    # The vendor catalog's buckets, where there is a catalog (XIDs); else "".
-    immediate: str = ""
-    investigatory: str = ""
-    # Unix time of the event (XIDs, AFIDs); 0 for a state read at the poll.
-    at: float = 0.0
-    # The CPER severity of an AFID (fatal, non_fatal); else "".
-    severity: str = ""
-
-
-@dataclass
-class DeviceHealth:
-    """The verdict of one device as the last poll left it (for /v1/devices and writers)."""
-
-    state: str
-    reasons: dict[str, str]
-    findings: list[Finding]
-    action: str
-    # Unix time the state last changed, and of the last verdict.
-    since: float
-    updated: float
 
 
 @dataclass
@@ -221,23 +220,43 @@ class HealthJudge:
         self.xid_actions = dict(config.xid_actions)
         self.afid_actions = dict(config.afid_actions)
 
-    def judge(self, readings: Sequence[Reading]) -> list[Reading]:
-        """``readings`` followed by the health families of every device they report up or down."""
+    def judge(
+        self, readings: Sequence[Reading], unread: Mapping[Identity, str] | None = None
+    ) -> tuple[DeviceHealth, ...]:
+        """The verdict of every device the readings report up or down, and of every unread one.
+
+        ``unread`` names the devices this poll did not read, each with why (its worker
+        down or restarting, a new worker starting, the source reloading): whatever the
+        readings say of them is the exporter's own state, not evidence about the
+        device, so it neither fails them nor teaches the memory anything. Their state
+        is unknown; the events still remembered for them (XIDs, AFIDs in the window)
+        are listed with the action they ask for.
+        """
+        unread = unread or {}
         now, wall = self.clock(), self.wall()
         # A poll has thousands of readings and the rules read a few families.
         picked = [r for r in readings if r.metric in _FAMILIES]
-        devices: dict[Identity, dict[str, str]] = {
-            r.labels: {} for r in picked if r.metric == "accel_device_up"
-        }
+        # Whether each device is up, and why not, unread ones included: a bootstrap that
+        # fails for driver_not_loaded downs every device, and when they answer again
+        # that was a driver reload (what it resolves is cleared), not a verdict.
         up = {
             r.labels: r.value
             for r in picked
             if r.metric == "accel_device_up" and isinstance(r.value, float)
         }
+        down_why: dict[Identity, set[str]] = {}
+        for r in picked:
+            if r.metric == "accel_device_down_reason_info":
+                down_why.setdefault(r.labels[:2], set()).add(r.labels[2])
+        if unread:
+            picked = [r for r in picked if r.labels[:2] not in unread]
+        devices: dict[Identity, dict[str, str]] = {
+            r.labels: {} for r in picked if r.metric == "accel_device_up"
+        }
         retired: dict[Identity, float] = {}
         amd: list[Reading] = []
         field_action: dict[Identity, str] = {}
-        down_why: dict[Identity, set[str]] = {}
+        isolated: set[Identity] = set()
         links_up, ecc, events = self._links_up, self._ecc, self._events
         for r in picked:
             if r.metric in _AMD:
@@ -251,7 +270,9 @@ class HealthJudge:
                 events[key] = max(events.get(key, 0.0), value)
                 continue
             if metric == "accel_device_down_reason_info":
-                down_why.setdefault(labels[:2], set()).add(labels[2])
+                continue
+            if metric == "accel_device_isolated_info":
+                isolated.add(labels[:2])
                 continue
             if metric == "accel_device_recovery_action" and value == 1:
                 field_action[labels[:2]] = labels[2]
@@ -280,8 +301,13 @@ class HealthJudge:
         fatal = _remember_afids(amd, events)
         found = self._events_found(wall, field_action, fatal)
         amd_rules = _amd_reasons(amd, retired, found)
-        out = list(readings)
+        out = []
         for ident, reasons in devices.items():
+            if ident in isolated:
+                # The exporter's isolation named it the culprit of a hung or crashed call:
+                # evidence about the device, not "the device reported itself down".
+                reasons.pop("device_down", None)
+                reasons["isolated"] = FAILED
             grew = self._ecc_grew.get(ident)
             if grew is not None and now - grew < ECC_GROWTH_HOLD_S:
                 reasons["ecc_uncorrected_growth"] = DEGRADED
@@ -295,10 +321,7 @@ class HealthJudge:
             elif retired.get(ident, 0.0) >= RETIRED_PAGES_NEAR_LIMIT:
                 reasons["retired_pages_near_limit"] = PREDICTED
             findings = found.get(ident, [])
-            for finding in findings:
-                xid_state = ACTION_STATES.get(finding.action)
-                if xid_state is not None and finding.reason.startswith("xid_"):
-                    reasons[finding.reason] = xid_state
+            _event_reasons(reasons, findings)
             name = field_action.get(ident, "none")
             if name == "drain_p2p":
                 reasons.setdefault("recovery_action", DEGRADED)
@@ -309,8 +332,19 @@ class HealthJudge:
                 for reason in sorted(reasons)
                 if reason in actions.REASON_ACTIONS
             )
-            out.extend(self._record(ident, reasons, findings, wall))
-        return out
+            out.append(self._record(ident, reasons, findings, wall))
+        for ident, why in unread.items():
+            # Only what is remembered of the device: the events still in their window
+            # (AMD's rules turn AFIDs into reasons; no reading here to judge the rest).
+            findings = found.get(ident, [])
+            reasons = {
+                reason: state
+                for reason, state in amd_rules.get(ident, {}).items()
+                if reason in AFID_REASONS
+            }
+            _event_reasons(reasons, findings)
+            out.append(self._record(ident, reasons, findings, wall, why or "not read"))
+        return tuple(out)
 
     def _note(
         self,
@@ -657,23 +691,40 @@ class HealthJudge:
         return sorted(cleared)
 
     def _record(
-        self, ident: Identity, reasons: dict[str, str], findings: list[Finding], wall: float
-    ) -> Iterable[Reading]:
-        """Keep the device's verdict for the API and yield its health and action series."""
-        worst = max(reasons.values(), key=_RANK.__getitem__, default=OK)
+        self,
+        ident: Identity,
+        reasons: dict[str, str],
+        findings: list[Finding],
+        wall: float,
+        unknown_why: str = "",
+    ) -> DeviceHealth:
+        """The device's verdict (kept as ``latest``): unknown when ``unknown_why`` says why."""
+        worst = max(reasons.values(), key=RANK.__getitem__, default=OK)
+        state = UNKNOWN if unknown_why else worst
         action = actions.worst([f.action for f in findings])
         before = self.latest.get(ident)
-        since = before.since if before is not None and before.state == worst else wall
-        self.latest[ident] = DeviceHealth(worst, dict(reasons), findings, action, since, wall)
-        yield from verdict(ident, reasons)
-        for name in actions.ACTIONS:
-            yield Reading(
-                "accel_device_recommended_action", (*ident, name), 1.0 if name == action else 0.0
-            )
-        for finding in findings:
-            yield Reading(
-                "accel_device_action_reason_info", (*ident, finding.reason, finding.action), 1.0
-            )
+        since = before.since if before is not None and before.state == state else wall
+        record = DeviceHealth(
+            device=ident[0],
+            uuid=ident[1],
+            state=state,
+            reasons=tuple(Reason(name, reasons[name]) for name in sorted(reasons)),
+            findings=tuple(sorted(findings, key=lambda f: f.reason)),
+            action=action,
+            since=since,
+            updated=wall,
+            unknown_why=unknown_why,
+        )
+        self.latest[ident] = record
+        return record
+
+
+def _event_reasons(reasons: dict[str, str], findings: Iterable[Finding]) -> None:
+    """Add the reason of each XID whose action leaves the device other than ok."""
+    for finding in findings:
+        xid_state = ACTION_STATES.get(finding.action)
+        if xid_state is not None and finding.reason.startswith("xid_"):
+            reasons[finding.reason] = xid_state
 
 
 def _remember_afids(
@@ -737,10 +788,26 @@ def _amd_reasons(
     return out
 
 
-def verdict(ident: Identity, reasons: dict[str, str]) -> Iterable[Reading]:
-    """The one-hot state and the reason series of one device."""
-    worst = max(reasons.values(), key=_RANK.__getitem__, default=OK)
-    for state in STATES:
-        yield Reading("accel_device_health", (*ident, state), 1.0 if state == worst else 0.0)
-    for reason in sorted(reasons):
-        yield Reading("accel_device_health_reason_info", (*ident, reason), 1.0)
+def readings(verdicts: Iterable[DeviceHealth]) -> list[Reading]:
+    """The health families of each verdict: the one place /metrics spells them.
+
+    ``accel_device_health`` one-hot over the states (all four 0 for an unknown
+    device: none of them holds, the exporter cannot vouch), a reason series per
+    reason, ``accel_device_recommended_action`` one-hot over the actions and an
+    ``accel_device_action_reason_info`` series per finding.
+    """
+    out: list[Reading] = []
+    for verdict in verdicts:
+        ident = (verdict.device, verdict.uuid)
+        for state in STATES:
+            value = 1.0 if state == verdict.state else 0.0
+            out.append(Reading("accel_device_health", (*ident, state), value))
+        for reason in verdict.reasons:
+            out.append(Reading("accel_device_health_reason_info", (*ident, reason.reason), 1.0))
+        for name in actions.ACTIONS:
+            value = 1.0 if name == verdict.action else 0.0
+            out.append(Reading("accel_device_recommended_action", (*ident, name), value))
+        for finding in verdict.findings:
+            labels = (*ident, finding.reason, finding.action)
+            out.append(Reading("accel_device_action_reason_info", labels, 1.0))
+    return out

@@ -56,7 +56,7 @@ def rfc3339(when: float) -> str | None:
 
 def tri_state(source_state: str, verdict: DeviceHealth | None) -> str:
     """Healthy, Unhealthy or Unknown for one device."""
-    if source_state != "ok" or verdict is None:
+    if source_state != "ok" or verdict is None or not verdict.known:
         return UNKNOWN
     return UNHEALTHY if verdict.state == FAILED else HEALTHY
 
@@ -64,14 +64,15 @@ def tri_state(source_state: str, verdict: DeviceHealth | None) -> str:
 def _reasons(verdict: DeviceHealth) -> list[dict[str, Any]]:
     """Health reasons and findings merged by reason: the state each leads to, the action."""
     found: dict[str, Finding] = {f.reason: f for f in verdict.findings}
+    states = verdict.reason_states()
     out = []
-    for reason in sorted(set(verdict.reasons) | set(found)):
+    for reason in sorted(set(states) | set(found)):
         finding = found.get(reason)
         kind, _, code = reason.partition("_")
         out.append(
             {
                 "reason": reason,
-                "state": verdict.reasons.get(reason),
+                "state": states.get(reason),
                 "action": finding.action if finding else None,
                 "code": code if kind in ("xid", "afid") else "",
                 "immediate": finding.immediate if finding else "",
@@ -90,9 +91,11 @@ def _message(health: str, source: SourceReport, verdict: DeviceHealth | None) ->
         return f"source {source.name} is {source.state}{why}"
     if verdict is None:
         return "no verdict yet"
+    if not verdict.known:
+        return f"unknown: {verdict.unknown_why or 'not read'}"
     if not verdict.reasons and verdict.action == "none":
         return "ok"
-    reasons = ", ".join(sorted(verdict.reasons)) or "none"
+    reasons = ", ".join(verdict.reason_names()) or "none"
     return f"{verdict.state} ({reasons}); recommended action: {verdict.action}"
 
 

@@ -12,7 +12,7 @@ from collections import defaultdict
 from typing import Any
 
 from exporter.catalog import DOMAINS
-from exporter.catalog.device import ID
+from exporter.catalog.device import DAEMON_OWNED, ID
 
 # family -> [position, label..., value, position, label..., value, ...]
 Rows = dict[str, list[Any]]
@@ -23,23 +23,11 @@ def new_rows() -> Rows:
     return defaultdict(list)
 
 
-# Families the daemon itself derives for each device (from the reply's device
-# list): a worker that sent them could overrule the daemon's verdict on a device.
-DAEMON_OWNED = frozenset(
-    {
-        "accel_device_up",
-        "accel_device_down_reason_info",
-        "accel_device_health",
-        "accel_device_health_reason_info",
-        "accel_device_recommended_action",
-        "accel_device_action_reason_info",
-    }
-)
-
 # The families a backend may send, with the width of a row: its label count, the
 # two identity labels (device, uuid) being replaced by one inventory position.
 # Only the domains of device backends (a catalog module with FROM_WORKERS): workload
-# attribution and the rest come from other sources.
+# attribution and the rest come from other sources. Never the families the daemon
+# derives itself (DAEMON_OWNED: up, down reasons, the health verdict).
 ROW_WIDTH: dict[str, int] = {
     spec.name: len(spec.labels)
     for module in DOMAINS

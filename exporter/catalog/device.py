@@ -123,7 +123,9 @@ ROWS = (
         "accel_device_health",
         Kind.GAUGE,
         "The exporter's verdict on a device, one-hot over ok, degraded, failed and"
-        " predicted_failure (OpenTelemetry hw.status states); the rules are in docs/health.md.",
+        " predicted_failure (OpenTelemetry hw.status states); all four 0 while the exporter"
+        " cannot vouch for it (its worker down or restarting, a reload); the rules are in"
+        " docs/health.md.",
         (*ID, "state"),
         otel_name="hw.status",
         otel_instrument=Instrument.UPDOWNCOUNTER,
@@ -440,4 +442,18 @@ ROWS = (
         unit="seconds",
         values={"event": DEVICE_EVENTS},
     ),
+)
+
+# Families the daemon derives for each device itself (the device source from the reply's
+# device list, the health judge from its verdicts), never taken from a worker: one that
+# sent them could overrule the daemon's verdict on a device.
+DAEMON_OWNED = frozenset(
+    {
+        "accel_device_up",
+        "accel_device_down_reason_info",
+        "accel_device_health",
+        "accel_device_health_reason_info",
+        "accel_device_recommended_action",
+        "accel_device_action_reason_info",
+    }
 )

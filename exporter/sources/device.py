@@ -5,7 +5,9 @@ status and readings. This class checks the answer against the inventory the
 worker announced at bootstrap, adds the identity families (info, up, count),
 and keeps slow fields (read every ``slow_interval``) between slow polls. When
 the worker fails, every known device is exported ``up 0`` with the reason and
-its identity stays visible, so alerts can still say which GPU is gone. With
+its identity stays visible, so alerts can still say which GPU is gone; its health
+verdict is then unknown (the worker's trouble is no evidence about the device), with
+the events the judge remembers for it (:mod:`exporter.health`). With
 ``expected_devices`` set, ``accel_devices_expected`` is exported in every state,
 and a library that cannot load is a failure rather than "no such hardware here".
 ``accel_pci_devices`` (the vendor's accelerators on the PCI bus, from sysfs) is
@@ -17,7 +19,9 @@ with reason ``hung`` (or ``crashed``), with the call and the time in
 ``accel_device_isolated_info`` and ``..._since_timestamp_seconds``; the worker
 serves the others. The poll that caught it carries the others' last values
 (they were fresh one poll ago and are not at fault); the next poll reads them
-from the new worker. While a worker starts, the last state stays exported.
+from the new worker; the others' verdicts are unknown meanwhile (not read), the
+culprit's failed (``isolated``). While a worker starts, the last identity and state
+stay exported, the verdicts unknown.
 
 Before a worker's first inventory, what the workers have learnt so far (each
 device identified before a bootstrap hung on another, see
@@ -60,9 +64,9 @@ import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from exporter import log
+from exporter import health, log
 from exporter.backends import libsearch
 from exporter.backends.base import INVENTORY_CHANGED
 from exporter.backends.wire import ROW_WIDTH
@@ -77,6 +81,7 @@ from exporter.sources.base import Source
 from exporter.sources.cper_ledger import LedgerStore
 from exporter.sources.health_keeper import HealthKeeper
 from exporter.sources.worker import WorkerSource
+from exporter.verdict import DeviceHealth
 from exporter.workers.isolation import DeviceFault, Fault, Probe
 from exporter.workers.runner import FAULT_BUDGET_SECONDS
 
@@ -97,16 +102,15 @@ IDENTITY = frozenset(
         "accel_device_isolated_since_timestamp_seconds",
     }
 )
-# What a pending poll (a worker starting) keeps showing of the last one: identity and
-# state, with the health verdict; no values, which would pass for fresh.
-KEPT_WHILE_STARTING = IDENTITY | {
-    "accel_device_health",
-    "accel_device_health_reason_info",
-    "accel_device_recommended_action",
-    "accel_device_action_reason_info",
-}
 # Why a device is down while the worker a reload replaced is not answering yet.
 RELOADING = "reloading"
+# Why a device the poll did not read has an unknown verdict (DeviceHealth.unknown_why):
+# the exporter's own trouble, never evidence about the device.
+WORKER_RESTARTING = "worker restarting: {}"  # it died or hung (timeout, crashed, ...)
+WORKER_DOWN = "worker down: {}"  # none serves (the library unavailable after a success)
+WORKER_STARTING = "worker starting"
+
+Key = tuple[str, str]
 
 
 def _learnt_identity(text: str) -> dict[str, str]:
@@ -276,6 +280,8 @@ class DeviceSource(WorkerSource):
         self._health_config = health or HealthConfig()
         self._keeper = HealthKeeper(name, self._health_config)
         self._health = self._keeper.judge
+        # The verdicts the last poll made (success, failure or pending): see verdicts().
+        self._verdicts: tuple[DeviceHealth, ...] = ()
         # Identity of every device any inventory named, by library index: an isolated
         # device keeps the name it had.
         self._known: dict[int, DeviceId] = {}
@@ -316,7 +322,7 @@ class DeviceSource(WorkerSource):
         # Replaced by the new worker's inventory at its first answer.
         self._vendor, self._devices = old._vendor, list(old._devices)
         down = {(d.device, d.uuid): RELOADING for d in self._devices}
-        self._last = [r for r in self._compose(down, ()) if r.metric in KEPT_WHILE_STARTING]
+        self._last = self._compose(down, (), unread=self._unread(RELOADING))
 
     def carried(self) -> Sequence[Reading]:
         """The replaced source's devices, down with reason ``reloading`` (see adopt)."""
@@ -332,6 +338,17 @@ class DeviceSource(WorkerSource):
             await super().close()
         finally:
             self._keeper.close()
+
+    def verdicts(self) -> tuple[DeviceHealth, ...]:
+        """The health verdict of each device as the last poll left it (or ``adopt``).
+
+        Made by every poll, with a result or not: a device its worker reported up or
+        down, or that isolation named the culprit, is judged on that evidence; one the
+        poll could not read (the worker down, restarting or starting, the source
+        reloading) is unknown, with why. Devices only identified so far (no worker
+        answered a poll yet) have none.
+        """
+        return self._verdicts
 
     def _call_budget(self) -> float:
         return call_budget(self.timeout)
@@ -384,10 +401,13 @@ class DeviceSource(WorkerSource):
             out["pci_problem"] = self._pci_problem
         return out
 
-    def health_report(self) -> list[DeviceReport]:
-        """Each exported device with its last verdict, for /v1/devices (an HTTP thread)."""
+    def health_report(self, verdicts: Mapping[str, DeviceHealth]) -> list[DeviceReport]:
+        """Each exported device with its verdict in ``verdicts`` (by uuid), for /v1/devices.
+
+        ``verdicts`` are those of the source's snapshot in the store (the record every
+        consumer reads); called from an HTTP thread.
+        """
         vendor = self._vendor or self._default_vendor
-        latest = self._health.latest
         return [
             DeviceReport(
                 vendor,
@@ -395,7 +415,7 @@ class DeviceSource(WorkerSource):
                 dev.device,
                 dev.uuid,
                 dict(dev.info).get("pci_bus_id", ""),
-                latest.get((dev.device, dev.uuid)),
+                verdicts.get(dev.uuid),
             )
             for dev in self._exported()
         ]
@@ -471,12 +491,12 @@ class DeviceSource(WorkerSource):
             return []
         return [Reading("accel_devices_expected", (vendor,), float(expected))]
 
-    def _identity(self, *, unread: bool = False) -> list[Reading]:
+    def _identity(self, *, unanswered: bool = False) -> list[Reading]:
         devices = self._exported()
         # Before any worker named the vendor (every device isolated at the first start).
         vendor = self._vendor or self._default_vendor
         out = []
-        if not unread:
+        if not unanswered:
             # Counted once a poll answered: until then the count says the source is
             # still starting, as it always has (devices only learnt are never counted).
             out.append(Reading("accel_devices", (vendor,), float(len(devices))))
@@ -491,21 +511,25 @@ class DeviceSource(WorkerSource):
 
     def _compose(
         self,
-        states: Mapping[tuple[str, str], str],
+        states: Mapping[Key, str],
         values: Iterable[Reading],
         *,
-        unread: bool = False,
+        unread: Mapping[Key, str] | None = None,
+        unanswered: bool = False,
     ) -> list[Reading]:
-        """Identity, each device's state ("" = up, else the reason it is down), and values.
+        """Identity, each device's state ("" = up, else the reason it is down), values, verdicts.
 
-        ``unread``: no worker has answered a poll yet; the inventory's devices are
+        ``unread``: the devices this poll did not read, with why (their state in
+        ``states`` is the exporter's, not theirs): their verdict is unknown.
+        ``unanswered``: no worker has answered a poll yet; the inventory's devices are
         shown by identity alone (isolated ones with their state, which is known).
         """
         if not self._devices and not self.runner.faults and not self._learnt:
+            self._verdicts = ()
             return self._expected()
-        out = self._identity(unread=unread)
+        out = self._identity(unanswered=unanswered)
         faults = self.runner.faults
-        for dev in [] if unread else self._devices:
+        for dev in [] if unanswered else self._devices:
             if dev.index in faults:
                 continue
             key = (dev.device, dev.uuid)
@@ -520,10 +544,22 @@ class DeviceSource(WorkerSource):
             out.append(Reading("accel_device_isolated_info", (*key, fault.reason, fault.call), 1.0))
             out.append(Reading("accel_device_isolated_since_timestamp_seconds", key, fault.since))
         out.extend(values)
-        return self._health.judge(out)
+        return self._judged(out, unread or {})
 
-    def _all_down(self, reason: str) -> list[Reading]:
-        out = self._compose({(d.device, d.uuid): reason for d in self._devices}, ())
+    def _judged(self, readings: list[Reading], unread: Mapping[Key, str]) -> list[Reading]:
+        """``readings`` and the health families of their verdicts (kept for verdicts())."""
+        self._verdicts = self._health.judge(readings, cast(Mapping[tuple[str, ...], str], unread))
+        return [*readings, *health.readings(self._verdicts)]
+
+    def _unread(self, why: str) -> dict[Key, str]:
+        """Every inventory device with ``why``, but isolated ones (judged on their isolation)."""
+        faults = self.runner.faults
+        return {(d.device, d.uuid): why for d in self._devices if d.index not in faults}
+
+    def _all_down(self, reason: str, why: str) -> list[Reading]:
+        """Every device down with ``reason``: the worker's trouble, their verdicts unknown."""
+        states = {(d.device, d.uuid): reason for d in self._devices}
+        out = self._compose(states, (), unread=self._unread(why))
         self._last = out
         return out
 
@@ -545,6 +581,7 @@ class DeviceSource(WorkerSource):
     async def _poll_all(self) -> Sequence[Reading]:
         """One poll plus the bus count; a worker whose devices changed is replaced, asked again."""
         deadline = time.monotonic() + self._call_budget()  # the bus scan comes out of it too
+        self._verdicts = ()  # until this poll judges (a poll cut off judged nothing)
         extra = self._own_readings(await self._scan_pci())
         try:
             if not self._started:
@@ -627,8 +664,9 @@ class DeviceSource(WorkerSource):
             await self._keep_ledger(reply)
         except ShapeError as exc:
             await self.runner.invalidate("protocol_error", str(exc))
+            why = WORKER_RESTARTING.format("protocol_error")
             raise SourceError(
-                "protocol_error", str(exc), self._all_down("protocol_error")
+                "protocol_error", str(exc), self._all_down("protocol_error", why)
             ) from None
         except SourcePending as exc:
             # A new worker is starting: which devices there are and their state stay
@@ -638,33 +676,44 @@ class DeviceSource(WorkerSource):
             self._learn()
             if not self._anything_known():
                 raise  # the source stays "not polled yet"
-            known = [r for r in self._last if r.metric in KEPT_WHILE_STARTING]
-            if not known or not self._devices:
+            kept = [r for r in self._last if r.metric in IDENTITY]
+            if kept and self._devices:
+                # Not read while it starts: unknown, with what is remembered of each.
+                why = (
+                    WORKER_STARTING
+                    if exc.reason == "starting"
+                    else f"{WORKER_STARTING}: {exc.reason}"
+                )
+                known = self._judged(kept, self._unread(why))
+            else:
                 # No result yet: the devices are known, their state is not (a 0 would
-                # count every device down on each daemon start).
-                known = self._compose({}, (), unread=True)
+                # count every device down on each daemon start); no verdict either.
+                known = self._compose({}, (), unanswered=True)
             raise SourcePending(exc.reason, exc.detail, known) from None
         except SourceUnavailable as exc:
             if self.device_config.expected_devices is not None:
                 # The node is declared to have accelerators: a missing library or driver
                 # is a fault to alert on, not a machine without this vendor's hardware.
-                raise SourceError(exc.reason, exc.detail, self._all_down(exc.reason)) from None
+                down = self._all_down(exc.reason, WORKER_DOWN.format(exc.reason))
+                raise SourceError(exc.reason, exc.detail, down) from None
             # Devices seen before stay visible, down with the reason (an unavailable
             # library after a success is a failure: the scheduler decides).
-            raise SourceUnavailable(
-                exc.reason, exc.detail, self._all_down(exc.reason), exc.retry_in
-            ) from None
+            down = self._all_down(exc.reason, WORKER_DOWN.format(exc.reason))
+            raise SourceUnavailable(exc.reason, exc.detail, down, exc.retry_in) from None
         except DeviceFault as exc:
             # The culprit is isolated and a worker without it is starting: the others
             # are not at fault, and what they said one poll ago stays until it answers.
             isolated = {(d.device, d.uuid) for d, _ in self._isolated()}
             values = [r for r in self._values if r.labels[:2] not in isolated]
             self._values = []  # carried once: a second fault in a row has nothing fresh to carry
-            self._last = self._compose(self._states, values)
+            # Carried, not read: their verdicts are unknown until the new worker answers.
+            unread = self._unread(WORKER_RESTARTING.format(exc.reason))
+            self._last = self._compose(self._states, values, unread=unread)
             raise WorkerError(exc.reason, exc.detail, self._last) from None
         except WorkerError as exc:
             self._learn()
-            raise type(exc)(exc.reason, exc.detail, self._all_down(exc.reason)) from None
+            down = self._all_down(exc.reason, WORKER_RESTARTING.format(exc.reason))
+            raise type(exc)(exc.reason, exc.detail, down) from None
         if slow:
             self._next_slow = time.monotonic() + self.device_config.slow_interval
         self._states, self._values = states, values

@@ -15,6 +15,7 @@ from exporter.outputs.compat import Compat, from_config, table
 from exporter.outputs.compat import amd as amd_compat
 from exporter.outputs.prometheus import Exposition
 from exporter.store import Store
+from exporter.verdict import DeviceHealth
 from tests.helpers.daemon import samples, value
 
 NV, AMD = "GPU-aaaa", "00ff74a1-0000-1000-80a5-5a1e00000000"
@@ -28,8 +29,16 @@ def _info(vendor: str, device: str, uuid: str, **labels: str) -> Reading:
 
 
 def _snapshot(name: str, items: list[Reading], age: float = 0.0) -> Snapshot:
+    """A snapshot of ``items``, with the verdict record of each one-hot health state in them."""
     now = time.time()
-    return Snapshot(name, tuple(items), OK, now, now, time.monotonic() - age, 0.001, 5.0)
+    verdicts = tuple(
+        DeviceHealth(r.labels[0], r.labels[1], r.labels[2], (), (), "none", now, now)
+        for r in items
+        if r.metric == "accel_device_health" and r.value == 1
+    )
+    return Snapshot(
+        name, tuple(items), OK, now, now, time.monotonic() - age, 0.001, 5.0, health=verdicts
+    )
 
 
 def nvidia(age: float = 0.0) -> Snapshot:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from exporter import health
 from exporter.health import HealthJudge
 from exporter.model import Reading
 
@@ -17,10 +18,10 @@ def up(ident=A, value=1.0):
 
 def judged(readings, judge=None):
     """(states, health reasons, recommended actions, action reasons) by device."""
-    out = (judge or HealthJudge()).judge(readings)
-    assert out[: len(readings)] == list(readings)  # the readings pass through unchanged
+    # The records, and the health families derived from them (the one function).
+    out = health.readings((judge or HealthJudge()).judge(readings))
     states, reasons, todo, why = {}, {}, {}, {}
-    for r in out[len(readings) :]:
+    for r in out:
         if r.metric in ("accel_device_health", "accel_device_recommended_action"):
             one_hot = states if r.metric == "accel_device_health" else todo
             if r.value == 1:
@@ -41,12 +42,12 @@ def verdicts(readings, judge=None):
 
 
 def test_every_state_is_exported_one_hot_for_each_device():
-    out = HealthJudge().judge([up(A), up(B)])
-    health = [r for r in out if r.metric == "accel_device_health"]
-    assert sorted(r.labels for r in health) == sorted(
+    out = health.readings(HealthJudge().judge([up(A), up(B)]))
+    one_hot = [r for r in out if r.metric == "accel_device_health"]
+    assert sorted(r.labels for r in one_hot) == sorted(
         (*ident, s) for ident in (A, B) for s in ("ok", "degraded", "failed", "predicted_failure")
     )
-    assert sum(r.value for r in health) == 2
+    assert sum(r.value for r in one_hot) == 2
     assert not [r for r in out if r.metric == "accel_device_health_reason_info"]
 
 
@@ -182,8 +183,7 @@ def test_corrected_ecc_growth_is_not_degraded():
 
 
 def test_devices_without_an_up_series_get_no_verdict():
-    out = HealthJudge().judge([Reading("accel_power_watts", A, 1.0)])
-    assert [r.metric for r in out] == ["accel_power_watts"]
+    assert HealthJudge().judge([Reading("accel_power_watts", A, 1.0)]) == ()
 
 
 # -- AMD: AFIDs and bad pages -------------------------------------------------------
@@ -441,3 +441,22 @@ def test_the_latest_verdict_is_kept_with_its_findings_and_since():
     wall[0] = NOW + 9
     judge.judge([up(A)])
     assert (judge.latest[A].since, judge.latest[A].updated) == (NOW + 5, NOW + 9)
+
+
+def test_a_device_the_poll_did_not_read_is_unknown_never_failed():
+    """The worker down (every device up 0 with the worker's reason): no evidence about
+    the devices, so no failed verdict and no device_down; remembered XIDs still count."""
+    judge = xid_judge([NOW])
+    judge.judge([up(A), up(B), *xid(79, NOW - 5)])
+    down = [up(A, 0.0), up(B, 0.0)]
+    records = {v.uuid: v for v in judge.judge(down, {A: "worker restarting: timeout", B: "x"})}
+    assert {u: v.state for u, v in records.items()} == {A[1]: "unknown", B[1]: "unknown"}
+    assert records[A[1]].unknown_why == "worker restarting: timeout"
+    assert "device_down" not in records[A[1]].reason_names()
+    assert records[A[1]].action == "reboot_node"  # XID 79 is remembered evidence
+    assert records[B[1]].action == "none"
+    one_hot = [r for r in health.readings(records.values()) if r.metric == "accel_device_health"]
+    assert one_hot and all(r.value == 0 for r in one_hot)  # no state holds
+    # The same devices reported down by the worker itself: failed, device_down.
+    states, reasons, _, _ = judged(down, judge)
+    assert states == {A: "failed", B: "failed"} and "device_down" in reasons[B]

@@ -241,6 +241,7 @@ def build(view: View, host: str, cluster: str) -> list[Family]:
     if not gpus:
         return []
     readings = Readings(view)
+    verdicts = view.health()
     families = _Families()
     counted = [r for r in view.readings("accel_devices") if r.labels == ("amd",)]
     if counted:
@@ -261,8 +262,10 @@ def build(view: View, host: str, cluster: str) -> list[Family]:
         labels[8] = ("gpu_partition_id", str(int(partition)) if partition is not None else "0")
         # A partition other than the first speaks for no physical quantity.
         secondary = partition is not None and partition > 0
-        health = readings.one("accel_device_health", dev.uuid, "ok")
-        if health is not None:
+        # The verdict record (exporter.verdict): an unknown device gets no health flag.
+        verdict = verdicts.get(dev.uuid)
+        if verdict is not None and verdict.known:
+            health = 1.0 if verdict.state == "ok" else 0.0
             families.add("gpu_health", "computed GPU health flag", labels, health)
         for f in FIELDS:
             value = readings.one(f.source, dev.uuid, *f.dims)
