@@ -305,12 +305,51 @@ def test_a_killed_worker_creates_no_rule_and_turns_nothing_false(
     d.wait_for(lambda: (condition(api) or {}).get("status") == "True", timeout=60)
     pid = d.status()["sources"]["nvml"]["worker_pid"]
     os.kill(pid, signal.SIGKILL)
-    statuses = set()
+    statuses, health = set(), set()
     end = time.monotonic() + 15
     while time.monotonic() < end:  # sampling through the crash and the restart
         statuses.add((condition(api) or {}).get("status"))
+        health |= {dev["health"] for dev in d.get("/v1/devices").json()["devices"]}
         assert api.rules == {}
         time.sleep(0.05)
     assert statuses == {"True"}
+    # /v1/devices: Unknown while the worker was down, never Unhealthy, Healthy again after.
+    assert "Unknown" in health and "Unhealthy" not in health
+    d.wait_for(
+        lambda: {dev["health"] for dev in d.get("/v1/devices").json()["devices"]} == {"Healthy"},
+        timeout=30,
+        what="Healthy again",
+    )
     assert d.status()["sources"]["nvml"]["worker_pid"] != pid
+    assert not [r for r in rule_writes(api)]
+
+
+def test_a_worker_that_cannot_start_creates_no_rule_and_turns_nothing_false(
+    daemon_factory, fake_nvml, api, pki, tmp_path
+):
+    """A worker whose library no longer initialises (every restart fails its bootstrap)
+    is the exporter's trouble: the GPUs are Unknown, nothing is tainted, the condition
+    is not turned False, and all is Healthy again once a worker starts."""
+    fake = fake_nvml(2)
+    api.slices = nvidia_slices([fake.uuid(0), fake.uuid(1)])
+    d = daemon_factory(daemon_config(api, pki, tmp_path, taint_effect="NoExecute"), env=fake.env())
+    d.wait_for(lambda: (condition(api) or {}).get("status") == "True", timeout=60)
+    fake.state.init_error = 999  # NVML_ERROR_UNKNOWN from nvmlInit: no worker bootstraps
+    os.kill(d.status()["sources"]["nvml"]["worker_pid"], signal.SIGKILL)
+    d.wait_for(
+        lambda: {dev["health"] for dev in d.get("/v1/devices").json()["devices"]} == {"Unknown"},
+        timeout=30,
+        what="Unknown while no worker starts",
+    )
+    end = time.monotonic() + 8
+    while time.monotonic() < end:  # several failed bootstraps
+        assert (condition(api) or {}).get("status") != "False" and api.rules == {}
+        assert "Unhealthy" not in {dev["health"] for dev in d.get("/v1/devices").json()["devices"]}
+        time.sleep(0.1)
+    fake.state.init_error = 0
+    d.wait_for(
+        lambda: {dev["health"] for dev in d.get("/v1/devices").json()["devices"]} == {"Healthy"},
+        timeout=60,
+        what="Healthy once a worker starts",
+    )
     assert not [r for r in rule_writes(api)]
