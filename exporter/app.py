@@ -17,7 +17,7 @@ import os
 import signal
 import ssl
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -100,6 +100,30 @@ def source_state(record: SourceRecordView, now: float) -> tuple[str, str]:
         return "pending", ""
     reason = record.down_reason(now)
     return ("ok" if not reason else ("stale" if reason == "stale" else "failing")), reason
+
+
+def devices_document(
+    store: Store, sources: Iterable[Source], node: str | None = None
+) -> dict[str, Any]:
+    """The /v1/devices document: every device source's devices with their verdict records.
+
+    The verdicts are those on each source's latest snapshot in ``store`` (what every
+    consumer reads, see exporter.verdict); whether that snapshot is still fresh
+    decides whether they may be vouched for. ``node``: $NODE_NAME, else the host name.
+    """
+    now = time.monotonic()
+    by_name = {s.name: s for s in sources}
+    reports = []
+    for record in store.records():
+        source = by_name.get(record.name)
+        if not isinstance(source, DeviceSource):
+            continue
+        state, reason = source_state(record, now)
+        snap = record.snapshot
+        verdicts = {v.uuid: v for v in snap.health} if snap is not None else {}
+        devices = source.health_report(verdicts)
+        reports.append(SourceReport(record.name, state, reason, devices, record.fresh(now)))
+    return health_api.document(reports, time.time(), node)
 
 
 class App:
@@ -209,18 +233,8 @@ class App:
     def devices(self) -> dict[str, Any]:
         """The /v1/devices document: every device source's devices and their health."""
         runtime = self.runtime
-        now = time.monotonic()
-        by_name = {s.name: s for s in runtime.sources} if runtime else {}
-        reports = []
-        for record in self.store.records():
-            source = by_name.get(record.name)
-            if not isinstance(source, DeviceSource):
-                continue
-            state, reason = source_state(record, now)
-            # The records the store holds for the source: what every consumer reads.
-            verdicts = {v.uuid: v for v in record.snapshot.health} if record.snapshot else {}
-            reports.append(SourceReport(record.name, state, reason, source.health_report(verdicts)))
-        return health_api.document(reports, time.time(), os.environ.get("NODE_NAME") or None)
+        sources = runtime.sources if runtime else []
+        return devices_document(self.store, sources, os.environ.get("NODE_NAME") or None)
 
     # -- lifecycle -----------------------------------------------------------
 

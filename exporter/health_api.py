@@ -2,12 +2,14 @@
 
 A device plugin, a DRA driver or a node agent reads it (schema: docs/health-api.schema.json).
 
-Pure: what the sources report in, a JSON-ready dict out. The Kubernetes tri-state
-(KEP-4680's Healthy, Unhealthy, Unknown) is derived here: Unknown whenever the
-exporter cannot vouch for the data (the source is stale, failing, not started, or
-the device has no verdict yet), never Healthy by default; Unhealthy for a failed
-device; Healthy otherwise (degraded and predicted_failure devices still run jobs,
-their reasons say why to watch them).
+Pure: what the sources report in (each device with its verdict record, see
+:mod:`exporter.verdict`), a JSON-ready dict out. The Kubernetes tri-state
+(KEP-4680's Healthy, Unhealthy, Unknown) is derived here from the record: Unknown
+whenever the exporter cannot vouch for it (the record is unknown: the worker down,
+restarting or starting, the source reloading; or the source's data is stale, or the
+device has no record yet), never Healthy by default; Unhealthy for a failed device
+(its own errors, or isolation named it the culprit); Healthy otherwise (degraded and
+predicted_failure devices still run jobs, their reasons say why to watch them).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from exporter.health import FAILED, DeviceHealth, Finding
+from exporter.verdict import FAILED, DeviceHealth, Finding
 
 API_VERSION = "accel-exporter/v1"
 KIND = "DeviceHealthList"
@@ -27,7 +29,7 @@ HEALTHY, UNHEALTHY, UNKNOWN = "Healthy", "Unhealthy", "Unknown"
 
 @dataclass(frozen=True)
 class DeviceReport:
-    """One device as its source knows it, with its last verdict (None before any)."""
+    """One device as its source knows it, with its verdict record (None before any)."""
 
     vendor: str
     index: int
@@ -39,12 +41,17 @@ class DeviceReport:
 
 @dataclass(frozen=True)
 class SourceReport:
-    """One device source: its state ("ok", "stale", "failing", ...) and its devices."""
+    """One device source: its state ("ok", "stale", "failing", ...) and its devices.
+
+    ``fresh``: the snapshot the verdicts come from is younger than the source's
+    ``stale_after`` (a failing poll's snapshot is fresh too: it judged what it could).
+    """
 
     name: str
     state: str
     reason: str
     devices: list[DeviceReport]
+    fresh: bool = True
 
 
 def rfc3339(when: float) -> str | None:
@@ -54,9 +61,9 @@ def rfc3339(when: float) -> str | None:
     return datetime.fromtimestamp(when, timezone.utc).isoformat(timespec="milliseconds")
 
 
-def tri_state(source_state: str, verdict: DeviceHealth | None) -> str:
-    """Healthy, Unhealthy or Unknown for one device."""
-    if source_state != "ok" or verdict is None or not verdict.known:
+def tri_state(fresh: bool, verdict: DeviceHealth | None) -> str:
+    """Healthy, Unhealthy or Unknown for one device, from its record and its freshness."""
+    if not fresh or verdict is None or not verdict.known:
         return UNKNOWN
     return UNHEALTHY if verdict.state == FAILED else HEALTHY
 
@@ -84,15 +91,19 @@ def _reasons(verdict: DeviceHealth) -> list[dict[str, Any]]:
     return out
 
 
-def _message(health: str, source: SourceReport, verdict: DeviceHealth | None) -> str:
+def _message(source: SourceReport, verdict: DeviceHealth | None) -> str:
     """One line a human reads in a Pod status or a node condition."""
-    if source.state != "ok":
+    if verdict is not None and source.fresh and not verdict.known:
+        text = f"source {source.name} {verdict.unknown_why}"
+        if verdict.action != "none":
+            remembered = ", ".join(f.reason for f in verdict.findings)
+            text += f"; remembered {remembered}; recommended action: {verdict.action}"
+        return text
+    if not source.fresh or (verdict is None and source.state != "ok"):
         why = f": {source.reason}" if source.reason and source.reason != source.state else ""
         return f"source {source.name} is {source.state}{why}"
     if verdict is None:
         return "no verdict yet"
-    if not verdict.known:
-        return f"unknown: {verdict.unknown_why or 'not read'}"
     if not verdict.reasons and verdict.action == "none":
         return "ok"
     reasons = ", ".join(verdict.reason_names()) or "none"
@@ -107,7 +118,6 @@ def document(
     for source in sources:
         for dev in sorted(source.devices, key=lambda d: (d.index, d.device)):
             verdict = dev.verdict
-            health = tri_state(source.state, verdict)
             devices.append(
                 {
                     "source": source.name,
@@ -116,11 +126,12 @@ def document(
                     "device": dev.device,
                     "uuid": dev.uuid,
                     "pci_address": dev.pci_address,
-                    "health": health,
-                    "verdict": verdict.state if verdict else None,
+                    "health": tri_state(source.fresh, verdict),
+                    # The record's state; null while it is unknown (and before the first).
+                    "verdict": verdict.state if verdict and verdict.known else None,
                     "recommended_action": verdict.action if verdict else None,
                     "reasons": _reasons(verdict) if verdict else [],
-                    "message": _message(health, source, verdict),
+                    "message": _message(source, verdict),
                     "source_state": source.state,
                     "since": rfc3339(verdict.since) if verdict else None,
                     "last_updated": rfc3339(verdict.updated) if verdict else None,

@@ -52,8 +52,12 @@ class Reason:
 class DeviceHealth:
     """The verdict of one device as one poll left it.
 
-    ``state`` is one of :data:`STATES` or :data:`UNKNOWN` (then ``unknown_why`` says
-    why: the worker's or the source's reason, e.g. ``timeout``, ``reloading``).
+    ``state`` is one of :data:`STATES` or :data:`UNKNOWN`; then ``unknown_why`` says
+    why in a short phrase that names the worker's or the source's reason
+    (``worker restarting: timeout``, ``worker down: library_not_found``,
+    ``worker starting``, ``reloading``: exporter.sources.device), and ``reasons``,
+    ``findings`` and ``action`` are what the judge remembers of the device (the XIDs
+    and AFIDs still in their window), never anything read this poll.
     ``reasons`` are sorted by name, ``findings`` by reason; ``action`` is the most
     disruptive action the findings ask for (kept while the state is unknown: what the
     device asked for before is remembered evidence). ``since`` is the Unix time the

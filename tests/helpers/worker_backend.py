@@ -3,8 +3,10 @@
 Runs inside the worker child. Reads the JSON control file at every request:
 ``{"devices": n, "mode": "ok" | "hang" | "crash" | "exit" | "garbage" | "wrong_id" | "short" |
 "bad_reading" | "ragged" | "unencodable" | "slow" | "fault" | "bootstrap_error" | "bootstrap_unavailable" |
-"bootstrap_hang", "delay": seconds, "value": number}``. A ``devices`` count other
-than the one announced at bootstrap makes polls fail with ``inventory_changed``.
+"bootstrap_hang", "delay": seconds, "value": number, "lost": [index, ...]}``. A
+``devices`` count other than the one announced at bootstrap makes polls fail with
+``inventory_changed``; the devices ``lost`` names are reported down (``gpu_lost``)
+by the worker itself, without readings.
 """
 
 from __future__ import annotations
@@ -69,9 +71,13 @@ class MisbehavingBackend:
             raise BackendError("device_busy", "the test asked for a fault")
         if int(ctl.get("devices", self.devices)) != self.devices:
             raise BackendError("inventory_changed", "the test changed the device count")
-        devices = [{"uuid": f"TEST-{i}", "up": True, "reason": ""} for i in range(self.devices)]
+        lost = set(ctl.get("lost", []))
+        devices = [
+            {"uuid": f"TEST-{i}", "up": i not in lost, "reason": "gpu_lost" if i in lost else ""}
+            for i in range(self.devices)
+        ]
         value = float(ctl.get("value", 42.0))
-        power: list[Any] = [x for i in range(self.devices) for x in (i, value + i)]
+        power: list[Any] = [x for i in range(self.devices) if i not in lost for x in (i, value + i)]
         if mode == "short":
             devices = devices[:-1]
         if mode == "bad_reading":

@@ -16,10 +16,14 @@ def up(ident=A, value=1.0):
     return Reading("accel_device_up", ident, value)
 
 
-def judged(readings, judge=None):
-    """(states, health reasons, recommended actions, action reasons) by device."""
-    # The records, and the health families derived from them (the one function).
-    out = health.readings((judge or HealthJudge()).judge(readings))
+def judged(readings, judge=None, unread=None):
+    """(states, health reasons, recommended actions, action reasons) by device.
+
+    Read from the health families the records give (health.readings), so the one
+    function that derives them is checked with every rule.
+    """
+    records = (judge or HealthJudge()).judge(readings, unread)
+    out = health.readings(records)
     states, reasons, todo, why = {}, {}, {}, {}
     for r in out:
         if r.metric in ("accel_device_health", "accel_device_recommended_action"):
@@ -33,7 +37,10 @@ def judged(readings, judge=None):
         else:
             assert r.metric == "accel_device_health_reason_info" and r.value == 1
             reasons.setdefault(r.labels[:2], set()).add(r.labels[2])
-    assert set(todo) == set(states), "an action for every device judged"
+    judged_devices = {(v.device, v.uuid) for v in records}
+    assert set(todo) == judged_devices, "an action for every device judged"
+    # A state for every device the exporter can vouch for, and for no other.
+    assert set(states) == {(v.device, v.uuid) for v in records if v.known}
     return states, reasons, todo, why
 
 
@@ -43,11 +50,11 @@ def verdicts(readings, judge=None):
 
 def test_every_state_is_exported_one_hot_for_each_device():
     out = health.readings(HealthJudge().judge([up(A), up(B)]))
-    one_hot = [r for r in out if r.metric == "accel_device_health"]
-    assert sorted(r.labels for r in one_hot) == sorted(
+    states = [r for r in out if r.metric == "accel_device_health"]
+    assert sorted(r.labels for r in states) == sorted(
         (*ident, s) for ident in (A, B) for s in ("ok", "degraded", "failed", "predicted_failure")
     )
-    assert sum(r.value for r in one_hot) == 2
+    assert sum(r.value for r in states) == 2
     assert not [r for r in out if r.metric == "accel_device_health_reason_info"]
 
 
@@ -443,20 +450,105 @@ def test_the_latest_verdict_is_kept_with_its_findings_and_since():
     assert (judge.latest[A].since, judge.latest[A].updated) == (NOW + 5, NOW + 9)
 
 
-def test_a_device_the_poll_did_not_read_is_unknown_never_failed():
-    """The worker down (every device up 0 with the worker's reason): no evidence about
-    the devices, so no failed verdict and no device_down; remembered XIDs still count."""
-    judge = xid_judge([NOW])
-    judge.judge([up(A), up(B), *xid(79, NOW - 5)])
-    down = [up(A, 0.0), up(B, 0.0)]
-    records = {v.uuid: v for v in judge.judge(down, {A: "worker restarting: timeout", B: "x"})}
-    assert {u: v.state for u, v in records.items()} == {A[1]: "unknown", B[1]: "unknown"}
-    assert records[A[1]].unknown_why == "worker restarting: timeout"
-    assert "device_down" not in records[A[1]].reason_names()
-    assert records[A[1]].action == "reboot_node"  # XID 79 is remembered evidence
-    assert records[B[1]].action == "none"
-    one_hot = [r for r in health.readings(records.values()) if r.metric == "accel_device_health"]
-    assert one_hot and all(r.value == 0 for r in one_hot)  # no state holds
-    # The same devices reported down by the worker itself: failed, device_down.
-    states, reasons, _, _ = judged(down, judge)
-    assert states == {A: "failed", B: "failed"} and "device_down" in reasons[B]
+# -- Unknown: the exporter's own trouble is no evidence about a device ----------------
+
+
+def records(readings, judge, unread=None):
+    return {(v.device, v.uuid): v for v in judge.judge(readings, unread)}
+
+
+def down(ident, reason):
+    return [up(ident, 0.0), Reading("accel_device_down_reason_info", (*ident, reason), 1.0)]
+
+
+def test_a_poll_with_the_worker_down_gives_unknown_verdicts_and_no_failed():
+    wall = [NOW]
+    judge = xid_judge(wall)
+    assert judged([up(A), up(B), *xid(79, NOW - 5)], judge)[0] == {A: "failed", B: "ok"}
+    # The worker was killed: the source composes every device down with the worker's
+    # reason, and names them unread. That is no device_down.
+    wall[0] = NOW + 1
+    composed = [*down(A, "timeout"), *down(B, "timeout")]
+    unread = {A: "worker restarting: timeout", B: "worker restarting: timeout"}
+    got = records(composed, judge, unread)
+    assert {k: (v.state, v.unknown_why) for k, v in got.items()} == {
+        A: ("unknown", "worker restarting: timeout"),
+        B: ("unknown", "worker restarting: timeout"),
+    }
+    assert not any(v.known for v in got.values())
+    # What is remembered is still listed with its action: the XID of A, nothing for B.
+    assert (got[A].reason_names(), got[A].action) == (("xid_79",), "reboot_node")
+    assert [f.reason for f in got[A].findings] == ["xid_79"]
+    assert (got[B].reasons, got[B].findings, got[B].action) == ((), (), "none")
+    # On /metrics: none of the four states holds; the reasons and action remembered.
+    states, reasons, todo, why = judged(composed, judge, unread)
+    assert states == {} and reasons == {A: {"xid_79"}}
+    assert todo == {A: "reboot_node", B: "none"} and why == {A: {"xid_79": "reboot_node"}}
+    out = health.readings(got.values())
+    health_series = [r for r in out if r.metric == "accel_device_health"]
+    assert len(health_series) == 8 and all(r.value == 0 for r in health_series)
+    assert "device_down" not in {r.labels[2] for r in out if r.metric.endswith("reason_info")}
+
+
+def test_the_worker_reporting_a_device_down_is_still_failed():
+    judge = HealthJudge()
+    # The worker answered: A is lost (its own per-device "up": false), B is fine.
+    got = records([*down(A, "gpu_lost"), up(B)], judge)
+    assert (got[A].state, got[A].reason_names(), got[A].action) == (
+        "failed",
+        ("device_down",),
+        "reset_device",
+    )
+    assert got[B].state == "ok" and got[A].known
+
+
+def test_an_isolated_device_is_failed_on_its_isolation_even_with_the_worker_down():
+    judge = HealthJudge()
+    isolated = [
+        *down(A, "hung"),
+        Reading("accel_device_isolated_info", (*A, "hung", "nvmlDeviceGetPowerUsage"), 1.0),
+    ]
+    # B not read (the new worker, without A, is starting): unknown; A failed, the culprit.
+    got = records([*isolated, *down(B, "hung")], judge, {B: "worker restarting: hung"})
+    assert (got[A].state, got[A].reason_names(), got[A].action) == (
+        "failed",
+        ("isolated",),
+        "reset_device",
+    )
+    assert (got[B].state, got[B].reasons) == ("unknown", ())
+
+
+def test_unread_readings_teach_the_memory_nothing():
+    judge = HealthJudge()
+    link = ("accel_nvlink_up", (*A, "0"))
+    ecc = ("accel_ecc_errors_total", (*A, "uncorrected", "volatile"))
+    assert verdicts([up(A), Reading(*link, 1.0), Reading(*ecc, 2.0)], judge)[0] == {A: "ok"}
+    # Carried readings of a device not read (a link 0, a bigger count): neither a link
+    # down nor ECC growth, and not the baseline of the next reading either.
+    carried = [up(A), Reading(*link, 0.0), Reading(*ecc, 9.0)]
+    assert records(carried, judge, {A: "worker starting"})[A].reasons == ()
+    assert verdicts([up(A), Reading(*link, 1.0), Reading(*ecc, 2.0)], judge) == ({A: "ok"}, {})
+
+
+def test_a_driver_reload_seen_while_unread_still_clears_what_a_reset_resolves():
+    wall = [NOW]
+    judge = xid_judge(wall)
+    assert judged([up(A), *xid(95, NOW - 30)], judge)[2][A] == "reset_device"
+    # The bootstrap fails for driver_not_loaded: unknown (not failed), and the reload...
+    got = records(down(A, "driver_not_loaded"), judge, {A: "worker restarting: driver_not_loaded"})
+    assert got[A].state == "unknown" and got[A].action == "reset_device"
+    wall[0] = NOW + 10
+    # ...is a reset once the device answers again: XID 95 (reset_device) is resolved.
+    assert judged([up(A), *xid(95, NOW - 30)], judge)[:3] == ({A: "ok"}, {}, {A: "none"})
+
+
+def test_since_follows_the_state_through_unknown():
+    wall = [NOW]
+    judge = xid_judge(wall)
+    assert records([up(A)], judge)[A].since == NOW
+    wall[0] = NOW + 5
+    gone = records(down(A, "crashed"), judge, {A: "worker restarting: crashed"})[A]
+    assert (gone.state, gone.since, gone.updated) == ("unknown", NOW + 5, NOW + 5)
+    wall[0] = NOW + 9
+    back = records([up(A)], judge)[A]
+    assert (back.state, back.since, back.updated) == ("ok", NOW + 9, NOW + 9)
