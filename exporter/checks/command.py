@@ -1,7 +1,8 @@
 """``accel-exporter check NAME [options]``: argument parsing and dispatch.
 
 Data path: by default a check reads a running daemon's ``/metrics`` at
-``--url`` (default ``http://localhost:9842``); ``--local`` polls the enabled
+``--url`` (default ``http://localhost:9842``), and ``health`` its ``/v1/devices``
+(the verdict records, beside ``/metrics``); ``--local`` polls the enabled
 sources once in this process instead, with the daemon's configuration (file,
 ``ACCEL_EXPORTER_*`` variables), which is read for ``--local`` only.
 
@@ -26,7 +27,14 @@ from exporter import log
 from exporter.catalog.nvidia import CRITICAL_XIDS
 from exporter.checks import HELP, daemon, devices, jobs
 from exporter.checks.nagios import Result, Status, exit_code, render
-from exporter.checks.samples import HttpOptions, SampleError, Samples, fetch, poll_local
+from exporter.checks.samples import (
+    HttpOptions,
+    SampleError,
+    Samples,
+    fetch,
+    fetch_devices,
+    poll_local,
+)
 from exporter.config.durations import parse_duration
 from exporter.errors import ConfigError
 from exporter.suggest import closest, hint
@@ -36,11 +44,16 @@ DEFAULT_URL = "http://localhost:9842"
 
 @dataclass(frozen=True)
 class CheckSpec:
-    """One check: its help, its own arguments, and how it judges samples."""
+    """One check: its help, its own arguments, and how it judges samples.
+
+    ``reads``: what it asks a daemon for, ``metrics`` (/metrics) or ``devices``
+    (/v1/devices, the verdict records); ``--local`` gives both.
+    """
 
     help: str
     arguments: Callable[[argparse.ArgumentParser], None]
     evaluate: Callable[[argparse.Namespace, Samples], Result]
+    reads: str = "metrics"
 
 
 def _duration(text: str) -> float:
@@ -199,6 +212,7 @@ CHECKS: dict[str, CheckSpec] = {
         "the daemon's health verdict per device (ok, degraded, failed, predicted_failure)",
         _missing_flag,
         lambda a, s: devices.health(s, a.missing_ok),
+        reads="devices",
     ),
     "ccl-job": CheckSpec(
         "NCCL/RCCL job state from the RAS service",
@@ -332,7 +346,7 @@ def _samples(args: argparse.Namespace, load_config: Callable[[], Any], spec: Che
         return poll_local(config)
     auth = _auth(args.basic_auth_file)
     options = HttpOptions(args.url, args.timeout, args.ca_file, args.insecure, auth)
-    return fetch(options)
+    return fetch_devices(options) if spec.reads == "devices" else fetch(options)
 
 
 def _bad_thresholds(args: argparse.Namespace) -> str:

@@ -1,15 +1,17 @@
 """Checks about the accelerators: count, temperature, memory, XID and AFID errors, health.
 
-Every check reads the daemon's metric families (``accel_device_info``,
+Every check but ``health`` reads the daemon's metric families (``accel_device_info``,
 ``accel_device_up``, ``accel_temperature_celsius``, ``accel_ecc_errors_total``,
 ``accel_remapped_rows*``, ``accel_retired_pages*``, ``accel_xid_*``, ``accel_amd_afid_*``), so they
-work the same for NVIDIA and AMD wherever the family exists.
+work the same for NVIDIA and AMD wherever the family exists. ``health`` reads the
+verdict records themselves, as ``/v1/devices`` serves them (docs/health-api.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from exporter import vendors
 from exporter.catalog.nvidia import CRITICAL_XIDS
@@ -57,6 +59,11 @@ def devices(samples: Samples, vendor: str = "") -> list[Device]:
         for labels, _ in samples.get("accel_device_info")
         if not vendor or labels.get("vendor") == vendor
     }
+    return _named(found)
+
+
+def _named(found: dict[str, tuple[str, str]]) -> list[Device]:
+    """Uuid -> (device label, vendor) as :class:`Device` entries, labelled, in index order."""
     mixed = len({v for _, v in found.values()}) > 1
     out = [
         Device(device, uuid, vend, f"{vend}{device}" if mixed else f"gpu{device}")
@@ -419,7 +426,7 @@ def afid(
     return _codes_result(samples, recent, window, "afid", "AFIDs", "afids", notes=True)
 
 
-# accel_device_health state -> the check status (predicted_failure: plan, not page).
+# A verdict's state -> the check status (predicted_failure: plan, not page).
 HEALTH_STATUS = {
     "ok": Status.OK,
     "predicted_failure": Status.WARNING,
@@ -429,44 +436,49 @@ HEALTH_STATUS = {
 
 
 def health(samples: Samples, missing_ok: bool = False) -> Result:
-    """The daemon's verdict per device (docs/health.md), with the reasons of the others.
+    """Each device's verdict record (docs/health.md), with the reasons of the others.
 
-    failed is CRITICAL; degraded and predicted_failure are WARNING. A device not ok
-    names its recommended action (``-> reset_device``) when it has one.
+    Read from the ``/v1/devices`` entries (``samples.devices``): failed is CRITICAL;
+    degraded and predicted_failure are WARNING; a device the exporter cannot vouch
+    for (its worker down or restarting, its source reloading or stale, no verdict
+    yet) is UNKNOWN, with why (the Nagios convention: the state cannot be told). A
+    device not ok names its recommended action (``-> reset_device``) when it has one.
     """
-    states = {
-        labels.get("uuid", ""): labels.get("state", "")
-        for labels, value in samples.get("accel_device_health")
-        if value == 1
-    }
-    reasons: dict[str, list[str]] = {}
-    for labels, _ in samples.get("accel_device_health_reason_info"):
-        reasons.setdefault(labels.get("uuid", ""), []).append(labels.get("reason", ""))
-    actions = {
-        labels.get("uuid", ""): labels.get("action", "")
-        for labels, value in samples.get("accel_device_recommended_action")
-        if value == 1
-    }
+    entries: dict[str, dict[str, Any]] = {}
+    for entry in samples.devices or []:
+        uuid = entry.get("uuid")
+        if isinstance(uuid, str):
+            entries[uuid] = entry
+    named = {u: (str(e.get("device", "")), str(e.get("vendor", ""))) for u, e in entries.items()}
+    verdicts = [_health_verdict(dev, entries[dev.uuid]) for dev in _named(named)]
+    if not verdicts:
+        return _missing("health verdict", missing_ok)
+    notes = [v.note for v in verdicts if v.note]
+    text = f"{len(verdicts)} GPUs" + ("; " + ", ".join(notes) if notes else ", all ok")
+    perf = [item for v in verdicts for item in v.perf]
+    return Result(worst([v.status for v in verdicts]), text, perf)
 
-    def judge(dev: Device) -> Verdict | None:
-        state = states.get(dev.uuid)
-        if state is None:
-            return None
-        status = HEALTH_STATUS.get(state, Status.UNKNOWN)
-        note = ""
-        if status is not Status.OK:
-            why = ",".join(sorted(reasons.get(dev.uuid, []))) or "no reason given"
-            note = f"{dev.label} {state} ({why})"
-            action = actions.get(dev.uuid, "none")
-            if action != "none":  # the recommended action (docs/health.md), where there is one
-                note += f" -> {action}"
-        perf = Perf(
-            f"{dev.label}_health",
-            list(HEALTH_STATUS).index(state) if state in HEALTH_STATUS else 3,
-            warn="0",
-            crit="2",
-            minimum=0,
-        )
-        return Verdict(status, [perf], note)
 
-    return _per_device(samples, judge, "health verdict", "all ok", missing_ok)
+def _health_verdict(dev: Device, entry: dict[str, Any]) -> Verdict:
+    """One device's status from its ``/v1/devices`` entry."""
+    state = entry.get("verdict")
+    action = entry.get("recommended_action") or "none"
+    todo = f" -> {action}" if action != "none" else ""
+    if entry.get("health") not in ("Healthy", "Unhealthy") or state not in HEALTH_STATUS:
+        # Unknown: no state holds. The message says why, and what the remembered
+        # findings ask for (``remembered xid_79; recommended action: reboot_node``).
+        why = str(entry.get("message") or "no verdict")
+        perf = Perf(f"{dev.label}_health", None, warn="0", crit="2", minimum=0)
+        return Verdict(Status.UNKNOWN, [perf], f"{dev.label} unknown ({why})")
+    status = HEALTH_STATUS[state]
+    note = ""
+    if status is not Status.OK:
+        reasons = [
+            str(r.get("reason", ""))
+            for r in entry.get("reasons") or []
+            if isinstance(r, dict) and r.get("state")  # a health reason, not an action alone
+        ]
+        note = f"{dev.label} {state} ({','.join(sorted(reasons)) or 'no reason given'}){todo}"
+    value = list(HEALTH_STATUS).index(state)
+    perf = Perf(f"{dev.label}_health", value, warn="0", crit="2", minimum=0)
+    return Verdict(status, [perf], note)

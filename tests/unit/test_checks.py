@@ -1,20 +1,25 @@
 """Every check's exit code and status line for OK, WARNING, CRITICAL and UNKNOWN.
 
 The checks run through the real CLI against a stand-in daemon serving a fixed
-exposition; tests/e2e/test_checks_daemon.py runs them against the real daemon.
+exposition (or, for ``health``, a fixed /v1/devices document built by the daemon's
+own code from verdict records); tests/e2e/test_checks_daemon.py runs them against
+the real daemon.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import time
 
 import pytest
 import structlog
 
+from exporter import health_api
 from exporter.checks.nagios import Perf, Result, Status, exit_code, render
 from exporter.cli import main
+from exporter.verdict import UNKNOWN, DeviceHealth, Finding, Reason
 from tests.helpers.metrics_server import MetricsServer
 
 U0, U1 = "GPU-0", "GPU-1"
@@ -116,16 +121,28 @@ def source(name, ok=True, reason=""):
     return out
 
 
-def health(dev, uuid, state, *reasons):
-    out = "".join(
-        f'accel_device_health{{device="{dev}",uuid="{uuid}",state="{s}"}} {int(s == state)}\n'
-        for s in ("ok", "degraded", "failed", "predicted_failure")
+def health(dev, uuid, state, *reasons, action="none", why="", vendor="nvidia"):
+    """One device with its verdict record (``state`` "unknown": ``why`` says why)."""
+    reason_state = "degraded" if state in (UNKNOWN, "ok") else state
+    findings = tuple(Finding(r, action) for r in reasons) if action != "none" else ()
+    record = DeviceHealth(
+        dev,
+        uuid,
+        state,
+        tuple(Reason(r, reason_state) for r in sorted(reasons)),
+        findings,
+        action,
+        time.time() - 60,
+        time.time(),
+        why if state == UNKNOWN else "",
     )
-    for reason in reasons:
-        out += (
-            f'accel_device_health_reason_info{{device="{dev}",uuid="{uuid}",reason="{reason}"}} 1\n'
-        )
-    return out
+    return health_api.DeviceReport(vendor, int(dev), dev, uuid, "", record)
+
+
+def doc(*devices, source_state="ok", fresh=True):
+    """The /v1/devices body the daemon would serve for these devices (one nvml source)."""
+    source = health_api.SourceReport("nvml", source_state, "", list(devices), fresh)
+    return json.dumps(health_api.document([source], time.time(), "node-a"))
 
 
 BUILD = 'accel_exporter_build_info{version="0.1.0",python="3.11"} 1\n'
@@ -133,30 +150,83 @@ LINE = re.compile(r"^[A-Z-]+ (OK|WARNING|CRITICAL|UNKNOWN) - [^|\n]+( \| \S+(?: 
 
 CASES = [
     # (name, args, body, expected status, fragment of the text)
-    ("health", [], TWO + health("0", U0, "ok") + health("1", U1, "ok"), 0, "2 GPUs, all ok"),
+    ("health", [], doc(health("0", U0, "ok"), health("1", U1, "ok")), 0, "2 GPUs, all ok"),
     (
         "health",
         [],
-        TWO + health("0", U0, "ok") + health("1", U1, "failed", "recovery_action", "device_down"),
+        doc(health("0", U0, "ok"), health("1", U1, "failed", "recovery_action", "device_down")),
         2,
         "gpu1 failed (device_down,recovery_action)",
     ),
     (
         "health",
         [],
-        TWO + health("0", U0, "degraded", "link_down") + health("1", U1, "ok"),
+        doc(health("0", U0, "degraded", "link_down"), health("1", U1, "ok")),
         1,
         "gpu0 degraded (link_down)",
     ),
     (
         "health",
         [],
-        TWO + health("0", U0, "predicted_failure", "retired_pages_near_limit"),
+        doc(health("0", U0, "predicted_failure", "retired_pages_near_limit")),
         1,
         "gpu0 predicted_failure",
     ),
-    ("health", [], TWO, 3, "no health verdict reported"),
-    ("health", ["--missing-ok"], TWO, 0, "no health verdict reported"),
+    (
+        "health",
+        [],
+        doc(health("1", U1, "failed", "xid_79", action="reboot_node")),
+        2,
+        "gpu1 failed (xid_79) -> reboot_node",
+    ),
+    # The worker is down: the exporter cannot vouch for the GPUs (Nagios: UNKNOWN, never
+    # CRITICAL, which would drain the node in a Slurm prolog for a crash of ours).
+    (
+        "health",
+        [],
+        doc(
+            health("0", U0, UNKNOWN, why="worker restarting: timeout"),
+            health("1", U1, UNKNOWN, why="worker restarting: timeout"),
+            source_state="failing",
+        ),
+        3,
+        "gpu0 unknown (source nvml worker restarting: timeout)",
+    ),
+    # Remembered findings still name their action while unknown.
+    (
+        "health",
+        [],
+        doc(
+            health("0", U0, UNKNOWN, "xid_79", action="reboot_node", why="reloading"),
+            source_state="pending",
+        ),
+        3,
+        "gpu0 unknown (source nvml reloading; remembered xid_79; recommended action: reboot_node)",
+    ),
+    # The data is stale: Unknown whatever the last verdict was.
+    (
+        "health",
+        [],
+        doc(health("0", U0, "failed", "xid_79"), source_state="stale", fresh=False),
+        3,
+        "gpu0 unknown (source nvml is stale)",
+    ),
+    # A failed device beside unknown ones: CRITICAL (the worst of the known).
+    (
+        "health",
+        [],
+        doc(
+            health("0", U0, "failed", "isolated", action="reset_device"),
+            health("1", U1, UNKNOWN, why="worker restarting: hung"),
+            source_state="failing",
+        ),
+        2,
+        "gpu0 failed (isolated) -> reset_device, gpu1 unknown",
+    ),
+    ("health", [], doc(), 3, "no health verdict reported"),
+    ("health", ["--missing-ok"], doc(), 0, "no health verdict reported"),
+    ("health", [], TWO, 3, "is not JSON"),
+    ("health", [], json.dumps({"kind": "Other", "devices": []}), 3, "not a DeviceHealthList"),
     (
         "gpu-count",
         ["--expected", "2"],
@@ -367,13 +437,28 @@ def test_basic_auth_file(server, capsys, tmp_path):
 
 def test_health_npd_exit_codes(server, capsys):
     args = ["check", "health", "--url", server.url, "--exit-codes", "npd"]
-    server.body = TWO + health("0", U0, "failed", "recovery_action") + health("1", U1, "ok")
+    server.body = doc(health("0", U0, "failed", "recovery_action"), health("1", U1, "ok"))
     assert main(args) == 1
-    server.body = TWO + health("0", U0, "ok") + health("1", U1, "ok")
+    assert server.requests[-1]["path"] == "/v1/devices"  # the record, not /metrics
+    server.body = doc(health("0", U0, "ok"), health("1", U1, "ok"))
     assert main(args) == 0
-    server.body = TWO
-    assert main(args) == 2
     assert "| gpu0_health=0;0;2;0 gpu1_health=0;0;2;0" in capsys.readouterr().out
+    server.body = doc(health("0", U0, UNKNOWN, why="worker starting"), source_state="pending")
+    assert main(args) == 2  # NPD: unknown, not a problem
+    assert "| gpu0_health=U;0;2;0" in capsys.readouterr().out
+    server.body = doc()
+    assert main(args) == 2
+
+
+@pytest.mark.parametrize(
+    ("url", "path"),
+    [("", "/v1/devices"), ("/metrics", "/v1/devices"), ("/node7/metrics", "/node7/v1/devices")],
+)
+def test_health_asks_for_the_devices_beside_the_metrics(server, capsys, url, path):
+    server.body = doc(health("0", U0, "ok"))
+    assert main(["check", "health", "--url", server.url + url]) == 0
+    assert server.requests[-1]["path"] == path
+    capsys.readouterr()
 
 
 def test_npd_exit_codes(server, capsys):

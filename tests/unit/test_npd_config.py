@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import main
+from exporter.verdict import UNKNOWN
 from tests.helpers.metrics_server import MetricsServer
-from tests.unit.test_checks import TWO, U0, U1, health
+from tests.unit.test_checks import U0, U1, doc, health
 
 CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "npd" / "accel-exporter-monitor.json"
 URL = "http://${NODE_IP:-127.0.0.1}:9842"
@@ -46,8 +47,9 @@ def argv(rule: dict[str, object], url: str) -> list[str]:
 
 
 def test_every_rule_is_a_check_with_npd_exit_codes(server: MetricsServer, capsys) -> None:
-    failed = TWO + health("0", U0, "ok") + health("1", U1, "failed", "xid_79")
-    ok = TWO + health("0", U0, "ok") + health("1", U1, "ok")
+    failed = doc(health("0", U0, "ok"), health("1", U1, "failed", "xid_79"))
+    ok = doc(health("0", U0, "ok"), health("1", U1, "ok"))
+    unknown = doc(health("0", U0, UNKNOWN, why="worker starting"), source_state="pending")
     by_reason = {rule["reason"]: argv(rule, server.url) for rule in rules()}
     assert set(by_reason) == {
         "AcceleratorUnhealthy",
@@ -59,6 +61,8 @@ def test_every_rule_is_a_check_with_npd_exit_codes(server: MetricsServer, capsys
     assert main(by_reason["AcceleratorUnhealthy"]) == 1  # NPD: a problem
     server.body = ok
     assert main(by_reason["AcceleratorUnhealthy"]) == 0
+    server.body = unknown  # the exporter's worker starting: NPD's unknown, not a problem
+    assert main(by_reason["AcceleratorUnhealthy"]) == 2
     for words in by_reason.values():  # each parses and answers 0, 1 or 2, never 3 or a crash
         assert main(words) in (0, 1, 2)
     unreachable = argv(rules()[0], "http://127.0.0.1:1")

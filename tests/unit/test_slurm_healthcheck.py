@@ -1,5 +1,5 @@
 """contrib/slurm/healthcheck.sh against a fake ``scontrol`` on PATH and the real
-``accel-exporter check health`` reading a loopback metrics server."""
+``accel-exporter check health`` reading a loopback server's /v1/devices."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from exporter.verdict import UNKNOWN
 from tests.helpers.metrics_server import MetricsServer
-from tests.unit.test_checks import TWO, U0, U1, health
+from tests.unit.test_checks import U0, U1, doc, health
 
 SCRIPT = Path(__file__).resolve().parents[2] / "contrib" / "slurm" / "healthcheck.sh"
 NODE = "gpu07"
@@ -42,10 +43,15 @@ case "$1" in
 esac
 """
 
-FAILED = TWO + health("0", U0, "ok") + health("1", U1, "failed", "xid_79")
-FAILED += f'accel_device_recommended_action{{device="1",uuid="{U1}",action="reboot_node"}} 1\n'
-DEGRADED = TWO + health("0", U0, "degraded", "thermal_margin_low") + health("1", U1, "ok")
-OK = TWO + health("0", U0, "ok") + health("1", U1, "ok")
+FAILED = doc(health("0", U0, "ok"), health("1", U1, "failed", "xid_79", action="reboot_node"))
+DEGRADED = doc(health("0", U0, "degraded", "thermal_margin_low"), health("1", U1, "ok"))
+OK = doc(health("0", U0, "ok"), health("1", U1, "ok"))
+# The exporter's own worker restarting: it cannot vouch for the GPUs either way.
+WORKER_DOWN = doc(
+    health("0", U0, UNKNOWN, why="worker restarting: crashed"),
+    health("1", U1, UNKNOWN, why="worker restarting: crashed"),
+    source_state="failing",
+)
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +128,18 @@ def test_an_unreachable_exporter_changes_nothing(slurm: Path, server: MetricsSer
     run(slurm, server.url)
     drained = node(slurm)
     run(slurm, "http://127.0.0.1:1")  # UNKNOWN: neither resume nor drain
+    assert node(slurm) == drained and len(updates(slurm)) == 1
+
+
+def test_a_crash_of_the_exporter_neither_drains_nor_resumes(slurm: Path, server: MetricsServer):
+    server.body = WORKER_DOWN
+    run(slurm, server.url)  # UNKNOWN: a crash of ours drains no healthy node
+    assert node(slurm) == ("IDLE", "") and updates(slurm) == []
+    server.body = FAILED
+    run(slurm, server.url)
+    drained = node(slurm)
+    server.body = WORKER_DOWN
+    run(slurm, server.url)  # nor does it resume a failed one
     assert node(slurm) == drained and len(updates(slurm)) == 1
 
 
