@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -28,17 +29,17 @@ def _info(vendor: str, device: str, uuid: str, **labels: str) -> Reading:
     return Reading("accel_device_info", tuple(values[k] for k in INFO_LABELS), 1.0)
 
 
-def _snapshot(name: str, items: list[Reading], age: float = 0.0) -> Snapshot:
-    """A snapshot of ``items``, with the verdict record of each one-hot health state in them."""
+def _snapshot(
+    name: str, items: list[Reading], age: float = 0.0, health: tuple[DeviceHealth, ...] = ()
+) -> Snapshot:
     now = time.time()
-    verdicts = tuple(
-        DeviceHealth(r.labels[0], r.labels[1], r.labels[2], (), (), "none", now, now)
-        for r in items
-        if r.metric == "accel_device_health" and r.value == 1
-    )
-    return Snapshot(
-        name, tuple(items), OK, now, now, time.monotonic() - age, 0.001, 5.0, health=verdicts
-    )
+    mono = time.monotonic() - age
+    return Snapshot(name, tuple(items), OK, now, now, mono, 0.001, 5.0, health=health)
+
+
+def verdict(ident: tuple[str, str], state: str = "ok", why: str = "") -> DeviceHealth:
+    """The judge's record of one device (exporter.verdict)."""
+    return DeviceHealth(*ident, state, (), (), "none", 1.0, 1.0, why)
 
 
 def nvidia(age: float = 0.0) -> Snapshot:
@@ -71,9 +72,8 @@ def amd() -> Snapshot:
             Reading("accel_memory_used_bytes", ident, 1.5 * (1 << 20)),
             Reading("accel_energy_joules_total", ident, 2.0),
             Reading("accel_amd_pcie_bandwidth_bytes_per_second", ident, 500e6),
-            Reading("accel_device_health", (*ident, "ok"), 1.0),
-            Reading("accel_device_health", (*ident, "degraded"), 0.0),
         ],
+        health=(verdict(ident),),
     )
 
 
@@ -131,6 +131,21 @@ def test_amd_units_and_labels():
     assert [v for (n, _), v in got.items() if n == "gpu_nodes_total"] == [1]
 
 
+@pytest.mark.parametrize(
+    ("state", "why", "flag"),
+    [("ok", "", [1]), ("degraded", "", [0]), ("failed", "", [0]), ("unknown", "reloading", [])],
+)
+def test_amd_gpu_health_comes_from_the_verdict_record(state, why, flag):
+    # The record, not the health families: an unknown device (the exporter cannot vouch
+    # for it) has no gpu_health at all, where a 0 would count it unhealthy.
+    snap = amd()
+    ident = ("0", AMD)
+    store = Store()
+    store.put(dataclasses.replace(snap, health=(verdict(ident, state, why),)))
+    got = samples(render(store, both()))
+    assert [v for (n, _), v in got.items() if n == "gpu_health"] == flag
+
+
 def _amd_held_by_a_pod_and_a_job() -> Snapshot:
     """An AMD GPU with every label AMD's exporter knows set: the widest series it can get."""
     ident = ("0", AMD)
@@ -149,10 +164,10 @@ def _amd_held_by_a_pod_and_a_job() -> Snapshot:
             Reading("accel_clock_hertz", (*ident, "graphics"), 2.1e9),
             Reading("accel_clock_max_hertz", (*ident, "graphics"), 2.1e9),
             Reading("accel_temperature_celsius", (*ident, "hbm_0"), 50.0),
-            Reading("accel_device_health", (*ident, "ok"), 1.0),
             Reading("accel_device_workload_info", (*ident, "ml", "train", "main"), 1.0),
             Reading("accel_device_job_info", (*ident, "777", "bob", "gpu"), 1.0),
         ],
+        health=(verdict(ident),),
     )
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from exporter.outputs.compat.family import Family
 from exporter.outputs.compat.view import Device, Readings, devices
 from exporter.store import View
+from exporter.verdict import OK
 
 MB = float(1 << 20)
 PCIE_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
@@ -262,11 +263,11 @@ def build(view: View, host: str, cluster: str) -> list[Family]:
         labels[8] = ("gpu_partition_id", str(int(partition)) if partition is not None else "0")
         # A partition other than the first speaks for no physical quantity.
         secondary = partition is not None and partition > 0
-        # The verdict record (exporter.verdict): an unknown device gets no health flag.
         verdict = verdicts.get(dev.uuid)
         if verdict is not None and verdict.known:
-            health = 1.0 if verdict.state == "ok" else 0.0
-            families.add("gpu_health", "computed GPU health flag", labels, health)
+            # 1 while ok, 0 in any other state; none while the exporter cannot vouch.
+            flag = 1.0 if verdict.state == OK else 0.0
+            families.add("gpu_health", "computed GPU health flag", labels, flag)
         for f in FIELDS:
             value = readings.one(f.source, dev.uuid, *f.dims)
             if value is None or (secondary and f.secondary == DROP):

@@ -135,7 +135,8 @@ def _amd_unit(name: str) -> str:
 _AMD_NOTES = {
     "gpu_gfx_busy_instantaneous": "per XCP, the mean of its XCCs, under `xcc_index` = the XCP"
     " (one series per XCC in CPX, where an XCP has one XCC; one for the whole GPU in SPX)",
-    "gpu_health": "1 while our verdict is ok (docs/health.md), else 0",
+    "gpu_health": "1 while our verdict is ok (docs/health.md), 0 in another state; no"
+    " series while the exporter cannot vouch for the device (its verdict unknown)",
     "gpu_nodes_total": "labels `hostname`, `cluster_name` (AMD writes the others empty)",
     "gpu_hbm_temperature": "per sensor, `hbm_index`; where the driver still reports them",
     "gpu_edge_temperature": "where the card has the sensor (MI2xx)",
