@@ -4,6 +4,7 @@ a worker SIGKILLed mid-poll, and one stuck in uninterruptible sleep (a frozen cg
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -152,7 +153,18 @@ def test_one_call_hangs_after_a_healthy_start(daemon_factory: Any, fake_nvml: An
     fresh(s, nvml_power(fake), healthy, 211.5)
     time.sleep(3)
     fresh(s, nvml_power(fake), healthy, 212.5)
-    assert value(s.get(), "accel_power_watts", **sick) is None  # never a stale number
+    got = samples(s.get())
+    assert value(got, "accel_power_watts", **sick) is None  # never a stale number
+    # Failed on its isolation (the culprit), the others judged ok from their fresh data.
+    assert value(got, "accel_device_health", state="failed", **sick) == 1
+    assert value(got, "accel_device_health_reason_info", reason="isolated", **sick) == 1
+    assert value(got, "accel_device_health_reason_info", reason="device_down", **sick) is None
+    assert value(got, "accel_device_recommended_action", action="reset_device", **sick) == 1
+    for device, uuid in healthy.items():
+        assert value(got, "accel_device_health", state="ok", device=device, uuid=uuid) == 1
+    listed = {e["uuid"]: e for e in json.loads(d.get("/v1/devices").body)["devices"]}
+    assert (listed[u[1]]["health"], listed[u[1]]["verdict"]) == ("Unhealthy", "failed")
+    assert {listed[uuid]["health"] for uuid in healthy.values()} == {"Healthy"}
     # The metric and /status count the same restarts (both read the store's count).
     assert d.status()["sources"]["nvml"]["worker_restarts"] > restarts_before
     d.wait_for(
