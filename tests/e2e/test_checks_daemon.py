@@ -144,9 +144,14 @@ def test_local_mode_polls_the_library_itself(fake_nvml):
     ok = run("gpu-count", "--expected", "3")
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert ok.stdout.startswith("GPU-COUNT OK - 3 of 3 expected GPUs present, 3 up |")
+    healthy = run("health")  # the verdict records of the in-process poll
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    assert healthy.stdout.startswith("HEALTH OK - 3 GPUs, all ok |"), healthy.stdout
     fake.device(2).lost = 1
     bad = run("gpu-count", "--expected", "3")
     assert bad.returncode == 2 and "down: gpu2 gpu_lost" in bad.stdout, bad.stdout
+    lost = run("health")
+    assert lost.returncode == 2 and "gpu2 failed (device_down) -> reset_device" in lost.stdout
     # Without the library: no GPUs at all, and the text says why.
     env["LD_LIBRARY_PATH"] = ""
     none = run("gpu-count", "--expected", "3")
