@@ -4,11 +4,14 @@ XIDs, AFIDs and NVML's recovery action all map to the same recommended actions.
 
 Pure tables and lookups; :mod:`exporter.health` applies them to each poll. The
 vocabulary, least to most disruptive: ``none``, ``restart_app``, ``drain_p2p``,
-``reset_device``, ``reboot_node``, ``service`` (a person must look: replace, RMA,
-contact the vendor). A device's recommendation is the most disruptive action any
-of its current findings asks for. An unknown code maps to ``service``, never to
-``none``: a code nobody catalogued is no reason to keep a job on the device.
-See docs/health.md for the tables as prose.
+``reset_device``, ``reboot_node``, ``service`` (a person must look, and no table
+says at what), ``inspect_hardware`` (reseat, cooling, the PCIe path: the finding's
+detail says which), ``contact_vendor``, ``replace_device``. A device's
+recommendation is the most disruptive action any of its current findings asks for.
+An unknown code maps to ``service``, never to ``none``: a code nobody catalogued is
+no reason to keep a job on the device. Each mapping is an :class:`Advice`: the
+action, how far it reaches (its scope), the next action when it does not help, and
+where the mapping comes from. See docs/health.md for the tables as prose.
 """
 
 from __future__ import annotations
@@ -16,12 +19,53 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from exporter.catalog.vocabulary import RECOMMENDED_ACTIONS
+from exporter.catalog.vocabulary import (
+    ACTION_PROVENANCES,
+    ACTION_SCOPES,
+    RECOMMENDED_ACTIONS,
+)
 
 # In rank order: a device's recommendation is the last of these any finding asks for.
 ACTIONS = RECOMMENDED_ACTIONS
-NONE, RESTART_APP, DRAIN_P2P, RESET_DEVICE, REBOOT_NODE, SERVICE = ACTIONS
+(
+    NONE,
+    RESTART_APP,
+    DRAIN_P2P,
+    RESET_DEVICE,
+    REBOOT_NODE,
+    SERVICE,
+    INSPECT_HARDWARE,
+    CONTACT_VENDOR,
+    REPLACE_DEVICE,
+) = ACTIONS
 RANK = {action: rank for rank, action in enumerate(ACTIONS)}
+# Actions a person carries out: no reset or reboot resolves what asked for them.
+PERSON_ACTIONS = frozenset({SERVICE, INSPECT_HARDWARE, CONTACT_VENDOR, REPLACE_DEVICE})
+SCOPES = ACTION_SCOPES
+PROVENANCES = ACTION_PROVENANCES
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One table row's answer: the action, its scope, the next action, and whence.
+
+    ``scope`` is one of :data:`SCOPES`, ``escalation`` an action or "" (none named),
+    ``detail`` what exactly to do (the vendor guide's words), ``provenance`` one of
+    :data:`PROVENANCES`, ``reference`` the table and its version.
+    """
+
+    action: str
+    scope: str = "device"
+    escalation: str = ""
+    detail: str = ""
+    provenance: str = "exporter_rule"
+    reference: str = ""
+
+
+def unknown_code(code: str) -> Advice:
+    """What a code no table names asks for: ``service``, the code kept in the detail."""
+    return Advice(SERVICE, detail=f"no table names {code}", provenance="unknown_code")
+
 
 # NVIDIA's Xid catalog: "Analyzing Xid Errors with the Xid Catalog"
 # (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, spreadsheet Xid-Catalog.xlsx,

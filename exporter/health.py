@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from exporter import actions, log
+from exporter import actions, log, scope
 from exporter.config.health import HealthConfig
 from exporter.health_state.memory import DeviceMemory
 from exporter.model import Reading
@@ -80,6 +80,9 @@ ACTION_STATES = {
     actions.RESET_DEVICE: FAILED,
     actions.REBOOT_NODE: FAILED,
     actions.SERVICE: FAILED,
+    actions.INSPECT_HARDWARE: FAILED,
+    actions.CONTACT_VENDOR: FAILED,
+    actions.REPLACE_DEVICE: FAILED,
 }
 # Down reasons that only a reset or a driver reload ends: a device back from one was reset.
 RESET_REASONS = frozenset({"gpu_lost", "reset_required", "driver_not_loaded", "driver_mismatch"})
@@ -143,6 +146,7 @@ _FAMILIES = frozenset(
         "accel_xid_last_timestamp_seconds",
         "accel_device_down_reason_info",
         "accel_device_isolated_info",
+        "accel_device_domain_info",
     }
 )
 
@@ -206,6 +210,9 @@ class HealthJudge:
     # identity -> (monotonic, Unix) time of its last ECC growth, as last converted: the
     # file keeps Unix time, and converting anew each poll would drift with the clocks.
     _grew_wall: dict[Identity, tuple[float, float]] = field(default_factory=dict)
+    # identity -> the domains it last named, by scope (exporter.scope): kept while the
+    # device is unread, so that a remembered action still names its scope's devices.
+    _domains: dict[Identity, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
     def configured(cls, config: HealthConfig, source: str = "") -> HealthJudge:
@@ -257,6 +264,7 @@ class HealthJudge:
         amd: list[Reading] = []
         field_action: dict[Identity, str] = {}
         isolated: set[Identity] = set()
+        named: dict[Identity, dict[str, str]] = {}
         links_up, ecc, events = self._links_up, self._ecc, self._events
         for r in picked:
             if r.metric in _AMD:
@@ -273,6 +281,9 @@ class HealthJudge:
                 continue
             if metric == "accel_device_isolated_info":
                 isolated.add(labels[:2])
+                continue
+            if metric == "accel_device_domain_info":
+                named.setdefault(labels[:2], {})[labels[2]] = labels[3]
                 continue
             if metric == "accel_device_recovery_action" and value == 1:
                 field_action[labels[:2]] = labels[2]
@@ -344,6 +355,28 @@ class HealthJudge:
             }
             _event_reasons(reasons, findings)
             out.append(self._record(ident, reasons, findings, wall, why or "not read"))
+        return self._scoped(out, devices, named)
+
+    def _scoped(
+        self,
+        records: list[DeviceHealth],
+        read: Mapping[Identity, object],
+        named: dict[Identity, dict[str, str]],
+    ) -> tuple[DeviceHealth, ...]:
+        """The records with the devices their action's scope reaches (exporter.scope)."""
+        for ident in read:
+            self._domains[ident] = named.get(ident, {})
+        domains: dict[Identity, dict[str, str]] = {
+            (r.device, r.uuid): self._domains.get((r.device, r.uuid), {}) for r in records
+        }
+        out = []
+        for record in records:
+            if record.action != actions.NONE:
+                ident = (record.device, record.uuid)
+                reach = scope.members(record.scope, ident, domains)
+                record = replace(record, scope_uuids=reach)
+                self.latest[ident] = record
+            out.append(record)
         return tuple(out)
 
     def _note(
@@ -556,6 +589,7 @@ class HealthJudge:
             self._cleared_at,
             self._seen,
             self._grew_wall,
+            self._domains,
             self.latest,
         )
         for held in maps:
@@ -702,6 +736,9 @@ class HealthJudge:
         worst = max(reasons.values(), key=RANK.__getitem__, default=OK)
         state = UNKNOWN if unknown_why else worst
         action = actions.worst([f.action for f in findings])
+        asking = [f for f in findings if f.action == action and action != actions.NONE]
+        reach = scope.widest(f.scope for f in asking)
+        escalation = next((f.escalation for f in asking if f.scope == reach), "")
         before = self.latest.get(ident)
         since = before.since if before is not None and before.state == state else wall
         record = DeviceHealth(
@@ -714,6 +751,8 @@ class HealthJudge:
             since=since,
             updated=wall,
             unknown_why=unknown_why,
+            scope=reach,
+            escalation=escalation,
         )
         self.latest[ident] = record
         return record
@@ -793,8 +832,9 @@ def readings(verdicts: Iterable[DeviceHealth]) -> list[Reading]:
 
     ``accel_device_health`` one-hot over the states (all four 0 for an unknown
     device: none of them holds, the exporter cannot vouch), a reason series per
-    reason, ``accel_device_recommended_action`` one-hot over the actions and an
-    ``accel_device_action_reason_info`` series per finding.
+    reason, ``accel_device_recommended_action`` one-hot over the actions, an
+    ``accel_device_action_reason_info`` series per finding and an
+    ``accel_device_action_scope_info`` series per device the action reaches.
     """
     out: list[Reading] = []
     for verdict in verdicts:
@@ -808,6 +848,16 @@ def readings(verdicts: Iterable[DeviceHealth]) -> list[Reading]:
             value = 1.0 if name == verdict.action else 0.0
             out.append(Reading("accel_device_recommended_action", (*ident, name), value))
         for finding in verdict.findings:
-            labels = (*ident, finding.reason, finding.action)
+            labels = (
+                *ident,
+                finding.reason,
+                finding.action,
+                finding.scope,
+                finding.escalation,
+                finding.provenance,
+            )
             out.append(Reading("accel_device_action_reason_info", labels, 1.0))
+        for uuid in verdict.scope_uuids:
+            reach = (*ident, verdict.scope, uuid)
+            out.append(Reading("accel_device_action_scope_info", reach, 1.0))
     return out

@@ -26,7 +26,17 @@ RANK = {FAILED: 3, DEGRADED: 2, PREDICTED: 1, OK: 0}
 
 @dataclass(frozen=True)
 class Finding:
-    """One thing a device reported and the action it calls for (docs/health.md)."""
+    """One thing a device reported, the action it calls for, how far it reaches and what next.
+
+    ``action`` is a word of the one vocabulary (``exporter.catalog.vocabulary.
+    RECOMMENDED_ACTIONS``), ``scope`` one of ``ACTION_SCOPES`` (how far the action
+    reaches: a baseboard replacement takes every GPU of the board), ``escalation`` the
+    action to take when this one does not clear the finding ("" when the table names
+    none), ``detail`` what exactly to do, in words (the vendor guide's instruction:
+    ``reseat the GPU tray ...``), ``provenance`` one of ``ACTION_PROVENANCES`` and
+    ``reference`` the table it was read from (``NVIDIA Xid Catalog ...``). See
+    docs/health.md.
+    """
 
     # The source code: xid_79, afid_30, recovery_action_gpu_reset, or a health reason.
     reason: str
@@ -38,6 +48,11 @@ class Finding:
     at: float = 0.0
     # The CPER severity of an AFID (fatal, non_fatal); else "".
     severity: str = ""
+    scope: str = "device"
+    escalation: str = ""
+    detail: str = ""
+    provenance: str = "exporter_rule"
+    reference: str = ""
 
 
 @dataclass(frozen=True)
@@ -62,6 +77,12 @@ class DeviceHealth:
     disruptive action the findings ask for (kept while the state is unknown: what the
     device asked for before is remembered evidence). ``since`` is the Unix time the
     state last changed, ``updated`` that of the poll that judged it.
+
+    ``scope`` is how far ``action`` reaches (the widest scope of the findings that
+    ask for it), ``scope_uuids`` the uuids of every device it reaches, this one
+    included, sorted (empty while ``action`` is ``none``; :mod:`exporter.scope` says
+    how a scope whose members are not known widens), ``escalation`` the next action
+    those findings name.
     """
 
     device: str
@@ -73,6 +94,9 @@ class DeviceHealth:
     since: float
     updated: float
     unknown_why: str = ""
+    scope: str = "device"
+    scope_uuids: tuple[str, ...] = ()
+    escalation: str = ""
 
     @property
     def known(self) -> bool:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from exporter.catalog.spec import Instrument, Kind, MetricSpec
 from exporter.catalog.vocabulary import (
+    ACTION_PROVENANCES,
+    ACTION_SCOPES,
     CLOCKS,
     DEVICE_BACKENDS,
     DEVICE_EVENTS,
+    DOMAIN_SCOPES,
     ECC_COUNTERS,
     ECC_TYPES,
     HEALTH_STATES,
@@ -146,8 +149,9 @@ ROWS = (
         "accel_device_recommended_action",
         Kind.GAUGE,
         "What to do about a device, one-hot over none, restart_app, drain_p2p, reset_device,"
-        " reboot_node and service (the most disruptive action any current finding asks for;"
-        " XIDs and AFIDs by their catalogs, see docs/health.md).",
+        " reboot_node, service, inspect_hardware, contact_vendor and replace_device (the"
+        " most disruptive action any current finding asks for; XIDs, AFIDs and the other"
+        " vendors' codes by their catalogs, see docs/health.md).",
         (*ID, "action"),
         values={"action": RECOMMENDED_ACTIONS},
     ),
@@ -155,9 +159,34 @@ ROWS = (
         "accel_device_action_reason_info",
         Kind.INFO,
         "What asks for an action on a device: the source code (xid_79, afid_30,"
-        " recovery_action_gpu_reset, or a health reason) and the action it calls for.",
-        (*ID, "reason", "action"),
-        values={"action": RECOMMENDED_ACTIONS},
+        " recovery_action_gpu_reset, or a health reason), the action it calls for, how far"
+        " the action reaches (scope), the next action if it does not help (escalation, empty"
+        " when none is named) and where the mapping comes from (provenance).",
+        (*ID, "reason", "action", "scope", "escalation", "provenance"),
+        values={
+            "action": RECOMMENDED_ACTIONS,
+            "scope": ACTION_SCOPES,
+            "escalation": ("", *RECOMMENDED_ACTIONS),
+            "provenance": ACTION_PROVENANCES,
+        },
+    ),
+    MetricSpec(
+        "accel_device_action_scope_info",
+        Kind.INFO,
+        "Every device the recommended action of a device reaches (affected_uuid; the device"
+        " itself included), present while the action is not none: a baseboard replacement"
+        " names the board's GPUs, an XGMI-hive reset the hive's.",
+        (*ID, "scope", "affected_uuid"),
+        values={"scope": ACTION_SCOPES},
+    ),
+    MetricSpec(
+        "accel_device_domain_info",
+        Kind.INFO,
+        "The domain a device belongs to, per scope: its physical device (partition), its"
+        " peer domain (NVLink clique, XGMI hive) and its baseboard; devices with one domain"
+        " value share what an action of that scope does.",
+        (*ID, "scope", "domain"),
+        values={"scope": DOMAIN_SCOPES},
     ),
     MetricSpec(
         "accel_devices",
@@ -455,5 +484,6 @@ DAEMON_OWNED = frozenset(
         "accel_device_health_reason_info",
         "accel_device_recommended_action",
         "accel_device_action_reason_info",
+        "accel_device_action_scope_info",
     }
 )

@@ -17,8 +17,39 @@ from exporter.vendors import VENDORS
 
 # The exporter's health verdict: the OpenTelemetry hw.state values.
 HEALTH_STATES = ("ok", "degraded", "failed", "predicted_failure")
-# What to do about a device (exporter/actions.py), least to most disruptive.
-RECOMMENDED_ACTIONS = ("none", "restart_app", "drain_p2p", "reset_device", "reboot_node", "service")
+# What to do about a device (exporter/actions.py), least to most disruptive. ``service``:
+# a person must look and no table says at what (an unknown code); the three after it say
+# what the person does (reseat, cooling or the PCIe path; the vendor; a new part).
+RECOMMENDED_ACTIONS = (
+    "none",
+    "restart_app",
+    "drain_p2p",
+    "reset_device",
+    "reboot_node",
+    "service",
+    "inspect_hardware",
+    "contact_vendor",
+    "replace_device",
+)
+# How far an action reaches, from the narrowest (exporter/scope.py): the device itself;
+# every partition of its physical device; its peer domain (NVLink clique, XGMI hive);
+# every device on its baseboard; every device of the node.
+ACTION_SCOPES = ("device", "partition", "peer_domain", "baseboard", "node")
+# The scopes whose members a backend names (accel_device_domain_info); device and node
+# need no name.
+DOMAIN_SCOPES = ("partition", "peer_domain", "baseboard")
+# Where an action comes from: the vendor's own table (NVIDIA's Xid catalog, NVML's
+# recovery action, a vendor spec), inferred from a vendor's guide (AMD's SAG conditions by
+# name), the exporter's own rule, the operator's config, the site's mapping file, or no
+# table at all (an unknown code: service).
+ACTION_PROVENANCES = (
+    "vendor_catalog",
+    "vendor_inferred",
+    "exporter_rule",
+    "config",
+    "site_table",
+    "unknown_code",
+)
 # Why a device's calls were isolated into a probe.
 ISOLATION_REASONS = ("hung", "crashed")
 # The device backends that count failed fields (accel_field_errors_total's source).

@@ -34,6 +34,8 @@ def judged(readings, judge=None, unread=None):
         elif r.metric == "accel_device_action_reason_info":
             assert r.value == 1
             why.setdefault(r.labels[:2], {})[r.labels[2]] = r.labels[3]
+        elif r.metric == "accel_device_action_scope_info":
+            assert r.value == 1
         else:
             assert r.metric == "accel_device_health_reason_info" and r.value == 1
             reasons.setdefault(r.labels[:2], set()).add(r.labels[2])
