@@ -17,6 +17,9 @@ What it says:
 - ``True`` (``AcceleratorsHealthy``) when every device has a known, good verdict;
 - nothing at all while the store has no verdict (a restart before the first poll
   must not flip ``False`` to ``Unknown``).
+
+A device whose action reaches wider than itself says how far and how many devices
+(``3 (GPU-...) failed: afid_30 -> replace_device (baseboard: 8 devices)``).
 """
 
 from __future__ import annotations
@@ -80,6 +83,10 @@ def _describe(uuid: str, dev: DeviceHealth | None, how: str) -> str:
         text += f" ({dev.unknown_why})"
     if dev is not None and dev.action and dev.action != "none":
         text += f" -> {dev.action}"
+        reached = set(dev.scope_uuids) | {dev.uuid}
+        if dev.scope != "device" and len(reached) > 1:
+            # How far the action reaches: the other devices are tainted for it too.
+            text += f" ({dev.scope}: {len(reached)} devices)"
     return text
 
 

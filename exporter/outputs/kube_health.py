@@ -11,6 +11,9 @@ reconciles two things, each in its own step, so a failing one never skips the ot
   repaired, the healthy-since clock is kept on the object, a rule is deleted (with
   the listed uid as precondition) once fresh not-bad data has held ``clear_after``.
   Every rule found at start is held: a restart with no data yet changes nothing.
+  A rule covers the whole scope of a bad device's action (``scope_uuids``): one
+  pool-wide rule where the scope is exactly a pool of the node's slices, else one
+  rule per device of the scope (:mod:`exporter.outputs.kube_scope`).
   With nothing held and nothing bad the list is asked only every
   :data:`QUIET_LIST_SECONDS`. Devices are resolved from this node's ResourceSlices
   (:mod:`exporter.outputs.kube_devices`);
@@ -41,7 +44,6 @@ from exporter import log
 from exporter.config.kubernetes import KubernetesConfig
 from exporter.config.outputs import KubernetesOutputConfig
 from exporter.enrich.devices import DeviceIndex
-from exporter.enrich.dra import DraDevice
 from exporter.kube import KubeClient, KubeError, Reply, list_resource_slices
 from exporter.outputs.kube_condition import (
     CONDITION,
@@ -64,20 +66,20 @@ from exporter.outputs.kube_rules import (
     Intent,
     Listed,
     Patch,
-    Selector,
     Settings,
     Taint,
     create_body,
     is_bad,
     is_ours,
+    key_rule_name,
     label_value,
     our_labels,
     plan,
     rfc3339,
-    rule_name,
     selector_query,
     standing,
 )
+from exporter.outputs.kube_scope import Targets, reach, targets
 from exporter.store import Store
 from exporter.verdict import DeviceHealth
 
@@ -146,9 +148,9 @@ class KubeHealthWriter:
         )
         # What this writer holds each rule to be (only rules the server listed or
         # answered for: never one a reply did not confirm).
-        self._intents: dict[str, Intent] = {}
-        self._held: dict[str, str] = {}  # uuid -> recovering / unknown (rules kept)
-        self._clocks: dict[str, float] = {}  # uuid -> healthy-since on its rule
+        self._intents: dict[str, Intent] = {}  # rule key (uuid or pool key) -> intent
+        self._held: dict[str, str] = {}  # culprit uuid -> recovering / unknown (rules kept)
+        self._clocks: dict[str, float] = {}  # rule key -> healthy-since on its rule
         self._next_list = 0.0  # the first pass lists: adoption
         self._devices = DeviceRefs()
         self._unresolved: list[str] = []
@@ -228,14 +230,16 @@ class KubeHealthWriter:
                 "node": self.node,
                 "api_server": self.client.url,
                 "rules": {
-                    uuid: {
+                    key: {
                         "name": intent.name,
                         **intent.taint.as_dict(),
-                        "healthy_since": rfc3339(self._clocks[uuid])
-                        if uuid in self._clocks
+                        "selector": intent.selector.as_dict(),
+                        "culprits": list(intent.culprits),
+                        "healthy_since": rfc3339(self._clocks[key])
+                        if key in self._clocks
                         else None,
                     }
-                    for uuid, intent in sorted(self._intents.items())
+                    for key, intent in sorted(self._intents.items())
                 },
                 "held": dict(sorted(self._held.items())),
                 "unresolved_devices": list(self._unresolved),
@@ -318,41 +322,40 @@ class KubeHealthWriter:
     # -- DeviceTaintRules ------------------------------------------------------------
 
     def _rules(self, health: dict[str, DeviceHealth], now: float) -> bool:
-        bad = [u for u, d in health.items() if is_bad(d, self.config.taint_degraded)]
+        degraded = self.config.taint_degraded
+        bad = {u: d for u, d in health.items() if is_bad(d, degraded)}
         if not self._intents and not bad and now < self._next_list:
             return True  # quiet: nothing held, nothing bad, listed not long ago
         listed = self._list()
         self._next_list = now + QUIET_LIST_SECONDS if not listed and not bad else now
-        step = plan(listed, self._intents, health, self._settings, now)
-        creates = [s for s in step.steps if isinstance(s, Create)]
-        refs: dict[str, DraDevice] = {}
         clean = True
-        if creates:
-            try:
-                refs = self._resolve([c.uuid for c in creates], now)
-            except KubeError as exc:  # counted; the other steps still go
-                self._fail(exc.reason, exc.detail)
-                clean = False
+        try:
+            found = self._targets(bad, now)
+        except KubeError as exc:  # counted; what the last listing named still goes
+            self._fail(exc.reason, exc.detail)
+            clean = False
+            found = self._targets(bad, now, listing=False)
+        pending = frozenset(found.unresolved)
+        step = plan(listed, self._intents, health, found.wants, self._settings, now, pending)
         with self._lock:
             self._intents = step.intents
             self._held, self._clocks = step.held, step.clocks
-            self._unresolved = sorted(c.uuid for c in creates if c.uuid not in refs)
+            self._unresolved = sorted({u for miss in found.unresolved.values() for u in miss})
         for item in step.steps:
             try:
                 if isinstance(item, Create):
-                    if item.uuid in refs:
-                        self._create(item, refs[item.uuid])
+                    self._create(item)
                 elif isinstance(item, Patch):
                     self._patch(item)
                 else:
                     self._delete(item)
-            except KubeError as exc:  # one device's failure is not the others'
+            except KubeError as exc:  # one rule's failure is not the others'
                 self._fail(exc.reason, exc.detail)
                 clean = False
         return clean
 
     def _list(self) -> dict[str, Listed]:
-        """The rules of this node, listed by label, by device uuid."""
+        """The rules of this node, listed by label, by key (device uuid or pool key)."""
         path = f"{RULES_PATH}?labelSelector={quote(selector_query(self._labels))}"
         body = _expect(self._request("GET", path), "DeviceTaintRuleList")
         items = body.get("items")
@@ -362,10 +365,20 @@ class KubeHealthWriter:
         out: dict[str, Listed] = {}
         # Two rules naming one device (made by hand): the first by name is the one held.
         for rule in sorted((r for r in found if r is not None), key=lambda r: r.name):
-            out.setdefault(rule.uuid, rule)
+            out.setdefault(rule.key, rule)
         return out
 
-    def _resolve(self, uuids: list[str], now: float) -> dict[str, DraDevice]:
+    def _targets(
+        self, bad: Mapping[str, DeviceHealth], now: float, listing: bool = True
+    ) -> Targets:
+        """The rules the scopes of ``bad`` ask for, their devices resolved from the slices.
+
+        Lists the node's ResourceSlices when a device of a scope is not in the last
+        listing (and a listing is due); ``listing`` False looks up the last one only.
+        """
+        if not bad:
+            return Targets()
+        uuids = sorted({u for dev in bad.values() for u in reach(dev)})
         view = self.store.view()
         index = DeviceIndex.from_readings(view.readings("accel_device_info"))
         pci = {}
@@ -373,7 +386,11 @@ class KubeHealthWriter:
             ref = index.by_uuid(uuid)
             if ref is not None and ref.pci_bus_id:
                 pci[uuid] = ref.pci_bus_id
-        return self._devices.resolve(uuids, pci, now, self._list_slices)
+        if listing:
+            refs = self._devices.resolve(uuids, pci, now, self._list_slices)
+        else:
+            refs = self._devices.lookup(uuids, pci)
+        return targets(bad, refs, self._devices.pools())
 
     def _list_slices(self) -> list[Any]:
         """The node's ResourceSlices, through the one listing every consumer uses."""
@@ -383,45 +400,47 @@ class KubeHealthWriter:
             self._requests["GET"] += 1
         return list_resource_slices(self.client, self.node)
 
-    def _taint(self, dev: DeviceHealth, effect: str) -> Taint:
-        return Taint(self.config.taint_key, label_value(dev.action), effect)
-
-    def _create(self, item: Create, at: DraDevice) -> None:
-        name = rule_name(self.node, item.uuid)
-        taint = self._taint(item.health, "None")  # no effect first, whatever is configured
-        selector = Selector(at.driver, at.pool, at.device)
-        body = create_body(name, self.node, self._labels, item.health, taint, selector)
+    def _create(self, item: Create) -> None:
+        want = item.want
+        name = key_rule_name(self.node, item.key)
+        # No effect first, whatever is configured.
+        taint = Taint(self.config.taint_key, label_value(want.action), "None")
+        body = create_body(name, self.node, self._labels, want, taint)
         reply = self._request("POST", RULES_PATH, body)
         if reply.status == 409:  # exists: ours from a run we did not see, or someone else's
             existing = _expect(
                 self._request("GET", f"{RULES_PATH}/{name}"), "DeviceTaintRule", name
             )
             found = Listed.of(existing) if is_ours(existing, self._labels) else None
-            if found is None or found.uuid != item.uuid:
+            if found is None or found.key != item.key:
                 raise KubeError("conflict", f"DeviceTaintRule {name} exists and is not ours")
             with self._lock:
-                self._intents[item.uuid] = Intent.adopted(found)
-            self._log.info("device taint rule adopted", uuid=item.uuid, rule=name)
+                self._intents[item.key] = Intent.adopted(found)
+            self._log.info("device taint rule adopted", key=item.key, rule=name)
             return
         answer = Listed.of(_expect(reply, "DeviceTaintRule", name))
-        if answer is None or answer.taint != taint or answer.selector != selector:
+        if answer is None or answer.taint != taint or answer.selector != want.selector:
             raise _bad_reply(f"create {name}: the reply is not the rule sent")
         with self._lock:
-            self._intents[item.uuid] = Intent(name, taint, selector)
+            self._intents[item.key] = Intent(name, taint, want.selector, want.culprits)
         self._log.info(
             "device taint recreated" if item.again else "device tainted",
-            uuid=item.uuid,
+            key=item.key,
             rule=name,
             effect=taint.effect,
-            reasons=list(item.health.reason_names()),
+            scope=want.scope,
+            pool_wide=want.pool_wide,
+            devices=len(want.covers),
+            culprits=list(want.culprits),
+            reasons=list(want.reasons),
         )
 
     def _patch(self, item: Patch) -> None:
         reply = self._request("PATCH", f"{RULES_PATH}/{item.name}", item.body, MERGE_PATCH)
         if reply.status == 404:  # deleted behind our back: made again at the next pass
             with self._lock:
-                self._intents.pop(item.uuid, None)
-            self._log.warning("device taint rule gone", uuid=item.uuid, rule=item.name)
+                self._intents.pop(item.key, None)
+            self._log.warning("device taint rule gone", key=item.key, rule=item.name)
             return
         answer = Listed.of(_expect(reply, "DeviceTaintRule", item.name))
         notes = item.body.get("metadata", {}).get("annotations", {})
@@ -435,22 +454,22 @@ class KubeHealthWriter:
         ):
             raise _bad_reply(f"patch {item.name}: the reply is not the rule patched")
         with self._lock:
-            self._intents[item.uuid] = item.intent
+            self._intents[item.key] = item.intent
         if "effect" in item.what:
             self._log.info(
-                "taint effect set", uuid=item.uuid, rule=item.name, effect=item.intent.taint.effect
+                "taint effect set", key=item.key, rule=item.name, effect=item.intent.taint.effect
             )
         if {"taint", "selector"} & set(item.what):
             self._log.warning(
                 "device taint rule repaired",
-                uuid=item.uuid,
+                key=item.key,
                 rule=item.name,
                 what=[w for w in item.what if w in ("taint", "selector")],
             )
         if "clock_set" in item.what:
             self._log.info(
                 "device healthy again, taint held",
-                uuid=item.uuid,
+                key=item.key,
                 rule=item.name,
                 healthy_since=since,
                 clear_after=self.config.clear_after,
@@ -471,12 +490,14 @@ class KubeHealthWriter:
             if kind == "Status" and reply.body.get("status") != "Success":
                 raise _bad_reply(f"delete {item.name}: Status {reply.body.get('status')!s:.40}")
         with self._lock:
-            self._intents.pop(item.uuid, None)
-            self._held.pop(item.uuid, None)
-            self._clocks.pop(item.uuid, None)
+            self._intents.pop(item.key, None)
+            self._clocks.pop(item.key, None)
+            # Its culprits are no longer held, unless another rule still names them.
+            named = {c for intent in self._intents.values() for c in intent.culprits}
+            self._held = {c: how for c, how in self._held.items() if c in named}
         self._log.info(
             "device taint removed",
-            uuid=item.uuid,
+            key=item.key,
             rule=item.name,
             healthy_since=rfc3339(item.healthy_since),
         )
@@ -486,9 +507,10 @@ class KubeHealthWriter:
     def _without_rule(self, health: Mapping[str, DeviceHealth], now: float) -> dict[str, str]:
         """Holds of bad devices that have no rule (the condition's hysteresis only)."""
         degraded = self.config.taint_degraded
+        ruled = {c for intent in self._intents.values() for c in intent.culprits}
         for uuid, dev in health.items():
             where = standing(dev, degraded)
-            if uuid in self._intents:
+            if uuid in ruled:
                 self._recovering.pop(uuid, None)
             elif where == BAD:
                 self._recovering[uuid] = None
