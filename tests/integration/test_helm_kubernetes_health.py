@@ -22,6 +22,9 @@ from typing import Any
 import pytest
 
 from exporter.outputs.kube_health import label_value
+from exporter.outputs.kube_rules import Taint, create_body, key_rule_name, our_labels
+from exporter.outputs.kube_scope import Want
+from exporter.outputs.kube_selector import Selector, pool_key
 from tests.helpers.admission import Decision, admit
 from tests.helpers.deploy import (
     KUBE_VERSIONS,
@@ -454,7 +457,7 @@ NOT_OWN_NODE = "its own node only"
 ONLY_OUR_CONDITION = "every other condition must stay"
 REST_OF_NODE = "the rest of the status"
 NOT_LABELLED = "must be labelled"
-NOT_ONE_DEVICE = "must select one device of its own node"
+NOT_ONE_DEVICE = "must select devices of its own node only"
 NOT_OWN_RULE = "only the DeviceTaintRules of its own node"
 NO_CLAIM = "credentials name no node"
 
@@ -583,8 +586,14 @@ V1ALPHA3_FIELDS = {"driver": DRIVER, "pool": OWN, "device": "gpu-3", "deviceClas
         # Selectors wider than one device of this node.
         pytest.param(rule(OWN, selector={"driver": DRIVER}), NOT_ONE_DEVICE, id="driver-only"),
         pytest.param(rule(OWN, selector={"pool": OWN}), NOT_ONE_DEVICE, id="pool-only"),
+        # A pool-wide rule (driver and pool, no device) for a pool that is not the node's.
         pytest.param(
-            rule(OWN, selector={"driver": DRIVER, "pool": OWN}), NOT_ONE_DEVICE, id="no-device"
+            rule(OWN, selector={"driver": DRIVER, "pool": OTHER}),
+            NOT_ONE_DEVICE,
+            id="another-nodes-whole-pool",
+        ),
+        pytest.param(
+            rule(OWN, selector={"driver": DRIVER, "pool": ""}), NOT_ONE_DEVICE, id="empty-pool"
         ),
         pytest.param(
             rule(OWN, selector={"driver": DRIVER, "pool": OWN, "device": ""}),
@@ -604,6 +613,56 @@ def test_a_rule_not_of_this_node_or_wider_than_its_device_is_refused(policy, mad
     refused(policy, create(ME, made), because)
     # As an update of its own rule too (the new object must be as strict).
     refused(policy, update(ME, rule(OWN), made), because)
+
+
+def pool_rule(node_name: str, pool: str | None = None) -> dict[str, Any]:
+    """The pool-wide rule the writer makes for a scope that is the node's whole pool,
+    from its own create_body, with what the API server adds on create."""
+    want = Want(
+        key=pool_key(DRIVER, pool or node_name),
+        selector=Selector(DRIVER, pool or node_name, ""),
+        action="replace_device",
+        scope="baseboard",
+        culprits=("GPU-5e1d4b70",),
+        covers=tuple(f"GPU-{i}" for i in range(8)),
+        reasons=("afid_30",),
+    )
+    name = key_rule_name(node_name, want.key)
+    taint = Taint("accel-exporter.io/unhealthy", "replace_device", "None")
+    body = create_body(name, node_name, our_labels(node_name), want, taint)
+    body["metadata"].update(uid="b7e2a4c1-0000-4000-8000-00000000000a", resourceVersion="8")
+    body["spec"]["taint"]["timeAdded"] = "2026-05-01T10:00:30Z"
+    return body
+
+
+def test_own_node_may_create_raise_and_delete_its_whole_pool_rule(policy):
+    mine = pool_rule(OWN)
+    assert "device" not in mine["spec"]["deviceSelector"]
+    allowed(policy, create(ME, mine))
+    raised = set_effect(mine)
+    allowed(policy, update(ME, mine, raised))
+    allowed(policy, delete(ME, raised))
+    # A device rule of the node becoming its pool's rule, and back: both its own.
+    allowed(policy, update(ME, rule(OWN), mine))
+    allowed(policy, update(ME, mine, rule(OWN)))
+
+
+def test_a_whole_pool_rule_of_another_nodes_pool_is_refused(policy):
+    # Labelled and annotated as this node's, selecting another node's pool.
+    theirs_pool = pool_rule(OWN, pool=OTHER)
+    refused(policy, create(ME, theirs_pool), NOT_ONE_DEVICE)
+    refused(policy, update(ME, pool_rule(OWN), theirs_pool), NOT_ONE_DEVICE)
+    # Another node's own pool rule: neither made, changed nor deleted from this node.
+    theirs = pool_rule(OTHER)
+    refused(policy, create(ME, theirs), NOT_LABELLED)
+    refused(policy, update(ME, theirs, set_effect(theirs)), NOT_OWN_RULE)
+    refused(policy, delete(ME, theirs), NOT_OWN_RULE)
+    # The other node's token may write its own.
+    allowed(policy, create(pod_user(OTHER), theirs))
+    # No pool at all (every pool of the driver, on every node): refused.
+    no_pool = pool_rule(OWN)
+    del no_pool["spec"]["deviceSelector"]["pool"]
+    refused(policy, create(ME, no_pool), NOT_ONE_DEVICE)
 
 
 def test_a_rule_without_a_selector_is_refused(policy):
