@@ -32,9 +32,21 @@ class Clock:
 
 
 def verdict(
-    device: str, uuid: str, state: str, *reasons: str, action: str = "none", why: str = ""
+    device: str,
+    uuid: str,
+    state: str,
+    *reasons: str,
+    action: str = "none",
+    why: str = "",
+    scope: str = "device",
+    scope_uuids: tuple[str, ...] = (),
 ) -> DeviceHealth:
-    """One device's verdict as the health judge publishes it."""
+    """One device's verdict as the health judge publishes it.
+
+    ``scope`` and ``scope_uuids`` are how far its action reaches (the judge lists the
+    device itself among them while the action is not ``none``).
+    """
+    reach = tuple(sorted(set(scope_uuids) | {uuid})) if action != "none" else ()
     return DeviceHealth(
         device=device,
         uuid=uuid,
@@ -45,6 +57,8 @@ def verdict(
         since=0.0,
         updated=0.0,
         unknown_why=why,
+        scope=scope if action != "none" else "device",
+        scope_uuids=reach,
     )
 
 
@@ -68,6 +82,61 @@ def nvidia_slices(uuids: list[str], node: str = NODE) -> list[dict[str, Any]]:
     """One ResourceSlice of NVIDIA's DRA driver publishing ``uuids`` as gpu-0, gpu-1, ..."""
     devices = [nvidia_gpu(i, u, f"0000:{0x17 + i:02x}:00.0") for i, u in enumerate(uuids)]
     return [resource_slice(node, "gpu.nvidia.com", devices)]
+
+
+def run_passes(
+    w: KubeHealthWriter,
+    store: Store,
+    clock: Clock,
+    *records: DeviceHealth,
+    passes: int = 1,
+    every: float = 30.0,
+    readings: tuple[Reading, ...] = (),
+) -> None:
+    """``records`` published as one fresh poll, then ``passes`` writer passes ``every`` apart.
+
+    The clock moves ``every`` before each pass. For any writer: a test builds the
+    records itself (``verdict(..., scope=, scope_uuids=)``), or takes them from a
+    health judge that raised them.
+    """
+    publish(store, *records, readings=readings)
+    for _ in range(passes):
+        clock.now += every
+        w.reconcile()
+
+
+def selects(rule: dict[str, Any], item: dict[str, Any], device: dict[str, Any]) -> bool:
+    """Whether a DeviceTaintRule selects one device of a ResourceSlice, as DRA matches them.
+
+    Each selector field that is set must equal the device's: ``driver`` the slice's,
+    ``pool`` the slice's pool, ``device`` the device's name. A rule without ``device``
+    selects every device of the pool.
+    """
+    sel = rule["spec"].get("deviceSelector") or {}
+    spec = item["spec"]
+    have = {"driver": spec["driver"], "pool": spec["pool"]["name"], "device": device["name"]}
+    return bool(sel) and all(have[k] == v for k, v in sel.items() if v is not None)
+
+
+def tainted(api: FakeApiServer, pci_uuids: dict[str, str] | None = None) -> dict[str, list[str]]:
+    """Each device the fake's rules select, by uuid, with the names of the rules selecting it.
+
+    A device is named by its slice's ``uuid`` attribute, else by the uuid ``pci_uuids``
+    gives its PCI address (AMD's driver publishes none), else by its DRA name.
+    """
+    out: dict[str, list[str]] = {}
+    for item in api.slices:
+        for device in item["spec"].get("devices", []):
+            attrs = device.get("attributes", {})
+            ident = (attrs.get("uuid") or {}).get("string", "")
+            for key in ("resource.kubernetes.io/pciBusID", "pcieBusID", "pciAddress"):
+                bus = (attrs.get(key) or {}).get("string", "")
+                ident = ident or (pci_uuids or {}).get(bus, "")
+            ident = ident or device["name"]
+            names = sorted(n for n, r in api.rules.items() if selects(r, item, device))
+            if names:
+                out[ident] = names
+    return out
 
 
 def config(api: FakeApiServer, pki: Path, token_file: Path, **kw: Any) -> KubernetesOutputConfig:

@@ -85,7 +85,9 @@ def test_a_missing_rule_of_a_bad_device_is_created_and_one_of_a_good_device_forg
 
 def test_a_stronger_effect_is_kept_and_hand_added_selector_keys_are_removed():
     rule = listed("NoExecute", driver="d", pool="p", device="g", deviceClassName="gpu")
-    out = plan_for({U: rule}, {}, {U: verdict("0", U, "failed", "xid_79", action="x")}, SETTINGS, NOW)
+    out = plan_for(
+        {U: rule}, {}, {U: verdict("0", U, "failed", "xid_79", action="x")}, SETTINGS, NOW
+    )
     (step,) = out.steps
     assert isinstance(step, Patch)
     assert step.body == {
