@@ -7,7 +7,10 @@ Usage: ``python bench/kube_writer.py [--restarts 3]`` (prints JSON; run by hand,
    (30 s) over one simulated hour, 8 GPUs. ``quiet``: nothing changes (the first
    hour includes the start: the Node read and the adoption list); ``failure``: one
    GPU failed all hour with ``taint_effect: NoExecute`` (the first hour includes
-   the rule's creation, the ResourceSlice listing and the effect patch).
+   the rule's creation, the ResourceSlice listing and the effect patch);
+   ``baseboard``: one GPU asking for its baseboard's replacement (scope
+   ``baseboard``, all 8 GPUs: one pool-wide rule); ``hive``: one asking for a reset
+   of its XGMI hive (scope ``peer_domain``, 4 of the 8: a rule per device).
 2. From a real daemon's spawn to the first reconcile that could delete anything:
    a daemon with the fake NVML (2 GPUs, both ok), a rule its node's writer left for
    GPU 1 on the fake API server, ``clear_after`` short; measured from the process
@@ -32,12 +35,13 @@ sys.path.insert(0, str(REPO))
 
 from exporter import log  # noqa: E402
 from exporter.outputs.kube_rules import (  # noqa: E402
-    Selector,
     Taint,
     create_body,
     our_labels,
     rule_name,
 )
+from exporter.outputs.kube_scope import Want  # noqa: E402
+from exporter.outputs.kube_selector import Selector  # noqa: E402
 from exporter.store import Store  # noqa: E402
 from tests.e2e.test_nvml_daemon import OTHERS_OFF  # noqa: E402
 from tests.fakes.kube_api import FakeApiServer, node  # noqa: E402
@@ -63,22 +67,37 @@ def _uuids(n: int) -> list[str]:
     return [f"GPU-{i:08x}-0000-4000-8000-000000000000" for i in range(n)]
 
 
-def simulated_hours(pki: Path, work: Path, failed: bool) -> dict[str, Any]:
+# case -> GPU 1's (reason, action, scope, how many GPUs from the first its scope reaches)
+CASES = {
+    "quiet": None,
+    "failure": ("xid_79", "none", "device", 1),
+    "baseboard": ("afid_30", "replace_device", "baseboard", GPUS),
+    "hive": ("afid_13", "reset_device", "peer_domain", GPUS // 2),
+}
+
+
+def simulated_hours(pki: Path, work: Path, case: str) -> dict[str, Any]:
     """Requests in the first and the second simulated hour, by method."""
     uuids = _uuids(GPUS)
+    bad = CASES[case]
     with FakeApiServer(pki, token=TOKEN) as api:
         api.nodes = {NODE: node(NODE)}
         api.slices = nvidia_slices(uuids)
         store, clock = Store(), Clock()
         w = writer(api, pki, work, store, clock, taint_effect="NoExecute")
-        states = ["failed" if failed and i == 1 else "ok" for i in range(GPUS)]
-        publish(
-            store,
-            *(
-                verdict(str(i), u, s, *(["xid_79"] if s == "failed" else []), action="none")
-                for i, (u, s) in enumerate(zip(uuids, states, strict=True))
-            ),
-        )
+        records = [verdict(str(i), u, "ok") for i, u in enumerate(uuids)]
+        if bad is not None:
+            reason, action, scope, reach = bad
+            records[1] = verdict(
+                "1",
+                uuids[1],
+                "failed",
+                reason,
+                action=action,
+                scope=scope,
+                scope_uuids=tuple(uuids[:reach]) if reach > 1 else (),
+            )
+        publish(store, *records)
         hours = []
         for _ in range(2):
             mark = len(api.requests)
@@ -89,7 +108,23 @@ def simulated_hours(pki: Path, work: Path, failed: bool) -> dict[str, Any]:
             made = Counter(r["method"] for r in api.requests[mark:])
             hours.append({"total": sum(made.values()), "by_method": dict(sorted(made.items()))})
         assert w.status()["failures"] == {}, w.status()["failures"]
-        return {"first_hour": hours[0], "steady_hour": hours[1], "rules": len(api.rules)}
+        return {
+            "first_hour": hours[0],
+            "steady_hour": hours[1],
+            "rules": len(api.rules),
+            "first_pass_requests": _first_pass(api),
+            "passes_per_hour": int(HOUR / INTERVAL),
+        }
+
+
+def _first_pass(api: FakeApiServer) -> dict[str, int]:
+    """The requests of the writer's first pass, by method (up to its Node status patch)."""
+    made: Counter[str] = Counter()
+    for r in api.requests:
+        made[r["method"]] += 1
+        if r["method"] == "PATCH" and r["path"].endswith("/status"):
+            break
+    return dict(sorted(made.items()))
 
 
 def restart_to_first_delete(pki: Path, work: Path, lib: Path, clear_after: float) -> float:
@@ -102,14 +137,17 @@ def restart_to_first_delete(pki: Path, work: Path, lib: Path, clear_after: float
         api.nodes = {NODE: node(NODE)}
         api.slices = nvidia_slices(uuids)
         name = rule_name(NODE, uuids[1])
-        left = create_body(
-            name,
-            NODE,
-            our_labels(NODE),
-            verdict("1", uuids[1], "failed", "xid_79"),
-            Taint("accel-exporter.io/unhealthy", "reboot_node", "NoExecute"),
-            Selector("gpu.nvidia.com", NODE, "gpu-1"),
+        want = Want(
+            key=uuids[1],
+            selector=Selector("gpu.nvidia.com", NODE, "gpu-1"),
+            action="reboot_node",
+            scope="device",
+            culprits=(uuids[1],),
+            covers=(uuids[1],),
+            reasons=("xid_79",),
         )
+        taint = Taint("accel-exporter.io/unhealthy", "reboot_node", "NoExecute")
+        left = create_body(name, NODE, our_labels(NODE), want, taint)
         left["metadata"]["uid"] = "uid-left-behind"
         api.rules[name] = left
         config = {
@@ -156,10 +194,7 @@ def main() -> int:
         work = Path(tmp)
         (work / "pki").mkdir()
         pki = make_pki(work / "pki", ("server", "127.0.0.1"))
-        out["requests_per_node_hour"] = {
-            "quiet": simulated_hours(pki, work, failed=False),
-            "failure": simulated_hours(pki, work, failed=True),
-        }
+        out["requests_per_node_hour"] = {case: simulated_hours(pki, work, case) for case in CASES}
         lib = build(work / "nvml")
         seconds = [
             restart_to_first_delete(pki, work, lib, args.clear_after) for _ in range(args.restarts)
