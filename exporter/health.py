@@ -23,6 +23,7 @@ device itself makes it failed, never the exporter's own trouble.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -188,8 +189,11 @@ class HealthJudge:
     afid_actions: Mapping[str, actions.Advice | str] = field(default_factory=dict)
     # A site's own AFID table (health.afid_table): code -> advice; empty: the built-in one.
     afid_site: Mapping[str, actions.Advice] = field(default_factory=dict)
-    # The table file last loaded, and the problem last logged with it ("": none).
+    # The configured table file; the one in use ("": the built-in table); the file's
+    # (mtime, size, inode) last read, and the problem last logged with it ("": none).
+    _site_wanted: str = ""
     _site_path: str = ""
+    _site_seen: tuple[int, int, int] | None = None
     _site_problem: str = ""
     # Unix time this host booted: events older than it were resolved by the reboot.
     boot_time: Callable[[], float] = lambda: BOOT_TIME
@@ -248,7 +252,23 @@ class HealthJudge:
         self.window = config.event_window
         self.xid_actions = {code: advice.action for code, advice in config.xid_advice().items()}
         self.afid_actions = config.afid_advice()
+        self._site_wanted = config.afid_table
+        self._site_seen = _file_signature(config.afid_table)
         self._load_site_table(config.afid_table)
+
+    def _refresh_site_table(self) -> None:
+        """Read the site's AFID table again if its file changed since it was last read.
+
+        A reload whose config is otherwise the same keeps its sources (and this judge)
+        as they are, so an edited table is picked up here, at the next poll: a stat
+        per poll, the file read only when it changed.
+        """
+        if not self._site_wanted:
+            return
+        seen = _file_signature(self._site_wanted)
+        if seen != self._site_seen:
+            self._site_seen = seen
+            self._load_site_table(self._site_wanted)
 
     def _load_site_table(self, path: str) -> None:
         """Take the site's AFID table (the config check read it too); keep the last good one.
@@ -275,6 +295,10 @@ class HealthJudge:
                     kept=self._site_path or "(the built-in table)",
                 )
             return
+        if path != self._site_path or self._site_problem:
+            log.get(component="health", source=self.source).info(
+                "site AFID table loaded", path=path, afids=len(table.advice)
+            )
         self.afid_site, self._site_path, self._site_problem = table.advice, path, ""
 
     def judge(
@@ -291,6 +315,7 @@ class HealthJudge:
         """
         unread = unread or {}
         now, wall = self.clock(), self.wall()
+        self._refresh_site_table()
         # A poll has thousands of readings and the rules read a few families.
         picked = [r for r in readings if r.metric in _FAMILIES]
         # Whether each device is up, and why not, unread ones included: a bootstrap that
@@ -912,6 +937,17 @@ def _event_reasons(reasons: dict[str, str], findings: Iterable[Finding]) -> None
         xid_state = ACTION_STATES.get(finding.action)
         if xid_state is not None and finding.reason.startswith("xid_"):
             reasons[finding.reason] = xid_state
+
+
+def _file_signature(path: str) -> tuple[int, int, int] | None:
+    """(mtime, size, inode) of a file, to see it changed; None when absent or unnamed."""
+    if not path:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
 def _reset_scoped(findings: list[Finding], reach: str) -> list[Finding]:
