@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from exporter import afids
 from exporter.catalog.vocabulary import (
     ACTION_PROVENANCES,
     ACTION_SCOPES,
@@ -50,8 +51,11 @@ class Advice:
     """One table row's answer: the action, its scope, the next action, and whence.
 
     ``scope`` is one of :data:`SCOPES`, ``escalation`` an action or "" (none named),
-    ``detail`` what exactly to do (the vendor guide's words), ``provenance`` one of
-    :data:`PROVENANCES`, ``reference`` the table and its version.
+    ``escalation_scope`` how far the escalation reaches ("": as far as ``scope``; AMD's
+    reseat of a GPU tray escalates to replacing the whole baseboard, a reboot of the
+    node to replacing one GPU), ``detail`` what exactly to do (the vendor guide's
+    words), ``provenance`` one of :data:`PROVENANCES`, ``reference`` the table and its
+    version.
     """
 
     action: str
@@ -60,6 +64,7 @@ class Advice:
     detail: str = ""
     provenance: str = "exporter_rule"
     reference: str = ""
+    escalation_scope: str = ""
 
 
 def unknown_code(code: str) -> Advice:
@@ -249,14 +254,63 @@ def xid_action(code: int, overrides: Mapping[str, str] | None = None) -> XidActi
     return XidAction(code, immediate, investigatory, action)
 
 
-def afid_action(afid: str, overrides: Mapping[str, str] | None = None) -> str:
-    """The action for an AMD AFID: the configured one, else ``service``.
+def afid_action(
+    afid: str,
+    overrides: Mapping[str, Advice | str] | None = None,
+    site: Mapping[str, Advice] | None = None,
+    *,
+    repeated: bool = False,
+) -> Advice:
+    """What an AMD AFID asks for (:mod:`exporter.afids`, docs/health.md).
 
-    AMD's AFID Event List (docs.amd.com, "AMD Field ID", 70122) gives each AFID its
-    service action; no copy of it ships here, so an AFID the configuration does not
-    name is an unknown code, and an unknown code asks for service with its code kept.
+    In order: the configured override of the code (``health.afid_actions``, provenance
+    ``config``); the site's own AMD-supplied table (``health.afid_table``, provenance
+    ``site_table``), which replaces the inferred join: an AFID it does not name keeps
+    only the exporter's own rule (corrected, non-fatal), a fatal one is then an unknown
+    code; the built-in table; else :func:`unknown_code` (service, the code kept).
+
+    ``repeated``: an uncorrected non-fatal AFID seen ``afids.REPEAT_RECORDS`` times
+    within the window: its escalation, which names its own next step. The CPER
+    record's severity does not enter: the table's wins (``exporter.afids.severity``).
     """
-    return (overrides or {}).get(afid) or SERVICE
+    given = (overrides or {}).get(afid)
+    if isinstance(given, str):  # the plain form of an override: the action word
+        given = Advice(given, provenance="config", reference="health config")
+    found = given or (site or {}).get(afid)
+    if found is None:
+        row = afids.guide(afid)
+        if row is not None and not (site and row.provenance == "vendor_inferred"):
+            found = Advice(
+                row.action,
+                row.scope,
+                row.escalation,
+                row.detail,
+                row.provenance,
+                row.reference,
+                row.escalation_scope,
+            )
+    if found is None:
+        found = unknown_code(f"AFID {afid}" + (" (nor does the site table)" if site else ""))
+    if repeated and found.escalation:
+        nxt = afids.repeated(afid)
+        if nxt is not None and found.provenance == "exporter_rule":
+            return Advice(
+                nxt.action,
+                nxt.scope,
+                nxt.escalation,
+                nxt.detail,
+                nxt.provenance,
+                nxt.reference,
+                nxt.escalation_scope,
+            )
+        return Advice(
+            found.escalation,
+            found.escalation_scope or found.scope,
+            detail=f"{found.detail} (repeated: escalated)",
+            provenance=found.provenance,
+            reference=found.reference,
+        )
+    return found
 
 
 def recovery_action(name: str) -> str:

@@ -23,16 +23,18 @@ device itself makes it failed, never the exporter's own trouble.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from exporter import actions, log, scope
+from exporter import action_file, actions, afids, log, scope
 from exporter.config.health import HealthConfig
 from exporter.health_state.memory import DeviceMemory
 from exporter.model import Reading
+from exporter.vendors import VENDORS
 from exporter.verdict import (
     DEGRADED,
     FAILED,
@@ -91,7 +93,15 @@ RESET_REASONS = frozenset({"gpu_lost", "reset_required", "driver_not_loaded", "d
 BAD_PAGES_NEAR_SHARE = 0.9
 
 # The reasons AMD's rules derive from AFIDs: remembered events, kept while a device is unknown.
-AFID_REASONS = frozenset({"afid_fatal", "afid_recent"})
+AFID_REASONS = frozenset({"afid_fatal", "afid_recent", "afid_repeated"})
+# The code suffix of the remembered event "this non-fatal AFID repeated": kept (and
+# written to the memory file) as an AFID event of its own, so an escalation outlives a
+# daemon restart and clears as its action (reboot_node) does.
+REPEATED = "/repeated"
+# CPER record severities, least to most severe (the worst one an AFID was read with).
+_RECORD_RANK = {"non_fatal_corrected": 1, "non_fatal_uncorrected": 2, "unknown": 2, "fatal": 3}
+# How far a reset reaches, by source (the vendor's; exporter.vendors).
+RESET_SCOPES = {vendor.name: vendor.reset_scope for vendor in VENDORS}
 
 # Families whose 0 for a link that was 1 means "a link went down".
 LINK_UP_FAMILIES = ("accel_nvlink_up", "accel_amd_xgmi_link_up")
@@ -174,9 +184,17 @@ class HealthJudge:
     wall: Callable[[], float] = time.time
     # How long an XID or AFID counts, measured from the event's own time.
     window: float = EVENT_WINDOW_S
-    # Config overrides: code -> action.
+    # Config overrides: code -> action (XIDs), code -> advice (AFIDs).
     xid_actions: Mapping[str, str] = field(default_factory=dict)
-    afid_actions: Mapping[str, str] = field(default_factory=dict)
+    afid_actions: Mapping[str, actions.Advice | str] = field(default_factory=dict)
+    # A site's own AFID table (health.afid_table): code -> advice; empty: the built-in one.
+    afid_site: Mapping[str, actions.Advice] = field(default_factory=dict)
+    # The configured table file; the one in use ("": the built-in table); the file's
+    # (mtime, size, inode) last read, and the problem last logged with it ("": none).
+    _site_wanted: str = ""
+    _site_path: str = ""
+    _site_seen: tuple[int, int, int] | None = None
+    _site_problem: str = ""
     # Unix time this host booted: events older than it were resolved by the reboot.
     boot_time: Callable[[], float] = lambda: BOOT_TIME
     # (family, labels) of the links seen up at least once.
@@ -213,6 +231,14 @@ class HealthJudge:
     # identity -> the domains it last named, by scope (exporter.scope): kept while the
     # device is unread, so that a remembered action still names its scope's devices.
     _domains: dict[Identity, dict[str, str]] = field(default_factory=dict)
+    # identity -> AFID -> the count of its records last read (all severities), and the
+    # CPER times of its records seen since (non-fatal AFIDs: the repeat rule).
+    _afid_counts: dict[Identity, dict[str, float]] = field(default_factory=dict)
+    _afid_hits: dict[Identity, dict[str, list[float]]] = field(default_factory=dict)
+    # (device, uuid, afid) -> the worst CPER record severity it was read with, this poll.
+    _afid_records: dict[tuple[str, ...], str] = field(default_factory=dict)
+    # (identity, reason) of the AFID findings that are a repeat's escalation, this poll.
+    _escalated: set[tuple[Identity, str]] = field(default_factory=set)
 
     @classmethod
     def configured(cls, config: HealthConfig, source: str = "") -> HealthJudge:
@@ -224,8 +250,56 @@ class HealthJudge:
     def reconfigure(self, config: HealthConfig) -> None:
         """Take a reloaded config's window and overrides; the memory stays."""
         self.window = config.event_window
-        self.xid_actions = dict(config.xid_actions)
-        self.afid_actions = dict(config.afid_actions)
+        self.xid_actions = {code: advice.action for code, advice in config.xid_advice().items()}
+        self.afid_actions = config.afid_advice()
+        self._site_wanted = config.afid_table
+        self._site_seen = _file_signature(config.afid_table)
+        self._load_site_table(config.afid_table)
+
+    def _refresh_site_table(self) -> None:
+        """Read the site's AFID table again if its file changed since it was last read.
+
+        A reload whose config is otherwise the same keeps its sources (and this judge)
+        as they are, so an edited table is picked up here, at the next poll: a stat
+        per poll, the file read only when it changed.
+        """
+        if not self._site_wanted:
+            return
+        seen = _file_signature(self._site_wanted)
+        if seen != self._site_seen:
+            self._site_seen = seen
+            self._load_site_table(self._site_wanted)
+
+    def _load_site_table(self, path: str) -> None:
+        """Take the site's AFID table (the config check read it too); keep the last good one.
+
+        The file is read again here: between the config check and now it may have
+        changed. A table that fails now keeps the one in use (logged once per problem).
+        """
+        if not path:
+            if self._site_path:
+                log.get(component="health", source=self.source).info(
+                    "site AFID table dropped", path=self._site_path
+                )
+            self.afid_site, self._site_path, self._site_problem = {}, "", ""
+            return
+        try:
+            table = action_file.load(path)
+        except action_file.ActionFileError as exc:
+            if str(exc) != self._site_problem:
+                self._site_problem = str(exc)
+                log.get(component="health", source=self.source).error(
+                    "site AFID table not loaded; the last good one stays",
+                    path=path,
+                    problem=str(exc),
+                    kept=self._site_path or "(the built-in table)",
+                )
+            return
+        if path != self._site_path or self._site_problem:
+            log.get(component="health", source=self.source).info(
+                "site AFID table loaded", path=path, afids=len(table.advice)
+            )
+        self.afid_site, self._site_path, self._site_problem = table.advice, path, ""
 
     def judge(
         self, readings: Sequence[Reading], unread: Mapping[Identity, str] | None = None
@@ -241,6 +315,7 @@ class HealthJudge:
         """
         unread = unread or {}
         now, wall = self.clock(), self.wall()
+        self._refresh_site_table()
         # A poll has thousands of readings and the rules read a few families.
         picked = [r for r in readings if r.metric in _FAMILIES]
         # Whether each device is up, and why not, unread ones included: a bootstrap that
@@ -309,9 +384,9 @@ class HealthJudge:
                 elif key2 in links_up and labels[:2] in devices:
                     devices[labels[:2]]["link_down"] = DEGRADED
         self._note(up, down_why, field_action, wall)
-        fatal = _remember_afids(amd, events)
-        found = self._events_found(wall, field_action, fatal)
-        amd_rules = _amd_reasons(amd, retired, found)
+        records = self._remember_afids(amd, wall)
+        found = self._events_found(wall, field_action, records)
+        amd_rules = _amd_reasons(amd, retired, found, self._escalated)
         out = []
         for ident, reasons in devices.items():
             if ident in isolated:
@@ -439,9 +514,14 @@ class HealthJudge:
         key: tuple[Identity, str, str],
         stamp: float,
         field_action: dict[Identity, str],
-        fatal: set[tuple[str, ...]],
+        records: Mapping[tuple[str, ...], str],
     ) -> Finding:
-        """The finding one remembered XID or AFID makes, with the action it asks for."""
+        """The finding one remembered XID or AFID makes, with the action it asks for.
+
+        ``records``: (device, uuid, afid) -> the CPER record severity read this poll.
+        An AFID's severity is the table's (exporter.afids.severity), the record's only
+        where the table names none; the action comes from exporter.actions.afid_action.
+        """
         ident, kind, code = key
         if kind == "xid":
             entry = actions.xid_action(int(code), self.xid_actions)
@@ -449,9 +529,84 @@ class HealthJudge:
             if entry.code == actions.XID_RECOVERY_ACTION_CHANGED and ident in field_action:
                 action = actions.recovery_action(field_action[ident])
             return Finding(f"xid_{code}", action, entry.immediate, entry.investigatory, stamp)
-        severity = "fatal" if (*ident, code) in fatal else "non_fatal"
-        action = actions.afid_action(code, self.afid_actions)
-        return Finding(f"afid_{code}", action, at=stamp, severity=severity)
+        afid, _, tag = code.partition("/")
+        severity = afids.severity(afid, records.get((*ident, afid), ""))
+        advice = actions.afid_action(
+            afid, self.afid_actions, self.afid_site, repeated=tag == REPEATED[1:]
+        )
+        return Finding(
+            f"afid_{afid}",
+            advice.action,
+            at=stamp,
+            severity=severity,
+            scope=advice.scope,
+            escalation=advice.escalation,
+            detail=advice.detail,
+            provenance=advice.provenance,
+            reference=advice.reference,
+            escalation_scope=advice.escalation_scope,
+        )
+
+    def _remember_afids(
+        self, readings: Iterable[Reading], wall: float
+    ) -> dict[tuple[str, ...], str]:
+        """Record each AFID's newest CPER time, and a non-fatal one's repeat; its severities.
+
+        Returns (device, uuid, afid) -> the worst CPER record severity it was counted
+        with (read only where the AFID table names no severity of its own). The repeat
+        rule (docs/health.md): an uncorrected non-fatal AFID read in
+        ``afids.REPEAT_RECORDS`` records within the window, counted from the growth of
+        its count the judge saw (the first sight of an AFID counts its newest record
+        only: older ones may be from long ago), is remembered as an event of its own
+        (``<afid>/repeated``), which escalates its finding.
+        """
+        events = self._events
+        records: dict[tuple[str, ...], str] = {}
+        totals: dict[tuple[Identity, str], float] = {}
+        newest: dict[tuple[Identity, str], float] = {}
+        for r in readings:
+            if not isinstance(r.value, float):
+                continue
+            if r.metric == "accel_amd_afid_errors_total":
+                held = records.get(r.labels[:3], "")
+                if r.value > 0 and _RECORD_RANK.get(r.labels[3], 0) >= _RECORD_RANK.get(held, 0):
+                    records[r.labels[:3]] = r.labels[3]
+                pair = (r.labels[:2], r.labels[2])
+                totals[pair] = totals.get(pair, 0.0) + r.value
+            elif r.metric == "accel_amd_afid_last_timestamp_seconds":
+                key = (r.labels[:2], "afid", r.labels[2])
+                events[key] = max(events.get(key, 0.0), r.value)
+                newest[(r.labels[:2], r.labels[2])] = r.value
+        boot = self.boot_time()
+        for (ident, afid), total in totals.items():
+            if afids.severity(afid, records.get((*ident, afid), "")) != afids.NON_FATAL:
+                continue
+            stamp = newest.get((ident, afid))
+            if stamp is None:
+                continue
+            counts = self._afid_counts.setdefault(ident, {})
+            hits = self._afid_hits.setdefault(ident, {}).setdefault(afid, [])
+            last = counts.get(afid)
+            grew = 1.0 if last is None or total < last else total - last
+            counts[afid] = total
+            hits.extend([stamp] * min(int(grew), afids.REPEAT_RECORDS))
+            hits[:] = [
+                at
+                for at in hits[-afids.REPEAT_RECORDS :]
+                if wall - at < self.window and self._counts(ident, "afid", at, actions.NONE, boot)
+            ]
+            if len(hits) >= afids.REPEAT_RECORDS:
+                key = (ident, "afid", afid + REPEATED)
+                if key not in events:
+                    log.get(component="health", source=self.source).warning(
+                        "AFID repeated: escalated",
+                        device=ident[0],
+                        uuid=ident[1],
+                        afid=afid,
+                        records=len(hits),
+                    )
+                events[key] = max(events.get(key, 0.0), max(hits))
+        return records
 
     def _counts(self, ident: Identity, kind: str, stamp: float, action: str, boot: float) -> bool:
         """Whether an event still counts: no repair since it, of the kind that resolves it."""
@@ -484,21 +639,29 @@ class HealthJudge:
         for key, stamp in self._events.items():
             if key[0] != ident or wall - stamp >= self.window:
                 continue
-            finding = self._event_finding(key, stamp, field_action, set())
+            finding = self._event_finding(key, stamp, field_action, {})
             if self._counts(ident, key[1], stamp, finding.action, boot):
                 out.append(finding)
         return out
 
     def _events_found(
-        self, wall: float, field_action: dict[Identity, str], fatal: set[tuple[str, ...]]
+        self,
+        wall: float,
+        field_action: dict[Identity, str],
+        records: Mapping[tuple[str, ...], str],
     ) -> dict[Identity, list[Finding]]:
-        """The XIDs and AFIDs that still count, by device; forgets those out of the window."""
+        """The XIDs and AFIDs that still count, by device; forgets those out of the window.
+
+        A repeated non-fatal AFID's escalation replaces its first finding (one finding
+        per AFID); which ones did is kept in ``_escalated`` for the AMD rules.
+        """
         boot = self.boot_time()
         out: dict[Identity, list[Finding]] = {}
         expired: dict[Identity, list[str]] = {}
+        self._escalated = set()
         for key, stamp in list(self._events.items()):
             ident, kind, _code = key
-            finding = self._event_finding(key, stamp, field_action, fatal)
+            finding = self._event_finding(key, stamp, field_action, records)
             counts = self._counts(ident, kind, stamp, finding.action, boot)
             if wall - stamp >= self.window:
                 del self._events[key]
@@ -507,10 +670,17 @@ class HealthJudge:
                 continue
             if counts:
                 out.setdefault(ident, []).append(finding)
+            if counts and key[2].endswith(REPEATED):
+                self._escalated.add((ident, finding.reason))
         for ident, reasons in expired.items():
             self._log_cleared(ident, "window", reasons)
-        for findings in out.values():
-            findings.sort(key=lambda f: f.reason)
+        for ident, findings in out.items():
+            by_reason: dict[str, Finding] = {}
+            for finding in findings:
+                held = by_reason.get(finding.reason)
+                if held is None or actions.RANK[finding.action] > actions.RANK[held.action]:
+                    by_reason[finding.reason] = finding
+            out[ident] = sorted(by_reason.values(), key=lambda f: f.reason)
         return out
 
     def _log_cleared(self, ident: Identity, why: str, cleared: list[str], **context: Any) -> None:
@@ -590,6 +760,8 @@ class HealthJudge:
             self._seen,
             self._grew_wall,
             self._domains,
+            self._afid_counts,
+            self._afid_hits,
             self.latest,
         )
         for held in maps:
@@ -681,7 +853,7 @@ class HealthJudge:
                     if f.action in actions.CLEARED_BY_REBOOT
                 ]
                 for key in [k for k in self._events if k[0] == ident]:
-                    finding = self._event_finding(key, self._events[key], {}, set())
+                    finding = self._event_finding(key, self._events[key], {}, {})
                     if finding.action in actions.CLEARED_BY_REBOOT:
                         del self._events[key]
                 if mem.lost:
@@ -733,6 +905,7 @@ class HealthJudge:
         unknown_why: str = "",
     ) -> DeviceHealth:
         """The device's verdict (kept as ``latest``): unknown when ``unknown_why`` says why."""
+        findings = _reset_scoped(findings, RESET_SCOPES.get(self.source, scope.DEVICE))
         worst = max(reasons.values(), key=RANK.__getitem__, default=OK)
         state = UNKNOWN if unknown_why else worst
         action = actions.worst([f.action for f in findings])
@@ -766,32 +939,57 @@ def _event_reasons(reasons: dict[str, str], findings: Iterable[Finding]) -> None
             reasons[finding.reason] = xid_state
 
 
-def _remember_afids(
-    readings: Iterable[Reading], events: dict[tuple[Identity, str, str], float]
-) -> set[tuple[str, ...]]:
-    """Record each AFID's newest CPER time; the (device, uuid, afid) of fatal ones."""
-    fatal: set[tuple[str, ...]] = set()
-    for r in readings:
-        if not isinstance(r.value, float):
-            continue
-        if r.metric == "accel_amd_afid_errors_total":
-            if r.labels[3] == "fatal" and r.value > 0:
-                fatal.add(r.labels[:3])
-        elif r.metric == "accel_amd_afid_last_timestamp_seconds":
-            key = (r.labels[:2], "afid", r.labels[2])
-            events[key] = max(events.get(key, 0.0), r.value)
-    return fatal
+def _file_signature(path: str) -> tuple[int, int, int] | None:
+    """(mtime, size, inode) of a file, to see it changed; None when absent or unnamed."""
+    if not path:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def _reset_scoped(findings: list[Finding], reach: str) -> list[Finding]:
+    """``findings`` with every ``reset_device`` one reaching at least ``reach`` (the vendor's)."""
+    return [
+        replace(f, scope=scope.widest((f.scope, reach)))
+        if f.action == actions.RESET_DEVICE and scope.widest((f.scope, reach)) != f.scope
+        else f
+        for f in findings
+    ]
+
+
+def _afid_state(finding: Finding, escalated: bool) -> tuple[str, str] | None:
+    """(reason, state) an AFID finding puts its device in; None: it leaves it ok.
+
+    A repeat's escalation fails it (``afid_repeated``); an action that takes the device
+    out of service (ACTION_STATES: a fatal or boot-time AFID, one the decoder could not
+    classify, an unknown one, an override) fails it (``afid_fatal``); an uncorrected
+    non-fatal one that asks nothing yet degrades it (``afid_recent``); a corrected one
+    (AFID 24) leaves it ok: counted, a rate alert.
+    """
+    if escalated:
+        return "afid_repeated", FAILED
+    state = ACTION_STATES.get(finding.action)
+    if state == FAILED:
+        return "afid_fatal", FAILED
+    if state is not None or finding.severity == afids.NON_FATAL:
+        return "afid_recent", DEGRADED
+    return None
 
 
 def _amd_reasons(
     readings: Iterable[Reading],
     retired: dict[Identity, float],
     found: dict[Identity, list[Finding]],
+    escalated: set[tuple[Identity, str]],
 ) -> dict[Identity, dict[str, str]]:
     """The AMD rules, by device: AFIDs that still count, bad pages against the threshold.
 
     Only devices with AMD bad-page or AFID readings have an entry (an empty one
-    still marks a device whose bad pages AMD's rules judge).
+    still marks a device whose bad pages AMD's rules judge). ``escalated``: the
+    (identity, reason) of the AFID findings that are a repeat's escalation.
     """
     pending: dict[Identity, float] = {}
     threshold: dict[Identity, float] = {}
@@ -811,10 +1009,9 @@ def _amd_reasons(
         for finding in findings:
             if finding.reason.startswith("afid_"):
                 reasons = out.setdefault(ident, {})
-                if finding.severity == "fatal":
-                    reasons["afid_fatal"] = FAILED
-                else:
-                    reasons["afid_recent"] = DEGRADED
+                got = _afid_state(finding, (ident, finding.reason) in escalated)
+                if got is not None:
+                    reasons[got[0]] = got[1]
     for ident, reasons in out.items():
         if pending.get(ident, 0.0) > 0:
             reasons["bad_pages_pending"] = DEGRADED

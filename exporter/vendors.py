@@ -72,6 +72,12 @@ class Vendor:
     ledger: str = ""
     # Its backend counts failed fields in accel_field_errors_total{source=<name>}.
     field_errors: bool = True
+    # How far a reset of one of its devices reaches (an action scope of
+    # exporter.catalog.vocabulary.ACTION_SCOPES): the health judge widens every
+    # reset_device finding of its source to it. AMD: a GPU reset inside an XGMI hive
+    # "can have effects beyond the selected device" (ROCm/rocm-systems
+    # projects/amdsmi/docs/conceptual/gpu-reset-behavior.md @ c893fac3): peer_domain.
+    reset_scope: str = "device"
 
 
 # Debian/Ubuntu's multiarch path (pyzes's hard-coded one); RHEL, Fedora and SUSE
@@ -117,6 +123,7 @@ VENDORS: tuple[Vendor, ...] = (
         options=("events", "event_types", "sys_path", "dev_path", "cper_per_poll"),
         pci_vendor=0x1002,
         ledger="state_dir",
+        reset_scope="peer_domain",
     ),
     Vendor(
         "levelzero",

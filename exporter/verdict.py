@@ -34,8 +34,9 @@ class Finding:
     action to take when this one does not clear the finding ("" when the table names
     none), ``detail`` what exactly to do, in words (the vendor guide's instruction:
     ``reseat the GPU tray ...``), ``provenance`` one of ``ACTION_PROVENANCES`` and
-    ``reference`` the table it was read from (``NVIDIA Xid Catalog ...``). See
-    docs/health.md.
+    ``reference`` the table it was read from (``NVIDIA Xid Catalog ...``),
+    ``escalation_scope`` how far the escalation reaches ("": as far as ``scope``; AMD's
+    tray reseat escalates to the whole baseboard's RMA). See docs/health.md.
     """
 
     # The source code: xid_79, afid_30, recovery_action_gpu_reset, or a health reason.
@@ -46,13 +47,16 @@ class Finding:
     investigatory: str = ""
     # Unix time of the event (XIDs, AFIDs); 0 for a state read at the poll.
     at: float = 0.0
-    # The CPER severity of an AFID (fatal, non_fatal); else "".
+    # The severity of an AFID that counts (exporter.afids.severity: the table's, else the
+    # CPER record's): fatal, fail_to_init, non_fatal_uncorrected, non_fatal_corrected,
+    # any, unknown; else "".
     severity: str = ""
     scope: str = "device"
     escalation: str = ""
     detail: str = ""
     provenance: str = "exporter_rule"
     reference: str = ""
+    escalation_scope: str = ""
 
 
 @dataclass(frozen=True)

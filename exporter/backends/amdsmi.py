@@ -447,7 +447,7 @@ class AmdSmiBackend:
             return
         ledger = self._cper.read(r, ledger)
         out[gpu.uuid] = ledger.to_wire()
-        export_ledger(r, ledger)
+        export_ledger(r, ledger, self._cper.decodes_corrected)
 
     def _identify_again(self) -> None:
         """InventoryChanged when a device lost during enumeration can be identified now.

@@ -15,6 +15,14 @@ each header; each record is checked against the buffer on its own, and a bad
 one is skipped and counted while the rest are used. Reads are bounded per
 poll, so a burst of records is drained over several polls without stalling
 the fast poll.
+
+Before AMD SMI 26.5.0 the library did not decode the AFIDs of corrected errors
+(its changelog: "AFIDs for correctable errors were not decoded", a count mix-up in
+``aca_decode_corrected_error``). The version is read from the library
+(``amdsmi_get_lib_version``); on an older one a corrected record is counted as
+skipped (``corrected_afids_not_decoded``) instead of by AFID, and
+``accel_amd_corrected_afids_decoded`` is 0: its corrected-AFID counts are unknown,
+never a zero.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from exporter import afids as afid_table
 from exporter.backends.amdsmi_fields import CODES, LOST, U32_MAX, DeviceReader, status_name
 from exporter.backends.contract import DeviceGone
 
@@ -45,6 +54,24 @@ SUCCESS, MORE_DATA = 0, 39
 MAX_AFIDS = 12
 TIMESTAMP_VALID = 1 << 1
 SIGNATURE = b"CPER"
+# The first amdsmi (major, minor, release) that decodes the AFIDs of corrected records.
+CORRECTED_AFIDS_FROM = (26, 5, 0)
+CORRECTED = 2  # amdsmi_cper_sev_t of a corrected record
+NOT_DECODED = "corrected_afids_not_decoded"
+
+
+def lib_version(api: Any) -> tuple[int, int, int] | None:
+    """The amdsmi library's (major, minor, release), from the library; None if unsaid."""
+    try:
+        v = api.amdsmi_get_lib_version()
+        return (int(v["major"]), int(v["minor"]), int(v["release"]))
+    except Exception:  # a binding without it, or an answer of another shape
+        return None
+
+
+def decodes_corrected(version: tuple[int, int, int] | None) -> bool:
+    """Whether a library of ``version`` decodes corrected AFIDs (unknown version: no)."""
+    return version is not None and version >= CORRECTED_AFIDS_FROM
 
 
 class LedgerError(ValueError):
@@ -143,6 +170,9 @@ class CperReader:
         # Reused by every decoding (one worker thread polls).
         self._afid_out = (ctypes.c_uint64 * MAX_AFIDS)()
         self._afid_n = ctypes.c_uint32()
+        self.version = lib_version(api)
+        # False: corrected records' AFIDs are not decoded; their counts are unknown.
+        self.decodes_corrected = decodes_corrected(self.version)
 
     @property
     def offered(self) -> bool:
@@ -173,6 +203,9 @@ class CperReader:
             moved = chunk.cursor != out.cursor
             out.cursor = chunk.cursor
             for afids, severity, when in chunk.records:
+                if severity == CORRECTED and not self.decodes_corrected:
+                    skipped[NOT_DECODED] += 1
+                    continue
                 label = SEVERITIES.get(severity, "unknown")
                 for afid in afids:
                     counts[f"{afid}/{label}"] += 1
@@ -267,11 +300,22 @@ class CperReader:
         return list(self._afid_out[: min(int(n.value), MAX_AFIDS)])
 
 
-def export_ledger(r: DeviceReader, ledger: Ledger) -> None:
-    """The ledger as readings: AFID counts and last times, skipped records."""
+def export_ledger(r: DeviceReader, ledger: Ledger, corrected_decoded: bool = True) -> None:
+    """The ledger as readings: AFID counts, what each AFID is, last times, skipped records.
+
+    ``corrected_decoded``: whether the library decodes corrected AFIDs (the gauge saying
+    so; on an older library no corrected count is made up, see the module).
+    """
+    r.add("accel_amd_corrected_afids_decoded", 1 if corrected_decoded else 0)
+    described: set[str] = set()
     for key, n in ledger.counts.items():
         afid, _, severity = key.partition("/")
         r.add("accel_amd_afid_errors_total", n, afid, severity)
+        if afid not in described:
+            described.add(afid)
+            info = afid_table.describe(afid)
+            labels = (afid, info.category, info.type, info.severity, info.classified)
+            r.add("accel_amd_afid_info", 1, *labels)
     for afid, when in ledger.last.items():
         r.add("accel_amd_afid_last_timestamp_seconds", when, afid)
     for reason, n in ledger.skipped.items():

@@ -11,7 +11,9 @@ from __future__ import annotations
 from exporter.catalog.device import ID
 from exporter.catalog.spec import Kind, MetricSpec
 from exporter.catalog.vocabulary import (
+    AFID_CLASSIFIED,
     AFID_SEVERITIES,
+    AFID_TABLE_SEVERITIES,
     AMD_SENSORS,
     BAD_PAGE_STATUSES,
     POWER_BOUNDS,
@@ -149,6 +151,25 @@ ROWS = (
         values={"severity": AFID_SEVERITIES},
     ),
     MetricSpec(
+        "accel_amd_afid_info",
+        Kind.INFO,
+        "What an AFID counted on this device is, by AMD's table (docs/amd.md): its category"
+        " and type as AMD's decoder names them, the severity the table gives it (which wins"
+        " over the CPER record's) and whether the decoder classified the event (false for"
+        " 31-34 and 16999: it could not; unknown: no table here names the AFID); always 1.",
+        (*ID, "afid", "category", "type", "severity", "classified"),
+        values={"severity": AFID_TABLE_SEVERITIES, "classified": AFID_CLASSIFIED},
+    ),
+    MetricSpec(
+        "accel_amd_corrected_afids_decoded",
+        Kind.GAUGE,
+        "1 when the amdsmi library decodes the AFIDs of corrected CPER records (26.5.0 and"
+        " later); 0 when it does not: this device's corrected-AFID counts (13, 15, 17, 24,"
+        " 29) are then unknown, not zero, and its corrected records are counted as skipped"
+        " (corrected_afids_not_decoded).",
+        ID,
+    ),
+    MetricSpec(
         "accel_amd_afid_last_timestamp_seconds",
         Kind.GAUGE,
         "Unix time of the newest CPER record naming this AFID.",
@@ -159,7 +180,8 @@ ROWS = (
         "accel_amd_cper_records_skipped_total",
         Kind.COUNTER,
         "CPER records read but not counted, by reason (bad_length, bad_signature, bad_header,"
-        " afid_<amdsmi status> when AFID decoding failed, e.g. on an unknown section).",
+        " afid_<amdsmi status> when AFID decoding failed, e.g. on an unknown section,"
+        " corrected_afids_not_decoded for corrected records on amdsmi before 26.5.0).",
         (*ID, "reason"),
         otel_unit="{record}",
     ),

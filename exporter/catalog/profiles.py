@@ -84,6 +84,8 @@ MINIMAL: frozenset[str] = frozenset(
         "accel_xid_last_timestamp_seconds",
         "accel_amd_afid_errors_total",
         "accel_amd_afid_last_timestamp_seconds",
+        "accel_amd_afid_info",
+        "accel_amd_corrected_afids_decoded",
         "accel_nvlink_device_errors_total",
         # Workload attribution.
         "accel_device_workload_info",

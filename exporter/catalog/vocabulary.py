@@ -198,6 +198,19 @@ NVLINK_ERRORS = ("replay", "recovery", "crc_flit", "crc_data")
 POWER_BOUNDS = ("min", "max", "default")
 BAD_PAGE_STATUSES = ("reserved", "pending", "unreservable")
 AFID_SEVERITIES = ("non_fatal_uncorrected", "fatal", "non_fatal_corrected")
+# The severity an AFID's table names (exporter/afids.py): the CPER words where they match,
+# the decoder's Fail-to-init and ALL ("any"), and unknown (no table names the AFID).
+AFID_TABLE_SEVERITIES = (
+    "non_fatal_uncorrected",
+    "fatal",
+    "non_fatal_corrected",
+    "fail_to_init",
+    "any",
+    "unknown",
+)
+# Whether AMD's decoder classified an AFID's event: true, false (31-34, 16999: it could
+# not), unknown (no table here names the AFID).
+AFID_CLASSIFIED = ("true", "false", "unknown")
 # /proc/stat's CPU modes, as node_exporter names them.
 CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 # NVIDIA fabric (NVSwitch) registration state.

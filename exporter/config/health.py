@@ -5,8 +5,32 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from exporter.actions import ACTIONS
-from exporter.config.fields import Duration
+from exporter import action_file
+from exporter.actions import Advice
+from exporter.config.fields import Duration, FilePath
+
+
+@dataclass(frozen=True)
+class ActionEntry:
+    """One code's action, written out: the action, how far it reaches, what next, why."""
+
+    HELP: ClassVar[dict[str, str]] = {
+        "action": "the action (none, restart_app, ..., replace_device; docs/health.md)",
+        "scope": "how far it reaches: device, partition, peer_domain, baseboard or node",
+        "escalation": "the next action when this one does not clear it ('': none named)",
+        "escalation_scope": "how far the escalation reaches ('': as far as scope)",
+        "detail": "what exactly to do, in words (e.g. reseat the GPU tray)",
+    }
+
+    action: str = ""
+    scope: str = "device"
+    escalation: str = ""
+    escalation_scope: str = ""
+    detail: str = ""
+
+
+# An override: the action word alone, or the entry written out.
+ActionOverride = str | ActionEntry
 
 
 @dataclass(frozen=True)
@@ -15,25 +39,65 @@ class HealthConfig:
 
     HELP: ClassVar[dict[str, str]] = {
         "event_window": "how long an XID or AFID counts, from the event's own time",
-        "xid_actions": "XID code -> action, over NVIDIA's catalog (e.g. '13': none)",
-        "afid_actions": "AFID -> action, from AMD's AFID Event List (unlisted: service)",
+        "xid_actions": "XID code -> action (or {action, scope, escalation, detail}),"
+        " over NVIDIA's catalog (e.g. '13': none)",
+        "afid_actions": "AFID -> action (or {action, scope, escalation, detail}), over"
+        " AMD's table and the inferred guide (docs/health.md)",
+        "afid_table": "a site's own AMD-supplied AFID -> action file (YAML), replacing the"
+        " join inferred from AMD's Service Action Guide",
         "state_dir": "where the health memory (XIDs, AFIDs, resets) survives restarts",
     }
 
     event_window: Duration = 3600.0
-    xid_actions: dict[str, str] = field(default_factory=dict)
-    afid_actions: dict[str, str] = field(default_factory=dict)
+    xid_actions: dict[str, ActionOverride] = field(default_factory=dict)
+    afid_actions: dict[str, ActionOverride] = field(default_factory=dict)
+    afid_table: FilePath = ""
     state_dir: str = ""
 
     def check(self) -> list[tuple[str, str]]:
-        """A positive window; override keys that are codes, values in the vocabulary."""
+        """A positive window; override keys that are codes, words of the vocabulary.
+
+        A site table file is read and checked here too: at start-up a bad one is a
+        config error naming the key, its file and line; on a reload the reload is
+        refused, so the daemon goes on with the last good table.
+        """
         out: list[tuple[str, str]] = []
         if self.event_window <= 0:
             out.append(("event_window", "must be more than 0"))
         for key, table in (("xid_actions", self.xid_actions), ("afid_actions", self.afid_actions)):
-            for code, action in table.items():
+            for code, entry in table.items():
                 if not code.isdigit():
                     out.append((f"{key}.{code}", "is not a code (a whole number)"))
-                if action not in ACTIONS:
-                    out.append((f"{key}.{code}", f"must be one of {', '.join(ACTIONS)}"))
+                if isinstance(entry, str):
+                    out.extend(
+                        (f"{key}.{code}", problem)
+                        for _name, problem in action_file.entry_problems(entry)
+                    )
+                    continue
+                words = (entry.action, entry.scope, entry.escalation, entry.escalation_scope)
+                out.extend(
+                    (f"{key}.{code}.{name}", problem)
+                    for name, problem in action_file.entry_problems(*words)
+                )
+        if self.afid_table:
+            try:
+                action_file.load(self.afid_table)
+            except action_file.ActionFileError as exc:
+                out.append(("afid_table", str(exc)))
         return out
+
+    def xid_advice(self) -> dict[str, Advice]:
+        """``xid_actions`` as advice by code (provenance ``config``)."""
+        return _advice(self.xid_actions)
+
+    def afid_advice(self) -> dict[str, Advice]:
+        """``afid_actions`` as advice by code (provenance ``config``)."""
+        return _advice(self.afid_actions)
+
+
+def _advice(table: dict[str, ActionOverride]) -> dict[str, Advice]:
+    return {
+        str(int(code)): action_file.advice_of(entry, "config", "health config")
+        for code, entry in table.items()
+        if code.isdigit()
+    }

@@ -6,12 +6,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from exporter.catalog.vocabulary import RECOMMENDED_ACTIONS
 from tests.e2e.test_nvml_daemon import nvml_config
 from tests.fakes.amdsmi import expected, state
 from tests.fakes.amdsmi.state import FakeAmdSmi
 from tests.helpers.daemon import Daemon, samples, value
 
-ACTIONS = ("none", "restart_app", "drain_p2p", "reset_device", "reboot_node", "service")
+ACTIONS = RECOMMENDED_ACTIONS
 STATES = ("ok", "degraded", "failed", "predicted_failure")
 
 # GPU index -> (XID, the verdict and the action NVIDIA's catalog gives it).
@@ -79,7 +80,7 @@ AMD_CONFIG = {
         "nvml": {"enabled": False},
         "amdsmi": {"interval": "1s", "slow_interval": "1s", "timeout": "5s"},
     },
-    # Ten minutes, and AFID 12 (a corrected error here) configured as harmless.
+    # Ten minutes, and AFID 12 (a boot-time failure: reboot_node) configured as harmless.
     "health": {"event_window": "10m", "afid_actions": {"12": "none"}},
 }
 
@@ -106,10 +107,10 @@ def test_afids_fatal_and_not_and_one_older_than_the_window(
     d.wait_metric("accel_device_health", 1, state="failed", **me[0])
     got = samples(d.metrics())
     want = [
-        ("failed", "service", {"afid_30": "service"}),  # unlisted AFID: service, code kept
-        ("degraded", "none", {"afid_12": "none"}),  # configured
+        ("failed", "replace_device", {"afid_30": "replace_device"}),  # AMD's table (inferred)
+        ("ok", "none", {"afid_12": "none"}),  # configured harmless
         ("ok", "none", {}),  # aged out
-        ("degraded", "service", {"afid_77": "service"}),
+        ("failed", "service", {"afid_77": "service"}),  # no table names it: service, code kept
         ("ok", "none", {}),  # no record at all
     ]
     for i, (verdict, action, why) in enumerate(want):

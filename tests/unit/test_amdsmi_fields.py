@@ -97,9 +97,15 @@ def test_amd_rows_carry_identity_plus_bounded_dimensions() -> None:
         "accel_amd_violation_residency_total",
         "accel_amd_temperature_limit_celsius",
     }
+    # An info family whose labels past the first are what the table says of that one
+    # key: one series per AFID counted, however many labels describe it.
+    described = {"accel_amd_afid_info"}
     for row in amd.ROWS:
         assert row.name.startswith("accel_amd_")
         assert row.labels[:2] == ID
+        if row.name in described:
+            assert row.kind.value == "info" and row.labels[2] == "afid"
+            continue
         assert len(row.labels) <= (4 if row.name in two else 3), row.name
 
 

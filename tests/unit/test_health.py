@@ -10,6 +10,7 @@ from exporter.model import Reading
 
 A = ("0", "GPU-a")
 B = ("1", "GPU-b")
+C = ("2", "GPU-c")
 
 
 def up(ident=A, value=1.0):
@@ -227,10 +228,13 @@ def amd_judge(wall):
     ("readings", "state", "reasons"),
     [
         (afid("30", "fatal", 60), "failed", {"afid_fatal"}),
-        (afid("12", "non_fatal_corrected", 60), "degraded", {"afid_recent"}),
-        (afid("12", "non_fatal_uncorrected", 60), "degraded", {"afid_recent"}),
+        # AMD's table: 12 is a boot-time failure (reboot_node), 24 a corrected HBM error
+        # (counted, no action: ok), 22 an uncorrected non-fatal one (degraded).
+        (afid("12", "fatal", 60), "failed", {"afid_fatal"}),
+        (afid("24", "non_fatal_corrected", 60), "ok", set()),
+        (afid("22", "non_fatal_uncorrected", 60), "degraded", {"afid_recent"}),
         (afid("30", "fatal", 7200), "ok", set()),
-        (afid("12", "non_fatal_corrected", 7200), "ok", set()),
+        (afid("22", "non_fatal_uncorrected", 7200), "ok", set()),
         (bad_pages(5, threshold=128), "ok", set()),
         (bad_pages(129, threshold=128), "failed", {"bad_pages_over_threshold"}),
         (bad_pages(120, threshold=128), "predicted_failure", {"bad_pages_near_threshold"}),
@@ -253,7 +257,7 @@ def test_amd_verdict_transitions_over_time():
     judge = amd_judge(wall)
     pages = bad_pages(3, threshold=128)
     assert verdicts([up(A), *pages], judge)[0][A] == "ok"
-    corrected = afid("12", "non_fatal_corrected", 0)
+    corrected = afid("22", "non_fatal_uncorrected", 0)
     assert verdicts([up(A), *pages, *corrected], judge) == ({A: "degraded"}, {A: {"afid_recent"}})
     fatal = afid("30", "fatal", 0)
     states, reasons = verdicts([up(A), *pages, *corrected, *fatal], judge)
@@ -404,14 +408,25 @@ def test_configured_actions_override_the_catalog():
     assert judged(readings, judge)[3][A] == {"xid_31": "reset_device", "afid_12": "none"}
 
 
-def test_afids_ask_for_service_unless_configured_and_follow_their_severity():
+def test_afids_ask_what_amds_table_says_and_an_unknown_one_service():
     states, _reasons, todo, why = judged(
-        [up(A), up(B), *afid("30", "fatal", 60), *afid("12", "non_fatal_corrected", 60, B)],
+        [
+            up(A),
+            up(B),
+            up(C),
+            *afid("30", "fatal", 60),
+            *afid("24", "non_fatal_corrected", 60, B),
+            *afid("99", "non_fatal_corrected", 60, C),
+        ],
         amd_judge([NOW]),
     )
-    assert states == {A: "failed", B: "degraded"}
-    assert todo == {A: "service", B: "service"}
-    assert why == {A: {"afid_30": "service"}, B: {"afid_12": "service"}}
+    assert states == {A: "failed", B: "ok", C: "failed"}
+    assert todo == {A: "replace_device", B: "none", C: "service"}
+    assert why == {
+        A: {"afid_30": "replace_device"},
+        B: {"afid_24": "none"},
+        C: {"afid_99": "service"},
+    }
 
 
 def test_a_fatal_afid_from_before_the_boot_no_longer_fails_the_gpu_it_was_reset_for():

@@ -105,9 +105,17 @@ def xcps(dev: Device) -> dict[int, tuple[float, dict[str, float]]]:
 
 
 def series(
-    dev: Device, index: int, *, processes: bool = False, slow: bool = True
+    dev: Device,
+    index: int,
+    *,
+    processes: bool = False,
+    slow: bool = True,
+    corrected_decoded: bool = True,
 ) -> dict[Series, float]:
-    """Every series the device must have, with its exact value (not events)."""
+    """Every series the device must have, with its exact value (not events).
+
+    ``corrected_decoded``: the fake's library version decodes corrected AFIDs (26.5.0+).
+    """
     ident = {"device": str(index), "uuid": uuid(dev)}
     out: dict[Series, float] = {}
 
@@ -173,6 +181,8 @@ def series(
         put("accel_amd_violation_residency_total", dev.residency[k], reason=reason, xcp="")
     for k, reason in enumerate(THROTTLE):
         put("accel_clock_throttle_active", 1 if dev.violation_active[k] else 0, reason=reason)
+    if not partitioned(dev) or dev.partition_id == 0:  # the CPER ring's reader
+        put("accel_amd_corrected_afids_decoded", 1 if corrected_decoded else 0)
     if processes:
         put("accel_processes", dev.proc_count)
         for k in range(dev.proc_count):

@@ -107,13 +107,20 @@ API uint32_t amdsmi_shut_down(void) {
     return AMDSMI_STATUS_SUCCESS;
 }
 
+/* The state's lib_version (a test sets an older one: before 26.5.0 amdsmi did not
+ * decode the AFIDs of corrected errors); 26.5.0 before init or when unset. */
 API uint32_t amdsmi_get_lib_version(struct_amdsmi_version_t *version) {
+    static char build[48];
     if (version == NULL) return AMDSMI_STATUS_INVAL;
     memset(version, 0, sizeof *version);
-    version->major = 25;
-    version->minor = 7;
-    version->release = 0;
-    version->build = (char *)"25.7.0-fake";
+    uint32_t v[3] = {26, 5, 0};
+    if (S != NULL && (S->lib_version[0] | S->lib_version[1] | S->lib_version[2]) != 0)
+        memcpy(v, S->lib_version, sizeof v);
+    version->major = v[0];
+    version->minor = v[1];
+    version->release = v[2];
+    snprintf(build, sizeof build, "%u.%u.%u-fake", v[0], v[1], v[2]);
+    version->build = build;
     return AMDSMI_STATUS_SUCCESS;
 }
 

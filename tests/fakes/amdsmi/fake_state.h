@@ -13,7 +13,7 @@
 #include "../fault_rules.h"
 
 #define FAKE_MAGIC 0x46414d44u /* "DMAF" */
-#define FAKE_VERSION 3u
+#define FAKE_VERSION 4u
 #define FAKE_MAX_DEVICES 64 /* 8 GPUs in CPX mode: 64 partitions */
 #define FAKE_MAX_EVENTS 64
 #define FAKE_MAX_PROCS 8
@@ -123,6 +123,8 @@ typedef struct __attribute__((packed)) {
     uint32_t event_tail;         /* consumer (fake) index */
     fake_event_t events[FAKE_MAX_EVENTS];
     fake_device_t devices[FAKE_MAX_DEVICES];
+    /* Version 4: what amdsmi_get_lib_version reports (major, minor, release; 0: 26.5.0). */
+    uint32_t lib_version[3];
 } fake_state_t;
 
 #endif

@@ -18,7 +18,7 @@ from pathlib import Path
 from tests.fakes.fault_rules import FaultRules, Faults
 
 MAGIC = 0x46414D44
-VERSION = 3
+VERSION = 4
 MAX_DEVICES = 64
 MAX_EVENTS = 64
 MAX_PROCS = 8
@@ -27,6 +27,9 @@ NUM_CLOCKS = 10
 NUM_MEM = 3
 NUM_BLOCKS = 19
 MAX_CPER_KINDS = 8
+# What the fake's amdsmi_get_lib_version says by default: the first release that decodes
+# the AFIDs of corrected CPER records (AMD SMI 26.5.0's changelog).
+LIB_VERSION = (26, 5, 0)
 NUM_XCP = 8
 NUM_XCC = 8
 NUM_XCP_ACC = 4
@@ -181,6 +184,8 @@ class State(ctypes.Structure):
         ("event_tail", ctypes.c_uint32),
         ("events", Event * MAX_EVENTS),
         ("devices", Device * MAX_DEVICES),
+        # What amdsmi_get_lib_version reports: (major, minor, release); 0s: 26.5.0.
+        ("lib_version", ctypes.c_uint32 * 3),
     ]
 
 
@@ -343,6 +348,7 @@ def create(path: Path, devices: int = 8) -> FakeAmdSmi:
         raise ValueError(f"the fake serves 0..{MAX_DEVICES} devices")
     state = State()
     state.magic, state.version, state.device_count = MAGIC, VERSION, devices
+    state.lib_version[:] = LIB_VERSION
     for i in range(devices):
         mi300x(state.devices[i], i)
     path.write_bytes(bytes(state))
