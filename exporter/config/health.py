@@ -39,12 +39,9 @@ class HealthConfig:
 
     HELP: ClassVar[dict[str, str]] = {
         "event_window": "how long an XID or AFID counts, from the event's own time",
-        "xid_actions": "XID code -> action (or {action, scope, escalation, detail}),"
-        " over NVIDIA's catalog (e.g. '13': none)",
-        "afid_actions": "AFID -> action (or {action, scope, escalation, detail}), over"
-        " AMD's table and the inferred guide (docs/health.md)",
-        "afid_table": "a site's own AMD-supplied AFID -> action file (YAML), replacing the"
-        " join inferred from AMD's Service Action Guide",
+        "xid_actions": "XID -> action or {action, scope, escalation, detail}, over NVIDIA's",
+        "afid_actions": "AFID -> action or {action, scope, escalation, detail}, over AMD's",
+        "afid_table": "a site's AMD-supplied AFID -> action file (YAML), over the inferred one",
         "state_dir": "where the health memory (XIDs, AFIDs, resets) survives restarts",
     }
 
