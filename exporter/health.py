@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from exporter import actions, log, scope
+from exporter import actions, health_rules, log, scope
 from exporter.config.health import HealthConfig
 from exporter.health_state.memory import DeviceMemory
 from exporter.model import Reading
@@ -141,6 +141,7 @@ _FAMILIES = frozenset(
         *_SINGLE,
         *LINK_UP_FAMILIES,
         *_AMD,
+        *health_rules.VALUE_RULES,
         "accel_retired_pages",
         "accel_ecc_errors_total",
         "accel_xid_last_timestamp_seconds",
@@ -287,6 +288,11 @@ class HealthJudge:
                 continue
             if metric == "accel_device_recovery_action" and value == 1:
                 field_action[labels[:2]] = labels[2]
+            if metric in health_rules.VALUE_RULES:
+                found_at = devices.get(labels[:2])
+                if found_at is not None:
+                    health_rules.apply_value_rules(metric, value, labels, found_at)
+                continue
             single = _SINGLE.get(metric)
             if single is not None:
                 reason, state, test = single
@@ -331,18 +337,20 @@ class HealthJudge:
                 reasons.update(amd_found)
             elif retired.get(ident, 0.0) >= RETIRED_PAGES_NEAR_LIMIT:
                 reasons["retired_pages_near_limit"] = PREDICTED
+            health_rules.settle(reasons)
             findings = found.get(ident, [])
             _event_reasons(reasons, findings)
             name = field_action.get(ident, "none")
             if name == "drain_p2p":
                 reasons.setdefault("recovery_action", DEGRADED)
             if name != "none":
-                findings.append(Finding(f"recovery_action_{name}", actions.recovery_action(name)))
-            findings.extend(
-                Finding(reason, actions.REASON_ACTIONS[reason])
-                for reason in sorted(reasons)
-                if reason in actions.REASON_ACTIONS
-            )
+                advice = actions.recovery_advice(name)
+                findings.append(_finding(f"recovery_action_{name}", advice))
+            why_down = frozenset(down_why.get(ident, ()))
+            for reason in sorted(reasons):
+                advice2 = health_rules.reason_advice(reason, why_down)
+                if advice2 is not None:
+                    findings.append(_finding(reason, advice2))
             out.append(self._record(ident, reasons, findings, wall))
         for ident, why in unread.items():
             # Only what is remembered of the device: the events still in their window
@@ -445,10 +453,16 @@ class HealthJudge:
         ident, kind, code = key
         if kind == "xid":
             entry = actions.xid_action(int(code), self.xid_actions)
-            action = entry.action
+            advice = entry.advice
             if entry.code == actions.XID_RECOVERY_ACTION_CHANGED and ident in field_action:
-                action = actions.recovery_action(field_action[ident])
-            return Finding(f"xid_{code}", action, entry.immediate, entry.investigatory, stamp)
+                advice = actions.recovery_advice(field_action[ident])
+            return _finding(
+                f"xid_{code}",
+                advice,
+                immediate=entry.immediate,
+                investigatory=entry.investigatory,
+                at=stamp,
+            )
         severity = "fatal" if (*ident, code) in fatal else "non_fatal"
         action = actions.afid_action(code, self.afid_actions)
         return Finding(f"afid_{code}", action, at=stamp, severity=severity)
@@ -756,6 +770,20 @@ class HealthJudge:
         )
         self.latest[ident] = record
         return record
+
+
+def _finding(reason: str, advice: actions.Advice, **more: Any) -> Finding:
+    """The finding of ``reason`` with what its table row (``advice``) says."""
+    return Finding(
+        reason,
+        advice.action,
+        scope=advice.scope,
+        escalation=advice.escalation,
+        detail=advice.detail,
+        provenance=advice.provenance,
+        reference=advice.reference,
+        **more,
+    )
 
 
 def _event_reasons(reasons: dict[str, str], findings: Iterable[Finding]) -> None:
