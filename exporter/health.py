@@ -142,6 +142,7 @@ _FAMILIES = frozenset(
         *LINK_UP_FAMILIES,
         *_AMD,
         *health_rules.VALUE_RULES,
+        *health_rules.GROWTH_RULES,
         "accel_retired_pages",
         "accel_ecc_errors_total",
         "accel_xid_last_timestamp_seconds",
@@ -214,6 +215,10 @@ class HealthJudge:
     # identity -> the domains it last named, by scope (exporter.scope): kept while the
     # device is unread, so that a remembered action still names its scope's devices.
     _domains: dict[Identity, dict[str, str]] = field(default_factory=dict)
+    # labels of a counter health_rules.GROWTH_RULES watches -> the last count seen (in
+    # memory only: after a restart the first poll is the baseline; a growth already
+    # seen is kept as its event).
+    _counted: dict[tuple[str, ...], float] = field(default_factory=dict)
 
     @classmethod
     def configured(cls, config: HealthConfig, source: str = "") -> HealthJudge:
@@ -288,6 +293,14 @@ class HealthJudge:
                 continue
             if metric == "accel_device_recovery_action" and value == 1:
                 field_action[labels[:2]] = labels[2]
+            if metric in health_rules.GROWTH_RULES:
+                grown = health_rules.growth_reason(metric, labels)
+                last = self._counted.get(labels)
+                self._counted[labels] = value
+                if grown and last is not None and value > last:
+                    key3 = (labels[:2], "ras", grown)
+                    events[key3] = max(events.get(key3, 0.0), wall)
+                continue
             if metric in health_rules.VALUE_RULES:
                 found_at = devices.get(labels[:2])
                 if found_at is not None:
@@ -463,6 +476,9 @@ class HealthJudge:
                 investigatory=entry.investigatory,
                 at=stamp,
             )
+        if kind == "ras":
+            advice = health_rules.GROWTH_ADVICE.get(code) or actions.unknown_code(f"ras {code}")
+            return _finding(code, advice, at=stamp)
         severity = "fatal" if (*ident, code) in fatal else "non_fatal"
         action = actions.afid_action(code, self.afid_actions)
         return Finding(f"afid_{code}", action, at=stamp, severity=severity)
@@ -586,6 +602,11 @@ class HealthJudge:
             target = moved(labels)
             if target is not None:
                 self._ecc[target] = count
+        for labels in [k for k in self._counted if k[:2] == old]:
+            counted = self._counted.pop(labels)
+            target = moved(labels)
+            if target is not None:
+                self._counted[target] = counted
         for family, labels in [k for k in self._links_up if k[1][:2] == old]:
             self._links_up.discard((family, labels))
             target = moved(labels)
@@ -792,6 +813,9 @@ def _event_reasons(reasons: dict[str, str], findings: Iterable[Finding]) -> None
         xid_state = ACTION_STATES.get(finding.action)
         if xid_state is not None and finding.reason.startswith("xid_"):
             reasons[finding.reason] = xid_state
+        grown = health_rules.GROWTH_STATES.get(finding.reason)
+        if grown is not None:
+            reasons[finding.reason] = grown
 
 
 def _remember_afids(

@@ -19,6 +19,7 @@ from exporter.actions import (
     REBOOT_NODE,
     REPLACE_DEVICE,
     RESET_DEVICE,
+    RESTART_APP,
     SERVICE,
     Advice,
 )
@@ -134,6 +135,72 @@ VALUE_RULES: dict[str, tuple[tuple[str, str, Test], ...]] = {
         ("row_replacement_pending", DEGRADED, lambda v, _l: v > 0),
     ),
 }
+# Counters whose growth is a finding, remembered as an event (kind "ras") for the event
+# window: family -> (the label position of the category, category -> (reason, state,
+# advice)). Intel's uncorrectable RAS categories (zes_ras_error_cat_t); display errors
+# ask nothing of a compute device. The spec says what each counts, not what to do: the
+# actions are the exporter's.
+_RAS = f"{LEVEL_ZERO}, zes_ras_error_cat_t"
+
+
+def _ras(action: str, detail: str, escalation: str = "") -> Advice:
+    return Advice(action, "device", escalation, detail, "exporter_rule", _RAS)
+
+
+GROWTH_RULES: dict[str, tuple[int, dict[str, tuple[str, str, Advice]]]] = {
+    "accel_intel_ras_uncorrectable_errors_total": (
+        2,
+        {
+            "reset": (
+                "ras_reset",
+                DEGRADED,
+                _ras(RESTART_APP, "the driver reset an engine: its work was lost", RESET_DEVICE),
+            ),
+            "programming": (
+                "ras_programming",
+                DEGRADED,
+                _ras(RESTART_APP, "a hardware exception the workload caused"),
+            ),
+            "driver": (
+                "ras_driver",
+                DEGRADED,
+                _ras(RESET_DEVICE, "low-level driver communication errors", REBOOT_NODE),
+            ),
+            "compute": (
+                "ras_compute",
+                FAILED,
+                _ras(RESET_DEVICE, "uncorrectable compute hardware errors", CONTACT_VENDOR),
+            ),
+            "non_compute": (
+                "ras_non_compute",
+                FAILED,
+                _ras(RESET_DEVICE, "uncorrectable fixed-function errors", CONTACT_VENDOR),
+            ),
+            "cache": (
+                "ras_cache",
+                FAILED,
+                _ras(RESET_DEVICE, "uncorrectable cache errors", CONTACT_VENDOR),
+            ),
+        },
+    ),
+}
+GROWTH_STATES: dict[str, str] = {
+    reason: state for _pos, rules in GROWTH_RULES.values() for reason, state, _a in rules.values()
+}
+GROWTH_ADVICE: dict[str, Advice] = {
+    reason: advice for _pos, rules in GROWTH_RULES.values() for reason, _s, advice in rules.values()
+}
+
+
+def growth_reason(metric: str, labels: tuple[str, ...]) -> str:
+    """The reason a growth of this counter is; "" when it is none."""
+    rule = GROWTH_RULES.get(metric)
+    if rule is None or len(labels) <= rule[0]:
+        return ""
+    found = rule[1].get(labels[rule[0]])
+    return found[0] if found else ""
+
+
 # A reason that says more than another: the other is dropped when both are found.
 SUPERSEDES = {"reset_wedged": "reset_required", "reset_repair": "reset_required"}
 

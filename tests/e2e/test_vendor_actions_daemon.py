@@ -58,11 +58,18 @@ def test_intel_and_gaudi_fatal_signals_get_their_documented_actions(
     assert one_hot(got, "accel_device_health", STATES, **intel(2)) == "degraded"
     assert reasons(got, intel(2)["uuid"]) == {"reset_repair": "reset_device"}
     assert one_hot(got, "accel_device_recommended_action", ACTIONS, **intel(3)) == "none"
+    assert reasons(got, intel(3)["uuid"]) == {}
     # Gaudi 3 starts with replaced rows pending a reset (the fake's population).
     assert one_hot(got, "accel_device_recommended_action", ACTIONS, **gaudi(3)) == "reset_device"
     assert reasons(got, gaudi(3)["uuid"]) == {"row_replacement_pending": "reset_device"}
     assert one_hot(got, "accel_device_health", STATES, **gaudi(3)) == "degraded"
     assert one_hot(got, "accel_device_recommended_action", ACTIONS, **gaudi(0)) == "none"
+    # Intel GPU 3: its uncorrectable compute errors grow (zes_ras_error_cat_t COMPUTE).
+    ze_fake.device(3).ras[1][3] += 1
+    d.wait_metric("accel_device_recommended_action", 1, action="reset_device", **intel(3))
+    got = samples(d.metrics())
+    assert reasons(got, intel(3)["uuid"]) == {"ras_compute": "reset_device"}
+    assert one_hot(got, "accel_device_health", STATES, **intel(3)) == "failed"
     # Repaired: the memory healthy again, the reset done: nothing asked any more.
     ze_fake.device(0).mem_health = 1
     ze_fake.device(1).reset_flags = 0

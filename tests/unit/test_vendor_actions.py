@@ -223,3 +223,25 @@ def test_a_tpu_chip_gone_from_the_host_asks_a_reboot_of_the_node():
     rec = record(down)
     f = finding(rec, "device_down")
     assert (f.action, f.scope, rec.scope) == ("reboot_node", "node", "node")
+
+
+def test_intel_uncorrectable_compute_errors_that_grow_ask_a_reset_then_the_vendor():
+    judge = HealthJudge(wall=lambda: NOW, boot_time=lambda: 0.0)
+
+    def ras(category, count):
+        return Reading("accel_intel_ras_uncorrectable_errors_total", (*A, category), count)
+
+    first = judge.judge([up(), ras("compute", 2.0), ras("display", 1.0)])
+    assert first[0].action == "none"  # the first count is the baseline
+    (rec,) = judge.judge([up(), ras("compute", 3.0), ras("display", 5.0)])
+    assert rec.reason_states() == {"ras_compute": "failed"}  # display asks nothing
+    f = finding(rec, "ras_compute")
+    assert (f.action, f.escalation, f.provenance) == (
+        "reset_device",
+        "contact_vendor",
+        "exporter_rule",
+    )
+    # Remembered for the window, as an event the state file keeps.
+    (again,) = judge.judge([up(), ras("compute", 3.0)])
+    assert again.action == "reset_device"
+    assert judge.remembered()[A[1]].events == {("ras", "ras_compute"): NOW}
