@@ -1,15 +1,20 @@
 """Each vendor's fatal signal through the real daemon, its worker and the fake native
-library, and the action docs/health.md documents for it (Intel Level Zero, Gaudi HLML)."""
+library, and the action docs/health.md documents for it (Intel Level Zero, Gaudi HLML, TPU)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 from tests.e2e.test_health_actions_daemon import one_hot, reasons
 from tests.e2e.test_intel_daemon import gaudi, intel, start
+from tests.e2e.test_tpu_daemon import closed_port
+from tests.e2e.test_tpu_daemon import config as tpu_config
 from tests.fakes.hlml.control import FakeHlml
 from tests.fakes.levelzero.control import FakeZe
+from tests.fakes.tpu.control import bdf, make_host
+from tests.fakes.tpu.control import uuid as tpu_uuid
 from tests.helpers.daemon import samples, value
 
 ACTIONS = (
@@ -75,3 +80,25 @@ def test_intel_and_gaudi_fatal_signals_get_their_documented_actions(
     ze_fake.device(1).reset_flags = 0
     d.wait_metric("accel_device_recommended_action", 1, action="none", **intel(0))
     d.wait_metric("accel_device_recommended_action", 1, action="none", **intel(1))
+
+
+def test_a_tpu_chip_gone_from_the_host_asks_a_reboot_of_the_node(
+    daemon_factory: Any, tmp_path: Path
+) -> None:
+    host = make_host(tmp_path / "host", 4)
+    d = daemon_factory(tpu_config(host, [closed_port()]))
+    d.wait_metric("accel_devices", 4, vendor="google")
+    gone = {"device": "2", "uuid": tpu_uuid(2)}
+    d.wait_metric("accel_device_recommended_action", 1, action="none", **gone)
+    shutil.rmtree(host / "sys" / "bus" / "pci" / "devices" / bdf(2))
+    d.wait_metric("accel_device_recommended_action", 1, action="reboot_node", **gone)
+    got = samples(d.metrics())
+    assert value(got, "accel_device_down_reason_info", reason="device_missing", **gone) == 1
+    assert reasons(got, gone["uuid"]) == {"device_down": "reboot_node"}
+    # The node is the scope: every chip of it is named.
+    reach = {
+        dict(labels)["affected_uuid"]
+        for (name, labels), v in got.items()
+        if name == "accel_device_action_scope_info" and ("uuid", gone["uuid"]) in labels
+    }
+    assert reach == {tpu_uuid(c) for c in range(4)}
