@@ -165,59 +165,83 @@ XID_BUCKETS: dict[int, tuple[str, str]] = {
 }
 XID_UNUSED_BELOW = 162  # codes under this not in XID_BUCKETS are "Unused": CONTACT_SUPPORT
 
-# Immediate bucket -> action. The workflows resolve to their first step: Xid 48 (double-bit
-# ECC) and the NVLink workflows (74; 144-150, whose intrinfo decode the NVML event does
-# not carry, so the fatal reading of the decode table is taken) to a GPU reset, Xid 45
-# (preemptive cleanup after another error) to restarting the application. XID_154 is
-# resolved by the recovery-action field (see health.py). An empty or unknown bucket: service.
-BUCKET_ACTIONS: dict[str, str] = {
-    "IGNORE": NONE,
-    "RESTART_APP": RESTART_APP,
-    "WORKFLOW_XID_45": RESTART_APP,
-    "RESET_GPU": RESET_DEVICE,
-    "WORKFLOW_XID_48": RESET_DEVICE,
-    "WORKFLOW_NVLINK_ERR": RESET_DEVICE,
-    "WORKFLOW_NVLINK5_ERR": RESET_DEVICE,
-    "RESTART_BM": REBOOT_NODE,
-    "RESTART_VM": REBOOT_NODE,
-    "CONTACT_SUPPORT": SERVICE,
-    "CHECK_MECHANICALS": SERVICE,
-    "UPDATE_SWFW": SERVICE,
-    "CHECK_UVM": SERVICE,
+# Immediate bucket -> what to do now. The workflows resolve to their first step: Xid 48
+# (double-bit ECC) and the NVLink workflows (74; 144-150, whose intrinfo decode the NVML
+# event does not carry, so the fatal reading of the decode table is taken) to a GPU reset,
+# the NVLink ones reaching the GPU's NVLink clique (its peer domain: the link's other end
+# loses its traffic too); Xid 45 (preemptive cleanup after another error) to restarting
+# the application. RESTART_BM / RESTART_VM reach the node. XID_154 is resolved by the
+# recovery-action field (see health.py). An empty or unknown bucket: service.
+_NVLINK_SCOPE = "peer_domain"
+BUCKET_ADVICE: dict[str, tuple[str, str, str]] = {
+    # bucket -> (action, scope, detail)
+    "IGNORE": (NONE, "device", ""),
+    "RESTART_APP": (RESTART_APP, "device", ""),
+    "WORKFLOW_XID_45": (RESTART_APP, "device", "follow the Xid that preceded it"),
+    "RESET_GPU": (RESET_DEVICE, "device", ""),
+    "WORKFLOW_XID_48": (RESET_DEVICE, "device", "reset to remap the failing row"),
+    "WORKFLOW_NVLINK_ERR": (RESET_DEVICE, _NVLINK_SCOPE, "NVLink error workflow"),
+    "WORKFLOW_NVLINK5_ERR": (RESET_DEVICE, _NVLINK_SCOPE, "NVLink5 error workflow"),
+    "RESTART_BM": (REBOOT_NODE, "node", "restart the bare-metal node"),
+    "RESTART_VM": (REBOOT_NODE, "node", "restart the VM"),
+    "CONTACT_SUPPORT": (CONTACT_VENDOR, "device", "contact NVIDIA support"),
+    "CHECK_MECHANICALS": (
+        INSPECT_HARDWARE,
+        "device",
+        "check the mechanicals: seating, power, cooling",
+    ),
+    "UPDATE_SWFW": (SERVICE, "device", "update driver/firmware"),
+    "CHECK_UVM": (SERVICE, "device", "check the UVM driver (nvidia-uvm)"),
+}
+BUCKET_ACTIONS: dict[str, str] = {bucket: row[0] for bucket, row in BUCKET_ADVICE.items()}
+# Investigatory bucket -> (escalation, detail): what comes next when the immediate action
+# does not clear it. Software investigations (INVESTIGATE_SW*, CHECK_APP/CUDA) and the
+# sympathetic or informational ones ask nothing more of the device (``none``: the person
+# looks at the software); the NVIDIA-specific flows a person follows are ``service``.
+ESCALATIONS: dict[str, tuple[str, str]] = {
+    "CONTACT_SUPPORT": (CONTACT_VENDOR, "then contact NVIDIA support"),
+    "CHECK_MECHANICALS": (INSPECT_HARDWARE, "then check the mechanicals"),
+    "UPDATE_SWFW": (SERVICE, "then update driver/firmware"),
+    "INVESTIGATE_SW": (NONE, "then investigate the software"),
+    "INVESTIGATE_SW_USER": (NONE, "then investigate the user software"),
+    "CHECK_APP/CUDA": (NONE, "then check the application/CUDA code"),
+    "IGNORE": (NONE, ""),
+    "IGNORE (sympathetic)": (NONE, ""),
+    "informational, about another Xid": (NONE, ""),
+    "RESTART_FM (solo) / IGNORE, follow the other Xid": (
+        SERVICE,
+        "then restart the fabric manager if it came alone",
+    ),
+    "WORKFLOW_XID_13": (RESET_DEVICE, "then NVIDIA's Xid 13 workflow"),
+    "WORKFLOW_XID_31": (RESET_DEVICE, "then NVIDIA's Xid 31 workflow"),
+    "WORKFLOW_XID_48": (CONTACT_VENDOR, "then NVIDIA's Xid 48 workflow (RMA on a remap failure)"),
+    "WORKFLOW_NVLINK5_ERR": (CONTACT_VENDOR, "then NVIDIA's NVLink5 workflow"),
+    "XID_137_FLOW": (SERVICE, "then NVIDIA's Xid 137 flow"),
+    "INVESTIGATE_LINK_SI": (INSPECT_HARDWARE, "then investigate the link's signal integrity"),
+    "SYMPATHETIC_REPORT_SOLO": (SERVICE, "then look into it if it came alone"),
 }
 # The Xid whose action is whatever the recovery-action field now says.
 XID_RECOVERY_ACTION_CHANGED = 154
 
-# NVML's nvmlDeviceGpuRecoveryAction_t, as accel_device_recovery_action's action label
-# names it -> action. recover_imex_domain is an operator's job on the IMEX domain.
-RECOVERY_ACTIONS: dict[str, str] = {
-    "none": NONE,
-    "gpu_reset": RESET_DEVICE,
-    "node_reboot": REBOOT_NODE,
-    "drain_p2p": DRAIN_P2P,
-    "drain_and_reset": RESET_DEVICE,
-    "recover_imex_domain": SERVICE,
-    "bus_reset": RESET_DEVICE,
-    "system_reboot": REBOOT_NODE,
+# NVML's nvmlDeviceGpuRecoveryAction_t (nvml.h), as accel_device_recovery_action's action
+# label names it -> (action, scope, detail). recover_imex_domain is an operator's job on
+# the IMEX domain (restart the IMEX daemons of the domain's nodes): ``service`` on the
+# peer domain, no reset or reboot of this node being what it asks.
+RECOVERY_REFERENCE = "NVML nvmlDeviceGpuRecoveryAction_t (nvml.h)"
+RECOVERY_ADVICE: dict[str, Advice] = {
+    name: Advice(action, scope, "", detail, "vendor_catalog", RECOVERY_REFERENCE)
+    for name, (action, scope, detail) in {
+        "none": (NONE, "device", ""),
+        "gpu_reset": (RESET_DEVICE, "device", ""),
+        "node_reboot": (REBOOT_NODE, "node", ""),
+        "drain_p2p": (DRAIN_P2P, "peer_domain", "stop peer-to-peer traffic"),
+        "drain_and_reset": (RESET_DEVICE, "peer_domain", "drain peer-to-peer traffic, then reset"),
+        "recover_imex_domain": (SERVICE, "peer_domain", "recover the IMEX domain"),
+        "bus_reset": (RESET_DEVICE, "device", "PCIe bus reset"),
+        "system_reboot": (REBOOT_NODE, "node", ""),
+    }.items()
 }
-
-# Health reasons that are no event code -> the action they call for. Reasons not here
-# (thermal margin, ECC growth, the AFID reasons, whose AFIDs carry their own) ask none.
-REASON_ACTIONS: dict[str, str] = {
-    "device_down": RESET_DEVICE,
-    # A call on it hung or crashed the worker (the exporter isolated it): a reset first.
-    "isolated": RESET_DEVICE,
-    "row_remap_failure": SERVICE,
-    "retired_pages_pending": RESET_DEVICE,
-    "row_remap_pending": RESET_DEVICE,
-    "link_down": DRAIN_P2P,
-    "fabric_degraded": DRAIN_P2P,
-    "sram_ecc_threshold": SERVICE,
-    "retired_pages_near_limit": SERVICE,
-    "bad_pages_over_threshold": SERVICE,
-    "bad_pages_pending": RESET_DEVICE,
-    "bad_pages_near_threshold": SERVICE,
-}
+RECOVERY_ACTIONS: dict[str, str] = {name: a.action for name, a in RECOVERY_ADVICE.items()}
 
 # What clears an event before its window ends: a reset of the device (it came back after
 # being lost, or the driver was reloaded) resolves what a restart or a reset resolves;
@@ -229,12 +253,17 @@ CLEARED_BY_REBOOT = CLEARED_BY_RESET | {REBOOT_NODE}
 
 @dataclass(frozen=True)
 class XidAction:
-    """One XID's entry: the catalog's buckets and the action they map to."""
+    """One XID's entry: the catalog's buckets and the advice they map to."""
 
     code: int
     immediate: str
     investigatory: str
-    action: str
+    advice: Advice
+
+    @property
+    def action(self) -> str:
+        """The action to take now."""
+        return self.advice.action
 
 
 def xid_buckets(code: int) -> tuple[str, str]:
@@ -247,11 +276,30 @@ def xid_buckets(code: int) -> tuple[str, str]:
     return ("", "")
 
 
+def xid_advice(immediate: str, investigatory: str) -> Advice | None:
+    """The advice of a pair of catalog buckets; None when the immediate one is no known bucket."""
+    row = BUCKET_ADVICE.get(immediate)
+    if row is None:
+        return None
+    action, scope, detail = row
+    escalation, then = ESCALATIONS.get(investigatory, (SERVICE, "") if investigatory else ("", ""))
+    if escalation == action:
+        escalation = ""  # the same again is no next step
+    words = "; ".join(w for w in (detail, then) if w)
+    return Advice(action, scope, escalation, words, "vendor_catalog", XID_CATALOG_VERSION)
+
+
 def xid_action(code: int, overrides: Mapping[str, str] | None = None) -> XidAction:
-    """The catalog entry of one XID; ``overrides`` (code -> action, from the config) win."""
+    """The catalog entry of one XID; ``overrides`` (code -> action, from the config) win.
+
+    An XID the catalog gives no bucket asks for ``service`` with its code kept.
+    """
     immediate, investigatory = xid_buckets(code)
-    action = (overrides or {}).get(str(code)) or BUCKET_ACTIONS.get(immediate, SERVICE)
-    return XidAction(code, immediate, investigatory, action)
+    advice = xid_advice(immediate, investigatory) or unknown_code(f"xid {code}")
+    configured = (overrides or {}).get(str(code))
+    if configured:
+        advice = Advice(configured, provenance="config", reference="health.xid_actions")
+    return XidAction(code, immediate, investigatory, advice)
 
 
 def afid_action(
@@ -313,9 +361,14 @@ def afid_action(
     return found
 
 
+def recovery_advice(name: str) -> Advice:
+    """The advice for NVML's recovery-action label; a newer, unknown one asks for service."""
+    return RECOVERY_ADVICE.get(name) or unknown_code(f"recovery action {name}")
+
+
 def recovery_action(name: str) -> str:
     """The action for NVML's recovery-action label; a newer, unknown one asks for service."""
-    return RECOVERY_ACTIONS.get(name, SERVICE)
+    return recovery_advice(name).action
 
 
 def worst(actions: list[str]) -> str:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from exporter import action_file, actions, afids, log, scope
+from exporter import action_file, actions, afids, health_rules, log, scope
 from exporter.config.health import HealthConfig
 from exporter.health_state.memory import DeviceMemory
 from exporter.model import Reading
@@ -151,6 +151,8 @@ _FAMILIES = frozenset(
         *_SINGLE,
         *LINK_UP_FAMILIES,
         *_AMD,
+        *health_rules.VALUE_RULES,
+        *health_rules.GROWTH_RULES,
         "accel_retired_pages",
         "accel_ecc_errors_total",
         "accel_xid_last_timestamp_seconds",
@@ -239,6 +241,10 @@ class HealthJudge:
     _afid_records: dict[tuple[str, ...], str] = field(default_factory=dict)
     # (identity, reason) of the AFID findings that are a repeat's escalation, this poll.
     _escalated: set[tuple[Identity, str]] = field(default_factory=set)
+    # labels of a counter health_rules.GROWTH_RULES watches -> the last count seen (in
+    # memory only: after a restart the first poll is the baseline; a growth already
+    # seen is kept as its event).
+    _counted: dict[tuple[str, ...], float] = field(default_factory=dict)
 
     @classmethod
     def configured(cls, config: HealthConfig, source: str = "") -> HealthJudge:
@@ -362,6 +368,19 @@ class HealthJudge:
                 continue
             if metric == "accel_device_recovery_action" and value == 1:
                 field_action[labels[:2]] = labels[2]
+            if metric in health_rules.GROWTH_RULES:
+                grown = health_rules.growth_reason(metric, labels)
+                last = self._counted.get(labels)
+                self._counted[labels] = value
+                if grown and last is not None and value > last:
+                    key3 = (labels[:2], "ras", grown)
+                    events[key3] = max(events.get(key3, 0.0), wall)
+                continue
+            if metric in health_rules.VALUE_RULES:
+                found_at = devices.get(labels[:2])
+                if found_at is not None:
+                    health_rules.apply_value_rules(metric, value, labels, found_at)
+                continue
             single = _SINGLE.get(metric)
             if single is not None:
                 reason, state, test = single
@@ -406,18 +425,20 @@ class HealthJudge:
                 reasons.update(amd_found)
             elif retired.get(ident, 0.0) >= RETIRED_PAGES_NEAR_LIMIT:
                 reasons["retired_pages_near_limit"] = PREDICTED
+            health_rules.settle(reasons)
             findings = found.get(ident, [])
             _event_reasons(reasons, findings)
             name = field_action.get(ident, "none")
             if name == "drain_p2p":
                 reasons.setdefault("recovery_action", DEGRADED)
             if name != "none":
-                findings.append(Finding(f"recovery_action_{name}", actions.recovery_action(name)))
-            findings.extend(
-                Finding(reason, actions.REASON_ACTIONS[reason])
-                for reason in sorted(reasons)
-                if reason in actions.REASON_ACTIONS
-            )
+                advice = actions.recovery_advice(name)
+                findings.append(_finding(f"recovery_action_{name}", advice))
+            why_down = frozenset(down_why.get(ident, ()))
+            for reason in sorted(reasons):
+                advice2 = health_rules.reason_advice(reason, why_down)
+                if advice2 is not None:
+                    findings.append(_finding(reason, advice2))
             out.append(self._record(ident, reasons, findings, wall))
         for ident, why in unread.items():
             # Only what is remembered of the device: the events still in their window
@@ -525,10 +546,19 @@ class HealthJudge:
         ident, kind, code = key
         if kind == "xid":
             entry = actions.xid_action(int(code), self.xid_actions)
-            action = entry.action
+            advice = entry.advice
             if entry.code == actions.XID_RECOVERY_ACTION_CHANGED and ident in field_action:
-                action = actions.recovery_action(field_action[ident])
-            return Finding(f"xid_{code}", action, entry.immediate, entry.investigatory, stamp)
+                advice = actions.recovery_advice(field_action[ident])
+            return _finding(
+                f"xid_{code}",
+                advice,
+                immediate=entry.immediate,
+                investigatory=entry.investigatory,
+                at=stamp,
+            )
+        if kind == "ras":
+            advice = health_rules.GROWTH_ADVICE.get(code) or actions.unknown_code(f"ras {code}")
+            return _finding(code, advice, at=stamp)
         afid, _, tag = code.partition("/")
         severity = afids.severity(afid, records.get((*ident, afid), ""))
         advice = actions.afid_action(
@@ -742,6 +772,11 @@ class HealthJudge:
             target = moved(labels)
             if target is not None:
                 self._ecc[target] = count
+        for labels in [k for k in self._counted if k[:2] == old]:
+            counted = self._counted.pop(labels)
+            target = moved(labels)
+            if target is not None:
+                self._counted[target] = counted
         for family, labels in [k for k in self._links_up if k[1][:2] == old]:
             self._links_up.discard((family, labels))
             target = moved(labels)
@@ -931,12 +966,30 @@ class HealthJudge:
         return record
 
 
+def _finding(reason: str, advice: actions.Advice, **more: Any) -> Finding:
+    """The finding of ``reason`` with what its table row (``advice``) says."""
+    return Finding(
+        reason,
+        advice.action,
+        scope=advice.scope,
+        escalation=advice.escalation,
+        detail=advice.detail,
+        provenance=advice.provenance,
+        reference=advice.reference,
+        escalation_scope=advice.escalation_scope,
+        **more,
+    )
+
+
 def _event_reasons(reasons: dict[str, str], findings: Iterable[Finding]) -> None:
     """Add the reason of each XID whose action leaves the device other than ok."""
     for finding in findings:
         xid_state = ACTION_STATES.get(finding.action)
         if xid_state is not None and finding.reason.startswith("xid_"):
             reasons[finding.reason] = xid_state
+        grown = health_rules.GROWTH_STATES.get(finding.reason)
+        if grown is not None:
+            reasons[finding.reason] = grown
 
 
 def _file_signature(path: str) -> tuple[int, int, int] | None:

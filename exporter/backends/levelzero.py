@@ -118,6 +118,8 @@ RAS_FAMILIES = (
     "accel_intel_ras_correctable_errors_total",
     "accel_intel_ras_uncorrectable_errors_total",
 )
+# zes_reset_reason_flag_t bits -> accel_intel_reset_reason_info's reason label.
+RESET_REASONS = ((1, "wedged"), (2, "repair"))
 # zes_fabric_port_status_t: HEALTHY 1 and DEGRADED 2 carry traffic.
 PORT_UP = frozenset({1, 2})
 # Readings above these are garbage, not measurements.
@@ -730,6 +732,9 @@ class LevelZeroBackend:
         dev_state = zb.DeviceState(stype=zb.STYPE_DEVICE_STATE)
         if self._ok_extra(gpu, "device_state", "zesDeviceGetState", gpu.handle, dev_state):
             put(rows, "accel_intel_reset_required", me, 1 if dev_state.reset else 0)
+            for bit, reason in RESET_REASONS:
+                if dev_state.reset & bit:
+                    put(rows, "accel_intel_reset_reason_info", (pos, reason), 1)
         totals: list[list[int]] = [[0] * len(RAS_CATEGORIES), [0] * len(RAS_CATEGORIES)]
         seen = [False, False]
         ras = zb.RasState()

@@ -50,6 +50,14 @@ ROWS = (
         ID,
     ),
     MetricSpec(
+        "accel_intel_reset_reason_info",
+        Kind.INFO,
+        "Why Sysman says the device needs a reset (zes_reset_reason_flag_t): wedged (hardware"
+        " wedged) or repair (a reset completes in-field repairs); one series per reason set.",
+        (*ID, "reason"),
+        values={"reason": ("wedged", "repair")},
+    ),
+    MetricSpec(
         "accel_intel_ras_correctable_errors_total",
         Kind.COUNTER,
         "Correctable RAS errors by category (reset, programming, driver, compute, non_compute,"

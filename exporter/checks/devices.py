@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter import vendors
+from exporter.actions import PERSON_ACTIONS
 from exporter.catalog.nvidia import CRITICAL_XIDS
 from exporter.checks.nagios import Perf, Result, Status, worst
 from exporter.checks.samples import Labels, Samples
@@ -439,7 +440,9 @@ def health(samples: Samples, missing_ok: bool = False) -> Result:
     """Each device's verdict record (docs/health.md), with the reasons of the others.
 
     Read from the ``/v1/devices`` entries (``samples.devices``): failed is CRITICAL;
-    degraded and predicted_failure are WARNING; a device the exporter cannot vouch
+    degraded and predicted_failure are WARNING, CRITICAL when the recommended action
+    is a person's (service, inspect_hardware, contact_vendor, replace_device: no reset
+    or reboot clears it); a device the exporter cannot vouch
     for (its worker down or restarting, its source reloading or stale, no verdict
     yet) is UNKNOWN, with why (the Nagios convention: the state cannot be told). A
     device not ok names its recommended action (``-> reset_device``) when it has one.
@@ -471,6 +474,10 @@ def _health_verdict(dev: Device, entry: dict[str, Any]) -> Verdict:
         perf = Perf(f"{dev.label}_health", None, warn="0", crit="2", minimum=0)
         return Verdict(Status.UNKNOWN, [perf], f"{dev.label} unknown ({why})")
     status = HEALTH_STATUS[state]
+    if action in PERSON_ACTIONS:
+        # A person must act (service, inspect the hardware, call the vendor, replace the
+        # part): no reset or reboot clears it, whatever the state, so it pages.
+        status = Status.CRITICAL
     note = ""
     if status is not Status.OK:
         reasons = [

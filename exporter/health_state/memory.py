@@ -43,7 +43,8 @@ class DeviceMemory:
     """What the judge remembers of one device (see the module docstring)."""
 
     device: str
-    # (kind, code) -> Unix time of the newest such event: xid or afid.
+    # (kind, code) -> Unix time of the newest such event: xid, afid or ras
+    # (a counter that grew, exporter.health_rules.GROWTH_RULES).
     events: dict[tuple[str, str], float] = field(default_factory=dict)
     # The labels of an uncorrectable ECC counter after device and uuid -> its last count.
     ecc: dict[tuple[str, ...], float] = field(default_factory=dict)
@@ -129,7 +130,7 @@ def _device(raw: Any) -> DeviceMemory:
         raise ValueError("not an object")
     mem = DeviceMemory(_text(raw.get("device"), "device"))
     for item in _pairs(raw, "events"):
-        if len(item) != 3 or item[0] not in ("xid", "afid"):
+        if len(item) != 3 or item[0] not in ("xid", "afid", "ras"):
             raise ValueError("an event is not [xid|afid, code, time]")
         mem.events[(item[0], _text(item[1], "an event code"))] = _time(item[2], "an event")
     for item in _pairs(raw, "ecc"):

@@ -130,13 +130,13 @@ def test_a_gpu_back_from_lost_is_reset_and_its_reset_xid_cleared(
     d.wait_for(lambda: fake.state.event_sets >= 1, what="the worker's event set")
     fake.inject_xid(1, 48)  # double-bit ECC: reset the GPU
     fake.inject_xid(1, 54)  # auxiliary power: a person must look; no reset fixes it
-    d.wait_metric("accel_device_recommended_action", 1, action="service", **one)
+    d.wait_metric("accel_device_recommended_action", 1, action="inspect_hardware", **one)
     fake.device(1).lost = 1
     d.wait_metric("accel_device_down_reason_info", 1, reason="gpu_lost", **one)
     fake.device(1).lost = 0  # back: the driver reset it
     d.wait_metric("accel_device_up", 1, timeout=60, **one)
     d.wait_for(
-        lambda: reasons(samples(d.metrics()), one["uuid"]) == {"xid_54": "service"},
+        lambda: reasons(samples(d.metrics()), one["uuid"]) == {"xid_54": "inspect_hardware"},
         timeout=30,
         what="xid 48 cleared by the reset, xid 54 kept",
     )

@@ -179,6 +179,28 @@ CASES = [
         2,
         "gpu1 failed (xid_79) -> reboot_node",
     ),
+    # An action a person must do pages whatever the state (no reset or reboot clears it).
+    (
+        "health",
+        [],
+        doc(health("0", U0, "predicted_failure", "sram_ecc_threshold", action="replace_device")),
+        2,
+        "gpu0 predicted_failure (sram_ecc_threshold) -> replace_device",
+    ),
+    (
+        "health",
+        [],
+        doc(health("0", U0, "degraded", "memory_critical", action="contact_vendor")),
+        2,
+        "gpu0 degraded (memory_critical) -> contact_vendor",
+    ),
+    (
+        "health",
+        [],
+        doc(health("0", U0, "degraded", "reset_repair", action="reset_device")),
+        1,
+        "gpu0 degraded (reset_repair) -> reset_device",
+    ),
     # The worker is down: the exporter cannot vouch for the GPUs (Nagios: UNKNOWN, never
     # CRITICAL, which would drain the node in a Slurm prolog for a crash of ours).
     (

@@ -320,8 +320,8 @@ def xid_judge(wall, **kw):
         (119, "failed", "reset_device"),  # RESET_GPU (GSP RPC timeout)
         (74, "failed", "reset_device"),  # WORKFLOW_NVLINK_ERR
         (63, "ok", "none"),  # IGNORE: a row remap recorded
-        (54, "failed", "service"),  # CHECK_MECHANICALS
-        (2, "failed", "service"),  # "Unused": CONTACT_SUPPORT
+        (54, "failed", "inspect_hardware"),  # CHECK_MECHANICALS
+        (2, "failed", "contact_vendor"),  # "Unused": CONTACT_SUPPORT
         (168, "failed", "service"),  # no bucket in this catalog revision
         (4000, "failed", "service"),  # unknown: service, never none
     ],
@@ -337,12 +337,12 @@ def test_the_device_action_is_the_most_disruptive_finding():
     readings = [up(A), *xid(31, NOW - 1), *xid(95, NOW - 2), *xid(79, NOW - 3)]
     readings.append(Reading("accel_remapped_rows_failure", A, 1.0))
     states, reasons, todo, why = judged(readings, xid_judge([NOW]))
-    assert states[A] == "failed" and todo[A] == "service"
+    assert states[A] == "failed" and todo[A] == "replace_device"
     assert why[A] == {
         "xid_31": "restart_app",
         "xid_95": "reset_device",
         "xid_79": "reboot_node",
-        "row_remap_failure": "service",
+        "row_remap_failure": "replace_device",
     }
     assert reasons[A] == {"xid_95", "xid_79", "row_remap_failure"}
 
@@ -371,7 +371,7 @@ def test_a_reset_clears_what_a_reset_resolves_but_not_a_service_call():
     wall = [NOW]
     judge = xid_judge(wall)
     events = [*xid(95, NOW - 30), *xid(54, NOW - 30)]
-    assert judged([up(A), *events], judge)[2][A] == "service"
+    assert judged([up(A), *events], judge)[2][A] == "inspect_hardware"
     lost = [
         up(A, 0.0),
         Reading("accel_device_down_reason_info", (*A, "gpu_lost"), 1.0),
@@ -380,7 +380,7 @@ def test_a_reset_clears_what_a_reset_resolves_but_not_a_service_call():
     assert judged(lost, judge)[0][A] == "failed"
     wall[0] = NOW + 20
     _states, _, todo, why = judged([up(A), *events], judge)  # back: it was reset
-    assert todo[A] == "service" and why[A] == {"xid_54": "service"}
+    assert todo[A] == "inspect_hardware" and why[A] == {"xid_54": "inspect_hardware"}
     # A device down for a reason a reset does not imply (a hung call) clears nothing.
     judge = xid_judge(wall)
     hung = [up(A, 0.0), Reading("accel_device_down_reason_info", (*A, "timeout"), 1.0)]
@@ -391,7 +391,7 @@ def test_a_reset_clears_what_a_reset_resolves_but_not_a_service_call():
 def test_a_reboot_clears_events_from_before_the_boot():
     judge = HealthJudge(clock=lambda: 0.0, wall=lambda: NOW, boot_time=lambda: NOW - 100)
     readings = [up(A), *xid(79, NOW - 200), *xid(31, NOW - 200), *xid(54, NOW - 200)]
-    assert judged(readings, judge)[3][A] == {"xid_54": "service"}
+    assert judged(readings, judge)[3][A] == {"xid_54": "inspect_hardware"}
 
 
 def test_xid_154_takes_the_recovery_action_field():

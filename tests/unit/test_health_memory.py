@@ -114,7 +114,7 @@ def test_a_new_boot_clears_what_a_reboot_resolves_and_restarts_the_baselines() -
     assert cleared(logs, "reboot") == [["xid_48", "xid_79"]]
     # service stays (a reboot repairs no hardware); a link not up since the boot is no news.
     _, reasons, todo, _ = judged([up(A), link(0.0)], new)
-    assert reasons[A] == {"xid_54"} and todo[A] == "service"
+    assert reasons[A] == {"xid_54"} and todo[A] == "inspect_hardware"
     # Volatile counters restarted with the boot: 1 after 5 is no growth, 2 after 1 is.
     assert "ecc_uncorrected_growth" not in judged([up(A), ecc(1.0)], new)[1][A]
     assert "ecc_uncorrected_growth" in judged([up(A), ecc(2.0)], new)[1][A]
@@ -124,7 +124,7 @@ def test_recovery_action_back_to_none_clears_the_xids_a_reboot_resolves() -> Non
     wall = [NOW]
     judge = judge_at(wall)
     events = [*xid(79, NOW - 9), *xid(54, NOW - 9)]
-    assert judged([up(A), *events, *recovery("node_reboot")], judge)[2][A] == "service"
+    assert judged([up(A), *events, *recovery("node_reboot")], judge)[2][A] == "inspect_hardware"
     wall[0] = NOW + 5
     with capture_logs() as logs:
         _, reasons, _, why = judged([up(A), *events, *recovery("none")], judge)
@@ -177,7 +177,7 @@ def test_an_operator_clear_clears_events_growth_and_lost_but_not_baselines() -> 
     assert not [e for e in logs if e["event"] == "device back after a reset"]
     # An event after the clear counts.
     wall[0] = NOW + 1
-    assert judged([up(A), *xid(54, NOW + 1)], judge)[2][A] == "service"
+    assert judged([up(A), *xid(54, NOW + 1)], judge)[2][A] == "inspect_hardware"
 
 
 def test_a_device_in_no_poll_for_a_window_is_forgotten() -> None:
@@ -389,7 +389,7 @@ def test_health_clear_without_a_daemon_clears_the_file_itself(
     assert "cleared in the file" in out
     again = keeper(tmp_path, boot=state_file.boot_id())
     latest = poll(again, [up(A), up(B)])
-    assert (latest[A].action, latest[B].action) == ("none", "service")
+    assert (latest[A].action, latest[B].action) == ("none", "inspect_hardware")
     again.close()
 
 
