@@ -756,8 +756,8 @@ class DeviceSource(WorkerSource):
             slow_readings = parse_readings(
                 reply.get("slow_readings", {}), self._devices, "slow_readings"
             )
-            up = [key for key, why in states.items() if not why]
-            self._slow = self._domains.learn(slow_readings, up)
+            answered = [key for key, why in states.items() if not why]
+            self._slow = self._domains.learn(slow_readings, answered)
         # Slow fields read before a device went down must not outlive it.
         values.extend(r for r in self._slow if not states.get((r.labels[0], r.labels[1])))
         return states, values
