@@ -15,7 +15,7 @@ predicted_failure devices still run jobs, their reasons say why to watch them).
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -86,9 +86,24 @@ def _reasons(verdict: DeviceHealth) -> list[dict[str, Any]]:
                 "investigatory": finding.investigatory if finding else "",
                 "severity": finding.severity if finding else "",
                 "event_time": rfc3339(finding.at) if finding else None,
+                # How far its action reaches, what next, and where the mapping comes from.
+                "scope": finding.scope if finding else None,
+                "escalation": finding.escalation if finding else "",
+                "detail": finding.detail if finding else "",
+                "provenance": finding.provenance if finding else None,
+                "reference": finding.reference if finding else "",
             }
         )
     return out
+
+
+def _reach(verdict: DeviceHealth, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Every device the recommended action reaches, with its device label where known.
+
+    ``labels``: uuid -> device label of the devices the source lists (the scope's
+    members are the source's devices, so a uuid it does not list has no label: null).
+    """
+    return [{"uuid": uuid, "device": labels.get(uuid)} for uuid in verdict.scope_uuids]
 
 
 def _message(source: SourceReport, verdict: DeviceHealth | None) -> str:
@@ -116,6 +131,7 @@ def document(
     """The /v1/devices document at Unix time ``now``, devices by source then index."""
     devices = []
     for source in sources:
+        labels = {d.uuid: d.device for d in source.devices}
         for dev in sorted(source.devices, key=lambda d: (d.index, d.device)):
             verdict = dev.verdict
             devices.append(
@@ -130,6 +146,11 @@ def document(
                     # The record's state; null while it is unknown (and before the first).
                     "verdict": verdict.state if verdict and verdict.known else None,
                     "recommended_action": verdict.action if verdict else None,
+                    # How far it reaches, the devices it reaches (itself included; none
+                    # while the action is none) and the next action if it does not help.
+                    "action_scope": verdict.scope if verdict else None,
+                    "action_scope_devices": _reach(verdict, labels) if verdict else [],
+                    "escalation": verdict.escalation if verdict else "",
                     "reasons": _reasons(verdict) if verdict else [],
                     "message": _message(source, verdict),
                     "source_state": source.state,

@@ -26,6 +26,7 @@ from exporter import log
 from exporter.backend_api import crumb
 from exporter.backends import libsearch
 from exporter.backends.amdsmi_binding import AmdBinding
+from exporter.backends.amdsmi_domains import read_domains
 from exporter.backends.amdsmi_events import EventWatcher, Watched
 from exporter.backends.amdsmi_fields import (
     FAST,
@@ -489,6 +490,7 @@ class AmdSmiBackend:
                 if gpu.part_number:
                     slow_r.add("accel_amd_board_info", 1, gpu.part_number)
                 read_limits(slow_r)
+                read_domains(slow_r)
                 if gpu.primary:
                     read_bad_pages(slow_r)
         except DeviceGone as exc:

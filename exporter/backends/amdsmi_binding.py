@@ -35,6 +35,7 @@ FUNCTIONS = (
     "amdsmi_get_gpu_device_bdf",
     "amdsmi_get_gpu_asic_info",
     "amdsmi_get_gpu_board_info",
+    "amdsmi_get_xgmi_info",
     "amdsmi_get_gpu_vbios_info",
     "amdsmi_get_gpu_driver_info",
     "amdsmi_get_gpu_compute_partition",

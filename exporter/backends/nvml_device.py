@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from exporter import log
-from exporter.backends import nvml_gpm, nvml_reliability
+from exporter.backends import nvml_domains, nvml_gpm, nvml_reliability
 from exporter.backends import nvml_support as nv
 from exporter.backends.base import InventoryChanged
 from exporter.backends.binding import Binding
@@ -127,6 +127,7 @@ class DeviceReader:
         self._tables = {"fast": self._bind(FAST_SCALARS), "slow": self._bind(SLOW_SCALARS)}
         self._gpm_full = nvml_gpm.GpmReader(nvml)
         self._reliability = nvml_reliability.ReliabilityReader(nvml)
+        self._board = nvml_domains.BoardReader(nvml)
 
     def _bind(self, table: tuple[Scalar, ...]) -> list[BoundScalar]:
         return [(getattr(self.nvml, fn), *rest) for fn, *rest in table]
@@ -474,7 +475,7 @@ class DeviceReader:
     # -- slow ---------------------------------------------------------------
 
     def slow(self, gpu: Gpu, out: Emitter) -> None:
-        """Max clocks and link, ECC, retired pages, remapped rows, NVLink state, MIG layout."""
+        """Max clocks and link, ECC, retired pages, remapped rows, NVLink state, the board, MIG."""
         n, h = self.nvml, gpu.handle
         self._scalars(gpu, out, "slow")
         for etype, tname in nv.ECC_TYPES:
@@ -497,6 +498,7 @@ class DeviceReader:
             out.add("accel_remapped_rows_failure", rows[3])
         self._nvlinks(gpu, out)
         self._reliability.slow(gpu, out)
+        self._board.slow(gpu, out)
         self._mig_layout(gpu, out)
 
     def _nvlinks(self, gpu: Gpu, out: Emitter) -> None:

@@ -85,6 +85,8 @@ class Gpu:
     # Newer entry points this GPU refused ("memory", "temperature", ...): read
     # with the older one from then on.
     legacy: set[str] = field(default_factory=set)
+    # The compute tray NVML names (nvml_domains): None until read, "" for none.
+    board: str | None = None
     # Logs a call's failure when it starts failing or its reason changes (the
     # backend's, shared by its GPUs).
     failing: Failing = field(default_factory=lambda: Failing(log.get(source="nvml")))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+from exporter.backends import nvml_domains
 from exporter.backends import nvml_support as nv
 from exporter.backends.contract import Emitter
 from exporter.backends.nvml_gpu import Gpu
@@ -122,6 +123,7 @@ class ReliabilityReader:
             return  # NOT_SUPPORTED: not part of a fabric
         for value, name in FABRIC_STATES:
             out.add("accel_nvidia_fabric_state", 1 if state == value else 0, name)
+        nvml_domains.emit_clique(info, out)
         mask = int(info.healthMask)
         for shift, check in FABRIC_HEALTH_BITS:
             bits = (mask >> shift) & 0x3

@@ -192,6 +192,7 @@ FUNCTIONS = (
     "nvmlGpmSampleGet",
     "nvmlDeviceGetNvLinkErrorCounter",
     "nvmlDeviceGetGpuFabricInfoV",
+    "nvmlDeviceGetPlatformInfo",
     "nvmlDeviceGetSramEccErrorStatus",
     "nvmlDeviceGetPowerManagementLimitConstraints",
     "nvmlDeviceGetPowerManagementDefaultLimit",

@@ -76,7 +76,7 @@ from exporter.config.health import HealthConfig
 from exporter.errors import SourceError, SourcePending, SourceUnavailable, WorkerError
 from exporter.health_api import DeviceReport
 from exporter.model import Reading, readings_of
-from exporter.sources import pci
+from exporter.sources import device_domains, pci
 from exporter.sources.base import Source
 from exporter.sources.cper_ledger import LedgerStore
 from exporter.sources.health_keeper import HealthKeeper
@@ -100,6 +100,9 @@ IDENTITY = frozenset(
         "accel_device_down_reason_info",
         "accel_device_isolated_info",
         "accel_device_isolated_since_timestamp_seconds",
+        # Named by the worker's slow readings, kept while the device is down
+        # (exporter.sources.device_domains): identity from then on.
+        device_domains.FAMILY,
     }
 )
 # Why a device is down while the worker a reload replaced is not answering yet.
@@ -275,6 +278,8 @@ class DeviceSource(WorkerSource):
         self._inventory_raw: dict[str, Any] | None = None
         self._slow: list[Reading] = []
         self._next_slow = 0.0
+        # The peer domain and baseboard each device last named (its actions' reach).
+        self._domains = device_domains.DomainMemory()
         # The health verdict of each device, derived from every poll's readings; the
         # keeper holds the judge and its memory in health.state_dir (carried by adopt).
         self._health_config = health or HealthConfig()
@@ -321,6 +326,7 @@ class DeviceSource(WorkerSource):
             self._known.setdefault(index, known)
         # Replaced by the new worker's inventory at its first answer.
         self._vendor, self._devices = old._vendor, list(old._devices)
+        self._domains = old._domains  # the replaced worker's devices are these devices
         down = {(d.device, d.uuid): RELOADING for d in self._devices}
         self._last = self._compose(down, (), unread=self._unread(RELOADING))
 
@@ -507,6 +513,7 @@ class DeviceSource(WorkerSource):
             out.append(
                 Reading("accel_device_info", tuple(info.get(k, "") for k in INFO_LABELS), 1.0)
             )
+            out.extend(self._domains.readings(dev.device, dev.uuid, info))
         return out
 
     def _compose(
@@ -630,6 +637,7 @@ class DeviceSource(WorkerSource):
         self._learnt = {}
         self._slow = []
         self._next_slow = 0.0
+        self._domains.keep(d.uuid for d in self._devices)
 
     async def _poll_once(self, deadline: float) -> Sequence[Reading]:
         """Wait for the worker if it is starting, ask it, check the answer."""
@@ -745,9 +753,11 @@ class DeviceSource(WorkerSource):
             states[(dev.device, dev.uuid)] = "" if up else str(item.get("reason") or "error")
         values = parse_readings(reply.get("readings", {}), self._devices, "readings")
         if slow:
-            self._slow = parse_readings(
+            slow_readings = parse_readings(
                 reply.get("slow_readings", {}), self._devices, "slow_readings"
             )
+            answered = [key for key, why in states.items() if not why]
+            self._slow = self._domains.learn(slow_readings, answered)
         # Slow fields read before a device went down must not outlive it.
         values.extend(r for r in self._slow if not states.get((r.labels[0], r.labels[1])))
         return states, values

@@ -13,7 +13,7 @@ from typing import Any
 import bcrypt
 import jsonschema
 
-from tests.helpers.daemon import REPO, Daemon
+from tests.helpers.daemon import REPO, Daemon, samples
 
 SCHEMA = json.loads(Path(REPO / "docs/health-api.schema.json").read_text())
 INTERVAL, STALE = 1.0, 3.0
@@ -48,6 +48,16 @@ def by_index(doc: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {dev["index"]: dev for dev in doc["devices"] if dev["source"] == "nvml"}
 
 
+def finding_of(d: Daemon, uuid: str, reason: str) -> dict[str, str]:
+    """The labels of the ``accel_device_action_reason_info`` series of one finding."""
+    for (metric, labels), _value in samples(d.metrics()).items():
+        named = dict(labels)
+        wanted = (metric, named.get("uuid"), named.get("reason"))
+        if wanted == ("accel_device_action_reason_info", uuid, reason):
+            return named
+    raise AssertionError(f"no {reason} finding for {uuid} on /metrics")
+
+
 def when(stamp: str) -> float:
     return datetime.fromisoformat(stamp).timestamp()
 
@@ -71,6 +81,7 @@ def test_devices_validate_and_a_stale_source_turns_them_unknown(
     one = got[1]
     assert (one["verdict"], one["recommended_action"]) == ("failed", "reboot_node")
     (xid,) = one["reasons"]
+    advice = finding_of(d, fake.uuid(1), "xid_79")
     assert xid == {
         "reason": "xid_79",
         "state": "failed",
@@ -80,7 +91,23 @@ def test_devices_validate_and_a_stale_source_turns_them_unknown(
         "investigatory": "CONTACT_SUPPORT",
         "severity": "",
         "event_time": xid["event_time"],
+        # The Xid catalog's row as /metrics says it: how far, what next, whence.
+        "scope": advice["scope"],
+        "escalation": advice["escalation"],
+        "detail": xid["detail"],
+        "provenance": advice["provenance"],
+        "reference": xid["reference"],
     }
+    assert one["action_scope"] == advice["scope"]
+    assert one["escalation"] == advice["escalation"]
+    # Its devices: the GPU itself, else every GPU of the node (no clique, no board named).
+    reach = [dev["uuid"] for dev in one["action_scope_devices"]]
+    alone = advice["scope"] == "device"
+    assert reach == ([fake.uuid(1)] if alone else sorted(fake.uuid(i) for i in range(3)))
+    assert all(
+        dev["device"] == str([fake.uuid(i) for i in range(3)].index(dev["uuid"]))
+        for dev in one["action_scope_devices"]
+    )
     assert when(one["since"]) >= when(xid["event_time"]) - 1
     # An application fault: the GPU stays Healthy, the job has to restart.
     assert (got[2]["health"], got[2]["verdict"]) == ("Healthy", "ok")

@@ -29,6 +29,7 @@ PYNVML_STRUCTS = {
     "nvmlGpuFabricInfo_v3_t": pynvml.c_nvmlGpuFabricInfo_v3_t,
     "nvmlMarginTemperature_v1_t": pynvml.c_nvmlMarginTemperature_v1_t,
     "nvmlEccSramErrorStatus_v1_t": pynvml.c_nvmlEccSramErrorStatus_v1_t,
+    "nvmlPlatformInfo_v2_t": pynvml.c_nvmlPlatformInfo_v2_t,
 }
 
 

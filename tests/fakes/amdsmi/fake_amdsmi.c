@@ -221,6 +221,17 @@ API uint32_t amdsmi_get_gpu_board_info(void *h, struct_amdsmi_board_info_t *info
     return AMDSMI_STATUS_SUCCESS;
 }
 
+API uint32_t amdsmi_get_xgmi_info(void *h, struct_amdsmi_xgmi_info_t *info) {
+    GUARD(h, ANY);
+    if (D->xgmi_unsupported) return AMDSMI_STATUS_NOT_SUPPORTED;
+    memset(info, 0, sizeof *info);
+    info->xgmi_lanes = 16;
+    info->xgmi_hive_id = D->xgmi_hive_id;
+    info->xgmi_node_id = D->xgmi_node_id;
+    info->index = (uint32_t)dev;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
 API uint32_t amdsmi_get_gpu_vbios_info(void *h, struct_amdsmi_vbios_info_t *info) {
     GUARD(h, ANY);
     memset(info, 0, sizeof *info);

@@ -104,6 +104,9 @@ typedef struct __attribute__((packed)) {
     uint32_t xcp_set; /* 0: xcp_stats all N/A, as before gpu_metrics 1.6 */
     uint32_t xcp_busy[FAKE_NUM_XCP][FAKE_NUM_XCC];
     uint64_t xcp_acc[FAKE_NUM_XCP_ACC][FAKE_NUM_XCP][FAKE_NUM_XCC];
+    /* amdsmi_get_xgmi_info: the hive (0: in none) and the node id within it. */
+    uint64_t xgmi_hive_id, xgmi_node_id;
+    uint32_t xgmi_unsupported; /* non-zero: NOT_SUPPORTED (a PCIe card) */
 } fake_device_t;
 
 typedef struct __attribute__((packed)) {

@@ -159,6 +159,9 @@ class Device(ctypes.Structure):
         ("xcp_set", ctypes.c_uint32),
         ("xcp_busy", (ctypes.c_uint32 * NUM_XCC) * NUM_XCP),
         ("xcp_acc", ((ctypes.c_uint64 * NUM_XCC) * NUM_XCP) * NUM_XCP_ACC),
+        ("xgmi_hive_id", ctypes.c_uint64),
+        ("xgmi_node_id", ctypes.c_uint64),
+        ("xgmi_unsupported", ctypes.c_uint32),
     ]
 
 
@@ -408,3 +411,12 @@ def opened(path: Path, devices: int = 8) -> Iterator[FakeAmdSmi]:
         fake.clear_rules()
         fake.release_hangs()
         fake.close()
+
+
+def hives(fake: FakeAmdSmi, hive_ids: list[int]) -> None:
+    """Put device i in XGMI hive ``hive_ids[i]`` (0: in none), node id its place in it."""
+    seen: dict[int, int] = {}
+    for i, hive in enumerate(hive_ids):
+        dev = fake.device(i)
+        dev.xgmi_hive_id, dev.xgmi_node_id = hive, seen.get(hive, 0)
+        seen[hive] = seen.get(hive, 0) + 1

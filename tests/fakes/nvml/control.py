@@ -214,6 +214,12 @@ class Device(ctypes.Structure):
         ("field_count", ctypes.c_uint32),
         ("field_pad", ctypes.c_uint32),
         ("fields", Field * MAX_FIELDS),
+        ("fabric_cluster", ctypes.c_uint32),
+        ("platform_slot", ctypes.c_uint32),
+        ("platform_tray", ctypes.c_uint32),
+        ("platform_host", ctypes.c_uint32),
+        ("platform_module", ctypes.c_uint32),
+        ("platform_chassis", ctypes.c_char * 16),
     ]
 
 

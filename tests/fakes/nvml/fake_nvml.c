@@ -160,6 +160,14 @@ typedef struct {
     int marginTemperature;
 } nvmlMarginTemperature_v1_t;
 
+/* nvmlPlatformInfo_v2_t */
+typedef struct {
+    unsigned int version;
+    unsigned char ibGuid[16];
+    unsigned char chassisSerialNumber[16];
+    unsigned char slotNumber, trayIndex, hostId, peerType, moduleId;
+} nvmlPlatformInfo_v2_t;
+
 typedef struct {
     unsigned int version;
     unsigned long long aggregateUncParity, aggregateUncSecDed, aggregateCor;
@@ -180,12 +188,14 @@ _Static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32, "nvmlProcessUtiliza
 _Static_assert(sizeof(nvmlGpmMetric_t) == 40, "nvmlGpmMetric_t");
 _Static_assert(sizeof(nvmlGpmMetricsGet_t) == 24 + 40 * NVML_GPM_METRIC_MAX, "nvmlGpmMetricsGet_t");
 _Static_assert(sizeof(nvmlGpuFabricInfo_v3_t) == 40, "nvmlGpuFabricInfo_v3_t");
+_Static_assert(sizeof(nvmlPlatformInfo_v2_t) == 44, "nvmlPlatformInfo_v2_t");
 _Static_assert(sizeof(nvmlMarginTemperature_v1_t) == 8, "nvmlMarginTemperature_v1_t");
 _Static_assert(sizeof(nvmlEccSramErrorStatus_v1_t) == 104, "nvmlEccSramErrorStatus_v1_t");
 
 #define MEMORY_V2_VERSION 0x02000028u
 #define TEMPERATURE_V1_VERSION 0x0100000Cu
 #define FABRIC_INFO_V3_VERSION 0x03000028u
+#define PLATFORM_INFO_V2_VERSION 0x0200002Cu
 #define MARGIN_TEMPERATURE_V1_VERSION 0x01000008u
 #define SRAM_ECC_STATUS_V1_VERSION 0x01000068u
 #define SUPPORTED_EVENTS (0x1ull | 0x2ull | 0x8ull | 0x4000ull | 0x8000ull)
@@ -281,6 +291,7 @@ static void fill_device(fake_device_t *d, unsigned i) {
     for (unsigned id = 0; id < FAKE_GPM_IDS; id++)
         d->gpm_value[id] = gpm_known(id) ? (double)((id * 7 + i * 3) % 100) + 0.5 : 0.0;
     d->fabric_state = 0; /* NOT_SUPPORTED: no NVSwitch fabric (HGX without NVL) */
+    d->fabric_cluster = 0xab;
     d->margin_temperature = 40 - (int)i;
     d->margin_supported = 1;
     d->power_min_mw = 200000;
@@ -526,6 +537,14 @@ static const struct layout_entry layout[] = {
     OF(fake_device_t, power_min_mw), OF(fake_device_t, power_max_mw),
     OF(fake_device_t, power_default_mw), OF(fake_device_t, sram_threshold_exceeded),
     OF(fake_device_t, field_count), OF(fake_device_t, field_pad), OF(fake_device_t, fields),
+    OF(fake_device_t, fabric_cluster), OF(fake_device_t, platform_slot),
+    OF(fake_device_t, platform_tray), OF(fake_device_t, platform_host),
+    OF(fake_device_t, platform_module), OF(fake_device_t, platform_chassis),
+    SZ(nvmlPlatformInfo_v2_t), OF(nvmlPlatformInfo_v2_t, version),
+    OF(nvmlPlatformInfo_v2_t, ibGuid), OF(nvmlPlatformInfo_v2_t, chassisSerialNumber),
+    OF(nvmlPlatformInfo_v2_t, slotNumber), OF(nvmlPlatformInfo_v2_t, trayIndex),
+    OF(nvmlPlatformInfo_v2_t, hostId), OF(nvmlPlatformInfo_v2_t, peerType),
+    OF(nvmlPlatformInfo_v2_t, moduleId),
     SZ(fake_field_t), OF(fake_field_t, field_id), OF(fake_field_t, scope_id),
     OF(fake_field_t, value_type), OF(fake_field_t, pad), OF(fake_field_t, raw),
     SZ(nvmlEccSramErrorStatus_v1_t),
@@ -1215,12 +1234,31 @@ EXPORT int nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t h, nvmlGpuFabricInfo_v3_t *i
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     if (d->fabric_state == 0)
         return NVML_ERROR_NOT_SUPPORTED;
-    memset(info->clusterUuid, 0xab, sizeof info->clusterUuid);
+    memset(info->clusterUuid, (int)d->fabric_cluster, sizeof info->clusterUuid);
     info->status = d->fabric_status;
     info->cliqueId = d->fabric_clique;
     info->state = d->fabric_state;
     info->healthMask = d->fabric_health_mask;
     info->healthSummary = 0;
+    return NVML_SUCCESS;
+}
+
+EXPORT int nvmlDeviceGetPlatformInfo(nvmlDevice_t h, nvmlPlatformInfo_v2_t *info) {
+    ENTER(h);
+    if (info == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (info->version != PLATFORM_INFO_V2_VERSION)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (d->platform_chassis[0] == '\0')
+        return NVML_ERROR_NOT_SUPPORTED;
+    memset(info->ibGuid, 0, sizeof info->ibGuid);
+    /* 16 bytes, NUL-padded and not NUL-terminated when full, as NVML's. */
+    strncpy((char *)info->chassisSerialNumber, d->platform_chassis, sizeof info->chassisSerialNumber);
+    info->slotNumber = (unsigned char)d->platform_slot;
+    info->trayIndex = (unsigned char)d->platform_tray;
+    info->hostId = (unsigned char)d->platform_host;
+    info->peerType = 0;
+    info->moduleId = (unsigned char)d->platform_module;
     return NVML_SUCCESS;
 }
 

@@ -135,6 +135,11 @@ typedef struct {
     uint32_t sram_threshold_exceeded; /* nvmlDeviceGetSramEccErrorStatus; 2: NOT_SUPPORTED */
     uint32_t field_count, field_pad;  /* entries of fields[] in use */
     fake_field_t fields[FAKE_MAX_FIELDS];
+    /* The byte nvmlDeviceGetGpuFabricInfoV fills clusterUuid with (0: all zero, no cluster). */
+    uint32_t fabric_cluster;
+    /* nvmlDeviceGetPlatformInfo (v2), served while platform_chassis is not empty. */
+    uint32_t platform_slot, platform_tray, platform_host, platform_module;
+    char platform_chassis[16];
 } fake_device_t;
 
 typedef struct {
