@@ -124,7 +124,17 @@ def test_a_reset_reaches_the_xgmi_hive_and_a_rule_per_device_of_it(
             assert rule["spec"]["taint"]["value"] == "reset_device"
             assert set(rule["spec"]["deviceSelector"]) == {"driver", "pool", "device"}
 
-    run(daemon_factory, amdsmi_env, amdsmi_fake, pki, tmp_path, sock_dir, [1] * 4 + [2] * 4, act, check)
+    run(
+        daemon_factory,
+        amdsmi_env,
+        amdsmi_fake,
+        pki,
+        tmp_path,
+        sock_dir,
+        [1] * 4 + [2] * 4,
+        act,
+        check,
+    )
 
 
 def test_a_reset_in_a_hive_that_is_the_whole_pool_gets_one_rule(
@@ -164,4 +174,14 @@ def test_an_xgmi_fatal_afid_reaches_the_baseboard_in_one_rule(
         assert rule["spec"]["deviceSelector"] == {"driver": DRIVER, "pool": NODE}
         assert rule["spec"]["taint"]["value"] == "inspect_hardware"
 
-    run(daemon_factory, amdsmi_env, amdsmi_fake, pki, tmp_path, sock_dir, [1] * 4 + [2] * 4, act, check)
+    run(
+        daemon_factory,
+        amdsmi_env,
+        amdsmi_fake,
+        pki,
+        tmp_path,
+        sock_dir,
+        [1] * 4 + [2] * 4,
+        act,
+        check,
+    )
