@@ -69,7 +69,9 @@ def test_writer_reports_and_survives_a_hung_api_server(daemon_factory, fake_nvml
         status = d.status()["outputs"]["kubernetes"]
         # No ResourceSlice listing (the workload source has no API access): the failed GPU
         # is listed as unresolved, no rule is made.
-        assert status["unresolved_devices"] == [u1] and status["rules"] == {}
+        # Xid 79's node reboot reaches both GPUs, and neither resolves.
+        unresolved = set(status["unresolved_devices"])
+        assert unresolved == {fake.uuid(0), u1} and status["rules"] == {}
         assert api.rules == {} and api.invalid == []
 
 
@@ -115,11 +117,8 @@ def test_a_failed_dra_gpu_gets_a_rule_selecting_its_resource_slice_device(
         fake.inject_xid(1, 79)
         d.wait_for(lambda: len(api.rules) == 1, timeout=30, what="a DeviceTaintRule")
         (rule,) = api.rules.values()
-        assert rule["spec"]["deviceSelector"] == {
-            "driver": "gpu.nvidia.com",
-            "pool": NODE,
-            "device": "gpu-1",
-        }
+        # Xid 79 asks a node reboot, which reaches every GPU of the node: the pool-wide rule.
+        assert rule["spec"]["deviceSelector"] == {"driver": "gpu.nvidia.com", "pool": NODE}
         # No effect first: the rule only says what it would do.
         assert rule["spec"]["taint"]["effect"] == "None"
         status = d.status()["outputs"]["kubernetes"]

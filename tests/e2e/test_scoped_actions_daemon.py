@@ -137,21 +137,6 @@ def test_a_reset_reaches_the_xgmi_hive_and_a_rule_per_device_of_it(
     )
 
 
-def test_a_reset_in_a_hive_that_is_the_whole_pool_gets_one_rule(
-    daemon_factory, amdsmi_env, amdsmi_fake, pki, tmp_path, sock_dir
-):
-    def act(devs: list[Any]) -> None:
-        devs[5].lost_status = state.DRIVER_NOT_LOADED
-
-    def check(d: Daemon, api: FakeApiServer, uuids: list[str], pci: dict[str, str]) -> None:
-        d.wait_for(lambda: reach(d, uuids[5]) == ("peer_domain", set(uuids)), 30, what="hive")
-        d.wait_for(lambda: set(tainted(api, pci)) == set(uuids), 30, what="one rule, all 8")
-        (rule,) = api.rules.values()
-        assert rule["spec"]["deviceSelector"] == {"driver": DRIVER, "pool": NODE}
-
-    run(daemon_factory, amdsmi_env, amdsmi_fake, pki, tmp_path, sock_dir, [7] * 8, act, check)
-
-
 def test_an_xgmi_fatal_afid_reaches_the_baseboard_in_one_rule(
     daemon_factory, amdsmi_env, amdsmi_fake, pki, tmp_path, sock_dir
 ):
