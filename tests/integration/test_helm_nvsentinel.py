@@ -20,7 +20,9 @@ def daemonsets(docs):
 def mounts(ds, name):
     spec = ds["spec"]["template"]["spec"]
     volumes = [v for v in spec["volumes"] if v["name"] == name]
-    mounted = [m for c in spec["containers"] for m in c.get("volumeMounts", []) if m["name"] == name]
+    mounted = [
+        m for c in spec["containers"] for m in c.get("volumeMounts", []) if m["name"] == name
+    ]
     return volumes, mounted
 
 

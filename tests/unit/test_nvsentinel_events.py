@@ -142,7 +142,9 @@ def test_a_reset_of_a_wider_scope_names_every_gpu_and_the_old_entities_are_clear
     alone = plan(
         {U0: dev(U0, "failed", "xid_48", action="reset_device")}, {U0: NV0}, {}, Settings()
     )
-    hive = dev(U0, "failed", "afid_30", action="reset_device", scope="peer_domain", members=(U0, U1))
+    hive = dev(
+        U0, "failed", "afid_30", action="reset_device", scope="peer_domain", members=(U0, U1)
+    )
     wide = plan({U0: hive}, {U0: NV0}, alone.sent, Settings())
     new, cleared = wide.events
     assert [e.value for e in new.entities if e.type == "GPU_UUID"] == [U0, U1]
@@ -160,5 +162,7 @@ def test_other_accelerators_are_their_own_class_and_never_component_reset():
 
 def test_resend_sends_an_unchanged_bad_device_again():
     bad = plan({U0: dev(U0, "failed", "xid_79")}, {U0: NV0}, {}, Settings())
-    again = plan({U0: dev(U0, "failed", "xid_79")}, {U0: NV0}, bad.sent, Settings(), frozenset({U0}))
+    again = plan(
+        {U0: dev(U0, "failed", "xid_79")}, {U0: NV0}, bad.sent, Settings(), frozenset({U0})
+    )
     assert again.events == bad.events
