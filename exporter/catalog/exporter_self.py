@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from exporter.catalog.spec import Kind, MetricSpec
-from exporter.catalog.vocabulary import EXPORT_RESULTS
+from exporter.catalog.vocabulary import (
+    EXPORT_RESULTS,
+    NVSENTINEL_EVENT_KINDS,
+    NVSENTINEL_FAILURES,
+)
 
 # Poll durations range from sub-millisecond (/proc) to the RAS deadline (tens of seconds).
 POLL_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -145,6 +149,31 @@ ROWS = (
         otel_name="accel.exporter.otlp.exports",
         otel_unit="{export}",
         values={"result": EXPORT_RESULTS},
+    ),
+    MetricSpec(
+        "accel_exporter_nvsentinel_events_total",
+        Kind.COUNTER,
+        "HealthEvents the NVSentinel output delivered to the platform connector, by kind: fatal"
+        " (a failed device), non_fatal (degraded or predicted_failure), healthy.",
+        ("kind",),
+        otel_name="accel.exporter.nvsentinel.events",
+        otel_unit="{event}",
+        values={"kind": NVSENTINEL_EVENT_KINDS},
+    ),
+    MetricSpec(
+        "accel_exporter_nvsentinel_failures_total",
+        Kind.COUNTER,
+        "Calls of the NVSentinel output that delivered nothing, by reason: socket_missing,"
+        " unavailable, timeout, rejected (an error status), grpc_missing, internal.",
+        ("reason",),
+        otel_name="accel.exporter.nvsentinel.failures",
+        otel_unit="{failure}",
+        values={"reason": NVSENTINEL_FAILURES},
+    ),
+    MetricSpec(
+        "accel_exporter_nvsentinel_connected",
+        Kind.GAUGE,
+        "1 while the NVSentinel output's last call to the platform connector succeeded, else 0.",
     ),
     MetricSpec(
         "accel_exporter_series",

@@ -229,3 +229,16 @@ NEURON_EXECUTION_STATUSES = (
 NEURON_EXECUTION_ERRORS = ("generic", "numerical", "transient", "model", "runtime", "hardware")
 # The OTLP output's export attempts.
 EXPORT_RESULTS = ("success", "failure")
+# The NVSentinel output (exporter/outputs/nvsentinel.py): the HealthEvents it delivered,
+# by kind, and why a call did not deliver (the socket is not there, the connector does
+# not answer, the deadline passed, the connector answered an error status, grpc or
+# protobuf is not installed, an internal fault).
+NVSENTINEL_EVENT_KINDS = ("fatal", "non_fatal", "healthy")
+NVSENTINEL_FAILURES = (
+    "socket_missing",
+    "unavailable",
+    "timeout",
+    "rejected",
+    "grpc_missing",
+    "internal",
+)

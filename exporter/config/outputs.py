@@ -1,4 +1,4 @@
-"""The ``outputs`` section: what /metrics carries, the OTLP push, the Kubernetes health writer."""
+"""The ``outputs`` section: what /metrics carries, the OTLP push, the health writers."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import ClassVar, Literal
 
 from exporter.config.fields import Duration, FilePath, Secret, timing_problems
 from exporter.config.kubernetes import LABEL_KEY, MOVED
+from exporter.config.nvsentinel import NvsentinelOutputConfig
 
 CompatName = Literal["dcgm", "amd"]
 
@@ -177,8 +178,10 @@ class OutputsConfig:
         "prometheus": "what /metrics carries: profile, include, exclude, compat series",
         "otlp": "OTLP metrics push (off by default)",
         "kubernetes": "device health to Kubernetes: DeviceTaintRules, Node condition (off)",
+        "nvsentinel": "device health as NVSentinel HealthEvents on its socket (off)",
     }
 
     prometheus: PrometheusOutputConfig = field(default_factory=PrometheusOutputConfig)
     otlp: OtlpOutputConfig = field(default_factory=OtlpOutputConfig)
     kubernetes: KubernetesOutputConfig = field(default_factory=KubernetesOutputConfig)
+    nvsentinel: NvsentinelOutputConfig = field(default_factory=NvsentinelOutputConfig)

@@ -27,10 +27,18 @@ def _kubernetes(config: Config, store: Store) -> Output:
     return KubeHealthWriter(config.outputs.kubernetes, store, kube=config.kubernetes)
 
 
+def _nvsentinel(config: Config, store: Store) -> Output:
+    # Imported here: grpc and protobuf are loaded only when the output is enabled.
+    from exporter.outputs.nvsentinel import build
+
+    return build(config.outputs.nvsentinel, store, config.kubernetes.node_name)
+
+
 # name -> (is it enabled in this config?, factory)
 FACTORIES: dict[str, tuple[Callable[[Config], bool], Factory]] = {
     "otlp": (lambda config: config.outputs.otlp.enabled, _otlp),
     "kubernetes": (lambda config: config.outputs.kubernetes.enabled, _kubernetes),
+    "nvsentinel": (lambda config: config.outputs.nvsentinel.enabled, _nvsentinel),
 }
 
 

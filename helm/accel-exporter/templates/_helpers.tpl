@@ -137,6 +137,11 @@ The daemon's config file: the user's config with the keys the chart owns set on 
 {{- $_ := set $outputs "kubernetes" (dict "enabled" true "taint_effect" .taintEffect "taint_degraded" .taintDegraded "clear_after" .clearAfter "taint_rules" .taintRules "node_condition" .nodeCondition "interval" .interval) }}
 {{- end }}
 {{- end }}
+{{- with .Values.nvsentinel }}
+{{- if .enabled }}
+{{- $_ := set $outputs "nvsentinel" (dict "enabled" true "socket" (printf "%s/%s" (trimSuffix "/" .socketHostPath) .socketName) "shadow" .shadow "agent" .agent) }}
+{{- end }}
+{{- end }}
 {{- if $outputs }}
 {{- $_ := set $owned "outputs" $outputs }}
 {{- end }}
