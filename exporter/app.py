@@ -36,8 +36,7 @@ from exporter.outputs.prometheus import Exposition
 from exporter.outputs.registry import build_outputs
 from exporter.scheduler import Scheduler
 from exporter.sources import cper_ledger
-from exporter.sources.base import Source
-from exporter.sources.device import DeviceSource
+from exporter.sources.base import DeviceLister, Source
 from exporter.sources.registry import build_sources, catalog_for
 from exporter.store import SourceRecordView, Store
 
@@ -113,10 +112,10 @@ def devices_document(
     """
     now = time.monotonic()
     by_name = {s.name: s for s in sources}
-    reports = []
+    reports: list[SourceReport] = []
     for record in store.records():
         source = by_name.get(record.name)
-        if not isinstance(source, DeviceSource):
+        if not isinstance(source, DeviceLister):
             continue
         state, reason = source_state(record, now)
         snap = record.snapshot

@@ -371,6 +371,8 @@ class HealthJudge:
             if metric in health_rules.GROWTH_RULES:
                 grown = health_rules.growth_reason(metric, labels)
                 last = self._counted.get(labels)
+                if last is None and metric in health_rules.COUNTED_FROM_ZERO:
+                    last = 0.0
                 self._counted[labels] = value
                 if grown and last is not None and value > last:
                     key3 = (labels[:2], "ras", grown)

@@ -3,9 +3,9 @@
 :mod:`exporter.health` finds the reasons (a reading against a rule); this module says
 what each reason asks for, as an :class:`~exporter.actions.Advice` with its source.
 The vendor rules here read the families the backends fill (Intel Level Zero Sysman,
-Gaudi HLML); the shared ones (a device down, ECC, row remapping) any backend that
-fills the shared families gets. Pure tables and lookups; docs/health.md lists them,
-a table per vendor, each row with its source.
+Gaudi HLML, AWS Neuron's neuron-monitor); the shared ones (a device down, ECC, row
+remapping) any backend that fills the shared families gets. Pure tables and lookups;
+docs/health.md lists them, a table per vendor, each row with its source.
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ NVIDIA_RMA = f"{NVIDIA_MEMORY}, RMA Policy"
 LEVEL_ZERO = "Level Zero Sysman spec (oneapi-src.github.io/level-zero-spec)"
 XE_WEDGING = "Linux xe driver, Xe Device Wedging (kernel.org/doc/html/latest/gpu/xe/xe_device.html)"
 HLML = "Habana HLML API reference (docs.habana.ai, hlml_device_get_replaced_rows_pending_status)"
+NEURON_HW_ERRORS = (
+    "AWS Neuron Runtime Troubleshooting, Hardware Errors"
+    " (awsdocs-neuron.readthedocs-hosted.com/en/latest/neuron-runtime/nrt-troubleshoot.html)"
+)
 
 
 def _vendor(action: str, reference: str, detail: str = "", escalation: str = "") -> Advice:
@@ -147,6 +151,31 @@ def _ras(action: str, detail: str, escalation: str = "") -> Advice:
     return Advice(action, "device", escalation, detail, "exporter_rule", _RAS)
 
 
+# AWS Neuron: neuron-monitor's per-device uncorrectable counts (neuron_hw_counters'
+# mem_ecc_uncorrected, sram_ecc_uncorrected). AWS's hardware-error table: "SRAM
+# Uncorrectable" and "HBM Unrepairable Uncorrectable" -> "Replace the EC2 instance by
+# terminating it or stopping then starting it" (an EC2 retirement notice follows within
+# 15 minutes; the kernel logs NEURON_HW_ERR=... action=TERMINATE_INSTANCE). A reboot stays
+# on the same hardware, so the word is replace_device, and the instance carries every
+# device of the node: scope node. AWS names no next step; contact_vendor (AWS Support,
+# should a replaced instance report it again) is the exporter's.
+_NEURON_REPLACE = (
+    "replace the EC2 instance: terminate it, or stop then start it"
+    " (a reboot stays on the same hardware)"
+)
+
+
+def _neuron(memory: str) -> Advice:
+    return Advice(
+        REPLACE_DEVICE,
+        "node",
+        CONTACT_VENDOR,
+        f"{memory} uncorrectable error: {_NEURON_REPLACE}",
+        "vendor_catalog",
+        NEURON_HW_ERRORS,
+    )
+
+
 GROWTH_RULES: dict[str, tuple[int, dict[str, tuple[str, str, Advice]]]] = {
     "accel_intel_ras_uncorrectable_errors_total": (
         2,
@@ -183,7 +212,18 @@ GROWTH_RULES: dict[str, tuple[int, dict[str, tuple[str, str, Advice]]]] = {
             ),
         },
     ),
+    "accel_neuron_ecc_uncorrected_errors_total": (
+        2,
+        {
+            "hbm": ("hbm_uncorrectable", FAILED, _neuron("HBM")),
+            "sram": ("sram_uncorrectable", FAILED, _neuron("SRAM")),
+        },
+    ),
 }
+# Counters the source counts since the daemon started (neuron-monitor's per-period
+# deltas, added up): their first reading has a baseline of 0, not none, so a count
+# already there at the first poll is growth (it happened while this daemon ran).
+COUNTED_FROM_ZERO = frozenset({"accel_neuron_ecc_uncorrected_errors_total"})
 GROWTH_STATES: dict[str, str] = {
     reason: state for _pos, rules in GROWTH_RULES.values() for reason, state, _a in rules.values()
 }

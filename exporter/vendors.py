@@ -62,7 +62,8 @@ class Vendor:
     options: tuple[str, ...] = ()
     # The library looked for before a worker is started (None: the binding searches).
     library: Library | None = None
-    # The source class, "module:Class", taking (name, section), when it is not a plain
+    # The source class, "module:Class", taking (name, section, health=<the health
+    # section>), when it is not a plain
     # exporter.sources.device.DeviceSource built from the fields above.
     source: str = ""
     # Its accelerators' PCI vendor id (accel_pci_devices counts them; 0: not counted).

@@ -42,6 +42,11 @@ def _indices(root: Path) -> dict[int, Path | None]:
     return found
 
 
+def indices(host_root: str) -> frozenset[int]:
+    """The device indices present now: a directory listing, no attribute read (every poll)."""
+    return frozenset(_indices(Path(host_root or "/")))
+
+
 def _pci(entry: Path) -> str:
     name = link_name(entry / "device")
     return name if re.match(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$", name) else ""

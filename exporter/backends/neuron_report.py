@@ -41,6 +41,8 @@ ECC_FIELDS = {
     "sram_ecc_corrected": "corrected",
     "sram_ecc_uncorrected": "uncorrected",
 }
+# The uncorrectable fields by memory (accel_neuron_ecc_uncorrected_errors_total{memory}).
+UNCORRECTED_FIELDS = {"mem_ecc_uncorrected": "hbm", "sram_ecc_uncorrected": "sram"}
 # Bounds on what one report may describe (a trn2.48xlarge has 16 devices, 128 cores).
 MAX_RUNTIMES = 256
 MAX_CORES = 4096
@@ -91,6 +93,8 @@ class Report:
     ecc: dict[tuple[int, str], int]
     hardware: Hardware | None
     problems: tuple[str, ...]
+    # (device index, hbm|sram) -> uncorrectable errors this period, by memory.
+    uncorrected: dict[tuple[int, str], int] = field(default_factory=dict)
 
 
 def _obj(value: Any, where: str) -> dict[str, Any]:
@@ -251,22 +255,32 @@ def _runtime(raw: Any, problems: list[str]) -> Runtime | None:
     return out
 
 
-def _ecc(system: dict[str, Any]) -> dict[tuple[int, str], int]:
+def _ecc(
+    system: dict[str, Any],
+) -> tuple[dict[tuple[int, str], int], dict[tuple[int, str], int]]:
+    """(device, corrected|uncorrected) -> count, and (device, hbm|sram) -> uncorrectable."""
     group = _group(system, "neuron_hw_counters")
     if group is None:
-        return {}
+        return {}, {}
     devices = group.get("neuron_devices", [])
     if not isinstance(devices, list) or len(devices) > MAX_DEVICES:
         raise _Bad("neuron_hw_counters.neuron_devices is not a list of devices")
     out: dict[tuple[int, str], int] = {}
+    by_memory: dict[tuple[int, str], int] = {}
     for item in devices:
         item = _obj(item, "neuron_hw_counters device")
         device = _index(item.get("neuron_device_index"), "neuron_device_index", MAX_DEVICES)
         for name, kind in ECC_FIELDS.items():
             if name in item:
                 key = (device, kind)
-                out[key] = out.get(key, 0) + _count(item[name], f"device {device} {name}")
-    return out
+                count = _count(item[name], f"device {device} {name}")
+                out[key] = out.get(key, 0) + count
+                memory = UNCORRECTED_FIELDS.get(name)
+                if memory is not None:
+                    by_memory[(device, memory)] = by_memory.get((device, memory), 0) + count
+        for memory in UNCORRECTED_FIELDS.values():  # the device is counted: 0 when unnamed
+            by_memory.setdefault((device, memory), 0)
+    return out, by_memory
 
 
 def _hardware(raw: Any) -> Hardware | None:
@@ -314,8 +328,9 @@ def parse(line: bytes | str) -> Report:
                 continue
         runtimes[runtime.tag] = runtime
     ecc: dict[tuple[int, str], int] = {}
+    uncorrected: dict[tuple[int, str], int] = {}
     try:
-        ecc = _ecc(_obj(doc.get("system_data", {}), "system_data"))
+        ecc, uncorrected = _ecc(_obj(doc.get("system_data", {}), "system_data"))
     except _Bad as exc:
         problems.append(str(exc))
     hardware = None
@@ -323,4 +338,4 @@ def parse(line: bytes | str) -> Report:
         hardware = _hardware(doc.get("neuron_hardware_info"))
     except _Bad as exc:
         problems.append(str(exc))
-    return Report(tuple(runtimes.values()), ecc, hardware, tuple(problems))
+    return Report(tuple(runtimes.values()), ecc, hardware, tuple(problems), uncorrected)

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from exporter.catalog.device import ID
 from exporter.catalog.spec import Kind, MetricSpec
-from exporter.catalog.vocabulary import NEURON_EXECUTION_ERRORS, NEURON_EXECUTION_STATUSES
+from exporter.catalog.vocabulary import (
+    NEURON_ECC_MEMORIES,
+    NEURON_EXECUTION_ERRORS,
+    NEURON_EXECUTION_STATUSES,
+)
 
 ROWS = (
     MetricSpec(
@@ -28,6 +32,17 @@ ROWS = (
         " model_code, model_shared_scratchpad, runtime_memory, tensors).",
         (*ID, "category"),
         unit="bytes",
+    ),
+    MetricSpec(
+        "accel_neuron_ecc_uncorrected_errors_total",
+        Kind.COUNTER,
+        "Uncorrectable ECC errors of a Neuron device by memory (hbm: neuron-monitor's"
+        " mem_ecc_uncorrected, sram: sram_ecc_uncorrected), since the daemon started; their sum"
+        ' is accel_ecc_errors_total{type="uncorrected"}. A growth fails the device'
+        " (docs/health.md).",
+        (*ID, "memory"),
+        otel_unit="{error}",
+        values={"memory": NEURON_ECC_MEMORIES},
     ),
     MetricSpec(
         "accel_neuron_runtimes",

@@ -227,6 +227,9 @@ NEURON_EXECUTION_STATUSES = (
     "failed_to_queue",
 )
 NEURON_EXECUTION_ERRORS = ("generic", "numerical", "transient", "model", "runtime", "hardware")
+# The memories of a Neuron device whose uncorrectable ECC errors neuron-monitor counts
+# (neuron_hw_counters: mem_ecc_uncorrected is the HBM, sram_ecc_uncorrected the on-chip SRAM).
+NEURON_ECC_MEMORIES = ("hbm", "sram")
 # The OTLP output's export attempts.
 EXPORT_RESULTS = ("success", "failure")
 # The NVSentinel output (exporter/outputs/nvsentinel.py): the HealthEvents it delivered,

@@ -10,8 +10,8 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from exporter.config.source import SourceConfig
 from exporter.errors import SourceError
@@ -19,6 +19,7 @@ from exporter.model import Reading
 from exporter.verdict import DeviceHealth
 
 if TYPE_CHECKING:
+    from exporter.health_api import DeviceReport
     from exporter.store import View
 
 T = TypeVar("T")
@@ -120,6 +121,19 @@ class Source:
         put on its snapshot (exporter.verdict).
         """
         return ()
+
+
+@runtime_checkable
+class DeviceLister(Protocol):
+    """A source whose devices ``/v1/devices`` lists, each with its verdict record.
+
+    The device sources (exporter.sources.device) and the Neuron source, which runs no
+    worker but the same health judge.
+    """
+
+    def health_report(self, verdicts: Mapping[str, DeviceHealth]) -> list[DeviceReport]:
+        """Each device the source lists with its verdict in ``verdicts`` (by uuid)."""
+        ...
 
 
 class BlockingCall:

@@ -7,6 +7,17 @@ per-period deltas: each line's are added once to counters kept here, so the
 counters survive the child's restarts, neither reset nor counted twice. A
 child that keeps failing leaves the devices listed, ``accel_device_up`` 0
 with the reason, and the counters as they were.
+
+Health (:mod:`exporter.health`, the judge every device source runs, its memory kept
+in ``health.state_dir`` by :mod:`exporter.sources.health_keeper`): the judge reads
+the identity families and the counters, so a growth of a device's uncorrectable
+count (``accel_neuron_ecc_uncorrected_errors_total{memory}``: HBM or SRAM) is its
+fatal signal, with the action AWS documents (exporter.health_rules); corrected
+errors are counted only. A device gone from sysfs stays listed, down with reason
+``device_missing`` (the shared rule: reboot the node), judged on that evidence. While
+neuron-monitor is down, stalled or starting, the devices present are unknown, with
+why: the child's trouble is no evidence about the devices. The node-wide execution
+counts (``error="hardware"`` included) carry no device and judge none.
 """
 
 from __future__ import annotations
@@ -14,19 +25,23 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from exporter import log
-from exporter.backends.neuron_devices import NeuronDevice, scan
+from exporter import health, log
+from exporter.backends.neuron_devices import NeuronDevice, indices, scan
 from exporter.backends.neuron_monitor import STALL_PERIODS, Monitor
 from exporter.backends.sysfs import read_attr
 from exporter.catalog.device import INFO_LABELS
 from exporter.config.devices import NeuronSourceConfig
+from exporter.config.health import HealthConfig
 from exporter.errors import SourceError, SourcePending, SourceUnavailable
+from exporter.health_api import DeviceReport
 from exporter.model import Reading
 from exporter.sources.base import Source
+from exporter.sources.health_keeper import HealthKeeper
+from exporter.verdict import DeviceHealth
 
 if TYPE_CHECKING:
     from exporter.backends.neuron_report import Report
@@ -35,18 +50,30 @@ VENDOR = "aws"
 RESCAN_SECONDS = 60.0
 _STATUS = "accel_neuron_execution_status_total"
 _ERRORS = "accel_neuron_execution_errors_total"
+_UNCORRECTED = "accel_neuron_ecc_uncorrected_errors_total"
+# Why a device listed before is down: gone from sysfs and /dev (the shared rule of
+# exporter.health_rules.DOWN_ADVICE: reboot the node, then the vendor).
+MISSING = "device_missing"
+# Why the devices present have an unknown verdict (DeviceHealth.unknown_why).
+MONITOR_DOWN = "neuron-monitor down: {}"
+MONITOR_STARTING = "neuron-monitor starting"
 
 
 class NeuronSource(Source):
     """Devices from sysfs plus neuron-monitor's reports."""
 
-    def __init__(self, name: str, config: NeuronSourceConfig) -> None:
+    def __init__(
+        self, name: str, config: NeuronSourceConfig, health: HealthConfig | None = None
+    ) -> None:
         super().__init__(name, config)
         self.neuron_config = config
         self.monitor = Monitor(
             config.command, config.interval, config.max_line_bytes, self._on_line, name
         )
-        self.devices: list[NeuronDevice] = []
+        self.devices: list[NeuronDevice] = []  # present now
+        # Every device a scan listed, by index: one gone stays listed, down (MISSING).
+        self._known: dict[int, NeuronDevice] = {}
+        self._present: frozenset[int] = frozenset()
         self._driver = ""
         self._next_scan = 0.0
         self._program: str | None = None
@@ -58,8 +85,15 @@ class NeuronSource(Source):
         self._counts: dict[tuple[str, tuple[str, ...]], float] = {}
         # ECC events by (device index, corrected|uncorrected).
         self._ecc: dict[tuple[int, str], float] = {}
+        # Uncorrectable ECC events by (device index, hbm|sram): the judge's fatal signal.
+        self._uncorrected: dict[tuple[int, str], float] = {}
+        # The health judge and its memory file (health.state_dir), as every device source.
+        self._health_config = health or HealthConfig()
+        self._keeper = HealthKeeper(name, self._health_config)
+        self._verdicts: tuple[DeviceHealth, ...] = ()
         self._problems: tuple[str, ...] = ()
         self._bad_line = ""
+        self._gone: list[int] = []
         self._log = log.get(source=name)
 
     @property
@@ -91,25 +125,65 @@ class NeuronSource(Source):
             await asyncio.sleep(0.05)
 
     async def close(self) -> None:
-        """Stop neuron-monitor."""
-        await self.monitor.stop()
-        self._running = False
+        """Stop neuron-monitor; the health memory file is let go (unless a reload took it)."""
+        try:
+            await self.monitor.stop()
+            self._running = False
+        finally:
+            self._keeper.close()
+
+    def fingerprint(self) -> tuple[Any, ...]:
+        """The section and the health section (a changed one rebuilds, adopted)."""
+        return (*super().fingerprint(), self._health_config)
+
+    def adopt(self, old: Source) -> None:
+        """The replaced source's judge and memory file go on, and the devices it listed."""
+        if not isinstance(old, NeuronSource):
+            return
+        self._keeper = self._keeper.take_over(old._keeper, self._health_config)
+        for index, dev in old._known.items():
+            self._known.setdefault(index, dev)
 
     def status(self) -> dict[str, Any]:
         """The child's state, the devices, and what the last report could not be read for."""
         return {
             "vendor": VENDOR,
             "devices": len(self.devices),
+            "missing_devices": sorted(set(self._known) - self._present),
             "monitor": vars(self.monitor.state).copy(),
             "report_problems": list(self._problems[:20]),
             "last_rejected_line": self._bad_line,
+            "health_state": self._keeper.describe(),
         }
+
+    def verdicts(self) -> tuple[DeviceHealth, ...]:
+        """The health verdict of each listed device as the last poll left it."""
+        return self._verdicts
+
+    def health_report(self, verdicts: Mapping[str, DeviceHealth]) -> list[DeviceReport]:
+        """Each listed device with its verdict in ``verdicts`` (by uuid), for /v1/devices."""
+        return [
+            DeviceReport(
+                VENDOR, index, str(index), dev.uuid, dev.pci_bus_id, verdicts.get(dev.uuid)
+            )
+            for index, dev in sorted(self._known.items())
+        ]
 
     def _rescan(self) -> None:
         root = Path(self.neuron_config.host_root or "/")
         self.devices = scan(str(root))
+        self._present = frozenset(dev.index for dev in self.devices)
+        for dev in self.devices:
+            self._known[dev.index] = dev
         self._driver = read_attr(root / "sys" / "module" / "neuron" / "version", 64)
         self._next_scan = time.monotonic() + RESCAN_SECONDS
+        gone = sorted(set(self._known) - self._present)
+        if gone != self._gone:  # a change logged once
+            if gone:
+                self._log.warning("Neuron devices gone from sysfs", devices=gone)
+            else:
+                self._log.info("every Neuron device listed is present again")
+            self._gone = gone
 
     # -- the child's lines ----------------------------------------------------
 
@@ -135,6 +209,8 @@ class NeuronSource(Source):
                 self._counts.setdefault((_STATUS, (status,)), 0.0)
             for error in EXEC_ERRORS:
                 self._counts.setdefault((_ERRORS, (error,)), 0.0)
+        for key, count in report.uncorrected.items():
+            self._uncorrected[key] = self._uncorrected.get(key, 0.0) + count
         for key, count in report.ecc.items():
             self._ecc[key] = self._ecc.get(key, 0.0) + count
         if report.ecc:
@@ -156,16 +232,28 @@ class NeuronSource(Source):
     # -- polls -------------------------------------------------------------
 
     async def poll(self) -> Sequence[Reading]:
-        """Identity, the fresh report's gauges, and the counters."""
-        if time.monotonic() >= self._next_scan:
+        """One poll, the judge's memory recalled before it and kept after it (health_keeper)."""
+        await self._keeper.before_poll()
+        try:
+            return await self._poll()
+        finally:
+            await self._keeper.after_poll()
+
+    async def _poll(self) -> Sequence[Reading]:
+        """Identity, the fresh report's gauges, the counters, and their verdicts."""
+        self._verdicts = ()
+        # Which devices are there is a directory listing, read every poll: a device
+        # gone is seen at once; the attributes are read again when the set changes.
+        listed = indices(self.neuron_config.host_root)
+        if time.monotonic() >= self._next_scan or listed != self._present:
             self._rescan()
         await self._start_monitor()
         if self._program is None:
             reason, detail = "command_not_found", f"{self.neuron_config.command[0]} is not on PATH"
-            if not self.devices:
+            if not self._known:
                 raise SourceUnavailable("no_devices", f"no Neuron device, and {detail}")
             raise SourceError(reason, detail, self._down(reason))
-        if not self.devices and self._latest is None:
+        if not self._known and self._latest is None:
             raise SourceUnavailable("no_devices", "no Neuron device in sysfs or /dev")
         fresh_for = STALL_PERIODS * self.neuron_config.interval
         report = self._latest
@@ -174,15 +262,29 @@ class NeuronSource(Source):
             if report is None and not state.last_reason:
                 waited = time.monotonic() - self._started_mono
                 if waited <= fresh_for:
+                    self._judged([], MONITOR_STARTING)
                     raise SourcePending("starting", "waiting for neuron-monitor's first report")
             reason = state.last_reason or "no_report"
             detail = state.last_detail or f"no report from neuron-monitor for {fresh_for:g}s"
             raise SourceError(reason, detail, self._down(reason))
-        return self._identity(up=True) + self._gauges(report) + self._counters()
+        return self._judged(self._identity(up=True) + self._gauges(report) + self._counters())
+
+    def _judged(self, readings: list[Reading], unread_why: str = "") -> list[Reading]:
+        """``readings`` and the health families of their verdicts (kept for verdicts()).
+
+        ``unread_why``: the devices present were not read (neuron-monitor down or
+        starting), so they are unknown with it; a missing device is judged all the same,
+        on the evidence of sysfs.
+        """
+        unread: dict[tuple[str, ...], str] = {}
+        if unread_why:
+            unread = {(str(d.index), d.uuid): unread_why for d in self.devices}
+        self._verdicts = self._keeper.judge.judge(readings, unread)
+        return [*readings, *health.readings(self._verdicts)]
 
     def _identity(self, up: bool, reason: str = "") -> list[Reading]:
         out = [Reading("accel_devices", (VENDOR,), float(len(self.devices)))]
-        for dev in self.devices:
+        for index, dev in sorted(self._known.items()):
             info = {
                 "vendor": VENDOR,
                 "device": str(dev.index),
@@ -194,13 +296,17 @@ class NeuronSource(Source):
             }
             ident = (str(dev.index), dev.uuid)
             out.append(Reading("accel_device_info", tuple(info.get(k, "") for k in INFO_LABELS), 1))
-            out.append(Reading("accel_device_up", ident, 1.0 if up else 0.0))
-            if not up:
-                out.append(Reading("accel_device_down_reason_info", (*ident, reason), 1.0))
+            # A device gone from sysfs is down for that, whatever neuron-monitor does.
+            why = MISSING if index not in self._present else ("" if up else reason)
+            out.append(Reading("accel_device_up", ident, 0.0 if why else 1.0))
+            if why:
+                out.append(Reading("accel_device_down_reason_info", (*ident, why), 1.0))
         return out
 
     def _down(self, reason: str) -> list[Reading]:
-        return self._identity(up=False, reason=reason) + self._counters()
+        """Every device down with ``reason`` (missing ones: MISSING); the present unknown."""
+        readings = self._identity(up=False, reason=reason) + self._counters()
+        return self._judged(readings, MONITOR_DOWN.format(reason))
 
     def _gauges(self, report: Report) -> list[Reading]:
         by_index = {dev.index: dev for dev in self.devices}
@@ -265,11 +371,18 @@ class NeuronSource(Source):
 
     def _counters(self) -> list[Reading]:
         out = [Reading(family, labels, value) for (family, labels), value in self._counts.items()]
-        by_index = {dev.index: dev for dev in self.devices}
+        by_index = self._known  # a device gone keeps its counts
         for (index, kind), value in sorted(self._ecc.items()):
             dev = by_index.get(index)
             if dev is not None:
                 out.append(
                     Reading("accel_ecc_errors_total", (str(index), dev.uuid, kind, ""), value)
                 )
+        for (index, memory), value in sorted(self._uncorrected.items()):
+            dev = by_index.get(index)
+            if dev is not None:
+                out.append(Reading(_UNCORRECTED, (str(index), dev.uuid, memory), value))
+        for reason, count in sorted(self._keeper.errors.items()):
+            labels = (self.name, reason)
+            out.append(Reading("accel_exporter_state_errors_total", labels, float(count)))
         return out

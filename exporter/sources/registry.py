@@ -50,7 +50,8 @@ def device_factory(vendor: Vendor) -> Factory:
     def build(config: Config) -> Source:
         cfg = section(config, vendor.name)
         if vendor.source:
-            source = _load(vendor.source)(vendor.name, cfg)
+            # The health section too: its judge keeps its memory like every device source's.
+            source = _load(vendor.source)(vendor.name, cfg, health=config.health)
             assert isinstance(source, Source)
             return source
         assert isinstance(cfg, DeviceSourceConfig)

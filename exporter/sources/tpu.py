@@ -20,6 +20,7 @@ from typing import Any
 from exporter.backends.tpu_chips import scan
 from exporter.catalog.tpu import LATENCY_BUCKETS
 from exporter.config.devices import TpuSourceConfig
+from exporter.config.health import HealthConfig
 from exporter.model import HistogramValue, Reading, is_number
 from exporter.sources.device import DeviceSource, ShapeError, call_budget
 
@@ -31,7 +32,9 @@ RPC_SHARE = 0.6
 class TpuSource(DeviceSource):
     """Polls the TPU worker; exports each runtime address's state."""
 
-    def __init__(self, name: str, config: TpuSourceConfig) -> None:
+    def __init__(
+        self, name: str, config: TpuSourceConfig, health: HealthConfig | None = None
+    ) -> None:
         super().__init__(
             name,
             config,
@@ -43,6 +46,7 @@ class TpuSource(DeviceSource):
                 "call_timeout": call_budget(config.poll_timeout) * RPC_SHARE,
             },
             vendor="google",
+            health=health,
         )
         self.addresses = tuple(config.addresses)
         self.host_root = config.host_root
