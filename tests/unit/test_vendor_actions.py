@@ -39,6 +39,7 @@ def every_advice():
     yield from actions.RECOVERY_ADVICE.values()
     yield from health_rules.REASON_ADVICE.values()
     yield from health_rules.DOWN_ADVICE.values()
+    yield from health_rules.GROWTH_ADVICE.values()
     for code in range(1, 200):
         yield actions.xid_action(code).advice
 
