@@ -34,7 +34,7 @@ BUDGETS: dict[str, dict[str, int]] = {
     "intel": {"minimal": 300, "default": 720, "full": 760},
     "gaudi": {"minimal": 250, "default": 500, "full": 1600},
     "tpu": {"minimal": 130, "default": 270, "full": 270},
-    "neuron": {"minimal": 120, "default": 300, "full": 300},
+    "neuron": {"minimal": 180, "default": 500, "full": 500},  # health since issue 35
 }
 # The daemon's process families (prometheus_client's names), in every profile.
 PROCESS_FAMILIES = {
