@@ -212,6 +212,7 @@ def test_a_neuron_uncorrectable_error_asks_to_replace_the_instance_and_a_dead_mo
     # The memory survives a daemon restart (health.state_dir): device 1 still asks.
     path = state_dir / "health-neuron.json"
     d.wait_for(lambda: serial(1) in json.loads(path.read_text())["devices"], what="the file")
+    assert d.status()["sources"]["neuron"]["health_state"] == f"persisted to {path}"
     assert d.stop()[0] == 0
     monitor.drop("exit_after")
     second = daemon_factory(cfg)
