@@ -948,7 +948,8 @@ class HealthJudge:
         action = actions.worst([f.action for f in findings])
         asking = [f for f in findings if f.action == action and action != actions.NONE]
         reach = scope.widest(f.scope for f in asking)
-        escalation = next((f.escalation for f in asking if f.scope == reach), "")
+        # The escalation, and how far it reaches, of the widest finding that asks.
+        lead = next((f for f in asking if f.scope == reach), None)
         before = self.latest.get(ident)
         since = before.since if before is not None and before.state == state else wall
         record = DeviceHealth(
@@ -962,7 +963,8 @@ class HealthJudge:
             updated=wall,
             unknown_why=unknown_why,
             scope=reach,
-            escalation=escalation,
+            escalation=lead.escalation if lead else "",
+            escalation_scope=lead.escalation_scope if lead and lead.escalation else "",
         )
         self.latest[ident] = record
         return record
@@ -1106,6 +1108,7 @@ def readings(verdicts: Iterable[DeviceHealth]) -> list[Reading]:
                 finding.action,
                 finding.scope,
                 finding.escalation,
+                finding.escalation_scope if finding.escalation else "",
                 finding.provenance,
             )
             out.append(Reading("accel_device_action_reason_info", labels, 1.0))

@@ -89,6 +89,10 @@ def _reasons(verdict: DeviceHealth) -> list[dict[str, Any]]:
                 # How far its action reaches, what next, and where the mapping comes from.
                 "scope": finding.scope if finding else None,
                 "escalation": finding.escalation if finding else "",
+                # How far the escalation reaches; "" as far as scope (or none named).
+                "escalation_scope": finding.escalation_scope
+                if finding and finding.escalation
+                else "",
                 "detail": finding.detail if finding else "",
                 "provenance": finding.provenance if finding else None,
                 "reference": finding.reference if finding else "",
@@ -151,6 +155,7 @@ def document(
                     "action_scope": verdict.scope if verdict else None,
                     "action_scope_devices": _reach(verdict, labels) if verdict else [],
                     "escalation": verdict.escalation if verdict else "",
+                    "escalation_scope": verdict.escalation_scope if verdict else "",
                     "reasons": _reasons(verdict) if verdict else [],
                     "message": _message(source, verdict),
                     "source_state": source.state,

@@ -86,7 +86,8 @@ class DeviceHealth:
     ask for it), ``scope_uuids`` the uuids of every device it reaches, this one
     included, sorted (empty while ``action`` is ``none``; :mod:`exporter.scope` says
     how a scope whose members are not known widens), ``escalation`` the next action
-    those findings name.
+    those findings name and ``escalation_scope`` how far that reaches ("": as far as
+    ``scope``).
     """
 
     device: str
@@ -101,6 +102,7 @@ class DeviceHealth:
     scope: str = "device"
     scope_uuids: tuple[str, ...] = ()
     escalation: str = ""
+    escalation_scope: str = ""
 
     @property
     def known(self) -> bool:

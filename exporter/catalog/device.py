@@ -161,12 +161,14 @@ ROWS = (
         "What asks for an action on a device: the source code (xid_79, afid_30,"
         " recovery_action_gpu_reset, or a health reason), the action it calls for, how far"
         " the action reaches (scope), the next action if it does not help (escalation, empty"
-        " when none is named) and where the mapping comes from (provenance).",
-        (*ID, "reason", "action", "scope", "escalation", "provenance"),
+        " when none is named), how far that reaches (escalation_scope, empty: as far as"
+        " scope) and where the mapping comes from (provenance).",
+        (*ID, "reason", "action", "scope", "escalation", "escalation_scope", "provenance"),
         values={
             "action": RECOMMENDED_ACTIONS,
             "scope": ACTION_SCOPES,
             "escalation": ("", *RECOMMENDED_ACTIONS),
+            "escalation_scope": ("", *ACTION_SCOPES),
             "provenance": ACTION_PROVENANCES,
         },
     ),

@@ -391,6 +391,12 @@ def _codes_result(
     return Result(worst(statuses), text, [Perf(perf, count, minimum=0)])
 
 
+# The table severities that page (AMD's Fail-to-init is a boot that failed), and those that
+# leave the record's word to decide (the decoder's ALL, no table naming the AFID).
+_TABLE_FATAL = ("fatal", "fail_to_init")
+_UNCLASSIFIED = ("any", "unknown")
+
+
 def afid(
     samples: Samples,
     window: float,
@@ -400,18 +406,27 @@ def afid(
 ) -> Result:
     """AMD AFIDs recorded within ``window`` seconds.
 
-    CRITICAL for an AFID recorded with fatal severity (or listed in ``critical``),
-    else WARNING; UNKNOWN when the amdsmi source (which reads them) is not up. The
-    last-seen time is per AFID, so an AFID ever recorded as fatal counts as fatal
-    when it is seen again.
+    CRITICAL for an AFID that is fatal by AMD's table (``accel_amd_afid_info``:
+    fatal or fail_to_init), for one the table does not classify that was recorded
+    with fatal severity (the last-seen time is per AFID, so it counts as fatal when
+    it is seen again), or one listed in ``critical``; else WARNING; UNKNOWN when the
+    amdsmi source (which reads them) is not up. The shipped alert
+    ``AccelAmdFatalAfid`` has the same rule.
     """
     unread = _source_not_up(samples, "amdsmi", "AFIDs")
     if unread is not None:
         return unread
-    fatal = {
+    table = {
+        (labels.get("uuid", ""), labels.get("afid", "")): labels.get("severity", "")
+        for labels, _one in samples.get("accel_amd_afid_info")
+    }
+    recorded = {
         (labels.get("uuid", ""), labels.get("afid", ""))
         for labels, count in samples.get("accel_amd_afid_errors_total")
         if labels.get("severity") == "fatal" and count > 0
+    }
+    fatal = {key for key, severity in table.items() if severity in _TABLE_FATAL} | {
+        key for key in recorded if table.get(key, "unknown") in _UNCLASSIFIED
     }
     recent = _recent_codes(
         samples,

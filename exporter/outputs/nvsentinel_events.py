@@ -161,6 +161,7 @@ def _metadata(dev: DeviceHealth, ident: Identity) -> tuple[tuple[str, str], ...]
         "accel_exporter.scope": dev.scope,
         "accel_exporter.scope_uuids": ",".join(dev.scope_uuids),
         "accel_exporter.escalation": dev.escalation,
+        "accel_exporter.escalation_scope": dev.escalation_scope,
         "accel_exporter.vendor": ident.vendor,
         "accel_exporter.detail": first.detail if first else "",
         "accel_exporter.provenance": first.provenance if first else "",

@@ -94,6 +94,7 @@ def test_devices_validate_and_a_stale_source_turns_them_unknown(
         # The Xid catalog's row as /metrics says it: how far, what next, whence.
         "scope": advice["scope"],
         "escalation": advice["escalation"],
+        "escalation_scope": advice["escalation_scope"],
         "detail": xid["detail"],
         "provenance": advice["provenance"],
         "reference": xid["reference"],

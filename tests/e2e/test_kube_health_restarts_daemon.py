@@ -301,6 +301,9 @@ def test_a_killed_worker_creates_no_rule_and_turns_nothing_false(
     d = daemon_factory(daemon_config(api, pki, tmp_path, taint_effect="NoExecute"), env=fake.env())
     d.wait_for(lambda: (condition(api) or {}).get("status") == "True", timeout=60)
     pid = d.status()["sources"]["nvml"]["worker_pid"]
+    # The next worker's bootstrap (its one device count) takes 2 s: the devices are
+    # unknown for that long, whatever the speed of the restart itself.
+    fake.add_rule("nvmlDeviceGetCount_v2", delay_ms=2000, times=1)
     os.kill(pid, signal.SIGKILL)
     statuses, health = set(), set()
     end = time.monotonic() + 15

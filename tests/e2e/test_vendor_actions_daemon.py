@@ -11,6 +11,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from exporter.catalog.vocabulary import RECOMMENDED_ACTIONS as ACTIONS
 from tests.e2e.test_health_actions_daemon import one_hot, reasons
 from tests.e2e.test_health_api import devices
 from tests.e2e.test_intel_daemon import gaudi, intel, start
@@ -25,17 +26,6 @@ from tests.fakes.tpu.control import bdf, make_host
 from tests.fakes.tpu.control import uuid as tpu_uuid
 from tests.helpers.daemon import samples, value
 
-ACTIONS = (
-    "none",
-    "restart_app",
-    "drain_p2p",
-    "reset_device",
-    "reboot_node",
-    "service",
-    "inspect_hardware",
-    "contact_vendor",
-    "replace_device",
-)
 STATES = ("ok", "degraded", "failed", "predicted_failure")
 
 
@@ -63,6 +53,7 @@ def test_intel_and_gaudi_fatal_signals_get_their_documented_actions(
         action="reset_device",
         scope="device",
         escalation="reboot_node",
+        escalation_scope="",
         provenance="vendor_catalog",
         **intel(1),
     )

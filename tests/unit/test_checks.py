@@ -99,6 +99,13 @@ def afid_line(dev, uuid, code, age, severity="non_fatal_corrected", count=1):
     )
 
 
+def afid_info(dev, uuid, code, severity):
+    return (
+        f'accel_amd_afid_info{{device="{dev}",uuid="{uuid}",afid="{code}",category="c",'
+        f'type="t",severity="{severity}",classified="true"}} 1\n'
+    )
+
+
 AMD_TWO = (
     info("0", U0, "amd") + info("1", U1, "amd") + 'accel_exporter_source_up{source="amdsmi"} 1\n'
 )
@@ -627,6 +634,30 @@ def test_render_rules():
         (AMD_TWO, 0, 0),
         (AMD_TWO + afid_line("1", U1, 12, 60), 1, 1),
         (AMD_TWO + afid_line("0", U0, 30, 60, "fatal"), 2, 1),
+        # AMD's table decides: a corrected HBM error in a record marked fatal only warns,
+        # a boot's fail-to-init pages, and an AFID it does not classify goes by the record.
+        (
+            AMD_TWO
+            + afid_line("0", U0, 24, 60, "fatal")
+            + afid_info("0", U0, 24, "non_fatal_corrected"),
+            1,
+            1,
+        ),
+        (
+            AMD_TWO
+            + afid_line("0", U0, 3, 60, "non_fatal_uncorrected")
+            + afid_info("0", U0, 3, "fail_to_init"),
+            2,
+            1,
+        ),
+        (AMD_TWO + afid_line("0", U0, 77, 60, "fatal") + afid_info("0", U0, 77, "unknown"), 2, 1),
+        (
+            AMD_TWO
+            + afid_line("0", U0, 77, 60, "non_fatal_uncorrected")
+            + afid_info("0", U0, 77, "unknown"),
+            1,
+            1,
+        ),
         (None, 3, 2),
     ],
 )

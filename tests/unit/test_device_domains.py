@@ -99,5 +99,14 @@ def test_the_scope_family_names_every_device_the_action_reaches():
         r.labels for r in health.readings([record]) if r.metric == "accel_device_action_reason_info"
     ]
     assert reasons == [
-        ("4", "GPU-4", "afid_30", "reset_device", "peer_domain", "replace_device", "exporter_rule")
+        (
+            "4",
+            "GPU-4",
+            "afid_30",
+            "reset_device",
+            "peer_domain",
+            "replace_device",
+            "",
+            "exporter_rule",
+        )
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from exporter import health
 from exporter.health import HealthJudge
 from exporter.model import Reading
 
@@ -91,6 +92,21 @@ def test_reboot_node_reaches_the_node_and_the_escalation_is_kept():
     )
     assert got.scope_uuids == ("GPU-a", "GPU-b")
     assert records["GPU-b"].state == "ok"
+    # The reboot reaches the node, its escalation (an RMA) only the device: the record,
+    # its reason series and /v1/devices all say how far the escalation reaches.
+    assert got.escalation_scope == "device"
+    (labels,) = [
+        r.labels for r in health.readings([got]) if r.metric == "accel_device_action_reason_info"
+    ]
+    assert labels == (
+        *A,
+        "afid_26",
+        "reboot_node",
+        "node",
+        "replace_device",
+        "device",
+        "vendor_inferred",
+    )
 
 
 def test_18_asks_for_the_tray_reseat_with_the_baseboard_as_scope():
