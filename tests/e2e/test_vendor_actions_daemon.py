@@ -150,6 +150,7 @@ def test_a_neuron_uncorrectable_error_asks_to_replace_the_instance_and_a_dead_mo
         "action": "replace_device",
         "scope": "node",
         "escalation": "contact_vendor",
+        "escalation_scope": "",  # as far as the scope: the node
         "provenance": "vendor_catalog",
     }
     assert value(got, "accel_device_action_reason_info", **row, **neuron(1)) == 1
