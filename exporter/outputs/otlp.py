@@ -35,6 +35,7 @@ from exporter import log
 from exporter.config.otlp import OtlpSettings, resolve
 from exporter.config.outputs import OtlpOutputConfig
 from exporter.errors import ConfigError
+from exporter.outputs.compat import Compat
 from exporter.outputs.otlp_account import LOG_EVERY_SECONDS, ExportAccount
 from exporter.outputs.otlp_batch import BatchBuilder
 from exporter.outputs.otlp_resource import resource_attributes
@@ -63,9 +64,12 @@ class OtlpOutput:
         exporter_factory: Callable[[OtlpSettings], MetricExporter] = build_exporter,
         log_every: float = LOG_EVERY_SECONDS,
         profile: Profile | None = None,
+        compat: Compat | None = None,
     ) -> None:
         self.settings = settings
         self.profile = profile
+        # outputs.prometheus.compat's series, pushed too (exporter.outputs.otlp_compat).
+        self.compat = compat
         self.store = store
         self.resource = Resource(resource)
         self.account = ExportAccount(store, settings.endpoint or "", log_every)
@@ -92,7 +96,9 @@ class OtlpOutput:
         self._temporality = "cumulative"
 
     @classmethod
-    def from_config(cls, config: OtlpOutputConfig, store: Store) -> OtlpOutput:
+    def from_config(
+        cls, config: OtlpOutputConfig, store: Store, compat: Compat | None = None
+    ) -> OtlpOutput:
         """Resolve ``outputs.otlp`` with the process environment (already validated by check)."""
         resolution = resolve(config, os.environ)
         if resolution.settings is None:
@@ -106,6 +112,7 @@ class OtlpOutput:
             attributes,
             resolution.warnings + warnings,
             profile=Profile.from_config(config, store.catalog),
+            compat=compat,
         )
 
     # -- lifecycle (event loop) ------------------------------------------------
@@ -126,7 +133,7 @@ class OtlpOutput:
             self._temporality = temporality_of(self._exporter)
             self.account.endpoint = self.endpoint()
             self._batches = BatchBuilder(
-                self.resource, self._temporality, self.store.catalog, self.profile
+                self.resource, self._temporality, self.store.catalog, self.profile, self.compat
             )
         except Exception as exc:  # e.g. a certificate file that vanished since the config check
             self._state = "failed"

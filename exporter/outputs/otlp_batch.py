@@ -52,6 +52,8 @@ from exporter import __version__
 from exporter.catalog import CATALOG, MetricSpec
 from exporter.catalog.otel import Instrument, OtelMetric, instruments
 from exporter.model import HistogramValue
+from exporter.outputs import otlp_compat
+from exporter.outputs.compat import Compat
 from exporter.outputs.profile import Profile
 from exporter.store import View
 
@@ -112,6 +114,7 @@ class BatchBuilder:
         temporality: str = "cumulative",
         catalog: Mapping[str, MetricSpec] = CATALOG,
         profile: Profile | None = None,
+        compat: Compat | None = None,
     ) -> None:
         if temporality not in TEMPORALITIES:
             raise ValueError(f"temporality {temporality!r} is not one of {TEMPORALITIES}")
@@ -120,6 +123,8 @@ class BatchBuilder:
         self._instruments = list(instruments(catalog).items())
         # The families and thinning of ``outputs.otlp.profile`` (every row without one).
         self._profile = profile
+        # outputs.prometheus.compat's families, under the peers' names (otlp_compat).
+        self._compat = compat
         self._delta = {
             Instrument.COUNTER: temporality == "delta",
             Instrument.HISTOGRAM: temporality in ("delta", "lowmemory"),
@@ -141,6 +146,11 @@ class BatchBuilder:
                 metric = self._metric(name, members, view, now)
                 if metric is not None:
                     metrics.append(metric)
+            if self._compat is not None:
+                delta = self._delta[Instrument.COUNTER]
+                metrics += otlp_compat.metrics(
+                    self._compat.families(view), now, self._track_number, delta
+                )
         finally:
             self._first_pass = False
             self._since_ns = now
@@ -227,6 +237,13 @@ class BatchBuilder:
             return self._since_ns, _minus(value, base)
         assert not isinstance(base, HistogramValue)
         return self._since_ns, value - base
+
+    def _track_number(
+        self, key: SeriesKey, value: float, now: int, delta: bool
+    ) -> tuple[int, float]:
+        start, sent = self._track(key, value, now, delta)
+        assert not isinstance(sent, HistogramValue)
+        return start, sent
 
     def _forget(self, now: int) -> None:
         horizon = now - int(FORGET_AFTER_SECONDS * 1e9)
