@@ -177,6 +177,9 @@ def _sum_series(text: str) -> float:
 
 def profiles(lists: list[str]) -> int:
     """Print samples, self-count and scrape/render time per profile and compat list."""
+    from exporter import log
+
+    log.configure("warning")  # the in-process polls' log lines go to stderr, not the JSON
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-compat-") as tmp:
         work = Path(tmp)
