@@ -55,6 +55,7 @@ from exporter.model import HistogramValue
 from exporter.outputs import otlp_compat
 from exporter.outputs.compat import Compat
 from exporter.outputs.profile import Profile
+from exporter.outputs.stamp import StampFactory, Stamping, stamps
 from exporter.store import View
 
 SCOPE = "accel-exporter"
@@ -115,6 +116,7 @@ class BatchBuilder:
         catalog: Mapping[str, MetricSpec] = CATALOG,
         profile: Profile | None = None,
         compat: Compat | None = None,
+        stamp: StampFactory | None = None,
     ) -> None:
         if temporality not in TEMPORALITIES:
             raise ValueError(f"temporality {temporality!r} is not one of {TEMPORALITIES}")
@@ -125,6 +127,10 @@ class BatchBuilder:
         self._profile = profile
         # outputs.prometheus.compat's families, under the peers' names (otlp_compat).
         self._compat = compat
+        # outputs.prometheus.workload_labels (or workload.k8s.stamp_device_series): the
+        # labels /metrics stamps on device series, as attributes (the non-empty ones).
+        self._stamp = stamp
+        self._stamping: Stamping | None = None
         self._delta = {
             Instrument.COUNTER: temporality == "delta",
             Instrument.HISTOGRAM: temporality in ("delta", "lowmemory"),
@@ -141,6 +147,7 @@ class BatchBuilder:
         """The batch for ``view``; ``now_ns`` is its time (now by default)."""
         now = time.time_ns() if now_ns is None else now_ns
         metrics: list[Metric] = []
+        self._stamping = self._stamp(view) if self._stamp is not None else None
         try:
             for name, members in self._instruments:
                 metric = self._metric(name, members, view, now)
@@ -165,7 +172,9 @@ class BatchBuilder:
         kind = head.instrument
         delta = self._delta.get(kind, False)
         points: list[NumberDataPoint | HistogramDataPoint] = []
+        stamping = self._stamping
         for member in members:
+            stamped = stamping is not None and stamps(stamping, member.row)
             found = (
                 view.readings(member.row.name)
                 if self._profile is None
@@ -176,6 +185,9 @@ class BatchBuilder:
                 if isinstance(value, HistogramValue) is not (kind is Instrument.HISTOGRAM):
                     continue  # a reading of the wrong shape is /metrics' business, not ours
                 attributes = member.attributes(reading.labels)
+                if stamped:
+                    assert stamping is not None
+                    attributes.update(stamping.extra(reading.labels[1]))
                 key: SeriesKey = (name, tuple(sorted(attributes.items())))
                 if kind is Instrument.GAUGE:
                     # Gauges have no start time (the SDK leaves it unset too).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,8 @@ from structlog.testing import capture_logs
 
 from exporter.config import load_config
 from exporter.errors import ConfigError
-from exporter.outputs import prometheus_setup
+from exporter.model import Reading
+from exporter.outputs import prometheus_setup, stamp
 from exporter.outputs.compat import Compat, amd_fields
 from exporter.outputs.compat.table import _PROF_REASON
 from exporter.outputs.otlp_batch import BatchBuilder
@@ -246,3 +248,26 @@ def test_unserved_readings_are_catalog_rows():
 
     assert CATALOG["accel_compat_field_unserved_info"].labels == ("peer", "field", "reason")
     assert prometheus_setup.unserved(None) == []
+
+
+def test_otlp_carries_workload_labels_as_metrics_stamps_them():
+    store = Store()
+    snap = nvidia()
+    pod = Reading("accel_device_workload_info", ("0", NV, "ml", "train", "main"), 1.0)
+    store.put(dataclasses.replace(snap, readings=(*snap.readings, pod)))
+    config = load_config(overrides={"outputs.prometheus.workload_labels": "true"})
+    factory = stamp.from_config(config)
+    assert factory is not None
+    builder = BatchBuilder(resource=Resource({}), stamp=factory)
+    metrics = builder.build(store.view()).resource_metrics[0].scope_metrics[0].metrics
+    (util,) = [m for m in metrics if m.name == "hw.gpu.utilization"]
+    attributes = [dict(p.attributes) for p in util.data.data_points]
+    # The pod's labels where /metrics has them; job_id is empty here, so no attribute.
+    assert all(a["namespace"] == "ml" and a["pod"] == "train" for a in attributes)
+    assert all(a["container"] == "main" and "job_id" not in a for a in attributes)
+    (info,) = [m for m in metrics if m.name == "accel.device.workload.info"]
+    assert dict(info.data.data_points[0].attributes)["pod"] == "train"  # not stamped twice
+    plain = BatchBuilder(resource=Resource({})).build(store.view())
+    (util,) = [m for m in plain.resource_metrics[0].scope_metrics[0].metrics
+               if m.name == "hw.gpu.utilization"]  # fmt: skip
+    assert all("pod" not in dict(p.attributes) for p in util.data.data_points)
