@@ -9,6 +9,7 @@ the peers' names, labels and values.
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -102,3 +103,30 @@ def test_otlp_pushes_the_compat_series_metrics_serves(
             assert shapes[name][1] == ""  # no unit: the peers declare none
     finally:
         receiver.close()
+
+
+def test_amd_config_json_on_the_daemon_and_a_broken_reload(
+    daemon_factory: Any, tmp_path: Path
+) -> None:
+    """AMD's own file selects the served fields; a reload with a broken file is rejected,
+    naming file and line, and the last good set stays served."""
+    fields = tmp_path / "amd-config.json"
+    fields.write_text(json.dumps({"GPUConfig": {"Fields": ["GPU_USED_VRAM", "GPU_VOLTAGE"]}}))
+    with node("amd", tmp_path / "amd") as fake:
+        config = fake.with_profile("minimal", compat=["amd"], compat_fields={"amd": str(fields)})
+        d = daemon_factory(config=config, env=fake.env)
+        ready(d, fake)
+        before = compat_series(settled(d.metrics))
+        assert {k[0] for k in before} == {"gpu_used_vram"} and len(before) == fake.devices
+        unserved = [e for e in d.events if e.get("event") == "compat field not served"]
+        assert [(e["field"], e["peer"]) for e in unserved] == [("GPU_VOLTAGE", "amd")]
+        fields.write_text('{\n  "GPUConfig": {\n    "Fields": [GPU_USED_VRAM]\n  }\n}\n')
+        d.signal(signal.SIGHUP)
+        d.wait_for(
+            lambda: any(e.get("event") == "reload rejected" for e in d.events),
+            timeout=60,
+            what="the reload rejected",
+        )
+        problem = next(e["problem"] for e in d.events if e.get("event") == "reload rejected")
+        assert f"{fields}:3: malformed JSON" in problem
+        assert compat_series(d.metrics()).keys() == before.keys()
