@@ -11,14 +11,27 @@ workload_labels adds labels, not series: the figure is the bytes its (empty, her
 unattributed) labels add, and how many series of one device are replaced when the pod
 on that device changes (the churn it costs).
 
+``python bench/compat.py profiles [--compat dcgm@4.8,dcgm@4.10 ...]``: per profile
+(minimal, default, full) and per compat list (default: off, ``dcgm``, ``dcgm,amd``; each
+``--compat`` replaces them, comma-separated, ``off`` for none), on the 8-GPU fake NVML
+with GPM: the samples of one settled /metrics body, ``accel_exporter_series`` summed
+(equal with compat on), the p50/p99 latency of 20 scrapes of the running daemon (0.3 s
+apart, so the pre-render serves most of them), and the render time of the body in this
+process (a fresh exposition over one poll of the same fake each time, median of 15: no
+GPM rates in one poll, so 40 DCGM_FI_PROF_* series fewer than the daemon's body).
+
 Usage: ``python bench/compat.py`` (prints JSON; run by hand, not by CI).
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import gzip
 import json
+import os
 import re
+import statistics
 import sys
 import tempfile
 import time
@@ -112,6 +125,102 @@ def _stamp_figures(off: str, on: str) -> dict[str, Any]:
     }
 
 
+PROFILES = ("minimal", "default", "full")
+DEFAULT_LISTS = ("off", "dcgm", "dcgm,amd")
+
+
+def _scrape_latency(url: str, count: int = 20) -> dict[str, float]:
+    took = []
+    for _ in range(count):
+        started = time.perf_counter()
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+            resp.read()
+        took.append(time.perf_counter() - started)
+        time.sleep(0.3)
+    took.sort()
+    return {
+        "scrape_p50_ms": round(statistics.median(took) * 1000, 2),
+        "scrape_p99_ms": round(took[int(0.99 * (len(took) - 1))] * 1000, 2),
+    }
+
+
+def _render_ms(prometheus: dict[str, Any], nvml: dict[str, Any], env: dict[str, str]) -> float:
+    """Median cold render of one poll's store in this process (the once path)."""
+    from exporter.commands.once import poll_all
+    from exporter.config import load_config
+    from exporter.outputs.prometheus_setup import exposition_for
+    from exporter.sources.registry import build_sources, catalog_for
+    from exporter.store import Store
+
+    os.environ.update(env)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
+        json.dump({**nvml, "outputs": {"prometheus": prometheus}}, handle)
+    config = load_config(handle.name, os.environ)
+    store = Store(catalog=catalog_for(config))
+    asyncio.run(poll_all(build_sources(config), store))
+    took = []
+    for _ in range(15):
+        started = time.perf_counter()
+        exposition_for(store, config, process_metrics=False).render(None, None)
+        took.append(time.perf_counter() - started)
+    os.unlink(handle.name)
+    return round(statistics.median(took) * 1000, 2)
+
+
+def _sum_series(text: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("accel_exporter_series{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def profiles(lists: list[str]) -> int:
+    """Print samples, self-count and scrape/render time per profile and compat list."""
+    from exporter import log
+
+    log.configure("warning")  # the in-process polls' log lines go to stderr, not the JSON
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-compat-") as tmp:
+        work = Path(tmp)
+        lib = nvml_build(work / "nvml")
+        nv = FakeNvml.create(lib, work / "nvml-state.bin", 8)
+        for gpu in range(8):
+            nv.set_gpm(gpu, {m: 10.0 + gpu + m % 50 for m in GPM_KNOWN})
+        nvml = {"sources": {**QUIET, "amdsmi": {"enabled": False}, "nvml": {"interval": "1s"}}}
+        env = nv.env()
+        for profile in PROFILES:
+            for listed in lists:
+                compat = [] if listed == "off" else listed.split(",")
+                prometheus = {"profile": profile, "compat": compat}
+                daemon = Daemon(work, {**nvml, "outputs": {"prometheus": prometheus}}, env=env)
+                daemon.start()
+                try:
+                    time.sleep(SETTLE_SECONDS)
+                    text, previous = "", -1
+                    for _ in range(30):
+                        with urllib.request.urlopen(daemon.url + "/metrics", timeout=10) as r:
+                            text = r.read().decode()
+                        if len(_series(text)) == previous and "accel_devices{" in text:
+                            break
+                        previous = len(_series(text))
+                        time.sleep(3.0)
+                    figures: dict[str, Any] = {
+                        "samples": len(_series(text)),
+                        "compat_samples": sum(1 for x in _series(text) if COMPAT.match(x)),
+                        "accel_exporter_series_sum": _sum_series(text),
+                        "bytes": len(text.encode()),
+                        **_scrape_latency(daemon.url),
+                    }
+                finally:
+                    daemon.stop()
+                figures["render_ms_one_poll"] = _render_ms(prometheus, nvml, env)
+                out[f"{profile} compat={listed}"] = figures
+        nv.close()
+    print(json.dumps(out, indent=2))
+    return 0
+
+
 def main() -> int:
     """Print the figures as JSON."""
     out: dict[str, Any] = {}
@@ -152,4 +261,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("mode", nargs="?", default="sizes", choices=("sizes", "profiles"))
+    parser.add_argument("--compat", action="append", help="a compat list: dcgm,amd (or off)")
+    args = parser.parse_args()
+    if args.mode == "profiles":
+        raise SystemExit(profiles(args.compat or list(DEFAULT_LISTS)))
     raise SystemExit(main())

@@ -27,12 +27,10 @@ from exporter.config import Config, load_config
 from exporter.config.addresses import join_host_port, parse_listen_address
 from exporter.errors import ConfigError
 from exporter.health_api import SourceReport
-from exporter.outputs import compat, stamp
+from exporter.outputs import prometheus_setup
 from exporter.outputs.base import Output
 from exporter.outputs.http import Endpoints, HttpServer, ListenError
 from exporter.outputs.http_conns import HttpCounters
-from exporter.outputs.profile import Profile
-from exporter.outputs.prometheus import Exposition
 from exporter.outputs.registry import build_outputs
 from exporter.scheduler import Scheduler
 from exporter.sources import cper_ledger
@@ -70,11 +68,6 @@ class StartupError(Exception):
 # /status fields holding Unix times: each also gets a "<key>_rfc3339" twin, for people
 # reading the document; the numbers stay, for the scripts that already read them.
 EPOCH_KEYS = frozenset({"started_at", "last_success", "next_poll"})
-
-
-def _compat(config: Config) -> compat.Compat | None:
-    prometheus = config.outputs.prometheus
-    return compat.from_config(prometheus.compat, prometheus.cluster_name)
 
 
 def with_rfc3339(doc: dict[str, Any]) -> dict[str, Any]:
@@ -144,12 +137,7 @@ class App:
         self.source_builder = source_builder
         # Rows with configured labels (pod label keys) are fixed for the daemon's life.
         self.store = Store(catalog=catalog_for(config))
-        self.exposition = Exposition(
-            self.store,
-            stamp=stamp.from_config(config),
-            compat=_compat(config),
-            profile=Profile.from_config(config.outputs.prometheus, self.store.catalog),
-        )
+        self.exposition = prometheus_setup.exposition_for(self.store, config)
         self.runtime: Runtime | None = None
         self.http: HttpServer | None = None
         # Kept across reloads, so a new listener continues the counters.
@@ -442,11 +430,7 @@ class App:
                 return False
             log.configure(new.log.level, new.log.format)
             os.environ["ACCEL_EXPORTER_WORKER_LOG_LEVEL"] = new.log.level
-            self.exposition.set_stamp(
-                stamp.from_config(new),
-                compat=_compat(new),
-                profile=Profile.from_config(new.outputs.prometheus, self.store.catalog),
-            )
+            prometheus_setup.reconfigure(self.exposition, new)
             old, self.runtime = self.runtime, runtime
             previous = {source.name: source for source in old.sources}
             unchanged = [s.name for s in runtime.sources if previous.get(s.name) is s]

@@ -183,4 +183,11 @@ ROWS = (
         ("source",),
         otel_unit="{sample}",
     ),
+    MetricSpec(
+        "accel_compat_field_unserved_info",
+        Kind.INFO,
+        "A field a peer's field file (outputs.prometheus.compat_fields) lists that compat does"
+        " not serve, with the reason; always 1.",
+        ("peer", "field", "reason"),
+    ),
 )

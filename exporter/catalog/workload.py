@@ -126,7 +126,7 @@ ROWS = (
 
 
 def stampable(spec: MetricSpec) -> bool:
-    """Whether workload labels may be stamped onto this family (opt-in, Prometheus only).
+    """Whether workload labels may be stamped onto this family (opt-in; /metrics and OTLP).
 
     Device series only: identity labels first, not an info family, not per
     process (those join on pid), and no label of the same name already.

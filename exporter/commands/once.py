@@ -11,8 +11,7 @@ from typing import Any, TextIO
 from exporter.catalog.spec import MetricSpec
 from exporter.config import Config
 from exporter.model import HistogramValue, Snapshot
-from exporter.outputs.profile import Profile
-from exporter.outputs.prometheus import Exposition
+from exporter.outputs.prometheus_setup import exposition_for
 from exporter.scheduler import poll_once
 from exporter.sources.base import Source
 from exporter.sources.registry import build_sources, catalog_for
@@ -86,8 +85,9 @@ def run(config: Config, fmt: str, out: TextIO = sys.stdout) -> int:
         json.dump(to_json(results, store.catalog), out, indent=2)
         out.write("\n")
     else:
-        profile = Profile.from_config(config.outputs.prometheus, store.catalog)
-        body, _ = Exposition(store, process_metrics=False, profile=profile).render(None, None)
+        # The daemon's own path: compat, cluster_name and workload_labels as /metrics has them.
+        exposition = exposition_for(store, config, process_metrics=False)
+        body, _ = exposition.render(None, None)
         out.write(body.decode())
     failed = False
     for snap in results:

@@ -58,11 +58,30 @@ class PrometheusOutputConfig(ProfileConfig):
         "compat": "also serve these exporters' series: dcgm, amd (docs/migrating.md)",
         "workload_labels": "pod, namespace, container, job_id on attributed device series",
         "cluster_name": "the cluster_name label of the amd compat series",
+        "compat_fields": "a peer's own field file: amd: its config.json (docs/migrating.md)",
     }
 
     compat: list[CompatName] = field(default_factory=list)
     workload_labels: bool = False
     cluster_name: str = ""
+    # peer -> its exporter's own field list file (amd: device-metrics-exporter's config.json).
+    compat_fields: dict[str, FilePath] = field(default_factory=dict)
+
+    def check(self) -> list[tuple[str, str]]:
+        """The profile's patterns; each field file names a peer and can be used as it is."""
+        out = super().check()
+        for peer, path in self.compat_fields.items():
+            if peer not in ("dcgm", "amd"):
+                out.append((f"compat_fields.{peer}", "not a compat peer: dcgm, amd"))
+            elif peer == "amd" and path:
+                # Imported here: the reader is needed only when a file is configured.
+                from exporter.outputs.compat.amd_fields import FieldFileError, read
+
+                try:
+                    read(path)
+                except FieldFileError as exc:
+                    out.append((f"compat_fields.{peer}", str(exc)))
+        return out
 
 
 @dataclass(frozen=True)

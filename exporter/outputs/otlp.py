@@ -35,11 +35,13 @@ from exporter import log
 from exporter.config.otlp import OtlpSettings, resolve
 from exporter.config.outputs import OtlpOutputConfig
 from exporter.errors import ConfigError
+from exporter.outputs.compat import Compat
 from exporter.outputs.otlp_account import LOG_EVERY_SECONDS, ExportAccount
 from exporter.outputs.otlp_batch import BatchBuilder
 from exporter.outputs.otlp_resource import resource_attributes
 from exporter.outputs.otlp_transport import build_exporter, sdk_log_capture, temporality_of
 from exporter.outputs.profile import Profile
+from exporter.outputs.stamp import StampFactory
 from exporter.store import Store
 
 # After the deadline, how long an aborted export may take to notice before it is abandoned.
@@ -63,9 +65,15 @@ class OtlpOutput:
         exporter_factory: Callable[[OtlpSettings], MetricExporter] = build_exporter,
         log_every: float = LOG_EVERY_SECONDS,
         profile: Profile | None = None,
+        compat: Compat | None = None,
+        stamp: StampFactory | None = None,
     ) -> None:
         self.settings = settings
+        # outputs.prometheus.workload_labels' stamping, as attributes (otlp_batch).
+        self.stamp = stamp
         self.profile = profile
+        # outputs.prometheus.compat's series, pushed too (exporter.outputs.otlp_compat).
+        self.compat = compat
         self.store = store
         self.resource = Resource(resource)
         self.account = ExportAccount(store, settings.endpoint or "", log_every)
@@ -92,7 +100,13 @@ class OtlpOutput:
         self._temporality = "cumulative"
 
     @classmethod
-    def from_config(cls, config: OtlpOutputConfig, store: Store) -> OtlpOutput:
+    def from_config(
+        cls,
+        config: OtlpOutputConfig,
+        store: Store,
+        compat: Compat | None = None,
+        stamp: StampFactory | None = None,
+    ) -> OtlpOutput:
         """Resolve ``outputs.otlp`` with the process environment (already validated by check)."""
         resolution = resolve(config, os.environ)
         if resolution.settings is None:
@@ -106,6 +120,8 @@ class OtlpOutput:
             attributes,
             resolution.warnings + warnings,
             profile=Profile.from_config(config, store.catalog),
+            compat=compat,
+            stamp=stamp,
         )
 
     # -- lifecycle (event loop) ------------------------------------------------
@@ -126,7 +142,12 @@ class OtlpOutput:
             self._temporality = temporality_of(self._exporter)
             self.account.endpoint = self.endpoint()
             self._batches = BatchBuilder(
-                self.resource, self._temporality, self.store.catalog, self.profile
+                self.resource,
+                self._temporality,
+                self.store.catalog,
+                self.profile,
+                self.compat,
+                self.stamp,
             )
         except Exception as exc:  # e.g. a certificate file that vanished since the config check
             self._state = "failed"

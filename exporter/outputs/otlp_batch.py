@@ -52,7 +52,10 @@ from exporter import __version__
 from exporter.catalog import CATALOG, MetricSpec
 from exporter.catalog.otel import Instrument, OtelMetric, instruments
 from exporter.model import HistogramValue
+from exporter.outputs import otlp_compat
+from exporter.outputs.compat import Compat
 from exporter.outputs.profile import Profile
+from exporter.outputs.stamp import StampFactory, Stamping, stamps
 from exporter.store import View
 
 SCOPE = "accel-exporter"
@@ -112,6 +115,8 @@ class BatchBuilder:
         temporality: str = "cumulative",
         catalog: Mapping[str, MetricSpec] = CATALOG,
         profile: Profile | None = None,
+        compat: Compat | None = None,
+        stamp: StampFactory | None = None,
     ) -> None:
         if temporality not in TEMPORALITIES:
             raise ValueError(f"temporality {temporality!r} is not one of {TEMPORALITIES}")
@@ -120,6 +125,12 @@ class BatchBuilder:
         self._instruments = list(instruments(catalog).items())
         # The families and thinning of ``outputs.otlp.profile`` (every row without one).
         self._profile = profile
+        # outputs.prometheus.compat's families, under the peers' names (otlp_compat).
+        self._compat = compat
+        # outputs.prometheus.workload_labels (or workload.k8s.stamp_device_series): the
+        # labels /metrics stamps on device series, as attributes (the non-empty ones).
+        self._stamp = stamp
+        self._stamping: Stamping | None = None
         self._delta = {
             Instrument.COUNTER: temporality == "delta",
             Instrument.HISTOGRAM: temporality in ("delta", "lowmemory"),
@@ -136,11 +147,17 @@ class BatchBuilder:
         """The batch for ``view``; ``now_ns`` is its time (now by default)."""
         now = time.time_ns() if now_ns is None else now_ns
         metrics: list[Metric] = []
+        self._stamping = self._stamp(view) if self._stamp is not None else None
         try:
             for name, members in self._instruments:
                 metric = self._metric(name, members, view, now)
                 if metric is not None:
                     metrics.append(metric)
+            if self._compat is not None:
+                delta = self._delta[Instrument.COUNTER]
+                metrics += otlp_compat.metrics(
+                    self._compat.families(view), now, self._track_number, delta
+                )
         finally:
             self._first_pass = False
             self._since_ns = now
@@ -155,7 +172,9 @@ class BatchBuilder:
         kind = head.instrument
         delta = self._delta.get(kind, False)
         points: list[NumberDataPoint | HistogramDataPoint] = []
+        stamping = self._stamping
         for member in members:
+            stamped = stamping is not None and stamps(stamping, member.row)
             found = (
                 view.readings(member.row.name)
                 if self._profile is None
@@ -166,6 +185,9 @@ class BatchBuilder:
                 if isinstance(value, HistogramValue) is not (kind is Instrument.HISTOGRAM):
                     continue  # a reading of the wrong shape is /metrics' business, not ours
                 attributes = member.attributes(reading.labels)
+                if stamped:
+                    assert stamping is not None
+                    attributes.update(stamping.extra(reading.labels[1]))
                 key: SeriesKey = (name, tuple(sorted(attributes.items())))
                 if kind is Instrument.GAUGE:
                     # Gauges have no start time (the SDK leaves it unset too).
@@ -227,6 +249,13 @@ class BatchBuilder:
             return self._since_ns, _minus(value, base)
         assert not isinstance(base, HistogramValue)
         return self._since_ns, value - base
+
+    def _track_number(
+        self, key: SeriesKey, value: float, now: int, delta: bool
+    ) -> tuple[int, float]:
+        start, sent = self._track(key, value, now, delta)
+        assert not isinstance(sent, HistogramValue)
+        return start, sent
 
     def _forget(self, now: int) -> None:
         horizon = now - int(FORGET_AFTER_SECONDS * 1e9)

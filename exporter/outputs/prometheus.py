@@ -23,7 +23,7 @@ from exporter import allocator, log
 from exporter.catalog import CATALOG, MetricSpec
 from exporter.model import Reading
 from exporter.outputs import text_format
-from exporter.outputs.compat import Compat
+from exporter.outputs.compat import Compat, Family
 from exporter.outputs.compat import encode as encode_compat
 from exporter.outputs.profile import Profile
 from exporter.outputs.rows import rows
@@ -271,17 +271,28 @@ class Exposition:
             scrapes.body, scrapes.prepared_at, scrapes.prepared_for = body, self._clock(), last
 
     def _series(
-        self, view: View, profile: Profile | None, names: Sequence[str] | None, process: int
+        self,
+        view: View,
+        profile: Profile | None,
+        names: Sequence[str] | None,
+        process: int,
+        peers: Sequence[tuple[str, Sequence[Family]]] = (),
     ) -> list[tuple[MetricSpec, Sequence[Reading]]]:
         """``accel_exporter_series``: what this body carries per source.
 
-        The family itself and the process families count as the exporter's.
+        The family itself and the process families count as the exporter's; each compat
+        peer's series count under ``compat_<peer>`` (``compat_dcgm``, ``compat_amd``).
         """
         if profile is None or not profile.wants(SERIES):
             return []
         if names is not None and SERIES not in names:
             return []
         counts = profile.series(view)
+        for peer, families in peers:
+            found = sum(len(f.samples) for f in families)
+            if found:
+                key = f"compat_{peer}"
+                counts[key] = counts.get(key, 0) + found
         counts[SELF_SOURCE] = (
             counts.get(SELF_SOURCE, 0) + len(counts) + (SELF_SOURCE not in counts) + process
         )
@@ -293,9 +304,11 @@ class Exposition:
         profile = self.profile
         found = rows(view, names, self.stamp, self.store.catalog, profile)
         process = self._process.rows() if self._process is not None and names is None else []
-        series = self._series(view, profile, names, len(process))
+        # Every peer's families: accel_exporter_series counts the whole body's.
+        peers = self.compat.by_peer(view) if self.compat is not None else []
+        series = self._series(view, profile, names, len(process), peers)
         fmt = negotiated.fmt
-        others = self.compat.families(view, names) if self.compat is not None else []
+        others = [f for _, fams in peers for f in fams if names is None or f.name in names]
         if fmt is None:
             # Only prometheus_client writes this escaping scheme: imported when asked.
             from exporter.outputs.prometheus_compat import encode_with_library

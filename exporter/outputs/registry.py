@@ -14,9 +14,15 @@ Factory = Callable[[Config, Store], Output]
 
 def _otlp(config: Config, store: Store) -> Output:
     # Imported here: the OpenTelemetry SDK is an optional extra, needed only when enabled.
+    from exporter.outputs import stamp
     from exporter.outputs.otlp import OtlpOutput
+    from exporter.outputs.prometheus_setup import compat_for
 
-    return OtlpOutput.from_config(config.outputs.otlp, store)
+    # The compat series and the workload labels of outputs.prometheus are pushed too,
+    # as /metrics serves them.
+    return OtlpOutput.from_config(
+        config.outputs.otlp, store, compat_for(config), stamp.from_config(config)
+    )
 
 
 def _kubernetes(config: Config, store: Store) -> Output:

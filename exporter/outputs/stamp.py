@@ -1,7 +1,8 @@
 """Opt-in: stamp workload labels (namespace, pod, container) onto device series at render time.
 
 The store keeps device series and attribution apart (``accel_device_workload_info``
-is the join); with ``workload.k8s.stamp_device_series`` the Prometheus output adds
+is the join); with ``workload.k8s.stamp_device_series`` the Prometheus output (and the
+OTLP push, as attributes with a value) adds
 the allowlisted labels to every stampable family while rendering, through
 :func:`exporter.catalog.workload.stamped`, so the catalog still says which
 families may carry them. A device held by one container gets its names; a
@@ -53,11 +54,16 @@ class Stamping:
         }
         self._specs: dict[str, MetricSpec] = {}
 
+    def extra(self, uuid: str) -> dict[str, str]:
+        """The stamped labels of the device ``uuid`` with a value (OTLP attributes)."""
+        values = self.values.get(uuid, self.empty)
+        return {k: v for k, v in zip(self.labels, values, strict=True) if v}
+
     def apply(
         self, spec: MetricSpec, readings: Sequence[Reading]
     ) -> tuple[MetricSpec, Sequence[Reading]]:
         """The row and readings as rendered: stamped when the family allows it."""
-        if not self.labels or not stampable(spec) or JOB_LABEL in spec.labels:
+        if not stamps(self, spec):
             return spec, readings
         row = self._specs.get(spec.name)
         if row is None:
@@ -70,6 +76,11 @@ class Stamping:
             Reading(r.metric, (*r.labels, *self.values.get(r.labels[1], self.empty)), r.value)
             for r in readings
         ]
+
+
+def stamps(stamping: Stamping, spec: MetricSpec) -> bool:
+    """Whether ``stamping`` adds labels to the family ``spec`` (as :meth:`Stamping.apply`)."""
+    return bool(stamping.labels) and stampable(spec) and JOB_LABEL not in spec.labels
 
 
 def _single(owners: dict[str, set[tuple[str, ...]]]) -> dict[str, tuple[str, ...]]:

@@ -126,8 +126,9 @@ def test_compat_and_workload_labels_stay_within_the_label_limit(
     kind: str, daemon_factory: Any, tmp_path: Path
 ) -> None:
     """Every family of every profile, with both compat exporters, AMD's cluster_name and
-    workload_labels on (the widest configuration): no series over the limit. The widest
-    attributed case (a pod and a Slurm job at once) is tests/unit/test_compat.py's."""
+    workload_labels on (the widest configuration): no series over the limit, and
+    accel_exporter_series still adds up to the body. The widest attributed case (a pod
+    and a Slurm job at once) is tests/unit/test_compat.py's."""
     wide = {"compat": ["dcgm", "amd"], "cluster_name": "prod-a", "workload_labels": True}
     with node(kind, tmp_path / kind) as fake:
         d = daemon_factory(config=fake.with_profile("full", **wide), env=fake.env)
@@ -148,3 +149,13 @@ def test_compat_and_workload_labels_stay_within_the_label_limit(
             assert figures["max_labels"] <= MAX_SERIES_LABELS, (profile, figures["widest_family"])
             names = {f.name for f in text_string_to_metric_families(text)}
             assert any(n.startswith(compat_prefix) for n in names), profile
+            # The self-count adds up with compat on: each peer's series under its own source.
+            by_source = figures["series_by_source"]
+            assert sum(by_source.values()) == figures["samples"], (profile, by_source)
+            peer = "compat_dcgm" if kind == "nvidia" else "compat_amd"
+            compat_samples = sum(
+                len(f.samples)
+                for f in text_string_to_metric_families(text)
+                if f.name.startswith(("DCGM_", "gpu_", "pcie_"))
+            )
+            assert by_source[peer] == compat_samples, profile

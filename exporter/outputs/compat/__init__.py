@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from exporter import log
 from exporter.outputs.compat.family import Family, encode
 from exporter.outputs.compat.view import node_name
 from exporter.store import View
+
+if TYPE_CHECKING:
+    from exporter.outputs.compat.amd import Selection
 
 __all__ = ["CHOICES", "Compat", "Family", "encode", "from_config"]
 
@@ -29,9 +33,16 @@ class Compat:
     names: tuple[str, ...]
     hostname: str
     cluster_name: str = ""
+    # What outputs.prometheus.compat_fields' AMD config.json selects (None: no file).
+    amd_selection: Selection | None = None
 
     def families(self, view: View, wanted: Sequence[str] | None = None) -> list[Family]:
-        """The families of every configured exporter (``wanted`` names only, when given).
+        """The families of every configured exporter (``wanted`` names only, when given)."""
+        found = [f for _, families in self.by_peer(view) for f in families]
+        return found if wanted is None else [f for f in found if f.name in wanted]
+
+    def by_peer(self, view: View) -> list[tuple[str, list[Family]]]:
+        """Each configured exporter's name with its families, in configured order.
 
         A builder that fails is logged and skipped: the scrape still gets our own series.
         """
@@ -41,9 +52,9 @@ class Compat:
 
         builders: dict[str, Callable[[], list[Family]]] = {
             "dcgm": lambda: dcgm.build(view, self.hostname),
-            "amd": lambda: amd.build(view, self.hostname, self.cluster_name),
+            "amd": lambda: amd.build(view, self.hostname, self.cluster_name, self.amd_selection),
         }
-        out: list[Family] = []
+        out: list[tuple[str, list[Family]]] = []
         for name in self.names:
             try:
                 found = builders[name]()
@@ -52,12 +63,14 @@ class Compat:
                     "compat render failed", compat=name, error=repr(exc)
                 )
                 continue
-            out += found if wanted is None else [f for f in found if f.name in wanted]
+            out.append((name, found))
         return out
 
 
-def from_config(names: Sequence[str], cluster_name: str) -> Compat | None:
+def from_config(
+    names: Sequence[str], cluster_name: str, amd_selection: Selection | None = None
+) -> Compat | None:
     """The compat exposition the config asks for, or None (the default: nothing added)."""
     if not names:
         return None
-    return Compat(tuple(dict.fromkeys(names)), node_name(), cluster_name)
+    return Compat(tuple(dict.fromkeys(names)), node_name(), cluster_name, amd_selection)

@@ -216,34 +216,77 @@ def _labels(dev: Device, host: str, cluster: str, part: str) -> list[tuple[str, 
     ]
 
 
-def fit(labels: list[tuple[str, str]]) -> list[tuple[str, str]]:
+def fit(labels: list[tuple[str, str]], spare: tuple[str, ...] = SPARE) -> list[tuple[str, str]]:
     """``labels`` without empty values, and within :data:`LABEL_LIMIT` (see the module doc)."""
     kept = [(k, v) for k, v in labels if v]
-    spare = iter(SPARE)
+    names = iter(spare)
     while len(kept) > LABEL_LIMIT:
-        name = next(spare)
+        name = next(names)
         kept = [(k, v) for k, v in kept if k != name]
     return kept
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a user's config.json selects (compat.amd_fields): fields, labels, names.
+
+    The default (no file) is every field we serve, with the labels of the module doc.
+    """
+
+    # GPUMetricField names (upper case); () is every field.
+    fields: tuple[str, ...] = ()
+    # Labels written (lower case); None: every label of the module doc.
+    labels: tuple[str, ...] | None = None
+    # Constant labels on every series (CustomLabels), lower case.
+    custom: tuple[tuple[str, str], ...] = ()
+    prefix: str = ""
 
 
 class _Families(dict[str, Family]):
     """device-metrics-exporter's families by name, each sample's labels fitted."""
 
+    def __init__(self, selection: Selection) -> None:
+        super().__init__()
+        self._wanted = frozenset(selection.fields) or None
+        self._labels = None if selection.labels is None else frozenset(selection.labels)
+        self._custom = list(selection.custom)
+        custom = {k for k, _ in selection.custom}
+        # Custom labels replace a value of ours of the same name (CLUSTER_NAME), and go
+        # after SPARE when a series is over the limit, the last listed first.
+        self._replaced = custom
+        self._spare = (*SPARE, *reversed([k for k, _ in selection.custom]))
+        self._prefix = selection.prefix
+
     def add(self, name: str, doc: str, labels: list[tuple[str, str]], value: float) -> None:
+        if self._wanted is not None and name.upper() not in self._wanted:
+            return
         family = self.get(name)
         if family is None:
-            family = self[name] = Family(name, "gauge", doc)
-        family.add(fit(labels), value)
+            family = self[name] = Family(self._prefix + name, "gauge", doc)
+        if self._labels is not None or self._custom:
+            allowed = self._labels
+            labels = [
+                (k, v)
+                for k, v in labels
+                if k not in self._replaced
+                and (allowed is None or k in allowed or k == "cluster_name" or _indexed_label(k))
+            ] + self._custom
+        family.add(fit(labels, self._spare), value)
 
 
-def build(view: View, host: str, cluster: str) -> list[Family]:
+def _indexed_label(name: str) -> bool:
+    # A field's own labels (hbm_index, clock_type, ...) are not among AMD's selectable ones.
+    return name.endswith(("_index", "_type")) and not name.startswith("gpu_")
+
+
+def build(view: View, host: str, cluster: str, selection: Selection | None = None) -> list[Family]:
     """device-metrics-exporter's families for every AMD device in ``view``."""
     gpus = devices(view, "amd")
     if not gpus:
         return []
     readings = Readings(view)
     verdicts = view.health()
-    families = _Families()
+    families = _Families(selection or Selection())
     counted = [r for r in view.readings("accel_devices") if r.labels == ("amd",)]
     if counted:
         node = {"hostname": host, "cluster_name": cluster}
