@@ -289,16 +289,19 @@ def xid_advice(immediate: str, investigatory: str) -> Advice | None:
     return Advice(action, scope, escalation, words, "vendor_catalog", XID_CATALOG_VERSION)
 
 
-def xid_action(code: int, overrides: Mapping[str, str] | None = None) -> XidAction:
-    """The catalog entry of one XID; ``overrides`` (code -> action, from the config) win.
+def xid_action(code: int, overrides: Mapping[str, Advice | str] | None = None) -> XidAction:
+    """The catalog entry of one XID; ``overrides`` (``health.xid_actions``: code -> the
+    advice, or just the action word) win, scope, escalation and detail included.
 
     An XID the catalog gives no bucket asks for ``service`` with its code kept.
     """
     immediate, investigatory = xid_buckets(code)
     advice = xid_advice(immediate, investigatory) or unknown_code(f"xid {code}")
     configured = (overrides or {}).get(str(code))
+    if isinstance(configured, str):  # the plain form of an override: the action word
+        configured = Advice(configured, provenance="config", reference="health.xid_actions")
     if configured:
-        advice = Advice(configured, provenance="config", reference="health.xid_actions")
+        advice = configured
     return XidAction(code, immediate, investigatory, advice)
 
 
@@ -323,7 +326,7 @@ def afid_action(
     """
     given = (overrides or {}).get(afid)
     if isinstance(given, str):  # the plain form of an override: the action word
-        given = Advice(given, provenance="config", reference="health config")
+        given = Advice(given, provenance="config", reference="health.afid_actions")
     found = given or (site or {}).get(afid)
     if found is None:
         row = afids.guide(afid)

@@ -187,7 +187,7 @@ class HealthJudge:
     # How long an XID or AFID counts, measured from the event's own time.
     window: float = EVENT_WINDOW_S
     # Config overrides: code -> action (XIDs), code -> advice (AFIDs).
-    xid_actions: Mapping[str, str] = field(default_factory=dict)
+    xid_actions: Mapping[str, actions.Advice | str] = field(default_factory=dict)
     afid_actions: Mapping[str, actions.Advice | str] = field(default_factory=dict)
     # A site's own AFID table (health.afid_table): code -> advice; empty: the built-in one.
     afid_site: Mapping[str, actions.Advice] = field(default_factory=dict)
@@ -256,7 +256,7 @@ class HealthJudge:
     def reconfigure(self, config: HealthConfig) -> None:
         """Take a reloaded config's window and overrides; the memory stays."""
         self.window = config.event_window
-        self.xid_actions = {code: advice.action for code, advice in config.xid_advice().items()}
+        self.xid_actions = config.xid_advice()
         self.afid_actions = config.afid_advice()
         self._site_wanted = config.afid_table
         self._site_seen = _file_signature(config.afid_table)

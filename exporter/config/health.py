@@ -85,16 +85,16 @@ class HealthConfig:
 
     def xid_advice(self) -> dict[str, Advice]:
         """``xid_actions`` as advice by code (provenance ``config``)."""
-        return _advice(self.xid_actions)
+        return _advice(self.xid_actions, "health.xid_actions")
 
     def afid_advice(self) -> dict[str, Advice]:
         """``afid_actions`` as advice by code (provenance ``config``)."""
-        return _advice(self.afid_actions)
+        return _advice(self.afid_actions, "health.afid_actions")
 
 
-def _advice(table: dict[str, ActionOverride]) -> dict[str, Advice]:
+def _advice(table: dict[str, ActionOverride], key: str) -> dict[str, Advice]:
     return {
-        str(int(code)): action_file.advice_of(entry, "config", "health config")
+        str(int(code)): action_file.advice_of(entry, "config", key)
         for code, entry in table.items()
         if code.isdigit()
     }

@@ -115,15 +115,26 @@ def test_a_bad_override_names_its_key_and_line(tmp_path: Path, health, problem) 
     assert any(p.startswith(f"{path}:") and problem in p for p in bad.value.problems), bad.value
 
 
-def test_the_xid_overrides_keep_their_plain_action_for_the_judge() -> None:
-    config = HealthConfig(xid_actions={"31": ActionEntry("reset_device", "peer_domain")})
-    judge = HealthJudge.configured(config)
-    assert judge.xid_actions == {"31": "reset_device"}
-    assert config.xid_advice()["31"].scope == "peer_domain"
+def test_an_xid_override_written_out_keeps_its_scope_escalation_and_detail() -> None:
+    entry = ActionEntry("reboot_node", "node", "contact_vendor", "", "drain first")
+    judge = HealthJudge.configured(HealthConfig(xid_actions={"74": entry}))
+    judge.wall, judge.clock, judge.boot_time = (lambda: NOW), (lambda: 0.0), (lambda: 0.0)
+    readings = [
+        Reading("accel_device_up", A, 1.0),
+        Reading("accel_device_up", B, 1.0),
+        Reading("accel_xid_errors_total", (*A, "74"), 1.0),
+        Reading("accel_xid_last_timestamp_seconds", (*A, "74"), NOW - 1),
+    ]
+    got = {r.uuid: r for r in judge.judge(readings)}["GPU-a"]
+    (finding,) = got.findings
+    assert (got.action, got.scope, got.scope_uuids) == ("reboot_node", "node", ("GPU-a", "GPU-b"))
+    assert (finding.escalation, finding.detail) == ("contact_vendor", "drain first")
+    assert (finding.provenance, finding.reference) == ("config", "health.xid_actions")
 
 
 NOW = 1_800_000_000.0
 A = ("0", "GPU-a")
+B = ("1", "GPU-b")
 
 
 def afid18() -> list[Reading]:
