@@ -17,6 +17,7 @@ import dataclasses
 import importlib
 import importlib.util
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,6 +181,14 @@ def _text(value: Any) -> str:
     return "" if value in ("N/A", "") else value
 
 
+def _is_bdf(text: str) -> bool:
+    """Whether ``text`` is a full PCI address, domain to function (``0000:0c:00.0``)."""
+    return (
+        re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", text.strip().lower())
+        is not None
+    )
+
+
 class AmdSmiBackend:
     """The amdsmi backend (runs in the worker child)."""
 
@@ -189,6 +198,8 @@ class AmdSmiBackend:
         self.gpus: list[Gpu] = []
         self.events: EventWatcher | None = None
         self._names: dict[int, str] = {}
+        # Processor index -> its PCI address from the socket layout (see _parents).
+        self._addresses: dict[int, str] = {}
         self._blocks: list[tuple[str, Any]] = []
         self._log = log.get(source=SOURCE)
         self._failing = Failing(self._log)
@@ -280,7 +291,7 @@ class AmdSmiBackend:
         self.gpus = []
         for index in crumb.wanted(self.config, len(handles)):
             crumb.device(index)
-            gpu = self._identify(handles[index])
+            gpu = self._identify(handles[index], self._addresses.get(index, ""))
             if gpu is not None:
                 gpu.device = str(index)
                 gpu.parent = parents[index] if parents else ""
@@ -305,6 +316,10 @@ class AmdSmiBackend:
         """
         api = self.api
         keys: list[str] = []
+        # The PCI address of each processor alone on its socket (an unpartitioned GPU):
+        # what the library learnt at init, so a GPU lost before it could be asked
+        # still names its address (its DRA device, its rules; see _identify).
+        self._addresses = {}
         try:
             for n, socket in enumerate(api.amdsmi_get_socket_handles()):
                 size = ctypes.c_uint32(0)
@@ -317,11 +332,17 @@ class AmdSmiBackend:
                     name = _text(api.amdsmi_get_socket_info(socket))
                 except api.AmdSmiLibraryException:
                     name = ""
+                if size.value == 1 and _is_bdf(name):
+                    self._addresses[len(keys)] = name.strip().lower()
                 keys += [crumb.physical_key(name) if name else f"socket-{n}"] * size.value
         except (api.AmdSmiLibraryException, ctypes.ArgumentError, AttributeError) as exc:
             self._log.info("no socket layout; each device isolated on its own", error=repr(exc))
+            self._addresses = {}
             return []
-        return keys if len(keys) == count else []
+        if len(keys) != count:
+            self._addresses = {}
+            return []
+        return keys
 
     def _lib_version(self) -> str:
         try:
@@ -338,8 +359,12 @@ class AmdSmiBackend:
             return True  # INIT_AMD_GPUS enumerates GPUs only; an unknown name is one
         return value == int(self.api.amdsmi_wrapper.AMDSMI_PROCESSOR_TYPE_AMD_GPU)
 
-    def _identify(self, handle: Any) -> Gpu | None:
-        """Identity of one handle; None when it is not a GPU."""
+    def _identify(self, handle: Any, address: str = "") -> Gpu | None:
+        """Identity of one handle; None when it is not a GPU.
+
+        ``address`` is its PCI address as the socket layout names it ("" when the
+        layout does not say): all a GPU lost before its identity was read keeps.
+        """
         api = self.api
         r = DeviceReader(api, handle, -1)
         try:
@@ -366,8 +391,10 @@ class AmdSmiBackend:
                     compute = MODES.get(count, compute)
         except DeviceGone as exc:
             # Keep a lost GPU in the inventory, so it is reported down by name.
-            self._log.warning("device lost during enumeration", status=exc.detail)
-            return Gpu(handle, "", "", {}, identified=False)
+            self._log.warning("device lost during enumeration", status=exc.detail, address=address)
+            # Its address from the socket layout still says which PCI function (and
+            # so which DRA device) it is, while its uuid stays a placeholder.
+            return Gpu(handle, "", "", {"pci_bus_id": address} if address else {}, identified=False)
         info = {
             "model": _text(asic.get("market_name")) or _text(board.get("product_name")),
             "pci_bus_id": bdf,

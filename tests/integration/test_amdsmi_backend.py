@@ -258,6 +258,18 @@ def test_malformed_identity_field_loses_only_that_field(
     assert info["pci_bus_id"] == expected.pci_bus_id(dev)
 
 
+def test_a_lost_partition_keeps_its_own_address(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
+    """A partition alone on its socket (the fake's layout) keeps its own function's
+    address, never its GPU's: partitions differ only in the function number."""
+    state.cpx(amdsmi_inprocess, gpus=1)
+    amdsmi_inprocess.device(3).lost_status = state.DRIVER_NOT_LOADED
+    devices = make().bootstrap()["devices"]
+    assert devices[3]["uuid"] == "amd-gpu-3"
+    own = expected.pci_bus_id(amdsmi_inprocess.device(3)).lower()
+    assert own.endswith(".3")
+    assert devices[3]["info"] == {"pci_bus_id": own}
+
+
 def test_duplicate_uuids_are_made_unique(make: Make, amdsmi_inprocess: FakeAmdSmi) -> None:
     amdsmi_inprocess.device(3).uuid = amdsmi_inprocess.device(2).uuid
     uuids = [d["uuid"] for d in make().bootstrap()["devices"]]
@@ -272,6 +284,10 @@ def test_lost_at_enumeration_still_listed(make: Make, amdsmi_inprocess: FakeAmdS
     inventory = backend.bootstrap()
     assert len(inventory["devices"]) == 8
     assert inventory["devices"][7]["uuid"] == "amd-gpu-7"
+    # Its address as the socket layout names it (read at init, not from the device):
+    # what tells which PCI function, and so which DRA device, it is.
+    pci_bus_id = expected.pci_bus_id(amdsmi_inprocess.device(7)).lower()
+    assert inventory["devices"][7]["info"] == {"pci_bus_id": pci_bus_id}
     assert poll(backend)["devices"][7]["reason"] == "gpu_lost"
     # It answers again: a fast poll shows it up under its placeholder, the next
     # slow poll asks for a new worker, which lists it with its real identity.
