@@ -290,10 +290,11 @@ def xid_advice(immediate: str, investigatory: str) -> Advice | None:
 
 
 def xid_action(code: int, overrides: Mapping[str, Advice | str] | None = None) -> XidAction:
-    """The catalog entry of one XID; ``overrides`` (``health.xid_actions``: code -> the
-    advice, or just the action word) win, scope, escalation and detail included.
+    """The catalog entry of one XID, or its configured override.
 
-    An XID the catalog gives no bucket asks for ``service`` with its code kept.
+    ``overrides`` (``health.xid_actions``: code -> the advice, or just the action word)
+    win, scope, escalation and detail included. An XID the catalog gives no bucket asks
+    for ``service`` with its code kept.
     """
     immediate, investigatory = xid_buckets(code)
     advice = xid_advice(immediate, investigatory) or unknown_code(f"xid {code}")

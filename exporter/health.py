@@ -566,18 +566,7 @@ class HealthJudge:
         advice = actions.afid_action(
             afid, self.afid_actions, self.afid_site, repeated=tag == REPEATED[1:]
         )
-        return Finding(
-            f"afid_{afid}",
-            advice.action,
-            at=stamp,
-            severity=severity,
-            scope=advice.scope,
-            escalation=advice.escalation,
-            detail=advice.detail,
-            provenance=advice.provenance,
-            reference=advice.reference,
-            escalation_scope=advice.escalation_scope,
-        )
+        return _finding(f"afid_{afid}", advice, at=stamp, severity=severity)
 
     def _remember_afids(
         self, readings: Iterable[Reading], wall: float
@@ -942,14 +931,18 @@ class HealthJudge:
         unknown_why: str = "",
     ) -> DeviceHealth:
         """The device's verdict (kept as ``latest``): unknown when ``unknown_why`` says why."""
-        findings = _reset_scoped(findings, RESET_SCOPES.get(self.source, scope.DEVICE))
+        findings = _hardware_scoped(findings, RESET_SCOPES.get(self.source, scope.DEVICE))
         worst = max(reasons.values(), key=RANK.__getitem__, default=OK)
         state = UNKNOWN if unknown_why else worst
         action = actions.worst([f.action for f in findings])
         asking = [f for f in findings if f.action == action and action != actions.NONE]
-        reach = scope.widest(f.scope for f in asking)
-        # The escalation, and how far it reaches, of the widest finding that asks.
-        lead = next((f for f in asking if f.scope == reach), None)
+        # How far the device's trouble reaches: the widest of every finding that asks an
+        # action, not only of the most disruptive one. A GPU to replace (device) whose
+        # other AFID asks a reboot (node) takes the node down before the RMA.
+        reach = scope.widest(f.scope for f in findings if f.action != actions.NONE)
+        # The escalation, and how far it reaches, of the widest finding of that action.
+        widest = scope.widest(f.scope for f in asking)
+        lead = next((f for f in asking if f.scope == widest), None)
         before = self.latest.get(ident)
         since = before.since if before is not None and before.state == state else wall
         record = DeviceHealth(
@@ -1007,14 +1000,26 @@ def _file_signature(path: str) -> tuple[int, int, int] | None:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-def _reset_scoped(findings: list[Finding], reach: str) -> list[Finding]:
-    """``findings`` with every ``reset_device`` one reaching at least ``reach`` (the vendor's)."""
-    return [
-        replace(f, scope=scope.widest((f.scope, reach)))
-        if f.action == actions.RESET_DEVICE and scope.widest((f.scope, reach)) != f.scope
-        else f
-        for f in findings
-    ]
+# The actions on the hardware itself: each reaches at least every partition of its
+# physical GPU (a partition is not reset, reseated or replaced alone; the partition scope
+# of a GPU that is not partitioned is the GPU alone).
+_HARDWARE_ACTIONS = (actions.RESET_DEVICE, actions.INSPECT_HARDWARE, actions.REPLACE_DEVICE)
+
+
+def _hardware_scoped(findings: list[Finding], reset_reach: str) -> list[Finding]:
+    """``findings`` with every hardware action reaching at least the partition.
+
+    A ``reset_device`` one reaches at least ``reset_reach`` too (the vendor's reset scope).
+    """
+    out = []
+    for f in findings:
+        if f.action in _HARDWARE_ACTIONS:
+            vendor = (reset_reach,) if f.action == actions.RESET_DEVICE else ()
+            wide = scope.widest((f.scope, scope.PARTITION, *vendor))
+            if wide != f.scope:
+                f = replace(f, scope=wide)
+        out.append(f)
+    return out
 
 
 def _afid_state(finding: Finding, escalated: bool) -> tuple[str, str] | None:

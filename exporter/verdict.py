@@ -82,9 +82,10 @@ class DeviceHealth:
     device asked for before is remembered evidence). ``since`` is the Unix time the
     state last changed, ``updated`` that of the poll that judged it.
 
-    ``scope`` is how far ``action`` reaches (the widest scope of the findings that
-    ask for it), ``scope_uuids`` the uuids of every device it reaches, this one
-    included, sorted (empty while ``action`` is ``none``; :mod:`exporter.scope` says
+    ``scope`` is how far the device's trouble reaches (the widest scope of all the
+    findings that ask an action, not only of those asking ``action``), ``scope_uuids``
+    the uuids of every device it reaches, this one included, sorted (empty while
+    ``action`` is ``none``; :mod:`exporter.scope` says
     how a scope whose members are not known widens), ``escalation`` the next action
     those findings name and ``escalation_scope`` how far that reaches ("": as far as
     ``scope``).

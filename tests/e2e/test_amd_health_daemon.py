@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from exporter.catalog.vocabulary import RECOMMENDED_ACTIONS
 from tests.fakes.amdsmi import expected, state
 from tests.fakes.amdsmi.state import FakeAmdSmi
 from tests.helpers.daemon import Daemon, samples, value
@@ -66,7 +67,8 @@ def test_amd_verdict_follows_afids_and_bad_pages(
 
 
 # The brief's AFIDs, one GPU each (the twelfth has none): what the daemon's verdict says.
-# (afid, CPER severity, state, action, scope, escalation, provenance)
+# (afid, CPER severity, state, action, scope, escalation, provenance); a replacement
+# reaches the GPU's partitions (the GPU alone: none here is partitioned).
 UMC_FATAL = 40769 + 128 + 0  # MI450-class: umc bank base + fatal + error code 0
 ROWS: list[tuple[int, int, str, str, str, str, str]] = [
     (13, state.SEV_NON_FATAL_CORRECTED, "ok", "none", "device", "", "exporter_rule"),
@@ -79,23 +81,21 @@ ROWS: list[tuple[int, int, str, str, str, str, str]] = [
         "replace_device",
         "vendor_inferred",
     ),
-    (19, state.SEV_FATAL, "failed", "replace_device", "device", "", "vendor_inferred"),
-    (20, state.SEV_FATAL, "failed", "replace_device", "device", "", "vendor_inferred"),
+    (19, state.SEV_FATAL, "failed", "replace_device", "partition", "", "vendor_inferred"),
+    (20, state.SEV_FATAL, "failed", "replace_device", "partition", "", "vendor_inferred"),
     (24, state.SEV_NON_FATAL_CORRECTED, "ok", "none", "device", "", "exporter_rule"),
     (26, state.SEV_FATAL, "failed", "reboot_node", "node", "replace_device", "vendor_inferred"),
     (27, state.SEV_FATAL, "failed", "reboot_node", "node", "replace_device", "vendor_inferred"),
-    (30, state.SEV_FATAL, "failed", "replace_device", "device", "", "vendor_inferred"),
+    (30, state.SEV_FATAL, "failed", "replace_device", "partition", "", "vendor_inferred"),
     (34, state.SEV_FATAL, "failed", "reboot_node", "node", "contact_vendor", "vendor_inferred"),
     (16999, state.SEV_FATAL, "failed", "reboot_node", "node", "contact_vendor", "vendor_inferred"),
-    (UMC_FATAL, state.SEV_FATAL, "failed", "replace_device", "device", "", "vendor_inferred"),
+    (UMC_FATAL, state.SEV_FATAL, "failed", "replace_device", "partition", "", "vendor_inferred"),
 ]
-AMD_ACTIONS = ("none", "restart_app", "drain_p2p", "reset_device", "reboot_node", "service")
-AMD_ACTIONS += ("inspect_hardware", "contact_vendor", "replace_device")
 
 
 def action_of(d: Daemon, me: dict[str, str]) -> str:
     got = samples(d.metrics())
-    for a in AMD_ACTIONS:
+    for a in RECOMMENDED_ACTIONS:
         if value(got, "accel_device_recommended_action", action=a, **me) == 1:
             return a
     return ""

@@ -183,9 +183,9 @@ def test_check_afid_against_the_daemon(
     d.wait_metric("accel_devices", 8, vendor="amd")
     code, out = check(d.url, "--window", "1h")
     assert code == 0 and out.startswith("AFID OK - 0 AFIDs seen in the last 60m"), out
-    record(d, amdsmi_fake, 1, CORRECTED, 12)
+    record(d, amdsmi_fake, 1, CORRECTED, 24)
     code, out = check(d.url, "--window", "1h")
-    assert code == 1 and "gpu1 afid 12" in out
+    assert code == 1 and "gpu1 afid 24" in out
     assert check(d.url, "--window", "1h", "--exit-codes", "npd")[0] == 1
     record(d, amdsmi_fake, 2, FATAL, 30)
     code, out = check(d.url, "--window", "1h")

@@ -51,7 +51,7 @@ def test_intel_and_gaudi_fatal_signals_get_their_documented_actions(
         "accel_device_action_reason_info",
         reason="reset_wedged",
         action="reset_device",
-        scope="device",
+        scope="partition",
         escalation="reboot_node",
         escalation_scope="",
         provenance="vendor_catalog",

@@ -132,7 +132,40 @@ def test_every_reset_on_an_amd_device_reaches_its_peer_domain():
     assert amd.findings[0].scope == "peer_domain"
     (override,) = judge(afid_actions={"30": "reset_device"}).judge([up(), *afid("30", "fatal")])
     assert (override.action, override.scope) == ("reset_device", "peer_domain")
-    # Another vendor's reset stays on its device.
+    # Another vendor's reset reaches its physical GPU's partitions (the GPU alone here).
     nvidia = HealthJudge(clock=lambda: 0.0, wall=lambda: NOW, source="nvml")
     (other,) = nvidia.judge(down)
-    assert (other.action, other.scope) == ("reset_device", "device")
+    assert (other.action, other.scope, other.scope_uuids) == ("reset_device", "partition", A[1:])
+
+
+def test_a_devices_reach_is_the_widest_of_every_finding_that_asks():
+    # AFID 30 asks the GPU's replacement (the partition: the GPU alone here), AFID 26 a
+    # reboot: the node goes down for it, so the record reaches the node while its
+    # action stays the most disruptive one, with that one's escalation.
+    records = {
+        r.uuid: r for r in judge().judge([up(A), up(B), *afid("30", "fatal"), *afid("26", "fatal")])
+    }
+    got = records["GPU-a"]
+    assert (got.action, got.scope, got.scope_uuids) == (
+        "replace_device",
+        "node",
+        ("GPU-a", "GPU-b"),
+    )
+    scopes = {f.reason: f.scope for f in got.findings}
+    assert scopes == {"afid_26": "node", "afid_30": "partition"}
+
+
+def test_a_replacement_on_a_partitioned_gpu_reaches_every_partition_of_it():
+    # Two partitions of one physical GPU and another GPU: replacing takes the GPU.
+    p0, p1, other = ("0", "GPU-p0"), ("1", "GPU-p1"), ("2", "GPU-c")
+    info = [
+        Reading("accel_device_domain_info", (*p0, "partition", "phys-a"), 1.0),
+        Reading("accel_device_domain_info", (*p1, "partition", "phys-a"), 1.0),
+    ]
+    readings = [up(p0), up(p1), up(other), *info, *afid("30", "fatal", ident=p0)]
+    got = {r.uuid: r for r in judge().judge(readings)}["GPU-p0"]
+    assert (got.action, got.scope, got.scope_uuids) == (
+        "replace_device",
+        "partition",
+        ("GPU-p0", "GPU-p1"),
+    )
