@@ -9,7 +9,7 @@ from exporter.config.fields import Duration, FilePath, Secret, timing_problems
 from exporter.config.kubernetes import LABEL_KEY, MOVED
 from exporter.config.nvsentinel import NvsentinelOutputConfig
 
-CompatName = Literal["dcgm", "amd"]
+CompatName = Literal["dcgm", "dcgm@4.8", "dcgm@4.9", "dcgm@4.10", "amd"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,8 @@ class PrometheusOutputConfig(ProfileConfig):
 
     HELP: ClassVar[dict[str, str]] = {
         **ProfileConfig.HELP,
-        "compat": "also serve these exporters' series: dcgm, amd (docs/migrating.md)",
+        "compat": "also serve these exporters' series: dcgm (4.8 names), dcgm@4.8, dcgm@4.9,"
+        " dcgm@4.10, amd (docs/migrating.md)",
         "workload_labels": "pod, namespace, container, job_id on attributed device series",
         "cluster_name": "the cluster_name label of the amd compat series",
     }
@@ -63,6 +64,14 @@ class PrometheusOutputConfig(ProfileConfig):
     compat: list[CompatName] = field(default_factory=list)
     workload_labels: bool = False
     cluster_name: str = ""
+
+    def check(self) -> list[tuple[str, str]]:
+        """The profile's patterns, and no series name served twice in two units."""
+        from exporter.outputs.compat.dcgm_table import unit_conflicts
+
+        out = super().check()
+        out += [("compat", problem) for problem in unit_conflicts(self.compat)]
+        return out
 
 
 @dataclass(frozen=True)

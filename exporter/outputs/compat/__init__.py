@@ -1,7 +1,8 @@
 """Other exporters' series, built at render time from the same store view as ours.
 
 ``outputs.prometheus.compat`` names the exporters to imitate (``dcgm``:
-NVIDIA's dcgm-exporter 4.x, ``amd``: AMD's device-metrics-exporter 1.5); their
+NVIDIA's dcgm-exporter 4.8 names, ``dcgm@4.8``/``dcgm@4.9``/``dcgm@4.10`` a pinned
+release, ``amd``: AMD's device-metrics-exporter 1.5); their
 series are appended to the exposition, so dashboards, alerts and autoscalers
 written for them work unchanged. Nothing is read twice and nothing is cached
 here: the exposition caches the whole body per view, as for our own series.
@@ -19,7 +20,16 @@ from exporter.store import View
 
 __all__ = ["CHOICES", "Compat", "Family", "encode", "from_config"]
 
-CHOICES = ("dcgm", "amd")
+CHOICES = ("dcgm", "dcgm@4.8", "dcgm@4.9", "dcgm@4.10", "amd")
+# The (peer, version) accel_compat_info says each entry serves.
+PEER_VERSION = {
+    "dcgm": ("dcgm", "4.8"),
+    "dcgm@4.8": ("dcgm", "4.8"),
+    "dcgm@4.9": ("dcgm", "4.9"),
+    "dcgm@4.10": ("dcgm", "4.10"),
+    "amd": ("amd", "1.5"),
+}
+INFO = "accel_compat_info"
 
 
 @dataclass(frozen=True)
@@ -39,14 +49,21 @@ class Compat:
         # every other daemon's idle memory, bench/idle.py).
         from exporter.outputs.compat import amd, dcgm
 
+        def dcgm_of(version: str) -> Callable[[], list[Family]]:
+            return lambda: dcgm.build(view, self.hostname, version)
+
         builders: dict[str, Callable[[], list[Family]]] = {
-            "dcgm": lambda: dcgm.build(view, self.hostname),
             "amd": lambda: amd.build(view, self.hostname, self.cluster_name),
         }
-        out: list[Family] = []
-        for name in self.names:
+        builders.update({e: dcgm_of(PEER_VERSION[e][1]) for e in CHOICES if e != "amd"})
+        out: list[Family] = [_info(self.names)] if wanted is None or INFO in wanted else []
+        served: set[str] = set()
+        # With two dcgm versions the newest is built first: a name both serve (same
+        # unit, checked at config load) is written once, with the newer labels.
+        for name in sorted(self.names, key=_newest_first):
             try:
-                found = builders[name]()
+                found = [f for f in builders[name]() if f.name not in served]
+                served.update(f.name for f in found)
             except Exception as exc:
                 log.get(output="prometheus").error(
                     "compat render failed", compat=name, error=repr(exc)
@@ -56,8 +73,27 @@ class Compat:
         return out
 
 
+def _newest_first(entry: str) -> tuple[int, ...]:
+    peer, version = PEER_VERSION[entry]
+    return (0 if peer == "dcgm" else 1, *(-int(p) for p in version.split(".")))
+
+
+def _info(names: Sequence[str]) -> Family:
+    """accel_compat_info{peer,version} = 1 for each (peer, version) served."""
+    family = Family(INFO, "gauge", "The other exporters' vocabularies served (peer, version).")
+    for peer, version in dict.fromkeys(PEER_VERSION[n] for n in names):
+        family.add([("peer", peer), ("version", version)], 1.0)
+    return family
+
+
 def from_config(names: Sequence[str], cluster_name: str) -> Compat | None:
-    """The compat exposition the config asks for, or None (the default: nothing added)."""
+    """The compat exposition the config asks for, or None (the default: nothing added).
+
+    ``dcgm`` and ``dcgm@4.8`` are one vocabulary: asked for both, it is served once.
+    """
     if not names:
         return None
-    return Compat(tuple(dict.fromkeys(names)), node_name(), cluster_name)
+    unique = {PEER_VERSION[n]: n for n in reversed(names)}
+    return Compat(
+        tuple(dict.fromkeys(n for n in names if n in unique.values())), node_name(), cluster_name
+    )
