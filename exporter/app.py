@@ -75,7 +75,7 @@ EPOCH_KEYS = frozenset({"started_at", "last_success", "next_poll"})
 
 def _compat(config: Config) -> compat.Compat | None:
     prometheus = config.outputs.prometheus
-    return compat.from_config(prometheus.compat, prometheus.cluster_name)
+    return compat.from_config(prometheus.compat, prometheus.cluster_name, prometheus.compat_fields)
 
 
 def with_rfc3339(doc: dict[str, Any]) -> dict[str, Any]:

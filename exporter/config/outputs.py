@@ -59,18 +59,33 @@ class PrometheusOutputConfig(ProfileConfig):
         " dcgm@4.10, amd (docs/migrating.md)",
         "workload_labels": "pod, namespace, container, job_id on attributed device series",
         "cluster_name": "the cluster_name label of the amd compat series",
+        "compat_fields": "peer -> the users' field list it serves instead of the defaults"
+        " (dcgm: a dcgm-exporter collectors CSV, as its -f file; docs/migrating.md)",
     }
 
     compat: list[CompatName] = field(default_factory=list)
     workload_labels: bool = False
     cluster_name: str = ""
+    compat_fields: dict[str, FilePath] = field(default_factory=dict)
 
     def check(self) -> list[tuple[str, str]]:
-        """The profile's patterns, and no series name served twice in two units."""
+        """The profile's patterns, no series name served twice in two units, readable lists."""
+        from exporter.outputs.compat.dcgm_csv import CsvError, load
         from exporter.outputs.compat.dcgm_table import unit_conflicts
 
         out = super().check()
         out += [("compat", problem) for problem in unit_conflicts(self.compat)]
+        out += [
+            (f"compat_fields.{peer}", "unknown peer: one of dcgm, amd")
+            for peer in self.compat_fields
+            if peer not in ("dcgm", "amd")
+        ]
+        path = self.compat_fields.get("dcgm")
+        if path is not None:
+            try:
+                load(path)
+            except (OSError, CsvError) as exc:
+                out.append(("compat_fields.dcgm", str(exc)))
         return out
 
 

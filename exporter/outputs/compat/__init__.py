@@ -10,13 +10,17 @@ here: the exposition caches the whole body per view, as for our own series.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from exporter import log
 from exporter.outputs.compat.family import Family, encode
 from exporter.outputs.compat.view import node_name
 from exporter.store import View
+
+if TYPE_CHECKING:
+    from exporter.outputs.compat.dcgm_csv import Selection
 
 __all__ = ["CHOICES", "Compat", "Family", "encode", "from_config"]
 
@@ -39,6 +43,8 @@ class Compat:
     names: tuple[str, ...]
     hostname: str
     cluster_name: str = ""
+    # The users' dcgm-exporter collectors CSV (compat_fields.dcgm), None: the defaults.
+    dcgm_fields: Selection | None = None
 
     def families(self, view: View, wanted: Sequence[str] | None = None) -> list[Family]:
         """The families of every configured exporter (``wanted`` names only, when given).
@@ -50,13 +56,23 @@ class Compat:
         from exporter.outputs.compat import amd, dcgm
 
         def dcgm_of(version: str) -> Callable[[], list[Family]]:
-            return lambda: dcgm.build(view, self.hostname, version)
+            chosen = self.dcgm_fields
+            if chosen is None:
+                return lambda: dcgm.build(view, self.hostname, version)
+            from exporter.outputs.compat import dcgm_custom
+
+            return lambda: dcgm_custom.build(view, self.hostname, version, chosen)
 
         builders: dict[str, Callable[[], list[Family]]] = {
             "amd": lambda: amd.build(view, self.hostname, self.cluster_name),
         }
         builders.update({e: dcgm_of(PEER_VERSION[e][1]) for e in CHOICES if e != "amd"})
         out: list[Family] = [_info(self.names)] if wanted is None or INFO in wanted else []
+        if self.dcgm_fields is not None and self.dcgm_fields.unserved:
+            from exporter.outputs.compat import dcgm_custom
+
+            if wanted is None or dcgm_custom.UNSERVED in wanted:
+                out.append(dcgm_custom.unserved("dcgm", self.dcgm_fields))
         served: set[str] = set()
         # With two dcgm versions the newest is built first: a name both serve (same
         # unit, checked at config load) is written once, with the newer labels.
@@ -86,14 +102,37 @@ def _info(names: Sequence[str]) -> Family:
     return family
 
 
-def from_config(names: Sequence[str], cluster_name: str) -> Compat | None:
+def from_config(
+    names: Sequence[str], cluster_name: str, field_lists: Mapping[str, str] | None = None
+) -> Compat | None:
     """The compat exposition the config asks for, or None (the default: nothing added).
 
     ``dcgm`` and ``dcgm@4.8`` are one vocabulary: asked for both, it is served once.
+    ``field_lists`` is ``compat_fields`` (peer -> file); the dcgm file was parsed by
+    the config check, so a file that went bad since is logged and the defaults served.
     """
     if not names:
         return None
     unique = {PEER_VERSION[n]: n for n in reversed(names)}
-    return Compat(
-        tuple(dict.fromkeys(n for n in names if n in unique.values())), node_name(), cluster_name
+    chosen = tuple(dict.fromkeys(n for n in names if n in unique.values()))
+    path = (field_lists or {}).get("dcgm")
+    return Compat(chosen, node_name(), cluster_name, _dcgm_fields(path) if path else None)
+
+
+def _dcgm_fields(path: str) -> Selection | None:
+    from exporter.outputs.compat.dcgm_csv import CsvError, load
+
+    logger = log.get(output="prometheus", compat="dcgm", path=path)
+    try:
+        selection = load(path)
+    except (OSError, CsvError) as exc:
+        logger.error("compat field list unreadable, serving the defaults", error=str(exc))
+        return None
+    logger.info(
+        "compat field list loaded",
+        served=[f for f, _, _ in selection.fields],
+        labels=list(selection.labels),
+        unserved=dict(selection.unserved),
+        type_notes=dict(selection.notes),
     )
+    return selection

@@ -219,8 +219,18 @@ def _last_xid(readings: Readings, uuid: str) -> int | None:
         return None
 
 
-def build(view: View, host: str, version: str = DEFAULT) -> list[Family]:
+def build(
+    view: View,
+    host: str,
+    version: str = DEFAULT,
+    order: tuple[Field, ...] | None = None,
+    labels: tuple[tuple[str, str], ...] = (),
+) -> list[Family]:
     """One release's dcgm-exporter families for every NVIDIA device in ``view``.
+
+    ``order`` replaces the release's default fields (a users' collectors CSV,
+    :mod:`exporter.outputs.compat.dcgm_custom`); ``labels`` are (label name,
+    accel_device_info label) pairs added to every series, as a CSV ``label`` row does.
 
     The XID family is written for every device that is up, at 0 (``No Error``)
     before the first XID, so the peer's XID panel is never blank (NVIDIA/dcgm-exporter
@@ -231,7 +241,7 @@ def build(view: View, host: str, version: str = DEFAULT) -> list[Family]:
         return []
     readings = Readings(view)
     spec = VERSIONS[version]
-    order = fields_of(version)
+    order = fields_of(version) if order is None else order
     xid = next((f for f in order if f.source == XID.source), None)
     plain = tuple(f for f in order if f is not xid)
     label = spec.driver_label
@@ -245,7 +255,8 @@ def build(view: View, host: str, version: str = DEFAULT) -> list[Family]:
         # The device plugin hands out a MIG GPU's instances, not the GPU: as in
         # dcgm-exporter, pods go on the instances' series only.
         ident = _identity(dev)
-        tail = _tail(dev, host, NOBODY if instances else None, label)
+        extra = [(name, dev.info.get(key, "")) for name, key in labels]
+        tail = [*_tail(dev, host, NOBODY if instances else None, label), *extra]
         up = readings.one("accel_device_up", dev.uuid)
         for f in plain:
             value = readings.one(f.source, dev.uuid, *f.dims)
@@ -259,7 +270,7 @@ def build(view: View, host: str, version: str = DEFAULT) -> list[Family]:
                 families[xid.name].add([*ident, *tail, *attrs], float(last))
         for gi, profile in instances.items():
             mig_ident = [*ident, ("GPU_I_PROFILE", profile), ("GPU_I_ID", gi)]
-            mig_tail = _tail(dev, host, pods.get((dev.uuid, gi), NOBODY), label)
+            mig_tail = [*_tail(dev, host, pods.get((dev.uuid, gi), NOBODY), label), *extra]
             for f in plain:
                 if f.mig_source is None:
                     continue
