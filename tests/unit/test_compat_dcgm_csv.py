@@ -132,3 +132,29 @@ def test_4_10_names_in_a_custom_csv(tmp_path):
     got = samples(render(_store(), compat))
     found = [v for (n, _), v in got.items() if n == "DCGM_FI_PROF_NVLINK_TX_BYTES_PER_SECOND"]
     assert found == [3e9]
+
+
+def test_an_unknown_peer_in_compat_fields_is_a_config_error(tmp_path):
+    path = tmp_path / "c.csv"
+    path.write_text("DCGM_FI_DEV_GPU_UTIL, gauge, x.\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(
+            env={"ACCEL_EXPORTER_OUTPUTS__PROMETHEUS__COMPAT_FIELDS": f'{{"nv": "{path}"}}'}
+        )
+    assert "compat_fields.nv" in str(err.value)
+
+
+def test_unservable_rows_are_named_once_with_their_reason():
+    text = (
+        "DCGM_FI_DEV_FABRIC_CLUSTER_UUID, label, cluster.\n"
+        "DCGM_FI_DEV_GPU_UTIL, histogram, odd.\n"
+        "NOT_A_FIELD, gauge, x.\n"
+        "NOT_A_FIELD, gauge, x.\n"
+    )
+    selection = select(parse(text, "c.csv"))
+    assert selection.fields == () and selection.labels == ()
+    assert selection.unserved == (
+        ("DCGM_FI_DEV_FABRIC_CLUSTER_UUID", "a label field we do not read"),
+        ("DCGM_FI_DEV_GPU_UTIL", "type histogram: a DCGM field is one value per device"),
+        ("NOT_A_FIELD", "not a DCGM field"),
+    )

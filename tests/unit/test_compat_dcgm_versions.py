@@ -102,3 +102,12 @@ def test_unknown_version_is_a_config_error_listing_the_known_ones():
 def test_two_versions_load_from_config():
     config = load_config(env={"ACCEL_EXPORTER_OUTPUTS__PROMETHEUS__COMPAT": "dcgm@4.8,dcgm@4.10"})
     assert config.outputs.prometheus.compat == ["dcgm@4.8", "dcgm@4.10"]
+
+
+def test_a_name_two_releases_share_is_written_once_with_the_newer_labels():
+    pcie = Reading("accel_pcie_tx_average_bytes_per_second", ("0", NV), 2.5e9)
+    got = samples(render(_store((pcie,)), Compat(("dcgm@4.8", "dcgm@4.9"), "node-1")))
+    found = [dict(k) for (n, k), _ in got.items() if n == "DCGM_FI_PROF_PCIE_TX_BYTES"]
+    assert len(found) == 1
+    assert "DCGM_FI_SYSTEM_DRIVER_VERSION" in found[0]
+    assert "DCGM_FI_DRIVER_VERSION" not in found[0]

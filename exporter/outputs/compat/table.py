@@ -443,7 +443,7 @@ def markdown() -> str:
             f"| {row.exporter} | `{row.field}` | {_cell(mark)} | {row.unit} | {_cell(source)}"
             f" | {_cell(row.note)} |"
         )
-    return "\n".join(out) + "\n\n" + versions_markdown()
+    return "\n".join(out) + "\n\n" + versions_markdown() + "\n" + registry_markdown()
 
 
 def versions_markdown() -> str:
@@ -477,4 +477,22 @@ def versions_markdown() -> str:
             cells.append(f"`{name}` ({units[v][name]})")
         out.append(f"| `{field}` | " + " | ".join(cells) + " |")
     out += ["", "Sources: " + "; ".join(f"{v}: {VERSIONS[v].source}" for v in names) + "."]
+    return "\n".join(out) + "\n"
+
+
+def registry_markdown() -> str:
+    """Every DCGM field a users' collectors CSV may list that we serve, and where it comes from."""
+    from exporter.outputs.compat.dcgm_fields import LABELS, REGISTRY
+
+    out = [
+        "Fields a collectors CSV (`compat_fields.dcgm`) may list: any other is not served,"
+        " logged once at load and written as `accel_compat_field_unserved_info`.",
+        "",
+        "| DCGM field | From | Name and unit from |",
+        "|---|---|---|",
+    ]
+    for name, (f, source) in REGISTRY.items():
+        out.append(f"| `{name}` | `{_cell(_source(f.source, f.dims))}` | {_cell(source)} |")
+    for name, key in LABELS.items():
+        out.append(f"| `{name}` (label) | `accel_device_info` `{key}` | dcgm_fields.h |")
     return "\n".join(out) + "\n"
