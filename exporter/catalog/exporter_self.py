@@ -190,4 +190,13 @@ ROWS = (
         " not serve, with the reason; always 1.",
         ("peer", "field", "reason"),
     ),
+    MetricSpec(
+        "accel_compat_info",
+        Kind.INFO,
+        "Another exporter's vocabulary this daemon serves (outputs.prometheus.compat): the"
+        " peer (dcgm: NVIDIA's dcgm-exporter, amd: AMD's device-metrics-exporter) and the"
+        " release whose names, units and labels are served; always 1.",
+        ("peer", "version"),
+        values={"peer": ("dcgm", "amd"), "version": ("4.8", "4.9", "4.10", "1.5")},
+    ),
 )

@@ -45,6 +45,7 @@ MINIMAL: frozenset[str] = frozenset(
         "accel_exporter_worker_restarts_total",
         "accel_exporter_series",
         "accel_compat_field_unserved_info",
+        "accel_compat_info",
         # The host, for capacity.
         "accel_host_cpus",
         "accel_host_cpu_seconds_total",

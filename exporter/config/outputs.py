@@ -9,7 +9,7 @@ from exporter.config.fields import Duration, FilePath, Secret, timing_problems
 from exporter.config.kubernetes import LABEL_KEY, MOVED
 from exporter.config.nvsentinel import NvsentinelOutputConfig
 
-CompatName = Literal["dcgm", "amd"]
+CompatName = Literal["dcgm", "dcgm@4.8", "dcgm@4.9", "dcgm@4.10", "amd"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,25 @@ class ProfileConfig:
         return out
 
 
+def _field_file_problem(peer: str, path: str) -> str:
+    """Why a peer's field file cannot be used as it is ("" when it can)."""
+    if peer == "dcgm":
+        from exporter.outputs.compat.dcgm_csv import CsvError, load
+
+        try:
+            load(path)
+        except (OSError, CsvError) as exc:
+            return str(exc)
+        return ""
+    from exporter.outputs.compat.amd_fields import FieldFileError, read
+
+    try:
+        read(path)
+    except FieldFileError as exc:
+        return str(exc)
+    return ""
+
+
 @dataclass(frozen=True)
 class PrometheusOutputConfig(ProfileConfig):
     """What /metrics carries: our families by profile, and other exporters' series.
@@ -55,32 +74,32 @@ class PrometheusOutputConfig(ProfileConfig):
 
     HELP: ClassVar[dict[str, str]] = {
         **ProfileConfig.HELP,
-        "compat": "also serve these exporters' series: dcgm, amd (docs/migrating.md)",
+        "compat": "peers' series to serve too: dcgm, dcgm@4.8|4.9|4.10, amd (docs/migrating.md)",
         "workload_labels": "pod, namespace, container, job_id on attributed device series",
         "cluster_name": "the cluster_name label of the amd compat series",
-        "compat_fields": "a peer's own field file: amd: its config.json (docs/migrating.md)",
+        "compat_fields": "peer -> its field file: dcgm collectors CSV, amd config.json",
     }
 
     compat: list[CompatName] = field(default_factory=list)
     workload_labels: bool = False
     cluster_name: str = ""
-    # peer -> its exporter's own field list file (amd: device-metrics-exporter's config.json).
+    # peer -> its exporter's own field list file (dcgm: a collectors CSV; amd: config.json).
     compat_fields: dict[str, FilePath] = field(default_factory=dict)
 
     def check(self) -> list[tuple[str, str]]:
-        """The profile's patterns; each field file names a peer and can be used as it is."""
+        """The profile's patterns, no series name served twice in two units, usable files."""
+        # Imported here: the readers are needed only when compat is configured.
+        from exporter.outputs.compat.dcgm_table import unit_conflicts
+
         out = super().check()
+        out += [("compat", problem) for problem in unit_conflicts(self.compat)]
         for peer, path in self.compat_fields.items():
             if peer not in ("dcgm", "amd"):
                 out.append((f"compat_fields.{peer}", "not a compat peer: dcgm, amd"))
-            elif peer == "amd" and path:
-                # Imported here: the reader is needed only when a file is configured.
-                from exporter.outputs.compat.amd_fields import FieldFileError, read
-
-                try:
-                    read(path)
-                except FieldFileError as exc:
-                    out.append((f"compat_fields.{peer}", str(exc)))
+            elif path:
+                problem = _field_file_problem(peer, path)
+                if problem:
+                    out.append((f"compat_fields.{peer}", problem))
         return out
 
 

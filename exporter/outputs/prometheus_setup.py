@@ -13,6 +13,8 @@ selection is kept and the problem logged.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from exporter import log
 from exporter.config.root import Config
 from exporter.model import Reading
@@ -22,10 +24,14 @@ from exporter.outputs.profile import Profile
 from exporter.outputs.prometheus import Exposition
 from exporter.store import Store
 
+if TYPE_CHECKING:
+    from exporter.outputs.compat import dcgm_csv
+
 # The store part the compat info families are published under (a source of
 # accel_exporter_series of its own).
 COMPAT_PART = "compat"
 UNSERVED = "accel_compat_field_unserved_info"
+SERVED = "accel_compat_info"
 # (peer, field, reason) already logged: a reload with the same file says nothing again.
 _REPORTED: set[tuple[str, str, str]] = set()
 
@@ -33,6 +39,7 @@ _REPORTED: set[tuple[str, str, str]] = set()
 def compat_for(config: Config, previous: Compat | None = None) -> Compat | None:
     """The compat series ``config`` asks for, its field files read (None: compat off)."""
     prometheus = config.outputs.prometheus
+    dcgm_fields = _dcgm_fields(config, previous)
     selection = None
     path = prometheus.compat_fields.get("amd", "")
     if path and "amd" in prometheus.compat:
@@ -53,25 +60,58 @@ def compat_for(config: Config, previous: Compat | None = None) -> Compat | None:
                     log.get(output="prometheus").warning(
                         "compat field file: not done as asked", peer="amd", file=path, note=note
                     )
-    return from_config(prometheus.compat, prometheus.cluster_name, selection)
+    return from_config(prometheus.compat, prometheus.cluster_name, selection, dcgm_fields)
 
 
-def unserved(compat: Compat | None) -> list[Reading]:
-    """One ``accel_compat_field_unserved_info`` per listed field compat does not serve.
+def _dcgm_fields(config: Config, previous: Compat | None) -> dcgm_csv.Selection | None:
+    """The users' dcgm-exporter collectors CSV (``compat_fields.dcgm``), read as it is."""
+    prometheus = config.outputs.prometheus
+    path = prometheus.compat_fields.get("dcgm", "")
+    if not path or not any(n.startswith("dcgm") for n in prometheus.compat):
+        return None
+    from exporter.outputs.compat import dcgm_csv
 
-    Each is logged once, by name, with its reason.
+    logger = log.get(output="prometheus", peer="dcgm", file=path)
+    try:
+        selection = dcgm_csv.load(path)
+    except (OSError, dcgm_csv.CsvError) as exc:
+        logger.error("compat field file unusable, previous selection kept", problem=str(exc))
+        return previous.dcgm_fields if previous is not None else None
+    for field, note in selection.notes:
+        if ("dcgm", field, note) not in _REPORTED:
+            _REPORTED.add(("dcgm", field, note))
+            logger.warning("compat field file: type used as written", field=field, note=note)
+    logger.info(
+        "compat field list loaded",
+        served=[f for f, _, _ in selection.fields],
+        labels=list(selection.labels),
+    )
+    return selection
+
+
+def compat_readings(compat: Compat | None) -> list[Reading]:
+    """What compat serves and what it does not, as readings of our own families.
+
+    ``accel_compat_info{peer,version}`` per vocabulary served, and one
+    ``accel_compat_field_unserved_info`` per listed field compat does not serve (each
+    logged once, by name, with its reason).
     """
-    if compat is None or compat.amd_selection is None:
+    if compat is None:
         return []
-    from exporter.outputs.compat import amd_fields
+    out = [Reading(SERVED, pair, 1.0) for pair in compat.served()]
+    missing: list[tuple[str, str, str]] = []
+    if compat.amd_selection is not None:
+        from exporter.outputs.compat import amd_fields
 
-    out = []
-    for field, reason in amd_fields.unserved(compat.amd_selection):
-        key = ("amd", field, reason)
+        missing += [("amd", f, why) for f, why in amd_fields.unserved(compat.amd_selection)]
+    if compat.dcgm_fields is not None:
+        missing += [("dcgm", f, why) for f, why in compat.dcgm_fields.unserved]
+    for key in dict.fromkeys(missing):
+        peer, field, reason = key
         if key not in _REPORTED:
             _REPORTED.add(key)
             log.get(output="prometheus").warning(
-                "compat field not served", peer="amd", field=field, reason=reason
+                "compat field not served", peer=peer, field=field, reason=reason
             )
         out.append(Reading(UNSERVED, key, 1.0))
     return out
@@ -80,7 +120,7 @@ def unserved(compat: Compat | None) -> list[Reading]:
 def exposition_for(store: Store, config: Config, *, process_metrics: bool = True) -> Exposition:
     """The exposition of ``outputs.prometheus`` over ``store`` (its compat info published)."""
     compat = compat_for(config)
-    store.publish(COMPAT_PART, unserved(compat))
+    store.publish(COMPAT_PART, compat_readings(compat))
     return Exposition(
         store,
         process_metrics=process_metrics,
@@ -93,7 +133,7 @@ def exposition_for(store: Store, config: Config, *, process_metrics: bool = True
 def reconfigure(exposition: Exposition, config: Config) -> None:
     """Apply a reloaded ``outputs.prometheus`` to ``exposition`` (the next scrape has it)."""
     compat = compat_for(config, exposition.compat)
-    exposition.store.publish(COMPAT_PART, unserved(compat))
+    exposition.store.publish(COMPAT_PART, compat_readings(compat))
     exposition.set_stamp(
         stamp.from_config(config),
         compat=compat,

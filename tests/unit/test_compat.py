@@ -249,7 +249,7 @@ def test_unknown_compat_name_is_a_config_error_naming_the_choices():
     with pytest.raises(ConfigError) as err:
         load_config(env={"ACCEL_EXPORTER_OUTPUTS__PROMETHEUS__COMPAT": "dcgm,nvidia"})
     assert "outputs.prometheus.compat.1" in str(err.value)
-    assert "'dcgm' | 'amd'" in str(err.value)
+    assert "'dcgm' | 'dcgm@4.8' | 'dcgm@4.9' | 'dcgm@4.10' | 'amd'" in str(err.value)
     config = load_config(overrides={"outputs.prometheus.compat": "amd,dcgm"})
     assert config.outputs.prometheus.compat == ["amd", "dcgm"]
 

@@ -247,7 +247,7 @@ def test_unserved_readings_are_catalog_rows():
     from exporter.catalog import CATALOG
 
     assert CATALOG["accel_compat_field_unserved_info"].labels == ("peer", "field", "reason")
-    assert prometheus_setup.unserved(None) == []
+    assert prometheus_setup.compat_readings(None) == []
 
 
 def test_otlp_carries_workload_labels_as_metrics_stamps_them():

@@ -7,14 +7,16 @@ percent, ratios), with its labels: ``gpu``, ``UUID``, ``pci_bus_id``, ``device``
 ``Hostname`` (the name every released 4.x writes), the label field
 ``DCGM_FI_DRIVER_VERSION``, and ``pod``, ``namespace``, ``container`` and
 ``hpc_job`` when the device is attributed. docs/migrating.md lists the fields we
-do not serve and why.
+do not serve and why. ``build(..., version=)`` writes another release's names,
+units and driver-version label (:mod:`exporter.outputs.compat.dcgm_versions`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from exporter.outputs.compat.dcgm_versions import DEFAULT, VERSIONS
 from exporter.outputs.compat.dcgm_xid import NO_ERROR, UNKNOWN, XID_TEXT
 from exporter.outputs.compat.family import Family
 from exporter.outputs.compat.view import Device, Readings, devices
@@ -150,6 +152,29 @@ XID = Field(
 # The order dcgm-exporter writes them: XID after the utilization fields.
 ORDER = (*FIELDS[:11], XID, *FIELDS[11:])
 NAMES = tuple(f.name for f in ORDER)
+# Fields a later release adds to its defaults (dcgm_versions.Version.added).
+ADDED = {
+    "DCGM_FI_DEV_FB_CAPACITY_BYTES": Field(
+        "DCGM_FI_DEV_FB_CAPACITY_BYTES", "gauge", "Total GPU memory (in bytes).",
+        "accel_memory_total_bytes", mig_source="accel_mig_memory_total_bytes",
+    ),
+}  # fmt: skip
+
+
+def fields_of(version: str = DEFAULT) -> tuple[Field, ...]:
+    """The fields one release serves by default, under its names, units and help, in order."""
+    spec = VERSIONS[version]
+    out = []
+    for f in ORDER:
+        if f.name in spec.dropped:
+            continue
+        new = spec.renames.get(f.name)
+        if new is None:
+            out.append(f)
+            continue
+        scale = f.scale if new.scale is None else new.scale
+        out.append(replace(f, name=new.name, help=new.help or f.help, scale=scale))
+    return (*out, *(ADDED[name] for name in spec.added))
 
 
 def _identity(dev: Device) -> list[tuple[str, str]]:
@@ -162,9 +187,14 @@ def _identity(dev: Device) -> list[tuple[str, str]]:
     ]
 
 
-def _tail(dev: Device, host: str, pod: tuple[str, str, str] | None = None) -> list[tuple[str, str]]:
+def _tail(
+    dev: Device,
+    host: str,
+    pod: tuple[str, str, str] | None = None,
+    driver_label: str = "DCGM_FI_DRIVER_VERSION",
+) -> list[tuple[str, str]]:
     out = [("Hostname", host)] if host else []
-    out.append(("DCGM_FI_DRIVER_VERSION", dev.info.get("driver_version", "")))
+    out.append((driver_label, dev.info.get("driver_version", "")))
     namespace, name, container = pod or (
         dev.workload.namespace,
         dev.workload.pod,
@@ -189,13 +219,33 @@ def _last_xid(readings: Readings, uuid: str) -> int | None:
         return None
 
 
-def build(view: View, host: str) -> list[Family]:
-    """dcgm-exporter's families for every NVIDIA device in ``view`` (empty ones are dropped)."""
+def build(
+    view: View,
+    host: str,
+    version: str = DEFAULT,
+    order: tuple[Field, ...] | None = None,
+    labels: tuple[tuple[str, str], ...] = (),
+) -> list[Family]:
+    """One release's dcgm-exporter families for every NVIDIA device in ``view``.
+
+    ``order`` replaces the release's default fields (a users' collectors CSV,
+    :mod:`exporter.outputs.compat.dcgm_custom`); ``labels`` are (label name,
+    accel_device_info label) pairs added to every series, as a CSV ``label`` row does.
+
+    The XID family is written for every device that is up, at 0 (``No Error``)
+    before the first XID, so the peer's XID panel is never blank (NVIDIA/dcgm-exporter
+    #700); empty families are dropped by the encoder.
+    """
     gpus = devices(view, "nvidia")
     if not gpus:
         return []
     readings = Readings(view)
-    families = {f.name: Family(f.name, f.kind, f.help) for f in ORDER}
+    spec = VERSIONS[version]
+    order = fields_of(version) if order is None else order
+    xid = next((f for f in order if f.source == XID.source), None)
+    plain = tuple(f for f in order if f is not xid)
+    label = spec.driver_label
+    families = {f.name: Family(f.name, f.kind, f.help) for f in order}
     migs = _mig_instances(view)
     pods = _mig_pods(view)
     for dev in gpus:
@@ -204,28 +254,30 @@ def build(view: View, host: str) -> list[Family]:
         instances = migs.get(dev.uuid, {})
         # The device plugin hands out a MIG GPU's instances, not the GPU: as in
         # dcgm-exporter, pods go on the instances' series only.
-        ident, tail = _identity(dev), _tail(dev, host, NOBODY if instances else None)
+        ident = _identity(dev)
+        extra = [(name, dev.info.get(key, "")) for name, key in labels]
+        tail = [*_tail(dev, host, NOBODY if instances else None, label), *extra]
         up = readings.one("accel_device_up", dev.uuid)
-        for f in FIELDS:
+        for f in plain:
             value = readings.one(f.source, dev.uuid, *f.dims)
             if value is not None:
                 families[f.name].add([*ident, *tail], f.scale(value))
-        if up == 1:
-            xid = _last_xid(readings, dev.uuid)
-            if xid is not None:
-                text = XID_TEXT.get(xid, UNKNOWN) if xid else NO_ERROR
-                attrs = [("err_code", str(xid)), ("err_msg", text)]
-                families[XID.name].add([*ident, *tail, *attrs], float(xid))
+        if up == 1 and xid is not None:
+            last = _last_xid(readings, dev.uuid)
+            if last is not None:
+                text = XID_TEXT.get(last, UNKNOWN) if last else NO_ERROR
+                attrs = [("err_code", str(last)), ("err_msg", text)]
+                families[xid.name].add([*ident, *tail, *attrs], float(last))
         for gi, profile in instances.items():
             mig_ident = [*ident, ("GPU_I_PROFILE", profile), ("GPU_I_ID", gi)]
-            mig_tail = _tail(dev, host, pods.get((dev.uuid, gi), NOBODY))
-            for f in FIELDS:
+            mig_tail = [*_tail(dev, host, pods.get((dev.uuid, gi), NOBODY), label), *extra]
+            for f in plain:
                 if f.mig_source is None:
                     continue
                 value = readings.one(f.mig_source, dev.uuid, gi)
                 if value is not None:
                     families[f.name].add([*mig_ident, *mig_tail], f.scale(value))
-    return [families[name] for name in NAMES]
+    return [families[f.name] for f in order]
 
 
 def _mig_instances(view: View) -> dict[str, dict[str, str]]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from exporter.catalog import CATALOG
 from exporter.outputs.compat import amd, dcgm
+from exporter.outputs.compat.dcgm_table import LEGACY_UNITS
 
 
 @dataclass(frozen=True)
@@ -43,26 +44,7 @@ AMD_LABELS = (
     " in that order, as many as it must"
 )
 
-_DCGM_UNITS = {
-    "DCGM_FI_DEV_SM_CLOCK": "MHz",
-    "DCGM_FI_DEV_MEM_CLOCK": "MHz",
-    "DCGM_FI_DEV_MEMORY_TEMP": "C",
-    "DCGM_FI_DEV_GPU_TEMP": "C",
-    "DCGM_FI_DEV_POWER_USAGE": "W",
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "mJ",
-    "DCGM_FI_DEV_GPU_UTIL": "%",
-    "DCGM_FI_DEV_MEM_COPY_UTIL": "%",
-    "DCGM_FI_DEV_ENC_UTIL": "%",
-    "DCGM_FI_DEV_DEC_UTIL": "%",
-    "DCGM_FI_DEV_FB_FREE": "MiB",
-    "DCGM_FI_DEV_FB_USED": "MiB",
-    "DCGM_FI_DEV_FB_RESERVED": "MiB",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "ratio",
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "ratio",
-    "DCGM_FI_PROF_DRAM_ACTIVE": "ratio",
-    "DCGM_FI_PROF_PCIE_TX_BYTES": "B/s",
-    "DCGM_FI_PROF_PCIE_RX_BYTES": "B/s",
-}
+_DCGM_UNITS = LEGACY_UNITS
 _DCGM_NOTES = {
     "DCGM_FI_DEV_MEMORY_TEMP": "absent where the GPU has no memory sensor (as in DCGM)",
     "DCGM_FI_DEV_XID_ERRORS": "the XID of the newest error since the worker started (0, "
@@ -461,4 +443,56 @@ def markdown() -> str:
             f"| {row.exporter} | `{row.field}` | {_cell(mark)} | {row.unit} | {_cell(source)}"
             f" | {_cell(row.note)} |"
         )
+    return "\n".join(out) + "\n\n" + versions_markdown() + "\n" + registry_markdown()
+
+
+def versions_markdown() -> str:
+    """The per-release dcgm-exporter table: legacy field, its name and unit in each release."""
+    from exporter.outputs.compat.dcgm_table import served_units
+    from exporter.outputs.compat.dcgm_versions import VERSIONS
+
+    names = list(VERSIONS)
+    head = " | ".join(f"dcgm@{v} (unit)" for v in names)
+    out = [
+        "Each release's names (`compat: [dcgm@<version>]`; `dcgm` is 4.8). Driver-version"
+        " label: " + ", ".join(f"{v} `{VERSIONS[v].driver_label}`" for v in names) + ".",
+        "",
+        f"| Legacy field | {head} |",
+        "|---|" + "---|" * len(names),
+    ]
+    units = {v: served_units(v) for v in names}
+    legacy = [*(f.name for f in dcgm.ORDER), *dcgm.ADDED]
+    for field in legacy:
+        cells = []
+        for v in names:
+            spec = VERSIONS[v]
+            if field in spec.dropped:
+                cells.append("**not served**: name not sourced")
+                continue
+            if field in dcgm.ADDED and field not in spec.added:
+                cells.append("not a default")
+                continue
+            new = spec.renames.get(field)
+            name = new.name if new else field
+            cells.append(f"`{name}` ({units[v][name]})")
+        out.append(f"| `{field}` | " + " | ".join(cells) + " |")
+    out += ["", "Sources: " + "; ".join(f"{v}: {VERSIONS[v].source}" for v in names) + "."]
+    return "\n".join(out) + "\n"
+
+
+def registry_markdown() -> str:
+    """Every DCGM field a users' collectors CSV may list that we serve, and where it comes from."""
+    from exporter.outputs.compat.dcgm_fields import LABELS, REGISTRY
+
+    out = [
+        "Fields a collectors CSV (`compat_fields.dcgm`) may list: any other is not served,"
+        " logged once at load and written as `accel_compat_field_unserved_info`.",
+        "",
+        "| DCGM field | From | Name and unit from |",
+        "|---|---|---|",
+    ]
+    for name, (f, source) in REGISTRY.items():
+        out.append(f"| `{name}` | `{_cell(_source(f.source, f.dims))}` | {_cell(source)} |")
+    for name, key in LABELS.items():
+        out.append(f"| `{name}` (label) | `accel_device_info` `{key}` | dcgm_fields.h |")
     return "\n".join(out) + "\n"
