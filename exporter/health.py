@@ -237,8 +237,6 @@ class HealthJudge:
     # CPER times of its records seen since (non-fatal AFIDs: the repeat rule).
     _afid_counts: dict[Identity, dict[str, float]] = field(default_factory=dict)
     _afid_hits: dict[Identity, dict[str, list[float]]] = field(default_factory=dict)
-    # (device, uuid, afid) -> the worst CPER record severity it was read with, this poll.
-    _afid_records: dict[tuple[str, ...], str] = field(default_factory=dict)
     # (identity, reason) of the AFID findings that are a repeat's escalation, this poll.
     _escalated: set[tuple[Identity, str]] = field(default_factory=set)
     # labels of a counter health_rules.GROWTH_RULES watches -> the last count seen (in
@@ -576,9 +574,9 @@ class HealthJudge:
         Returns (device, uuid, afid) -> the worst CPER record severity it was counted
         with (read only where the AFID table names no severity of its own). The repeat
         rule (docs/health.md): an uncorrected non-fatal AFID read in
-        ``afids.REPEAT_RECORDS`` records within the window, counted from the growth of
-        its count the judge saw (the first sight of an AFID counts its newest record
-        only: older ones may be from long ago), is remembered as an event of its own
+        ``afids.REPEAT_RECORDS`` records within the window, counted as the distinct
+        newest-record times its count grew with (the first sight of an AFID counts its
+        newest record only: older ones may be from long ago), is remembered as an event of its own
         (``<afid>/repeated``), which escalates its finding.
         """
         events = self._events
@@ -608,9 +606,13 @@ class HealthJudge:
             counts = self._afid_counts.setdefault(ident, {})
             hits = self._afid_hits.setdefault(ident, {}).setdefault(afid, [])
             last = counts.get(afid)
-            grew = 1.0 if last is None or total < last else total - last
+            grew = last is None or total != last
             counts[afid] = total
-            hits.extend([stamp] * min(int(grew), afids.REPEAT_RECORDS))
+            # A record, not a count: the count grows once per CPER section naming the
+            # AFID, so growth stamped with a time already seen is the same record (or
+            # the same burst, read at once): two sections of one burst are no pattern.
+            if grew and stamp not in hits:
+                hits.append(stamp)
             hits[:] = [
                 at
                 for at in hits[-afids.REPEAT_RECORDS :]
@@ -1025,15 +1027,17 @@ def _hardware_scoped(findings: list[Finding], reset_reach: str) -> list[Finding]
 def _afid_state(finding: Finding, escalated: bool) -> tuple[str, str] | None:
     """(reason, state) an AFID finding puts its device in; None: it leaves it ok.
 
-    A repeat's escalation fails it (``afid_repeated``); an action that takes the device
+    A repeat's escalation fails it (``afid_repeated``) when the escalated action takes
+    the device out of service (an override naming no escalation, e.g. ``none``, leaves
+    the repeat as it was: degraded); an action that takes the device
     out of service (ACTION_STATES: a fatal or boot-time AFID, one the decoder could not
     classify, an unknown one, an override) fails it (``afid_fatal``); an uncorrected
     non-fatal one that asks nothing yet degrades it (``afid_recent``); a corrected one
     (AFID 24) leaves it ok: counted, a rate alert.
     """
-    if escalated:
-        return "afid_repeated", FAILED
     state = ACTION_STATES.get(finding.action)
+    if escalated and state == FAILED:
+        return "afid_repeated", FAILED
     if state == FAILED:
         return "afid_fatal", FAILED
     if state is not None or finding.severity == afids.NON_FATAL:

@@ -455,12 +455,13 @@ def health(samples: Samples, missing_ok: bool = False) -> Result:
     """Each device's verdict record (docs/health.md), with the reasons of the others.
 
     Read from the ``/v1/devices`` entries (``samples.devices``): failed is CRITICAL;
-    degraded and predicted_failure are WARNING, CRITICAL when the recommended action
-    is a person's (service, inspect_hardware, contact_vendor, replace_device: no reset
-    or reboot clears it); a device the exporter cannot vouch
-    for (its worker down or restarting, its source reloading or stale, no verdict
-    yet) is UNKNOWN, with why (the Nagios convention: the state cannot be told). A
-    device not ok names its recommended action (``-> reset_device``) when it has one.
+    degraded and predicted_failure are WARNING; degraded is CRITICAL when the recommended
+    action is a person's (service, inspect_hardware, contact_vendor, replace_device: no
+    reset or reboot clears it), predicted_failure stays WARNING (plan, not page); a
+    device the exporter cannot vouch for (its worker down or restarting, its source
+    reloading or stale, no verdict yet) is UNKNOWN, with why (the Nagios convention:
+    the state cannot be told). A device not ok names its recommended action
+    (``-> reset_device``) when it has one.
     """
     entries: dict[str, dict[str, Any]] = {}
     for entry in samples.devices or []:
@@ -489,9 +490,10 @@ def _health_verdict(dev: Device, entry: dict[str, Any]) -> Verdict:
         perf = Perf(f"{dev.label}_health", None, warn="0", crit="2", minimum=0)
         return Verdict(Status.UNKNOWN, [perf], f"{dev.label} unknown ({why})")
     status = HEALTH_STATUS[state]
-    if action in PERSON_ACTIONS:
+    if action in PERSON_ACTIONS and state != "predicted_failure":
         # A person must act (service, inspect the hardware, call the vendor, replace the
-        # part): no reset or reboot clears it, whatever the state, so it pages.
+        # part): no reset or reboot clears it, so it pages; a predicted failure asking
+        # one (retired pages near the limit) is planned, not paged: it warns.
         status = Status.CRITICAL
     note = ""
     if status is not Status.OK:

@@ -52,8 +52,10 @@ COMPONENT_RESET, RESTART_BM, CONTACT_SUPPORT = "COMPONENT_RESET", "RESTART_BM", 
 DEFAULT_ACTIONS: Mapping[str, str] = {
     act.NONE: "NONE",
     act.RESTART_APP: "RESTART_APP",
-    # NVML's DRAIN_P2P: drain peer-to-peer traffic, then reset the GPU.
-    act.DRAIN_P2P: COMPONENT_RESET,
+    # NVML's DRAIN_P2P: stop peer-to-peer traffic over the degraded links; the GPUs stay
+    # in service and no reset is asked (that is DRAIN_AND_RESET, our reset_device). A
+    # down NVLink asks it for its whole peer domain: NVSentinel must not reset those.
+    act.DRAIN_P2P: CONTACT_SUPPORT,
     act.RESET_DEVICE: COMPONENT_RESET,
     act.REBOOT_NODE: RESTART_BM,
     act.SERVICE: CONTACT_SUPPORT,

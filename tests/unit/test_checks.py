@@ -186,12 +186,13 @@ CASES = [
         2,
         "gpu1 failed (xid_79) -> reboot_node",
     ),
-    # An action a person must do pages whatever the state (no reset or reboot clears it).
+    # An action a person must do pages (no reset or reboot clears it), but on a predicted
+    # failure it is planned, not paged: it warns.
     (
         "health",
         [],
         doc(health("0", U0, "predicted_failure", "sram_ecc_threshold", action="replace_device")),
-        2,
+        1,
         "gpu0 predicted_failure (sram_ecc_threshold) -> replace_device",
     ),
     (

@@ -50,11 +50,11 @@ def test_the_tables_severity_wins_over_the_records():
 
 def test_a_non_fatal_afid_degrades_and_escalates_when_it_repeats():
     j = judge()
-    (once,) = j.judge([up(), *afid("22", "non_fatal_uncorrected", 1)])
+    (once,) = j.judge([up(), *afid("22", "non_fatal_uncorrected", 1, age=30)])
     assert (once.state, once.action, once.escalation) == ("degraded", "none", "")
     assert [r.reason for r in once.reasons] == ["afid_recent"]
     assert once.findings[0].escalation == "reboot_node"
-    (twice,) = j.judge([up(), *afid("22", "non_fatal_uncorrected", 2)])
+    (twice,) = j.judge([up(), *afid("22", "non_fatal_uncorrected", 2, age=20)])
     assert (twice.state, twice.action) == ("degraded", "none")
     (third,) = j.judge([up(), *afid("22", "non_fatal_uncorrected", 3)])
     assert (third.state, third.action, third.scope) == ("failed", "reboot_node", "node")
@@ -71,6 +71,14 @@ def test_a_non_fatal_afid_degrades_and_escalates_when_it_repeats():
     rebooted.recall(j.remembered(), rebooted=True)
     (after,) = rebooted.judge([up()])
     assert (after.state, after.action) == ("ok", "none")
+
+
+def test_sections_of_one_record_are_not_a_repeat():
+    # One CPER record naming AFID 22 in three sections: the count grows by 3, one time.
+    j = judge()
+    j.judge([up(), *afid("22", "non_fatal_uncorrected", 1, age=30)])
+    (got,) = j.judge([up(), *afid("22", "non_fatal_uncorrected", 4, age=20)])
+    assert (got.state, got.action) == ("degraded", "none")
 
 
 def test_an_afids_first_sight_counts_its_newest_record_only():

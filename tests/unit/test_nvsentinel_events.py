@@ -41,7 +41,7 @@ def dev(uuid=U0, state="failed", *codes, action="reboot_node", scope="device", m
     [
         ("none", "NONE"),
         ("restart_app", "RESTART_APP"),
-        ("drain_p2p", "COMPONENT_RESET"),
+        ("drain_p2p", "CONTACT_SUPPORT"),
         ("reset_device", "COMPONENT_RESET"),
         ("reboot_node", "RESTART_BM"),
         ("service", "CONTACT_SUPPORT"),
