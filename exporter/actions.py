@@ -332,29 +332,13 @@ def afid_action(
     if found is None:
         row = afids.guide(afid)
         if row is not None and not (site and row.provenance == "vendor_inferred"):
-            found = Advice(
-                row.action,
-                row.scope,
-                row.escalation,
-                row.detail,
-                row.provenance,
-                row.reference,
-                row.escalation_scope,
-            )
+            found = _of_guide(row)
     if found is None:
         found = unknown_code(f"AFID {afid}" + (" (nor does the site table)" if site else ""))
     if repeated and found.escalation:
         nxt = afids.repeated(afid)
         if nxt is not None and found.provenance == "exporter_rule":
-            return Advice(
-                nxt.action,
-                nxt.scope,
-                nxt.escalation,
-                nxt.detail,
-                nxt.provenance,
-                nxt.reference,
-                nxt.escalation_scope,
-            )
+            return _of_guide(nxt)
         return Advice(
             found.escalation,
             found.escalation_scope or found.scope,
@@ -378,3 +362,16 @@ def recovery_action(name: str) -> str:
 def worst(actions: list[str]) -> str:
     """The most disruptive of ``actions``; ``none`` for none."""
     return max(actions, key=RANK.__getitem__, default=NONE)
+
+
+def _of_guide(row: afids.Guide) -> Advice:
+    """The advice of a row of the AFID table (its condition is in the reference)."""
+    return Advice(
+        row.action,
+        row.scope,
+        row.escalation,
+        row.detail,
+        row.provenance,
+        row.reference,
+        row.escalation_scope,
+    )

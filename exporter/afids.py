@@ -38,7 +38,7 @@ carries); the record's is used only where the table names none (31-34, 16999, un
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from exporter.catalog.vocabulary import AFID_CLASSIFIED, AFID_TABLE_SEVERITIES
 
@@ -451,16 +451,8 @@ def guide(afid: str | int) -> Guide | None:
         return None
     found = _GUIDES.get(info.analog or info.afid)
     if found is not None and info.analog:
-        return Guide(
-            found.action,
-            found.scope,
-            found.escalation,
-            found.escalation_scope,
-            found.detail,
-            found.provenance,
-            f"{MI450_SOURCE}; as MI300 AFID {info.analog}: {found.reference}",
-            found.condition,
-        )
+        reference = f"{MI450_SOURCE}; as MI300 AFID {info.analog}: {found.reference}"
+        return replace(found, reference=reference)
     if found is not None:
         return found
     return _rule(info)
