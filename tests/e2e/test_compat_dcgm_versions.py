@@ -1,7 +1,7 @@
-"""dcgm-exporter 4.8 and 4.10 at once, and a users' collectors CSV, on a real Prometheus.
+"""dcgm-exporter 4.8 and 4.10 at once, 4.9 alone, and a users' collectors CSV, on Prometheus.
 
 No upstream 4.9.0/4.10.0 dashboard or CSV could be had (the stored NVIDIA/dcgm-exporter
-snapshot ends at 4.5.3-4.8.2): the 4.10 side is replayed from its name/unit table
+snapshot ends at 4.5.3-4.8.2): the 4.9 and 4.10 sides are replayed from their name/unit tables
 (exporter/outputs/compat/dcgm_versions.py, sources named there and in
 tests/fixtures/compat/README.md). The 4.8 dashboard (the upstream fixture) is run
 unchanged next to it: a fleet mid-upgrade keeps answering both.
@@ -69,6 +69,7 @@ def test_4_8_and_4_10_at_once_on_prometheus(
     assert value(got, "DCGM_FI_PROF_TENSOR_UTIL_RATIO", **new) == GPM[5] / 100
     xid = {**new, "err_code": "0", "err_msg": "No Error"}
     assert value(got, "DCGM_FI_DEV_XID_ERROR", **xid) == 0  # before any XID: no blank panel
+    _base_units(nv, got, new)
     labels = dict(next(k for k in got if k[0] == "DCGM_FI_DEV_GPU_TEMP_CELSIUS")[1])
     assert labels["DCGM_FI_SYSTEM_DRIVER_VERSION"] == driver
     assert "DCGM_FI_DRIVER_VERSION" not in labels
@@ -97,6 +98,75 @@ def test_4_8_and_4_10_at_once_on_prometheus(
             _answered(prom, f'{name}{{gpu="0"}}', "4.10 table")
         found = prom.query('DCGM_FI_DEV_GPU_UTIL_RATIO{gpu="0"}')
         assert float(found[0]["value"][1]) == dev.util_gpu / 100
+        _base_units_on(prom, nv)
+    finally:
+        prom.stop()
+
+
+def _base_units(nv: Any, got: dict[Any, float], labels: dict[str, str]) -> None:
+    """The clocks in Hz and the energy in J (DCGM's base-unit fields 1603, 1604, 1611)."""
+    dev = nv.device(0)
+    assert value(got, "DCGM_FI_DEV_SM_CLOCK_HERTZ", **labels) == dev.clock_mhz[1] * 1_000_000
+    assert value(got, "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", **labels) == dev.clock_mhz[2] * 1_000_000
+    # prometheus_client's parser names a counter's sample <name>_total; Prometheus does not.
+    joules = value(got, "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL_total", **labels)
+    assert joules is not None
+    assert dev.energy_mj - 100 * dev.energy_step_mj <= joules * 1000 <= dev.energy_mj  # J
+
+
+def _base_units_on(prom: Prometheus, nv: Any) -> None:
+    """The same three answered on Prometheus, as a dashboard moved to them would ask."""
+    dev = nv.device(0)
+    for name, mhz in (
+        ("DCGM_FI_DEV_SM_CLOCK_HERTZ", dev.clock_mhz[1]),
+        ("DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", dev.clock_mhz[2]),
+    ):
+        found = prom.query(f'{name}{{gpu="0"}}')
+        assert [float(f["value"][1]) for f in found] == [mhz * 1_000_000], name
+    _answered(prom, 'rate(DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL{gpu="0"}[30s])', "energy in J")
+
+
+@pytest.mark.timeout(180)
+def test_4_9_alone_on_prometheus(daemon_factory: Any, fake_nvml: Any, tmp_path: Path) -> None:
+    nv = fake_nvml(2)
+    nv.set_gpm(0, GPM)
+    d = _daemon(daemon_factory, nv, {"compat": ["dcgm@4.9"]})
+    wait_series(d, "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", GPM[1] / 100, gpu="0")
+    text = d.metrics()
+    got = samples(text)
+    dev = nv.device(0)
+    new = {"gpu": "0", "UUID": nv.uuid(0), "Hostname": HOST}
+    # 4.9's units and label; its PCIe bytes keep the 4.8 name (renamed in 4.10).
+    assert value(got, "DCGM_FI_DEV_GPU_UTIL_RATIO", **new) == dev.util_gpu / 100
+    assert value(got, "DCGM_FI_DEV_FB_CAPACITY_BYTES", **new) == dev.memory_total
+    assert value(got, "DCGM_FI_PROF_PCIE_TX_BYTES", **new) == GPM[20] * MIB
+    _base_units(nv, got, new)
+    names = {n for n, _ in got if n.startswith("DCGM_")}
+    assert "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND" not in names
+    # No 4.8 name is served, the unsourced six included.
+    assert not names & {
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_SM_CLOCK",
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+    }
+    labels = dict(next(k for k in got if k[0] == "DCGM_FI_DEV_GPU_TEMP_CELSIUS")[1])
+    assert labels["DCGM_FI_SYSTEM_DRIVER_VERSION"] == nv.state.driver_version.decode()
+    info = {dict(k)["version"] for (n, k), _ in got.items() if n == "accel_compat_info"}
+    assert info == {"4.9"}
+    check_compat_metrics(text)
+    host, port = d.address
+    prom = Prometheus(tmp_path, f"{host}:{port}").start()
+    try:
+        wait_until(
+            lambda: len(prom.query("count_over_time(DCGM_FI_DEV_GPU_TEMP_CELSIUS[30s]) > 2")) == 2,
+            "several scrapes of every GPU",
+        )
+        for name in served_units("4.9"):
+            if name in ("DCGM_FI_DEV_MEMORY_TEMP_CELSIUS",):
+                continue  # the fake GPU has no memory sensor (as in DCGM)
+            _answered(prom, f'{name}{{gpu="0"}}', "4.9 table")
+        _base_units_on(prom, nv)
     finally:
         prom.stop()
 

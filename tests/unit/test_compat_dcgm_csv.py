@@ -154,3 +154,19 @@ def test_unservable_rows_are_named_once_with_their_reason():
         ("DCGM_FI_DEV_GPU_UTIL", "type histogram: a DCGM field is one value per device"),
         ("NOT_A_FIELD", "not a DCGM field"),
     )
+
+
+def test_base_unit_names_in_a_custom_csv():
+    # DCGM's base-unit field ids (go-dcgm 1603, 1611) listed by a site: served in Hz and J.
+    text = (
+        "DCGM_FI_DEV_SM_CLOCK_HERTZ, gauge, SM clock (in Hz).\n"
+        "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL, counter, Energy (in J).\n"
+    )
+    selection = select(parse(text, "c.csv"))
+    assert selection.unserved == () and selection.notes == ()
+    out = render(_store(), Compat(("dcgm@4.10",), "node-1", dcgm_fields=selection))
+    got = samples(out)
+    assert [v for (n, _), v in got.items() if n == "DCGM_FI_DEV_SM_CLOCK_HERTZ"] == [1.755e9]
+    energy = [x for x in out.splitlines() if x.startswith("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL{")]
+    assert [float(x.rsplit(" ", 1)[1]) for x in energy] == [12.5]
+    assert "# HELP DCGM_FI_DEV_SM_CLOCK_HERTZ SM clock (in Hz)." in out

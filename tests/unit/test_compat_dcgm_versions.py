@@ -10,7 +10,8 @@ from exporter.config import load_config
 from exporter.errors import ConfigError
 from exporter.model import Reading
 from exporter.outputs.compat import Compat, from_config
-from exporter.outputs.compat.dcgm_table import unit_conflicts
+from exporter.outputs.compat.dcgm_table import served_units, unit_conflicts
+from exporter.outputs.compat.dcgm_versions import VERSIONS
 from exporter.outputs.prometheus_setup import compat_readings
 from exporter.store import Store
 from tests.helpers.daemon import samples, value
@@ -45,7 +46,47 @@ def test_4_9_names_units_and_driver_label():
     assert not names & {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_XID_ERRORS"}
     assert all("DCGM_FI_DRIVER_VERSION" not in dict(k) for n, k in got if n.startswith("DCGM"))
     # A unit-changing field whose 4.7 name we could not source is not served at all.
-    assert "DCGM_FI_DEV_SM_CLOCK" not in names and "DCGM_FI_DEV_FB_USED" not in names
+    assert not names & {"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_MEM_COPY_UTIL"}
+
+
+def _raw(text: str, name: str) -> list[float]:
+    # The exposition's own values: prometheus_client's parser would rename a counter
+    # sample that ends in upper-case _TOTAL to ..._TOTAL_total, Prometheus does not.
+    return [float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(name + "{")]
+
+
+def test_4_9_and_4_10_clocks_in_hz_and_energy_in_j():
+    mem = Reading("accel_clock_hertz", ("0", NV, "memory"), 2.619e9)
+    labels = {**BASE, "DCGM_FI_SYSTEM_DRIVER_VERSION": "580.1"}
+    for entry in ("dcgm@4.9", "dcgm@4.10"):
+        text = render(_store((mem,)), Compat((entry,), "node-1"))
+        got = samples(text)
+        # New base-unit field ids (go-dcgm 1603, 1604, 1611): our values unscaled.
+        assert value(got, "DCGM_FI_DEV_SM_CLOCK_HERTZ", **labels) == 1.755e9
+        assert value(got, "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", **labels) == 2.619e9
+        assert _raw(text, "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL") == [12.5]
+        assert "# TYPE DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL counter" in text
+        assert "# TYPE DCGM_FI_DEV_SM_CLOCK_HERTZ gauge" in text
+        for old in ("SM_CLOCK", "MEM_CLOCK", "TOTAL_ENERGY_CONSUMPTION"):
+            assert _raw(text, f"DCGM_FI_DEV_{old}") == []
+    # Next to 4.8 each is served in its own unit, under its own name.
+    text = render(_store((mem,)), Compat(("dcgm@4.8", "dcgm@4.10"), "node-1"))
+    assert _raw(text, "DCGM_FI_DEV_SM_CLOCK") == [1755]  # MHz
+    assert _raw(text, "DCGM_FI_DEV_MEM_CLOCK") == [2619]
+    assert _raw(text, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION") == [12500]  # mJ
+    assert _raw(text, "DCGM_FI_DEV_SM_CLOCK_HERTZ") == [1.755e9]
+    assert _raw(text, "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL") == [12.5]
+
+
+def test_the_six_unsourced_fields_stay_out_with_their_reason():
+    for version in ("4.9", "4.10"):
+        dropped = VERSIONS[version].dropped
+        assert sorted(dropped) == sorted(
+            f"DCGM_FI_DEV_{n}"
+            for n in ("MEM_COPY_UTIL", "ENC_UTIL", "DEC_UTIL", "FB_FREE", "FB_USED", "FB_RESERVED")
+        )
+        assert all("go-dcgm" in why for why in dropped.values())
+        assert not served_units(version).keys() & dropped.keys()
 
 
 def test_4_10_renames_pcie_bytes():

@@ -13,10 +13,17 @@ NVIDIA/dcgm-exporter ends at 4.5.3-4.8.2):
   block "Deprecated: renamed per DCGM Field Naming Standard" (old -> new, same field id);
 - units, driver label, FB_CAPACITY_BYTES: dcgm-exporter 4.9.0 release notes
   (newreleases.io/project/github/NVIDIA/dcgm-exporter/release/4.9.0);
-- PCIe renames: github.com/NVIDIA/dcgm-exporter/releases/tag/4.10.0.
-A legacy field whose DCGM 4.7 name none of these gives (the unit-changing clock,
-energy, copy/encoder/decoder utilization and framebuffer fields) is left out of
-4.9 and 4.10, with that reason, rather than served under a guessed name.
+- PCIe renames: github.com/NVIDIA/dcgm-exporter/releases/tag/4.10.0;
+- clocks in Hz and energy in J: NVIDIA/go-dcgm (the DCGM bindings dcgm-exporter
+  builds on) pkg/dcgm/dcgm_fields.h at b7fa31542404a9090ad0d1aabbbe592afbe234cb
+  (tag v1.4611.0), block "Base unit field IDs (1600-1799)": new field ids in base
+  units next to the legacy ones (not aliases), each legacy one marked "Deprecated:
+  Use ... instead" in pkg/dcgm/const_fields.go and paired with it in
+  pkg/dcgm/base_unit_fields_test.go at the same commit.
+A legacy field whose DCGM 4.7 name none of these gives (the unit-changing
+copy/encoder/decoder utilization and framebuffer fields: that block has no ratio or
+byte field for them) is left out of 4.9 and 4.10, with that reason, rather than
+served under a guessed name.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ DCGM_H = "NVIDIA/DCGM dcgmlib/dcgm_fields.h @72fa3fea (deprecated-name block)"
 NOTES_49 = "dcgm-exporter 4.9.0 release notes"
 NOTES_410 = "dcgm-exporter 4.10.0 release notes"
 CSV_48 = "dcgm-exporter etc/default-counters.csv @4.5.3-4.8.2"
+GO_DCGM = "NVIDIA/go-dcgm pkg/dcgm/dcgm_fields.h @b7fa3154 (v1.4611.0, base-unit field ids)"
 
 
 @dataclass(frozen=True)
@@ -58,10 +66,24 @@ class Version:
 
 _NO_NAME = (
     "dcgm-exporter 4.9.0 renamed it to its DCGM 4.7 name with a new unit; neither the"
-    " release notes nor the dcgm_fields.h we could read give that name, so it is not"
-    " served under a guessed one (serve it with compat: [dcgm@4.8])"
+    " release notes nor the dcgm_fields.h we could read (NVIDIA/DCGM @72fa3fea, NVIDIA/go-dcgm"
+    " @b7fa3154 with its base-unit field ids) give that name, so it is not served under a"
+    " guessed one (serve it with compat: [dcgm@4.8])"
 )
 _49 = {
+    # New field ids in base units (go-dcgm 1603, 1604, 1611; legacy 100, 101, 156).
+    "DCGM_FI_DEV_SM_CLOCK": Rename(
+        "DCGM_FI_DEV_SM_CLOCK_HERTZ", f"{GO_DCGM}; unit: {NOTES_49}", "Hz",
+        "SM clock frequency (in Hz).", float,
+    ),
+    "DCGM_FI_DEV_MEM_CLOCK": Rename(
+        "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", f"{GO_DCGM}; unit: {NOTES_49}", "Hz",
+        "Memory clock frequency (in Hz).", float,
+    ),
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": Rename(
+        "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", f"{GO_DCGM}; unit: {NOTES_49}", "J",
+        "Total energy consumption since the driver was last reloaded (in J).", float,
+    ),
     "DCGM_FI_DEV_MEMORY_TEMP": Rename("DCGM_FI_DEV_MEMORY_TEMP_CELSIUS", DCGM_H),
     "DCGM_FI_DEV_GPU_TEMP": Rename("DCGM_FI_DEV_GPU_TEMP_CELSIUS", DCGM_H),
     "DCGM_FI_DEV_POWER_USAGE": Rename("DCGM_FI_DEV_BOARD_POWER_WATTS", DCGM_H),
@@ -84,9 +106,6 @@ _49 = {
 }  # fmt: skip
 _49_DROPPED = dict.fromkeys(
     (
-        "DCGM_FI_DEV_SM_CLOCK",
-        "DCGM_FI_DEV_MEM_CLOCK",
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
         "DCGM_FI_DEV_MEM_COPY_UTIL",
         "DCGM_FI_DEV_ENC_UTIL",
         "DCGM_FI_DEV_DEC_UTIL",
@@ -105,12 +124,13 @@ _410 = {
 VERSIONS: dict[str, Version] = {
     "4.8": Version("4.8", "DCGM_FI_DRIVER_VERSION", CSV_48),
     "4.9": Version(
-        "4.9", "DCGM_FI_SYSTEM_DRIVER_VERSION", f"{NOTES_49}; {DCGM_H}", _49, _49_DROPPED,
-        ("DCGM_FI_DEV_FB_CAPACITY_BYTES",),
+        "4.9", "DCGM_FI_SYSTEM_DRIVER_VERSION", f"{NOTES_49}; {DCGM_H}; {GO_DCGM}", _49,
+        _49_DROPPED, ("DCGM_FI_DEV_FB_CAPACITY_BYTES",),
     ),
     "4.10": Version(
-        "4.10", "DCGM_FI_SYSTEM_DRIVER_VERSION", f"{NOTES_410}; {NOTES_49}; {DCGM_H}", _410,
-        _49_DROPPED, ("DCGM_FI_DEV_FB_CAPACITY_BYTES",),
+        "4.10", "DCGM_FI_SYSTEM_DRIVER_VERSION",
+        f"{NOTES_410}; {NOTES_49}; {DCGM_H}; {GO_DCGM}", _410, _49_DROPPED,
+        ("DCGM_FI_DEV_FB_CAPACITY_BYTES",),
     ),
 }  # fmt: skip
 DEFAULT = "4.8"
