@@ -175,6 +175,16 @@ def _sum_series(text: str) -> float:
     return total
 
 
+def _eight_gpus(work: Path) -> tuple[FakeNvml, dict[str, Any], dict[str, str]]:
+    """The 8-GPU fake NVML (GPM fields set), its source config and its environment."""
+    lib = nvml_build(work / "nvml")
+    nv = FakeNvml.create(lib, work / "nvml-state.bin", 8)
+    for gpu in range(8):
+        nv.set_gpm(gpu, {m: 10.0 + gpu + m % 50 for m in GPM_KNOWN})
+    nvml = {"sources": {**QUIET, "amdsmi": {"enabled": False}, "nvml": {"interval": "1s"}}}
+    return nv, nvml, nv.env()
+
+
 def profiles(lists: list[str]) -> int:
     """Print samples, self-count and scrape/render time per profile and compat list."""
     from exporter import log
@@ -183,12 +193,7 @@ def profiles(lists: list[str]) -> int:
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-compat-") as tmp:
         work = Path(tmp)
-        lib = nvml_build(work / "nvml")
-        nv = FakeNvml.create(lib, work / "nvml-state.bin", 8)
-        for gpu in range(8):
-            nv.set_gpm(gpu, {m: 10.0 + gpu + m % 50 for m in GPM_KNOWN})
-        nvml = {"sources": {**QUIET, "amdsmi": {"enabled": False}, "nvml": {"interval": "1s"}}}
-        env = nv.env()
+        nv, nvml, env = _eight_gpus(work)
         for profile in PROFILES:
             for listed in lists:
                 compat = [] if listed == "off" else listed.split(",")
@@ -226,12 +231,7 @@ def main() -> int:
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-compat-") as tmp:
         work = Path(tmp)
-        lib = nvml_build(work / "nvml")
-        nv = FakeNvml.create(lib, work / "nvml-state.bin", 8)
-        for gpu in range(8):
-            nv.set_gpm(gpu, {m: 10.0 + gpu + m % 50 for m in GPM_KNOWN})
-        nvml = {"sources": {**QUIET, "amdsmi": {"enabled": False}, "nvml": {"interval": "1s"}}}
-        env = nv.env()
+        nv, nvml, env = _eight_gpus(work)
         base = _body(work, nvml, env)
         dcgm = _body(work, {**nvml, "outputs": {"prometheus": {"compat": ["dcgm"]}}}, env)
         stamped = _body(work, {**nvml, "outputs": {"prometheus": {"workload_labels": True}}}, env)
