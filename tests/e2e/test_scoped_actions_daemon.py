@@ -206,6 +206,17 @@ def lost(d: Daemon) -> dict[str, Any]:
     return next((x for x in devices if x["device"] == "5"), {})
 
 
+def three_passes_with_gpu5_down(d: Daemon) -> None:
+    """Wait until the restarted daemon judged GPU 5 down again and wrote three passes since."""
+    d.wait_for(lambda: lost(d)["recommended_action"] == "reset_device", 30, what="GPU 5")
+    passes = d.status()["outputs"]["kubernetes"]["reconciles"]
+    d.wait_for(
+        lambda: d.status()["outputs"]["kubernetes"]["reconciles"] >= passes + 3,
+        30,
+        what="three passes with GPU 5 still down",
+    )
+
+
 def test_a_reset_in_a_hive_that_is_the_whole_pool_gets_one_rule(rig: Rig) -> None:
     """GPU 5 down from the start, its hive all eight: one pool-wide rule, kept over a restart."""
 
@@ -229,13 +240,7 @@ def test_a_reset_in_a_hive_that_is_the_whole_pool_gets_one_rule(rig: Rig) -> Non
 
     def after_restart(d: Daemon, api: FakeApiServer, uuids: list[str], pci: dict[str, str]) -> None:
         before = held(api)
-        d.wait_for(lambda: lost(d)["recommended_action"] == "reset_device", 30, what="GPU 5")
-        passes = d.status()["outputs"]["kubernetes"]["reconciles"]
-        d.wait_for(
-            lambda: d.status()["outputs"]["kubernetes"]["reconciles"] >= passes + 3,
-            30,
-            what="three passes with GPU 5 still down",
-        )
+        three_passes_with_gpu5_down(d)
         assert held(api) == before  # the same rule: not lifted, not made again
         assert set(tainted(api, pci)) == set(uuids)
 
@@ -300,13 +305,7 @@ def test_a_gpu_lost_while_running_keeps_its_rule_over_a_restart(rig: Rig) -> Non
 
     def after_restart(d: Daemon, api: FakeApiServer, uuids: list[str], pci: dict[str, str]) -> None:
         before = held(api)
-        d.wait_for(lambda: lost(d)["recommended_action"] == "reset_device", 30, what="GPU 5")
-        passes = d.status()["outputs"]["kubernetes"]["reconciles"]
-        d.wait_for(
-            lambda: d.status()["outputs"]["kubernetes"]["reconciles"] >= passes + 3,
-            30,
-            what="three passes with GPU 5 still down",
-        )
+        three_passes_with_gpu5_down(d)
         now = held(api)
         assert {name: now.get(name) for name in before} == before  # none lifted nor remade
         assert set(uuids[4:]) <= set(tainted(api, pci))
