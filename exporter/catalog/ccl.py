@@ -286,6 +286,15 @@ INSPECTOR_ROWS = (
         otel_unit="{restart}",
     ),
     MetricSpec(
+        "accel_ccl_inspector_files_refused_total",
+        Kind.COUNTER,
+        "Inspector file names not read, every poll that finds them: a symbolic link (never "
+        "followed) or not a regular file (a FIFO or device is never waited on).",
+        ("reason",),
+        otel_unit="{file}",
+        values={"reason": ("symlink", "not_regular")},
+    ),
+    MetricSpec(
         "accel_ccl_inspector_skipped_bytes_total",
         Kind.COUNTER,
         "Inspector bytes not parsed: backlog beyond max_read_bytes per poll, or overlong lines.",
