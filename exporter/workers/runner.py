@@ -331,7 +331,16 @@ class WorkerRunner:
         try:
             assert proc.stdin is not None and proc.stdout is not None
             proc.stdin.write(
-                encode({"type": "init", "backend": self.backend, "config": self.child_config()})
+                encode(
+                    {
+                        "type": "init",
+                        "backend": self.backend,
+                        "config": self.child_config(),
+                        # The daemon's level as configured now (a reload changes it for
+                        # the workers started after it), not an environment variable.
+                        "log_level": log.level(),
+                    }
+                )
             )
             await proc.stdin.drain()
             first = await asyncio.wait_for(read_frame(proc.stdout), timeout=self.bootstrap_timeout)
