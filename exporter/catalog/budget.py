@@ -38,7 +38,7 @@ RAS_COMMS = 256
 RAS_COMM_COLLECTIVES = RAS_COMMS * 8
 """A RAS communicator times its collectives (five names, "Any", and a few more in text)."""
 
-RAS_RANK_SERIES = 4096
+RAS_RANK_SERIES = 2048
 """RAS per-rank counters: the local ranks ``rank_series`` selects, times the collectives."""
 
 RAS_RANK_DEVICES = 1024
