@@ -13,8 +13,9 @@ count reported, per family, to the store, which adds it to
 budget therefore puts its most important series first (RAS: the worst
 communicators), and the result is the same for the same snapshot every time.
 
-The check costs one counting pass over the snapshot's family names (C speed); only a
-family with more readings than its budget is looked at label set by label set.
+The check costs nothing for a snapshot smaller than the smallest budget, else one
+counting pass over the snapshot's family names (C speed, about 0.2 us a reading); only
+a family with more readings than its budget is looked at label set by label set.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def enforce(
 
     ``dropped`` counts the label sets past the budget (series, not readings).
     """
+    if not budget or len(readings) <= min(budget.values()):
+        return readings, {}  # fewer readings than the smallest budget: nothing can be over
     over = {
         name: budget[name]
         for name, count in Counter(map(_METRIC, readings)).items()
