@@ -287,7 +287,9 @@ class Store:
             snapshot = dataclasses.replace(snapshot, readings=tuple(kept))
         return snapshot, dropped
 
-    def _note_budget(self, source: str, went: list[str], back: list[str]) -> None:
+    def _note_budget(
+        self, source: str, went: list[str], back: list[str], dropped: Mapping[str, int]
+    ) -> None:
         """Log a family going over its budget, or back within, once (outside the lock)."""
         logger = log.get(source=source)
         for family in went:
@@ -295,6 +297,7 @@ class Store:
                 "series over budget, dropped",
                 family=family,
                 max_series=self._budget.get(family, 0),
+                dropped=dropped.get(family, 0),
             )
         for family in back:
             logger.info("series within budget again", family=family)
@@ -317,7 +320,7 @@ class Store:
             if restarts is not None:
                 record.count_restarts(restarts)
             self._bump()
-        self._note_budget(snapshot.source, went, back)
+        self._note_budget(snapshot.source, went, back, dropped)
 
     def pending(self, snapshot: Snapshot, *, restarts: int | None = None) -> None:
         """A poll that had no result yet (a worker starting): counted nowhere.
@@ -341,7 +344,7 @@ class Store:
             if restarts is not None:
                 record.count_restarts(restarts)
             self._bump()
-        self._note_budget(snapshot.source, went, back)
+        self._note_budget(snapshot.source, went, back, dropped)
 
     def record(self, snapshot: Snapshot, *, restarts: int | None = None) -> None:
         """Record a poll's snapshot by its outcome: a result, pending, or unavailable."""
@@ -388,7 +391,7 @@ class Store:
             if restarts is not None:
                 record.count_restarts(restarts)
             self._bump()
-        self._note_budget(source, went, back)
+        self._note_budget(source, went, back, dropped)
 
     def publish(self, name: str, readings: Sequence[Reading]) -> None:
         """Set readings that belong to the daemon itself (no staleness, no source health).
@@ -401,7 +404,7 @@ class Store:
             record = self._internal_drops.setdefault(name, SourceRecord(name))
             went, back = record.count_dropped(dropped)
             self._bump()
-        self._note_budget(name, went, back)
+        self._note_budget(name, went, back, dropped)
 
     def records(self) -> list[SourceRecordView]:
         """Copies of every source record, for /status and checks."""
