@@ -38,7 +38,20 @@ from exporter.backends.base import (
     InventoryChanged,
     unique_uuids,
 )
-from exporter.backends.contract import Codes, DeviceGone, Emitter, Failing, count, poll_devices
+from exporter.backends.contract import (
+    MAX_CELSIUS,
+    MAX_MHZ,
+    MHZ,
+    NOT_AVAILABLE,
+    U32_MAX,
+    U64_MAX,
+    Codes,
+    DeviceGone,
+    Emitter,
+    Failing,
+    count,
+    poll_devices,
+)
 from exporter.backends.counters import Energy
 from exporter.backends.wire import Rows, put
 
@@ -70,13 +83,8 @@ CODES: Codes[int] = Codes(
     unknown="hlml_return_{}",
 )
 MIN_BINDING = (1, 24)
-U32_NA = 0xFFFFFFFF
-U64_NA = 0xFFFFFFFFFFFFFFFF
 # HLML's "not available": all ones at 32 or 64 bits, -1 where pyhlml reads them signed.
-SENTINELS: frozenset[float] = frozenset({U32_NA, U64_NA, -1})
-MHZ = 1_000_000
-MAX_CELSIUS = 250
-MAX_MHZ = 100_000
+U32_NA, U64_NA, SENTINELS = U32_MAX, U64_MAX, NOT_AVAILABLE
 NANO = 1_000_000_000
 # hlml_temperature_sensors_t -> sensor label (the chip's own is "gpu", as on other vendors).
 SENSORS = (
@@ -345,7 +353,7 @@ class HlmlBackend:
         self._temperatures(aip, pos, rows)
         soc = call(aip, "hlmlDeviceGetClockInfo", 0)
         if soc and soc <= MAX_MHZ:
-            rows["accel_clock_hertz"] += (pos, "soc", soc * 1_000_000)
+            rows["accel_clock_hertz"] += (pos, "soc", soc * MHZ)
         reasons = call(aip, "hlmlDeviceGetCurrentClocksThrottleReasons")
         if reasons is not None and reasons != U64_NA:
             target = rows["accel_clock_throttle_active"]

@@ -19,7 +19,6 @@ saying so; DEVICE_LOST takes the device down with reason ``gpu_lost``.
 from __future__ import annotations
 
 import ctypes
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,14 +33,23 @@ from exporter.backends.base import (
     InventoryChanged,
     unique_uuids,
 )
-from exporter.backends.contract import Codes, DeviceGone, Failing, count, poll_devices
+from exporter.backends.contract import (
+    MAX_CELSIUS,
+    MAX_MHZ,
+    MHZ,
+    Codes,
+    DeviceGone,
+    Failing,
+    count,
+    poll_devices,
+    within,
+)
 from exporter.backends.counters import Delta, Energy
 from exporter.backends.wire import Rows, put
 
 SOURCE = "levelzero"
 ZE_DEVICE_TYPE_GPU = 1
 ZES_MEM_LOC_DEVICE = 1
-MHZ = 1_000_000
 
 # Results that say "this reading does not exist here" rather than a fault.
 ABSENT = frozenset(
@@ -122,9 +130,6 @@ RAS_FAMILIES = (
 RESET_REASONS = ((1, "wedged"), (2, "repair"))
 # zes_fabric_port_status_t: HEALTHY 1 and DEGRADED 2 carry traffic.
 PORT_UP = frozenset({1, 2})
-# Readings above these are garbage, not measurements.
-MAX_CELSIUS = 250.0
-MAX_MHZ = 100_000.0
 
 
 # The pyzes functions each reading calls: a loader older than pyzes may lack some, and
@@ -154,11 +159,6 @@ def text(raw: bytes) -> str:
     value = raw.decode("utf-8", "replace")
     value = "".join(ch for ch in value if ch.isprintable()).strip()
     return "" if value.lower() == "unknown" else value
-
-
-def _finite(value: float, low: float, high: float) -> bool:
-    """False for the spec's -1 "unknown", NaN and values outside the range."""
-    return math.isfinite(value) and low <= value <= high
 
 
 @dataclass
@@ -401,7 +401,7 @@ class LevelZeroBackend:
                 p.type in CLOCKS
             ):
                 c.kind, c.label = p.type, CLOCKS[p.type]
-                c.size = int(p.max * MHZ) if _finite(p.max, 1.0, MAX_MHZ) else 0
+                c.size = int(p.max * MHZ) if within(p.max, 1.0, MAX_MHZ) else 0
                 gpu.clocks.append(c)
         for c in self._enum(
             gpu, "temperature", ze.zesDeviceEnumTemperatureSensors, ze.zes_temp_handle_t

@@ -17,7 +17,7 @@ from exporter.backends import nvml_domains, nvml_gpm, nvml_reliability
 from exporter.backends import nvml_support as nv
 from exporter.backends.base import InventoryChanged
 from exporter.backends.binding import Binding
-from exporter.backends.contract import DeviceGone, Emitter
+from exporter.backends.contract import DeviceGone, Emitter, not_available
 from exporter.backends.nvml_gpu import FieldPlan, Gpu, MigDevice
 
 # Returned by DeviceReader._newer: read this GPU with the older entry point.
@@ -297,7 +297,7 @@ class DeviceReader:
         )
         if reasons is OLDER:
             reasons = gpu.call(n.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
-        if reasons is None or nv.is_sentinel(reasons):
+        if reasons is None or not_available(reasons):
             return
         plan = gpu.plans.get("throttle")
         if plan is None:
@@ -509,7 +509,7 @@ class DeviceReader:
             _fid, _scope, code, number = nv.field_entries(values)[0]
             if code:
                 gpu.status("field 91", code)
-            elif not nv.is_sentinel(number):
+            elif not not_available(number):
                 count = int(number)
         active = []
         for link in range(min(count, 64)):
