@@ -47,7 +47,7 @@ from exporter.backends.base import (
     InventoryChanged,
     unique_uuids,
 )
-from exporter.backends.contract import DeviceGone, Failing, count, poll_devices
+from exporter.backends.contract import DeviceGone, Failing, count, expect_poll, poll_devices
 from exporter.backends.wire import Rows, merge
 from exporter.catalog.vocabulary import AMD_HEALTH_EVENTS
 
@@ -372,8 +372,7 @@ class AmdSmiBackend:
 
     def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """Answer ``poll``."""
-        if op != "poll":
-            raise BackendError("unknown_op", f"the amdsmi backend has no operation {op!r}")
+        expect_poll(op, SOURCE)
         slow = bool(args.get("slow"))
         processes = bool(args.get("processes"))
         ledgers = self._ledgers(args.get("ledger"))

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from exporter.backend_api import crumb
+from exporter.backends.base import BackendError
 from exporter.backends.wire import Rows, drop, new_rows
 
 K = TypeVar("K", bound=Hashable)
@@ -203,6 +204,24 @@ class Emitter:
         """Add a percent as a 0..1 ratio (sentinels and out-of-range values are dropped)."""
         if percent is not None and 0 <= percent <= 100:  # all-ones and nan fail this too
             self.add(metric, percent / 100, *extra)
+
+
+def expect_poll(op: str, source: str) -> None:
+    """A device backend answers ``poll`` only: BackendError ``unknown_op`` for anything else."""
+    if op != "poll":
+        raise BackendError("unknown_op", f"the {source} backend has no operation {op!r}")
+
+
+def not_identified(reason: str, again: Callable[[], None] | None = None) -> None:
+    """DeviceGone for a device the worker could not identify when it started (``reason``).
+
+    It is listed under a placeholder uuid with no components, so it is only ever
+    reported down; ``again`` (on a slow poll) asks it once more and raises
+    InventoryChanged when it answers now, so a new worker enumerates it properly.
+    """
+    if again is not None:
+        again()
+    raise DeviceGone(reason, "not identified when the worker started")
 
 
 class Polled(Protocol):

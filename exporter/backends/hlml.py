@@ -46,10 +46,11 @@ from exporter.backends.contract import (
     U32_MAX,
     U64_MAX,
     Codes,
-    DeviceGone,
     Emitter,
     Failing,
     count,
+    expect_poll,
+    not_identified,
     poll_devices,
 )
 from exporter.backends.counters import Energy
@@ -281,16 +282,15 @@ class HlmlBackend:
 
     def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """Answer ``poll``; anything else is an error."""
-        if op != "poll":
-            raise BackendError("unknown_op", f"the hlml backend has no operation {op!r}")
+        expect_poll(op, SOURCE)
         return poll_devices(self.aips, bool(args.get("slow")), self._poll_aip, self._log, SOURCE)
 
     def _poll_aip(self, aip: Aip, position: int, rows: Rows, slow: Rows | None) -> None:
         """Read one device into the reply's rows; DeviceGone when it is down."""
         if aip.unidentified:
-            if slow is not None:
-                self._identify_again(aip)
-            raise DeviceGone(aip.unidentified, "not identified when the worker started")
+            not_identified(
+                aip.unidentified, None if slow is None else lambda: self._identify_again(aip)
+            )
         if slow is not None:
             aip.sensors = list(SENSORS)  # ask the unsupported ones again
         self._fast(aip, position, rows)

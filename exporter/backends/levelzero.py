@@ -41,6 +41,8 @@ from exporter.backends.contract import (
     MHZ,
     DeviceGone,
     Failing,
+    expect_poll,
+    not_identified,
     poll_devices,
     within,
 )
@@ -295,16 +297,15 @@ class LevelZeroBackend(Readings):
 
     def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """Answer ``poll``; anything else is an error."""
-        if op != "poll":
-            raise BackendError("unknown_op", f"the levelzero backend has no operation {op!r}")
+        expect_poll(op, SOURCE)
         return poll_devices(self.gpus, bool(args.get("slow")), self._poll_gpu, self._log, SOURCE)
 
     def _poll_gpu(self, gpu: Gpu, position: int, rows: Rows, slow: Rows | None) -> None:
         """Read one GPU into the reply's rows; DeviceGone when it is down."""
         if gpu.unidentified:
-            if slow is not None:
-                self._identify_again(gpu)
-            raise DeviceGone(gpu.unidentified, "not identified when the worker started")
+            not_identified(
+                gpu.unidentified, None if slow is None else lambda: self._identify_again(gpu)
+            )
         self._fast(gpu, position, rows)
         if slow is not None:
             self._slow(gpu, position, slow)

@@ -35,8 +35,8 @@ from typing import Any
 
 from exporter import log
 from exporter.backend_api import crumb
-from exporter.backends.base import BackendError, BackendUnavailable
-from exporter.backends.contract import DeviceGone, count, poll_devices
+from exporter.backends.base import BackendUnavailable
+from exporter.backends.contract import DeviceGone, count, expect_poll, poll_devices
 from exporter.backends.tpu_chips import Chip, present, scan
 from exporter.backends.tpu_distributions import MAX_POINTS, fold, label_of
 from exporter.backends.tpu_metrics import BadMetric, device_values
@@ -202,8 +202,7 @@ class TpuBackend:
 
     def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """Answer ``poll``."""
-        if op != "poll":
-            raise BackendError("unknown_op", f"the tpu backend has no operation {op!r}")
+        expect_poll(op, SOURCE)
         crumb.clear()  # the calls below concern addresses, not one chip
         pending = {
             (address, name): self._calls[address].future(
