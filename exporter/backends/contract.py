@@ -19,8 +19,8 @@ The "not available" encodings and plausibility bounds are said here once for
 every backend, including the hot paths that append to rows directly: all ones
 at each C width (:data:`U16_MAX`, :data:`U32_MAX`, :data:`U64_MAX`; with -1,
 :data:`NOT_AVAILABLE`), :func:`not_available`, :func:`number` for a value of
-unknown type, :func:`within` and the ceilings :data:`MAX_CELSIUS` and
-:data:`MAX_MHZ`.
+unknown type, :func:`within` and the ceilings :data:`MAX_CELSIUS`, :data:`MAX_MHZ` and
+:data:`MAX_WATTS`.
 
 A ``read`` step raises :class:`DeviceGone` when the device is gone or answered
 nothing; the loop then keeps none of that device's rows, says so in the reply's
@@ -54,6 +54,8 @@ NOT_AVAILABLE: frozenset[float] = frozenset({U32_MAX, U64_MAX, -1})
 # Readings above these are garbage, not measurements, on any accelerator.
 MAX_CELSIUS = 250
 MAX_MHZ = 100_000
+# No accelerator card draws this much; a faster energy increase is a counter fault.
+MAX_WATTS = 5000.0
 # An exact scale is an int, so integral values stay ints (cheaper for JSON both ways).
 MHZ = 1_000_000
 
