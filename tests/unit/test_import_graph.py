@@ -68,7 +68,7 @@ def test_a_layer_imports_none_of_the_layers_it_must_not(package: str) -> None:
         "from exporter import backends",
         "import exporter.backends.nvml",
         "from ..backends import base",
-        "if TYPE_CHECKING:\n    from exporter.backends.wire import Rows",
+        "if TYPE_CHECKING:\n    from exporter.backends.contract import Emitter",
         "def f():\n    import exporter.backends.amdsmi",
     ],
 )
