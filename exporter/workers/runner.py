@@ -20,16 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter import child_output, log
+from exporter import log
 from exporter.backend_api.crumb import ISOLATION_KEY
-from exporter.backoff import restart_delay
 from exporter.errors import (
     UNAVAILABLE_REPROBE_SECONDS,
     SourcePending,
@@ -42,13 +40,18 @@ from exporter.workers.isolation import DUMP_WAIT_SECONDS, DeviceFault, Fault, Is
 from exporter.workers.probes import Prober
 from exporter.workers.protocol import ProtocolError, encode, read_frame
 from exporter.workers.stuck import StuckProcesses
+from exporter.workers.supervisor import (
+    REAP_WAIT_SECONDS,
+    Backoff,
+    Relay,
+    close_transport,
+    end,
+    signal_group,
+    spawn,
+)
 
 STDERR_LINES_PER_LIFE = 200
 STOP_GRACE_SECONDS = 1.0
-# How long a SIGKILLed worker gets to be reaped before it counts as stuck (an
-# ordinary process dies in milliseconds; one in a driver's uninterruptible sleep
-# does not die at all until the call returns).
-REAP_WAIT_SECONDS = 0.3
 # What naming and killing a stuck worker may take after its deadline (the dump
 # wait and the reap wait): callers leave this much of their own deadline.
 FAULT_BUDGET_SECONDS = DUMP_WAIT_SECONDS + REAP_WAIT_SECONDS
@@ -65,17 +68,6 @@ class WorkerState:
     last_detail: str = ""
     next_start: float | None = None
     inventory: dict[str, Any] = field(default_factory=dict)
-
-
-def _close_transport(proc: asyncio.subprocess.Process) -> None:
-    """Close the pipes now, on the loop that owns them.
-
-    Left to the garbage collector, an asyncio subprocess transport closes
-    itself in ``__del__``, possibly after its loop has closed, which raises.
-    """
-    transport = getattr(proc, "_transport", None)
-    if transport is not None:
-        transport.close()
 
 
 class WorkerRunner:
@@ -101,7 +93,8 @@ class WorkerRunner:
         self.env = dict(env) if env is not None else None
         self.python = python
         self.state = WorkerState()
-        self._log = log.get(source=name).bind(**(log_context or {}))
+        self._log_context = {"source": name, **(log_context or {})}
+        self._log = log.get(**self._log_context)
         self._proc: asyncio.subprocess.Process | None = None
         self._ready = asyncio.Event()
         # Set whenever a start attempt has ended (ready, unavailable or failed).
@@ -110,7 +103,7 @@ class WorkerRunner:
         self._wake = asyncio.Event()
         self._call_lock = asyncio.Lock()
         self._next_id = 0
-        self._failures = 0
+        self._backoff = Backoff()
         self._ended_badly = False
         self._probed_at = 0.0
         self._killed_for: tuple[str, str] | None = None
@@ -252,13 +245,12 @@ class WorkerRunner:
             finally:
                 self._attempt_done.set()
             if ok:
-                self._failures = 0
+                self._backoff.good()
                 await self._dead.wait()
                 if self._restart_now:
                     self._restart_now = False
                     continue
-                self._failures += 1
-                delay = restart_delay(self._failures)
+                delay = self._backoff.bad()
             elif self._restart_now:
                 # A device was isolated at bootstrap: the others are not to blame.
                 self._restart_now = False
@@ -268,8 +260,7 @@ class WorkerRunner:
                 # re-probe cadence is the only one.
                 delay = None
             else:
-                self._failures += 1
-                delay = restart_delay(self._failures)
+                delay = self._backoff.bad()
             if self.state.state != "unavailable":
                 self.state.state = "backoff"
             self.state.next_start = time.time() + delay if delay is not None else None
@@ -308,14 +299,11 @@ class WorkerRunner:
         env.update(self._page.env())
         env.update(self._dump.env())
         try:
-            proc = await asyncio.create_subprocess_exec(
-                self.python,
-                "-m",
-                "exporter.workers",
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,
+            # The worker sets its death signal itself, first thing (workers/child.py).
+            proc = await spawn(
+                [self.python, "-m", "exporter.workers"],
+                guard=False,
+                stdin=True,
                 env=env,
                 pass_fds=(self._page.fd, self._dump.fd),
                 limit=2**20,
@@ -325,9 +313,16 @@ class WorkerRunner:
             return False
         self._proc = proc
         self.state.pid = proc.pid
-        self._aux = [
-            asyncio.create_task(self._drain_stderr(proc)),
-        ]
+        relay = Relay(
+            self._log,
+            "worker",
+            pid_key="worker_pid",
+            per_life=STDERR_LINES_PER_LIFE,
+            structured=True,
+            context=self._log_context,
+            quiet=lambda: not self._ready.is_set(),
+        )
+        self._aux = [asyncio.create_task(relay.drain(proc))]
         try:
             assert proc.stdin is not None and proc.stdout is not None
             proc.stdin.write(
@@ -421,37 +416,8 @@ class WorkerRunner:
             self._ended_badly = True
             self._proc = None
             self.state.pid = None
-            _close_transport(proc)
+            close_transport(proc)
             self._dead.set()
-
-    async def _drain_stderr(self, proc: asyncio.subprocess.Process) -> None:
-        assert proc.stderr is not None
-        pid = proc.pid
-        await child_output.drain(
-            proc.stderr,
-            STDERR_LINES_PER_LIFE,
-            lambda line: self._relay(line, pid, self._ready.is_set()),
-            lambda: self._log.warning("worker output suppressed", worker_pid=pid),
-        )
-
-    def _relay(self, line: str, pid: int, ready: bool) -> None:
-        """Re-log a worker's structured line at its level; anything else as raw output.
-
-        Raw output before the worker is ready is what a library prints while
-        failing to load (e.g. amdsmi on a node without ROCm, every re-probe);
-        the bootstrap's outcome already says it, so those lines go to debug.
-        """
-        event = child_output.structured(line)
-        if event is not None:
-            # Only known levels, and the child's keys never collide with ours
-            # (review-4 L1: a colliding key raised inside the drain and killed it).
-            child_output.relay_structured(
-                self._log, event, {"worker_pid": pid}, replaced=("source",)
-            )
-        else:
-            # Vendor libraries print to stdout/stderr; keep it, bounded.
-            emit = self._log.info if ready else self._log.debug
-            emit("worker output", worker_pid=pid, line=line[:500])
 
     async def _kill(self, reason: str, detail: str, fault: Fault | None = None) -> None:
         """Kill the worker's process group, reap it, and record why."""
@@ -539,15 +505,16 @@ class WorkerRunner:
         self._ready.clear()
         try:
             if proc is not None:
-                await self._end(proc, graceful=graceful)
+                # End of input asks the worker to release the library and exit.
+                ask = proc.stdin.close if graceful and proc.stdin is not None else None
+                await end(proc, ask=ask, grace=STOP_GRACE_SECONDS)
         finally:
             # Also when cancelled mid-way (a daemon shutdown during a kill): the
             # process has had SIGKILL, asyncio's child watcher reaps it, and the
             # pipes are closed here rather than by the garbage collector.
             if proc is not None:
                 if proc.returncode is None:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(proc.pid, signal.SIGKILL)
+                    signal_group(proc)
                     if fault is not None and fault.index not in self.stuck.on_device:
                         # Stuck on the isolated device, which no new worker touches.
                         self.stuck.left_on(proc, self.isolation.unit(fault.unit))
@@ -556,41 +523,19 @@ class WorkerRunner:
                         )
                     else:
                         self.stuck.unknown.append(proc)
-                _close_transport(proc)
+                close_transport(proc)
             for task in self._aux:
                 task.cancel()
             self._aux = []
             self.state.pid = None
             self._dead.set()
 
-    async def _end(self, proc: asyncio.subprocess.Process, *, graceful: bool) -> None:
-        if graceful and proc.returncode is None and proc.stdin is not None:
-            # End of input asks the worker to release the library and exit.
-            with contextlib.suppress(Exception):
-                proc.stdin.close()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(proc.wait(), timeout=STOP_GRACE_SECONDS)
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        # Reap, so no zombie is left. SIGKILL cannot be ignored, but a process in
-        # uninterruptible sleep inside a driver dies only when the call returns:
-        # wait a little, then leave it to asyncio's child watcher (it is counted
-        # as stuck meanwhile) rather than hold up everything behind it.
-        waiter = asyncio.ensure_future(proc.wait())
-        done, _ = await asyncio.wait({waiter}, timeout=REAP_WAIT_SECONDS)
-        if not done:
-            waiter.cancel()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)  # anything the worker forked
-
     def _kill_now(self, reason: str, detail: str) -> None:
         """Synchronous SIGKILL for use while being cancelled; the exit watcher reaps."""
         proc = self._proc
         self._killed_for = (reason, detail)
         if proc is not None and proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            signal_group(proc)
 
     # -- requests ----------------------------------------------------------
 
