@@ -23,22 +23,16 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from exporter import log
 from exporter.backend_api.crumb import ISOLATION_KEY
-from exporter.errors import (
-    UNAVAILABLE_REPROBE_SECONDS,
-    SourcePending,
-    SourceUnavailable,
-    WorkerError,
-)
-from exporter.logstate import StateLog
+from exporter.errors import UNAVAILABLE_REPROBE_SECONDS, WorkerError
 from exporter.workers import crumb, stackdump
 from exporter.workers.isolation import DUMP_WAIT_SECONDS, DeviceFault, Fault, Isolation, Probe
 from exporter.workers.probes import Prober
 from exporter.workers.protocol import ProtocolError, encode, read_frame
+from exporter.workers.readiness import Readiness, WorkerState
 from exporter.workers.stuck import StuckProcesses
 from exporter.workers.supervisor import (
     REAP_WAIT_SECONDS,
@@ -55,19 +49,6 @@ STOP_GRACE_SECONDS = 1.0
 # What naming and killing a stuck worker may take after its deadline (the dump
 # wait and the reap wait): callers leave this much of their own deadline.
 FAULT_BUDGET_SECONDS = DUMP_WAIT_SECONDS + REAP_WAIT_SECONDS
-
-
-@dataclass
-class WorkerState:
-    """What /status shows about a worker."""
-
-    state: str = "stopped"  # stopped | starting | ready | backoff | unavailable
-    pid: int | None = None
-    restarts: int = 0
-    last_reason: str = ""
-    last_detail: str = ""
-    next_start: float | None = None
-    inventory: dict[str, Any] = field(default_factory=dict)
 
 
 class WorkerRunner:
@@ -87,25 +68,23 @@ class WorkerRunner:
     ) -> None:
         self.name = name
         self.backend = backend
-        self._failures_logged = StateLog()
         self.config = dict(config)
         self.bootstrap_timeout = bootstrap_timeout
         self.env = dict(env) if env is not None else None
         self.python = python
-        self.state = WorkerState()
         self._log_context = {"source": name, **(log_context or {})}
         self._log = log.get(**self._log_context)
+        # The re-probe period read at each use: this module's name for it is the one in force.
+        self.readiness = Readiness(self._log, lambda: UNAVAILABLE_REPROBE_SECONDS)
         self._proc: asyncio.subprocess.Process | None = None
-        self._ready = asyncio.Event()
-        # Set whenever a start attempt has ended (ready, unavailable or failed).
-        self._attempt_done = asyncio.Event()
+        self._ready = self.readiness.ready
+        self._attempt_done = self.readiness.attempt_done
         self._dead = asyncio.Event()
         self._wake = asyncio.Event()
         self._call_lock = asyncio.Lock()
         self._next_id = 0
         self._backoff = Backoff()
         self._ended_badly = False
-        self._probed_at = 0.0
         self._killed_for: tuple[str, str] | None = None
         self._restart_now = False
         self._supervisor: asyncio.Task[None] | None = None
@@ -129,6 +108,11 @@ class WorkerRunner:
         self._handling: set[asyncio.Task[Any]] = set()
         # What earlier attempts at a first inventory learnt of each device (see learnt()).
         self._learnt: dict[int, str] = {}
+
+    @property
+    def state(self) -> WorkerState:
+        """What /status shows about the worker (see exporter.workers.readiness)."""
+        return self.readiness.state
 
     @property
     def isolate(self) -> bool:
@@ -275,7 +259,7 @@ class WorkerRunner:
         self._dead.clear()
         self._killed_for = None
         self._restart_now = False
-        self._probed_at = time.monotonic()
+        self.readiness.probed_at = time.monotonic()
         if not await self._previous_gone():
             return False
         if self._ended_badly:
@@ -289,7 +273,7 @@ class WorkerRunner:
                 self._page, self._dump = crumb.Page(), stackdump.DumpFile()
         except OSError as exc:  # no memfd (fd limit, sandbox): no worker either
             self._close_files()
-            self._fail("spawn_failed", f"cannot create the worker's shared pages: {exc}")
+            self.readiness.fail("spawn_failed", f"cannot create the worker's shared pages: {exc}")
             return False
         if self.isolate and not self.state.inventory:
             self._learnt.update(self._page.learnt())
@@ -309,7 +293,7 @@ class WorkerRunner:
                 limit=2**20,
             )
         except OSError as exc:
-            self._fail("spawn_failed", f"cannot start worker: {exc}")
+            self.readiness.fail("spawn_failed", f"cannot start worker: {exc}")
             return False
         self._proc = proc
         self.state.pid = proc.pid
@@ -350,27 +334,20 @@ class WorkerRunner:
             return False
         kind = first.get("type")
         if kind == "ready" and isinstance(first.get("inventory"), dict):
-            self.state.inventory = first["inventory"]
             self._learnt.clear()  # the inventory says it all now
             if self._page is not None:
                 self._page.forget_learnt()
-            self.state.state = "ready"
-            self.state.last_reason = ""
-            self.state.last_detail = ""
             self._aux.append(asyncio.create_task(self._watch_exit(proc)))
-            self._ready.set()
-            self._log.info("worker ready", pid=proc.pid, restarts=self.state.restarts)
-            self._failures_logged.forget("worker")
+            self.readiness.served(first["inventory"], proc.pid)
             return True
         if kind == "error":
             reason = str(first.get("reason") or "bootstrap_failed")
             detail = str(first.get("detail") or reason)
             await self._terminate(graceful=True)
             if first.get("kind") == "unavailable":
-                self.state.state = "unavailable"
-                self.state.last_reason, self.state.last_detail = reason, detail
+                self.readiness.unavailable_here(reason, detail)
                 return False
-            self._fail(reason, detail)
+            self.readiness.fail(reason, detail)
             self._ended_badly = True  # a failed bootstrap: the next start is a restart
             return False
         await self._kill("protocol_error", f"unexpected first frame of type {kind!r}")
@@ -388,7 +365,7 @@ class WorkerRunner:
         alive = await self.stuck.unknown_gone()
         if alive:
             pids = ", ".join(str(p.pid) for p in alive)
-            self._fail(
+            self.readiness.fail(
                 "worker_unkillable",
                 f"killed worker {pids} has not exited (stuck in the driver?); "
                 "no new worker until it does",
@@ -396,23 +373,15 @@ class WorkerRunner:
             return False
         return True
 
-    def _fail(self, reason: str, detail: str) -> None:
-        self.state.last_reason = reason
-        self.state.last_detail = detail
-        # The same failure on every restart (a library that is not there) is one line,
-        # then an hourly reminder; /status and the metrics carry it all along.
-        if self._failures_logged.due("worker", (reason, detail)):
-            self._log.warning("worker failed", reason=reason, detail=detail)
-
     async def _watch_exit(self, proc: asyncio.subprocess.Process) -> None:
         code = await proc.wait()
         if self._proc is proc and not self._dead.is_set():
             how = f"signal {-code}" if code < 0 else f"status {code}"
             self._ready.clear()
             if self._killed_for is not None:
-                self._fail(*self._killed_for)
+                self.readiness.fail(*self._killed_for)
             else:
-                self._fail("crashed", f"worker exited with {how}")
+                self.readiness.fail("crashed", f"worker exited with {how}")
             self._ended_badly = True
             self._proc = None
             self.state.pid = None
@@ -421,7 +390,7 @@ class WorkerRunner:
 
     async def _kill(self, reason: str, detail: str, fault: Fault | None = None) -> None:
         """Kill the worker's process group, reap it, and record why."""
-        self._fail(reason, detail)
+        self.readiness.fail(reason, detail)
         self._ended_badly = True
         await self._terminate(graceful=False, fault=fault)
 
@@ -542,36 +511,10 @@ class WorkerRunner:
     async def ready(self, timeout: float) -> dict[str, Any]:
         """Wait up to ``timeout`` for a ready worker; its inventory, or an error.
 
-        SourcePending while a bootstrap is under way (bounded by its own
-        deadline); SourceUnavailable when the library is missing, and when the
-        last probe is old, a new probe starts and this answers SourcePending.
+        See :meth:`exporter.workers.readiness.Readiness.wait`: a library that is not
+        there is looked for again (a new start) once its re-probe clock runs out.
         """
-        if self._ready.is_set():
-            return self.state.inventory
-        if self.state.state == "unavailable":
-            if self._reprobe_in() <= 0:
-                # Starting now, for every caller: a poll right after this one waits for
-                # this probe instead of asking for another.
-                self._probed_at = time.monotonic()
-                self._attempt_done.clear()
-                self.state.state = "starting"
-                self.request_restart()
-                raise SourcePending("probing", "looking for the library again")
-            raise self._unavailable()
-        if self.state.state in ("starting", "stopped"):
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._attempt_done.wait(), timeout=timeout)
-            if self._ready.is_set():
-                return self.state.inventory
-            if self.state.state == "unavailable":
-                raise self._unavailable()
-            if self.state.state in ("starting", "stopped"):
-                raise SourcePending("starting", "the worker is still starting")
-        reason = self.state.last_reason or "not_running"
-        wait = ""
-        if self.state.next_start is not None:
-            wait = f"; restart in {max(0.0, self.state.next_start - time.time()):.1f}s"
-        raise WorkerError(reason, (self.state.last_detail or "worker not running") + wait)
+        return await self.readiness.wait(timeout, self.request_restart)
 
     def learnt(self) -> dict[int, str]:
         """Identity text of each device the workers identified before any inventory.
@@ -586,20 +529,9 @@ class WorkerRunner:
             return dict(self._learnt) if self.isolate else {}
         return {**self._learnt, **page.learnt()}
 
-    def _reprobe_in(self) -> float:
-        """Seconds until the next probe of an unavailable library is due."""
-        return self._probed_at + UNAVAILABLE_REPROBE_SECONDS - time.monotonic()
-
-    def _unavailable(self) -> SourceUnavailable:
-        # The one re-probe clock is this runner's: the scheduler is told when it runs out.
-        return SourceUnavailable(
-            self.state.last_reason, self.state.last_detail, retry_in=max(0.0, self._reprobe_in())
-        )
-
     async def settled(self, timeout: float) -> None:
         """Wait up to ``timeout`` for the current start attempt to end, however it ends."""
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._attempt_done.wait(), timeout=timeout)
+        await self.readiness.settled(timeout)
 
     async def call(
         self, op: str, args: Mapping[str, Any], timeout: float, *, blame_after: float | None = None
@@ -685,15 +617,4 @@ class WorkerRunner:
 
     def status(self) -> dict[str, Any]:
         """Fields for /status (the restart count is the store's, so it matches the metric)."""
-        return {
-            "worker_state": self.state.state,
-            "worker_pid": self.pid,
-            "worker_last_error": (
-                f"{self.state.last_reason}: {self.state.last_detail}"
-                if self.state.last_reason
-                else ""
-            ),
-            "worker_next_start": self.state.next_start,
-            "worker_stuck_processes": self.stuck_processes(),
-            "isolated_devices": self.isolation.status(),
-        }
+        return self.readiness.status(self.pid, self.stuck_processes(), self.isolation.status())
