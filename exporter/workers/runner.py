@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sys
 import time
 from collections.abc import Mapping
@@ -28,10 +27,10 @@ from typing import Any
 from exporter import log
 from exporter.backend_api.crumb import ISOLATION_KEY
 from exporter.errors import UNAVAILABLE_REPROBE_SECONDS, WorkerError
-from exporter.workers import crumb, stackdump
 from exporter.workers.isolation import DUMP_WAIT_SECONDS, DeviceFault, Fault, Isolation, Probe
 from exporter.workers.probes import Prober
-from exporter.workers.protocol import ProtocolError, encode, read_frame
+from exporter.workers.process import Pages, WorkerProcess
+from exporter.workers.protocol import ProtocolError
 from exporter.workers.readiness import Readiness, WorkerState
 from exporter.workers.stuck import StuckProcesses
 from exporter.workers.supervisor import (
@@ -39,13 +38,9 @@ from exporter.workers.supervisor import (
     Backoff,
     Relay,
     close_transport,
-    end,
-    signal_group,
-    spawn,
 )
 
 STDERR_LINES_PER_LIFE = 200
-STOP_GRACE_SECONDS = 1.0
 # What naming and killing a stuck worker may take after its deadline (the dump
 # wait and the reap wait): callers leave this much of their own deadline.
 FAULT_BUDGET_SECONDS = DUMP_WAIT_SECONDS + REAP_WAIT_SECONDS
@@ -76,7 +71,7 @@ class WorkerRunner:
         self._log = log.get(**self._log_context)
         # The re-probe period read at each use: this module's name for it is the one in force.
         self.readiness = Readiness(self._log, lambda: UNAVAILABLE_REPROBE_SECONDS)
-        self._proc: asyncio.subprocess.Process | None = None
+        self._worker: WorkerProcess | None = None
         self._ready = self.readiness.ready
         self._attempt_done = self.readiness.attempt_done
         self._dead = asyncio.Event()
@@ -88,7 +83,6 @@ class WorkerRunner:
         self._killed_for: tuple[str, str] | None = None
         self._restart_now = False
         self._supervisor: asyncio.Task[None] | None = None
-        self._aux: list[asyncio.Task[Any]] = []
         # Device isolation (see the module docstring); off in probes themselves.
         self.isolation = Isolation(self._log, enabled=isolate)
         self.stuck = StuckProcesses(self._log)
@@ -100,8 +94,7 @@ class WorkerRunner:
             take_back=self.take_back,
             log=self._log,
         )
-        self._page: crumb.Page | None = None
-        self._dump: stackdump.DumpFile | None = None
+        self._pages = Pages()
         # Held while a worker starts, so a restart never lands in the middle of one.
         self._switch = asyncio.Lock()
         # Timeout handling that outlives a cancelled caller (see call()).
@@ -176,15 +169,7 @@ class WorkerRunner:
             await self._terminate(graceful=True)
             self.state.state = "stopped"
         finally:
-            self._close_files()
-
-    def _close_files(self) -> None:
-        if self._page is not None:
-            self._page.close()
-            self._page = None
-        if self._dump is not None:
-            self._dump.close()
-            self._dump = None
+            self._pages.close()
 
     @property
     def is_ready(self) -> bool:
@@ -194,7 +179,8 @@ class WorkerRunner:
     @property
     def pid(self) -> int | None:
         """PID of the live worker, if any."""
-        return self._proc.pid if self._proc is not None and self._proc.returncode is None else None
+        worker = self._worker
+        return worker.pid if worker is not None and worker.proc.returncode is None else None
 
     def request_restart(self) -> None:
         """Skip a pending backoff (used when the operator knows things changed)."""
@@ -268,35 +254,12 @@ class WorkerRunner:
             self._ended_badly = False
         self.state.state = "starting"
         try:
-            if self._page is None or self._dump is None:
-                self._close_files()
-                self._page, self._dump = crumb.Page(), stackdump.DumpFile()
+            page, dump = self._pages.open()
         except OSError as exc:  # no memfd (fd limit, sandbox): no worker either
-            self._close_files()
             self.readiness.fail("spawn_failed", f"cannot create the worker's shared pages: {exc}")
             return False
         if self.isolate and not self.state.inventory:
-            self._learnt.update(self._page.learnt())
-        self._page.reset()
-        self._dump.clear()
-        env = dict(os.environ if self.env is None else self.env)
-        env.update(self._page.env())
-        env.update(self._dump.env())
-        try:
-            # The worker sets its death signal itself, first thing (workers/child.py).
-            proc = await spawn(
-                [self.python, "-m", "exporter.workers"],
-                guard=False,
-                stdin=True,
-                env=env,
-                pass_fds=(self._page.fd, self._dump.fd),
-                limit=2**20,
-            )
-        except OSError as exc:
-            self.readiness.fail("spawn_failed", f"cannot start worker: {exc}")
-            return False
-        self._proc = proc
-        self.state.pid = proc.pid
+            self._learnt.update(page.learnt())
         relay = Relay(
             self._log,
             "worker",
@@ -306,14 +269,17 @@ class WorkerRunner:
             context=self._log_context,
             quiet=lambda: not self._ready.is_set(),
         )
-        self._aux = [asyncio.create_task(relay.drain(proc))]
         try:
-            assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.write(
-                encode({"type": "init", "backend": self.backend, "config": self.child_config()})
-            )
-            await proc.stdin.drain()
-            first = await asyncio.wait_for(read_frame(proc.stdout), timeout=self.bootstrap_timeout)
+            worker = await WorkerProcess.start(self.python, self.env, page, dump, relay)
+        except OSError as exc:
+            self.readiness.fail("spawn_failed", f"cannot start worker: {exc}")
+            return False
+        self._worker = worker
+        proc = worker.proc
+        self.state.pid = proc.pid
+        init = {"type": "init", "backend": self.backend, "config": self.child_config()}
+        try:
+            first = await worker.exchange(init, self.bootstrap_timeout, send_timeout=None)
         except asyncio.TimeoutError:
             # A start slow over many devices is not the last one's fault: blame a device
             # only if it held the worker for a quarter of the deadline.
@@ -335,9 +301,8 @@ class WorkerRunner:
         kind = first.get("type")
         if kind == "ready" and isinstance(first.get("inventory"), dict):
             self._learnt.clear()  # the inventory says it all now
-            if self._page is not None:
-                self._page.forget_learnt()
-            self._aux.append(asyncio.create_task(self._watch_exit(proc)))
+            page.forget_learnt()
+            worker.watch(lambda code: self._exited(worker, code))
             self.readiness.served(first["inventory"], proc.pid)
             return True
         if kind == "error":
@@ -373,9 +338,9 @@ class WorkerRunner:
             return False
         return True
 
-    async def _watch_exit(self, proc: asyncio.subprocess.Process) -> None:
-        code = await proc.wait()
-        if self._proc is proc and not self._dead.is_set():
+    def _exited(self, worker: WorkerProcess, code: int) -> None:
+        """The ready worker exited by itself (or of a kill whose caller is gone)."""
+        if self._worker is worker and not self._dead.is_set():
             how = f"signal {-code}" if code < 0 else f"status {code}"
             self._ready.clear()
             if self._killed_for is not None:
@@ -383,9 +348,9 @@ class WorkerRunner:
             else:
                 self.readiness.fail("crashed", f"worker exited with {how}")
             self._ended_badly = True
-            self._proc = None
+            self._worker = None
             self.state.pid = None
-            close_transport(proc)
+            close_transport(worker.proc)
             self._dead.set()
 
     async def _kill(self, reason: str, detail: str, fault: Fault | None = None) -> None:
@@ -411,7 +376,7 @@ class WorkerRunner:
     ) -> Fault | None:
         """The device a fault is due to, isolated (see Isolation.diagnose); None if none."""
         return await self.isolation.diagnose(
-            proc, self._page, self._dump, reason, dump=dump, min_held=min_held
+            proc, self._pages.page, self._pages.dump, reason, dump=dump, min_held=min_held
         )
 
     def child_config(self) -> dict[str, Any]:
@@ -453,7 +418,7 @@ class WorkerRunner:
             await self._terminate(graceful=True)
             return [p for p in self.stuck.unknown if p.returncode is None]
         finally:
-            self._close_files()
+            self._pages.close()
 
     async def take_back(self, members: list[Fault]) -> None:
         """Release these isolated devices (their probe answered) and restart with them."""
@@ -469,21 +434,18 @@ class WorkerRunner:
         return self.stuck.count()
 
     async def _terminate(self, *, graceful: bool, fault: Fault | None = None) -> None:
-        proc = self._proc
-        self._proc = None
+        worker, self._worker = self._worker, None
         self._ready.clear()
         try:
-            if proc is not None:
-                # End of input asks the worker to release the library and exit.
-                ask = proc.stdin.close if graceful and proc.stdin is not None else None
-                await end(proc, ask=ask, grace=STOP_GRACE_SECONDS)
+            if worker is not None:
+                await worker.end(graceful=graceful)
         finally:
             # Also when cancelled mid-way (a daemon shutdown during a kill): the
             # process has had SIGKILL, asyncio's child watcher reaps it, and the
             # pipes are closed here rather than by the garbage collector.
-            if proc is not None:
+            if worker is not None:
+                proc = worker.proc
                 if proc.returncode is None:
-                    signal_group(proc)
                     if fault is not None and fault.index not in self.stuck.on_device:
                         # Stuck on the isolated device, which no new worker touches.
                         self.stuck.left_on(proc, self.isolation.unit(fault.unit))
@@ -492,19 +454,15 @@ class WorkerRunner:
                         )
                     else:
                         self.stuck.unknown.append(proc)
-                close_transport(proc)
-            for task in self._aux:
-                task.cancel()
-            self._aux = []
+                worker.close()
             self.state.pid = None
             self._dead.set()
 
     def _kill_now(self, reason: str, detail: str) -> None:
         """Synchronous SIGKILL for use while being cancelled; the exit watcher reaps."""
-        proc = self._proc
         self._killed_for = (reason, detail)
-        if proc is not None and proc.returncode is None:
-            signal_group(proc)
+        if self._worker is not None:
+            self._worker.kill()
 
     # -- requests ----------------------------------------------------------
 
@@ -524,7 +482,7 @@ class WorkerRunner:
         earlier attempts learnt. Empty once a worker has answered (its inventory
         says it all) and in probes.
         """
-        page = self._page
+        page = self._pages.page
         if not self.isolate or self.state.inventory or page is None:
             return dict(self._learnt) if self.isolate else {}
         return {**self._learnt, **page.learnt()}
@@ -547,19 +505,16 @@ class WorkerRunner:
         of the longer one).
         """
         async with self._call_lock:
-            proc = self._proc
-            if proc is None or not self._ready.is_set():
+            if self._worker is None or not self._ready.is_set():
                 await self.ready(0)
-                proc = self._proc
-            assert proc is not None and proc.stdin is not None and proc.stdout is not None
+            worker = self._worker
+            assert worker is not None
+            proc = worker.proc
             self._next_id += 1
             call_id = self._next_id
+            request = {"type": "call", "id": call_id, "op": op, "args": dict(args)}
             try:
-                proc.stdin.write(
-                    encode({"type": "call", "id": call_id, "op": op, "args": dict(args)})
-                )
-                await asyncio.wait_for(proc.stdin.drain(), timeout=timeout)
-                reply = await asyncio.wait_for(read_frame(proc.stdout), timeout=timeout)
+                reply = await worker.exchange(request, timeout, send_timeout=timeout)
             except asyncio.TimeoutError:
                 # No one may talk to this worker any more; the kill is shielded, so a
                 # caller giving up meanwhile leaves neither a half-killed worker nor
