@@ -14,11 +14,14 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from exporter import log
+from exporter.errors import WorkerError
 from exporter.workers import crumb, stackdump
-from exporter.workers.protocol import encode, read_frame
+from exporter.workers.protocol import ProtocolError, encode, read_frame
 from exporter.workers.supervisor import Relay, close_transport, end, signal_group, spawn
 
 STOP_GRACE_SECONDS = 1.0
+STDERR_LINES_PER_LIFE = 200
 # The longest line a reader of the worker's streams accepts (its stderr; frames are
 # read by length).
 STREAM_LIMIT = 2**20
@@ -34,6 +37,29 @@ class Pages:
     def __init__(self) -> None:
         self.page: crumb.Page | None = None
         self.dump: stackdump.DumpFile | None = None
+        # What earlier workers learnt of each device before any inventory (see learnt()).
+        self._learnt: dict[int, str] = {}
+
+    def remember(self) -> None:
+        """Keep what the last worker's page learnt, before a new worker clears it."""
+        if self.page is not None:
+            self._learnt.update(self.page.learnt())
+
+    def forget(self) -> None:
+        """A worker answered with its inventory, which says it all now."""
+        self._learnt.clear()
+        if self.page is not None:
+            self.page.forget_learnt()
+
+    def learnt(self, *, current: bool) -> dict[int, str]:
+        """Identity text by library index that workers learnt before any inventory.
+
+        What earlier workers learnt and, when ``current``, what the worker starting now
+        has learnt so far.
+        """
+        if not current or self.page is None:
+            return dict(self._learnt)
+        return {**self._learnt, **self.page.learnt()}
 
     def open(self) -> tuple[crumb.Page, stackdump.DumpFile]:
         """Both pages, created if they are not yet (OSError: no memfd, an fd limit)."""
@@ -68,11 +94,16 @@ class WorkerProcess:
         cls,
         python: str,
         env: Mapping[str, str] | None,
-        page: crumb.Page,
-        dump: stackdump.DumpFile,
-        relay: Relay,
+        pages: Pages,
+        context: Mapping[str, Any],
+        quiet: Callable[[], bool],
     ) -> WorkerProcess:
-        """``python -m exporter.workers`` with the pages passed; OSError if it cannot start."""
+        """``python -m exporter.workers`` with the pages passed; OSError if it cannot start.
+
+        Its stderr is relayed on a logger bound with ``context`` (the runner's): structured
+        lines at their level, raw output at debug while ``quiet()`` (see supervisor.Relay).
+        """
+        page, dump = pages.open()
         page.reset()
         dump.clear()
         full = dict(os.environ if env is None else env)
@@ -86,6 +117,15 @@ class WorkerProcess:
             env=full,
             pass_fds=(page.fd, dump.fd),
             limit=STREAM_LIMIT,
+        )
+        relay = Relay(
+            log.get(**context),
+            "worker",
+            pid_key="worker_pid",
+            per_life=STDERR_LINES_PER_LIFE,
+            structured=True,
+            context=context,
+            quiet=quiet,
         )
         return cls(proc, asyncio.create_task(relay.drain(proc)))
 
@@ -107,6 +147,31 @@ class WorkerProcess:
         proc.stdin.write(encode(message))
         await asyncio.wait_for(proc.stdin.drain(), timeout=send_timeout)
         return await asyncio.wait_for(read_frame(proc.stdout), timeout=timeout)
+
+    async def call(
+        self,
+        call_id: int,
+        op: str,
+        args: Mapping[str, Any],
+        timeout: float,
+        answered: Callable[[], None],
+    ) -> Any:
+        """The result of one request; ``answered()`` once the reply to it is in.
+
+        WorkerError for the backend's own fault reply (the worker lives on);
+        ProtocolError for a reply out of turn or of another type (it must be killed);
+        else what :meth:`exchange` raises.
+        """
+        request = {"type": "call", "id": call_id, "op": op, "args": dict(args)}
+        reply = await self.exchange(request, timeout, send_timeout=timeout)
+        if reply.get("id") != call_id:
+            raise ProtocolError(f"reply id {reply.get('id')!r} does not match request {call_id}")
+        answered()
+        if reply.get("type") == "fault":
+            raise WorkerError(str(reply.get("reason") or "fault"), str(reply.get("detail") or ""))
+        if reply.get("type") != "result" or "result" not in reply:
+            raise ProtocolError(f"unexpected reply of type {reply.get('type')!r}")
+        return reply["result"]
 
     def watch(self, exited: Callable[[int], None]) -> None:
         """Call ``exited(status)`` when the process exits (unless ended first)."""

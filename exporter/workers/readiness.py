@@ -55,6 +55,17 @@ class Readiness:
         self._log = log
         self._failures_logged = StateLog()
 
+    def indices(self) -> list[object]:
+        """The library indices of the devices the ready worker's inventory lists."""
+        devices = self.state.inventory.get("devices")
+        if not isinstance(devices, list):
+            return []
+        return [d.get("index") for d in devices if isinstance(d, dict)]
+
+    def unready(self) -> bool:
+        """No worker is ready (a worker's raw output is quiet then: see supervisor.Relay)."""
+        return not self.ready.is_set()
+
     def fail(self, reason: str, detail: str) -> None:
         """Record why the worker is not serving; logged once per distinct failure."""
         self.state.last_reason = reason
@@ -74,10 +85,20 @@ class Readiness:
         self._log.info("worker ready", pid=pid, restarts=self.state.restarts)
         self._failures_logged.forget("worker")
 
-    def unavailable_here(self, reason: str, detail: str) -> None:
-        """The library is not on this machine: a normal state, probed again later."""
+    def refused(self, first: dict[str, Any]) -> bool:
+        """The worker's bootstrap answered ``error``; True when the library is not here.
+
+        A library that is not on this machine is a normal state, probed again later
+        (``unavailable``); any other error is a failure.
+        """
+        reason = str(first.get("reason") or "bootstrap_failed")
+        detail = str(first.get("detail") or reason)
+        if first.get("kind") != "unavailable":
+            self.fail(reason, detail)
+            return False
         self.state.state = "unavailable"
         self.state.last_reason, self.state.last_detail = reason, detail
+        return True
 
     def reprobe_in(self) -> float:
         """Seconds until the next probe of an unavailable library is due."""

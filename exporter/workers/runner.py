@@ -1,11 +1,13 @@
 """Parent side of a worker process: bootstrap, calls with deadlines, kill, reap, respawn.
 
-A supervisor task owns the worker's life. It starts the worker, waits (with a
-deadline) for the single ``ready`` or ``error`` frame, then waits for the worker
-to die or be killed, and starts it again after a backoff. Calls are
-request/response under a deadline; a missed deadline, a crash or a malformed
-reply kills the whole process group and reaps it before anything else happens,
-so the number of workers never grows and no zombie survives.
+A supervisor task owns the worker's life. It starts the worker (a
+:class:`~exporter.workers.process.WorkerProcess`, run the way every child is:
+:mod:`exporter.workers.supervisor`), waits (with a deadline) for the single ``ready``
+or ``error`` frame, then waits for the worker to die or be killed, and starts it again
+after a backoff. Calls are request/response under a deadline; a missed deadline, a
+crash or a malformed reply kills the whole process group and reaps it (within a bound)
+before anything else happens, so the number of workers never grows and no zombie
+survives. What callers see of it is :mod:`exporter.workers.readiness`.
 
 Device isolation (one sick GPU costs that GPU only) is done beside it: which
 device a fault is due to and what is isolated (:mod:`exporter.workers.isolation`),
@@ -33,14 +35,8 @@ from exporter.workers.process import Pages, WorkerProcess
 from exporter.workers.protocol import ProtocolError
 from exporter.workers.readiness import Readiness, WorkerState
 from exporter.workers.stuck import StuckProcesses
-from exporter.workers.supervisor import (
-    REAP_WAIT_SECONDS,
-    Backoff,
-    Relay,
-    close_transport,
-)
+from exporter.workers.supervisor import REAP_WAIT_SECONDS, Backoff, close_transport
 
-STDERR_LINES_PER_LIFE = 200
 # What naming and killing a stuck worker may take after its deadline (the dump
 # wait and the reap wait): callers leave this much of their own deadline.
 FAULT_BUDGET_SECONDS = DUMP_WAIT_SECONDS + REAP_WAIT_SECONDS
@@ -72,8 +68,6 @@ class WorkerRunner:
         # The re-probe period read at each use: this module's name for it is the one in force.
         self.readiness = Readiness(self._log, lambda: UNAVAILABLE_REPROBE_SECONDS)
         self._worker: WorkerProcess | None = None
-        self._ready = self.readiness.ready
-        self._attempt_done = self.readiness.attempt_done
         self._dead = asyncio.Event()
         self._wake = asyncio.Event()
         self._call_lock = asyncio.Lock()
@@ -99,8 +93,6 @@ class WorkerRunner:
         self._switch = asyncio.Lock()
         # Timeout handling that outlives a cancelled caller (see call()).
         self._handling: set[asyncio.Task[Any]] = set()
-        # What earlier attempts at a first inventory learnt of each device (see learnt()).
-        self._learnt: dict[int, str] = {}
 
     @property
     def state(self) -> WorkerState:
@@ -174,7 +166,7 @@ class WorkerRunner:
     @property
     def is_ready(self) -> bool:
         """Whether a worker is ready to be called now."""
-        return self._ready.is_set()
+        return self.readiness.ready.is_set()
 
     @property
     def pid(self) -> int | None:
@@ -197,7 +189,7 @@ class WorkerRunner:
             self._log.info("worker restart", reason=reason, detail=detail)
             # A poll waiting in ready() must wait for the new attempt, not return on
             # the finished one's event (Python 3.12+ wait_for checks it without yielding).
-            self._attempt_done.clear()
+            self.readiness.attempt_done.clear()
             self._restart_now = True
             # Asked for, not a failure, but a new process all the same: the next start
             # counts as a restart (once, even if the last worker also ended badly).
@@ -208,12 +200,12 @@ class WorkerRunner:
 
     async def _supervise(self) -> None:
         while True:
-            self._attempt_done.clear()
+            self.readiness.attempt_done.clear()
             try:
                 async with self._switch:
                     ok = await self._launch()
             finally:
-                self._attempt_done.set()
+                self.readiness.attempt_done.set()
             if ok:
                 self._backoff.good()
                 await self._dead.wait()
@@ -241,12 +233,14 @@ class WorkerRunner:
 
     async def _launch(self) -> bool:
         """Start a worker and wait for its first frame. True when it is ready."""
-        self._ready.clear()
+        self.readiness.ready.clear()
         self._dead.clear()
         self._killed_for = None
         self._restart_now = False
         self.readiness.probed_at = time.monotonic()
-        if not await self._previous_gone():
+        held_back = await self.stuck.holding_back()
+        if held_back is not None:
+            self.readiness.fail("worker_unkillable", held_back)
             return False
         if self._ended_badly:
             # The previous worker was killed or died: this start is a restart.
@@ -254,36 +248,34 @@ class WorkerRunner:
             self._ended_badly = False
         self.state.state = "starting"
         try:
-            page, dump = self._pages.open()
+            self._pages.open()
         except OSError as exc:  # no memfd (fd limit, sandbox): no worker either
             self.readiness.fail("spawn_failed", f"cannot create the worker's shared pages: {exc}")
             return False
         if self.isolate and not self.state.inventory:
-            self._learnt.update(page.learnt())
-        relay = Relay(
-            self._log,
-            "worker",
-            pid_key="worker_pid",
-            per_life=STDERR_LINES_PER_LIFE,
-            structured=True,
-            context=self._log_context,
-            quiet=lambda: not self._ready.is_set(),
-        )
+            self._pages.remember()
         try:
-            worker = await WorkerProcess.start(self.python, self.env, page, dump, relay)
+            worker = await WorkerProcess.start(
+                self.python, self.env, self._pages, self._log_context, self.readiness.unready
+            )
         except OSError as exc:
             self.readiness.fail("spawn_failed", f"cannot start worker: {exc}")
             return False
         self._worker = worker
+        self.state.pid = worker.pid
+        return await self._bootstrap(worker)
+
+    async def _bootstrap(self, worker: WorkerProcess) -> bool:
+        """Send the worker its init frame and take its first; True when it is ready."""
         proc = worker.proc
-        self.state.pid = proc.pid
         init = {"type": "init", "backend": self.backend, "config": self.child_config()}
         try:
             first = await worker.exchange(init, self.bootstrap_timeout, send_timeout=None)
         except asyncio.TimeoutError:
             # A start slow over many devices is not the last one's fault: blame a device
             # only if it held the worker for a quarter of the deadline.
-            fault = await self._diagnose(proc, "hung", min_held=self.bootstrap_timeout / 4)
+            quarter = self.bootstrap_timeout / 4
+            fault = await self.isolation.diagnose(proc, self._pages, "hung", min_held=quarter)
             if fault is not None:
                 await self._kill_isolating(fault, f"while the worker started ({fault.describe()})")
                 return False
@@ -292,7 +284,7 @@ class WorkerRunner:
             )
             return False
         except (EOFError, ProtocolError, ConnectionError, OSError) as exc:
-            fault = await self._diagnose(proc, "crashed", dump=False)
+            fault = await self.isolation.diagnose(proc, self._pages, "crashed", dump=False)
             if fault is not None:
                 await self._kill_isolating(fault, f"while the worker started: {exc}")
                 return False
@@ -300,49 +292,24 @@ class WorkerRunner:
             return False
         kind = first.get("type")
         if kind == "ready" and isinstance(first.get("inventory"), dict):
-            self._learnt.clear()  # the inventory says it all now
-            page.forget_learnt()
+            self._pages.forget()
             worker.watch(lambda code: self._exited(worker, code))
             self.readiness.served(first["inventory"], proc.pid)
             return True
         if kind == "error":
-            reason = str(first.get("reason") or "bootstrap_failed")
-            detail = str(first.get("detail") or reason)
             await self._terminate(graceful=True)
-            if first.get("kind") == "unavailable":
-                self.readiness.unavailable_here(reason, detail)
-                return False
-            self.readiness.fail(reason, detail)
-            self._ended_badly = True  # a failed bootstrap: the next start is a restart
+            # A failed bootstrap ends a worker: the next start is a restart (a library
+            # that is not here is no failure).
+            self._ended_badly = not self.readiness.refused(first)
             return False
         await self._kill("protocol_error", f"unexpected first frame of type {kind!r}")
         return False
-
-    async def _previous_gone(self) -> bool:
-        """False (and the reason recorded) while a killed worker has not died.
-
-        A process in uninterruptible sleep inside a driver ignores SIGKILL until
-        the call returns; starting another one each backoff would pile them up.
-        """
-        # Processes stuck on an isolated device do not count: the new worker will
-        # not touch that device. One whose culprit is unknown might be stuck on
-        # any of them, so it holds back the next worker.
-        alive = await self.stuck.unknown_gone()
-        if alive:
-            pids = ", ".join(str(p.pid) for p in alive)
-            self.readiness.fail(
-                "worker_unkillable",
-                f"killed worker {pids} has not exited (stuck in the driver?); "
-                "no new worker until it does",
-            )
-            return False
-        return True
 
     def _exited(self, worker: WorkerProcess, code: int) -> None:
         """The ready worker exited by itself (or of a kill whose caller is gone)."""
         if self._worker is worker and not self._dead.is_set():
             how = f"signal {-code}" if code < 0 else f"status {code}"
-            self._ready.clear()
+            self.readiness.ready.clear()
             if self._killed_for is not None:
                 self.readiness.fail(*self._killed_for)
             else:
@@ -365,19 +332,6 @@ class WorkerRunner:
         await self._kill(fault.reason, detail, fault)
         self._wake.set()  # the exit watcher may have put the supervisor in a backoff
         self._prober.schedule(fault)
-
-    async def _diagnose(
-        self,
-        proc: asyncio.subprocess.Process,
-        reason: str,
-        *,
-        dump: bool = True,
-        min_held: float = 0.0,
-    ) -> Fault | None:
-        """The device a fault is due to, isolated (see Isolation.diagnose); None if none."""
-        return await self.isolation.diagnose(
-            proc, self._pages.page, self._pages.dump, reason, dump=dump, min_held=min_held
-        )
 
     def child_config(self) -> dict[str, Any]:
         """The backend config a new worker gets: isolated devices skipped."""
@@ -407,10 +361,7 @@ class WorkerRunner:
 
     def served(self) -> list[object]:
         """The library indices of the devices the ready worker's inventory lists."""
-        devices = self.state.inventory.get("devices")
-        if not isinstance(devices, list):
-            return []
-        return [d.get("index") for d in devices if isinstance(d, dict)]
+        return self.readiness.indices()
 
     async def discard(self) -> list[asyncio.subprocess.Process]:
         """End the worker started by attempt(); the killed processes that are still alive."""
@@ -435,7 +386,7 @@ class WorkerRunner:
 
     async def _terminate(self, *, graceful: bool, fault: Fault | None = None) -> None:
         worker, self._worker = self._worker, None
-        self._ready.clear()
+        self.readiness.ready.clear()
         try:
             if worker is not None:
                 await worker.end(graceful=graceful)
@@ -444,25 +395,11 @@ class WorkerRunner:
             # process has had SIGKILL, asyncio's child watcher reaps it, and the
             # pipes are closed here rather than by the garbage collector.
             if worker is not None:
-                proc = worker.proc
-                if proc.returncode is None:
-                    if fault is not None and fault.index not in self.stuck.on_device:
-                        # Stuck on the isolated device, which no new worker touches.
-                        self.stuck.left_on(proc, self.isolation.unit(fault.unit))
-                        self._log.error(
-                            "killed worker stuck", device=fault.index, worker_pid=proc.pid
-                        )
-                    else:
-                        self.stuck.unknown.append(proc)
+                if worker.proc.returncode is None:
+                    self.stuck.killed(worker.proc, fault, self.isolation)
                 worker.close()
             self.state.pid = None
             self._dead.set()
-
-    def _kill_now(self, reason: str, detail: str) -> None:
-        """Synchronous SIGKILL for use while being cancelled; the exit watcher reaps."""
-        self._killed_for = (reason, detail)
-        if self._worker is not None:
-            self._worker.kill()
 
     # -- requests ----------------------------------------------------------
 
@@ -482,10 +419,9 @@ class WorkerRunner:
         earlier attempts learnt. Empty once a worker has answered (its inventory
         says it all) and in probes.
         """
-        page = self._pages.page
-        if not self.isolate or self.state.inventory or page is None:
-            return dict(self._learnt) if self.isolate else {}
-        return {**self._learnt, **page.learnt()}
+        if not self.isolate:
+            return {}
+        return self._pages.learnt(current=not self.state.inventory)
 
     async def settled(self, timeout: float) -> None:
         """Wait up to ``timeout`` for the current start attempt to end, however it ends."""
@@ -505,28 +441,27 @@ class WorkerRunner:
         of the longer one).
         """
         async with self._call_lock:
-            if self._worker is None or not self._ready.is_set():
+            if self._worker is None or not self.readiness.ready.is_set():
                 await self.ready(0)
             worker = self._worker
             assert worker is not None
             proc = worker.proc
             self._next_id += 1
             call_id = self._next_id
-            request = {"type": "call", "id": call_id, "op": op, "args": dict(args)}
             try:
-                reply = await worker.exchange(request, timeout, send_timeout=timeout)
+                return await worker.call(call_id, op, args, timeout, self.isolation.answered)
             except asyncio.TimeoutError:
                 # No one may talk to this worker any more; the kill is shielded, so a
                 # caller giving up meanwhile leaves neither a half-killed worker nor
                 # an unrecorded culprit (stop() waits for it).
-                self._ready.clear()
+                self.readiness.ready.clear()
                 blame = timeout / 2 if blame_after is None else blame_after
                 handled = asyncio.ensure_future(self._after_timeout(proc, op, timeout, blame))
                 self._handling.add(handled)
                 handled.add_done_callback(self._handling.discard)
                 raise await asyncio.shield(handled) from None
             except (EOFError, ConnectionError, BrokenPipeError) as exc:
-                fault = await self._diagnose(proc, "crashed", dump=False)
+                fault = await self.isolation.diagnose(proc, self._pages, "crashed", dump=False)
                 if fault is not None:
                     detail = f"{fault.describe()}: {exc}"
                     await self._kill_isolating(fault, detail)
@@ -537,28 +472,16 @@ class WorkerRunner:
                 await self._kill("protocol_error", str(exc))
                 raise WorkerError("protocol_error", str(exc)) from None
             except asyncio.CancelledError:
-                self._kill_now("timeout", f"{op} was abandoned by its caller (deadline)")
+                # A synchronous SIGKILL while being cancelled; the exit watcher reaps.
+                self._killed_for = ("timeout", f"{op} was abandoned by its caller (deadline)")
+                worker.kill()
                 raise
-            if reply.get("id") != call_id:
-                detail = f"reply id {reply.get('id')!r} does not match request {call_id}"
-                await self._kill("protocol_error", detail)
-                raise WorkerError("protocol_error", detail)
-            self.isolation.answered()  # whatever was slow last time moved on
-            if reply.get("type") == "fault":
-                raise WorkerError(
-                    str(reply.get("reason") or "fault"), str(reply.get("detail") or "")
-                )
-            if reply.get("type") != "result" or "result" not in reply:
-                detail = f"unexpected reply of type {reply.get('type')!r}"
-                await self._kill("protocol_error", detail)
-                raise WorkerError("protocol_error", detail)
-            return reply["result"]
 
     async def _after_timeout(
         self, proc: asyncio.subprocess.Process, op: str, timeout: float, blame_after: float
     ) -> WorkerError:
         """Name and isolate the device a missed deadline is due to, or kill the whole worker."""
-        fault = await self._diagnose(proc, "hung", min_held=blame_after)
+        fault = await self.isolation.diagnose(proc, self._pages, "hung", min_held=blame_after)
         if fault is not None:
             detail = f"{fault.describe()}: no answer within {timeout:g}s"
             await self._kill_isolating(fault, detail)
