@@ -61,7 +61,7 @@ PR_SET_PDEATHSIG = 1
 GUARD = (
     "import ctypes, os, signal, sys\n"
     "try:\n"
-    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)\n"
+    f"    ctypes.CDLL(None, use_errno=True).prctl({PR_SET_PDEATHSIG}, signal.SIGKILL, 0, 0, 0)\n"
     "except (OSError, AttributeError):\n"
     "    pass\n"
     "if os.getppid() != int(sys.argv[1]):\n"
