@@ -2,9 +2,12 @@
 
 ``workers/`` (the worker process and the daemon's side of it) and ``backends/``
 (vendor code run inside a worker) meet only in ``backend_api/``: neither imports
-the other, and ``backend_api/`` imports neither. Read from the source (every
-import statement, those under ``if TYPE_CHECKING`` and inside functions too), so
-an import added anywhere in a module counts.
+the other, and ``backend_api/`` imports neither. Nothing outside ``backends/`` and
+``workers/`` imports ``backends/``: the folder is what runs in a worker (the daemon's
+host readers are ``host/``, the contracts both sides share ``backend_api/``). And there
+is no import circle anywhere in exporter/. Read from the source (every import statement,
+those under ``if TYPE_CHECKING`` and inside functions too), so an import added anywhere
+in a module counts.
 """
 
 from __future__ import annotations
