@@ -146,12 +146,15 @@ async def end(
     anything the child forked goes with it) and the child reaped within ``reap_within``.
     False: it did not die (a driver's uninterruptible sleep); the caller counts it stuck.
     """
-    if ask is not None and proc.returncode is None:
-        with contextlib.suppress(Exception):  # a pipe already closed, a group gone
-            ask()
-        await reap(proc, grace)
-    if proc.returncode is None:
-        signal_group(proc, signal.SIGKILL)
+    try:
+        if ask is not None and proc.returncode is None:
+            with contextlib.suppress(Exception):  # a pipe already closed, a group gone
+                ask()
+            await reap(proc, grace)
+    finally:
+        # Also when cancelled during the grace (a stop that is itself out of time).
+        if proc.returncode is None:
+            signal_group(proc, signal.SIGKILL)
     reaped = await reap(proc, reap_within)
     signal_group(proc, signal.SIGKILL)  # anything the child forked
     return reaped

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -184,3 +185,24 @@ def test_a_child_s_key_never_replaces_one_the_logger_is_bound_with() -> None:
     assert logs[0]["probe_of"] == "[3]" and logs[0]["child_probe_of"] == "spoof"
     assert logs[0]["worker_pid"] == 7 and logs[0]["n"] == 1
     assert logs[1]["line"] == "raw" and logs[1]["worker_pid"] == 7
+
+
+def test_an_end_cancelled_during_its_grace_still_kills_the_child() -> None:
+    async def go() -> bool:
+        proc = await stubborn()
+        ending = asyncio.ensure_future(
+            supervisor.end(
+                proc, ask=lambda: supervisor.signal_group(proc, signal.SIGTERM), grace=30
+            )
+        )
+        await asyncio.sleep(0.2)
+        ending.cancel()  # a stop that is itself out of time
+        with contextlib.suppress(asyncio.CancelledError):
+            await ending
+        # Dead of the SIGKILL sent on the way out, long before the child's 60 s sleep.
+        reaped = await supervisor.reap(proc, 5)
+        supervisor.signal_group(proc)
+        supervisor.close_transport(proc)
+        return reaped
+
+    assert asyncio.run(go())
