@@ -173,6 +173,23 @@ class WorkerProcess:
             raise ProtocolError(f"unexpected reply of type {reply.get('type')!r}")
         return reply["result"]
 
+    async def bootstrap(
+        self, backend: str, config: Mapping[str, Any], timeout: float
+    ) -> dict[str, Any]:
+        """Send the init frame and read the worker's first frame (``ready`` or ``error``).
+
+        Raises what :meth:`exchange` raises; ``timeout`` bounds the wait for the answer.
+        """
+        init = {
+            "type": "init",
+            "backend": backend,
+            "config": dict(config),
+            # The daemon's level as configured now (a reload changes it for the
+            # workers started after it), not an environment variable.
+            "log_level": log.level(),
+        }
+        return await self.exchange(init, timeout, send_timeout=None)
+
     def watch(self, exited: Callable[[int], None]) -> None:
         """Call ``exited(status)`` when the process exits (unless ended first)."""
 

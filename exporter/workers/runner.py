@@ -267,21 +267,18 @@ class WorkerRunner:
 
     async def _bootstrap(self, worker: WorkerProcess) -> bool:
         """Send the worker its init frame and take its first; True when it is ready."""
-        proc = worker.proc
-        init = {"type": "init", "backend": self.backend, "config": self.child_config()}
+        proc, timeout = worker.proc, self.bootstrap_timeout
         try:
-            first = await worker.exchange(init, self.bootstrap_timeout, send_timeout=None)
+            first = await worker.bootstrap(self.backend, self.child_config(), timeout)
         except asyncio.TimeoutError:
             # A start slow over many devices is not the last one's fault: blame a device
             # only if it held the worker for a quarter of the deadline.
-            quarter = self.bootstrap_timeout / 4
+            quarter = timeout / 4
             fault = await self.isolation.diagnose(proc, self._pages, "hung", min_held=quarter)
             if fault is not None:
                 await self._kill_isolating(fault, f"while the worker started ({fault.describe()})")
                 return False
-            await self._kill(
-                "bootstrap_timeout", f"no answer from the worker within {self.bootstrap_timeout:g}s"
-            )
+            await self._kill("bootstrap_timeout", f"no answer from the worker within {timeout:g}s")
             return False
         except (EOFError, ProtocolError, ConnectionError, OSError) as exc:
             fault = await self.isolation.diagnose(proc, self._pages, "crashed", dump=False)
