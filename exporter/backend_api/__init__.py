@@ -9,6 +9,6 @@ errors, the breadcrumb page a backend writes before it touches a device
 against: the rows (:mod:`~exporter.backend_api.wire`), the devices' identities
 (:mod:`~exporter.backend_api.inventory`), the CPER ledger
 (:mod:`~exporter.backend_api.cper`) and the TPU reply's tables
-(:mod:`~exporter.backend_api.tpu`). Backends and their users import this; only the
-worker imports a backend (tests/unit/test_import_graph.py).
+(:mod:`~exporter.backend_api.tpu`). Backends and their users import this; nothing but
+backends/ and workers/ imports a backend (tests/unit/test_import_graph.py).
 """
