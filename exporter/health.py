@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from exporter import action_file, actions, afids, health_rules, log, scope
+from exporter.catalog.device import INFO_LABELS
 from exporter.config.health import HealthConfig
+from exporter.evidence import BOARD, EvidenceBoard
 from exporter.health_state.memory import DeviceMemory
 from exporter.model import Reading
 from exporter.vendors import VENDORS
@@ -159,8 +161,13 @@ _FAMILIES = frozenset(
         "accel_device_down_reason_info",
         "accel_device_isolated_info",
         "accel_device_domain_info",
+        "accel_device_info",
     }
 )
+# accel_device_info's label positions of the identity and the PCI address (the key of
+# evidence posted by bus id: exporter.evidence).
+_INFO_IDENT = (INFO_LABELS.index("device"), INFO_LABELS.index("uuid"))
+_INFO_BUS = INFO_LABELS.index("pci_bus_id")
 
 
 def _boot_time(path: str = "/proc/stat") -> float:
@@ -243,6 +250,10 @@ class HealthJudge:
     # memory only: after a restart the first poll is the baseline; a growth already
     # seen is kept as its event).
     _counted: dict[tuple[str, ...], float] = field(default_factory=dict)
+    # Evidence from outside the source (diagnostics, the fabric, trends): exporter.evidence.
+    evidence: EvidenceBoard = BOARD
+    # identity -> its PCI bus id as accel_device_info last said (kept while it is unread).
+    _bus: dict[Identity, str] = field(default_factory=dict)
 
     @classmethod
     def configured(cls, config: HealthConfig, source: str = "") -> HealthJudge:
@@ -334,6 +345,10 @@ class HealthJudge:
         for r in picked:
             if r.metric == "accel_device_down_reason_info":
                 down_why.setdefault(r.labels[:2], set()).add(r.labels[2])
+            elif r.metric == "accel_device_info" and len(r.labels) > _INFO_BUS:
+                self._bus[(r.labels[_INFO_IDENT[0]], r.labels[_INFO_IDENT[1]])] = r.labels[
+                    _INFO_BUS
+                ]
         if unread:
             picked = [r for r in picked if r.labels[:2] not in unread]
         devices: dict[Identity, dict[str, str]] = {
@@ -356,7 +371,7 @@ class HealthJudge:
                 key = (labels[:2], "xid", labels[2])
                 events[key] = max(events.get(key, 0.0), value)
                 continue
-            if metric == "accel_device_down_reason_info":
+            if metric in ("accel_device_down_reason_info", "accel_device_info"):
                 continue
             if metric == "accel_device_isolated_info":
                 isolated.add(labels[:2])
@@ -439,6 +454,7 @@ class HealthJudge:
                 advice2 = health_rules.reason_advice(reason, why_down)
                 if advice2 is not None:
                     findings.append(_finding(reason, advice2))
+            self._add_evidence(ident, reasons, findings, wall)
             out.append(self._record(ident, reasons, findings, wall))
         for ident, why in unread.items():
             # Only what is remembered of the device: the events still in their window
@@ -450,8 +466,28 @@ class HealthJudge:
                 if reason in AFID_REASONS
             }
             _event_reasons(reasons, findings)
+            # Evidence from outside the source is about the device, not about the
+            # exporter's worker: listed like a remembered event (the state stays unknown).
+            self._add_evidence(ident, reasons, findings, wall)
             out.append(self._record(ident, reasons, findings, wall, why or "not read"))
         return self._scoped(out, devices, named)
+
+    def _add_evidence(
+        self, ident: Identity, reasons: dict[str, str], findings: list[Finding], wall: float
+    ) -> None:
+        """Each live item of the evidence board about the device: a reason and a finding.
+
+        The reason takes the evidence's state unless the same reason is already worse;
+        the finding is the evidence's advice, its detail the evidence's where it has one.
+        """
+        for ev in self.evidence.for_device(ident[1], self._bus.get(ident, ""), wall):
+            had = reasons.get(ev.reason)
+            if had is None or RANK[ev.state] > RANK[had]:
+                reasons[ev.reason] = ev.state
+            detail = ev.detail or ev.advice.detail
+            findings.append(
+                _finding(ev.reason, replace(ev.advice, detail=detail), at=ev.observed_at)
+            )
 
     def _scoped(
         self,
@@ -788,6 +824,7 @@ class HealthJudge:
             self._seen,
             self._grew_wall,
             self._domains,
+            self._bus,
             self._afid_counts,
             self._afid_hits,
             self.latest,
