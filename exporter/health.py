@@ -33,7 +33,7 @@ from typing import Any
 from exporter import action_file, actions, afids, health_rules, log, scope
 from exporter.catalog.device import INFO_LABELS
 from exporter.config.health import HealthConfig
-from exporter.evidence import BOARD, EvidenceBoard
+from exporter.evidence import BOARD, Evidence, EvidenceBoard
 from exporter.health_state.memory import DeviceMemory
 from exporter.model import Reading
 from exporter.vendors import VENDORS
@@ -168,6 +168,8 @@ _FAMILIES = frozenset(
 # evidence posted by bus id: exporter.evidence).
 _INFO_IDENT = (INFO_LABELS.index("device"), INFO_LABELS.index("uuid"))
 _INFO_BUS = INFO_LABELS.index("pci_bus_id")
+# A finding from evidence lists what every item of its reason saw, up to this long.
+EVIDENCE_DETAIL_CHARS = 500
 
 
 def _boot_time(path: str = "/proc/stat") -> float:
@@ -475,19 +477,31 @@ class HealthJudge:
     def _add_evidence(
         self, ident: Identity, reasons: dict[str, str], findings: list[Finding], wall: float
     ) -> None:
-        """Each live item of the evidence board about the device: a reason and a finding.
+        """The live evidence about the device: one reason and one finding per evidence reason.
 
-        The reason takes the evidence's state unless the same reason is already worse;
-        the finding is the evidence's advice, its detail the evidence's where it has one.
+        The reason takes the worst state any item of it gives, unless the same reason is
+        already worse; the finding is the advice of its most disruptive item (then the
+        worst state, then the newest), dated by the newest item, its detail every item's
+        (the evidence's own, else its advice's). One finding per reason: two sources or
+        two runs saying the same thing make one ``accel_device_action_reason_info`` series.
         """
+        by_reason: dict[str, list[Evidence]] = {}
         for ev in self.evidence.for_device(ident[1], self._bus.get(ident, ""), wall):
-            had = reasons.get(ev.reason)
-            if had is None or RANK[ev.state] > RANK[had]:
-                reasons[ev.reason] = ev.state
-            detail = ev.detail or ev.advice.detail
-            findings.append(
-                _finding(ev.reason, replace(ev.advice, detail=detail), at=ev.observed_at)
+            by_reason.setdefault(ev.reason, []).append(ev)
+        for reason, items in sorted(by_reason.items()):
+            state = max((ev.state for ev in items), key=RANK.__getitem__)
+            had = reasons.get(reason)
+            if had is None or RANK[state] > RANK[had]:
+                reasons[reason] = state
+            lead = max(
+                items,
+                key=lambda e: (actions.RANK[e.advice.action], RANK[e.state], e.observed_at),
             )
+            details = [lead.detail or lead.advice.detail]
+            details += [e.detail or e.advice.detail for e in items if e is not lead]
+            detail = "; ".join(dict.fromkeys(d for d in details if d))[:EVIDENCE_DETAIL_CHARS]
+            newest = max(ev.observed_at for ev in items)
+            findings.append(_finding(reason, replace(lead.advice, detail=detail), at=newest))
 
     def _scoped(
         self,

@@ -210,11 +210,28 @@ def test_evidence_never_lowers_a_worse_state_of_the_same_reason() -> None:
     board.replace("trend", {"GPU-a": [ev(state=PREDICTED, source="trend")]})
     (record,) = wall_judge(board, wall).judge([up(A)])
     assert record.reason_states() == {"diag_failed": FAILED}
-    assert len(record.findings) == 3
+    # One finding per reason: the most disruptive item's advice, dated by the newest.
+    (finding,) = record.findings
+    assert (finding.reason, finding.action, finding.at) == ("diag_failed", "reset_device", 101.0)
     # Nor does it lower a rule's worse state: the device is down (failed) and a trend says
     # predicted: failed wins, both reasons listed.
     (record,) = wall_judge(board, wall).judge([up(A, 0.0)])
     assert record.state == FAILED and "device_down" in record.reason_states()
+
+
+def test_one_finding_per_reason_names_every_item_and_the_worst_advice() -> None:
+    board, wall = EvidenceBoard(), [120.0]
+    watch = actions.Advice(actions.NONE, detail="monitor it")
+    mild = ev(state=DEGRADED, advice=watch, at=110.0, detail="dcgm pcie: DCGM_FR_LOW_BANDWIDTH")
+    bad = ev(at=100.0, detail="dcgm memory: DCGM_FR_FAULTY_MEMORY")
+    board.replace("diag", {"GPU-a": [mild, bad]})
+    (record,) = wall_judge(board, wall).judge([up(A)])
+    (finding,) = record.findings
+    assert finding.action == "reset_device" and finding.at == 110.0
+    assert finding.detail == "dcgm memory: DCGM_FR_FAULTY_MEMORY; dcgm pcie: DCGM_FR_LOW_BANDWIDTH"
+    assert record.reason_states() == {"diag_failed": FAILED}
+    rows = [r for r in health.readings([record]) if r.metric == "accel_device_action_reason_info"]
+    assert len(rows) == 1
 
 
 def test_an_unread_device_stays_unknown_and_lists_its_evidence() -> None:
