@@ -11,26 +11,21 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from exporter.catalog.vocabulary import DIAG_FILE_REJECTIONS, DIAG_FILE_RESULTS, DIAG_RESULTS
+
 # The result of one test on one device, in every suite's terms.
-PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
-RESULTS = (PASS, WARN, FAIL, SKIP)
+RESULTS = DIAG_RESULTS
+PASS, WARN, FAIL, SKIP = RESULTS
 
 # The suites read, by the name of their label value.
 DCGM, AGFHC, RVS, HEALTH_VALIDATION = "dcgm", "agfhc", "rvs", "health_validation"
 SUITES = (DCGM, AGFHC, RVS, HEALTH_VALIDATION)
 
-# Why a file gave no run. Counted per file by accel_diag_files_rejected_total
-# (reason), except SCHEMA_DRIFT and RUNTIME_ERROR, which name a suite and are counted
-# by accel_diag_files_total{suite, result}.
-TOO_LARGE = "too_large"
-TRUNCATED = "truncated"
-UNPARSEABLE = "unparseable"
-SYMLINK = "symlink"
-NOT_REGULAR = "not_regular_file"
-UNREADABLE = "unreadable"
-UNKNOWN_FORMAT = "unknown_format"
-TOO_MANY_FILES = "too_many_files"
-REJECTIONS = (
+# Why a file gave no run, counted once per file version by
+# accel_diag_files_rejected_total{reason}: EXPIRED is a file older than the health
+# window (not read), TOO_MANY_FILES one beyond sources.diag.max_files (the oldest).
+REJECTIONS = DIAG_FILE_REJECTIONS
+(
     TOO_LARGE,
     TRUNCATED,
     UNPARSEABLE,
@@ -39,11 +34,11 @@ REJECTIONS = (
     UNREADABLE,
     UNKNOWN_FORMAT,
     TOO_MANY_FILES,
-)
-SCHEMA_DRIFT = "schema_drift"
-# What happened to a file of a known suite (accel_diag_files_total's result).
-ACCEPTED, STALE, RUNTIME_ERROR = "accepted", "stale", "runtime_error"
-FILE_RESULTS = (ACCEPTED, SCHEMA_DRIFT, STALE, RUNTIME_ERROR)
+    EXPIRED,
+) = REJECTIONS
+# What became of a file of a known suite (accel_diag_files_total{suite, result}).
+FILE_RESULTS = DIAG_FILE_RESULTS
+ACCEPTED, SCHEMA_DRIFT, RUNTIME_ERROR = FILE_RESULTS
 
 
 class DiagError(Exception):
