@@ -1,9 +1,10 @@
 """Diagnostic verdicts from a watched directory: their families, and their evidence on the board.
 
 Each poll lists ``sources.diag.path`` (a directory that does not exist is no result,
-never an error), reads each new or changed ``*.json`` file once (the parsed run is
-kept by the file's identity, so an unchanged file costs one ``lstat``), and parses
-it with the version-pinned parsers of :mod:`exporter.diag`. Every file version is
+never an error: with ``enabled: auto``, the default, the source is then unavailable
+here and looks again every minute), reads each new or changed ``*.json`` file once
+(the parsed run is kept by the file's identity, so an unchanged file costs one
+``lstat``), and parses it with the version-pinned parsers of :mod:`exporter.diag`. Every file version is
 counted once, by its suite and result or by why it was refused.
 
 A run's results are matched to the exporter's own devices (``accel_device_info`` of
@@ -43,7 +44,7 @@ from exporter.diag.model import (
     DiagError,
     Run,
 )
-from exporter.errors import SourceError
+from exporter.errors import SourceError, SourceUnavailable
 from exporter.evidence import BOARD, Evidence, EvidenceBoard
 from exporter.model import Reading
 from exporter.sources.base import BlockingCall, Source, StoreReader
@@ -153,7 +154,14 @@ class DiagSource(Source):
         if scan.present != self._present:
             self._log.info("diag directory " + ("present" if scan.present else "absent"))
             self._present = scan.present
-        return self._judge(scan, now)
+        readings = self._judge(scan, now)  # no directory: no evidence either
+        if not scan.present and self.auto:
+            # enabled: auto on a node without the directory: nothing to read here, not a
+            # failure; the scheduler asks again (every minute) and finds it once made.
+            raise SourceUnavailable(
+                "directory_missing", f"{self.cfg.path} does not exist", readings
+            )
+        return readings
 
     # -- the directory (on the poll's thread) -------------------------------------------
 

@@ -17,7 +17,7 @@ from exporter.catalog.device import INFO_LABELS
 from exporter.config.diag import DiagSourceConfig
 from exporter.diag import files
 from exporter.diag.model import NOT_REGULAR, SYMLINK, TOO_LARGE, UNREADABLE, DiagError
-from exporter.errors import SourceError
+from exporter.errors import SourceError, SourceUnavailable
 from exporter.evidence import EvidenceBoard
 from exporter.model import Reading
 from exporter.sources.diag import DiagSource
@@ -126,12 +126,28 @@ def dcgm4(failing: int, version: str = "4.2.3", code: int = 52, severity: int = 
 
 
 def test_an_absent_directory_is_no_result_and_no_error(tmp_path: Path) -> None:
-    h = Harness(tmp_path / "missing", NVIDIA)
+    h = Harness(tmp_path / "missing", NVIDIA, enabled=True)
     got = h.poll()
     assert got == {("accel_diag_directory_present", ()): 0.0}
     assert h.board.sources() == []
     (tmp_path / "missing").mkdir()
     assert h.poll()[("accel_diag_directory_present", ())] == 1.0
+
+
+def test_auto_without_the_directory_is_unavailable_and_withdraws_its_evidence(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path / "d", NVIDIA)  # enabled: auto, the default
+    (tmp_path / "d").mkdir()
+    h.put("a.json", dcgm4(failing=1))
+    h.poll()
+    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "service")}
+    (tmp_path / "d" / "a.json").unlink()
+    (tmp_path / "d").rmdir()
+    with pytest.raises(SourceUnavailable) as caught:
+        h.poll()
+    assert caught.value.reason == "directory_missing"
+    assert h.board.sources() == []
 
 
 def test_a_failing_gpu_gets_families_and_evidence_the_other_none(tmp_path: Path) -> None:
