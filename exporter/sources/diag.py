@@ -4,8 +4,8 @@ Each poll lists ``sources.diag.path`` (a directory that does not exist is no res
 never an error: with ``enabled: auto``, the default, the source is then unavailable
 here and looks again every minute), reads each new or changed ``*.json`` file once
 (the parsed run is kept by the file's identity, so an unchanged file costs one
-``lstat``), and parses it with the version-pinned parsers of :mod:`exporter.diag`. Every file version is
-counted once, by its suite and result or by why it was refused.
+``lstat``), and parses it with the version-pinned parsers of :mod:`exporter.diag`.
+Every file version is counted once, by its suite and result or by why it was refused.
 
 A run's results are matched to the exporter's own devices (``accel_device_info`` of
 the device sources, read from the store): by serial number where the run gives one
