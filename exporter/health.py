@@ -328,7 +328,12 @@ class HealthJudge:
         readings say of them is the exporter's own state, not evidence about the
         device, so it neither fails them nor teaches the memory anything. Their state
         is unknown; the events still remembered for them (XIDs, AFIDs in the window)
-        are listed with the action they ask for.
+        are listed with the action they ask for, and so is the live evidence about
+        them on the board (exporter.evidence: a diagnostic run, the fabric), which
+        is about the device, not about the exporter's worker.
+
+        Every device, read or not, gets one reason and one finding per live evidence
+        reason, looked up by its uuid and the PCI bus id of its ``accel_device_info``.
         """
         unread = unread or {}
         now, wall = self.clock(), self.wall()
