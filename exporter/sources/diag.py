@@ -112,6 +112,8 @@ class DiagSource(Source):
         self._files: Counter[tuple[str, str]] = Counter()
         self._rejected: Counter[str] = Counter()
         self._present: bool | None = None
+        # What the last poll posted: a replacement re-posts it (each item keeps its expiry).
+        self._posted: dict[str, list[Evidence]] = {}
         self._log = log.get(component="diag", source=name, path=config.path)
 
     def fingerprint(self) -> tuple[object, ...]:
@@ -119,11 +121,17 @@ class DiagSource(Source):
         return (*super().fingerprint(), self.window)
 
     def adopt(self, old: Source) -> None:
-        """Keep the counters and the parsed files of the source this one replaces."""
+        """Keep the counters, the parsed files and the evidence of the source this one replaces.
+
+        The old one withdrew its evidence when it stopped; posting it again here (each
+        item with its own expiry) keeps the devices' verdicts through a reload.
+        """
         if isinstance(old, DiagSource) and old.cfg.path == self.cfg.path:
             self._cache, self._counted = old._cache, old._counted
             self._files, self._rejected = old._files, old._rejected
             self._present = old._present
+            self._posted = old._posted
+            self.board.replace(EVIDENCE_SOURCE, self._posted)
 
     def attach(self, store: StoreReader) -> None:
         """Keep the store: the device sources' inventory is what results are matched to."""
@@ -319,6 +327,7 @@ class DiagSource(Source):
             item = _evidence(suite, at, at + self.window, found)
             evidence.setdefault(uuid, []).extend(item)
         self.board.replace(EVIDENCE_SOURCE, evidence)
+        self._posted = evidence
         return out
 
     def _counters(self) -> list[Reading]:

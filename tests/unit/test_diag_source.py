@@ -358,12 +358,21 @@ def test_an_unreadable_directory_fails_the_poll_and_keeps_the_evidence(tmp_path:
         (tmp_path / "d").chmod(0o755)
 
 
-def test_close_withdraws_the_evidence(tmp_path: Path) -> None:
+def test_close_withdraws_the_evidence_and_a_replacement_posts_it_again(tmp_path: Path) -> None:
     h = Harness(tmp_path, NVIDIA)
     h.put("a.json", dcgm4(failing=1))
     h.poll()
     asyncio.run(h.source.close())
     assert h.board.sources() == []
+    # A reload's replacement (same directory): the evidence is back before it polls, and
+    # the file already counted is not counted again.
+    config = DiagSourceConfig(path=str(tmp_path), interval=5.0)
+    new = DiagSource("diag", config, window=WINDOW, board=h.board, wall=lambda: h.wall[0])
+    new.adopt(h.source)
+    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "service")}
+    new.attach(FakeStore(NVIDIA))  # type: ignore[arg-type]
+    got = {(r.metric, r.labels): r.value for r in asyncio.run(new.poll())}
+    assert got[("accel_diag_files_total", ("dcgm", "accepted"))] == 1.0
 
 
 @pytest.mark.parametrize(
