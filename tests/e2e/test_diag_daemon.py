@@ -120,6 +120,7 @@ def test_a_failed_diag_run_fails_its_gpu_and_bad_files_are_only_counted(
         fh.truncate(50 * 1024 * 1024)
     real = (FIXTURES / "dcgm-4.2.3-gb10-r1.json").read_bytes()
     drop(diag, "cut.json", real[: len(real) // 3])
+    drop(diag, "garbage.json", b"{not json: ]")
     outside = tmp_path / "elsewhere.json"
     outside.write_bytes(run_file(failing=0))
     (diag / "link.json").symlink_to(outside)
@@ -130,7 +131,13 @@ def test_a_failed_diag_run_fails_its_gpu_and_bad_files_are_only_counted(
     rejected = {
         dict(k[1])["reason"]: v for k, v in got.items() if k[0] == "accel_diag_files_rejected_total"
     }
-    assert rejected == {"too_large": 1, "truncated": 1, "symlink": 1, "not_regular_file": 1}
+    assert rejected == {
+        "too_large": 1,
+        "truncated": 1,
+        "unparseable": 1,
+        "symlink": 1,
+        "not_regular_file": 1,
+    }
     assert value(got, "accel_diag_schema_drift_info", suite="dcgm", version="4.9.0") == 1
     assert value(got, "accel_exporter_source_up", source="diag") == 1
     # The drifted file would have failed GPU 0 had it been guessed at; the symlink too.
