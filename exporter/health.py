@@ -786,7 +786,13 @@ class HealthJudge:
             out.update(held)
         for held2 in (self._recovered_at, self._cleared_at, self._seen, self.latest):
             out.update(held2)
-        for held3 in (self._grew_wall, self._domains, self._afid_counts, self._afid_hits):
+        for held3 in (
+            self._grew_wall,
+            self._domains,
+            self._bus,
+            self._afid_counts,
+            self._afid_hits,
+        ):
             out.update(held3)
         out.update(self._unplaced.values())
         return out
