@@ -67,6 +67,8 @@ class Device:
     uuid: str
     pci_bus_id: str
     serial: str
+    # A partition of a GPU (AMD CPX, ...): its index within the GPU ("" for a whole GPU).
+    partition: str = ""
 
 
 @dataclass(frozen=True)
@@ -280,6 +282,7 @@ class DiagSource(Source):
                     info.get("uuid", ""),
                     info.get("pci_bus_id", ""),
                     info.get("serial", ""),
+                    info.get("partition", ""),
                 )
             )
         return out
@@ -343,13 +346,18 @@ class DiagSource(Source):
 
 
 def _match(devices: Sequence[Device], vendor: str, result: DeviceResult) -> Device | None:
-    """The device a result names: by its serial where one device has it, else by number."""
+    """The device a result names: by its serial where one device has it, else by number.
+
+    The suites number physical GPUs: a partition (whose device label numbers the
+    partitions) is never matched by number, so a partitioned GPU's results are only
+    matched by serial number.
+    """
     mine = [d for d in devices if d.vendor == vendor and d.uuid]
     if result.serial and result.serial not in _NO_SERIAL:
         by_serial = [d for d in mine if d.serial == result.serial]
         if len(by_serial) == 1:
             return by_serial[0]
-    by_number = [d for d in mine if d.device == result.entity]
+    by_number = [d for d in mine if d.device == result.entity and not d.partition]
     return by_number[0] if len(by_number) == 1 else None
 
 

@@ -44,14 +44,15 @@ class FakeView:
 class FakeStore:
     """What the device sources reported: accel_device_info per device."""
 
-    def __init__(self, devices: list[tuple[str, str, str, str, str]]) -> None:
+    def __init__(self, devices: list[tuple[str, ...]]) -> None:
         self.devices = devices
 
     def view(self) -> FakeView:
         out = []
-        for vendor, device, uuid, bus, serial in self.devices:
+        for vendor, device, uuid, bus, serial, *partition in self.devices:
             values = dict.fromkeys(INFO_LABELS, "")
             values.update(vendor=vendor, device=device, uuid=uuid, pci_bus_id=bus, serial=serial)
+            values.update(partition=partition[0] if partition else "")
             out.append(Reading("accel_device_info", tuple(values[k] for k in INFO_LABELS), 1.0))
         return FakeView(out)
 
@@ -339,6 +340,16 @@ def test_amd_runs_match_amd_devices(tmp_path: Path) -> None:
     assert got[("accel_diag_test_result", ("0", "amd-0000", "agfhc", "test5", "pass"))] == 1.0
     # AMD's runs name no version in AGFHC's case: an empty version label.
     assert got[("accel_diag_run_info", ("agfhc", ""))] == 1.0
+
+
+def test_a_partition_is_not_matched_by_the_gpu_number(tmp_path: Path) -> None:
+    # An AMD GPU in CPX mode: device labels number the partitions, AGFHC numbers GPUs.
+    partitions = [("amd", str(i), f"amd-p{i}", "0000:c1:00.0", "", str(i)) for i in range(2)]
+    h = Harness(tmp_path, partitions)
+    h.put("rvs.json", (FIXTURES / "rvs-1.0-amd-testrunner.json").read_bytes())
+    got = h.poll()
+    assert h.board.sources() == []
+    assert got[("accel_diag_unmatched_results", ("rvs",))] == 4.0
 
 
 def test_an_unreadable_directory_fails_the_poll_and_keeps_the_evidence(tmp_path: Path) -> None:
