@@ -35,12 +35,12 @@ from hypothesis import strategies as st
 from exporter.ccl.inspector import InspectorParseError, parse_record
 from exporter.ccl.ras_model import RasParseError
 from exporter.ccl.ras_parse import parse_json, parse_text
-from exporter.diag import advice as diag_advice
-from exporter.diag import formats as diag_formats
-from exporter.diag.model import DiagError
 from exporter.config.devices import DeviceSourceConfig
 from exporter.config.loader import load_config
 from exporter.config.web import BasicAuthConfig, WebConfig
+from exporter.diag import advice as diag_advice
+from exporter.diag import formats as diag_formats
+from exporter.diag.model import DiagError
 from exporter.errors import ConfigError
 from exporter.outputs.http import Endpoints, HttpServer
 from exporter.outputs.prometheus import Exposition
