@@ -1,9 +1,10 @@
 """What a diagnostic run said, suite by suite: plain data, no I/O.
 
-Every parser (:mod:`exporter.diag.dcgm`, :mod:`exporter.diag.amd`) turns one result
-file into one :class:`Run`: the suite, the version of the tool that wrote it, and a
-:class:`DeviceResult` per device and test. A file that is not one is refused with a
-:class:`DiagError` whose ``reason`` is the word counted for it.
+Every parser (:mod:`exporter.diag.dcgm`, :mod:`exporter.diag.amd`,
+:mod:`exporter.diag.hv`) turns one result file into one :class:`Run`: the suite,
+the version of the tool that wrote it, and a :class:`DeviceResult` per device and
+test. A file that is not one is refused with a :class:`DiagError` whose ``reason``
+is the word counted for it.
 """
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ class DeviceResult:
     ``entity`` is the suite's own device number (DCGM's GPU id, AGFHC's ``GPU-03``
     as ``3``, RVS's gpu_index), ``serial`` the serial number the run lists for it
     ("" when none), ``subject`` what AGFHC blamed (``GPU``, ``SYSTEM``, ``PROGRAM``,
-    ``UNKNOWN``; "" elsewhere).
+    ``UNKNOWN``; "" elsewhere). ``uuid`` and ``pci_bus_id`` name the device where the
+    suite names it so (Health Validation's entities); a result with none of entity,
+    serial, uuid and bus id is about the node, not a device.
     """
 
     entity: str
@@ -85,6 +88,13 @@ class DeviceResult:
     issues: tuple[Issue, ...] = ()
     serial: str = ""
     subject: str = ""
+    uuid: str = ""
+    pci_bus_id: str = ""
+
+    @property
+    def node(self) -> bool:
+        """Whether the result is about the node rather than one of its devices."""
+        return not (self.entity or self.serial or self.uuid or self.pci_bus_id)
 
 
 @dataclass(frozen=True)
