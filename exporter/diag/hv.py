@@ -64,7 +64,8 @@ RESULT_OF = {"PASS": PASS, "INFO": PASS, "WARNING": WARN, "CRITICAL": FAIL, "UNK
 COMPONENT_KEYS = frozenset({"check_ids", "entities", "category", "max_severity"})
 # The test name of the node's own verdict.
 NODE_VERDICT = "node_verdict"
-# At most this many components and entities are read: a file cannot grow the run unbounded.
+# At most this many components, and entities or checks in one: a file cannot grow the
+# run without bound.
 MAX_COMPONENTS, MAX_ENTITIES = 256, 64
 
 # Checks about the node, never about one GPU (docs: checks/cpu.md, node.md, infiniband.md).
@@ -148,8 +149,8 @@ def _component(item: Mapping[str, Any]) -> dict[str, Any]:
     for name, value in (("check_ids", checks), ("entities", entities)):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise _drift(f"AffectedComponent.{name} is not a list of strings")
-    if len(entities) > MAX_ENTITIES:
-        raise _drift(f"an AffectedComponent of more than {MAX_ENTITIES} entities")
+    if len(entities) > MAX_ENTITIES or len(checks) > MAX_ENTITIES:
+        raise _drift(f"an AffectedComponent of more than {MAX_ENTITIES} entities or checks")
     if not isinstance(category, str) or not category.strip():
         raise _drift("AffectedComponent.category is not a name")
     worst = _severity(item["max_severity"], "AffectedComponent.max_severity")

@@ -173,6 +173,7 @@ def test_the_worst_ladder_of_a_component_leads() -> None:
         {"overall_severity": "PASS", "c": [{**component(["1"], "INFO"), "check_ids": [1]}]},
         {"overall_severity": "PASS", "c": [{**component(["1"], "INFO"), "category": ""}]},
         {"overall_severity": "PASS", "c": [component([str(i) for i in range(65)], "INFO")]},
+        {"overall_severity": "PASS", "c": [component(["1"], "INFO", [f"c{i}" for i in range(65)])]},
     ],
 )
 def test_undocumented_shapes_are_drift(doc: dict[str, Any]) -> None:
