@@ -182,7 +182,10 @@ def _result(
     uuid = entity if _UUID.match(entity) else ""
     bus = entity if _BUS_ID.match(entity) else ""
     number = entity if entity.isdecimal() else ""
-    return DeviceResult(number, test, RESULT_OF[severity], issues, uuid=uuid, pci_bus_id=bus)
+    node = not (number or uuid or bus)
+    return DeviceResult(
+        number, test, RESULT_OF[severity], issues, uuid=uuid, pci_bus_id=bus, node=node
+    )
 
 
 def advice_for(result: DeviceResult) -> Advice:

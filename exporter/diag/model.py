@@ -78,8 +78,9 @@ class DeviceResult:
     as ``3``, RVS's gpu_index), ``serial`` the serial number the run lists for it
     ("" when none), ``subject`` what AGFHC blamed (``GPU``, ``SYSTEM``, ``PROGRAM``,
     ``UNKNOWN``; "" elsewhere). ``uuid`` and ``pci_bus_id`` name the device where the
-    suite names it so (Health Validation's entities); a result with none of entity,
-    serial, uuid and bus id is about the node, not a device.
+    suite names it so (Health Validation's entities). ``node`` marks a result about the
+    node, not a device (Health Validation's own verdict and its node checks): it is
+    shown, never matched to a device.
     """
 
     entity: str
@@ -90,11 +91,7 @@ class DeviceResult:
     subject: str = ""
     uuid: str = ""
     pci_bus_id: str = ""
-
-    @property
-    def node(self) -> bool:
-        """Whether the result is about the node rather than one of its devices."""
-        return not (self.entity or self.serial or self.uuid or self.pci_bus_id)
+    node: bool = False
 
 
 @dataclass(frozen=True)
