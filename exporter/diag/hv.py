@@ -123,7 +123,9 @@ def parse(doc: Mapping[str, Any]) -> Run:
         for gpu in gpus:
             floor = worst if worst in ("PASS", "INFO", "UNKNOWN") else "INFO"
             out.append(_result(gpu, test, floor, checks, category))
-    return Run(HEALTH_VALIDATION, "nvidia", "", tuple(out))
+    # One run evaluates the whole node ("collects the current hardware/driver state of
+    # one node"): a GPU it does not name passed, so a newer run clears an older one's.
+    return Run(HEALTH_VALIDATION, "nvidia", "", tuple(out), whole_node=True)
 
 
 def _components(doc: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -100,6 +100,9 @@ class Run:
 
     ``runtime_error`` is set when the tool could not run its tests (DCGM's
     ``runtime_error``): then there are no results, and nothing about any device.
+    ``whole_node`` is set when the run judged every device of the node and names only
+    those it found wanting (Health Validation): it is then the newest run of every
+    device of its vendor, the ones it does not name included.
     """
 
     suite: str
@@ -107,6 +110,7 @@ class Run:
     version: str
     results: tuple[DeviceResult, ...]
     runtime_error: str = ""
+    whole_node: bool = False
 
 
 _NOT_LABEL = re.compile(r"[^a-z0-9]+")

@@ -14,7 +14,8 @@ one and one device has it, else by the suite's device number (DCGM's GPU id and 
 GPU index are the device label of nvml and amdsmi), within the run's vendor. A result
 about the node (Health Validation's own verdict, its node checks) is exported with
 device and uuid "" and is no evidence about any device. For
-each suite and device the newest run that tested the device counts, until it is
+each suite and device the newest run that tested the device (a Health Validation
+run tests every device of the node) counts, until it is
 older than the health window (``health.event_window``, from the file's modification
 time). Its failed and warned tests become :class:`~exporter.evidence.Evidence`
 (source ``diag``, reasons ``diag_failed`` and ``diag_warning``, by
@@ -310,6 +311,10 @@ class DiagSource(Source):
             if run.suite not in suites or suites[run.suite][0] < parsed.mtime:
                 suites[run.suite] = (parsed.mtime, run)
             mine: dict[str, tuple[Device, list[DeviceResult]]] = {}
+            if run.whole_node:  # a device it does not name passed it: this run is its newest
+                for each in devices:
+                    if each.vendor == run.vendor and each.uuid:
+                        mine[each.uuid] = (each, [])
             node = [r for r in run.results if r.node]
             if node and (run.suite not in nodes or nodes[run.suite][0] < parsed.mtime):
                 nodes[run.suite] = (parsed.mtime, run.vendor, node)

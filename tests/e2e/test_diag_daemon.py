@@ -209,3 +209,14 @@ def test_a_critical_health_validation_verdict_fails_only_the_gpu_it_names(
     drop(diag, "drift.json", b'{"overall_severity": "Critical", "affected_components": []}')
     d.wait_metric("accel_diag_files_total", 1, suite="health_validation", result="schema_drift")
     assert one_hot(samples(d.metrics()), "accel_device_health", STATES, **me[0]) == "ok"
+
+    # A newer verdict of PASS: the run judged the whole node, GPU 1 with it.
+    time.sleep(0.05)  # a later modification time than the failing run's
+    drop(diag, "preflight-later.json", (FIXTURES / "hv-documented-pass.json").read_bytes())
+    d.wait_metric("accel_device_health", 1, state="ok", **me[1])
+    got = samples(d.metrics())
+    assert reasons(got, me[1]["uuid"]) == {}
+    assert value(got, "accel_diag_test_result", result="pass", test="node_verdict", **node) == 1
+    assert not [
+        k for k in got if k[0] == "accel_diag_test_result" and ("uuid", me[1]["uuid"]) in k[1]
+    ]

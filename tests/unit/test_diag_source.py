@@ -441,3 +441,16 @@ def test_a_health_validation_node_check_is_no_gpu_evidence(tmp_path: Path) -> No
     hv = ("health_validation",)
     assert got[("accel_diag_test_result", ("", "", *hv, "xid", "fail"))] == 1.0
     assert not [k for k in got if k[0] == "accel_diag_test_result" and k[1][0] == "0"]
+
+
+def test_a_newer_health_validation_verdict_clears_a_gpu_it_does_not_name(tmp_path: Path) -> None:
+    h = Harness(tmp_path, NVIDIA)
+    h.put("old.json", hv_doc(["0000:3c:00.0"], ["gpu_xid_46"]), age=120.0)
+    h.put("dcgm.json", dcgm4(failing=0), age=90.0)
+    h.poll()
+    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "reset_device")}
+    h.put("new.json", json.dumps({"overall_severity": "PASS"}).encode(), age=30.0)
+    h.poll()
+    # Health Validation's newest run passed the node; DCGM's run of GPU 0 still counts.
+    assert h.evidence("GPU-bbbb") == {}
+    assert h.evidence("GPU-aaaa") == {"diag_failed": (FAILED, "service")}
