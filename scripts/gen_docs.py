@@ -15,7 +15,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from exporter import catalog, vendors  # noqa: E402
-from exporter.catalog import CATALOG, ccl, device, exporter_self, host, totals, workload  # noqa: E402
+from exporter.catalog import (  # noqa: E402
+    CATALOG,
+    ccl,
+    device,
+    diag,
+    exporter_self,
+    host,
+    totals,
+    workload,
+)
 from exporter.catalog.otel import METRICS as OTEL  # noqa: E402
 from exporter.catalog.otel import SEMCONV_VERSION  # noqa: E402
 from exporter.commands.flags import DERIVED, key_help, leaf_class, sections  # noqa: E402
@@ -32,6 +41,7 @@ TITLES = {
     device: "Devices (every vendor)",
     totals: "Per-device totals of per-link families (derived while rendering)",
     ccl: "NCCL/RCCL",
+    diag: "Diagnostic runs",
     workload: "Workloads",
 }
 TITLES.update(

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from exporter.backend_api.wire import Rows, new_rows
 from exporter.backends.contract import MHZ, U16_MAX, U32_MAX, U64_MAX, Codes, Emitter, number
-from exporter.backends.wire import Rows, new_rows
 
 # Statuses meaning "this device does not offer this field": omitted silently.
 UNSUPPORTED = frozenset({"not_supported", "not_yet_implemented", "no_data", "setting_unavailable"})

@@ -15,8 +15,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from exporter.backends import libsearch
 from exporter.backends.base import BackendUnavailable
+from exporter.host import libsearch
 
 
 def load_amdsmi() -> Any:

@@ -28,8 +28,8 @@ from typing import Any
 
 from exporter import log
 from exporter.backend_api import crumb
+from exporter.backend_api.wire import Rows
 from exporter.backends import levelzero_binding as zb
-from exporter.backends import libsearch
 from exporter.backends.base import (
     BackendError,
     BackendUnavailable,
@@ -66,7 +66,7 @@ from exporter.backends.levelzero_tables import (
 # Named here too, as the label-value tests and docs name them: the backend's label tables.
 from exporter.backends.levelzero_tables import ECC_TYPES as ECC_TYPES
 from exporter.backends.levelzero_tables import THROTTLE_REASONS as THROTTLE_REASONS
-from exporter.backends.wire import Rows
+from exporter.host import libsearch
 
 
 class LevelZeroBackend(Readings):

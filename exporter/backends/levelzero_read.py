@@ -14,6 +14,7 @@ import ctypes
 from collections.abc import Callable
 from typing import Any
 
+from exporter.backend_api.wire import Rows, put
 from exporter.backends import levelzero_binding as zb
 from exporter.backends.contract import MAX_CELSIUS, MAX_MHZ, MHZ, Failing, count
 from exporter.backends.levelzero_tables import (
@@ -28,7 +29,6 @@ from exporter.backends.levelzero_tables import (
     Gpu,
     Structs,
 )
-from exporter.backends.wire import Rows, put
 
 
 class Readings:
