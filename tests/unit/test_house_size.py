@@ -15,11 +15,11 @@ from pathlib import Path
 EXPORTER = Path(__file__).resolve().parents[2] / "exporter"
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 80
-# After issue 38 (were 13 files and 5 functions before it): health.py, sources/device.py,
-# workers/runner.py, store.py, catalog/device.py, checks/devices.py; judge (health.py),
-# _launch (workers/runner.py), _poll_once (sources/device.py), reload (app.py).
-LONG_FILES_CEILING = 6
-LONG_FUNCTIONS_CEILING = 4
+# After issue 38 (13 files and 5 functions before it): health.py, sources/device.py, store.py,
+# catalog/device.py, checks/devices.py; judge (health.py), _poll_once (sources/device.py),
+# reload (app.py).
+LONG_FILES_CEILING = 5
+LONG_FUNCTIONS_CEILING = 3
 
 
 def long_files(root: Path = EXPORTER) -> list[str]:
