@@ -36,8 +36,8 @@ from typing import Any
 
 from exporter import afids as afid_table
 from exporter.backend_api.cper import Ledger
-from exporter.backends.amdsmi_fields import CODES, LOST, U32_MAX, DeviceReader, status_name
-from exporter.backends.contract import DeviceGone
+from exporter.backends.amdsmi_fields import CODES, LOST, DeviceReader, status_name
+from exporter.backends.contract import U32_MAX, DeviceGone
 
 # Severity of a CPER record (amdsmi_cper_sev_t) -> label.
 SEVERITIES = {0: "non_fatal_uncorrected", 1: "fatal", 2: "non_fatal_corrected"}

@@ -37,8 +37,8 @@ from exporter import log
 from exporter.backend_api import crumb
 from exporter.backend_api.tpu import DISTRIBUTIONS, MAX_POINTS
 from exporter.backend_api.wire import Rows, put
-from exporter.backends.base import BackendError, BackendUnavailable
-from exporter.backends.contract import DeviceGone, count, poll_devices
+from exporter.backends.base import BackendUnavailable
+from exporter.backends.contract import DeviceGone, count, expect_poll, poll_devices
 from exporter.backends.tpu_distributions import fold, label_of
 from exporter.backends.tpu_metrics import BadMetric, device_values
 from exporter.catalog.tpu import LATENCY_BUCKETS
@@ -189,8 +189,7 @@ class TpuBackend:
 
     def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """Answer ``poll``."""
-        if op != "poll":
-            raise BackendError("unknown_op", f"the tpu backend has no operation {op!r}")
+        expect_poll(op, SOURCE)
         crumb.clear()  # the calls below concern addresses, not one chip
         pending = {
             (address, name): self._calls[address].future(
