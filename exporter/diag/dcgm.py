@@ -86,8 +86,12 @@ def parse(doc: Mapping[str, Any]) -> Run:
     return _parse_v3(doc)
 
 
+# A version string becomes a label value and a log field: a file may say anything.
+MAX_VERSION_CHARS = 40
+
+
 def _drift(detail: str, version: str = "") -> DiagError:
-    return DiagError(SCHEMA_DRIFT, detail, DCGM, version)
+    return DiagError(SCHEMA_DRIFT, detail[:200], DCGM, version.strip()[:MAX_VERSION_CHARS])
 
 
 def _release(version: object, releases: frozenset[tuple[int, int]], shape: str) -> str:
@@ -96,7 +100,8 @@ def _release(version: object, releases: frozenset[tuple[int, int]], shape: str) 
         raise _drift(f"a {shape} document without a version")
     found = _VERSION.match(version.strip())
     if found is None or (int(found[1]), int(found[2])) not in releases:
-        raise _drift(f"DCGM {version} is no release whose {shape} output was read", version)
+        shown = version.strip()[:MAX_VERSION_CHARS]
+        raise _drift(f"DCGM {shown} is no release whose {shape} output was read", version)
     return version.strip()
 
 

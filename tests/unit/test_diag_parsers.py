@@ -408,3 +408,18 @@ def test_rvs_drift() -> None:
 )
 def test_test_names_as_labels(name: str, label: str) -> None:
     assert label_for_test(name) == label
+
+
+def test_a_huge_dcgm_version_string_is_cut_before_it_becomes_a_label() -> None:
+    """A version of a million characters is drift with a short version and detail."""
+    from exporter.diag import dcgm
+    from exporter.diag.model import DiagError
+
+    doc = {"version": "9.9" + "x" * 1_000_000, "DCGM Diagnostic": {"test_categories": []}}
+    try:
+        dcgm.parse(doc)
+    except DiagError as exc:
+        assert len(exc.version) <= dcgm.MAX_VERSION_CHARS
+        assert len(str(exc)) < 1_000
+    else:
+        raise AssertionError("an unknown DCGM version was read")
