@@ -23,8 +23,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from exporter import log
-from exporter.catalog.nvidia import CRITICAL_XIDS
 from exporter.checks import HELP, daemon, devices, jobs
 from exporter.checks.nagios import Result, Status, exit_code, render
 from exporter.checks.samples import (
@@ -35,8 +33,7 @@ from exporter.checks.samples import (
     fetch_devices,
     poll_local,
 )
-from exporter.config.durations import parse_duration
-from exporter.errors import ConfigError
+from exporter.durations import parse_duration
 from exporter.suggest import closest, hint
 
 DEFAULT_URL = "http://localhost:9842"
@@ -140,6 +137,8 @@ def _retired_args(p: argparse.ArgumentParser) -> None:
 
 
 def _xid_args(p: argparse.ArgumentParser) -> None:
+    from exporter.catalog.nvidia import CRITICAL_XIDS
+
     p.add_argument("--window", type=_duration, default=3600.0, help="e.g. 10m, 1h (default 1h)")
     p.add_argument(
         "--critical-xids",
@@ -317,7 +316,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             name, parents=[common], help=spec.help, description=spec.help, allow_abbrev=False
         )
         _unknown_on_error(child, convention)
-        spec.arguments(child)
+        _arguments_when_parsed(child, spec.arguments)
+
+
+def _arguments_when_parsed(
+    parser: argparse.ArgumentParser, add: Callable[[argparse.ArgumentParser], None]
+) -> None:
+    """Give ``parser`` (one check's) its own arguments when it first parses.
+
+    Only the check that runs pays for its arguments (the XID check's default codes come
+    from the catalog, which a health check never imports); its usage, help and errors are
+    printed while it parses, so they show every argument as before.
+    """
+
+    def first_parse(
+        args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        del parser.parse_known_args  # the class's own from now on
+        add(parser)
+        return parser.parse_known_args(args, namespace)
+
+    parser.parse_known_args = first_parse  # type: ignore[method-assign,assignment]
 
 
 class _Misuse(Exception):
@@ -339,6 +358,8 @@ def _auth(path: str) -> tuple[str, str] | None:
 
 def _samples(args: argparse.Namespace, load_config: Callable[[], Any], spec: CheckSpec) -> Samples:
     if args.local:
+        from exporter.errors import ConfigError
+
         try:
             config = load_config()
         except ConfigError as exc:
@@ -374,6 +395,26 @@ def _judge(args: argparse.Namespace, load_config: Callable[[], Any], spec: Check
     return spec.evaluate(args, samples)
 
 
+# Set on the namespace by a caller that has not set up logging (the command line's quick
+# path for checks against a daemon): logging is set up on first need, as the command line
+# otherwise does before any command runs (level warning, to stderr).
+LOGGING_DEFERRED = "logging_deferred"
+
+
+def _log(args: argparse.Namespace) -> Any:
+    """The check's logger, to stderr.
+
+    A check against a daemon does not import structlog unless it has something to log
+    (bench/check_latency.py); an unconfigured structlog would print to stdout, into the
+    status line.
+    """
+    from exporter import log
+
+    if getattr(args, LOGGING_DEFERRED, False):
+        log.configure("warning", "auto")
+    return log.get(source="check")
+
+
 def run(args: argparse.Namespace, load_config: Callable[[], Any]) -> int:
     """Run the named check, print its status line, return its exit status."""
     name = args.check_name
@@ -381,7 +422,7 @@ def run(args: argparse.Namespace, load_config: Callable[[], Any]) -> int:
         result = _judge(args, load_config, CHECKS[name])
     except Exception as exc:
         # A check that breaks cannot tell the state of the node: UNKNOWN, never a traceback.
-        log.get(source="check").error("check failed", check=name, error=repr(exc))
+        _log(args).error("check failed", check=name, error=repr(exc))
         result = Result(Status.UNKNOWN, f"internal error: {exc!r}")
     print(render(name, result))
     return exit_code(result.status, args.exit_codes)
