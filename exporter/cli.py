@@ -163,6 +163,7 @@ def build_parser(described: bool = False) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"accel-exporter {__version__}")
     add_config_flags(parser, visible=described)
+    _demo_flag(parser)
     epilog = EPILOG
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", prog="accel-exporter")
 
@@ -171,7 +172,7 @@ def build_parser(described: bool = False) -> argparse.ArgumentParser:
             name, parents=[hidden], help=help_text, description=help_text, epilog=epilog, **kw
         )
 
-    command("run", "run the daemon (default)")
+    _demo_flag(command("run", "run the daemon (default)"))
     once = command("once", "poll every enabled source once and print the result")
     once.add_argument(
         "--format",
@@ -195,6 +196,17 @@ def build_parser(described: bool = False) -> argparse.ArgumentParser:
         extra.set_defaults(**{USAGE_PARSER: extra})
         add_arguments(extra)
     return parser
+
+
+DEMO_HELP = (
+    "serve simulated GPUs instead of the node's (no GPU, driver or compiler needed; "
+    'every device series says so: vendor="demo", uuid DEMO-...; docs/demo.md)'
+)
+
+
+def _demo_flag(parser: argparse.ArgumentParser) -> None:
+    # SUPPRESS: given before or after "run", the flag is not reset by the other parser.
+    parser.add_argument("--demo", action="store_true", default=argparse.SUPPRESS, help=DEMO_HELP)
 
 
 def _chosen(parser: argparse.ArgumentParser, args: argparse.Namespace) -> set[str]:
@@ -346,6 +358,11 @@ def _main(argv: Sequence[str] | None, source_builder: SourceBuilder | None) -> i
     # ~200 flags held 0.15 MiB of its idle memory (bench/idle.py).
     args = _parse(build_parser(), canonical_argv(words, notes))
     command = args.command or "run"
+    demo = bool(getattr(args, "demo", False))
+    if demo and command != "run":
+        message = f"--demo runs the daemon (accel-exporter --demo), not {command!r}"
+        print(f"accel-exporter: {message}", file=sys.stderr)
+        return EXIT_CONFIG
     if command == "run":
         # Until the daemon's own handler is installed (once it is fully started), a
         # SIGHUP (e.g. "systemctl reload" right after start) must not kill it.
@@ -392,7 +409,7 @@ def _main(argv: Sequence[str] | None, source_builder: SourceBuilder | None) -> i
         from exporter.commands import probe
 
         return probe.run(config)
-    return _run(config, path, overrides, source_builder)
+    return _run(config, path, overrides, source_builder, demo)
 
 
 def _run(
@@ -400,21 +417,28 @@ def _run(
     path: str | None,
     overrides: dict[str, str],
     source_builder: SourceBuilder | None,
+    demo: bool = False,
 ) -> int:
     import asyncio
 
-    from exporter import allocator
+    from exporter import allocator, log
     from exporter.app import App, StartupError
     from exporter.sources.registry import build_sources
 
     allocator.configure()
+    builder: Any = source_builder or build_sources
+    if demo:
+        from exporter.sources.demo import with_demo
+
+        builder = with_demo(builder)
+        log.get().warning("demo mode: the devices are simulated", source="demo")
 
     async def go() -> int:
         app = App(
             config,
             config_path=path,
             overrides=overrides,
-            source_builder=source_builder or build_sources,
+            source_builder=builder,
         )
         return await app.run()
 
