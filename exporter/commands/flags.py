@@ -136,7 +136,7 @@ def old_spellings() -> dict[str, str]:
 
 
 def spellings() -> dict[str, str]:
-    """A config flag with every ``-`` read as ``_`` (``outputs.prometheus.cluster_name``) -> the flag.
+    """Each config flag with every ``-`` read as ``_`` (``outputs.prometheus.cluster_name``) -> it.
 
     A key may be written as in the YAML file (snake case) or as the flag spells it
     (kebab case): ``--outputs.prometheus.cluster_name`` is ``--outputs.prometheus.cluster-name``.
