@@ -130,6 +130,10 @@ def old_spellings() -> dict[str, str]:
             if path[0] == new:
                 olds.add("--" + ".".join(p.replace("_", "-") for p in [old, *path[1:]]))
                 olds.add("--" + ".".join([old, *path[1:-1], path[-1].replace("_", "-")]))
+        # A key its section renamed (WebConfig.ALIASES: read_timeout -> send_timeout).
+        for old_key, new_key in getattr(leaf_class(leaf), "ALIASES", {}).items():
+            if new_key == path[-1]:
+                olds.add("--" + ".".join([*path[:-1], old_key.replace("_", "-")]))
         for old in olds - {leaf.flag}:
             out[old] = leaf.flag
     return out

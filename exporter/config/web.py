@@ -112,7 +112,7 @@ class WebConfig:
         "basic_auth": "HTTP basic auth for all but the health probes",
         "listen_address": "host:port to serve on (:9842 is every address)",
         "max_requests": "concurrent requests before 503 (instead of an unbounded queue)",
-        "read_timeout": "a write that makes no progress this long ends the connection",
+        "send_timeout": "a connection whose answer makes no progress this long is closed",
         "config_file": "exporter-toolkit web config file (web.yml)",
         "max_connections": "open connections at most; the oldest idle one makes room",
         "max_idle_connections": "keep-alive connections kept waiting; more close the oldest",
@@ -121,6 +121,9 @@ class WebConfig:
         "write_timeout": "a client must read its whole answer within this",
         "health_api_unauthenticated": "serve /v1/devices without auth, as the health probes",
     }
+
+    # Keys renamed, still read (a "renamed" warning): read_timeout never bounded a read.
+    ALIASES: ClassVar[dict[str, str]] = {"read_timeout": "send_timeout"}
 
     listen_address: str = ":9842"
     # Prometheus exporter-toolkit's web config file (--web.config.file), mapped onto tls
@@ -141,8 +144,10 @@ class WebConfig:
     # From a request's first byte (or the connection's start for a new one) to
     # the end of its headers, TLS handshake included: a total, not per read.
     header_timeout: Duration = 5.0
-    # A client that sends or accepts nothing for this long is disconnected.
-    read_timeout: Duration = 10.0
+    # A client that accepts nothing of its answer for this long is disconnected: the
+    # longest one write may wait (SO_SNDTIMEO; nginx's send_timeout). Reading a request is
+    # bounded by header_timeout.
+    send_timeout: Duration = 10.0
     # From complete headers to the last byte of the answer: a client that reads
     # it slower (a byte now and then) is disconnected and frees its slot.
     write_timeout: Duration = 30.0
@@ -164,5 +169,5 @@ class WebConfig:
             out.append(("max_connections", f"must be more than max_requests ({self.max_requests})"))
         if not 0 <= self.max_idle_connections <= self.max_connections:
             out.append(("max_idle_connections", "must be between 0 and max_connections"))
-        out += positive(self, "idle_timeout", "header_timeout", "read_timeout", "write_timeout")
+        out += positive(self, "idle_timeout", "header_timeout", "send_timeout", "write_timeout")
         return out

@@ -72,14 +72,14 @@ def test_idle_and_trickling_connections_never_cost_a_scrape(daemon_factory):
 
 
 def test_unfinished_request_holds_no_slot_and_times_out(daemon_factory):
-    d = daemon_factory({"web": {"max_requests": 1, "header_timeout": "1s", "read_timeout": "30s"}})
+    d = daemon_factory({"web": {"max_requests": 1, "header_timeout": "1s", "send_timeout": "30s"}})
     host, port = d.address
     with socket.create_connection((host, port), timeout=10) as hog:
         hog.sendall(b"GET /metrics HTTP/1.1\r\n")  # never finished
         # The only request slot is free for a real scrape meanwhile.
         assert d.get("/metrics").status == 200
         assert d.get("/healthz").status == 200
-        # A read timeout of 30 s does not matter: the header deadline (1 s) closes it.
+        # A send timeout of 30 s does not matter: the header deadline (1 s) closes it.
         hog.settimeout(20)
         assert hog.recv(100) == b""
     d.wait_for(
