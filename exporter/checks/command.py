@@ -106,11 +106,41 @@ def _gpu_count_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+# The temperature check's thresholds for the gpu sensor when none is given: below the
+# slowdown temperature of NVIDIA's and AMD's data-center GPUs (about 87-90 C), where a
+# GPU throttles. Other sensors (memory, hotspot, edge) run hotter or cooler by model:
+# their thresholds must be given.
+TEMPERATURE_DEFAULTS = {"gpu": (83.0, 88.0)}
+
+
 def _temperature_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--warn", type=float, required=True, help="WARNING above this, Celsius")
-    p.add_argument("--crit", type=float, required=True, help="CRITICAL above this, Celsius")
+    warn, crit = TEMPERATURE_DEFAULTS["gpu"]
+    p.add_argument(
+        "--warn", type=float, default=None, help=f"WARNING above this, Celsius (gpu: {warn:g})"
+    )
+    p.add_argument(
+        "--crit", type=float, default=None, help=f"CRITICAL above this, Celsius (gpu: {crit:g})"
+    )
     p.add_argument("--sensor", default="gpu", help="sensor label (gpu, memory, edge, hotspot)")
     _missing_flag(p)
+
+
+def _temperature_thresholds(args: argparse.Namespace) -> str:
+    """Fill the temperature check's missing thresholds; why they cannot be ("" when they can)."""
+    if args.check_name != "temperature":
+        return ""
+    defaults = TEMPERATURE_DEFAULTS.get(args.sensor)
+    if defaults is None:
+        if args.warn is None or args.crit is None:
+            return f"give --warn and --crit for the {args.sensor} sensor (defaults: gpu only)"
+        return ""
+    # One threshold given: the other keeps the defaults' distance from it at least.
+    gap = defaults[1] - defaults[0]
+    if args.warn is None:
+        args.warn = defaults[0] if args.crit is None else min(defaults[0], args.crit - gap)
+    if args.crit is None:
+        args.crit = max(defaults[1], args.warn + gap)
+    return ""
 
 
 def _ecc_args(p: argparse.ArgumentParser) -> None:
@@ -310,6 +340,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="nagios",
         help="nagios: 0/1/2/3; npd (Node Problem Detector): 0 OK, 1 problem, 2 unknown",
     )
+    _shared_options_in_help(parser, common)
     sub = parser.add_subparsers(dest="check_name", metavar="NAME", required=True)
     for name, spec in CHECKS.items():
         child = sub.add_parser(
@@ -317,6 +348,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
         _unknown_on_error(child, convention)
         _arguments_when_parsed(child, spec.arguments)
+
+
+def _shared_options_in_help(
+    parser: argparse.ArgumentParser, common: argparse.ArgumentParser
+) -> None:
+    """Have ``check --help`` list the options every check takes (given after NAME)."""
+    formatter = common._get_formatter()
+    for group in common._action_groups:
+        if group._group_actions:
+            # The plain options need no heading of their own under the line above.
+            formatter.start_section(None if group is common._optionals else group.title)
+            formatter.add_arguments(group._group_actions)
+            formatter.end_section()
+    shared = "options of every check, given after NAME (check NAME --help adds its own):\n"
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = (
+        shared + formatter.format_help() + ("\n" + parser.epilog if parser.epilog else "")
+    )
 
 
 def _arguments_when_parsed(
@@ -379,7 +428,7 @@ def _bad_thresholds(args: argparse.Namespace) -> str:
 
 
 def _judge(args: argparse.Namespace, load_config: Callable[[], Any], spec: CheckSpec) -> Result:
-    problem = _bad_thresholds(args)
+    problem = _temperature_thresholds(args) or _bad_thresholds(args)
     if problem:
         return Result(Status.UNKNOWN, problem)
     try:
