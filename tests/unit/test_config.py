@@ -376,3 +376,12 @@ def test_web_read_timeout_is_read_as_send_timeout(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "send_timeout: 4s" in captured.out
     assert "renamed to --web.send-timeout" in captured.err
+
+
+def test_a_file_key_naming_a_device_says_so():
+    # newcomer-4 F20: --web.config.file /dev/null said "permission denied" as root.
+    with pytest.raises(ConfigError) as info:
+        load_config(None, {"ACCEL_EXPORTER_WEB__CONFIG_FILE": "/dev/null"})
+    (problem,) = info.value.problems
+    assert "cannot read file '/dev/null': it is not a regular file" in problem, problem
+    assert "permission denied" not in problem
