@@ -353,19 +353,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _shared_options_in_help(
     parser: argparse.ArgumentParser, common: argparse.ArgumentParser
 ) -> None:
-    """Have ``check --help`` list the options every check takes (given after NAME)."""
-    formatter = common._get_formatter()
-    for group in common._action_groups:
-        if group._group_actions:
-            # The plain options need no heading of their own under the line above.
-            formatter.start_section(None if group is common._optionals else group.title)
-            formatter.add_arguments(group._group_actions)
-            formatter.end_section()
-    shared = "options of every check, given after NAME (check NAME --help adds its own):\n"
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = (
-        shared + formatter.format_help() + ("\n" + parser.epilog if parser.epilog else "")
-    )
+    """Have ``check --help`` list the options every check takes (given after NAME).
+
+    Formatted only when the help is shown: a check that runs never pays for it.
+    """
+    plain = parser.format_help
+
+    def format_help() -> str:
+        formatter = common._get_formatter()
+        for group in common._action_groups:
+            if group._group_actions:
+                # The plain options need no heading of their own under the line above.
+                formatter.start_section(None if group is common._optionals else group.title)
+                formatter.add_arguments(group._group_actions)
+                formatter.end_section()
+        shared = "options of every check, given after NAME (check NAME --help adds its own):\n"
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        parser.epilog = shared + formatter.format_help() + "\n" + (parser.epilog or "")
+        parser.format_help = plain  # type: ignore[method-assign]
+        return plain()
+
+    parser.format_help = format_help  # type: ignore[method-assign]
 
 
 def _arguments_when_parsed(
