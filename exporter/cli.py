@@ -101,6 +101,7 @@ def _short_help(parser: argparse.ArgumentParser) -> str:
         "",
         "flags:",
         "  --config.file FILE   YAML config file (optional; defaults are built in)",
+        "  --demo               simulated GPUs instead of the node's, marked so (docs/demo.md)",
         "  --version            print the version and exit",
         "  -h, --help           this help",
         "  --help-all           every config flag, by section, with its description",
