@@ -336,8 +336,6 @@ def _loader(path: str | None, overrides: dict[str, str], notes: list[str]) -> Ca
         log.configure(config.log.level, config.log.format)
         for note in notes:
             log.get().warning("config key renamed", detail=note)
-        # Worker processes inherit the environment: they log at the daemon's level.
-        os.environ["ACCEL_EXPORTER_WORKER_LOG_LEVEL"] = config.log.level
         return config
 
     return load

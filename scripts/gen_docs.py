@@ -15,7 +15,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from exporter import catalog, vendors  # noqa: E402
-from exporter.catalog import CATALOG, ccl, device, exporter_self, host, totals, workload  # noqa: E402
+from exporter.catalog import (  # noqa: E402
+    CATALOG,
+    ccl,
+    device,
+    diag,
+    exporter_self,
+    host,
+    totals,
+    workload,
+)
 from exporter.catalog.otel import METRICS as OTEL  # noqa: E402
 from exporter.catalog.otel import SEMCONV_VERSION  # noqa: E402
 from exporter.commands.flags import DERIVED, key_help, leaf_class, sections  # noqa: E402
@@ -32,6 +41,7 @@ TITLES = {
     device: "Devices (every vendor)",
     totals: "Per-device totals of per-link families (derived while rendering)",
     ccl: "NCCL/RCCL",
+    diag: "Diagnostic runs",
     workload: "Workloads",
 }
 TITLES.update(
@@ -47,18 +57,26 @@ def metrics_md() -> str:
         "",
         "Generated from `exporter/catalog/` by `scripts/gen_docs.py`; do not edit by hand.",
         "Device series carry only `device` and `uuid`; join on `uuid` with `accel_device_info`.",
+        "*max series* is the family's series budget per source (`exporter/catalog/budget.py`):",
+        "label sets past it are dropped and counted in `accel_exporter_series_dropped_total`.",
         "",
     ]
     for title, module in DOMAINS:
         rows = module.ROWS
         if not rows:
             continue
-        out += [f"## {title}", "", "| name | type | unit | labels | help |", "|" + "---|" * 5]
+        out += [
+            f"## {title}",
+            "",
+            "| name | type | unit | labels | max series | help |",
+            "|" + "---|" * 6,
+        ]
         for row in rows:
             labels = ", ".join(f"`{lb}`" for lb in row.labels)
             text = row.help.replace("|", PIPE)
             unit = row.unit or ""
-            out.append(f"| `{row.name}` | {row.kind.value} | {unit} | {labels} | {text} |")
+            most = str(row.max_series) if row.max_series else ""
+            out.append(f"| `{row.name}` | {row.kind.value} | {unit} | {labels} | {most} | {text} |")
         out.append("")
     out.append(f"{len(CATALOG)} families in all.")
     out += ["", *label_values_md()]

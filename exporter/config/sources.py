@@ -14,6 +14,7 @@ from exporter.config.devices import (
     NeuronSourceConfig,
     TpuSourceConfig,
 )
+from exporter.config.diag import DiagSourceConfig
 from exporter.config.host import CudaCheckpointSourceConfig, HostSourceConfig
 from exporter.vendors import VENDORS
 
@@ -29,6 +30,7 @@ class SourcesConfig:
         "ccl_ras": "NCCL/RCCL job health from the RAS service (port 28028)",
         "ccl_inspector": "NCCL/RCCL Inspector profiler plugin output (JSONL files)",
         "cuda_checkpoint": "CUDA checkpoint state of GPU processes (CUDA 12.8+)",
+        "diag": "diagnostic results (dcgmi diag --json, AGFHC, RVS) from a directory",
     }
 
     # Keys that are not here but where a user looks for them: the loader adds the hint.
@@ -55,3 +57,4 @@ class SourcesConfig:
     ccl_ras: CclRasSourceConfig = field(default_factory=CclRasSourceConfig)
     ccl_inspector: CclInspectorSourceConfig = field(default_factory=CclInspectorSourceConfig)
     cuda_checkpoint: CudaCheckpointSourceConfig = field(default_factory=CudaCheckpointSourceConfig)
+    diag: DiagSourceConfig = field(default_factory=DiagSourceConfig)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import os
 import sys
 import tempfile
 import time
@@ -109,10 +108,9 @@ def run(args: argparse.Namespace, load_config: Callable[[], Any]) -> int:
         return EXIT_USAGE
     config = load_config()
     # The command's own stderr is the user's: only the recorder's warnings and errors
-    # join it (its workers inherit the level), never its info lines.
+    # join it (its workers take the level configured last), never its info lines.
     level = config.log.level if config.log.level in QUIET_LEVELS else "warning"
     log.configure(level, config.log.format)
-    os.environ["ACCEL_EXPORTER_WORKER_LOG_LEVEL"] = level
     options = RecordOptions(out, command, args.interval, args.ready_timeout)
     recorder = Recorder(options, _sampled(config, args.interval))
     try:

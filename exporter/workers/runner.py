@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -332,7 +331,16 @@ class WorkerRunner:
         try:
             assert proc.stdin is not None and proc.stdout is not None
             proc.stdin.write(
-                encode({"type": "init", "backend": self.backend, "config": self.child_config()})
+                encode(
+                    {
+                        "type": "init",
+                        "backend": self.backend,
+                        "config": self.child_config(),
+                        # The daemon's level as configured now (a reload changes it for
+                        # the workers started after it), not an environment variable.
+                        "log_level": log.level(),
+                    }
+                )
             )
             await proc.stdin.drain()
             first = await asyncio.wait_for(read_frame(proc.stdout), timeout=self.bootstrap_timeout)
@@ -442,17 +450,13 @@ class WorkerRunner:
         failing to load (e.g. amdsmi on a node without ROCm, every re-probe);
         the bootstrap's outcome already says it, so those lines go to debug.
         """
-        try:
-            event = json.loads(line) if line.startswith("{") else None
-        except ValueError:
-            event = None
-        if isinstance(event, dict) and isinstance(event.get("event"), str):
-            level = str(event.pop("level", "info"))
-            name = event.pop("event")
-            event.pop("timestamp", None)
-            event.pop("source", None)
-            emit = getattr(self._log, level, self._log.info)
-            emit(name, worker_pid=pid, **{str(k): v for k, v in event.items()})
+        event = child_output.structured(line)
+        if event is not None:
+            # Only known levels, and the child's keys never collide with ours
+            # (review-4 L1: a colliding key raised inside the drain and killed it).
+            child_output.relay_structured(
+                self._log, event, {"worker_pid": pid}, replaced=("source",)
+            )
         else:
             # Vendor libraries print to stdout/stderr; keep it, bounded.
             emit = self._log.info if ready else self._log.debug
