@@ -114,7 +114,8 @@ class DemoBackend:
     def load(self, position: int, now: float) -> float:
         """How busy GPU ``position`` is at ``now``, 0..1: a slow wave of its own."""
         phase = 2 * math.pi * ((now - self.started) / PERIOD + position / max(1, self.count))
-        return 0.55 + 0.4 * math.sin(phase) * (0.8 + 0.2 * math.sin(3 * phase))
+        # Mostly busy, now and then at the power cap (above 0.9), now and then nearly idle.
+        return min(0.99, max(0.02, 0.52 + 0.45 * math.sin(phase) + 0.04 * math.sin(7 * phase)))
 
     def _fast(self, gpu: _Gpu, out: Emitter, load: float, elapsed: float, processes: bool) -> None:
         power = IDLE_POWER + (POWER_LIMIT - IDLE_POWER) * load
