@@ -100,3 +100,52 @@ def test_an_unhealthy_device_or_a_misuse_still_answers_in_full(server):
     assert "exporter.actions" in modules
     status, line, _ = loaded_by("check", "health", "--url", server.url, "--no-such-flag")
     assert status == 3 and "unknown flag --no-such-flag" in line, line
+
+
+def test_the_quick_path_answers_as_the_full_parser(server, capsys, monkeypatch):
+    # The quick path (exporter.cli._quick_check) must print and return what the full
+    # parser's path does, for every kind of check against a daemon.
+    from exporter import cli
+    from exporter.cli import main
+    from tests.unit.test_checks import TWO, temp
+
+    taken: list[bool] = []
+    real = cli._quick_check
+
+    def spy(words: list[str]) -> int | None:
+        status = real(words)
+        taken.append(status is not None)
+        return status
+
+    monkeypatch.setattr(cli, "_quick_check", spy)
+
+    metrics = TWO + temp("0", U0, 84) + temp("1", U1, 40)
+    metrics += 'accel_exporter_build_info{version="0.1.0",python="3.11"} 1\n'
+    cases = [
+        ("devices", ["check", "health", "--exit-codes", "npd"]),
+        ("devices", ["check", "health"]),
+        ("metrics", ["check", "temperature", "--warn", "80", "--crit", "90"]),
+        ("metrics", ["check", "temperature"]),
+        ("metrics", ["check", "xid", "--window", "10m"]),
+        ("metrics", ["check", "gpu-count", "--expected", "2", "--vendor", "NVIDIA"]),
+        ("metrics", ["check", "exporter", "--exit-codes=npd"]),
+        ("metrics", ["check", "ccl-job"]),
+    ]
+    for kind, argv in cases:
+        server.body = (
+            doc(health("0", U0, "ok"), health("1", U1, "ok")) if kind == "devices" else metrics
+        )
+        taken.clear()
+        quick = (main([*argv, "--url", server.url]), capsys.readouterr())
+        assert taken == [True], argv  # the quick path answered
+        with monkeypatch.context() as m:
+            # An equal command that is not the default one: the full parser runs.
+            m.setitem(cli.EXTRA_COMMANDS, "check", tuple(cli.CHECK))
+            full = (main([*argv, "--url", server.url]), capsys.readouterr())
+        assert quick == full, argv
+    # Unreachable: the same UNKNOWN either way.
+    argv = ["check", "health", "--url", "http://127.0.0.1:1"]
+    quick = (main(argv), capsys.readouterr())
+    with monkeypatch.context() as m:
+        m.setitem(cli.EXTRA_COMMANDS, "check", tuple(cli.CHECK))
+        assert (main(argv), capsys.readouterr()) == quick
