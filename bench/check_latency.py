@@ -6,11 +6,12 @@ Run by hand (no network needed; the fake NVML is compiled with the system's cc):
 
 One daemon of this checkout runs on the fake NVML (tests/fakes/nvml) with ``--devices``
 GPUs; the Node Problem Detector command, ``check health --exit-codes npd --url URL``
-(it reads ``/v1/devices``), is spawned ``--calls`` times as a fresh process, the way NPD
-and Slurm run it. ``--baseline REF`` (a commit, e.g. ``main``) also runs that commit's
-check from a detached worktree, alternating call by call with this checkout's, so both
-meet the same background load; the daemon is this checkout's for both (the check is
-the client, the daemon only answers one request).
+(it reads ``/v1/devices``; ``--check "exporter"`` names another), is spawned
+``--calls`` times as a fresh process, the way NPD and Slurm run it. ``--baseline REF``
+(a commit, e.g. ``main``) also runs that commit's check from a detached worktree,
+alternating call by call with this checkout's, so both meet the same background load;
+the daemon is this checkout's for both (the check is the client, the daemon only
+answers one request).
 
 Each call runs from a checkout the way a node's install does: without ``rich``, which the
 dev extra brings in and which structlog imports whenever it is installed
@@ -43,8 +44,12 @@ from tests.fakes.nvml.control import FakeNvml, build  # noqa: E402
 from tests.helpers.cli import WITHOUT_RICH  # noqa: E402
 from tests.helpers.daemon import Daemon  # noqa: E402
 
+NPD = "health --exit-codes npd"
 
-def one_call(checkout: Path, url: str, with_rich: bool) -> tuple[float, float, int, str]:
+
+def one_call(
+    checkout: Path, url: str, with_rich: bool, check: str = NPD
+) -> tuple[float, float, int, str]:
     """(wall seconds, CPU seconds, exit status, stdout) of one check process."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_EXPORTER_")}
     # An installed package has its bytecode compiled (pip does it): the warm-up call
@@ -53,7 +58,7 @@ def one_call(checkout: Path, url: str, with_rich: bool) -> tuple[float, float, i
     env["PYTHONPATH"] = os.pathsep.join(
         [str(checkout)] + ([] if with_rich else [str(WITHOUT_RICH)])
     )
-    argv = [sys.executable, "-m", "exporter", "check", "health", "--exit-codes", "npd"]
+    argv = [sys.executable, "-m", "exporter", "check", *check.split()]
     started = time.perf_counter()
     proc = subprocess.Popen(
         [*argv, "--url", url], env=env, cwd=str(checkout), stdout=subprocess.PIPE
@@ -84,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=40)
     parser.add_argument("--baseline", default="", help="a commit whose check runs beside")
     parser.add_argument("--with-rich", action="store_true", help="let structlog import rich")
+    parser.add_argument("--check", default=NPD, help=f"the check and its options (default {NPD!r})")
     args = parser.parse_args(argv)
-    result: dict[str, Any] = {"devices": args.devices, "calls": args.calls}
+    result: dict[str, Any] = {"devices": args.devices, "calls": args.calls, "check": args.check}
     with tempfile.TemporaryDirectory(prefix="check-latency-") as tmp:
         work = Path(tmp)
         fake = FakeNvml.create(build(work / "lib"), work / "state", args.devices)
@@ -102,10 +108,10 @@ def main(argv: list[str] | None = None) -> int:
             runs: dict[str, list[tuple[float, float, int, str]]] = {name: [] for name in trees}
             for tree in trees.values():
                 # Warm the page cache, and write the bytecode an install would have.
-                one_call(tree, daemon.url, args.with_rich)
+                one_call(tree, daemon.url, args.with_rich, args.check)
             for _ in range(args.calls):  # alternated, so every checkout meets the same load
                 for name, tree in trees.items():
-                    runs[name].append(one_call(tree, daemon.url, args.with_rich))
+                    runs[name].append(one_call(tree, daemon.url, args.with_rich, args.check))
         fake.close()
     for name, got in runs.items():
         result[name] = {
