@@ -3,7 +3,7 @@
 A device worker and neuron-monitor both write to stderr whatever their vendor code
 prints. Left unread, a full pipe would block the child; read without a bound, a
 child printing in a loop would flood the log. Both supervisors (the worker runner,
-:mod:`exporter.backends.neuron_monitor`) drain it here, each passing how it relays a
+:mod:`exporter.sources.neuron_monitor`) drain it here, each passing how it relays a
 line, and a life's lines past ``limit`` are counted once as suppressed.
 
 What a child writes is the child's: a relay that fails on a line (a key that

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter import log
+from exporter.backend_api.wire import Rows
 from exporter.backends import nvml_support as nv
 from exporter.backends.base import BackendError
 from exporter.backends.contract import Emitter, poll_devices
 from exporter.backends.nvml_reliability import FABRIC_HEALTH_BITS, RECOVERY_ACTIONS
-from exporter.backends.wire import Rows
 from exporter.catalog.vocabulary import FABRIC_STATES, NVLINK_ERRORS
 
 SOURCE = "demo"

@@ -22,7 +22,7 @@ from exporter.catalog.vocabulary import (
     TEMPERATURE_LIMITS,
 )
 
-# Rows a device worker may send (exporter.backends.wire): this module is a backend's.
+# Rows a device worker may send (exporter.backend_api.wire): this module is a backend's.
 FROM_WORKERS = True
 
 ROWS = (

@@ -99,7 +99,7 @@ INFO_LABELS = (
     "physical_gpu",
 )
 
-# Rows a device worker may send (exporter.backends.wire): this module is a backend's.
+# Rows a device worker may send (exporter.backend_api.wire): this module is a backend's.
 FROM_WORKERS = True
 
 ROWS = (

@@ -1,10 +1,12 @@
-"""Diagnostic verdicts read from a directory: dcgmi diag, AGFHC and RVS (docs/diagnostics.md).
+"""Diagnostic verdicts read from a directory: dcgmi diag, Health Validation, AGFHC, RVS.
 
-Device series carry ``device`` and ``uuid`` of the exporter's own device the result
-was matched to (a result no device matches is only counted), ``suite`` (``dcgm``,
-``agfhc``, ``rvs``) and ``test`` (the suite's test name as a label: lower case,
-``_`` for the rest). A run's codes, severities and categories are in the info
-family, not on the result series.
+See docs/diagnostics.md. Device series carry ``device`` and ``uuid`` of the
+exporter's own device the result was matched to (a result no device matches is only
+counted; a result about the node, Health Validation's own verdict and node checks,
+has both ""), ``suite`` (``dcgm``, ``health_validation``, ``agfhc``, ``rvs``) and
+``test`` (the suite's test name as a label: lower case, ``_`` for the rest). A
+run's codes, severities and categories are in the info family, not on the result
+series.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ ROWS = (
         Kind.GAUGE,
         "The result of a diagnostic test on a device in the newest run of its suite that"
         " tested the device, one-hot over pass, warn, fail and skip; gone when that run is"
-        " older than the health window (health.event_window).",
+        ' older than the health window (health.event_window). device and uuid are "" for'
+        " a result about the node (Health Validation's own verdict and node checks).",
         (*_TEST, "result"),
         values={"result": DIAG_RESULTS},
         max_series=budget.DEVICE_PARTS,

@@ -29,7 +29,7 @@ MIG = (*GPU_INSTANCE, "compute_instance")
 # deploy/prometheus/alerts.yaml equal to this list).
 CRITICAL_XIDS = frozenset({48, 61, 62, 64, 74, 79, 95, 119, 120, 140, 143, 154})
 
-# Rows a device worker may send (exporter.backends.wire): this module is a backend's.
+# Rows a device worker may send (exporter.backend_api.wire): this module is a backend's.
 FROM_WORKERS = True
 
 ROWS = (

@@ -54,13 +54,22 @@ def test_a_relay_that_raises_does_not_end_the_drain():
 def test_a_worker_line_with_our_key_or_an_unknown_level_is_relayed():
     from structlog.testing import capture_logs
 
-    from exporter.workers.runner import WorkerRunner
+    from exporter import log
+    from exporter.workers.supervisor import Relay
 
-    runner = WorkerRunner("testdev", "testdev", {})
+    context = {"source": "testdev"}
+    relay = Relay(
+        log.get(**context),
+        "worker",
+        pid_key="worker_pid",
+        per_life=10,
+        structured=True,
+        context=context,
+    )
     with capture_logs() as logs:
-        runner._relay('{"event": "hi", "level": "bind", "worker_pid": 1, "x": 2}', 42, True)
-        runner._relay('{"event": "warned", "level": "WARNING", "source": "spoof"}', 42, True)
-        runner._relay('{"event": "lower", "level": "msg"}', 42, True)
+        relay.relay('{"event": "hi", "level": "bind", "worker_pid": 1, "x": 2}', 42)
+        relay.relay('{"event": "warned", "level": "WARNING", "source": "spoof"}', 42)
+        relay.relay('{"event": "lower", "level": "msg"}', 42)
     assert [(e["event"], e["log_level"]) for e in logs] == [
         ("hi", "info"),
         ("warned", "warning"),

@@ -411,3 +411,46 @@ def test_files_listing_newest_first_and_names(tmp_path: Path) -> None:
     listed = files.listing(str(tmp_path))
     assert listed is not None and [e.name for e in listed] == ["b.json", "a.json"]
     assert files.listing(str(tmp_path / "nope")) is None
+
+
+def hv_doc(entities: list[str], checks: list[str], severity: str = "CRITICAL") -> bytes:
+    """A NodeVerdict of the documented shape (tests/fixtures/diag/README.md)."""
+    comp = {"check_ids": checks, "entities": entities, "category": "xid", "max_severity": severity}
+    return json.dumps({"overall_severity": severity, "affected_components": [comp]}).encode()
+
+
+def test_health_validation_matches_by_bus_id_and_keeps_the_node_apart(tmp_path: Path) -> None:
+    # NVML's 8-digit domain on the device, sysfs's 4 in the verdict: the same GPU.
+    h = Harness(tmp_path, NVIDIA)
+    h.put("hv.json", hv_doc(["0000:3c:00.0"], ["gpu_xid_46"]))
+    got = h.poll()
+    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "reset_device")}
+    assert h.evidence("GPU-aaaa") == {}
+    hv = ("health_validation",)
+    gpu1 = ("1", "GPU-bbbb", *hv, "xid", "fail")
+    assert got[("accel_diag_test_result", gpu1)] == 1.0
+    assert got[("accel_diag_test_result", ("", "", *hv, "node_verdict", "fail"))] == 1.0
+    assert got[("accel_diag_unmatched_results", hv)] == 0.0
+
+
+def test_a_health_validation_node_check_is_no_gpu_evidence(tmp_path: Path) -> None:
+    h = Harness(tmp_path, NVIDIA)
+    h.put("hv.json", hv_doc(["0"], ["cpu_count"]))
+    got = h.poll()
+    assert h.board.sources() == []
+    hv = ("health_validation",)
+    assert got[("accel_diag_test_result", ("", "", *hv, "xid", "fail"))] == 1.0
+    assert not [k for k in got if k[0] == "accel_diag_test_result" and k[1][0] == "0"]
+
+
+def test_a_newer_health_validation_verdict_clears_a_gpu_it_does_not_name(tmp_path: Path) -> None:
+    h = Harness(tmp_path, NVIDIA)
+    h.put("old.json", hv_doc(["0000:3c:00.0"], ["gpu_xid_46"]), age=120.0)
+    h.put("dcgm.json", dcgm4(failing=0), age=90.0)
+    h.poll()
+    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "reset_device")}
+    h.put("new.json", json.dumps({"overall_severity": "PASS"}).encode(), age=30.0)
+    h.poll()
+    # Health Validation's newest run passed the node; DCGM's run of GPU 0 still counts.
+    assert h.evidence("GPU-bbbb") == {}
+    assert h.evidence("GPU-aaaa") == {"diag_failed": (FAILED, "service")}
