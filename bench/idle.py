@@ -49,7 +49,7 @@ from tests.helpers.daemon import Daemon, descendants_of  # noqa: E402
 TICK = os.sysconf("SC_CLK_TCK")
 PEER = "nvitop-exporter==1.7.2"
 # What scripts/run installs (its EXTRAS default).
-EXTRAS = "nvidia,amd,intel,tpu,otlp,k8s,cuda"
+EXTRAS = "nvidia,amd,intel,tpu,otlp,k8s,cuda,nvsentinel"
 CONFIG = {"sources": {"host": {"interval": "1s"}}}
 
 

@@ -213,6 +213,8 @@ class App:
                 "listen": self.http.url if self.http else None,
                 "connections": self.http.connections.counts() if self.http else None,
                 "sources": sources,
+                # The sources whose devices are simulated (accel-exporter --demo).
+                "simulated": sorted(n for n, e in sources.items() if e.get("simulated")),
                 "outputs": outputs,
             }
         )

@@ -10,19 +10,19 @@ for ``check``, which keeps the Nagios convention (3, UNKNOWN) for those too.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import os
 import signal
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
-from exporter import __version__, log
-from exporter.commands.flags import OVERRIDE_PREFIX, canonical_argv
-from exporter.config import load_config
-from exporter.errors import ConfigError
+from exporter import __version__
+
+# The config schema, structlog and asyncio are imported where a command needs them:
+# ``check`` against a daemon is run every interval on every node (Node Problem
+# Detector, Slurm) and must not pay for what only the daemon uses (bench/check_latency.py).
 
 EXIT_CONFIG = 2
 
@@ -70,9 +70,13 @@ def _imported_when_used(
     return help_text, add_arguments, run
 
 
+# The check command as registered by default (a caller may register its own "check").
+CHECK = _imported_when_used("exporter.checks")
+
+
 def _builtin_extras() -> None:
     """The subcommands that live in their own packages: checks, run recording, health memory."""
-    EXTRA_COMMANDS.setdefault("check", _imported_when_used("exporter.checks"))
+    EXTRA_COMMANDS.setdefault("check", CHECK)
     EXTRA_COMMANDS.setdefault("record", _imported_when_used("exporter.record"))
     EXTRA_COMMANDS.setdefault("health", _imported_when_used("exporter.health_state"))
 
@@ -97,6 +101,7 @@ def _short_help(parser: argparse.ArgumentParser) -> str:
         "",
         "flags:",
         "  --config.file FILE   YAML config file (optional; defaults are built in)",
+        "  --demo               simulated GPUs instead of the node's, marked so (docs/demo.md)",
         "  --version            print the version and exit",
         "  -h, --help           this help",
         "  --help-all           every config flag, by section, with its description",
@@ -128,6 +133,7 @@ class _FullHelp(argparse.Action):
 
 
 USAGE = "accel-exporter [COMMAND] [FLAGS]"
+EPILOG = "Every config key is also a flag here: accel-exporter --help-all lists them."
 
 
 def build_parser(described: bool = False) -> argparse.ArgumentParser:
@@ -158,7 +164,8 @@ def build_parser(described: bool = False) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"accel-exporter {__version__}")
     add_config_flags(parser, visible=described)
-    epilog = "Every config key is also a flag here: accel-exporter --help-all lists them."
+    _demo_flag(parser)
+    epilog = EPILOG
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", prog="accel-exporter")
 
     def command(name: str, help_text: str, **kw: Any) -> argparse.ArgumentParser:
@@ -166,7 +173,7 @@ def build_parser(described: bool = False) -> argparse.ArgumentParser:
             name, parents=[hidden], help=help_text, description=help_text, epilog=epilog, **kw
         )
 
-    command("run", "run the daemon (default)")
+    _demo_flag(command("run", "run the daemon (default)"))
     once = command("once", "poll every enabled source once and print the result")
     once.add_argument(
         "--format",
@@ -190,6 +197,17 @@ def build_parser(described: bool = False) -> argparse.ArgumentParser:
         extra.set_defaults(**{USAGE_PARSER: extra})
         add_arguments(extra)
     return parser
+
+
+DEMO_HELP = (
+    "serve simulated GPUs instead of the node's (no GPU, driver or compiler needed; "
+    'every device series says so: vendor="demo", uuid DEMO-...; docs/demo.md)'
+)
+
+
+def _demo_flag(parser: argparse.ArgumentParser) -> None:
+    # SUPPRESS: given before or after "run", the flag is not reset by the other parser.
+    parser.add_argument("--demo", action="store_true", default=argparse.SUPPRESS, help=DEMO_HELP)
 
 
 def _chosen(parser: argparse.ArgumentParser, args: argparse.Namespace) -> set[str]:
@@ -223,6 +241,8 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
 
 def overrides_from(args: argparse.Namespace) -> dict[str, str]:
     """Dotted config key -> text, for every override flag given."""
+    from exporter.commands.flags import OVERRIDE_PREFIX
+
     return {
         key[len(OVERRIDE_PREFIX) :]: value
         for key, value in vars(args).items()
@@ -259,14 +279,89 @@ def main(argv: Sequence[str] | None = None, source_builder: SourceBuilder | None
         return EXIT_BROKEN_PIPE
 
 
+class _NotQuick(Exception):
+    """The quick check parser cannot take these arguments: the full parser will."""
+
+
+def _refuse(message: str) -> NoReturn:
+    raise _NotQuick(message)
+
+
+def _quick_check(words: list[str]) -> int | None:
+    """``check NAME ...`` against a daemon, parsed without the ~200 config flags.
+
+    The check's exit status, or None where the full parser must decide: ``--local``
+    (it reads the configuration), help, config flags, and every usage error, so that
+    what is printed is exactly what the full parser prints. The parser built here is
+    the full one's ``check`` branch (same programs, usage and arguments).
+    """
+    if "--local" in words or any(w in ("-h", "--help") or w.startswith("--local=") for w in words):
+        return None
+    from exporter.checks import HELP
+    from exporter.checks.command import LOGGING_DEFERRED, add_arguments, run
+
+    parser = argparse.ArgumentParser(
+        prog="accel-exporter", usage=USAGE, allow_abbrev=False, add_help=False
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", prog="accel-exporter")
+    check = sub.add_parser("check", help=HELP, description=HELP, epilog=EPILOG)
+    check.set_defaults(**{USAGE_PARSER: check})
+    add_arguments(check)
+    # Every parser of the branch hands its errors back instead of printing them.
+    parsers = [parser, check]
+    for action in check._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            parsers.extend(action.choices.values())
+    for each in parsers:
+        each.error = _refuse  # type: ignore[method-assign]
+    try:
+        args, extra = parser.parse_known_args(words)
+    except _NotQuick:
+        return None
+    if extra or args.local:
+        return None
+    setattr(args, LOGGING_DEFERRED, True)
+    status: int = run(args, _loader(None, {}, []))
+    return status
+
+
+def _loader(path: str | None, overrides: dict[str, str], notes: list[str]) -> Callable[[], Any]:
+    """Load the configuration (file, environment, flags) and configure logging from it."""
+
+    def load() -> Any:
+        from exporter import log
+        from exporter.config import load_config
+
+        config = load_config(path, os.environ, overrides, notes)
+        log.configure(config.log.level, config.log.format)
+        for note in notes:
+            log.get().warning("config key renamed", detail=note)
+        return config
+
+    return load
+
+
 def _main(argv: Sequence[str] | None, source_builder: SourceBuilder | None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["check"] and EXTRA_COMMANDS.get("check", CHECK) is CHECK:
+        status = _quick_check(words)
+        if status is not None:
+            return status
+    from exporter import log
+    from exporter.commands.flags import canonical_argv
+    from exporter.config import load_config
+    from exporter.errors import ConfigError
+
     notes: list[str] = []
     # The parser is not kept: this frame lives as long as the daemon, and the parser's
     # ~200 flags held 0.15 MiB of its idle memory (bench/idle.py).
-    args = _parse(
-        build_parser(), canonical_argv(list(sys.argv[1:] if argv is None else argv), notes)
-    )
+    args = _parse(build_parser(), canonical_argv(words, notes))
     command = args.command or "run"
+    demo = bool(getattr(args, "demo", False))
+    if demo and command != "run":
+        message = f"--demo runs the daemon (accel-exporter --demo), not {command!r}"
+        print(f"accel-exporter: {message}", file=sys.stderr)
+        return EXIT_CONFIG
     if command == "run":
         # Until the daemon's own handler is installed (once it is fully started), a
         # SIGHUP (e.g. "systemctl reload" right after start) must not kill it.
@@ -284,13 +379,7 @@ def _main(argv: Sequence[str] | None, source_builder: SourceBuilder | None) -> i
 
     path = getattr(args, "config_file", None)
     overrides = overrides_from(args)
-
-    def load() -> Any:
-        config = load_config(path, os.environ, overrides, notes)
-        log.configure(config.log.level, config.log.format)
-        for note in notes:
-            log.get().warning("config key renamed", detail=note)
-        return config
+    load = _loader(path, overrides, notes)
 
     if command in EXTRA_COMMANDS:
         # Dispatched before the config is read: a command loads it only if it needs it
@@ -319,7 +408,7 @@ def _main(argv: Sequence[str] | None, source_builder: SourceBuilder | None) -> i
         from exporter.commands import probe
 
         return probe.run(config)
-    return _run(config, path, overrides, source_builder)
+    return _run(config, path, overrides, source_builder, demo)
 
 
 def _run(
@@ -327,19 +416,28 @@ def _run(
     path: str | None,
     overrides: dict[str, str],
     source_builder: SourceBuilder | None,
+    demo: bool = False,
 ) -> int:
-    from exporter import allocator
+    import asyncio
+
+    from exporter import allocator, log
     from exporter.app import App, StartupError
     from exporter.sources.registry import build_sources
 
     allocator.configure()
+    builder: Any = source_builder or build_sources
+    if demo:
+        from exporter.sources.demo import with_demo
+
+        builder = with_demo(builder)
+        log.get().warning("demo mode: the devices are simulated", source="demo")
 
     async def go() -> int:
         app = App(
             config,
             config_path=path,
             overrides=overrides,
-            source_builder=source_builder or build_sources,
+            source_builder=builder,
         )
         return await app.run()
 

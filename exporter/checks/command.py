@@ -23,8 +23,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from exporter import log
-from exporter.catalog.nvidia import CRITICAL_XIDS
 from exporter.checks import HELP, daemon, devices, jobs
 from exporter.checks.nagios import Result, Status, exit_code, render
 from exporter.checks.samples import (
@@ -35,8 +33,7 @@ from exporter.checks.samples import (
     fetch_devices,
     poll_local,
 )
-from exporter.config.durations import parse_duration
-from exporter.errors import ConfigError
+from exporter.durations import parse_duration
 from exporter.suggest import closest, hint
 
 DEFAULT_URL = "http://localhost:9842"
@@ -109,11 +106,41 @@ def _gpu_count_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+# The temperature check's thresholds for the gpu sensor when none is given: below the
+# slowdown temperature of NVIDIA's and AMD's data-center GPUs (about 87-90 C), where a
+# GPU throttles. Other sensors (memory, hotspot, edge) run hotter or cooler by model:
+# their thresholds must be given.
+TEMPERATURE_DEFAULTS = {"gpu": (83.0, 88.0)}
+
+
 def _temperature_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--warn", type=float, required=True, help="WARNING above this, Celsius")
-    p.add_argument("--crit", type=float, required=True, help="CRITICAL above this, Celsius")
+    warn, crit = TEMPERATURE_DEFAULTS["gpu"]
+    p.add_argument(
+        "--warn", type=float, default=None, help=f"WARNING above this, Celsius (gpu: {warn:g})"
+    )
+    p.add_argument(
+        "--crit", type=float, default=None, help=f"CRITICAL above this, Celsius (gpu: {crit:g})"
+    )
     p.add_argument("--sensor", default="gpu", help="sensor label (gpu, memory, edge, hotspot)")
     _missing_flag(p)
+
+
+def _temperature_thresholds(args: argparse.Namespace) -> str:
+    """Fill the temperature check's missing thresholds; why they cannot be ("" when they can)."""
+    if args.check_name != "temperature":
+        return ""
+    defaults = TEMPERATURE_DEFAULTS.get(args.sensor)
+    if defaults is None:
+        if args.warn is None or args.crit is None:
+            return f"give --warn and --crit for the {args.sensor} sensor (defaults: gpu only)"
+        return ""
+    # One threshold given: the other keeps the defaults' distance from it at least.
+    gap = defaults[1] - defaults[0]
+    if args.warn is None:
+        args.warn = defaults[0] if args.crit is None else min(defaults[0], args.crit - gap)
+    if args.crit is None:
+        args.crit = max(defaults[1], args.warn + gap)
+    return ""
 
 
 def _ecc_args(p: argparse.ArgumentParser) -> None:
@@ -140,6 +167,8 @@ def _retired_args(p: argparse.ArgumentParser) -> None:
 
 
 def _xid_args(p: argparse.ArgumentParser) -> None:
+    from exporter.catalog.nvidia import CRITICAL_XIDS
+
     p.add_argument("--window", type=_duration, default=3600.0, help="e.g. 10m, 1h (default 1h)")
     p.add_argument(
         "--critical-xids",
@@ -311,13 +340,60 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="nagios",
         help="nagios: 0/1/2/3; npd (Node Problem Detector): 0 OK, 1 problem, 2 unknown",
     )
+    _shared_options_in_help(parser, common)
     sub = parser.add_subparsers(dest="check_name", metavar="NAME", required=True)
     for name, spec in CHECKS.items():
         child = sub.add_parser(
             name, parents=[common], help=spec.help, description=spec.help, allow_abbrev=False
         )
         _unknown_on_error(child, convention)
-        spec.arguments(child)
+        _arguments_when_parsed(child, spec.arguments)
+
+
+def _shared_options_in_help(
+    parser: argparse.ArgumentParser, common: argparse.ArgumentParser
+) -> None:
+    """Have ``check --help`` list the options every check takes (given after NAME).
+
+    Formatted only when the help is shown: a check that runs never pays for it.
+    """
+    plain = parser.format_help
+
+    def format_help() -> str:
+        formatter = common._get_formatter()
+        for group in common._action_groups:
+            if group._group_actions:
+                # The plain options need no heading of their own under the line above.
+                formatter.start_section(None if group is common._optionals else group.title)
+                formatter.add_arguments(group._group_actions)
+                formatter.end_section()
+        shared = "options of every check, given after NAME (check NAME --help adds its own):\n"
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        parser.epilog = shared + formatter.format_help() + "\n" + (parser.epilog or "")
+        parser.format_help = plain  # type: ignore[method-assign]
+        return plain()
+
+    parser.format_help = format_help  # type: ignore[method-assign]
+
+
+def _arguments_when_parsed(
+    parser: argparse.ArgumentParser, add: Callable[[argparse.ArgumentParser], None]
+) -> None:
+    """Give ``parser`` (one check's) its own arguments when it first parses.
+
+    Only the check that runs pays for its arguments (the XID check's default codes come
+    from the catalog, which a health check never imports); its usage, help and errors are
+    printed while it parses, so they show every argument as before.
+    """
+
+    def first_parse(
+        args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        del parser.parse_known_args  # the class's own from now on
+        add(parser)
+        return parser.parse_known_args(args, namespace)
+
+    parser.parse_known_args = first_parse  # type: ignore[method-assign,assignment]
 
 
 class _Misuse(Exception):
@@ -339,6 +415,8 @@ def _auth(path: str) -> tuple[str, str] | None:
 
 def _samples(args: argparse.Namespace, load_config: Callable[[], Any], spec: CheckSpec) -> Samples:
     if args.local:
+        from exporter.errors import ConfigError
+
         try:
             config = load_config()
         except ConfigError as exc:
@@ -358,7 +436,7 @@ def _bad_thresholds(args: argparse.Namespace) -> str:
 
 
 def _judge(args: argparse.Namespace, load_config: Callable[[], Any], spec: CheckSpec) -> Result:
-    problem = _bad_thresholds(args)
+    problem = _temperature_thresholds(args) or _bad_thresholds(args)
     if problem:
         return Result(Status.UNKNOWN, problem)
     try:
@@ -374,6 +452,26 @@ def _judge(args: argparse.Namespace, load_config: Callable[[], Any], spec: Check
     return spec.evaluate(args, samples)
 
 
+# Set on the namespace by a caller that has not set up logging (the command line's quick
+# path for checks against a daemon): logging is set up on first need, as the command line
+# otherwise does before any command runs (level warning, to stderr).
+LOGGING_DEFERRED = "logging_deferred"
+
+
+def _log(args: argparse.Namespace) -> Any:
+    """The check's logger, to stderr.
+
+    A check against a daemon does not import structlog unless it has something to log
+    (bench/check_latency.py); an unconfigured structlog would print to stdout, into the
+    status line.
+    """
+    from exporter import log
+
+    if getattr(args, LOGGING_DEFERRED, False):
+        log.configure("warning", "auto")
+    return log.get(source="check")
+
+
 def run(args: argparse.Namespace, load_config: Callable[[], Any]) -> int:
     """Run the named check, print its status line, return its exit status."""
     name = args.check_name
@@ -381,7 +479,7 @@ def run(args: argparse.Namespace, load_config: Callable[[], Any]) -> int:
         result = _judge(args, load_config, CHECKS[name])
     except Exception as exc:
         # A check that breaks cannot tell the state of the node: UNKNOWN, never a traceback.
-        log.get(source="check").error("check failed", check=name, error=repr(exc))
+        _log(args).error("check failed", check=name, error=repr(exc))
         result = Result(Status.UNKNOWN, f"internal error: {exc!r}")
     print(render(name, result))
     return exit_code(result.status, args.exit_codes)

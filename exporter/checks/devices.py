@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter import vendors
-from exporter.actions import PERSON_ACTIONS
-from exporter.catalog.nvidia import CRITICAL_XIDS
 from exporter.checks.nagios import Perf, Result, Status, worst
 from exporter.checks.samples import Labels, Samples
 
@@ -303,11 +301,13 @@ def xid(
     samples: Samples,
     window: float,
     now: float,
-    critical: frozenset[int] = CRITICAL_XIDS,
+    critical: frozenset[int] | None = None,
     ignore: frozenset[int] = frozenset(),
     local: bool = False,
 ) -> Result:
     """XID errors seen within ``window`` seconds: CRITICAL for ``critical`` codes, else WARNING.
+
+    ``critical`` defaults to the catalog's ``CRITICAL_XIDS``.
 
     UNKNOWN when the NVML source is not up (nothing reads XIDs there, so "none seen"
     would be a guess). ``local``: the samples come from one poll in this process,
@@ -316,6 +316,10 @@ def xid(
     unread = _source_not_up(samples, "nvml", "XIDs")
     if unread is not None:
         return unread
+    if critical is None:
+        from exporter.catalog.nvidia import CRITICAL_XIDS
+
+        critical = CRITICAL_XIDS
     recent = _recent_codes(
         samples,
         "accel_xid_last_timestamp_seconds",
@@ -478,6 +482,17 @@ def health(samples: Samples, missing_ok: bool = False) -> Result:
     return Result(worst([v.status for v in verdicts]), text, perf)
 
 
+def _person_actions() -> frozenset[str]:
+    """The actions a person carries out (exporter.actions), imported on first need.
+
+    The action vocabulary imports the whole catalog; a node whose devices all ask for
+    no action (the usual answer, every interval on every node) never needs it.
+    """
+    from exporter.actions import PERSON_ACTIONS
+
+    return PERSON_ACTIONS
+
+
 def _health_verdict(dev: Device, entry: dict[str, Any]) -> Verdict:
     """One device's status from its ``/v1/devices`` entry."""
     state = entry.get("verdict")
@@ -490,7 +505,7 @@ def _health_verdict(dev: Device, entry: dict[str, Any]) -> Verdict:
         perf = Perf(f"{dev.label}_health", None, warn="0", crit="2", minimum=0)
         return Verdict(Status.UNKNOWN, [perf], f"{dev.label} unknown ({why})")
     status = HEALTH_STATUS[state]
-    if action in PERSON_ACTIONS and state != "predicted_failure":
+    if action != "none" and action in _person_actions() and state != "predicted_failure":
         # A person must act (service, inspect the hardware, call the vendor, replace the
         # part): no reset or reboot clears it, so it pages; a predicted failure asking
         # one (retired pages near the limit) is planned, not paged: it warns.

@@ -20,8 +20,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 Labels = dict[str, str]
 
 
@@ -59,6 +57,9 @@ class Samples:
 
 def parse(text: str) -> Samples:
     """Parse Prometheus text exposition; SampleError when it is not valid."""
+    # Here, not at the top: the health check reads JSON only and never needs it.
+    from prometheus_client.parser import text_string_to_metric_families
+
     out = Samples()
     try:
         for family in text_string_to_metric_families(text):

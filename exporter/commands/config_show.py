@@ -37,7 +37,7 @@ def tree(node: Any) -> Any:
     return out
 
 
-def run(config: Any, out: TextIO = sys.stdout) -> int:
-    """Print the effective config as YAML; exit 0."""
-    out.write(yaml.safe_dump(tree(config), sort_keys=False))
+def run(config: Any, out: TextIO | None = None) -> int:
+    """Print the effective config as YAML (to ``out``, else stdout as it is now); exit 0."""
+    (out or sys.stdout).write(yaml.safe_dump(tree(config), sort_keys=False))
     return 0

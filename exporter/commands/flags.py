@@ -130,14 +130,38 @@ def old_spellings() -> dict[str, str]:
             if path[0] == new:
                 olds.add("--" + ".".join(p.replace("_", "-") for p in [old, *path[1:]]))
                 olds.add("--" + ".".join([old, *path[1:-1], path[-1].replace("_", "-")]))
+        # A key its section renamed (WebConfig.ALIASES: read_timeout -> send_timeout).
+        for old_key, new_key in getattr(leaf_class(leaf), "ALIASES", {}).items():
+            if new_key == path[-1]:
+                olds.add("--" + ".".join([*path[:-1], old_key.replace("_", "-")]))
         for old in olds - {leaf.flag}:
             out[old] = leaf.flag
     return out
 
 
+def spellings() -> dict[str, str]:
+    """Each config flag with every ``-`` read as ``_`` (``outputs.prometheus.cluster_name``) -> it.
+
+    A key may be written as in the YAML file (snake case) or as the flag spells it
+    (kebab case): ``--outputs.prometheus.cluster_name`` is ``--outputs.prometheus.cluster-name``.
+    """
+    out = {}
+    for leaf in leaves():
+        out[leaf.flag[2:].replace("-", "_")] = leaf.flag
+        if leaf.path in TOOLKIT_ALIASES:
+            alias = TOOLKIT_ALIASES[leaf.path]
+            out[alias[2:].replace("-", "_")] = alias
+    return out
+
+
 def canonical_argv(argv: list[str], notes: list[str]) -> list[str]:
-    """``argv`` with old flag spellings replaced (each noted as renamed) until ``--``."""
+    """``argv`` with old flag spellings replaced (each noted as renamed) until ``--``.
+
+    A config flag written with ``_`` where the flag has ``-`` (or the other way round)
+    is read as the flag, without a note: both spellings are accepted.
+    """
     renamed = old_spellings()
+    either = spellings()
     out: list[str] = []
     for i, arg in enumerate(argv):
         if arg == "--":
@@ -146,6 +170,10 @@ def canonical_argv(argv: list[str], notes: list[str]) -> list[str]:
         if name in renamed:
             notes.append(f"flag {name}: renamed to {renamed[name]}; read as such")
             arg = renamed[name] + sep + value
+        elif name.startswith("--") and "." in name:
+            flag = either.get(name[2:].replace("-", "_"))
+            if flag is not None:
+                arg = flag + sep + value
         out.append(arg)
     return out
 

@@ -238,6 +238,9 @@ def _unreadable_why(path: str) -> str:
         return "it is a directory"
     if not os.path.exists(path):
         return "it is a dangling symbolic link"
+    if not os.path.isfile(path):
+        # /dev/null, a pipe, a socket: readable maybe, but not a file of settings.
+        return "it is not a regular file (a device, pipe or socket)"
     return "permission denied"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from exporter.config.fields import Duration, FilePath, Secret, at_least, positive, setting
 
@@ -99,6 +99,9 @@ class BasicAuthConfig:
 class WebConfig:
     """The HTTP server for /metrics, /status, /healthz, /readyz."""
 
+    # Keys renamed, still read (a "renamed" warning): read_timeout never bounded a read.
+    ALIASES: ClassVar[dict[str, str]] = {"read_timeout": "send_timeout"}
+
     listen_address: str = setting(":9842", "host:port to serve on (:9842 is every address)")
     # Prometheus exporter-toolkit's web config file (--web.config.file), mapped onto tls
     # and basic_auth below; a setting given both ways is an error.
@@ -128,9 +131,11 @@ class WebConfig:
     header_timeout: Duration = setting(
         5.0, "whole request headers must arrive within this (a total)"
     )
-    # A client that sends or accepts nothing for this long is disconnected.
-    read_timeout: Duration = setting(
-        10.0, "a write that makes no progress this long ends the connection"
+    # A client that accepts nothing of its answer for this long is disconnected: the
+    # longest one write may wait (SO_SNDTIMEO; nginx's send_timeout). Reading a request is
+    # bounded by header_timeout.
+    send_timeout: Duration = setting(
+        10.0, "a connection whose answer makes no progress this long is closed"
     )
     # From complete headers to the last byte of the answer: a client that reads
     # it slower (a byte now and then) is disconnected and frees its slot.
@@ -155,5 +160,5 @@ class WebConfig:
             out.append(("max_connections", f"must be more than max_requests ({self.max_requests})"))
         if not 0 <= self.max_idle_connections <= self.max_connections:
             out.append(("max_idle_connections", "must be between 0 and max_connections"))
-        out += positive(self, "idle_timeout", "header_timeout", "read_timeout", "write_timeout")
+        out += positive(self, "idle_timeout", "header_timeout", "send_timeout", "write_timeout")
         return out

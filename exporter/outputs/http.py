@@ -89,7 +89,7 @@ class _Server(ThreadingHTTPServer):
     tls: ssl.SSLContext | None
     client_cert_required: bool
     devices_exempt: bool
-    read_timeout: float
+    send_timeout: float
     slots: threading.BoundedSemaphore
     probe_slots: threading.BoundedSemaphore
     conns: Connections
@@ -126,7 +126,7 @@ class _Server(ThreadingHTTPServer):
             # each that loaded scrapers queue behind (docs/http.md). The read
             # timeout of a write (some progress at least this often) is the
             # kernel's SO_SNDTIMEO instead; every other deadline is the reaper's.
-            request.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(self.read_timeout))
+            request.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(self.send_timeout))
             tls = self.tls
             if tls is not None:
                 request = tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
@@ -419,7 +419,7 @@ class HttpServer:
         self._server.client_cert_required = (
             config.tls is not None and tls is not None and config.tls.client_cert_required
         )
-        self._server.read_timeout = config.read_timeout
+        self._server.send_timeout = config.send_timeout
         self._server.devices_exempt = config.health_api_unauthenticated
         self._server.slots = threading.BoundedSemaphore(config.max_requests)
         self._server.probe_slots = threading.BoundedSemaphore(PROBE_SLOTS)

@@ -1,4 +1,9 @@
-"""``accel-exporter record --out DIR [--interval 1s] -- CMD ...``."""
+"""``accel-exporter record [--out DIR] [--interval 1s] -- CMD ...``.
+
+``--out`` defaults to a new ``record-<UTC time>`` directory in the working directory
+(named on stderr). The recorder's own log lines on stderr are its warnings and errors
+only, so the command's stderr stays the command's.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,12 @@ import asyncio
 import dataclasses
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from exporter import log
 from exporter.config import Config
 from exporter.config.durations import parse_duration
 from exporter.config.fields import MIN_INTERVAL
@@ -22,6 +29,14 @@ from exporter.sources.device import DeviceSource
 from exporter.sources.registry import build_sources
 
 EXIT_USAGE = 2
+# The log levels record keeps; a lower one (info, debug) is raised to warning.
+QUIET_LEVELS = ("warning", "error")
+
+
+def default_out(now: float | None = None) -> str:
+    """``record-20261207T123456Z``: a new directory in the working directory."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+    return f"record-{stamp}"
 
 
 def _duration(text: str) -> float:
@@ -36,7 +51,11 @@ def _duration(text: str) -> float:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``--out``, ``--interval``, ``--ready-timeout`` and the command after ``--``."""
-    parser.add_argument("--out", required=True, help="directory for run.jsonl and summary.json")
+    parser.add_argument(
+        "--out",
+        default="",
+        help="directory for run.jsonl and summary.json (default: ./record-<UTC time>)",
+    )
     parser.add_argument(
         "--interval", type=_duration, default=1.0, help="sampling interval (default 1s)"
     )
@@ -74,7 +93,9 @@ def run(args: argparse.Namespace, load_config: Callable[[], Any]) -> int:
     if not command:
         print("accel-exporter record: give the command after --", file=sys.stderr)
         return EXIT_USAGE
-    out = Path(args.out)
+    out = Path(args.out or default_out())
+    if not args.out:
+        print(f"accel-exporter record: writing the run to {out}", file=sys.stderr)
     if (out / RUN_LOG).exists():
         print(
             f"accel-exporter record: {out} already holds a run; choose another --out",
@@ -86,6 +107,10 @@ def run(args: argparse.Namespace, load_config: Callable[[], Any]) -> int:
         print(f"accel-exporter record: cannot write to --out {out}: {problem}", file=sys.stderr)
         return EXIT_USAGE
     config = load_config()
+    # The command's own stderr is the user's: only the recorder's warnings and errors
+    # join it (its workers take the level configured last), never its info lines.
+    level = config.log.level if config.log.level in QUIET_LEVELS else "warning"
+    log.configure(level, config.log.format)
     options = RecordOptions(out, command, args.interval, args.ready_timeout)
     recorder = Recorder(options, _sampled(config, args.interval))
     try:

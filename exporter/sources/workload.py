@@ -30,6 +30,7 @@ outside a cluster, without a token, or a cluster that serves no
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -107,6 +108,7 @@ class WorkloadSource(Source):
                 name, config.k8s.pod_labels, self._errors, kube=kube, env=env
             )
         self._dra: ApiListing[tuple[DraIndex, Counter[str]]] | None = None
+        self._dra_inactive = ""
         self._dra_counted: object = None
         # Claimed DRA devices missing from the slices that already asked for a listing.
         self._dra_asked: set[DraDevice] = set()
@@ -116,16 +118,24 @@ class WorkloadSource(Source):
             def slices(client: KubeClient) -> tuple[DraIndex, Counter[str]]:
                 return DraIndex.from_slices(list_resource_slices(client, client.node))
 
-            self._dra = ApiListing(
-                name,
-                "resource-slices",
-                KubeClient.from_config(kube, dra.timeout, dra.max_reply_bytes, env),
-                slices,
-                self._errors,
-                interval=dra.interval,
-                min_interval=dra.min_interval,
-                quiet=_DRA_QUIET if dra.enabled == "auto" else frozenset(),
-            )
+            client = KubeClient.from_config(kube, dra.timeout, dra.max_reply_bytes, env)
+            where = os.environ if env is None else env
+            outside = not kube.api_server and not where.get("KUBERNETES_SERVICE_HOST")
+            if dra.enabled == "auto" and outside and client.problem is not None:
+                # "auto" means "in a cluster": outside one (no API server configured nor
+                # in the environment) nothing is listed and nothing logged; /status says why.
+                self._dra_inactive = f"inactive: api_not_configured: {client.problem.detail}"
+            else:
+                self._dra = ApiListing(
+                    name,
+                    "resource-slices",
+                    client,
+                    slices,
+                    self._errors,
+                    interval=dra.interval,
+                    min_interval=dra.min_interval,
+                    quiet=_DRA_QUIET if dra.enabled == "auto" else frozenset(),
+                )
 
     def _listings(self) -> list[PodLabelRefresher | ApiListing[Any]]:
         return [x for x in (self._pod_labels, self._dra) if x is not None]
@@ -163,6 +173,7 @@ class WorkloadSource(Source):
             else "off",
             **(self._pod_labels.status() if self._pod_labels is not None else {}),
             **(self._dra_status() if self._dra is not None else {}),
+            **({"k8s_dra": self._dra_inactive} if self._dra_inactive else {}),
             **self._counts,
         }
 

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     report, summary = write(args.out, done, about)
     print(summary.read_text(), end="")
     print(f"report: {report}")
-    return exit_status(done)
+    return exit_status(done, about.get("gpus", []))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,9 +59,20 @@ class Phase:
         }
 
 
-def exit_status(phases: list[Phase]) -> int:
-    """1 when any check disagreed, else 0 (errors and skips are reported, not failed)."""
-    return 1 if any(p.status == FAILED for p in phases) else 0
+# Nothing was validated: no GPU was seen (no nvidia-smi, or it listed none).
+NO_GPU = 3
+
+
+def exit_status(phases: list[Phase], gpus: Sequence[str] | None = None) -> int:
+    """1 when any check disagreed; else 3 when no GPU was seen; else 0.
+
+    Errors and skips are reported, not failed. ``gpus``: the GPUs nvidia-smi listed
+    (None: not asked). A run that saw none validated nothing, and automation that reads
+    only the status must not take it for a pass.
+    """
+    if any(p.status == FAILED for p in phases):
+        return 1
+    return NO_GPU if gpus is not None and not gpus else 0
 
 
 def _short(value: Any) -> str:
@@ -102,7 +114,7 @@ def summary(phases: list[Phase], context: dict[str, Any]) -> str:
         if p.figures:
             lines += ["", f"{p.name} figures:"]
             lines += [f"  {k}: {_short(v)}" for k, v in p.figures.items()]
-    lines += ["", f"exit status {exit_status(phases)}"]
+    lines += ["", f"exit status {exit_status(phases, context.get('gpus', []))}"]
     return "\n".join(lines) + "\n"
 
 
@@ -111,7 +123,7 @@ def write(out: Path, phases: list[Phase], context: dict[str, Any]) -> tuple[Path
     out.mkdir(parents=True, exist_ok=True)
     document = {
         "context": context,
-        "exit_status": exit_status(phases),
+        "exit_status": exit_status(phases, context.get("gpus", [])),
         "phases": [p.as_dict() for p in phases],
     }
     report = out / "report.json"

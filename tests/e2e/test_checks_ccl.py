@@ -38,16 +38,23 @@ def test_ccl_job_check(daemon_factory, capsys):
                     "ccl_ras": {
                         "addresses": addresses,
                         "interval": "300ms",
-                        "timeout": "2s",
+                        # Generous: a report that is late on a loaded machine must not
+                        # read "unreachable" in the middle of the checks.
+                        "timeout": "20s",
                         "follower_interval": "600ms",
                         "local_addresses": ["10.0.0.1"],
+                        # The fake jobs' operation counts never move: with the default
+                        # (3 polls) both would read "stalled" after about a second,
+                        # racing the checks below. Stall detection has its own tests.
+                        "stall_polls": 1_000_000,
                     },
                     "ccl_inspector": {"enabled": False},
                 }
             }
         )
-        d.wait_for(lambda: len(states(d)) == 3, what="every address judged", timeout=40)
-        assert states(d) == {good.address: "healthy", bad.address: "degraded", idle: "no_job"}
+        expected = {good.address: "healthy", bad.address: "degraded", idle: "no_job"}
+        # Waits for the states themselves (a first poll may still be under way).
+        d.wait_for(lambda: states(d) == expected, what="every address judged", timeout=60)
 
         def check(*args: str) -> tuple[int, str]:
             status = main(["check", "ccl-job", *args, "--url", d.url])

@@ -99,6 +99,7 @@ def sighup_ignored(pid: int) -> bool:
 
 
 def test_sighup_during_startup_does_not_start_twice(tmp_path, ctl):
+    starts = tmp_path / "starts"
     d = Daemon(
         tmp_path,
         {"sources": {"host": {"interval": "1s"}}},
@@ -107,9 +108,9 @@ def test_sighup_during_startup_does_not_start_twice(tmp_path, ctl):
             "ACCEL_TEST_CONTROL": ctl.path,
             "ACCEL_TEST_START_DELAY": "2",
             "ACCEL_TEST_INTERVAL": "5",
+            "ACCEL_TEST_STARTS": str(starts),
         },
     )
-    proc_started = time.monotonic()
     try:
         import threading
 
@@ -119,20 +120,29 @@ def test_sighup_during_startup_does_not_start_twice(tmp_path, ctl):
             # imports on a loaded machine: the SIGHUP came first and its default killed it.
             while d.proc is None or not sighup_ignored(d.proc.pid):
                 time.sleep(0.01)
+            # Still starting: the controlled source has not finished its start (2 s).
+            during.append(not starts.exists())
             d.signal(signal.SIGHUP)
             sent.set()
 
         sent = threading.Event()
+        during: list[bool] = []
         threading.Thread(target=hup_soon, daemon=True).start()
-        d.start(wait=30)
-        assert sent.is_set(), "the SIGHUP was not sent during start-up"
+        d.start(wait=60)
+        assert sent.wait(30), "the SIGHUP was not sent"
+        assert during == [True], "the SIGHUP came after the sources had started"
         assert d.proc.poll() is None, "a SIGHUP during start-up must not kill the daemon"
+        # A negative window: a second start-up would start the sources again (and poll
+        # host twice as often). The starts are counted, not timed; the poll rate is a
+        # ratio against the window measured around both reads, wide enough for a loaded
+        # machine and still below the two polls a second of two runtimes.
+        t0 = time.monotonic()
         before = d.status()["sources"]["host"]["polls"]
-        time.sleep(3.0)  # a negative window: count the host polls in it
+        time.sleep(4.0)
         polls = d.status()["sources"]["host"]["polls"] - before
-        # One runtime polls host once a second (at most 4 in 3 s); two would poll 6-8 times.
-        assert polls <= 4, polls
-        assert time.monotonic() - proc_started > 1
+        window = time.monotonic() - t0
+        assert starts.read_text().splitlines() == [str(d.proc.pid)], starts.read_text()
+        assert polls <= 1.5 * window + 1, (polls, window)
     finally:
         d.__exit__()
 

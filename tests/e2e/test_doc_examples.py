@@ -148,3 +148,27 @@ def test_a_shown_line_must_be_printed(tmp_path):
     (example,) = examples(page)
     printed = run(example.command, {}).stdout
     assert normalize(example.shown[0]) not in [normalize(x) for x in printed.splitlines()]
+
+
+def yaml_blocks(page: Path, heading: str) -> list[str]:
+    """The ```yaml blocks of ``page`` under the ``## heading`` (up to the next heading)."""
+    text = page.read_text()
+    start = text.index(f"\n## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    section = text[start : end if end != -1 else len(text)]
+    return re.findall(r"```yaml\n(.*?)```", section, flags=re.S)
+
+
+def test_the_readme_config_example_is_valid_as_written(tmp_path):
+    # newcomer-4 F17: copied verbatim, the example must pass `config check`, and load.
+    (block,) = yaml_blocks(REPO / "README.md", "Configuration")
+    path = tmp_path / "accel.yaml"
+    path.write_text(block)
+    done = run(f"accel-exporter config check {path}", {})
+    assert (done.returncode, done.stdout.strip()) == (0, f"{path}: ok"), done.stderr
+    assert "warning" not in done.stderr, done.stderr
+    # And the daemon's own loader reads what it says.
+    from exporter.config import load_config
+
+    config = load_config(str(path), env={})
+    assert config.web.listen_address == ":9842" and config.sources.host.interval == 5.0

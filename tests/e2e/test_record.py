@@ -174,3 +174,29 @@ def test_sigterm_is_passed_on_and_the_command_status_returned(tmp_path):
     assert stdout == "got TERM\n"
     assert run_log(out)[-1] == {**run_log(out)[-1], "type": "exit", "status": 42}
     assert json.loads((out / "summary.json").read_text())["exit_status"] == 42
+
+
+def test_out_defaults_to_a_new_directory_and_stderr_stays_the_commands(tmp_path):
+    # newcomer-4 F12: `record -- sleep 1` was a usage error, and the recorder's info
+    # lines (JSON) were mixed into the command's stderr.
+    command = "echo to-stderr >&2; exit 3"
+    result = subprocess.run(
+        cli_command("record", "--log.level", "info", "--", "sh", "-c", command),
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(tmp_path),
+    )
+    assert result.returncode == 3, result.stderr
+    (made,) = tmp_path.glob("record-*Z")
+    assert f"writing the run to {made.name}" in result.stderr
+    assert run_log(made)[-1]["status"] == 3
+    # The command's line, the recorder's line naming the directory, and its warnings
+    # (here: no accelerator on this machine), never its info lines.
+    lines = result.stderr.splitlines()
+    plain = [line for line in lines if not line.startswith("{")]
+    assert plain == [f"accel-exporter record: writing the run to {made.name}", "to-stderr"]
+    logged = [json.loads(line) for line in lines if line.startswith("{")]
+    assert {e["level"] for e in logged} <= {"warning", "error"}, logged
+    assert [e["event"] for e in logged] == ["no accelerator found"], logged

@@ -326,7 +326,7 @@ def _listener() -> Iterator[HttpServer]:
         listen_address="127.0.0.1:0",
         basic_auth=BasicAuthConfig(users={"prom": hashed}),
         header_timeout=2.0,
-        read_timeout=2.0,
+        send_timeout=2.0,
     )
     server = HttpServer(
         config,

@@ -5,6 +5,8 @@ every poll, so a test changes it while the daemon runs:
 ``{"mode": "ok" | "hang" | "block" | "raise" | "error", "value": 1.0}``.
 ``hang`` awaits forever (cancellable); ``block`` blocks a thread until the
 mode changes (not cancellable, as a stuck /proc read or driver call would).
+``ACCEL_TEST_STARTS``, where set, names a file the controlled source appends a line
+to each time it is started.
 """
 
 from __future__ import annotations
@@ -61,6 +63,11 @@ class ControlledSource(Source):
     async def start(self) -> None:
         # A slow start widens the window in which start-up races can happen.
         await asyncio.sleep(float(os.environ.get("ACCEL_TEST_START_DELAY", "0")))
+        starts = os.environ.get("ACCEL_TEST_STARTS")
+        if starts:
+            # One line per start: a test counts the starts instead of timing the polls.
+            with open(starts, "a", encoding="utf-8") as fh:
+                fh.write(f"{os.getpid()}\n")
 
     def _blocking_read(self) -> dict[str, Any]:
         while control(self.control_file).get("mode") == "block":

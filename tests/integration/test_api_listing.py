@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from exporter.config.kubernetes import KubernetesConfig
 from exporter.config.workload import DraConfig, K8sEnrichConfig, PodLabelsConfig, WorkloadConfig
@@ -124,6 +125,21 @@ def test_auto_dra_outside_a_cluster_is_quiet():
     state, counted = dra_state(dra_source(KubernetesConfig(), "auto", {}))
     assert state.startswith("inactive: api_not_configured: ")
     assert "KUBERNETES_SERVICE_HOST" in state and counted == 0
+
+
+def test_auto_dra_outside_a_cluster_lists_nothing_and_logs_nothing():
+    # newcomer-4 F10: "auto" means "in a cluster"; every start, probe and once used to
+    # log a "cannot list" line outside one.
+    with capture_logs() as logs:
+        source = dra_source(KubernetesConfig(), "auto", {})
+        state, _ = dra_state(source)
+    assert source._dra is None and state.startswith("inactive: api_not_configured: ")
+    assert [e for e in logs if e.get("event") == "cannot list"] == []
+    # Configured explicitly, or in a pod, it is tried (and says what is wrong).
+    state, _ = dra_state(dra_source(KubernetesConfig(), "auto", {"KUBERNETES_SERVICE_HOST": "h"}))
+    assert state.startswith("inactive: api_not_configured: ")
+    state, counted = dra_state(dra_source(KubernetesConfig(), True, {}))
+    assert state.startswith("failing: api_not_configured: ") and counted == 1
 
 
 def test_auto_dra_without_the_api_is_quiet_and_required_dra_is_counted(api, pki, tmp_path):

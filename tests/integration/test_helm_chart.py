@@ -805,6 +805,10 @@ def test_notes_render(renderer, tmp_path):
     assert f"ds/{FULLNAME}-nvidia" in notes and "serviceMonitor.enabled=true" in notes
     assert all(f"{FULLNAME}-{kind}" in notes for kind in KINDS)
     assert "as UID 0 with every capability" in notes and "attribution is off" not in notes
+    # newcomer-4 F15: the pod network cannot reach a training pod's RAS loopback.
+    assert 'sources.ccl_ras reads "no_job"' in notes and "NCCL_RAS_ADDR" in notes
+    host = render_chart(renderer, tmp_path, {"hostNetwork": True}, notes=True)
+    assert "NCCL_RAS_ADDR" not in host
     off = render_chart(renderer, tmp_path, {"attribution": {"root": False}}, notes=True)
     assert "Pod attribution is off" in off and "UID 0 with every" not in off
     monitor = {"serviceMonitor": {"enabled": True}, "prometheusOperator": {"assumeInstalled": True}}

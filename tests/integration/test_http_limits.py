@@ -158,7 +158,7 @@ def stalled_scrape(server: HttpServer) -> socket.socket:
 def test_a_client_that_does_not_read_loses_its_slot_at_the_write_timeout():
     store = Store()
     config = WebConfig(
-        listen_address="127.0.0.1:0", max_requests=1, write_timeout=1.0, read_timeout=60.0
+        listen_address="127.0.0.1:0", max_requests=1, write_timeout=1.0, send_timeout=60.0
     )
     server = HttpServer(config, Endpoints(BigExposition(store), lambda: (True, []), lambda: {}))
     server.start()
@@ -176,12 +176,12 @@ def test_a_client_that_does_not_read_loses_its_slot_at_the_write_timeout():
         server.stop()
 
 
-def test_a_write_without_progress_ends_at_the_read_timeout():
-    """read_timeout bounds each write's progress (the kernel's SO_SNDTIMEO on the blocking
+def test_a_write_without_progress_ends_at_the_send_timeout():
+    """send_timeout bounds each write's progress (the kernel's SO_SNDTIMEO on the blocking
     socket), well inside a write_timeout that is far away: the reaper closes nothing."""
     store = Store()
     config = WebConfig(
-        listen_address="127.0.0.1:0", max_requests=1, write_timeout=120.0, read_timeout=0.5
+        listen_address="127.0.0.1:0", max_requests=1, write_timeout=120.0, send_timeout=0.5
     )
     server = HttpServer(config, Endpoints(BigExposition(store), lambda: (True, []), lambda: {}))
     server.start()

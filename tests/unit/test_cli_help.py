@@ -88,6 +88,21 @@ def test_an_old_flag_spelling_works_and_is_logged(capsys):
     assert "renamed to --sources.ccl_ras.interval" in captured.err
 
 
+def test_a_config_flag_takes_either_spelling_of_its_key(capsys):
+    # newcomer-4 F11: a key copied from the YAML file (snake case) works as a flag.
+    argv = ["config", "show", "--outputs.prometheus.cluster_name=prod-a"]
+    argv += ["--web.listen_address", "127.0.0.1:9"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "cluster_name: prod-a" in captured.out and "listen_address: 127.0.0.1:9" in captured.out
+    assert "renamed" not in captured.err
+    # Every "-" may be "_" and the other way round; a key that is none stays unknown.
+    with pytest.raises(SystemExit) as stop:
+        main(["config", "show", "--outputs-prometheus.cluster-name=x"])
+    assert stop.value.code == 2
+    assert "unknown flag --outputs-prometheus.cluster-name" in capsys.readouterr().err
+
+
 def test_help_into_a_closed_pipe_ends_quietly():
     # `accel-exporter --help-all | head -1`: the reader goes away before the writer.
     import os

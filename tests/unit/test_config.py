@@ -239,7 +239,7 @@ def test_host_port_is_written_back_as_it_is_read():
 def test_every_limit_names_its_key_and_minimum(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(
-        "web: {max_requests: 0, read_timeout: 0s}\n"
+        "web: {max_requests: 0, send_timeout: 0s}\n"
         "sources:\n"
         "  amdsmi: {cper_per_poll: 0, bootstrap_timeout: 0s}\n"
         "  tpu: {max_message_bytes: 100}\n"
@@ -258,7 +258,7 @@ def test_every_limit_names_its_key_and_minimum(tmp_path):
     assert sorted(problems) == sorted(
         [
             "web.max_requests: must be at least 1",
-            "web.read_timeout: must be positive",
+            "web.send_timeout: must be positive",
             "sources.amdsmi.bootstrap_timeout: must be positive",
             "sources.amdsmi.cper_per_poll: must be at least 1",
             "sources.tpu.max_message_bytes: must be at least 4096",
@@ -358,3 +358,30 @@ def test_the_access_keys_of_old_sections_name_the_kubernetes_section(tmp_path, s
         (problem,) = info.value.problems
         assert f"{section}.{key}" in problem
         assert f"renamed to kubernetes.{key}" in problem
+
+
+def test_web_read_timeout_is_read_as_send_timeout(tmp_path, capsys):
+    # newcomer-4 F18: the key bounds a write's progress (SO_SNDTIMEO), never a read.
+    path = tmp_path / "c.yaml"
+    path.write_text("web: {read_timeout: 7s}\n")
+    notes: list[str] = []
+    config = load_config(str(path), env={}, notes=notes)
+    assert config.web.send_timeout == 7.0
+    assert any("read_timeout: renamed to web.send_timeout" in n for n in notes), notes
+    env = load_config(None, {"ACCEL_EXPORTER_WEB__READ_TIMEOUT": "3s"}, notes=[])
+    assert env.web.send_timeout == 3.0
+    from exporter.cli import main
+
+    assert main(["config", "show", "--web.read-timeout", "4s"]) == 0
+    captured = capsys.readouterr()
+    assert "send_timeout: 4s" in captured.out
+    assert "renamed to --web.send-timeout" in captured.err
+
+
+def test_a_file_key_naming_a_device_says_so():
+    # newcomer-4 F20: --web.config.file /dev/null said "permission denied" as root.
+    with pytest.raises(ConfigError) as info:
+        load_config(None, {"ACCEL_EXPORTER_WEB__CONFIG_FILE": "/dev/null"})
+    (problem,) = info.value.problems
+    assert "cannot read file '/dev/null': it is not a regular file" in problem, problem
+    assert "permission denied" not in problem

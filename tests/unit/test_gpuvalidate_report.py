@@ -68,6 +68,18 @@ def test_exit_status_only_fails_on_a_disagreement():
     assert exit_status([Phase("a"), Phase("b", FAILED)]) == 1
 
 
+def test_no_gpu_seen_is_not_a_pass(tmp_path):
+    # newcomer-4 F8: nvidia-smi missing or listing nothing validated nothing.
+    ran = [Phase("install", ERROR, "no nvidia-smi"), Phase("load", SKIPPED, "no torch")]
+    assert exit_status(ran, gpus=[]) == 3
+    assert exit_status([*ran, Phase("compare", FAILED)], gpus=[]) == 1  # a disagreement wins
+    assert exit_status(ran, gpus=["H100 GPU-1"]) == 0
+    report, summary = write(tmp_path, ran, {"started": "now"})
+    assert json.loads(report.read_text())["exit_status"] == 3
+    text = summary.read_text()
+    assert "GPUs: none seen" in text and text.rstrip().endswith("exit status 3")
+
+
 def test_report_files(tmp_path):
     compare = Phase("compare", FAILED, seconds=5.2)
     compare.checks += [
