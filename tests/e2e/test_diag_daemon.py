@@ -69,9 +69,10 @@ def listed(d: Daemon, uuid: str) -> dict[str, Any]:
     return found  # type: ignore[no-any-return]
 
 
-def test_a_failed_diag_run_fails_its_gpu_and_bad_files_are_only_counted(
+def started(
     daemon_factory: Any, fake_nvml: Any, tmp_path: Path
-) -> None:
+) -> tuple[Daemon, Path, list[dict[str, str]]]:
+    """A daemon on 2 fake GPUs reading ``tmp_path/diag``, GPU 1 ok and the directory seen."""
     fake = fake_nvml(2)
     diag = tmp_path / "diag"
     diag.mkdir()
@@ -81,6 +82,13 @@ def test_a_failed_diag_run_fails_its_gpu_and_bad_files_are_only_counted(
     me = [{"device": str(i), "uuid": fake.uuid(i)} for i in range(2)]
     d.wait_metric("accel_device_health", 1, state="ok", **me[1])
     d.wait_metric("accel_diag_directory_present", 1)
+    return d, diag, me
+
+
+def test_a_failed_diag_run_fails_its_gpu_and_bad_files_are_only_counted(
+    daemon_factory: Any, fake_nvml: Any, tmp_path: Path
+) -> None:
+    d, diag, me = started(daemon_factory, fake_nvml, tmp_path)
 
     drop(diag, "prolog-job41.json", run_file(failing=1))
     d.wait_metric("accel_device_health", 1, state="failed", **me[1])
@@ -168,15 +176,7 @@ def hv_verdict(uuid: str) -> bytes:
 def test_a_critical_health_validation_verdict_fails_only_the_gpu_it_names(
     daemon_factory: Any, fake_nvml: Any, tmp_path: Path
 ) -> None:
-    fake = fake_nvml(2)
-    diag = tmp_path / "diag"
-    diag.mkdir()
-    config = nvml_config()
-    config["sources"]["diag"] = {"path": str(diag), "interval": "1s"}
-    d: Daemon = daemon_factory(config, env=fake.env())
-    me = [{"device": str(i), "uuid": fake.uuid(i)} for i in range(2)]
-    d.wait_metric("accel_device_health", 1, state="ok", **me[1])
-    d.wait_metric("accel_diag_directory_present", 1)
+    d, diag, me = started(daemon_factory, fake_nvml, tmp_path)
 
     drop(diag, "preflight-node.json", hv_verdict(me[1]["uuid"]))
     d.wait_metric("accel_device_health", 1, state="failed", **me[1])
