@@ -41,6 +41,12 @@ REJECTIONS = DIAG_FILE_REJECTIONS
 FILE_RESULTS = DIAG_FILE_RESULTS
 ACCEPTED, SCHEMA_DRIFT, RUNTIME_ERROR = FILE_RESULTS
 
+# A run names at most this many devices (exporter.diag.hv.MAX_ENTITIES alike) and gives at
+# most this many results: a node-wide result is copied to every device a run names, so a
+# small file could otherwise ask for millions of them.
+MAX_GPUS = 64
+MAX_RESULTS = MAX_GPUS * MAX_GPUS
+
 
 class DiagError(Exception):
     """A result file that gives no run: ``reason`` is its counted word, ``suite`` if known.
@@ -54,6 +60,16 @@ class DiagError(Exception):
         self.detail = detail
         self.suite = suite
         self.version = version
+
+
+def check_size(suite: str, version: str, devices: int, results: int) -> None:
+    """Refuse a run of more than MAX_GPUS devices or MAX_RESULTS results (schema_drift)."""
+    if devices > MAX_GPUS:
+        detail = f"a run naming {devices} devices: more than {MAX_GPUS} GPUs"
+        raise DiagError(SCHEMA_DRIFT, detail, suite, version)
+    if results > MAX_RESULTS:
+        detail = f"a run of {results} results: more than {MAX_RESULTS} results"
+        raise DiagError(SCHEMA_DRIFT, detail, suite, version)
 
 
 @dataclass(frozen=True)
