@@ -501,3 +501,13 @@ def test_amd_gpus_and_results_are_bounded() -> None:
     for data in (rvs(MAX_GPUS + 1, 1), rvs(1, MAX_GPUS * MAX_GPUS + 1)):
         exc = refused(data)
         assert (exc.reason, exc.suite) == (SCHEMA_DRIFT, RVS), exc.detail
+
+
+def test_a_huge_version_of_a_known_release_is_cut_too() -> None:
+    """``4.6`` followed by a million characters is a 4.6 run whose version is 40 characters."""
+    from exporter.diag import dcgm
+
+    version = "4.6.0" + "x" * 1_000_000
+    body = {"test_categories": []}
+    run = dcgm.parse({"metadata": {"version": version}, "DCGM Diagnostic": body})
+    assert run.version == version[: dcgm.MAX_VERSION_CHARS]
