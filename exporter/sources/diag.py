@@ -367,7 +367,8 @@ def _match(devices: Sequence[Device], vendor: str, result: DeviceResult) -> Devi
     """The device a result names: by UUID or bus id, else serial, else number.
 
     A UUID or PCI bus id is used where the suite gives one; a serial where one
-    device has it; else the suite's device number. The suites number physical
+    device has it; else the suite's device number, unless the run's serial and the
+    device's are both known and differ (another GPU). The suites number physical
     GPUs: a partition (whose device label numbers the partitions) is never matched
     by number or bus id, so a partitioned GPU's results are only matched by serial
     number or the partition's own UUID.
@@ -387,7 +388,12 @@ def _match(devices: Sequence[Device], vendor: str, result: DeviceResult) -> Devi
         if len(by_serial) == 1:
             return by_serial[0]
     by_number = [d for d in mine if d.device == result.entity and not d.partition]
-    return by_number[0] if len(by_number) == 1 else None
+    if len(by_number) != 1:
+        return None
+    dev = by_number[0]
+    # Both serials known and different: the run's GPU of that number is another one.
+    known = result.serial not in _NO_SERIAL and dev.serial not in _NO_SERIAL
+    return None if known and dev.serial != result.serial else dev
 
 
 def _families(suite: str, dev: Device, at: float, found: Sequence[DeviceResult]) -> list[Reading]:

@@ -195,6 +195,29 @@ def test_matching_by_serial_beats_the_number(tmp_path: Path) -> None:
     assert h.evidence("GPU-aaaa") == {}
 
 
+def test_a_serial_no_device_has_is_not_matched_by_the_number(tmp_path: Path) -> None:
+    # The run says GPU 1 is SN-9: neither device is, so GPU 1 (SN-1) is not blamed.
+    doc = json.loads(dcgm4(failing=1))
+    doc["entity_groups"] = [
+        {
+            "entity_group": "GPU",
+            "entity_group_id": 1,
+            "entities": [{"entity_id": 1, "serial_num": "SN-9"}],
+        }
+    ]
+    h = Harness(tmp_path, NVIDIA)
+    h.put("a.json", json.dumps(doc).encode())
+    got = h.poll()
+    assert h.evidence("GPU-bbbb") == {}
+    assert got[("accel_diag_unmatched_results", ("dcgm",))] == 1.0
+    # GPU 0 gave no serial: still matched by its number.
+    assert got[("accel_diag_test_result", ("0", "GPU-aaaa", "dcgm", "memory", "pass"))] == 1.0
+    # A device that exposes no serial is still matched by its number.
+    h = Harness(tmp_path, [(*NVIDIA[0][:4], ""), (*NVIDIA[1][:4], "N/A")])
+    h.poll()
+    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "service")}
+
+
 def test_unmatched_results_are_counted_not_shown(tmp_path: Path) -> None:
     h = Harness(tmp_path, AMD)  # an AMD node: the DCGM file names no device of it
     h.put("a.json", dcgm4(failing=1))
