@@ -442,15 +442,19 @@ def hv_doc(entities: list[str], checks: list[str], severity: str = "CRITICAL") -
     return json.dumps({"overall_severity": severity, "affected_components": [comp]}).encode()
 
 
-def test_health_validation_matches_by_bus_id_and_keeps_the_node_apart(tmp_path: Path) -> None:
-    # NVML's 8-digit domain on the device, sysfs's 4 in the verdict: the same GPU.
-    h = Harness(tmp_path, NVIDIA)
-    h.put("hv.json", hv_doc(["0000:3c:00.0"], ["gpu_xid_46"]))
+# The fake NVML's UUIDs of GPUs 0 and 1: Health Validation names a GPU by its UUID only.
+HV_UUIDS = ("GPU-a1b2c300-1111-2222-3333-000000004455", "GPU-a1b2c301-1111-2222-3333-000000004456")
+HV_NVIDIA = [(v, d, HV_UUIDS[i], bus, sn) for i, (v, d, _, bus, sn) in enumerate(NVIDIA)]
+
+
+def test_health_validation_matches_by_uuid_and_keeps_the_node_apart(tmp_path: Path) -> None:
+    h = Harness(tmp_path, HV_NVIDIA)
+    h.put("hv.json", hv_doc([HV_UUIDS[1]], ["gpu_xid_46"]))
     got = h.poll()
-    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "reset_device")}
-    assert h.evidence("GPU-aaaa") == {}
+    assert h.evidence(HV_UUIDS[1]) == {"diag_failed": (FAILED, "reset_device")}
+    assert h.evidence(HV_UUIDS[0]) == {}
     hv = ("health_validation",)
-    gpu1 = ("1", "GPU-bbbb", *hv, "xid", "fail")
+    gpu1 = ("1", HV_UUIDS[1], *hv, "xid", "fail")
     assert got[("accel_diag_test_result", gpu1)] == 1.0
     assert got[("accel_diag_test_result", ("", "", *hv, "node_verdict", "fail"))] == 1.0
     assert got[("accel_diag_unmatched_results", hv)] == 0.0
@@ -467,13 +471,27 @@ def test_a_health_validation_node_check_is_no_gpu_evidence(tmp_path: Path) -> No
 
 
 def test_a_newer_health_validation_verdict_clears_a_gpu_it_does_not_name(tmp_path: Path) -> None:
-    h = Harness(tmp_path, NVIDIA)
-    h.put("old.json", hv_doc(["0000:3c:00.0"], ["gpu_xid_46"]), age=120.0)
+    h = Harness(tmp_path, HV_NVIDIA)
+    h.put("old.json", hv_doc([HV_UUIDS[1]], ["gpu_xid_46"]), age=120.0)
     h.put("dcgm.json", dcgm4(failing=0), age=90.0)
     h.poll()
-    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "reset_device")}
+    assert h.evidence(HV_UUIDS[1]) == {"diag_failed": (FAILED, "reset_device")}
     h.put("new.json", json.dumps({"overall_severity": "PASS"}).encode(), age=30.0)
     h.poll()
     # Health Validation's newest run passed the node; DCGM's run of GPU 0 still counts.
-    assert h.evidence("GPU-bbbb") == {}
-    assert h.evidence("GPU-aaaa") == {"diag_failed": (FAILED, "service")}
+    assert h.evidence(HV_UUIDS[1]) == {}
+    assert h.evidence(HV_UUIDS[0]) == {"diag_failed": (FAILED, "service")}
+
+
+def test_a_newer_verdict_still_naming_a_gpu_in_a_critical_component_degrades_it(
+    tmp_path: Path,
+) -> None:
+    """A worse newer run (CRITICAL on GPUs 0 and 1 together) never clears GPU 1."""
+    h = Harness(tmp_path, HV_NVIDIA)
+    h.put("old.json", hv_doc([HV_UUIDS[1]], ["gpu_xid_46"]), age=120.0)
+    h.poll()
+    assert h.evidence(HV_UUIDS[1]) == {"diag_failed": (FAILED, "reset_device")}
+    h.put("new.json", hv_doc(list(HV_UUIDS), ["gpu_xid_46"]), age=30.0)
+    h.poll()
+    for uuid in HV_UUIDS:
+        assert h.evidence(uuid) == {"diag_warning": (DEGRADED, "reset_device")}, uuid
