@@ -24,7 +24,8 @@ SUITES = (DCGM, AGFHC, RVS, HEALTH_VALIDATION)
 
 # Why a file gave no run, counted once per file version by
 # accel_diag_files_rejected_total{reason}: EXPIRED is a file older than the health
-# window (not read), TOO_MANY_FILES one beyond sources.diag.max_files (the oldest).
+# window (not read), TOO_MANY_FILES one beyond sources.diag.max_files (the oldest),
+# FUTURE_MTIME one dated more than FUTURE_SLACK seconds ahead of the clock (not read).
 REJECTIONS = DIAG_FILE_REJECTIONS
 (
     TOO_LARGE,
@@ -36,7 +37,9 @@ REJECTIONS = DIAG_FILE_REJECTIONS
     UNKNOWN_FORMAT,
     TOO_MANY_FILES,
     EXPIRED,
+    FUTURE_MTIME,
 ) = REJECTIONS
+FUTURE_SLACK = 300.0
 # What became of a file of a known suite (accel_diag_files_total{suite, result}).
 FILE_RESULTS = DIAG_FILE_RESULTS
 ACCEPTED, SCHEMA_DRIFT, RUNTIME_ERROR = FILE_RESULTS

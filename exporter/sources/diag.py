@@ -17,7 +17,9 @@ device and uuid "" and is no evidence about any device. For
 each suite and device the newest run that tested the device (a Health Validation
 run tests every device of the node) counts, until it is
 older than the health window (``health.event_window``, from the file's modification
-time). Its failed and warned tests become :class:`~exporter.evidence.Evidence`
+time, or now where that is ahead of the clock; a file dated more than 5 minutes ahead
+is refused, ``future_mtime``, until its time comes). Its failed and warned tests
+become :class:`~exporter.evidence.Evidence`
 (source ``diag``, reasons ``diag_failed`` and ``diag_warning``, by
 :mod:`exporter.diag.advice`), posted to the board every poll and expiring with the
 run, so the device's verdict and recommended action follow at its source's next poll.
@@ -28,6 +30,7 @@ a hung filesystem makes this source time out, nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -40,6 +43,8 @@ from exporter.diag import advice, files, formats
 from exporter.diag.model import (
     ACCEPTED,
     EXPIRED,
+    FUTURE_MTIME,
+    FUTURE_SLACK,
     RESULTS,
     RUNTIME_ERROR,
     SCHEMA_DRIFT,
@@ -194,6 +199,9 @@ class DiagSource(Source):
             if now - entry.mtime > self.window:
                 self._count(key, rejected=EXPIRED)
                 continue
+            if entry.mtime - now > FUTURE_SLACK:
+                self._count(key, rejected=FUTURE_MTIME)
+                continue
             if rank >= self.cfg.max_files:
                 self._count(key, rejected=TOO_MANY_FILES)
                 continue
@@ -203,6 +211,10 @@ class DiagSource(Source):
                 self._cache[entry.name] = cached
             parsed = cached[1]
             self._count_parsed(key, parsed)
+            # A writer's clock ahead of ours: the run is of now, never of a time to come
+            # (it would outrank every later run and outlive the window).
+            if parsed.mtime > now:
+                parsed = dataclasses.replace(parsed, mtime=now)
             scan.parsed.append((entry.name, parsed))
         # Forget what left the directory (a file put back is a new version: counted again).
         names = {name for name, _ in seen}

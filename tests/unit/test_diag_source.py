@@ -332,6 +332,31 @@ def test_bad_input_each_counted_with_its_reason_the_good_file_unharmed(tmp_path:
     } == rejected
 
 
+def test_a_file_dated_in_the_future_pins_nothing(tmp_path: Path) -> None:
+    """Its run time is min(its modification time, now): never a time to come."""
+    h = Harness(tmp_path, NVIDIA)
+    h.put("soon.json", dcgm4(failing=1), age=-120.0)  # a writer's clock 2 minutes ahead
+    got = h.poll()
+    assert got[("accel_diag_run_timestamp_seconds", ("dcgm",))] == NOW
+    (item,) = h.board.for_device("GPU-bbbb", "", NOW)
+    assert item.expires_at == NOW + WINDOW
+    h.wall[0] = NOW + 60
+    assert h.poll()[("accel_diag_run_timestamp_seconds", ("dcgm",))] == NOW + 60
+    h.wall[0] = NOW + 120 + WINDOW + 1  # its time came and went, with the window
+    h.poll()
+    assert h.evidence("GPU-bbbb") == {}
+
+
+def test_a_file_more_than_five_minutes_ahead_is_refused(tmp_path: Path) -> None:
+    h = Harness(tmp_path, NVIDIA)
+    h.put("later.json", dcgm4(failing=1), age=-3600.0 * 24 * 365)
+    got = h.poll()
+    assert got[("accel_diag_files_rejected_total", ("future_mtime",))] == 1.0
+    assert h.board.sources() == []
+    assert not [k for k in got if k[0] == "accel_diag_test_result"]
+    assert h.poll()[("accel_diag_files_rejected_total", ("future_mtime",))] == 1.0
+
+
 def test_too_many_files_the_oldest_refused(tmp_path: Path) -> None:
     h = Harness(tmp_path, NVIDIA, max_files=2)
     h.put("a.json", dcgm4(failing=0), age=300)
