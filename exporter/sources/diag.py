@@ -134,8 +134,10 @@ class DiagSource(Source):
     def adopt(self, old: Source) -> None:
         """Keep the counters, the parsed files and the evidence of the source this one replaces.
 
-        The old one withdrew its evidence when it stopped; posting it again here (each
-        item with its own expiry) keeps the devices' verdicts through a reload.
+        The old one's evidence stayed on the board while it stopped (the device sources,
+        still running, judge in between); posting it again here (each item with its own
+        expiry) is the same evidence. A source of another directory replaces it at its
+        first poll.
         """
         if isinstance(old, DiagSource) and old.cfg.path == self.cfg.path:
             self._cache, self._counted = old._cache, old._counted
@@ -158,8 +160,16 @@ class DiagSource(Source):
         }
 
     async def close(self) -> None:
-        """Withdraw this source's evidence: a stopped source vouches for nothing."""
+        """Nothing to release: the evidence stays (a reload's replacement keeps it).
+
+        Withdrawn only when the source is removed (:meth:`removed`); otherwise each item
+        expires with its run.
+        """
+
+    def removed(self) -> None:
+        """A reload dropped the source: withdraw its evidence, a source gone vouches for nothing."""
         self.board.replace(EVIDENCE_SOURCE, {})
+        self._posted = {}
 
     async def poll(self) -> Sequence[Reading]:
         """Read the directory, post the evidence, return the families."""

@@ -417,14 +417,15 @@ def test_an_unreadable_directory_fails_the_poll_and_keeps_the_evidence(tmp_path:
         (tmp_path / "d").chmod(0o755)
 
 
-def test_close_withdraws_the_evidence_and_a_replacement_posts_it_again(tmp_path: Path) -> None:
+def test_a_reload_keeps_the_evidence_throughout_and_removal_withdraws_it(tmp_path: Path) -> None:
     h = Harness(tmp_path, NVIDIA)
     h.put("a.json", dcgm4(failing=1))
     h.poll()
+    # A reload stops the old source before its replacement adopts it: the devices judged
+    # in between (the device sources keep running) still see the evidence.
     asyncio.run(h.source.close())
-    assert h.board.sources() == []
-    # A reload's replacement (same directory): the evidence is back before it polls, and
-    # the file already counted is not counted again.
+    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "service")}
+    # The replacement (same directory) keeps it, and the file counted is not counted again.
     config = DiagSourceConfig(path=str(tmp_path), interval=5.0)
     new = DiagSource("diag", config, window=WINDOW, board=h.board, wall=lambda: h.wall[0])
     new.adopt(h.source)
@@ -432,6 +433,11 @@ def test_close_withdraws_the_evidence_and_a_replacement_posts_it_again(tmp_path:
     new.attach(FakeStore(NVIDIA))  # type: ignore[arg-type]
     got = {(r.metric, r.labels): r.value for r in asyncio.run(new.poll())}
     assert got[("accel_diag_files_total", ("dcgm", "accepted"))] == 1.0
+    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "service")}
+    # A reload that drops the source: a source gone vouches for nothing.
+    asyncio.run(new.close())
+    new.removed()
+    assert h.board.sources() == []
 
 
 @pytest.mark.parametrize(
