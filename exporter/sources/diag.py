@@ -24,13 +24,15 @@ become :class:`~exporter.evidence.Evidence`
 :mod:`exporter.diag.advice`), posted to the board every poll and expiring with the
 run, so the device's verdict and recommended action follow at its source's next poll.
 
-The parsing runs on a thread of its own (:class:`~exporter.sources.base.BlockingCall`):
-a hung filesystem makes this source time out, nothing else.
+The parsing and the matching run on a thread of its own
+(:class:`~exporter.sources.base.BlockingCall`): a hung filesystem makes this source
+time out, nothing else, and the event loop never waits for the matching.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -122,6 +124,9 @@ class DiagSource(Source):
         self._counted: set[tuple[str, tuple[int, int, int, int]]] = set()
         self._files: Counter[tuple[str, str]] = Counter()
         self._rejected: Counter[str] = Counter()
+        # The poll's thread adds to the counters while /status (the HTTP thread) reads them.
+        self._lock = threading.Lock()
+        self._removed = False
         self._present: bool | None = None
         # What the last poll posted: a replacement re-posts it (each item keeps its expiry).
         self._posted: dict[str, list[Evidence]] = {}
@@ -141,7 +146,7 @@ class DiagSource(Source):
         """
         if isinstance(old, DiagSource) and old.cfg.path == self.cfg.path:
             self._cache, self._counted = old._cache, old._counted
-            self._files, self._rejected = old._files, old._rejected
+            self._files, self._rejected, self._lock = old._files, old._rejected, old._lock
             self._present = old._present
             self._posted = old._posted
             self.board.replace(EVIDENCE_SOURCE, self._posted)
@@ -152,11 +157,14 @@ class DiagSource(Source):
 
     def status(self) -> dict[str, object]:
         """/status: the directory, whether it is there, the files counted so far."""
+        with self._lock:
+            files = sorted(self._files.items())
+            rejected = sorted(self._rejected.items())
         return {
             "path": self.cfg.path,
             "present": bool(self._present),
-            "files": {f"{suite}/{result}": n for (suite, result), n in sorted(self._files.items())},
-            "rejected": dict(sorted(self._rejected.items())),
+            "files": {f"{suite}/{result}": n for (suite, result), n in files},
+            "rejected": dict(rejected),
         }
 
     async def close(self) -> None:
@@ -168,6 +176,7 @@ class DiagSource(Source):
 
     def removed(self) -> None:
         """A reload dropped the source: withdraw its evidence, a source gone vouches for nothing."""
+        self._removed = True  # a poll still running on its thread posts nothing after this
         self.board.replace(EVIDENCE_SOURCE, {})
         self._posted = {}
 
@@ -175,7 +184,7 @@ class DiagSource(Source):
         """Read the directory, post the evidence, return the families."""
         now = self.wall()
         try:
-            scan = await self._call(self._scan, now)
+            scan, readings = await self._call(self._read, now)
         except OSError as exc:
             # The directory exists but cannot be listed: the evidence already posted
             # runs out by itself; the counters stay true.
@@ -183,7 +192,6 @@ class DiagSource(Source):
         if scan.present != self._present:
             self._log.info("diag directory " + ("present" if scan.present else "absent"))
             self._present = scan.present
-        readings = self._judge(scan, now)  # no directory: no evidence either
         if not scan.present and self.auto:
             # enabled: auto on a node without the directory: nothing to read here, not a
             # failure; the scheduler asks again (every minute) and finds it once made.
@@ -194,12 +202,17 @@ class DiagSource(Source):
 
     # -- the directory (on the poll's thread) -------------------------------------------
 
+    def _read(self, now: float) -> tuple[Scan, list[Reading]]:
+        """Scan, then match and judge (all of it off the event loop: 256 files take ms)."""
+        scan = self._scan(now)
+        return scan, self._judge(scan, now)  # no directory: no evidence either
+
     def _scan(self, now: float) -> Scan:
         """List, read and parse what is new; count each file version once."""
         entries = files.listing(self.cfg.path)
         if entries is None:
+            # What was counted stays counted: the same files back (a remount) are not new.
             self._cache.clear()
-            self._counted.clear()
             return Scan(present=False)
         scan = Scan(present=True)
         seen: set[tuple[str, tuple[int, int, int, int]]] = set()
@@ -267,12 +280,14 @@ class DiagSource(Source):
             return
         self._counted.add(key)
         if rejected:
-            self._rejected[rejected] += 1
+            with self._lock:
+                self._rejected[rejected] += 1
             if rejected not in (EXPIRED, TOO_MANY_FILES):
                 detail = why.detail if why else ""
                 self._log.warning("diag file refused", file=key[0], reason=rejected, detail=detail)
             return
-        self._files[(suite, result)] += 1
+        with self._lock:
+            self._files[(suite, result)] += 1
         if result == SCHEMA_DRIFT:
             self._log.warning(
                 "diag file of an unpinned schema",
@@ -369,18 +384,19 @@ class DiagSource(Source):
             out.extend(_families(suite, dev, at, found))
             item = _evidence(suite, at, at + self.window, found)
             evidence.setdefault(uuid, []).extend(item)
-        self.board.replace(EVIDENCE_SOURCE, evidence)
-        self._posted = evidence
+        if not self._removed:
+            self.board.replace(EVIDENCE_SOURCE, evidence)
+            self._posted = evidence
         return out
 
     def _counters(self) -> list[Reading]:
-        out = [
-            Reading("accel_diag_files_total", key, float(n))
-            for key, n in sorted(self._files.items())
-        ]
+        with self._lock:
+            files = sorted(self._files.items())
+            rejected = sorted(self._rejected.items())
+        out = [Reading("accel_diag_files_total", key, float(n)) for key, n in files]
         out += [
             Reading("accel_diag_files_rejected_total", (reason,), float(n))
-            for reason, n in sorted(self._rejected.items())
+            for reason, n in rejected
         ]
         return out
 

@@ -7,6 +7,7 @@ import json
 import os
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +47,10 @@ class FakeStore:
 
     def __init__(self, devices: list[tuple[str, ...]]) -> None:
         self.devices = devices
+        self.threads: list[str] = []  # the thread of each view() call
 
     def view(self) -> FakeView:
+        self.threads.append(threading.current_thread().name)
         out = []
         for vendor, device, uuid, bus, serial, *partition in self.devices:
             values = dict.fromkeys(INFO_LABELS, "")
@@ -66,7 +69,8 @@ class Harness:
         self.source = DiagSource(
             "diag", config, window=WINDOW, board=self.board, wall=lambda: self.wall[0]
         )
-        self.source.attach(FakeStore(devices))  # type: ignore[arg-type]
+        self.store = FakeStore(devices)
+        self.source.attach(self.store)  # type: ignore[arg-type]
 
     def poll(self) -> dict[tuple[str, tuple[str, ...]], float]:
         got = asyncio.run(self.source.poll())
@@ -526,3 +530,59 @@ def test_a_newer_verdict_still_naming_a_gpu_in_a_critical_component_degrades_it(
     h.poll()
     for uuid in HV_UUIDS:
         assert h.evidence(uuid) == {"diag_warning": (DEGRADED, "reset_device")}, uuid
+
+
+def test_matching_runs_off_the_event_loop(tmp_path: Path) -> None:
+    """256 files of 160 results take tens of milliseconds to match: never on the loop."""
+    h = Harness(tmp_path, NVIDIA)
+    h.put("a.json", dcgm4(failing=1))
+    h.poll()
+    assert h.store.threads and threading.main_thread().name not in h.store.threads
+    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "service")}
+
+
+def test_status_while_a_scan_counts_a_new_kind_of_file(tmp_path: Path) -> None:
+    """/status (the HTTP thread) copies the counters while the scan thread adds to them."""
+    h = Harness(tmp_path, NVIDIA)
+    h.put("a.json", dcgm4(failing=1))
+    h.poll()
+    source = h.source
+
+    class Racing(Counter):  # type: ignore[type-arg]
+        """Counters that another thread adds to while they are read."""
+
+        def items(self):  # type: ignore[no-untyped-def]
+            view = iter(super().items())
+            yield next(view)
+            other = threading.Thread(
+                target=source._count, args=(("b.json", (0, 0, 0, 0)),), kwargs={"rejected": "x"}
+            )
+            other2 = threading.Thread(
+                target=source._count,
+                args=(("c.json", (0, 0, 0, 1)),),
+                kwargs={"suite": "rvs", "result": "accepted"},
+            )
+            other.start()
+            other2.start()
+            other.join(0.3)
+            other2.join(0.3)
+            yield from view
+
+    source._files = Racing(source._files)
+    source._rejected = Racing({"truncated": 1})
+    status = source.status()
+    assert status["files"] == {"dcgm/accepted": 1}
+    assert status["rejected"] == {"truncated": 1}
+
+
+def test_a_directory_that_goes_and_comes_back_counts_nothing_twice(tmp_path: Path) -> None:
+    h = Harness(tmp_path / "d", NVIDIA, enabled=True)
+    (tmp_path / "d").mkdir()
+    h.put("a.json", dcgm4(failing=1))
+    assert h.poll()[("accel_diag_files_total", ("dcgm", "accepted"))] == 1.0
+    (tmp_path / "d").rename(tmp_path / "away")
+    assert h.poll()[("accel_diag_directory_present", ())] == 0.0
+    (tmp_path / "away").rename(tmp_path / "d")
+    got = h.poll()
+    assert got[("accel_diag_files_total", ("dcgm", "accepted"))] == 1.0
+    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "service")}
