@@ -457,6 +457,9 @@ class App:
             for name in self.store.names():
                 if name not in names:
                     self.store.unregister(name)
+            for source in old.sources:
+                if source.name not in names:
+                    source.removed()
             if new_http is not None:
                 old_http, self.http = self.http, new_http
                 new_http.start()

@@ -215,7 +215,7 @@ ROWS = (
         (*ID, "status"),
         otel_unit="{page}",
         values={"status": BAD_PAGE_STATUSES},
-        max_series=budget.DEVICES,
+        max_series=budget.DEVICES * len(BAD_PAGE_STATUSES),
     ),
     MetricSpec(
         "accel_amd_bad_page_threshold",
@@ -232,7 +232,7 @@ ROWS = (
         (*ID, "bound"),
         unit="watts",
         values={"bound": POWER_BOUNDS},
-        max_series=budget.DEVICES,
+        max_series=budget.DEVICES * len(POWER_BOUNDS),
     ),
     MetricSpec(
         "accel_amd_temperature_limit_celsius",
@@ -241,7 +241,7 @@ ROWS = (
         (*ID, "sensor", "limit"),
         unit="celsius",
         values={"sensor": AMD_SENSORS, "limit": TEMPERATURE_LIMITS},
-        max_series=budget.DEVICES,
+        max_series=budget.DEVICES * len(AMD_SENSORS) * len(TEMPERATURE_LIMITS),
     ),
     MetricSpec(
         "accel_amd_pcie_replay_rollovers_total",

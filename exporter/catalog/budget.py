@@ -18,7 +18,11 @@ counter instead of a 30 MB scrape.
 from __future__ import annotations
 
 DEVICES = 2048
-"""One series per device of a source: GPUs, MIG instances, partitions, Neuron cores."""
+"""One series per device of a source: GPUs, MIG instances, partitions, Neuron cores.
+
+A row that also has enumerated labels (a one-hot over states, a value per sensor)
+declares ``DEVICES`` times the number of their value combinations: every device may
+have all of them (tests/unit/test_series_budget.py holds every such row to it)."""
 
 DEVICE_PARTS = 32768
 """A device times one of its parts: links, engines, ports, cores, fans, error codes."""

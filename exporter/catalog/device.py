@@ -143,7 +143,7 @@ ROWS = (
         semconv=True,
         otel_description=HW_STATUS,
         values={"state": HEALTH_STATES},
-        max_series=budget.DEVICES,
+        max_series=budget.DEVICES * len(HEALTH_STATES),
     ),
     MetricSpec(
         "accel_device_health_reason_info",
@@ -162,7 +162,7 @@ ROWS = (
         " vendors' codes by their catalogs, see docs/health.md).",
         (*ID, "action"),
         values={"action": RECOMMENDED_ACTIONS},
-        max_series=budget.DEVICES,
+        max_series=budget.DEVICES * len(RECOMMENDED_ACTIONS),
     ),
     MetricSpec(
         "accel_device_action_reason_info",
@@ -333,7 +333,7 @@ ROWS = (
         (*ID, "sensor"),
         unit="celsius",
         values={"sensor": SENSORS},
-        max_series=budget.DEVICES,
+        max_series=budget.DEVICES * len(SENSORS),
     ),
     MetricSpec(
         "accel_power_watts",
@@ -373,7 +373,7 @@ ROWS = (
         unit="hertz",
         otel_name="accel.clock.speed",
         values={"clock": CLOCKS},
-        max_series=budget.DEVICES,
+        max_series=budget.DEVICES * len(CLOCKS),
     ),
     MetricSpec(
         "accel_clock_max_hertz",
@@ -383,7 +383,7 @@ ROWS = (
         unit="hertz",
         otel_name="accel.clock.speed.limit",
         values={"clock": CLOCKS},
-        max_series=budget.DEVICES,
+        max_series=budget.DEVICES * len(CLOCKS),
     ),
     MetricSpec(
         "accel_fan_speed_ratio",
@@ -451,7 +451,7 @@ ROWS = (
         "1 while the named clock throttle (clock event) reason is active, else 0.",
         (*ID, "reason"),
         values={"reason": THROTTLE_REASONS},
-        max_series=budget.DEVICES,
+        max_series=budget.DEVICES * len(THROTTLE_REASONS),
     ),
     MetricSpec(
         "accel_clock_violation_seconds_total",
@@ -461,7 +461,7 @@ ROWS = (
         unit="seconds",
         otel_name="accel.clock.violation.time",
         values={"reason": VIOLATION_REASONS},
-        max_series=budget.DEVICES,
+        max_series=budget.DEVICES * len(VIOLATION_REASONS),
     ),
     MetricSpec(
         "accel_ecc_errors_total",
@@ -472,7 +472,7 @@ ROWS = (
         otel_name="accel.ecc.errors",
         otel_unit="{error}",
         values={"type": ECC_TYPES, "counter": ECC_COUNTERS},
-        max_series=budget.DEVICES,
+        max_series=budget.DEVICES * len(ECC_TYPES) * len(ECC_COUNTERS),
     ),
     MetricSpec(
         "accel_retired_pages",
@@ -482,7 +482,7 @@ ROWS = (
         (*ID, "cause"),
         otel_unit="{page}",
         values={"cause": RETIREMENT_CAUSES},
-        max_series=budget.DEVICES,
+        max_series=budget.DEVICES * len(RETIREMENT_CAUSES),
     ),
     MetricSpec(
         "accel_retired_pages_pending",
@@ -518,7 +518,7 @@ ROWS = (
         otel_name="accel.device.events",
         otel_unit="{event}",
         values={"event": DEVICE_EVENTS},
-        max_series=budget.DEVICES,
+        max_series=budget.DEVICES * len(DEVICE_EVENTS),
     ),
     MetricSpec(
         "accel_device_event_last_timestamp_seconds",
@@ -527,7 +527,7 @@ ROWS = (
         (*ID, "event"),
         unit="seconds",
         values={"event": DEVICE_EVENTS},
-        max_series=budget.DEVICES,
+        max_series=budget.DEVICES * len(DEVICE_EVENTS),
     ),
 )
 

@@ -81,7 +81,8 @@ ROWS = (
         "Files of the watched directory refused since the daemon started, once per file"
         " version, by reason: too_large, truncated, unparseable, symlink, not_regular_file"
         " (a FIFO, a device, a directory), unreadable, unknown_format, too_many_files,"
-        " expired (older than the health window, not read).",
+        " expired (older than the health window, not read), future_mtime (dated more than"
+        " 5 minutes ahead of the clock, not read).",
         ("reason",),
         otel_unit="{file}",
         values={"reason": DIAG_FILE_REJECTIONS},

@@ -48,7 +48,7 @@ ROWS = (
         (*ID, "cause"),
         otel_unit="{row}",
         values={"cause": ROW_CAUSES},
-        max_series=budget.DEVICES,
+        max_series=budget.DEVICES * len(ROW_CAUSES),
     ),
     MetricSpec(
         "accel_gaudi_row_replacement_pending",

@@ -62,7 +62,7 @@ ROWS = (
         " wedged) or repair (a reset completes in-field repairs); one series per reason set.",
         (*ID, "reason"),
         values={"reason": ("wedged", "repair")},
-        max_series=budget.DEVICES,
+        max_series=budget.DEVICES * 2,
     ),
     MetricSpec(
         "accel_intel_ras_correctable_errors_total",

@@ -46,7 +46,7 @@ ROWS = (
         (*ID, "memory"),
         otel_unit="{error}",
         values={"memory": NEURON_ECC_MEMORIES},
-        max_series=budget.DEVICES,
+        max_series=budget.DEVICES * len(NEURON_ECC_MEMORIES),
     ),
     MetricSpec(
         "accel_neuron_runtimes",

@@ -57,7 +57,7 @@ ROWS = (
         (*ID, "type"),
         otel_unit="{row}",
         values={"type": ECC_CORRECTION},
-        max_series=budget.DEVICES,
+        max_series=budget.DEVICES * len(ECC_CORRECTION),
     ),
     MetricSpec(
         "accel_remapped_rows_pending",
@@ -273,7 +273,7 @@ ROWS = (
         " not_started, in_progress, completed; absent without a fabric.",
         (*ID, "state"),
         values={"state": FABRIC_STATES},
-        max_series=budget.DEVICES,
+        max_series=budget.DEVICES * len(FABRIC_STATES),
     ),
     MetricSpec(
         "accel_nvidia_fabric_health_issue",
@@ -308,7 +308,7 @@ ROWS = (
         (*ID, "bound"),
         unit="watts",
         values={"bound": POWER_BOUNDS},
-        max_series=budget.DEVICES,
+        max_series=budget.DEVICES * len(POWER_BOUNDS),
     ),
     MetricSpec(
         "accel_process_memory_utilization_ratio",

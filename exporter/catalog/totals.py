@@ -40,7 +40,7 @@ TOTALS: tuple[Total, ...] = (
             (*ID, "type"),
             otel_unit="{error}",
             values={"type": NVLINK_ERRORS},
-            max_series=budget.DEVICES,
+            max_series=budget.DEVICES * len(NVLINK_ERRORS),
         ),
         "accel_nvlink_errors_total",
         "link",

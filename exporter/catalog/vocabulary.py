@@ -259,4 +259,5 @@ DIAG_FILE_REJECTIONS = (
     "unknown_format",
     "too_many_files",
     "expired",
+    "future_mtime",
 )

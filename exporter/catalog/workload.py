@@ -124,7 +124,7 @@ ROWS = (
         "CUDA checkpoint state of a GPU process, one-hot: 1 for the current state, else 0.",
         ("uuid", "pid", "state"),
         values={"state": CHECKPOINT_STATES},
-        max_series=budget.PROCESSES,
+        max_series=budget.PROCESSES * len(CHECKPOINT_STATES),
     ),
     MetricSpec(
         "accel_process_checkpoint_query_errors_total",

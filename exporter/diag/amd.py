@@ -36,6 +36,7 @@ from exporter.diag.model import (
     DiagError,
     Issue,
     Run,
+    check_size,
     label_for_test,
 )
 
@@ -79,6 +80,8 @@ def parse_agfhc(doc: Mapping[str, Any]) -> Run:
     tests = doc.get("test_results")
     if not isinstance(tests, dict):
         raise _drift(AGFHC, "test_results is not an object")
+    # Every test gives a result on every GPU of the run.
+    check_size(AGFHC, "", len(set(gpus)), len(gpus) * len(tests))
     out: list[DeviceResult] = []
     for key, entry in sorted(tests.items()):
         if not isinstance(entry, dict):
@@ -171,4 +174,6 @@ def parse_rvs(doc: Mapping[str, Any]) -> Run:
                 result = PASS if word == "true" else FAIL
                 test = label_for_test(f"{module} {name}")
                 out.append(DeviceResult(str(gpu).strip(), test, result))
+                check_size(RVS, version, 0, len(out))
+    check_size(RVS, version, len({r.entity for r in out}), len(out))
     return Run(RVS, "amd", version, tuple(out))

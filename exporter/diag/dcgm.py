@@ -45,6 +45,7 @@ from exporter.diag.model import (
     DiagError,
     Issue,
     Run,
+    check_size,
     label_for_test,
 )
 
@@ -102,7 +103,8 @@ def _release(version: object, releases: frozenset[tuple[int, int]], shape: str) 
     if found is None or (int(found[1]), int(found[2])) not in releases:
         shown = version.strip()[:MAX_VERSION_CHARS]
         raise _drift(f"DCGM {shown} is no release whose {shape} output was read", version)
-    return version.strip()
+    # An accepted run's version is accel_diag_run_info's label: cut as a drifted one is.
+    return version.strip()[:MAX_VERSION_CHARS]
 
 
 def _body(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -144,6 +146,8 @@ def _parse_v4(doc: Mapping[str, Any]) -> Run:
                     serials.get(str(entity), ""),
                 )
             )
+            check_size(DCGM, version, 0, len(out))
+    check_size(DCGM, version, len({r.entity for r in out}), len(out))
     return Run(DCGM, "nvidia", version, tuple(out))
 
 
@@ -183,6 +187,9 @@ def _parse_v3(doc: Mapping[str, Any]) -> Run:
             ids = _v3_ids(result, version)
             gpus.update(ids)
             placed.append((test, result, ids))
+            check_size(DCGM, version, len(gpus), len(placed))
+    # Counted before a node-wide result is copied to every GPU the run names.
+    check_size(DCGM, version, len(gpus), sum(len(ids) or len(gpus) for _, _, ids in placed))
     out: list[DeviceResult] = []
     for test, result, ids in placed:
         status = _status(result.get("status"), version)

@@ -23,11 +23,15 @@ has some but not all of AffectedComponent's keys, or those keys of other types, 
 
 How the severities read (:data:`RESULT_OF`): CRITICAL fails, WARNING warns, INFO and
 PASS pass, UNKNOWN says nothing about the device (a result of ``skip``, counted).
-An entity is a GPU of ours when it is a GPU UUID (``GPU-...``), a PCI bus id, or a
-bare GPU index (the entity naming is not documented either: other names match
-nothing). A component blames a GPU only when it names exactly one entity: with two,
-the documented ``max_severity`` is the worse of them and says nothing of which, so
-each gets no more than INFO and the component's severity stands at the node. Node
+An entity is a GPU of ours only when it is a GPU UUID (``GPU-...``, the form NVIDIA's
+fleet-intelligence-agent gives a GPU entity; the entity naming is not documented): a
+bare number may be a NUMA node or an IB port, a PCI bus id or ``dcgm-index-N`` is not
+a form NVIDIA shows, so those and every other name stay at the node. A component
+blames a GPU with its ``max_severity`` only when it names exactly one entity: with
+two, ``max_severity`` is the worse of them and says nothing of which, so the
+component's severity stands at the node and each GPU it names gets no more than
+WARNING, and no less when the component is WARNING or CRITICAL (a GPU a CRITICAL
+component names is degraded: a newer run never clears it). Node
 checks (``cpu_count``, ``numa_node_count``, ``gpu_count``: "host-wide ... not bound
 to any single device"; ``rdma_linkflap_fatal``: condition scope CLUSTER) are never
 evidence about a GPU, whatever their entities: they are node results (entity "").
@@ -88,7 +92,6 @@ LADDERS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 _UUID = re.compile(r"^GPU-[0-9A-Fa-f]{8}(-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}$")
-_BUS_ID = re.compile(r"^([0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 
 
 def is_hv(doc: Mapping[str, Any]) -> bool:
@@ -118,11 +121,12 @@ def parse(doc: Mapping[str, Any]) -> Run:
         if len(entities) == 1 and len(gpus) == 1:
             out.append(_result(gpus[0], test, worst, checks, category))
             continue
-        # Several entities, or none a GPU: the component's severity is the node's.
+        # Several entities, or none a GPU: the component's severity is the node's; each
+        # GPU it names is at least degraded, since whole_node clears what a run omits.
         out.append(_result("", test, worst, checks, category))
         for gpu in gpus:
-            floor = worst if worst in ("PASS", "INFO", "UNKNOWN") else "INFO"
-            out.append(_result(gpu, test, floor, checks, category))
+            each = worst if worst in ("PASS", "INFO", "UNKNOWN") else "WARNING"
+            out.append(_result(gpu, test, each, checks, category))
     # One run evaluates the whole node ("collects the current hardware/driver state of
     # one node"): a GPU it does not name passed, so a newer run clears an older one's.
     return Run(HEALTH_VALIDATION, "nvidia", "", tuple(out), whole_node=True)
@@ -165,14 +169,14 @@ def _component(item: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def gpu_entity(entity: str) -> bool:
-    """Whether an entity names a GPU the exporter can match: a UUID, a PCI bus id, an index."""
-    return bool(_UUID.match(entity) or _BUS_ID.match(entity) or entity.isdecimal())
+    """Whether an entity names a GPU the exporter can match: a GPU UUID, nothing else."""
+    return bool(_UUID.match(entity))
 
 
 def _result(
     entity: str, test: str, severity: str, checks: tuple[str, ...], category: str
 ) -> DeviceResult:
-    """One result; a GPU UUID or bus id as the entity is kept where the matcher looks for it.
+    """One result; a GPU UUID as the entity is kept where the matcher looks for it.
 
     Its issues are the component's check ids (the node's verdict: ``overall_severity``),
     each with the severity it stands at here and the component's category.
@@ -181,13 +185,8 @@ def _result(
     issues = tuple(Issue(c, word, category) for c in checks) or (
         Issue("overall_severity", word, category),
     )
-    uuid = entity if _UUID.match(entity) else ""
-    bus = entity if _BUS_ID.match(entity) else ""
-    number = entity if entity.isdecimal() else ""
-    node = not (number or uuid or bus)
-    return DeviceResult(
-        number, test, RESULT_OF[severity], issues, uuid=uuid, pci_bus_id=bus, node=node
-    )
+    uuid = entity if gpu_entity(entity) else ""
+    return DeviceResult("", test, RESULT_OF[severity], issues, uuid=uuid, node=not uuid)
 
 
 def advice_for(result: DeviceResult) -> Advice:

@@ -24,7 +24,8 @@ SUITES = (DCGM, AGFHC, RVS, HEALTH_VALIDATION)
 
 # Why a file gave no run, counted once per file version by
 # accel_diag_files_rejected_total{reason}: EXPIRED is a file older than the health
-# window (not read), TOO_MANY_FILES one beyond sources.diag.max_files (the oldest).
+# window (not read), TOO_MANY_FILES one beyond sources.diag.max_files (the oldest),
+# FUTURE_MTIME one dated more than FUTURE_SLACK seconds ahead of the clock (not read).
 REJECTIONS = DIAG_FILE_REJECTIONS
 (
     TOO_LARGE,
@@ -36,10 +37,18 @@ REJECTIONS = DIAG_FILE_REJECTIONS
     UNKNOWN_FORMAT,
     TOO_MANY_FILES,
     EXPIRED,
+    FUTURE_MTIME,
 ) = REJECTIONS
+FUTURE_SLACK = 300.0
 # What became of a file of a known suite (accel_diag_files_total{suite, result}).
 FILE_RESULTS = DIAG_FILE_RESULTS
 ACCEPTED, SCHEMA_DRIFT, RUNTIME_ERROR = FILE_RESULTS
+
+# A run names at most this many devices (exporter.diag.hv.MAX_ENTITIES alike) and gives at
+# most this many results: a node-wide result is copied to every device a run names, so a
+# small file could otherwise ask for millions of them.
+MAX_GPUS = 64
+MAX_RESULTS = MAX_GPUS * MAX_GPUS
 
 
 class DiagError(Exception):
@@ -54,6 +63,16 @@ class DiagError(Exception):
         self.detail = detail
         self.suite = suite
         self.version = version
+
+
+def check_size(suite: str, version: str, devices: int, results: int) -> None:
+    """Refuse a run of more than MAX_GPUS devices or MAX_RESULTS results (schema_drift)."""
+    if devices > MAX_GPUS:
+        detail = f"a run naming {devices} devices: more than {MAX_GPUS} GPUs"
+        raise DiagError(SCHEMA_DRIFT, detail, suite, version)
+    if results > MAX_RESULTS:
+        detail = f"a run of {results} results: more than {MAX_RESULTS} results"
+        raise DiagError(SCHEMA_DRIFT, detail, suite, version)
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,13 @@ class Source:
     async def close(self) -> None:
         """Release everything: tasks, sockets, worker processes."""
 
+    def removed(self) -> None:
+        """A reload dropped this source for good (after :meth:`close`). Default: nothing.
+
+        Undo here what outlives the source and must not outlive its removal (what it
+        posted for others to read); a reload that replaces it calls :meth:`adopt` instead.
+        """
+
     def status(self) -> dict[str, Any]:
         """Extra fields for /status (worker pid, role, ...)."""
         return {}

@@ -17,17 +17,22 @@ device and uuid "" and is no evidence about any device. For
 each suite and device the newest run that tested the device (a Health Validation
 run tests every device of the node) counts, until it is
 older than the health window (``health.event_window``, from the file's modification
-time). Its failed and warned tests become :class:`~exporter.evidence.Evidence`
+time, or now where that is ahead of the clock; a file dated more than 5 minutes ahead
+is refused, ``future_mtime``, until its time comes). Its failed and warned tests
+become :class:`~exporter.evidence.Evidence`
 (source ``diag``, reasons ``diag_failed`` and ``diag_warning``, by
 :mod:`exporter.diag.advice`), posted to the board every poll and expiring with the
 run, so the device's verdict and recommended action follow at its source's next poll.
 
-The parsing runs on a thread of its own (:class:`~exporter.sources.base.BlockingCall`):
-a hung filesystem makes this source time out, nothing else.
+The parsing and the matching run on a thread of its own
+(:class:`~exporter.sources.base.BlockingCall`): a hung filesystem makes this source
+time out, nothing else, and the event loop never waits for the matching.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -40,6 +45,8 @@ from exporter.diag import advice, files, formats
 from exporter.diag.model import (
     ACCEPTED,
     EXPIRED,
+    FUTURE_MTIME,
+    FUTURE_SLACK,
     RESULTS,
     RUNTIME_ERROR,
     SCHEMA_DRIFT,
@@ -117,6 +124,9 @@ class DiagSource(Source):
         self._counted: set[tuple[str, tuple[int, int, int, int]]] = set()
         self._files: Counter[tuple[str, str]] = Counter()
         self._rejected: Counter[str] = Counter()
+        # The poll's thread adds to the counters while /status (the HTTP thread) reads them.
+        self._lock = threading.Lock()
+        self._removed = False
         self._present: bool | None = None
         # What the last poll posted: a replacement re-posts it (each item keeps its expiry).
         self._posted: dict[str, list[Evidence]] = {}
@@ -129,12 +139,14 @@ class DiagSource(Source):
     def adopt(self, old: Source) -> None:
         """Keep the counters, the parsed files and the evidence of the source this one replaces.
 
-        The old one withdrew its evidence when it stopped; posting it again here (each
-        item with its own expiry) keeps the devices' verdicts through a reload.
+        The old one's evidence stayed on the board while it stopped (the device sources,
+        still running, judge in between); posting it again here (each item with its own
+        expiry) is the same evidence. A source of another directory replaces it at its
+        first poll.
         """
         if isinstance(old, DiagSource) and old.cfg.path == self.cfg.path:
             self._cache, self._counted = old._cache, old._counted
-            self._files, self._rejected = old._files, old._rejected
+            self._files, self._rejected, self._lock = old._files, old._rejected, old._lock
             self._present = old._present
             self._posted = old._posted
             self.board.replace(EVIDENCE_SOURCE, self._posted)
@@ -145,22 +157,34 @@ class DiagSource(Source):
 
     def status(self) -> dict[str, object]:
         """/status: the directory, whether it is there, the files counted so far."""
+        with self._lock:
+            files = sorted(self._files.items())
+            rejected = sorted(self._rejected.items())
         return {
             "path": self.cfg.path,
             "present": bool(self._present),
-            "files": {f"{suite}/{result}": n for (suite, result), n in sorted(self._files.items())},
-            "rejected": dict(sorted(self._rejected.items())),
+            "files": {f"{suite}/{result}": n for (suite, result), n in files},
+            "rejected": dict(rejected),
         }
 
     async def close(self) -> None:
-        """Withdraw this source's evidence: a stopped source vouches for nothing."""
+        """Nothing to release: the evidence stays (a reload's replacement keeps it).
+
+        Withdrawn only when the source is removed (:meth:`removed`); otherwise each item
+        expires with its run.
+        """
+
+    def removed(self) -> None:
+        """A reload dropped the source: withdraw its evidence, a source gone vouches for nothing."""
+        self._removed = True  # a poll still running on its thread posts nothing after this
         self.board.replace(EVIDENCE_SOURCE, {})
+        self._posted = {}
 
     async def poll(self) -> Sequence[Reading]:
         """Read the directory, post the evidence, return the families."""
         now = self.wall()
         try:
-            scan = await self._call(self._scan, now)
+            scan, readings = await self._call(self._read, now)
         except OSError as exc:
             # The directory exists but cannot be listed: the evidence already posted
             # runs out by itself; the counters stay true.
@@ -168,7 +192,6 @@ class DiagSource(Source):
         if scan.present != self._present:
             self._log.info("diag directory " + ("present" if scan.present else "absent"))
             self._present = scan.present
-        readings = self._judge(scan, now)  # no directory: no evidence either
         if not scan.present and self.auto:
             # enabled: auto on a node without the directory: nothing to read here, not a
             # failure; the scheduler asks again (every minute) and finds it once made.
@@ -179,12 +202,17 @@ class DiagSource(Source):
 
     # -- the directory (on the poll's thread) -------------------------------------------
 
+    def _read(self, now: float) -> tuple[Scan, list[Reading]]:
+        """Scan, then match and judge (all of it off the event loop: 256 files take ms)."""
+        scan = self._scan(now)
+        return scan, self._judge(scan, now)  # no directory: no evidence either
+
     def _scan(self, now: float) -> Scan:
         """List, read and parse what is new; count each file version once."""
         entries = files.listing(self.cfg.path)
         if entries is None:
+            # What was counted stays counted: the same files back (a remount) are not new.
             self._cache.clear()
-            self._counted.clear()
             return Scan(present=False)
         scan = Scan(present=True)
         seen: set[tuple[str, tuple[int, int, int, int]]] = set()
@@ -193,6 +221,9 @@ class DiagSource(Source):
             seen.add(key)
             if now - entry.mtime > self.window:
                 self._count(key, rejected=EXPIRED)
+                continue
+            if entry.mtime - now > FUTURE_SLACK:
+                self._count(key, rejected=FUTURE_MTIME)
                 continue
             if rank >= self.cfg.max_files:
                 self._count(key, rejected=TOO_MANY_FILES)
@@ -203,6 +234,10 @@ class DiagSource(Source):
                 self._cache[entry.name] = cached
             parsed = cached[1]
             self._count_parsed(key, parsed)
+            # A writer's clock ahead of ours: the run is of now, never of a time to come
+            # (it would outrank every later run and outlive the window).
+            if parsed.mtime > now:
+                parsed = dataclasses.replace(parsed, mtime=now)
             scan.parsed.append((entry.name, parsed))
         # Forget what left the directory (a file put back is a new version: counted again).
         names = {name for name, _ in seen}
@@ -245,12 +280,14 @@ class DiagSource(Source):
             return
         self._counted.add(key)
         if rejected:
-            self._rejected[rejected] += 1
+            with self._lock:
+                self._rejected[rejected] += 1
             if rejected not in (EXPIRED, TOO_MANY_FILES):
                 detail = why.detail if why else ""
                 self._log.warning("diag file refused", file=key[0], reason=rejected, detail=detail)
             return
-        self._files[(suite, result)] += 1
+        with self._lock:
+            self._files[(suite, result)] += 1
         if result == SCHEMA_DRIFT:
             self._log.warning(
                 "diag file of an unpinned schema",
@@ -347,18 +384,19 @@ class DiagSource(Source):
             out.extend(_families(suite, dev, at, found))
             item = _evidence(suite, at, at + self.window, found)
             evidence.setdefault(uuid, []).extend(item)
-        self.board.replace(EVIDENCE_SOURCE, evidence)
-        self._posted = evidence
+        if not self._removed:
+            self.board.replace(EVIDENCE_SOURCE, evidence)
+            self._posted = evidence
         return out
 
     def _counters(self) -> list[Reading]:
-        out = [
-            Reading("accel_diag_files_total", key, float(n))
-            for key, n in sorted(self._files.items())
-        ]
+        with self._lock:
+            files = sorted(self._files.items())
+            rejected = sorted(self._rejected.items())
+        out = [Reading("accel_diag_files_total", key, float(n)) for key, n in files]
         out += [
             Reading("accel_diag_files_rejected_total", (reason,), float(n))
-            for reason, n in sorted(self._rejected.items())
+            for reason, n in rejected
         ]
         return out
 
@@ -367,7 +405,8 @@ def _match(devices: Sequence[Device], vendor: str, result: DeviceResult) -> Devi
     """The device a result names: by UUID or bus id, else serial, else number.
 
     A UUID or PCI bus id is used where the suite gives one; a serial where one
-    device has it; else the suite's device number. The suites number physical
+    device has it; else the suite's device number, unless the run's serial and the
+    device's are both known and differ (another GPU). The suites number physical
     GPUs: a partition (whose device label numbers the partitions) is never matched
     by number or bus id, so a partitioned GPU's results are only matched by serial
     number or the partition's own UUID.
@@ -387,7 +426,12 @@ def _match(devices: Sequence[Device], vendor: str, result: DeviceResult) -> Devi
         if len(by_serial) == 1:
             return by_serial[0]
     by_number = [d for d in mine if d.device == result.entity and not d.partition]
-    return by_number[0] if len(by_number) == 1 else None
+    if len(by_number) != 1:
+        return None
+    dev = by_number[0]
+    # Both serials known and different: the run's GPU of that number is another one.
+    known = result.serial not in _NO_SERIAL and dev.serial not in _NO_SERIAL
+    return None if known and dev.serial != result.serial else dev
 
 
 def _families(suite: str, dev: Device, at: float, found: Sequence[DeviceResult]) -> list[Reading]:

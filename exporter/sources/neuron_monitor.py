@@ -7,9 +7,9 @@ a session of its own (so stopping it stops anything it started) and dying with t
 daemon (its death signal set before neuron-monitor runs), its stderr relayed bounded,
 ended within a bound (SIGTERM, a grace, SIGKILL, a bounded reap: one that does not die
 is counted stuck and holds back the next start until it does), with a config file the
-daemon writes. A child that exits, or prints nothing for ``STALL_PERIODS`` periods, is
-ended and started again after a backoff that grows with consecutive failures (a life
-that produced a line resets it).
+daemon writes. A child that exits, closes its stdout (waited for a bounded time), or
+prints nothing for ``STALL_PERIODS`` periods, is ended and started again after a
+backoff that grows with consecutive failures (a life that produced a line resets it).
 
 The line limit is the configured ``max_line_bytes``, far above asyncio's 64 KiB
 default: a large trn2 host's report is bigger than that. A longer line is
@@ -205,8 +205,12 @@ class Monitor:
                 self._log.warning("neuron-monitor line too long", limit=self.max_line_bytes)
                 continue
             if not line:
-                code = await proc.wait()
-                self.note("exited", f"neuron-monitor exited with status {code}")
+                # End of file: the child exits, or closed its stdout and lives on. Wait
+                # a bounded time; _end then ends it (and counts it stuck if it will not go).
+                if await supervisor.reap(proc, STOP_GRACE_SECONDS):
+                    self.note("exited", f"neuron-monitor exited with status {proc.returncode}")
+                else:
+                    self.note("stdout_closed", "neuron-monitor closed its stdout and did not exit")
                 return produced
             if not line.endswith(b"\n"):
                 # The last bytes before the child died: not a whole document.

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from tests.e2e.test_health_actions_daemon import ACTIONS, STATES, one_hot, reasons
 from tests.e2e.test_nvml_daemon import nvml_config
@@ -220,3 +223,42 @@ def test_a_critical_health_validation_verdict_fails_only_the_gpu_it_names(
     assert not [
         k for k in got if k[0] == "accel_diag_test_result" and ("uuid", me[1]["uuid"]) in k[1]
     ]
+
+
+def test_a_reload_keeps_the_evidence_and_disabling_the_source_withdraws_it(
+    daemon_factory: Any, fake_nvml: Any, tmp_path: Path
+) -> None:
+    fake = fake_nvml(2)
+    diag = tmp_path / "diag"
+    diag.mkdir()
+    config = nvml_config()
+    config["sources"]["diag"] = {"path": str(diag), "interval": "1s"}
+    d: Daemon = daemon_factory(config, env=fake.env())
+    gpu1 = {"device": "1", "uuid": fake.uuid(1)}
+    drop(diag, "prolog-job41.json", run_file(failing=1))
+    d.wait_metric("accel_device_health", 1, state="failed", **gpu1)
+
+    def reload(section: dict[str, Any]) -> None:
+        before = sum("config reloaded" in line for line in d.lines)
+        config["sources"]["diag"] = section
+        d.config_file.write_text(yaml.safe_dump(config))
+        d.signal(signal.SIGHUP)
+        seen: list[str] = []
+
+        def reloaded() -> bool:
+            seen.append(one_hot(samples(d.metrics()), "accel_device_health", STATES, **gpu1))
+            return sum("config reloaded" in line for line in d.lines) > before
+
+        d.wait_for(reloaded, interval=0.05, what="the reload")
+        states.extend(seen)
+
+    # Another interval: a new source, adopting the old one; GPU 1 stays failed throughout.
+    states: list[str] = []
+    reload({"path": str(diag), "interval": "2s"})
+    time.sleep(2.5)  # the device source judges again, the new diag source polls
+    states.append(one_hot(samples(d.metrics()), "accel_device_health", STATES, **gpu1))
+    assert set(states) == {"failed"}, states
+    # Disabled: the source is gone, and so is what it said.
+    reload({"path": str(diag), "enabled": False})
+    d.wait_metric("accel_device_health", 1, state="ok", **gpu1)
+    assert reasons(samples(d.metrics()), gpu1["uuid"]) == {}

@@ -57,6 +57,25 @@ def test_a_sigkilled_daemon_leaves_no_neuron_monitor_behind(daemon_factory, tmp_
             os.kill(pid, signal.SIGKILL)
 
 
+def test_a_neuron_monitor_that_closes_stdout_and_lives_on_is_ended_and_restarted(
+    daemon_factory, tmp_path
+):
+    """End of file from a child that does not exit: a bounded wait, then ended, not hung."""
+    d, monitor = start(daemon_factory, tmp_path, close_stdout=True)
+    pid = running_monitor(d, monitor)
+    d.wait_for(
+        lambda: d.status()["sources"]["neuron"]["monitor"]["restarts"] >= 1,
+        timeout=20,
+        what="a restart after stdout closed",
+    )
+    eventually(lambda: not alive(pid), timeout=10, what=f"neuron-monitor {pid} ended")
+    assert d.status()["sources"]["neuron"]["monitor"]["last_reason"] == "stdout_closed"
+    d.wait_for(lambda: len(monitor.pids) >= 2, timeout=20, what="a second life")
+    code, _ = d.stop()
+    assert code == 0
+    assert d.leftover_children() == set()
+
+
 def test_a_neuron_monitor_that_ignores_sigterm_is_killed_when_the_daemon_stops(
     daemon_factory, tmp_path
 ):

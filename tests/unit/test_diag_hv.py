@@ -25,6 +25,7 @@ from exporter.diag.model import (
 from exporter.verdict import DEGRADED, FAILED
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "diag"
+UUID0 = "GPU-a1b2c300-1111-2222-3333-000000004455"
 UUID1 = "GPU-a1b2c301-1111-2222-3333-000000004456"
 
 
@@ -90,15 +91,36 @@ def test_the_pass_sample_is_one_passing_node_verdict() -> None:
     assert (only.node, only.test, only.result) == (True, "node_verdict", PASS)
 
 
-def test_two_entities_in_one_component_blame_neither() -> None:
-    """max_severity is the worse of the two: which one is not said, so each is at most INFO."""
+def test_two_entities_in_one_component_degrade_both() -> None:
+    """max_severity is the worse of the two: which one is not said, so each is degraded."""
     run = formats.parse((FIXTURES / "hv-documented-warning.json").read_bytes())
     got = by_key(run)
     assert got[("", "", "", "xid")].result == WARN  # the node's
-    for bus in ("0000:3b:00.0", "0000:86:00.0"):
-        one = got[("", "", bus, "xid")]
-        assert (one.result, [i.severity for i in one.issues]) == (PASS, ["info"])
-        assert advice.judge(HEALTH_VALIDATION, one) is None
+    for uuid in (UUID0, UUID1):
+        one = got[("", uuid, "", "xid")]
+        assert (one.result, [i.severity for i in one.issues]) == (WARN, ["warning"])
+        hit = advice.judge(HEALTH_VALIDATION, one)
+        assert hit is not None and (hit.reason, hit.state) == ("diag_warning", DEGRADED)
+
+
+@pytest.mark.parametrize(("worst", "each"), [("CRITICAL", WARN), ("WARNING", WARN), ("INFO", PASS)])
+def test_a_multi_entity_component_gives_each_gpu_at_least_a_warning(worst: str, each: str) -> None:
+    """A CRITICAL component naming two GPUs degrades both: a newer run never clears them."""
+    run = parse({"overall_severity": worst, "c": [component([UUID0, UUID1], worst)]})
+    got = by_key(run)
+    assert got[("", "", "", "xid")].result == hv.RESULT_OF[worst]
+    assert {got[("", u, "", "xid")].result for u in (UUID0, UUID1)} == {each}
+
+
+@pytest.mark.parametrize(
+    "entity", ["1", "0000:3b:00.0", "00000000:3B:00.0", "dcgm-index-0", "GPU-1", "MIG-x"]
+)
+def test_only_a_gpu_uuid_names_a_gpu(entity: str) -> None:
+    """A bare number may be a NUMA node or an IB port, a bus id is undocumented: the node's."""
+    run = parse({"overall_severity": "CRITICAL", "c": [component([entity], "CRITICAL")]})
+    assert all(r.node for r in run.results)
+    assert not hv.gpu_entity(entity)
+    assert hv.gpu_entity(UUID1)
 
 
 @pytest.mark.parametrize(
@@ -112,9 +134,9 @@ def test_two_entities_in_one_component_blame_neither() -> None:
     ],
 )
 def test_each_severity(severity: str, result: str, state: str | None) -> None:
-    run = parse({"overall_severity": severity, "components": [component(["1"], severity)]})
+    run = parse({"overall_severity": severity, "components": [component([UUID1], severity)]})
     (gpu,) = [r for r in run.results if not r.node]
-    assert (gpu.entity, gpu.result) == ("1", result)
+    assert (gpu.uuid, gpu.entity, gpu.result) == (UUID1, "", result)
     hit = advice.judge(HEALTH_VALIDATION, gpu)
     assert (hit.state if hit else None) == state
 
@@ -123,7 +145,7 @@ def test_the_ladder_gives_the_action_and_its_next_rung() -> None:
     (gpu,) = [
         r
         for r in parse(
-            {"overall_severity": "CRITICAL", "c": [component(["1"], "CRITICAL")]}
+            {"overall_severity": "CRITICAL", "c": [component([UUID1], "CRITICAL")]}
         ).results
         if not r.node
     ]
@@ -153,10 +175,10 @@ def test_the_worst_ladder_of_a_component_leads() -> None:
     """Two checks on one GPU: the more disruptive first rung leads."""
     doc = {
         "overall_severity": "CRITICAL",
-        "c": [component(["0000:3B:00.0"], "CRITICAL", ["gpu_xid_46", "nvlink_active"])],
+        "c": [component([UUID1], "CRITICAL", ["gpu_xid_46", "nvlink_active"])],
     }
     (gpu,) = [r for r in parse(doc).results if not r.node]
-    assert gpu.pci_bus_id == "0000:3B:00.0"
+    assert gpu.uuid == UUID1
     assert hv.advice_for(gpu).action == actions.SERVICE  # nvlink_active: no ladder read
 
 

@@ -423,3 +423,91 @@ def test_a_huge_dcgm_version_string_is_cut_before_it_becomes_a_label() -> None:
         assert len(str(exc)) < 1_000
     else:
         raise AssertionError("an unknown DCGM version was read")
+
+
+# The caps of exporter.diag.model (MAX_GPUS, MAX_GPUS * MAX_GPUS results), as the review set them.
+MAX_GPUS = 64
+
+
+def _v3_doc(serials: int, results: int, gpu_results: int = 0) -> dict[str, Any]:
+    tests = [{"name": "Denylist", "results": [{"status": "Pass"} for _ in range(results)]}]
+    if gpu_results:
+        tests.append(
+            {"name": "Memory", "results": [{"gpu_id": "0", "status": "Pass"}] * gpu_results}
+        )
+    return {
+        "version": "3.3.9",
+        "GPU Device Serials": {str(i): f"S{i}" for i in range(serials)},
+        "DCGM GPU Diagnostic": {"test_categories": [{"tests": tests}]},
+    }
+
+
+def test_dcgm_3_node_results_times_serials_are_bounded() -> None:
+    """300 serial keys x 300 node-wide results is refused, not 90,000 results."""
+    exc = refused(json.dumps(_v3_doc(300, 300)).encode())
+    assert (exc.reason, exc.suite) == (SCHEMA_DRIFT, DCGM)
+    assert f"more than {MAX_GPUS} GPUs" in exc.detail
+    # Within the GPU cap, too many results are refused before they are built.
+    exc = refused(json.dumps(_v3_doc(MAX_GPUS, MAX_GPUS + 1)).encode())
+    assert (exc.reason, "results" in exc.detail) == (SCHEMA_DRIFT, True)
+    exc = refused(json.dumps(_v3_doc(1, 0, gpu_results=MAX_GPUS * MAX_GPUS + 1)).encode())
+    assert (exc.reason, "results" in exc.detail) == (SCHEMA_DRIFT, True)
+    # At the caps the run is read.
+    assert len(formats.parse(json.dumps(_v3_doc(MAX_GPUS, MAX_GPUS)).encode()).results) == (
+        MAX_GPUS * MAX_GPUS
+    )
+
+
+def test_dcgm_4_gpus_and_results_are_bounded() -> None:
+    def doc(gpus: int, each: int) -> bytes:
+        result = [
+            {"entity_group": "GPU", "entity_group_id": 1, "entity_id": g, "status": "Pass"}
+            for g in range(gpus)
+        ]
+        body = {"test_categories": [{"tests": [{"name": "memory", "results": result * each}]}]}
+        return json.dumps({"metadata": {"version": "4.6.0"}, "DCGM Diagnostic": body}).encode()
+
+    assert len(formats.parse(doc(MAX_GPUS, 1)).results) == MAX_GPUS
+    exc = refused(doc(MAX_GPUS + 1, 1))
+    assert (exc.reason, exc.suite, f"more than {MAX_GPUS} GPUs" in exc.detail) == (
+        SCHEMA_DRIFT,
+        DCGM,
+        True,
+    )
+    exc = refused(doc(1, MAX_GPUS * MAX_GPUS + 1))
+    assert (exc.reason, "results" in exc.detail) == (SCHEMA_DRIFT, True)
+
+
+def test_amd_gpus_and_results_are_bounded() -> None:
+    def agfhc(gpus: int, tests: int) -> bytes:
+        state = {"test": "t", "state": "passed"}
+        return json.dumps(
+            {
+                "program_args": {"device_ids": [f"GPU-{i:02d}" for i in range(gpus)]},
+                "test_results": {f"t{i}": state for i in range(tests)},
+            }
+        ).encode()
+
+    assert len(formats.parse(agfhc(MAX_GPUS, MAX_GPUS)).results) == MAX_GPUS * MAX_GPUS
+    for data in (agfhc(MAX_GPUS + 1, 1), agfhc(MAX_GPUS, MAX_GPUS + 1)):
+        exc = refused(data)
+        assert (exc.reason, exc.suite) == (SCHEMA_DRIFT, AGFHC), exc.detail
+
+    def rvs(gpus: int, each: int) -> bytes:
+        entries = [{"gpu_index": str(g), "pass": "true"} for g in range(gpus)] * each
+        return json.dumps({"version": "1.0", "gst": {"t": entries}}).encode()
+
+    assert len(formats.parse(rvs(MAX_GPUS, MAX_GPUS)).results) == MAX_GPUS * MAX_GPUS
+    for data in (rvs(MAX_GPUS + 1, 1), rvs(1, MAX_GPUS * MAX_GPUS + 1)):
+        exc = refused(data)
+        assert (exc.reason, exc.suite) == (SCHEMA_DRIFT, RVS), exc.detail
+
+
+def test_a_huge_version_of_a_known_release_is_cut_too() -> None:
+    """``4.6`` followed by a million characters is a 4.6 run whose version is 40 characters."""
+    from exporter.diag import dcgm
+
+    version = "4.6.0" + "x" * 1_000_000
+    body = {"test_categories": []}
+    run = dcgm.parse({"metadata": {"version": version}, "DCGM Diagnostic": body})
+    assert run.version == version[: dcgm.MAX_VERSION_CHARS]

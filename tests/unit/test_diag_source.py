@@ -7,6 +7,7 @@ import json
 import os
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +47,10 @@ class FakeStore:
 
     def __init__(self, devices: list[tuple[str, ...]]) -> None:
         self.devices = devices
+        self.threads: list[str] = []  # the thread of each view() call
 
     def view(self) -> FakeView:
+        self.threads.append(threading.current_thread().name)
         out = []
         for vendor, device, uuid, bus, serial, *partition in self.devices:
             values = dict.fromkeys(INFO_LABELS, "")
@@ -66,7 +69,8 @@ class Harness:
         self.source = DiagSource(
             "diag", config, window=WINDOW, board=self.board, wall=lambda: self.wall[0]
         )
-        self.source.attach(FakeStore(devices))  # type: ignore[arg-type]
+        self.store = FakeStore(devices)
+        self.source.attach(self.store)  # type: ignore[arg-type]
 
     def poll(self) -> dict[tuple[str, tuple[str, ...]], float]:
         got = asyncio.run(self.source.poll())
@@ -195,6 +199,29 @@ def test_matching_by_serial_beats_the_number(tmp_path: Path) -> None:
     assert h.evidence("GPU-aaaa") == {}
 
 
+def test_a_serial_no_device_has_is_not_matched_by_the_number(tmp_path: Path) -> None:
+    # The run says GPU 1 is SN-9: neither device is, so GPU 1 (SN-1) is not blamed.
+    doc = json.loads(dcgm4(failing=1))
+    doc["entity_groups"] = [
+        {
+            "entity_group": "GPU",
+            "entity_group_id": 1,
+            "entities": [{"entity_id": 1, "serial_num": "SN-9"}],
+        }
+    ]
+    h = Harness(tmp_path, NVIDIA)
+    h.put("a.json", json.dumps(doc).encode())
+    got = h.poll()
+    assert h.evidence("GPU-bbbb") == {}
+    assert got[("accel_diag_unmatched_results", ("dcgm",))] == 1.0
+    # GPU 0 gave no serial: still matched by its number.
+    assert got[("accel_diag_test_result", ("0", "GPU-aaaa", "dcgm", "memory", "pass"))] == 1.0
+    # A device that exposes no serial is still matched by its number.
+    h = Harness(tmp_path, [(*NVIDIA[0][:4], ""), (*NVIDIA[1][:4], "N/A")])
+    h.poll()
+    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "service")}
+
+
 def test_unmatched_results_are_counted_not_shown(tmp_path: Path) -> None:
     h = Harness(tmp_path, AMD)  # an AMD node: the DCGM file names no device of it
     h.put("a.json", dcgm4(failing=1))
@@ -309,6 +336,31 @@ def test_bad_input_each_counted_with_its_reason_the_good_file_unharmed(tmp_path:
     } == rejected
 
 
+def test_a_file_dated_in_the_future_pins_nothing(tmp_path: Path) -> None:
+    """Its run time is min(its modification time, now): never a time to come."""
+    h = Harness(tmp_path, NVIDIA)
+    h.put("soon.json", dcgm4(failing=1), age=-120.0)  # a writer's clock 2 minutes ahead
+    got = h.poll()
+    assert got[("accel_diag_run_timestamp_seconds", ("dcgm",))] == NOW
+    (item,) = h.board.for_device("GPU-bbbb", "", NOW)
+    assert item.expires_at == NOW + WINDOW
+    h.wall[0] = NOW + 60
+    assert h.poll()[("accel_diag_run_timestamp_seconds", ("dcgm",))] == NOW + 60
+    h.wall[0] = NOW + 120 + WINDOW + 1  # its time came and went, with the window
+    h.poll()
+    assert h.evidence("GPU-bbbb") == {}
+
+
+def test_a_file_more_than_five_minutes_ahead_is_refused(tmp_path: Path) -> None:
+    h = Harness(tmp_path, NVIDIA)
+    h.put("later.json", dcgm4(failing=1), age=-3600.0 * 24 * 365)
+    got = h.poll()
+    assert got[("accel_diag_files_rejected_total", ("future_mtime",))] == 1.0
+    assert h.board.sources() == []
+    assert not [k for k in got if k[0] == "accel_diag_test_result"]
+    assert h.poll()[("accel_diag_files_rejected_total", ("future_mtime",))] == 1.0
+
+
 def test_too_many_files_the_oldest_refused(tmp_path: Path) -> None:
     h = Harness(tmp_path, NVIDIA, max_files=2)
     h.put("a.json", dcgm4(failing=0), age=300)
@@ -369,14 +421,15 @@ def test_an_unreadable_directory_fails_the_poll_and_keeps_the_evidence(tmp_path:
         (tmp_path / "d").chmod(0o755)
 
 
-def test_close_withdraws_the_evidence_and_a_replacement_posts_it_again(tmp_path: Path) -> None:
+def test_a_reload_keeps_the_evidence_throughout_and_removal_withdraws_it(tmp_path: Path) -> None:
     h = Harness(tmp_path, NVIDIA)
     h.put("a.json", dcgm4(failing=1))
     h.poll()
+    # A reload stops the old source before its replacement adopts it: the devices judged
+    # in between (the device sources keep running) still see the evidence.
     asyncio.run(h.source.close())
-    assert h.board.sources() == []
-    # A reload's replacement (same directory): the evidence is back before it polls, and
-    # the file already counted is not counted again.
+    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "service")}
+    # The replacement (same directory) keeps it, and the file counted is not counted again.
     config = DiagSourceConfig(path=str(tmp_path), interval=5.0)
     new = DiagSource("diag", config, window=WINDOW, board=h.board, wall=lambda: h.wall[0])
     new.adopt(h.source)
@@ -384,6 +437,11 @@ def test_close_withdraws_the_evidence_and_a_replacement_posts_it_again(tmp_path:
     new.attach(FakeStore(NVIDIA))  # type: ignore[arg-type]
     got = {(r.metric, r.labels): r.value for r in asyncio.run(new.poll())}
     assert got[("accel_diag_files_total", ("dcgm", "accepted"))] == 1.0
+    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "service")}
+    # A reload that drops the source: a source gone vouches for nothing.
+    asyncio.run(new.close())
+    new.removed()
+    assert h.board.sources() == []
 
 
 @pytest.mark.parametrize(
@@ -419,15 +477,19 @@ def hv_doc(entities: list[str], checks: list[str], severity: str = "CRITICAL") -
     return json.dumps({"overall_severity": severity, "affected_components": [comp]}).encode()
 
 
-def test_health_validation_matches_by_bus_id_and_keeps_the_node_apart(tmp_path: Path) -> None:
-    # NVML's 8-digit domain on the device, sysfs's 4 in the verdict: the same GPU.
-    h = Harness(tmp_path, NVIDIA)
-    h.put("hv.json", hv_doc(["0000:3c:00.0"], ["gpu_xid_46"]))
+# The fake NVML's UUIDs of GPUs 0 and 1: Health Validation names a GPU by its UUID only.
+HV_UUIDS = ("GPU-a1b2c300-1111-2222-3333-000000004455", "GPU-a1b2c301-1111-2222-3333-000000004456")
+HV_NVIDIA = [(v, d, HV_UUIDS[i], bus, sn) for i, (v, d, _, bus, sn) in enumerate(NVIDIA)]
+
+
+def test_health_validation_matches_by_uuid_and_keeps_the_node_apart(tmp_path: Path) -> None:
+    h = Harness(tmp_path, HV_NVIDIA)
+    h.put("hv.json", hv_doc([HV_UUIDS[1]], ["gpu_xid_46"]))
     got = h.poll()
-    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "reset_device")}
-    assert h.evidence("GPU-aaaa") == {}
+    assert h.evidence(HV_UUIDS[1]) == {"diag_failed": (FAILED, "reset_device")}
+    assert h.evidence(HV_UUIDS[0]) == {}
     hv = ("health_validation",)
-    gpu1 = ("1", "GPU-bbbb", *hv, "xid", "fail")
+    gpu1 = ("1", HV_UUIDS[1], *hv, "xid", "fail")
     assert got[("accel_diag_test_result", gpu1)] == 1.0
     assert got[("accel_diag_test_result", ("", "", *hv, "node_verdict", "fail"))] == 1.0
     assert got[("accel_diag_unmatched_results", hv)] == 0.0
@@ -444,13 +506,83 @@ def test_a_health_validation_node_check_is_no_gpu_evidence(tmp_path: Path) -> No
 
 
 def test_a_newer_health_validation_verdict_clears_a_gpu_it_does_not_name(tmp_path: Path) -> None:
-    h = Harness(tmp_path, NVIDIA)
-    h.put("old.json", hv_doc(["0000:3c:00.0"], ["gpu_xid_46"]), age=120.0)
+    h = Harness(tmp_path, HV_NVIDIA)
+    h.put("old.json", hv_doc([HV_UUIDS[1]], ["gpu_xid_46"]), age=120.0)
     h.put("dcgm.json", dcgm4(failing=0), age=90.0)
     h.poll()
-    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "reset_device")}
+    assert h.evidence(HV_UUIDS[1]) == {"diag_failed": (FAILED, "reset_device")}
     h.put("new.json", json.dumps({"overall_severity": "PASS"}).encode(), age=30.0)
     h.poll()
     # Health Validation's newest run passed the node; DCGM's run of GPU 0 still counts.
-    assert h.evidence("GPU-bbbb") == {}
-    assert h.evidence("GPU-aaaa") == {"diag_failed": (FAILED, "service")}
+    assert h.evidence(HV_UUIDS[1]) == {}
+    assert h.evidence(HV_UUIDS[0]) == {"diag_failed": (FAILED, "service")}
+
+
+def test_a_newer_verdict_still_naming_a_gpu_in_a_critical_component_degrades_it(
+    tmp_path: Path,
+) -> None:
+    """A worse newer run (CRITICAL on GPUs 0 and 1 together) never clears GPU 1."""
+    h = Harness(tmp_path, HV_NVIDIA)
+    h.put("old.json", hv_doc([HV_UUIDS[1]], ["gpu_xid_46"]), age=120.0)
+    h.poll()
+    assert h.evidence(HV_UUIDS[1]) == {"diag_failed": (FAILED, "reset_device")}
+    h.put("new.json", hv_doc(list(HV_UUIDS), ["gpu_xid_46"]), age=30.0)
+    h.poll()
+    for uuid in HV_UUIDS:
+        assert h.evidence(uuid) == {"diag_warning": (DEGRADED, "reset_device")}, uuid
+
+
+def test_matching_runs_off_the_event_loop(tmp_path: Path) -> None:
+    """256 files of 160 results take tens of milliseconds to match: never on the loop."""
+    h = Harness(tmp_path, NVIDIA)
+    h.put("a.json", dcgm4(failing=1))
+    h.poll()
+    assert h.store.threads and threading.main_thread().name not in h.store.threads
+    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "service")}
+
+
+def test_status_while_a_scan_counts_a_new_kind_of_file(tmp_path: Path) -> None:
+    """/status (the HTTP thread) copies the counters while the scan thread adds to them."""
+    h = Harness(tmp_path, NVIDIA)
+    h.put("a.json", dcgm4(failing=1))
+    h.poll()
+    source = h.source
+
+    class Racing(Counter):  # type: ignore[type-arg]
+        """Counters that another thread adds to while they are read."""
+
+        def items(self):  # type: ignore[no-untyped-def]
+            view = iter(super().items())
+            yield next(view)
+            other = threading.Thread(
+                target=source._count, args=(("b.json", (0, 0, 0, 0)),), kwargs={"rejected": "x"}
+            )
+            other2 = threading.Thread(
+                target=source._count,
+                args=(("c.json", (0, 0, 0, 1)),),
+                kwargs={"suite": "rvs", "result": "accepted"},
+            )
+            other.start()
+            other2.start()
+            other.join(0.3)
+            other2.join(0.3)
+            yield from view
+
+    source._files = Racing(source._files)
+    source._rejected = Racing({"truncated": 1})
+    status = source.status()
+    assert status["files"] == {"dcgm/accepted": 1}
+    assert status["rejected"] == {"truncated": 1}
+
+
+def test_a_directory_that_goes_and_comes_back_counts_nothing_twice(tmp_path: Path) -> None:
+    h = Harness(tmp_path / "d", NVIDIA, enabled=True)
+    (tmp_path / "d").mkdir()
+    h.put("a.json", dcgm4(failing=1))
+    assert h.poll()[("accel_diag_files_total", ("dcgm", "accepted"))] == 1.0
+    (tmp_path / "d").rename(tmp_path / "away")
+    assert h.poll()[("accel_diag_directory_present", ())] == 0.0
+    (tmp_path / "away").rename(tmp_path / "d")
+    got = h.poll()
+    assert got[("accel_diag_files_total", ("dcgm", "accepted"))] == 1.0
+    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "service")}

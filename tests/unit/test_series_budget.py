@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from structlog.testing import capture_logs
 
-from exporter.catalog import CATALOG
+from exporter.catalog import CATALOG, budget
 from exporter.model import OK, Reading, Snapshot
 from exporter.outputs.prometheus import Exposition
 from exporter.series_budget import enforce, limits
@@ -106,3 +106,35 @@ def test_pending_unavailable_and_published_readings_are_held_to_the_budget_too()
     text = Exposition(store, process_metrics=False).render(None, None)[0].decode()
     for source in "abc":
         assert value(text, "accel_exporter_series_dropped_total", source=source, family=DEVICE) == 3
+
+
+def _enumerated(row) -> int:
+    """How many label sets the row's enumerated labels allow together."""
+    out = 1
+    for allowed in row.values.values():
+        out *= len(allowed)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("identity", "needs", "base"),
+    [
+        ({"device", "uuid"}, set(), budget.DEVICES),
+        ({"device", "uuid", "pid"}, {"pid"}, budget.PROCESSES),
+    ],
+)
+def test_a_per_device_budget_covers_every_enumerated_value_of_every_device(identity, needs, base):
+    """A one-hot over STATES is len(STATES) series per device: all of them, for every device.
+
+    A row whose only free labels name a device (or a device's process) may have every
+    combination of its enumerated labels for each: its budget is at least that.
+    """
+    short = {
+        r.name: (r.max_series, base * _enumerated(r))
+        for r in CATALOG.values()
+        if r.values
+        and r.unbounded_labels
+        and needs <= set(r.unbounded_labels) <= identity
+        and r.max_series < base * _enumerated(r)
+    }
+    assert short == {}

@@ -13,7 +13,8 @@ file read again before every report, so a test changes behaviour mid-run:
    "exit_after": reports per life, then exit with "exit_code",
    "stall": true (alive, silent), "garbage": true (a non-JSON line instead),
    "pad": bytes of padding added to each line, "hw_error": str,
-   "ignore_term": true (SIGTERM ignored, read when a life starts)}``
+   "ignore_term": true (SIGTERM ignored, read when a life starts),
+   "close_stdout": true (after a report, close stdout and live on, silent)}``
 
 Every report printed is appended to ``<SCENARIO>.ledger`` (one line each), so a
 test knows exactly how many periods' deltas the daemon was given; every life appends
@@ -141,6 +142,10 @@ def main(argv: list[str]) -> int:
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
             printed += 1
+            if s.get("close_stdout"):
+                os.close(1)  # the daemon reads end of file from a child still alive
+                while True:
+                    time.sleep(period)
         time.sleep(period)
 
 
