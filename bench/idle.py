@@ -139,33 +139,42 @@ def peer_venv(path: Path) -> Path:
     return exe
 
 
-def daemon_venv(path: Path) -> Path:
-    """A venv holding this checkout as scripts/run installs it; its python.
+def daemon_venv(path: Path, root: Path = ROOT) -> Path:
+    """A venv holding the checkout ``root`` as scripts/run installs it; its python.
 
     Reinstalled only when pyproject.toml changed (the code itself is editable).
     """
     python = path / "bin" / "python"
     stamp = path / ".accel-exporter-installed"
-    want = f"{hashlib.sha256((ROOT / 'pyproject.toml').read_bytes()).hexdigest()} {EXTRAS}"
+    want = f"{hashlib.sha256((root / 'pyproject.toml').read_bytes()).hexdigest()} {EXTRAS}"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
     if not stamp.exists() or stamp.read_text() != want:
         subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", "-e", f"{ROOT}[{EXTRAS}]"], check=True
+            [str(python), "-m", "pip", "install", "-q", "-e", f"{root}[{EXTRAS}]"], check=True
         )
         stamp.write_text(want)
     return python
 
 
 class InstalledDaemon(Daemon):
-    """The test helper's daemon, run by another venv's interpreter."""
+    """The test helper's daemon, run by another venv's interpreter, from a directory of
+    its own: ``python -m`` and the workers it spawns import the venv's tree, never the
+    one the helper runs from (its cwd and PYTHONPATH)."""
 
-    def __init__(self, python: Path, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, python: Path, tmp_path: Path, *args: Any, **kwargs: Any) -> None:
+        kwargs["env"] = {**kwargs.get("env", {}), "PYTHONPATH": ""}  # empty: ignored
+        super().__init__(tmp_path, *args, **kwargs)
         self.python = python
+        self.run_in = tmp_path
 
     def command(self) -> list[str]:
-        return [str(self.python), *super().command()[1:]]
+        run = (
+            f"import os, runpy; os.chdir({str(self.run_in)!r}); "
+            "runpy.run_module('exporter', run_name='__main__', alter_sys=True)"
+        )
+        launched = super().command()
+        return [str(self.python), "-c", run, *launched[launched.index("--") + 1 :]]
 
 
 def start_peer(fake: FakeNvml, venv: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -181,14 +190,54 @@ def start_peer(fake: FakeNvml, venv: Path) -> tuple[subprocess.Popen[bytes], str
     return proc, url
 
 
+def one_round(
+    fake: FakeNvml, work: Path, trees: list[Path], args: argparse.Namespace, config: dict[str, Any]
+) -> dict[str, Any]:
+    """A daemon of each tree and the peer side by side, measured in one window."""
+    daemons: dict[str, InstalledDaemon] = {}
+    proc = None
+    try:
+        for i, root in enumerate(trees):
+            python = daemon_venv(root / ".tools" / "accel-exporter", root)
+            run_in = work / f"tree-{i}"
+            run_in.mkdir(exist_ok=True)
+            d = InstalledDaemon(python, run_in, config, env=fake.env())
+            daemons["ours" if len(trees) == 1 else f"ours:{root.name}"] = d.start()
+        last = str(args.devices - 1)
+        for d in daemons.values():
+            d.wait_metric("accel_device_up", 1, device=last, uuid=fake.uuid(args.devices - 1))
+        proc, peer_url = start_peer(fake, args.peer_venv)
+        time.sleep(6)  # past the first slow poll and every start-up
+        targets = {name: (d.pid, d.url + "/metrics") for name, d in daemons.items()}
+        targets["nvitop_exporter"] = (proc.pid, peer_url)
+        load = os.getloadavg()[0]
+        return {"load_average_1m": load, **measure(targets, args.window, args.scrape)}
+    finally:
+        for d in daemons.values():
+            d.stop()
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Measure both exporters and print one JSON document."""
+    """Measure the exporters and print one JSON document."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--devices", type=int, default=16)
     parser.add_argument("--window", type=float, default=60.0)
     parser.add_argument("--scrape", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--tree",
+        type=Path,
+        action="append",
+        help="a checkout to run (repeatable; default this one), from DIR/.tools/accel-exporter",
+    )
     parser.add_argument("--peer-venv", type=Path, default=ROOT / ".tools" / "nvitop-exporter")
-    parser.add_argument("--daemon-venv", type=Path, default=ROOT / ".tools" / "accel-exporter")
     parser.add_argument(
         "--profile", help="outputs.prometheus.profile of this daemon (default: its default)"
     )
@@ -196,41 +245,33 @@ def main(argv: list[str] | None = None) -> int:
     config: dict[str, Any] = dict(CONFIG)
     if args.profile:
         config["outputs"] = {"prometheus": {"profile": args.profile}}
+    trees = [t.resolve() for t in (args.tree or [ROOT])]
     with tempfile.TemporaryDirectory(prefix="bench-idle-") as tmp:
         work = Path(tmp)
         fake = FakeNvml.create(build(work / "lib"), work / "nvml-state", args.devices)
-        d = InstalledDaemon(daemon_venv(args.daemon_venv), work, config, env=fake.env())
-        d.start()
-        proc = None
-        try:
-            last = str(args.devices - 1)
-            d.wait_metric("accel_device_up", 1, device=last, uuid=fake.uuid(args.devices - 1))
-            proc, peer_url = start_peer(fake, args.peer_venv)
-            time.sleep(6)  # past the first slow poll and both start-ups
-            targets = {
-                "ours": (d.pid, d.url + "/metrics"),
-                "nvitop_exporter": (proc.pid, peer_url),
-            }
-            result = {
-                "devices": args.devices,
-                "window_seconds": args.window,
-                "scrape_seconds": args.scrape,
-                "load_average_1m": os.getloadavg()[0],
-                "daemon_extras": EXTRAS,
-                "profile": args.profile or "default",
-                **measure(targets, args.window, args.scrape),
-            }
-        finally:
-            d.stop()
-            if proc is not None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        rounds = [one_round(fake, work, trees, args, config) for _ in range(args.rounds)]
+    result = {
+        "devices": args.devices,
+        "window_seconds": args.window,
+        "scrape_seconds": args.scrape,
+        "daemon_extras": EXTRAS,
+        "profile": args.profile or "default",
+        "trees": {str(t): git_commit(t) for t in trees},
+        "rounds": rounds,
+    }
     print(json.dumps(result, indent=2))
     return 0
+
+
+def git_commit(root: Path) -> str:
+    """The short commit of a checkout, ``+dirty`` when it has changes."""
+
+    def git(*a: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(root), *a], capture_output=True, text=True
+        ).stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain") else "")
 
 
 if __name__ == "__main__":

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
@@ -143,6 +145,10 @@ class BlockingCall:
     executor threads are joined at interpreter exit, so a hung /proc read could
     block shutdown. Here a call that is still running makes the next one fail
     fast with reason ``timeout``, and a hung thread never delays exit.
+
+    The thread is started at the first call and serves every later one (a thread
+    started per call cost a tenth of an idle daemon's CPU: the host source polls
+    every second); it ends once this object is gone (its source replaced by a reload).
     """
 
     def __init__(self, name: str) -> None:
@@ -151,6 +157,7 @@ class BlockingCall:
         # even if the awaiting poll was cancelled by its deadline meanwhile.
         self._busy = False
         self._started = 0.0
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] | None = None
 
     async def __call__(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` in a thread and await its result."""
@@ -181,8 +188,32 @@ class BlockingCall:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(deliver, *outcome)
 
-        thread = threading.Thread(target=run, name=f"poll-{self.name}", daemon=True)
         self._busy = True
         self._started = time.monotonic()
-        thread.start()
+        self._submit(run)
         return await future
+
+    def _submit(self, job: Callable[[], None]) -> None:
+        """Hand ``job`` to this object's thread, started now if it is not yet."""
+        if self._jobs is None:
+            jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+            thread = threading.Thread(
+                target=_serve_jobs, args=(jobs,), name=f"poll-{self.name}", daemon=True
+            )
+            thread.start()
+            # The thread holds the queue, never this object, so this can be collected.
+            weakref.finalize(self, jobs.put, None)
+            self._jobs = jobs
+        self._jobs.put(job)
+
+
+def _serve_jobs(jobs: queue.SimpleQueue[Callable[[], None] | None]) -> None:
+    """A BlockingCall's thread: run each job in turn until the ``None`` its end sends."""
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        job()
+        # Not kept while waiting for the next: it refers to the call's source, which
+        # must be free to go (and, with it, end this thread).
+        del job
