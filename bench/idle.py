@@ -2,26 +2,32 @@
 
 Run by hand (needs network access to PyPI once, for the peer's venv):
 
-    .venv/bin/python bench/idle.py [--devices 16] [--window 60] [--scrape 5] [--profile full]
+    .venv/bin/python bench/idle.py [--devices 16] [--window 60] [--scrape 5] [--rounds 3]
+        [--profile full] [--tree DIR --tree DIR2 ...]
 
-Both exporters load the same fake NVML (tests/fakes/nvml, one shared state file), run
-side by side, and are scraped every ``--scrape`` seconds over the same ``--window``
-seconds by the same scraper (so both meet the same background load). This daemon runs
-its default sources with the host source at 1 s (nvml at its default interval),
-from a venv of its own under ``--daemon-venv`` installed the way ``scripts/run`` does
-(editable, every runtime extra, no dev extra: the dev extra brings packages such as
-``rich``, through tpu-info, that structlog imports whenever they are installed, which
-a node's install does not have); nvitop-exporter (installed from PyPI into a venv of
-its own under ``--peer-venv``) runs with its default 1 s update interval.
+Every exporter loads the same fake NVML (tests/fakes/nvml, one shared state file), runs
+side by side with the others, and is scraped every ``--scrape`` seconds over the same
+``--window`` seconds by the same scraper (so all meet the same background load). This
+daemon runs its default sources with the host source at 1 s (nvml at its default
+interval), from a venv of its own under ``DIR/.tools/accel-exporter`` for each
+``--tree`` (a checkout; default this one; several compare commits in one window),
+installed the way ``scripts/run`` does (editable, every runtime extra, no dev extra:
+the dev extra brings packages such as ``rich``, through tpu-info, that structlog
+imports whenever they are installed, which a node's install does not have), run from
+a directory of its own so that it and its workers import that tree's code;
+nvitop-exporter (installed from PyPI into a venv of its own under ``--peer-venv``)
+runs with its default 1 s update interval. ``--rounds`` repeats the whole (fresh
+processes each round).
 
-Per exporter: ``cpu_percent`` (CPU of the process and its descendants over the window,
-in percent of one core), ``main_rss_mib`` (the main process), ``pss_mib`` (the process
-and its descendants, ``smaps_rollup``), ``private_mib`` (their memory no other
-process maps: PSS also splits the pages of libpython and libcrypto among every
-process on the machine that maps them, so it moves with unrelated load), and
-``samples`` (series in the last scrape).
-Targets (issue 17): cpu_percent no higher than the peer's; main_rss_mib <= 35;
-pss_mib <= 50.
+Per exporter and round: ``cpu_percent`` (CPU of the process and its descendants over
+the window, in percent of one core, from ``/proc/<pid>/stat``: robust to the load of
+a shared machine), ``wakeups_per_second`` (context switches of all their threads),
+``threads``, ``main_rss_mib`` (the main process), ``worker_rss_mib`` (each
+descendant), ``pss_mib`` (the process and its descendants, ``smaps_rollup``),
+``private_mib`` (their memory no other process maps: PSS also splits the pages of
+libpython and libcrypto among every process on the machine that maps them, so it
+moves with unrelated load), and ``samples`` (series in the last scrape).
+Targets (issue 39): cpu_percent <= 1.0 and no higher than the peer's; main_rss_mib <= 30.
 """
 
 from __future__ import annotations
@@ -61,6 +67,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def switches(pid: int) -> int:
+    """Context switches of every thread of ``pid`` so far: about one per wake-up."""
+    total = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    total += int(line.split()[1])
+    except OSError:
+        pass
+    return total
+
+
 def rollup_kib(pid: int, key: str) -> int:
     try:
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
@@ -91,6 +110,7 @@ def measure(targets: dict[str, tuple[int, str]], window: float, every: float) ->
     (so both meet the same background load); each process tree's cost meanwhile."""
     samples = {name: scrape(url) for name, (_, url) in targets.items()}
     cpu0 = {name: sum(map(cpu_seconds, tree(pid))) for name, (pid, _) in targets.items()}
+    wakes0 = {name: sum(map(switches, tree(pid))) for name, (pid, _) in targets.items()}
     began = next_at = time.monotonic()
     while time.monotonic() - began < window:
         samples = {name: scrape(url) for name, (_, url) in targets.items()}
@@ -103,7 +123,10 @@ def measure(targets: dict[str, tuple[int, str]], window: float, every: float) ->
         cpu = sum(map(cpu_seconds, pids)) - cpu0[name]
         out[name] = {
             "cpu_percent": round(100 * cpu / elapsed, 2),
+            "wakeups_per_second": round((sum(map(switches, pids)) - wakes0[name]) / elapsed, 1),
+            "threads": sum(len(list(Path(f"/proc/{p}/task").iterdir())) for p in pids),
             "main_rss_mib": round(rollup_kib(pid, "Rss") / 1024, 1),
+            "worker_rss_mib": [round(rollup_kib(p, "Rss") / 1024, 1) for p in pids[1:]],
             "pss_mib": round(sum(rollup_kib(p, "Pss") for p in pids) / 1024, 1),
             "private_mib": round(sum(map(private_kib, pids)) / 1024, 1),
             "processes": len(pids),
@@ -163,7 +186,9 @@ class InstalledDaemon(Daemon):
     one the helper runs from (its cwd and PYTHONPATH)."""
 
     def __init__(self, python: Path, tmp_path: Path, *args: Any, **kwargs: Any) -> None:
-        kwargs["env"] = {**kwargs.get("env", {}), "PYTHONPATH": ""}  # empty: ignored
+        # Empty: ignored. Bytecode is written and read as on a node (a shell's
+        # PYTHONDONTWRITEBYTECODE would have every start compile every module).
+        kwargs["env"] = {**kwargs.get("env", {}), "PYTHONPATH": "", "PYTHONDONTWRITEBYTECODE": ""}
         super().__init__(tmp_path, *args, **kwargs)
         self.python = python
         self.run_in = tmp_path

@@ -59,7 +59,14 @@ def full(body: str, uuids: list[str]) -> bool:
     return all(any(f'uuid="{u}"' in line for line in power) for u in uuids)
 
 
-def one_start(python: Path, fake: FakeNvml, uuids: list[str], work: Path) -> dict[str, Any]:
+def one_start(
+    python: Path,
+    fake: FakeNvml,
+    uuids: list[str],
+    work: Path,
+    extra: list[str],
+    ask_every: float = ASK_EVERY,
+) -> dict[str, Any]:
     """Spawn one daemon, ask until the body is full; its figures (ms, CPU ms)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
@@ -69,7 +76,7 @@ def one_start(python: Path, fake: FakeNvml, uuids: list[str], work: Path) -> dic
     with log.open("wb") as err:
         spawned = time.monotonic()
         proc = subprocess.Popen(
-            [str(python), "-m", "exporter", "--web.listen-address", f"127.0.0.1:{port}"],
+            [str(python), "-m", "exporter", "--web.listen-address", f"127.0.0.1:{port}", *extra],
             env=env,
             cwd=str(work),
             stdout=subprocess.DEVNULL,
@@ -85,7 +92,7 @@ def one_start(python: Path, fake: FakeNvml, uuids: list[str], work: Path) -> dic
                     with urllib.request.urlopen(url, timeout=5) as resp:
                         body = resp.read().decode()
                 except (urllib.error.URLError, ConnectionError, OSError):
-                    time.sleep(ASK_EVERY)
+                    time.sleep(ask_every)
                     continue
                 if first_answer is None:
                     first_answer = now - spawned
@@ -93,7 +100,7 @@ def one_start(python: Path, fake: FakeNvml, uuids: list[str], work: Path) -> dic
                     done = time.monotonic() - spawned
                     cpu = sum(map(cpu_seconds, tree(proc.pid)))
                     break
-                time.sleep(ASK_EVERY)
+                time.sleep(ask_every)
         finally:
             proc.terminate()
             try:
@@ -124,6 +131,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--devices", type=int, default=16)
     parser.add_argument("--tree", type=Path, action="append", help="a checkout (repeatable)")
+    parser.add_argument(
+        "--ask-every", type=float, default=ASK_EVERY, help="seconds between two asks"
+    )
+    parser.add_argument(
+        "--daemon-arg",
+        action="append",
+        default=[],
+        help="an argument for every daemon, e.g. --daemon-arg=--sources.amdsmi.enabled=false",
+    )
     args = parser.parse_args(argv)
     trees = [t.resolve() for t in (args.tree or [ROOT])]
     pythons = {t: daemon_venv(t / ".tools" / "accel-exporter", t) for t in trees}
@@ -134,14 +150,18 @@ def main(argv: list[str] | None = None) -> int:
         fake = FakeNvml.create(build(work / "lib"), work / "nvml-state", args.devices)
         uuids = [fake.uuid(i) for i in range(args.devices)]
         for t in trees:  # one unmeasured start each: page cache and .pyc files warm
-            one_start(pythons[t], fake, uuids, work)
+            one_start(pythons[t], fake, uuids, work, args.daemon_arg, args.ask_every)
         for _ in range(args.rounds):
             for t in trees:
-                results[t].append(one_start(pythons[t], fake, uuids, work))
+                results[t].append(
+                    one_start(pythons[t], fake, uuids, work, args.daemon_arg, args.ask_every)
+                )
             load.append(os.getloadavg()[0])
     doc = {
         "devices": args.devices,
         "rounds": args.rounds,
+        "daemon_args": args.daemon_arg,
+        "ask_every_seconds": args.ask_every,
         "load_average_1m": [round(x, 2) for x in load],
         "trees": {
             str(t): {
