@@ -7,11 +7,10 @@ with a reason. It never touches the store or an output; the scheduler does.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-import queue
 import threading
 import time
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
@@ -146,9 +145,11 @@ class BlockingCall:
     block shutdown. Here a call that is still running makes the next one fail
     fast with reason ``timeout``, and a hung thread never delays exit.
 
-    The thread is started at the first call and serves every later one (a thread
-    started per call cost a tenth of an idle daemon's CPU: the host source polls
-    every second); it ends once this object is gone (its source replaced by a reload).
+    The thread is started at a call and serves the later ones while they come at
+    least every :data:`THREAD_IDLE_SECONDS` (a thread started per call cost a tenth
+    of an idle daemon's CPU: the host source polls every second); it ends after that
+    long without a call, so a source polled once a minute, or replaced by a reload,
+    keeps no thread.
     """
 
     def __init__(self, name: str) -> None:
@@ -157,7 +158,7 @@ class BlockingCall:
         # even if the awaiting poll was cancelled by its deadline meanwhile.
         self._busy = False
         self._started = 0.0
-        self._jobs: queue.SimpleQueue[Callable[[], None] | None] | None = None
+        self._thread = _JobThread(f"poll-{name}")
 
     async def __call__(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` in a thread and await its result."""
@@ -190,30 +191,43 @@ class BlockingCall:
 
         self._busy = True
         self._started = time.monotonic()
-        self._submit(run)
+        self._thread.submit(run)
         return await future
 
-    def _submit(self, job: Callable[[], None]) -> None:
-        """Hand ``job`` to this object's thread, started now if it is not yet."""
-        if self._jobs is None:
-            jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-            thread = threading.Thread(
-                target=_serve_jobs, args=(jobs,), name=f"poll-{self.name}", daemon=True
-            )
-            thread.start()
-            # The thread holds the queue, never this object, so this can be collected.
-            weakref.finalize(self, jobs.put, None)
-            self._jobs = jobs
-        self._jobs.put(job)
+
+# A BlockingCall's thread ends after this long without a call.
+THREAD_IDLE_SECONDS = 10.0
 
 
-def _serve_jobs(jobs: queue.SimpleQueue[Callable[[], None] | None]) -> None:
-    """A BlockingCall's thread: run each job in turn until the ``None`` its end sends."""
-    while True:
-        job = jobs.get()
-        if job is None:
-            return
-        job()
-        # Not kept while waiting for the next: it refers to the call's source, which
-        # must be free to go (and, with it, end this thread).
-        del job
+class _JobThread:
+    """One daemon thread running jobs in turn; started on demand, gone when idle."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._ready = threading.Condition()
+        self._jobs: collections.deque[Callable[[], None]] = collections.deque()
+        self._running = False
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on the thread, started now if there is none."""
+        with self._ready:
+            self._jobs.append(job)
+            if self._running:
+                self._ready.notify()
+                return
+            self._running = True
+        threading.Thread(target=self._serve, name=self.name, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            with self._ready:
+                # Decided under the lock that submit takes: a job handed in is run,
+                # by this thread or by the one submit starts once this is gone.
+                if not self._jobs and not self._ready.wait_for(
+                    lambda: bool(self._jobs), THREAD_IDLE_SECONDS
+                ):
+                    self._running = False
+                    return
+                job = self._jobs.popleft()
+            job()
+            del job  # not kept while waiting: it refers to the call's source
