@@ -1,12 +1,14 @@
 """An idle daemon's threads sleep until they have something to do (issue 39).
 
 A BlockingCall keeps one thread for calls that come often and none for rare ones; the
-HTTP reaper sleeps until the earliest deadline, not on a fixed tick.
+HTTP reaper sleeps until the earliest deadline, not on a fixed tick; the listener's
+thread sleeps until a connection or its stop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import socket
 import threading
 import time
@@ -16,9 +18,12 @@ import pytest
 from exporter.config.web import WebConfig
 from exporter.errors import SourceError
 from exporter.outputs import http_conns
+from exporter.outputs.http import Endpoints, HttpServer
 from exporter.outputs.http_conns import AUTH_FAILURES, Connections, HttpCounters
+from exporter.outputs.prometheus import Exposition
 from exporter.sources import base
 from exporter.sources.base import BlockingCall
+from exporter.store import Store
 
 
 def _threads(name: str) -> list[threading.Thread]:
@@ -110,3 +115,24 @@ def test_reaper_closes_a_connection_at_its_deadline() -> None:
         conns.stop()
         a.close()
         b.close()
+
+
+def test_listener_serves_and_stops_without_a_polling_loop() -> None:
+    """The serving thread sleeps until a connection or its stop: stop ends it at once
+    (were it not woken, it would outlive stop's 2 s join)."""
+    store = Store()
+    server = HttpServer(
+        WebConfig(listen_address="127.0.0.1:0"),
+        Endpoints(Exposition(store, process_metrics=False), lambda: (True, []), lambda: {}),
+    )
+    server.start()
+    thread = next(t for t in threading.enumerate() if t.name == "http" and t.is_alive())
+    host, port = server.address
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().status == 200
+    finally:
+        conn.close()
+    server.stop()
+    assert not thread.is_alive()
