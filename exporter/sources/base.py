@@ -191,7 +191,11 @@ class BlockingCall:
 
         self._busy = True
         self._started = time.monotonic()
-        self._thread.submit(run)
+        try:
+            self._thread.submit(run)
+        except BaseException:
+            self._busy = False
+            raise
         return await future
 
 
@@ -216,7 +220,13 @@ class _JobThread:
                 self._ready.notify()
                 return
             self._running = True
-        threading.Thread(target=self._serve, name=self.name, daemon=True).start()
+        try:
+            threading.Thread(target=self._serve, name=self.name, daemon=True).start()
+        except BaseException:  # no thread (the process is at its limit): nothing queued
+            with self._ready:
+                self._running = False
+                self._jobs.clear()
+            raise
 
     def _serve(self) -> None:
         while True:
