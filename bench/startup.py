@@ -10,7 +10,7 @@ profile, the fake NVML of tests/fakes/nvml) to the first ``/metrics`` body that 
 spawning (a refused connection is asked again). Per round it also takes the CPU the
 daemon and its workers spent until then (``/proc/<pid>/stat``: robust to the load of a
 shared machine, unlike wall time), the time of the first HTTP answer of any kind, and
-the phases the daemon's own log lines time-stamp (``listening``).
+the phases the daemon's own log lines time-stamp (``listening``, the nvml worker ready).
 
 Each ``--tree`` (a checkout; default: this one) runs from a venv of its own under
 ``DIR/.tools/accel-exporter``, installed the way bench/idle.py installs it (editable,
@@ -23,6 +23,7 @@ Target (issue 39): spawn to full body p50 <= 300 ms.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import socket
@@ -45,6 +46,8 @@ from tests.fakes.nvml.control import FakeNvml, build  # noqa: E402
 POWER = "accel_power_watts{"
 ASK_EVERY = 0.005
 GIVE_UP_SECONDS = 30.0
+# Log lines whose time stamps mark a phase: (event, source or "").
+PHASES = {"listening_ms": ("listening", ""), "worker_ready_ms": ("worker ready", "nvml")}
 
 
 def free_port() -> int:
@@ -74,9 +77,18 @@ def one_start(
     env.update(fake.env())
     log = work / f"daemon-{port}.log"
     with log.open("wb") as err:
-        spawned = time.monotonic()
+        spawned, spawned_wall = time.monotonic(), time.time()
         proc = subprocess.Popen(
-            [str(python), "-m", "exporter", "--web.listen-address", f"127.0.0.1:{port}", *extra],
+            [
+                str(python),
+                "-m",
+                "exporter",
+                "--web.listen-address",
+                f"127.0.0.1:{port}",
+                "--log.format",
+                "json",
+                *extra,
+            ],
             env=env,
             cwd=str(work),
             stdout=subprocess.DEVNULL,
@@ -112,7 +124,23 @@ def one_start(
         "full_body_ms": round(1000 * done, 1),
         "first_answer_ms": round(1000 * (first_answer or done), 1),
         "cpu_ms_until_full": round(1000 * cpu, 1),
+        **phases(log, spawned_wall),
     }
+
+
+def phases(log: Path, spawned_wall: float) -> dict[str, float]:
+    """When the daemon logged each of PHASES, in ms after the spawn (-1: not logged)."""
+    out = dict.fromkeys(PHASES, -1.0)
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        for key, (name, source) in PHASES.items():
+            if event.get("event") == name and event.get("source", "") == source:
+                stamp = datetime.datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00"))
+                out[key] = round(1000 * (stamp.timestamp() - spawned_wall), 1)
+    return out
 
 
 def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
