@@ -196,6 +196,9 @@ class Scheduler:
             self._tasks[source.name] = asyncio.create_task(
                 self._run(source), name=f"source-{source.name}"
             )
+            # Let what it started run now (a worker source's supervisor spawns its
+            # process): the worker boots while the next sources start, not after them.
+            await asyncio.sleep(0)
 
     def _show_carried(self, source: Source) -> None:
         """Record what a replacing source carried over, as a pending poll would."""

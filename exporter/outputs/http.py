@@ -19,6 +19,7 @@ import contextlib
 import html
 import io
 import json
+import selectors
 import socket
 import ssl
 import struct
@@ -147,6 +148,23 @@ class _Server(ThreadingHTTPServer):
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.get(output="http").debug("connection error", client=client_address[0])
+
+    def serve_until(self, wake: socket.socket) -> None:
+        """Accept connections until ``wake`` becomes readable; asleep in between.
+
+        socketserver's ``serve_forever`` wakes every poll interval to look for a
+        shutdown request (five times a second, an idle daemon's most frequent timer):
+        this sleeps on the listening socket and on ``wake``, which stopping writes to.
+        """
+        with selectors.DefaultSelector() as selector:
+            selector.register(self, selectors.EVENT_READ)
+            selector.register(wake, selectors.EVENT_READ)
+            while True:
+                ready = {key.fileobj for key, _ in selector.select()}
+                if wake in ready:
+                    return
+                # What serve_forever calls for a ready socket (typeshed does not list it).
+                self._handle_request_noblock()  # type: ignore[attr-defined]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -412,6 +430,8 @@ class HttpServer:
         self._server.conns = Connections(config, endpoints.counters, endpoints.publish)
         self._apply(config, tls)
         self._thread: threading.Thread | None = None
+        # Written to once, to end the serving thread (see _Server.serve_until).
+        self._wake: tuple[socket.socket, socket.socket] | None = None
 
     def _apply(self, config: WebConfig, tls: ssl.SSLContext | None) -> None:
         self._server.auth = BasicAuth(config.basic_auth) if config.basic_auth is not None else None
@@ -455,11 +475,9 @@ class HttpServer:
 
     def start(self) -> None:
         """Serve on a daemon thread."""
+        self._wake = socket.socketpair()
         self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.2},
-            name="http",
-            daemon=True,
+            target=self._server.serve_until, args=(self._wake[0],), name="http", daemon=True
         )
         self._thread.start()
         self._server.conns.start()
@@ -471,8 +489,14 @@ class HttpServer:
 
     def stop(self) -> None:
         """Stop accepting, close the socket and every open connection."""
-        self._server.shutdown()
-        self._server.server_close()
-        self._server.conns.stop()
+        if self._wake is not None:
+            with contextlib.suppress(OSError):
+                self._wake[1].send(b"x")
         if self._thread is not None:
             self._thread.join(timeout=2.0)
+        self._server.server_close()
+        self._server.conns.stop()
+        if self._wake is not None:
+            for end in self._wake:
+                end.close()
+            self._wake = None

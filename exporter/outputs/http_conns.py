@@ -8,7 +8,9 @@ slot (``outputs/http.py`` takes it), so a client that connects and says
 nothing, or trickles its headers, holds nothing a scrape needs.
 
 Deadlines are totals, enforced by one reaper thread that shuts the socket down
-(which wakes the connection's thread blocked in ``recv`` or ``send``): a
+(which wakes the connection's thread blocked in ``recv`` or ``send``). It sleeps
+until the earliest deadline, or the next publication of changed counters, and
+is woken by every deadline set (so an idle daemon's reaper does not wake at all): a
 ``reading`` connection gets ``header_timeout`` from its first byte, a new
 connection the same to send that byte, a keep-alive one ``idle_timeout``, a
 ``serving`` one ``write_timeout`` to have its answer read. The number of open
@@ -32,8 +34,6 @@ from exporter.config.web import WebConfig
 from exporter.model import Reading
 
 WAITING, READING, SERVING = "waiting", "reading", "serving"
-# How often the reaper looks for expired deadlines: their resolution.
-REAP_EVERY = 0.1
 # Counters reach the store at most this often: each publication invalidates the
 # cached exposition, and under abuse they change all the time.
 PUBLISH_EVERY = 1.0
@@ -70,6 +70,11 @@ class HttpCounters:
         with self._lock:
             self._counts[(metric, labels)] += 1.0
             self._changes += 1
+
+    def unpublished(self) -> bool:
+        """Whether anything was counted since the last :meth:`changed`."""
+        with self._lock:
+            return self._changes != self._published
 
     def get(self, metric: str, *labels: str) -> float:
         """The current count of one series."""
@@ -116,6 +121,9 @@ class Connections:
         self._publish = publish
         self._clock = clock
         self._lock = threading.Lock()
+        # Notified (lock held) whenever a deadline is set or a connection goes: the
+        # reaper sleeps until the earliest deadline instead of polling for it.
+        self._changed = threading.Condition(self._lock)
         self._open: dict[int, Conn] = {}
         self._stop = threading.Event()
         self._reaper: threading.Thread | None = None
@@ -141,6 +149,8 @@ class Connections:
     def stop(self) -> None:
         """Stop the reaper and close every connection."""
         self._stop.set()
+        with self._lock:
+            self._changed.notify()
         if self._reaper is not None:
             self._reaper.join(timeout=2.0)
         with self._lock:
@@ -156,6 +166,7 @@ class Connections:
                 return None
             conn = Conn(sock, WAITING, now, now + self.config.header_timeout)
             self._open[id(conn)] = conn
+            self._changed.notify()
             return conn
 
     def replace_socket(self, conn: Conn, sock: socket.socket) -> bool:
@@ -194,6 +205,7 @@ class Connections:
             return False
         now = self._clock()
         conn.state, conn.since, conn.deadline = state, now, now + timeout
+        self._changed.notify()
         return True
 
     def closed_early(self, conn: Conn) -> bool:
@@ -206,6 +218,8 @@ class Connections:
         with self._lock:
             self._open.pop(id(conn), None)
             conn.closed = True
+            # It may have counted something (an auth failure): publish it when due.
+            self._changed.notify()
 
     def reap(self) -> None:
         """Close the connections past their deadline; publish the counters when due."""
@@ -224,8 +238,24 @@ class Connections:
         if readings is not None and self._publish is not None:
             self._publish(readings)
 
+    def next_wake(self) -> float | None:
+        """Seconds until the reaper has something to do (lock held); None: nothing ever.
+
+        The earliest deadline of an open connection, and the next publication when
+        counters changed since the last one.
+        """
+        due = [conn.deadline for conn in self._open.values()]
+        if self.counters.unpublished():
+            due.append(self._last_publish + PUBLISH_EVERY)
+        return max(0.0, min(due) - self._clock()) if due else None
+
     def _reap_forever(self) -> None:
-        while not self._stop.wait(REAP_EVERY):
+        while not self._stop.is_set():
+            with self._lock:
+                wait = self.next_wake()
+                if wait is None or wait > 0:
+                    self._changed.wait(wait)
+                    continue  # woken by a change, or the time came: look again
             self.reap()
 
     def _idle(self, count: int, keep_alive: bool = False) -> list[Conn]:

@@ -7,6 +7,7 @@ with a reason. It never touches the store or an output; the scheduler does.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import threading
 import time
@@ -150,6 +151,12 @@ class BlockingCall:
     executor threads are joined at interpreter exit, so a hung /proc read could
     block shutdown. Here a call that is still running makes the next one fail
     fast with reason ``timeout``, and a hung thread never delays exit.
+
+    The thread is started at a call and serves the later ones while they come at
+    least every :data:`THREAD_IDLE_SECONDS` (a thread started per call cost a tenth
+    of an idle daemon's CPU: the host source polls every second); it ends after that
+    long without a call, so a source polled once a minute, or replaced by a reload,
+    keeps no thread.
     """
 
     def __init__(self, name: str) -> None:
@@ -158,6 +165,7 @@ class BlockingCall:
         # even if the awaiting poll was cancelled by its deadline meanwhile.
         self._busy = False
         self._started = 0.0
+        self._thread = _JobThread(f"poll-{name}")
 
     async def __call__(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` in a thread and await its result."""
@@ -188,8 +196,55 @@ class BlockingCall:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(deliver, *outcome)
 
-        thread = threading.Thread(target=run, name=f"poll-{self.name}", daemon=True)
         self._busy = True
         self._started = time.monotonic()
-        thread.start()
+        try:
+            self._thread.submit(run)
+        except BaseException:
+            self._busy = False
+            raise
         return await future
+
+
+# A BlockingCall's thread ends after this long without a call.
+THREAD_IDLE_SECONDS = 10.0
+
+
+class _JobThread:
+    """One daemon thread running jobs in turn; started on demand, gone when idle."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._ready = threading.Condition()
+        self._jobs: collections.deque[Callable[[], None]] = collections.deque()
+        self._running = False
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on the thread, started now if there is none."""
+        with self._ready:
+            self._jobs.append(job)
+            if self._running:
+                self._ready.notify()
+                return
+            self._running = True
+        try:
+            threading.Thread(target=self._serve, name=self.name, daemon=True).start()
+        except BaseException:  # no thread (the process is at its limit): nothing queued
+            with self._ready:
+                self._running = False
+                self._jobs.clear()
+            raise
+
+    def _serve(self) -> None:
+        while True:
+            with self._ready:
+                # Decided under the lock that submit takes: a job handed in is run,
+                # by this thread or by the one submit starts once this is gone.
+                if not self._jobs and not self._ready.wait_for(
+                    lambda: bool(self._jobs), THREAD_IDLE_SECONDS
+                ):
+                    self._running = False
+                    return
+                job = self._jobs.popleft()
+            job()
+            del job  # not kept while waiting: it refers to the call's source
