@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from exporter import action_file, actions, afids, health_rules, log, scope
+from exporter import action_file, actions, afids, health_rules, log, scope, trend
 from exporter.config.health import HealthConfig
 from exporter.health_state.memory import DeviceMemory
 from exporter.model import Reading
@@ -243,6 +243,8 @@ class HealthJudge:
     # memory only: after a restart the first poll is the baseline; a growth already
     # seen is kept as its event).
     _counted: dict[tuple[str, ...], float] = field(default_factory=dict)
+    # Error rates as trends (exporter.trend): degraded or predicted, never failed.
+    trends: trend.DeviceTrends = field(default_factory=trend.DeviceTrends)
 
     @classmethod
     def configured(cls, config: HealthConfig, source: str = "") -> HealthJudge:
@@ -406,6 +408,7 @@ class HealthJudge:
         records = self._remember_afids(amd, wall)
         found = self._events_found(wall, field_action, records)
         amd_rules = _amd_reasons(amd, retired, found, self._escalated)
+        trended = self.trends.judge(readings, now, wall, unread)
         out = []
         for ident, reasons in devices.items():
             if ident in isolated:
@@ -428,6 +431,10 @@ class HealthJudge:
             health_rules.settle(reasons)
             findings = found.get(ident, [])
             _event_reasons(reasons, findings)
+            for t in trended.get(ident, ()):
+                if RANK[t.state] > RANK[reasons.get(t.reason, OK)]:
+                    reasons[t.reason] = t.state
+                findings.append(t.finding)
             name = field_action.get(ident, "none")
             if name == "drain_p2p":
                 reasons.setdefault("recovery_action", DEGRADED)
@@ -451,7 +458,7 @@ class HealthJudge:
             }
             _event_reasons(reasons, findings)
             out.append(self._record(ident, reasons, findings, wall, why or "not read"))
-        return self._scoped(out, devices, named)
+        return self.trends.counted(self._scoped(out, devices, named))
 
     def _scoped(
         self,
@@ -1124,4 +1131,7 @@ def readings(verdicts: Iterable[DeviceHealth]) -> list[Reading]:
         for uuid in verdict.scope_uuids:
             reach = (*ident, verdict.scope, uuid)
             out.append(Reading("accel_device_action_scope_info", reach, 1.0))
+        for signal, entry, count in verdict.downgraded:
+            labels2 = (*ident, signal, entry)
+            out.append(Reading("accel_health_signal_downgraded_total", labels2, count))
     return out

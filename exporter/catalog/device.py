@@ -146,6 +146,15 @@ ROWS = (
         (*ID, "reason"),
     ),
     MetricSpec(
+        "accel_health_signal_downgraded_total",
+        Kind.COUNTER,
+        "Trend rules raised on the device that the known-noisy-signal registry lowered or"
+        " took away, by the rule's signal and the registry entry (reason; docs/health.md,"
+        " Trends): the rate is still a trend, the verdict no longer rests on it.",
+        (*ID, "signal", "reason"),
+        otel_unit="{downgrade}",
+    ),
+    MetricSpec(
         "accel_device_recommended_action",
         Kind.GAUGE,
         "What to do about a device, one-hot over none, restart_app, drain_p2p, reset_device,"
@@ -487,5 +496,6 @@ DAEMON_OWNED = frozenset(
         "accel_device_recommended_action",
         "accel_device_action_reason_info",
         "accel_device_action_scope_info",
+        "accel_health_signal_downgraded_total",
     }
 )
