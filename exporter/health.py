@@ -261,6 +261,7 @@ class HealthJudge:
         self._site_wanted = config.afid_table
         self._site_seen = _file_signature(config.afid_table)
         self._load_site_table(config.afid_table)
+        self.trends = self.trends.reconfigured(config.trend_rules, self.source)
 
     def _refresh_site_table(self) -> None:
         """Read the site's AFID table again if its file changed since it was last read.

@@ -514,6 +514,33 @@ class DeviceTrends:
     # identity -> (signal, entry id) -> downgrades counted.
     _downgraded: dict[Identity, dict[tuple[str, str], float]] = field(default_factory=dict)
 
+    # The rules file in use ("": the shipped rules).
+    rules_path: str = ""
+
+    def reconfigured(self, path: str, source: str = "") -> DeviceTrends:
+        """This one when ``path`` names the rules in use, else one with the rules of ``path``.
+
+        New rules start their windows afresh; a file that does not load keeps the rules
+        in use (the config check refused it at start-up; logged once here on a reload).
+        """
+        if path == self.rules_path:
+            return self
+        rules = DEVICE_RULES
+        if path:
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    loaded = load_rules(handle.read())
+            except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
+                log.get(component="trend", source=source).error(
+                    "trend rules not loaded; the rules in use stay", path=path, problem=str(exc)
+                )
+                return self
+            rules = tuple(rule for rule in loaded if rule.subject == ("device", "uuid"))
+        log.get(component="trend", source=source).info(
+            "trend rules loaded", path=path or "(shipped)", rules=len(rules)
+        )
+        return DeviceTrends(TrendTracker(rules, source), self.registry, rules_path=path)
+
     def judge(
         self,
         readings: Iterable[Reading],
