@@ -518,7 +518,7 @@ class DeviceTrends:
     rules_path: str = ""
 
     def reconfigured(self, path: str, source: str = "") -> DeviceTrends:
-        """This one when ``path`` names the rules in use, else one with the rules of ``path``.
+        """Itself when ``path`` names the rules in use, else trends with the rules of ``path``.
 
         New rules start their windows afresh; a file that does not load keeps the rules
         in use (the config check refused it at start-up; logged once here on a reload).
