@@ -26,7 +26,15 @@ def _domains() -> tuple[ModuleType, ...]:
     # changes order.
     at = [vendor.name for vendor in VENDORS].index("amdsmi") + 1
     return (
-        exporter_self, host, device, *vendors[:at], totals, *vendors[at:], ccl, workload, fabric
+        exporter_self,
+        host,
+        device,
+        *vendors[:at],
+        totals,
+        *vendors[at:],
+        ccl,
+        workload,
+        fabric,
     )
 
 

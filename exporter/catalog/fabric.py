@@ -34,8 +34,15 @@ ROWS = (
         "link layer (of its first port), node GUID, firmware, NUMA node ('' when the "
         "platform names none) and the upstream port of the PCIe switch above it ('' under a "
         "root port). Kept while the NIC is missing, from the last time it was seen.",
-        ("nic", "pci_bus_id", "link_layer", "node_guid", "firmware_version", "numa_node",
-         "pcie_switch"),
+        (
+            "nic",
+            "pci_bus_id",
+            "link_layer",
+            "node_guid",
+            "firmware_version",
+            "numa_node",
+            "pcie_switch",
+        ),
     ),
     MetricSpec(
         "accel_nic_port_up",
@@ -57,8 +64,7 @@ ROWS = (
     MetricSpec(
         "accel_nic_port_rate_bits_per_second",
         Kind.GAUGE,
-        "The port's signalling rate (ports/N/rate, e.g. 200 Gb/sec (4X HDR)), in bits per "
-        "second.",
+        "The port's signalling rate (ports/N/rate, e.g. 200 Gb/sec (4X HDR)), in bits per second.",
         PORT,
         unit="bits_per_second",
     ),
@@ -149,8 +155,7 @@ ROWS = (
     MetricSpec(
         "accel_pci_link_max_speed_transfers_per_second",
         Kind.GAUGE,
-        "The fastest PCIe speed the device supports (max_link_speed), in transfers per "
-        "second.",
+        "The fastest PCIe speed the device supports (max_link_speed), in transfers per second.",
         BUS,
         unit="transfers_per_second",
     ),

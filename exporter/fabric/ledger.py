@@ -36,6 +36,8 @@ class NicMemory:
 
     present: bool = True
     disappearances: int = 0
+    # Wall clock of the poll that found it gone (0: present).
+    missing_since: float = 0.0
     # The labels of accel_nic_info as last read (kept while it is missing).
     pci_bus_id: str = ""
     link_layer: str = ""
@@ -58,8 +60,10 @@ class NicMemory:
                 raise ValueError(f"{key} is {value!r}")
             setattr(out, key, value)
         switch = raw.get("pcie_switch", "")
-        present, count, served = raw.get("present", True), raw.get("disappearances", 0), raw.get(
-            "served", {}
+        present, count, served = (
+            raw.get("present", True),
+            raw.get("disappearances", 0),
+            raw.get("served", {}),
         )
         if not isinstance(switch, str) or not isinstance(present, bool):
             raise ValueError("pcie_switch or present of the wrong type")
@@ -69,12 +73,16 @@ class NicMemory:
             isinstance(k, str) and isinstance(v, str) for k, v in served.items()
         ):
             raise ValueError("served is not an object of strings")
+        since = raw.get("missing_since", 0.0)
+        if not isinstance(since, int | float) or isinstance(since, bool):
+            raise ValueError(f"missing_since is {since!r}")
         out.pcie_switch, out.present, out.disappearances, out.served = (
             switch,
             present,
             count,
             dict(served),
         )
+        out.missing_since = float(since)
         return out
 
 
@@ -208,5 +216,8 @@ class FabricLedger:
         if self._problem:
             return f"not persisted: {self._problem} ({self.path})"
         if self.load_problem:
-            return f"persisted to {self.path}; the file found at start was ignored ({self.load_problem})"
+            return (
+                f"persisted to {self.path}; the file found at start was ignored "
+                f"({self.load_problem})"
+            )
         return f"persisted to {self.path}"

@@ -6,7 +6,8 @@ The layout (Documentation/ABI/testing/sysfs-class-infiniband, drivers/infiniband
         device -> ../../../0000:3d:00.0       the NIC's PCI function
         node_guid        0c42:a103:0065:d1a2  four groups of four hex digits
         fw_ver           28.39.1002
-        ports/1/state        "4: ACTIVE"      (0 NOP, 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER)
+        ports/1/state        "4: ACTIVE"      (0 NOP, 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE,
+                                               5 ACTIVE_DEFER)
         ports/1/phys_state   "5: LinkUp"      (1 Sleep, 2 Polling, 3 Disabled,
                                                4 PortConfigurationTraining, 5 LinkUp,
                                                6 LinkErrorRecovery, 7 Phy Test)
