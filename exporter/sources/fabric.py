@@ -22,7 +22,7 @@ source has named them (device and uuid): before, the join is not guessed at
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,8 +128,10 @@ class FabricSource(Source):
         config: FabricSourceConfig,
         state_dir: str = "",
         board: EvidenceBoard = BOARD,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(name, config)
+        self._wall = wall
         self.sys_path = config.sys_path
         self.state_dir = state_dir
         self.board = board
@@ -183,7 +185,7 @@ class FabricSource(Source):
     async def poll(self) -> Sequence[Reading]:
         """One pass: read sysfs, count, join, post evidence, keep the counts."""
         found = await self._call(scan, self.sys_path)
-        now = time.time()
+        now = self._wall()
         self._last = found
         self._note_problems(found)
         view = self._store.view() if self._store is not None else None
@@ -409,7 +411,7 @@ class FabricSource(Source):
                 continue
             before = self._downtrained.get(address)
             if before is not None and before[0] == what:
-                current[address] = (what, before[1] if before[2] else now, True)
+                current[address] = (what, before[1], True)  # dated from its first sight
                 if not before[2]:
                     self._log.warning(
                         "PCIe link downtrained",
