@@ -9,16 +9,16 @@ bus id (``pci_bus_id="0000:3b:00.0"``).
 from __future__ import annotations
 
 from exporter.catalog.spec import Kind, MetricSpec
-from exporter.host.infiniband import (
-    DATA_DIRECTIONS,
-    ERROR_COUNTERS,
-    HW_COUNTERS,
-    PHYS_STATES,
-    PORT_STATES,
-    UNKNOWN_STATE,
+from exporter.catalog.vocabulary import (
+    AER_SEVERITIES,
+    FABRIC_READ_REASONS,
+    NIC_DATA_DIRECTIONS,
+    NIC_ERROR_COUNTERS,
+    NIC_HW_COUNTERS,
+    NIC_PHYS_STATES,
+    NIC_PORT_STATES,
+    NIC_UNKNOWN_STATE,
 )
-from exporter.host.pcie import AER_SEVERITIES
-from exporter.host.sysfs_read import READ_REASONS
 
 PORT = ("nic", "port")
 BUS = ("pci_bus_id",)
@@ -57,8 +57,8 @@ ROWS = (
         "as words: active, down, init, armed; link_up, polling, disabled, ...",
         (*PORT, "state", "phys_state"),
         values={
-            "state": (*PORT_STATES.values(), UNKNOWN_STATE),
-            "phys_state": (*PHYS_STATES.values(), UNKNOWN_STATE),
+            "state": (*NIC_PORT_STATES, NIC_UNKNOWN_STATE),
+            "phys_state": (*NIC_PHYS_STATES, NIC_UNKNOWN_STATE),
         },
     ),
     MetricSpec(
@@ -76,7 +76,7 @@ ROWS = (
         "a reset. Counters the device lacks (N/A (no PMA)) are absent.",
         (*PORT, "counter"),
         otel_unit="{error}",
-        values={"counter": ERROR_COUNTERS},
+        values={"counter": NIC_ERROR_COUNTERS},
     ),
     MetricSpec(
         "accel_nic_port_data_bytes_total",
@@ -85,7 +85,7 @@ ROWS = (
         "by the device in 4-byte words, multiplied here), by direction.",
         (*PORT, "direction"),
         unit="bytes",
-        values={"direction": DATA_DIRECTIONS},
+        values={"direction": NIC_DATA_DIRECTIONS},
     ),
     MetricSpec(
         "accel_nic_port_hw_events_total",
@@ -95,7 +95,7 @@ ROWS = (
         "notifications. A driver names the subset it has.",
         (*PORT, "counter"),
         otel_unit="{event}",
-        values={"counter": HW_COUNTERS},
+        values={"counter": NIC_HW_COUNTERS},
     ),
     MetricSpec(
         "accel_nic_port_flaps_total",
@@ -205,6 +205,6 @@ ROWS = (
         "(not the kernel's format). Each costs only its own value.",
         ("reason",),
         otel_unit="{error}",
-        values={"reason": READ_REASONS},
+        values={"reason": FABRIC_READ_REASONS},
     ),
 )

@@ -30,6 +30,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from exporter.catalog.vocabulary import (
+    NIC_DATA_DIRECTIONS,
+    NIC_ERROR_COUNTERS,
+    NIC_HW_COUNTERS,
+    NIC_PHYS_STATES,
+    NIC_PORT_STATES,
+    NIC_UNKNOWN_STATE,
+)
 from exporter.host.sysfs_read import (
     ParseError,
     ReadProblem,
@@ -41,58 +49,14 @@ from exporter.host.sysfs_read import (
 )
 
 ACTIVE = 4
-# The logical and physical port states by the number the kernel writes first
-# (IBA PortInfo PortState and PortPhysicalState), as label words.
-PORT_STATES = {0: "nop", 1: "down", 2: "init", 3: "armed", 4: "active", 5: "active_defer"}
-PHYS_STATES = {
-    0: "no_state_change",
-    1: "sleep",
-    2: "polling",
-    3: "disabled",
-    4: "port_configuration_training",
-    5: "link_up",
-    6: "link_error_recovery",
-    7: "phy_test",
-}
-UNKNOWN_STATE = "unknown"
-# The standard port counters exported (accel_nic_port_errors_total's counter label),
-# by their sysfs names: IBA PortCounters, every one an error or a link event.
-ERROR_COUNTERS = (
-    "link_downed",
-    "link_error_recovery",
-    "symbol_error",
-    "port_rcv_errors",
-    "port_rcv_remote_physical_errors",
-    "port_rcv_switch_relay_errors",
-    "port_xmit_discards",
-    "port_xmit_constraint_errors",
-    "port_rcv_constraint_errors",
-    "local_link_integrity_errors",
-    "excessive_buffer_overrun_errors",
-    "VL15_dropped",
-)
+# The logical and physical port states by the number the kernel writes first.
+PORT_STATES = dict(enumerate(NIC_PORT_STATES))
+PHYS_STATES = dict(enumerate(NIC_PHYS_STATES))
+UNKNOWN_STATE = NIC_UNKNOWN_STATE
+ERROR_COUNTERS = NIC_ERROR_COUNTERS
 # Data counters, in 4-octet words: (sysfs name, direction).
-DATA_COUNTERS = (("port_xmit_data", "transmit"), ("port_rcv_data", "receive"))
-DATA_DIRECTIONS = tuple(direction for _, direction in DATA_COUNTERS)
-# Driver counters worth a series (mlx5's hw_counters; other drivers name a subset):
-# transport retries and drops the fabric causes, and RoCE congestion notifications.
-HW_COUNTERS = (
-    "out_of_buffer",
-    "out_of_sequence",
-    "packet_seq_err",
-    "local_ack_timeout_err",
-    "rnr_nak_retry_err",
-    "implied_nak_seq_err",
-    "duplicate_request",
-    "req_cqe_error",
-    "resp_cqe_error",
-    "req_remote_access_errors",
-    "roce_adp_retrans",
-    "roce_slow_restart",
-    "np_cnp_sent",
-    "rp_cnp_handled",
-    "np_ecn_marked_roce_packets",
-)
+DATA_COUNTERS = tuple(zip(("port_xmit_data", "port_rcv_data"), NIC_DATA_DIRECTIONS, strict=True))
+HW_COUNTERS = NIC_HW_COUNTERS
 NO_PMA = "N/A (no PMA)"
 T = TypeVar("T")
 

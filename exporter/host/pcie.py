@@ -33,6 +33,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from exporter.catalog.vocabulary import AER_SEVERITIES
 from exporter.host.sysfs_read import (
     ParseError,
     ReadProblem,
@@ -43,12 +44,14 @@ from exporter.host.sysfs_read import (
 )
 
 # AER file -> (severity label, the line that totals it).
-AER_FILES = (
-    ("aer_dev_correctable", "correctable", "TOTAL_ERR_COR"),
-    ("aer_dev_nonfatal", "nonfatal", "TOTAL_ERR_NONFATAL"),
-    ("aer_dev_fatal", "fatal", "TOTAL_ERR_FATAL"),
+AER_FILES = tuple(
+    zip(
+        ("aer_dev_correctable", "aer_dev_nonfatal", "aer_dev_fatal"),
+        AER_SEVERITIES,
+        ("TOTAL_ERR_COR", "TOTAL_ERR_NONFATAL", "TOTAL_ERR_FATAL"),
+        strict=True,
+    )
 )
-AER_SEVERITIES = tuple(severity for _, severity, _ in AER_FILES)
 # The slowest PCIe rate (Gen1): where a GPU's link rests while it idles. NVIDIA and AMD
 # accelerators drop their link to 2.5 GT/s to save power and train it back up under
 # load, so a link at 2.5 GT/s says nothing about its training (see downtrained()).

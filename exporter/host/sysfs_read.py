@@ -14,10 +14,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from exporter.catalog.vocabulary import FABRIC_READ_REASONS
+
 # The reasons of accel_fabric_read_errors_total: a file listed and gone when read, one
 # that could not be read, one whose text is not what the kernel writes there.
-VANISHED, UNREADABLE, MALFORMED = "vanished", "unreadable", "malformed"
-READ_REASONS = (VANISHED, UNREADABLE, MALFORMED)
+READ_REASONS = FABRIC_READ_REASONS
+VANISHED, UNREADABLE, MALFORMED = READ_REASONS
 # sysfs attributes are one page at most; the fabric's are a line.
 LIMIT = 4096
 
