@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from exporter import action_file, actions, afids, health_rules, log, scope, trend
+from exporter.catalog.device import INFO_LABELS
 from exporter.config.health import HealthConfig
+from exporter.evidence import BOARD, Evidence, EvidenceBoard
 from exporter.health_state.memory import DeviceMemory
 from exporter.model import Reading
 from exporter.vendors import VENDORS
@@ -159,8 +161,15 @@ _FAMILIES = frozenset(
         "accel_device_down_reason_info",
         "accel_device_isolated_info",
         "accel_device_domain_info",
+        "accel_device_info",
     }
 )
+# accel_device_info's label positions of the identity and the PCI address (the key of
+# evidence posted by bus id: exporter.evidence).
+_INFO_IDENT = (INFO_LABELS.index("device"), INFO_LABELS.index("uuid"))
+_INFO_BUS = INFO_LABELS.index("pci_bus_id")
+# A finding from evidence lists what every item of its reason saw, up to this long.
+EVIDENCE_DETAIL_CHARS = 500
 
 
 def _boot_time(path: str = "/proc/stat") -> float:
@@ -245,6 +254,10 @@ class HealthJudge:
     _counted: dict[tuple[str, ...], float] = field(default_factory=dict)
     # Error rates as trends (exporter.trend): degraded or predicted, never failed.
     trends: trend.DeviceTrends = field(default_factory=trend.DeviceTrends)
+    # Evidence from outside the source (diagnostics, the fabric, trends): exporter.evidence.
+    evidence: EvidenceBoard = BOARD
+    # identity -> its PCI bus id as accel_device_info last said (kept while it is unread).
+    _bus: dict[Identity, str] = field(default_factory=dict)
 
     @classmethod
     def configured(cls, config: HealthConfig, source: str = "") -> HealthJudge:
@@ -337,6 +350,10 @@ class HealthJudge:
         for r in picked:
             if r.metric == "accel_device_down_reason_info":
                 down_why.setdefault(r.labels[:2], set()).add(r.labels[2])
+            elif r.metric == "accel_device_info" and len(r.labels) > _INFO_BUS:
+                self._bus[(r.labels[_INFO_IDENT[0]], r.labels[_INFO_IDENT[1]])] = r.labels[
+                    _INFO_BUS
+                ]
         if unread:
             picked = [r for r in picked if r.labels[:2] not in unread]
         devices: dict[Identity, dict[str, str]] = {
@@ -359,7 +376,7 @@ class HealthJudge:
                 key = (labels[:2], "xid", labels[2])
                 events[key] = max(events.get(key, 0.0), value)
                 continue
-            if metric == "accel_device_down_reason_info":
+            if metric in ("accel_device_down_reason_info", "accel_device_info"):
                 continue
             if metric == "accel_device_isolated_info":
                 isolated.add(labels[:2])
@@ -447,6 +464,7 @@ class HealthJudge:
                 advice2 = health_rules.reason_advice(reason, why_down)
                 if advice2 is not None:
                     findings.append(_finding(reason, advice2))
+            self._add_evidence(ident, reasons, findings, wall)
             out.append(self._record(ident, reasons, findings, wall))
         for ident, why in unread.items():
             # Only what is remembered of the device: the events still in their window
@@ -458,8 +476,40 @@ class HealthJudge:
                 if reason in AFID_REASONS
             }
             _event_reasons(reasons, findings)
+            # Evidence from outside the source is about the device, not about the
+            # exporter's worker: listed like a remembered event (the state stays unknown).
+            self._add_evidence(ident, reasons, findings, wall)
             out.append(self._record(ident, reasons, findings, wall, why or "not read"))
         return self.trends.counted(self._scoped(out, devices, named))
+
+    def _add_evidence(
+        self, ident: Identity, reasons: dict[str, str], findings: list[Finding], wall: float
+    ) -> None:
+        """The live evidence about the device: one reason and one finding per evidence reason.
+
+        The reason takes the worst state any item of it gives, unless the same reason is
+        already worse; the finding is the advice of its most disruptive item (then the
+        worst state, then the newest), dated by the newest item, its detail every item's
+        (the evidence's own, else its advice's). One finding per reason: two sources or
+        two runs saying the same thing make one ``accel_device_action_reason_info`` series.
+        """
+        by_reason: dict[str, list[Evidence]] = {}
+        for ev in self.evidence.for_device(ident[1], self._bus.get(ident, ""), wall):
+            by_reason.setdefault(ev.reason, []).append(ev)
+        for reason, items in sorted(by_reason.items()):
+            state = max((ev.state for ev in items), key=RANK.__getitem__)
+            had = reasons.get(reason)
+            if had is None or RANK[state] > RANK[had]:
+                reasons[reason] = state
+            lead = max(
+                items,
+                key=lambda e: (actions.RANK[e.advice.action], RANK[e.state], e.observed_at),
+            )
+            details = [lead.detail or lead.advice.detail]
+            details += [e.detail or e.advice.detail for e in items if e is not lead]
+            detail = "; ".join(dict.fromkeys(d for d in details if d))[:EVIDENCE_DETAIL_CHARS]
+            newest = max(ev.observed_at for ev in items)
+            findings.append(_finding(reason, replace(lead.advice, detail=detail), at=newest))
 
     def _scoped(
         self,
@@ -796,6 +846,7 @@ class HealthJudge:
             self._seen,
             self._grew_wall,
             self._domains,
+            self._bus,
             self._afid_counts,
             self._afid_hits,
             self.latest,

@@ -15,7 +15,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from exporter import catalog, vendors  # noqa: E402
-from exporter.catalog import CATALOG, ccl, device, exporter_self, host, totals, workload  # noqa: E402
+from exporter.catalog import (  # noqa: E402
+    CATALOG,
+    ccl,
+    device,
+    exporter_self,
+    fabric,
+    host,
+    totals,
+    workload,
+)
 from exporter.catalog.otel import METRICS as OTEL  # noqa: E402
 from exporter.catalog.otel import SEMCONV_VERSION  # noqa: E402
 from exporter.commands.flags import DERIVED, key_help, leaf_class, sections  # noqa: E402
@@ -33,6 +42,7 @@ TITLES = {
     totals: "Per-device totals of per-link families (derived while rendering)",
     ccl: "NCCL/RCCL",
     workload: "Workloads",
+    fabric: "Fabric: RDMA NICs and PCIe links (docs/fabric.md)",
 }
 TITLES.update(
     (sys.modules[f"exporter.catalog.{v.catalog}"], f"{v.title} only") for v in vendors.VENDORS

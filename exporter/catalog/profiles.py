@@ -111,6 +111,15 @@ MINIMAL: frozenset[str] = frozenset(
         "accel_ccl_straggler_rank",
         "accel_ccl_collective_skew_ratio",
         "accel_ccl_collective_bus_bandwidth_bytes_per_second",
+        # The fabric: NIC ports, their joins to GPUs, PCIe training (the fabric alerts).
+        "accel_nic_port_up",
+        "accel_nic_port_errors_total",
+        "accel_nic_port_flaps_total",
+        "accel_nic_port_outage_seconds_total",
+        "accel_nic_missing",
+        "accel_nic_gpu_info",
+        "accel_pci_link_downtrained",
+        "accel_pci_aer_errors_total",
     }
 )
 
