@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from exporter import log, noisy_signals
+from exporter import evidence, log, noisy_signals
 from exporter.actions import ACTIONS, PROVENANCES, SCOPES, Advice
 from exporter.catalog import CATALOG
 from exporter.model import Reading
@@ -105,6 +105,11 @@ class TrendRule:
         unknown = [n for n in (*self.subject, *dict(self.match)) if n not in spec.labels]
         if unknown:
             raise RuleError(f"{where}: {self.family} has no label {', '.join(unknown)}")
+        for name, values in self.match:
+            allowed = spec.values.get(name)
+            if allowed and set(values) - set(allowed):
+                bad = ", ".join(sorted(set(values) - set(allowed)))
+                raise RuleError(f"{where}: {name} is never {bad} (the catalog enumerates it)")
         advice = self.advice
         if advice.action not in ACTIONS or (advice.escalation and advice.escalation not in ACTIONS):
             raise RuleError(f"{where}: action or escalation not in the vocabulary")
@@ -596,3 +601,78 @@ class DeviceTrends:
                 )
             out.append(record)
         return tuple(out)
+
+
+# -- the fabric's hook: trend hits as evidence for the GPUs they reach ----------------
+
+# The families that name which GPU a NIC or a PCI function serves (exporter.catalog.fabric).
+JOIN_FAMILIES = frozenset({"accel_nic_gpu_info", "accel_pci_device_info"})
+# Evidence a fabric poll posts lives this many of its rule's windows beyond the clear
+# streak: renewed every poll, gone by itself when the fabric source stops posting.
+EVIDENCE_WINDOWS = 2
+
+
+@dataclass
+class FabricTrends:
+    """The fabric's trend rules; each raised one posted to the evidence board as ``trend``.
+
+    A hit on a NIC port (``nic``, ``port``) is evidence for every GPU joined to the NIC
+    (``accel_nic_gpu_info``); a hit on a PCI function (``pci_bus_id``) for the device at
+    that bus id, or, when the function is a NIC (``accel_pci_device_info`` kind nic),
+    for the GPUs joined to it. :meth:`post` replaces all of the ``trend`` source's
+    evidence at once, so a cleared or forgotten rule is gone from the board.
+    """
+
+    tracker: TrendTracker = field(default_factory=lambda: TrendTracker(FABRIC_RULES, "fabric"))
+    board: evidence.EvidenceBoard = evidence.BOARD
+
+    @property
+    def families(self) -> frozenset[str]:
+        """The families :meth:`post` reads (the rules' and the joins)."""
+        return self.tracker.families | JOIN_FAMILIES
+
+    def post(self, readings: Iterable[Reading], now: float, wall: float) -> int:
+        """Take one fabric poll (monotonic ``now``, wall-clock ``wall``); items posted.
+
+        Never raises for what the readings hold: a join that names no GPU posts nothing.
+        """
+        wanted = self.families
+        mine = [r for r in readings if r.metric in wanted]
+        gpus: dict[str, set[str]] = {}  # nic -> device keys of the GPUs it serves
+        nic_at: dict[str, str] = {}  # pci bus id -> the NIC there
+        for r in mine:
+            if r.metric == "accel_nic_gpu_info":
+                nic, _device, uuid, bus, _via = r.labels
+                key = evidence.device_key(uuid or bus)
+                if key:
+                    gpus.setdefault(nic, set()).add(key)
+            elif r.metric == "accel_pci_device_info" and r.labels[1] == "nic" and r.labels[4]:
+                nic_at[evidence.device_key(r.labels[0])] = r.labels[4]
+        items: dict[str, list[evidence.Evidence]] = {}
+        for hit in self.tracker.observe(mine, now):
+            rule = hit.rule
+            if rule.subject == ("nic", "port"):
+                nic, port = hit.subject
+                keys, where = gpus.get(nic, set()), f"NIC {nic} port {port}"
+            else:
+                bus = evidence.device_key(hit.subject[0])
+                nic2 = nic_at.get(bus)
+                keys = gpus.get(nic2, set()) if nic2 else {bus}
+                where = f"PCI {bus}" + (f" (NIC {nic2})" if nic2 else "")
+            item = evidence.Evidence(
+                source="trend",
+                reason=rule.reason,
+                state=rule.state,
+                advice=rule.advice,
+                observed_at=wall,
+                expires_at=wall + rule.length_s * (rule.clear_windows + EVIDENCE_WINDOWS),
+                detail=f"{where}: {hit.detail()}",
+            )
+            for key in sorted(keys):
+                items.setdefault(key, []).append(item)
+        self.board.replace("trend", items)
+        return sum(len(v) for v in items.values())
+
+
+# The process-wide fabric trends: the fabric source calls FABRIC.post once per poll.
+FABRIC = FabricTrends()
