@@ -276,8 +276,9 @@ class TrendTracker:
         gbps = links.get(subject)
         if gbps is None:
             return None  # DCGM's health watch skips the check without gen and width too
-        # DCGM: replays per minute allowed = ceil(BER 1e-12 x link bits per minute).
-        return math.ceil(rule.threshold_per_s * 60 * gbps) / 60
+        # DCGM warns on more replays a minute than ceil(BER 1e-12 x the link's bits a
+        # minute): "more than N" is "at least N + 1" of whole replays.
+        return (math.ceil(rule.threshold_per_s * 60 * gbps) + 1) / 60
 
     def _step(
         self,
