@@ -160,15 +160,19 @@ class FabricSource(Source):
         if not isinstance(old, FabricSource):
             return
         if old.ledger.path == self.ledger.path:
-            self.ledger.close()
-            self.ledger = old.ledger
+            mine, self.ledger = self.ledger, old.ledger
+            self.ledger.reclaim()  # before letting go of ours: the file's lock stays held
+            mine.close()
         self.read_errors = dict(old.read_errors)
         self._failing = set(old._failing)
         self._downtrained = dict(old._downtrained)
 
     async def close(self) -> None:
-        """Withdraw this source's evidence; the state file's lock goes with the last claim."""
-        self.board.replace(self.name, {})
+        """Let go of the state file (its lock goes with the last claim in the process).
+
+        The evidence posted stays until it expires (``stale_after``): a reload's new
+        source posts its own at its first poll, and no verdict blinks meanwhile.
+        """
         self.ledger.close()
 
     def status(self) -> dict[str, Any]:
@@ -327,8 +331,8 @@ class FabricSource(Source):
                         1.0,
                     )
                 )
-                if port.rate is not None:
-                    out.append(Reading("accel_nic_port_rate_bits_per_second", key, port.rate))
+                if port.rate is not None:  # bits to the base unit, bytes
+                    out.append(Reading("accel_nic_port_rate_bytes_per_second", key, port.rate / 8))
                 out.extend(
                     Reading("accel_nic_port_errors_total", (*key, c), float(port.counters[c]))
                     for c in ERROR_COUNTERS
