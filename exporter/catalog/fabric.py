@@ -62,11 +62,12 @@ ROWS = (
         },
     ),
     MetricSpec(
-        "accel_nic_port_rate_bits_per_second",
+        "accel_nic_port_rate_bytes_per_second",
         Kind.GAUGE,
-        "The port's signalling rate (ports/N/rate, e.g. 200 Gb/sec (4X HDR)), in bits per second.",
+        "The port's signalling rate (ports/N/rate, e.g. 200 Gb/sec (4X HDR) is 2.5e10), in "
+        "bytes per second (the base unit, as node_infiniband_rate_bytes_per_second).",
         PORT,
-        unit="bits_per_second",
+        unit="bytes_per_second",
     ),
     MetricSpec(
         "accel_nic_port_errors_total",

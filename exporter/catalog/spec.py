@@ -22,7 +22,6 @@ UNITS: dict[str, str] = {
     "hertz": "Hz",
     "ratio": "1",
     "bytes_per_second": "By/s",
-    "bits_per_second": "bit/s",
     "transfers_per_second": "{transfer}/s",
     "": "1",
 }

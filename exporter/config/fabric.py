@@ -21,9 +21,7 @@ class FabricSourceConfig(SourceConfig):
 
     HELP: ClassVar[dict[str, str]] = {
         "sys_path": "where /sys is read (the host's, in a container)",
-        "state_dir": (
-            "where flap, outage and missing-NIC counts survive restarts ('': health.state_dir)"
-        ),
+        "state_dir": "where flap, outage and lost-NIC counts persist ('': health.state_dir)",
     }
 
     enabled: Enabled = True

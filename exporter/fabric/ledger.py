@@ -116,6 +116,11 @@ class FabricLedger:
         if self._file is not None:
             self._file.release(self)
 
+    def reclaim(self) -> None:
+        """Write again after :meth:`close` (a reload's new source took this memory over)."""
+        if self._file is not None:
+            self._file.claim(self)
+
     def port(self, key: str) -> PortMemory:
         """The memory of port ``key`` (``mlx5_0/1``), made on first sight."""
         found = self.ports.get(key)

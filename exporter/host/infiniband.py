@@ -39,6 +39,8 @@ from exporter.catalog.vocabulary import (
     NIC_UNKNOWN_STATE,
 )
 from exporter.host.sysfs_read import (
+    UNREADABLE,
+    VANISHED,
     ParseError,
     ReadProblem,
     Unread,
@@ -258,9 +260,11 @@ def read_nic(sys_path: str, name: str, problems: list[ReadProblem]) -> Nic | Non
     ports_dir = os.path.join(base, "ports")
     numbers = listdir(ports_dir)
     if numbers is None:
-        if os.path.lexists(base):
-            problems.append(ReadProblem(ports_dir, "unreadable", "cannot list the ports"))
-        return None  # unbound between the class listing and now: not there
+        if os.path.exists(base):  # there, but its ports cannot be listed
+            problems.append(ReadProblem(ports_dir, UNREADABLE, "cannot list the ports"))
+        else:  # listed a moment ago, gone now (unbound, unplugged): not there
+            problems.append(ReadProblem(base, VANISHED, "gone between the listing and the read"))
+        return None
     pci_path = resolve(os.path.join(base, "device"))
     address = os.path.basename(pci_path)
     pci_bus_id = address.lower() if _BDF.match(address) else ""

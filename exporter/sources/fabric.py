@@ -89,27 +89,35 @@ class Scan:
     pci_problem: str = ""
 
 
-def scan(sys_path: str) -> Scan:
-    """Read the NICs, the accelerators and every one's PCIe link (blocking)."""
-    found = read_nics(sys_path)
-    problems = list(found.problems)
-    accelerators: dict[str, int] | None = {}
-    pci_problem = ""
-    try:
-        functions = pci_functions(Path(sys_path))
-    except SysfsError as exc:
-        accelerators, functions, pci_problem = None, [], str(exc)
-    for function in functions:
-        assert accelerators is not None
+def accelerators_on(sys_path: Path) -> dict[str, int]:
+    """Address -> PCI vendor id of every accelerator on the bus (the PCI census's test).
+
+    SysfsError when the bus cannot be listed; a function that vanishes while it is
+    looked at is skipped.
+    """
+    out = {}
+    for function in pci_functions(sys_path):
         try:
             vendor = hex_attr(function.path / "vendor")
             if vendor not in _KNOWN_VENDORS:
                 continue
             accelerator = is_accelerator(hex_attr(function.path / "class"))
         except SysfsError:
-            continue  # a function that vanished while the bus was listed
+            continue
         if accelerator and not function.is_virtual:
-            accelerators[function.address] = vendor
+            out[function.address] = vendor
+    return out
+
+
+def scan(sys_path: str) -> Scan:
+    """Read the NICs, the accelerators and every one's PCIe link (blocking)."""
+    found = read_nics(sys_path)
+    problems = list(found.problems)
+    try:
+        accelerators: dict[str, int] | None = accelerators_on(Path(sys_path))
+        pci_problem = ""
+    except SysfsError as exc:
+        accelerators, pci_problem = None, str(exc)
     links: dict[str, PciLink] = {}
     wanted = [*(accelerators or {}), *(nic.pci_bus_id for nic in found.nics if nic.pci_bus_id)]
     for address in wanted:
@@ -160,15 +168,19 @@ class FabricSource(Source):
         if not isinstance(old, FabricSource):
             return
         if old.ledger.path == self.ledger.path:
-            self.ledger.close()
-            self.ledger = old.ledger
+            mine, self.ledger = self.ledger, old.ledger
+            self.ledger.reclaim()  # before letting go of ours: the file's lock stays held
+            mine.close()
         self.read_errors = dict(old.read_errors)
         self._failing = set(old._failing)
         self._downtrained = dict(old._downtrained)
 
     async def close(self) -> None:
-        """Withdraw this source's evidence; the state file's lock goes with the last claim."""
-        self.board.replace(self.name, {})
+        """Let go of the state file (its lock goes with the last claim in the process).
+
+        The evidence posted stays until it expires (``stale_after``): a reload's new
+        source posts its own at its first poll, and no verdict blinks meanwhile.
+        """
         self.ledger.close()
 
     def status(self) -> dict[str, Any]:
@@ -327,8 +339,8 @@ class FabricSource(Source):
                         1.0,
                     )
                 )
-                if port.rate is not None:
-                    out.append(Reading("accel_nic_port_rate_bits_per_second", key, port.rate))
+                if port.rate is not None:  # bits to the base unit, bytes
+                    out.append(Reading("accel_nic_port_rate_bytes_per_second", key, port.rate / 8))
                 out.extend(
                     Reading("accel_nic_port_errors_total", (*key, c), float(port.counters[c]))
                     for c in ERROR_COUNTERS

@@ -16,6 +16,7 @@ from typing import Any
 from tests.e2e.test_nvml_daemon import OTHERS_OFF
 from tests.fakes.fabric_sysfs import FabricSysfs
 from tests.helpers.daemon import samples, value
+from tests.helpers.promtool import check_metrics
 
 
 def config(sys_path: Path, state: Path) -> dict[str, Any]:
@@ -59,6 +60,7 @@ def test_joins_a_downtrained_gpu_a_lost_nic_and_bad_files(
     assert value(text, "accel_device_health", state="ok", device="0", uuid=u0) == 1
     assert value(text, "accel_exporter_source_up", source="fabric") == 1
     assert value(text, "accel_fabric_read_errors_total", reason="vanished") == 0
+    check_metrics(text)
 
     # A counter listed and gone when read; another unreadable; link_downed going back.
     counters = tree.port_dir("mlx5_0") / "counters"

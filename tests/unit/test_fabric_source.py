@@ -118,7 +118,7 @@ def test_exact_readings_of_two_gpus_and_two_nics(tree: FabricSysfs) -> None:
         ("mlx5_0", "1", "active", "link_up"): 1.0,
         ("mlx5_1", "1", "active", "link_up"): 1.0,
     }
-    assert got[("accel_nic_port_rate_bits_per_second", ("mlx5_0", "1"))] == 200e9
+    assert got[("accel_nic_port_rate_bytes_per_second", ("mlx5_0", "1"))] == 25e9
     errors = family(got, "accel_nic_port_errors_total")
     assert len(errors) == 2 * 12
     assert errors[("mlx5_0", "1", "symbol_error")] == 12
@@ -410,11 +410,11 @@ def test_unreadable_and_malformed_files_are_counted_by_reason(tree: FabricSysfs)
     got = poll(src)
     assert got[("accel_fabric_read_errors_total", ("unreadable",))] == 1
     assert got[("accel_fabric_read_errors_total", ("malformed",))] == 2
-    assert ("accel_nic_port_rate_bits_per_second", ("mlx5_1", "1")) not in got
+    assert ("accel_nic_port_rate_bytes_per_second", ("mlx5_1", "1")) not in got
     assert ("accel_nic_port_errors_total", ("mlx5_1", "1", "port_rcv_errors")) not in got
     assert ("accel_pci_link_width", ("0000:24:00.0",)) not in got
     # Everything else is there: the other port's rate, the GPU's speed, its max width.
-    assert got[("accel_nic_port_rate_bits_per_second", ("mlx5_0", "1"))] == 200e9
+    assert got[("accel_nic_port_rate_bytes_per_second", ("mlx5_0", "1"))] == 25e9
     assert got[("accel_pci_link_max_width", ("0000:24:00.0",))] == 16
     assert got[("accel_pci_link_speed_transfers_per_second", ("0000:24:00.0",))] == 32e9
 
