@@ -22,6 +22,7 @@ from exporter.catalog import (  # noqa: E402
     CATALOG,
     ccl,
     device,
+    diag,
     exporter_self,
     fabric,
     host,
@@ -44,6 +45,7 @@ TITLES = {
     device: "Devices (every vendor)",
     totals: "Per-device totals of per-link families (derived while rendering)",
     ccl: "NCCL/RCCL",
+    diag: "Diagnostic runs",
     workload: "Workloads",
     fabric: "Fabric: RDMA NICs and PCIe links (docs/fabric.md)",
 }
