@@ -23,6 +23,8 @@ lists every rule.
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
@@ -675,5 +677,25 @@ class FabricTrends:
         return sum(len(v) for v in items.values())
 
 
-# The process-wide fabric trends: the fabric source calls FABRIC.post once per poll.
-FABRIC = FabricTrends()
+# The fabric trends of each board: a reload's new fabric source finds the windows and
+# streaks of the one before (a trend does not start over, nor blink, at a reload).
+_FABRIC: weakref.WeakKeyDictionary[evidence.EvidenceBoard, FabricTrends] = (
+    weakref.WeakKeyDictionary()
+)
+_FABRIC_LOCK = threading.Lock()
+
+
+def fabric_trends(
+    board: evidence.EvidenceBoard = evidence.BOARD, rules: Sequence[TrendRule] | None = None
+) -> FabricTrends:
+    """The fabric trends posting to ``board`` (one per board); the fabric source's hook.
+
+    ``rules`` (default: the shipped fabric rules) are those of the board's first call;
+    later calls get the trends already made.
+    """
+    with _FABRIC_LOCK:
+        found = _FABRIC.get(board)
+        if found is None:
+            tracker = TrendTracker(tuple(FABRIC_RULES if rules is None else rules), "fabric")
+            found = _FABRIC[board] = FabricTrends(tracker, board)
+        return found

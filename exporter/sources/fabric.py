@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exporter import log
+from exporter import log, trend
 from exporter.backends.sysfs import SysfsError, hex_attr, pci_functions
 from exporter.catalog.device import INFO_LABELS
 from exporter.config.fabric import FabricSourceConfig
@@ -208,6 +208,7 @@ class FabricSource(Source):
             *self._pci_readings(found, present, named),
         ]
         self._post(found, present, now)
+        trend.fabric_trends(self.board).post(readings, time.monotonic(), now)
         readings.extend(
             Reading("accel_fabric_read_errors_total", (r,), float(n))
             for r, n in self.read_errors.items()

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from dataclasses import replace
+
+from exporter.catalog.device import INFO_LABELS
+from exporter.config.fabric import FabricSourceConfig
 from exporter.evidence import EvidenceBoard
 from exporter.health import HealthJudge
 from exporter.model import Reading
-from exporter.trend import FabricTrends
+from exporter.sources.fabric import FabricSource
+from exporter.store import View
+from exporter.trend import FABRIC_RULES, FabricTrends, fabric_trends
+from tests.fakes.fabric_sysfs import FabricSysfs
 
 GPU_A = ("0", "GPU-a", "0000:1b:00.0")
 GPU_B = ("1", "GPU-b", "0000:3b:00.0")
@@ -109,3 +118,52 @@ def test_a_nic_counter_reset_is_a_new_baseline_never_a_negative_window():
         fabric.post([*joins(), reading], minute * 60.0, minute * 60.0)
     (found,) = board.for_device("GPU-a", "", 4 * 60.0)
     assert (found.reason, found.state) == ("nic_link_recovery_rate", "degraded")
+
+
+def test_the_fabric_source_posts_its_trend_hits_for_the_gpu_behind_the_nic(tmp_path):
+    # The real fabric source on the fake sysfs (2 GPUs, 2 NICs, each pair behind its own
+    # switch), with the shipped link-recovery rule shortened to windows of 0.2 s.
+    shipped = next(r for r in FABRIC_RULES if r.reason == "nic_link_recovery_rate")
+    rule = replace(shipped, length_s=0.2, threshold_per_s=1.0)
+    tree = FabricSysfs(tmp_path / "sys")
+    tree.node(2)
+    board = EvidenceBoard()
+    fabric_trends(board, rules=(rule,))
+    config = FabricSourceConfig(sys_path=str(tree.root), interval=10.0)
+    src = FabricSource("fabric", config, "", board=board)
+    store = NamedGpus()
+    src.attach(store)
+    count = 0
+    # Grown by 100 between polls at least 0.25 s apart: far above 1/s whatever a
+    # loaded machine makes of the windows' length.
+    for _ in range(5):
+        tree.set_counter("mlx5_0", "link_error_recovery", count)
+        asyncio.run(src.poll())
+        count += 100
+        time.sleep(0.25)
+    now = time.time()
+    (found,) = board.for_device("GPU-aaaa-0000", "0000:18:00.0", now)
+    assert (found.source, found.reason, found.state) == (
+        "trend",
+        "nic_link_recovery_rate",
+        "degraded",
+    )
+    assert found.detail.startswith("NIC mlx5_0 port 1: ")
+    assert board.for_device("GPU-aaaa-0001", "0000:24:00.0", now) == []
+    assert fabric_trends(board).tracker.rules == (rule,)  # one per board, kept
+
+
+class NamedGpus:
+    """What the device sources reported: the two GPUs' accel_device_info."""
+
+    def view(self) -> View:
+        rows = []
+        for device, uuid, bus in (
+            ("0", "GPU-aaaa-0000", "00000000:18:00.0"),
+            ("1", "GPU-aaaa-0001", "00000000:24:00.0"),
+        ):
+            info = {"vendor": "nvidia", "device": device, "uuid": uuid, "pci_bus_id": bus}
+            rows.append(
+                Reading("accel_device_info", tuple(info.get(k, "") for k in INFO_LABELS), 1.0)
+            )
+        return View((), rows)
