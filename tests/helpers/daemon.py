@@ -63,8 +63,9 @@ def probes_off(
 
 # The fabric source is on by default and reads the host's /sys: a daemon a test starts
 # runs without it unless the test names it (its own fake sysfs, tests/fakes/fabric_sysfs.py),
-# so no test's series depend on the machine's PCI bus.
-HOST_SOURCES = ("fabric",)
+# so no test's series depend on the machine's PCI bus. The diag source, on by default too,
+# reads a host directory: likewise (the diag tests name theirs).
+HOST_SOURCES = ("fabric", "diag")
 
 
 def host_sources_off(
