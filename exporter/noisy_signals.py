@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from exporter.catalog.device import INFO_LABELS
 from exporter.model import Reading
 from exporter.verdict import DEGRADED, PREDICTED
 
@@ -39,8 +40,10 @@ FACT_FAMILIES = frozenset(
         "accel_amd_afid_last_timestamp_seconds",
     }
 )
-# accel_device_info's label positions (exporter.catalog.device.INFO_LABELS).
-_INFO_VENDOR, _INFO_DEVICE, _INFO_UUID, _INFO_DRIVER = 0, 1, 2, 7
+# accel_device_info's label positions.
+_INFO_VENDOR, _INFO_DEVICE, _INFO_UUID, _INFO_DRIVER = (
+    INFO_LABELS.index(name) for name in ("vendor", "device", "uuid", "driver_version")
+)
 # A fact name for the newest CPER record of one AFID.
 RECORD_FACT = "cper_newest:"
 _NUMBER = re.compile(r"\d+")

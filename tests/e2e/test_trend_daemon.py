@@ -61,6 +61,9 @@ def test_nvlink_error_rates_degrade_or_predict_never_fail_and_crc_is_downgraded(
     rules.write_text(yaml.safe_dump(RULES))
     config = nvml_config()
     config["health"] = {"trend_rules": str(rules)}
+    # The verdict families are in the minimal profile: a small exposition to parse twice a
+    # second on a loaded machine.
+    config["outputs"]["prometheus"]["profile"] = "minimal"
     fake = fake_nvml(4)
     d = daemon_factory(config, env=fake.env())
     u = [fake.uuid(i) for i in range(4)]
@@ -87,7 +90,7 @@ def test_nvlink_error_rates_degrade_or_predict_never_fail_and_crc_is_downgraded(
     grower = threading.Thread(target=grow, daemon=True)
     grower.start()
     seen: dict[int, set[str | None]] = {i: set() for i in range(4)}
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     got = None
     try:
         while time.monotonic() < deadline:
@@ -105,7 +108,7 @@ def test_nvlink_error_rates_degrade_or_predict_never_fail_and_crc_is_downgraded(
             if state(s, 0) == "degraded" and state(s, 2) == "predicted_failure" and downgraded:
                 got = s
                 break
-            time.sleep(0.25)
+            time.sleep(0.5)
     finally:
         stop.set()
         grower.join()
@@ -138,4 +141,4 @@ def test_nvlink_error_rates_degrade_or_predict_never_fail_and_crc_is_downgraded(
         s = samples(d.metrics())
         return state(s, 0) == "ok" and state(s, 2) == "ok"
 
-    d.wait_for(cleared, timeout=30, what="GPUs 0 and 2 ok again after quiet windows")
+    d.wait_for(cleared, timeout=60, what="GPUs 0 and 2 ok again after quiet windows")
