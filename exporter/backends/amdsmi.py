@@ -14,18 +14,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
-import importlib
-import importlib.util
-import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from exporter import log
 from exporter.backend_api import crumb
-from exporter.backends import libsearch
+from exporter.backend_api.cper import Ledger, LedgerError
+from exporter.backend_api.wire import Rows, merge
 from exporter.backends.amdsmi_binding import AmdBinding
 from exporter.backends.amdsmi_domains import read_domains
 from exporter.backends.amdsmi_events import EventWatcher, Watched
@@ -38,21 +35,15 @@ from exporter.backends.amdsmi_fields import (
     read_processes,
     status_name,
 )
-from exporter.backends.amdsmi_ras import (
-    CperReader,
-    Ledger,
-    LedgerError,
-    export_ledger,
-    read_bad_pages,
-)
+from exporter.backends.amdsmi_load import load_amdsmi
+from exporter.backends.amdsmi_ras import CperReader, export_ledger, read_bad_pages
 from exporter.backends.base import (
     BackendError,
     BackendUnavailable,
     InventoryChanged,
     unique_uuids,
 )
-from exporter.backends.contract import DeviceGone, Failing, count, poll_devices
-from exporter.backends.wire import Rows, merge
+from exporter.backends.contract import DeviceGone, Failing, count, expect_poll, poll_devices
 from exporter.catalog.vocabulary import AMD_HEALTH_EVENTS
 
 SOURCE = "amdsmi"
@@ -99,62 +90,6 @@ class Gpu:
     def primary(self) -> bool:
         """Whether this device speaks for its physical GPU (RAS is per GPU, not partition)."""
         return not self.partitioned or self.xcp == 0
-
-
-def load_amdsmi() -> Any:
-    """Import amdsmi; BackendUnavailable when the package or its library is missing.
-
-    The wrapper looks for ``libamd_smi.so`` while it is imported and, when it
-    finds none, prints the error and then fails with ``KeyError``.
-    """
-    try:
-        return importlib.import_module("amdsmi")
-    except ImportError as exc:
-        raise BackendUnavailable(
-            "binding_missing",
-            "the amdsmi package is not installed "
-            f"(accel-exporter's 'amd' extra, docs/deploy.md): {exc}",
-        ) from None
-    except KeyError:
-        # The wrapper's way of saying no library loaded (it printed why): say where it looked.
-        found = amdsmi_search()
-        detail = f"amdsmi could not load {found.path}" if found.path else found.detail
-        raise BackendUnavailable("library_not_found", detail) from None
-    except OSError as exc:
-        raise BackendUnavailable(
-            "library_not_found",
-            f"amdsmi cannot load libamd_smi.so (install amd-smi-lib, or set ROCM_PATH): {exc}",
-        ) from None
-    except AttributeError as exc:
-        # The wrapper binds every C function at import: a missing one means the
-        # pip package is newer than the installed library.
-        raise BackendUnavailable(
-            "library_mismatch",
-            "libamd_smi.so lacks a function the amdsmi package binds; install the amdsmi "
-            f"package of the ROCm release on this node: {exc}",
-        ) from None
-
-
-AMDSMI = libsearch.Library("libamd_smi.so", (), "ROCM_PATH", "amd-smi-lib")
-
-
-def amdsmi_search(env: Mapping[str, str] | None = None) -> libsearch.Found:
-    """Where the amdsmi package looks for libamd_smi.so, in its order (amdsmi_wrapper.py).
-
-    ROCM_HOME (else ROCM_PATH)/lib, the dynamic loader's search, the package's own
-    directory, ROCM_PATH (else /opt/rocm)/lib. The package does the loading; this
-    only names the places for the unavailable reason.
-    """
-    env = os.environ if env is None else env
-    rocm = env.get("ROCM_HOME") or env.get("ROCM_PATH")
-    spec = importlib.util.find_spec("amdsmi")
-    package = os.path.dirname(spec.origin) if spec is not None and spec.origin else ""
-    places = [os.path.join(rocm, "lib", AMDSMI.soname)] if rocm else []
-    places += libsearch.loader_candidates(AMDSMI.soname, env)
-    places += [os.path.join(package, AMDSMI.soname)] if package else []
-    places.append(os.path.join(env.get("ROCM_PATH", "/opt/rocm"), "lib", AMDSMI.soname))
-    library = dataclasses.replace(AMDSMI, documented=tuple(places))
-    return libsearch.find(library, env={}, cache="")
 
 
 def _share_partition_modes(gpus: list[Gpu]) -> None:
@@ -432,8 +367,7 @@ class AmdSmiBackend:
 
     def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """Answer ``poll``."""
-        if op != "poll":
-            raise BackendError("unknown_op", f"the amdsmi backend has no operation {op!r}")
+        expect_poll(op, SOURCE)
         slow = bool(args.get("slow"))
         processes = bool(args.get("processes"))
         ledgers = self._ledgers(args.get("ledger"))

@@ -12,14 +12,13 @@ Units are converted exactly to the catalog's base units.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.backends.contract import Codes, Emitter
-from exporter.backends.wire import Rows, new_rows
+from exporter.backend_api.wire import Rows, new_rows
+from exporter.backends.contract import MHZ, U16_MAX, U32_MAX, U64_MAX, Codes, Emitter, number
 
 # Statuses meaning "this device does not offer this field": omitted silently.
 UNSUPPORTED = frozenset({"not_supported", "not_yet_implemented", "no_data", "setting_unavailable"})
@@ -40,14 +39,10 @@ LOST = frozenset(
 # failed field's reason is the status name, a gone GPU is down as gpu_lost.
 CODES: Codes[str] = Codes(names={}, absent=UNSUPPORTED, gone=dict.fromkeys(LOST, "gpu_lost"))
 
-U16_MAX = 0xFFFF
-U32_MAX = 0xFFFF_FFFF
-U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
 # "N/A" of a fan speed or its maximum, as a signed 64-bit -1 or all ones at the
 # widths the library and the SMU use.
 FAN_NOT_AVAILABLE = (-1, U16_MAX, U32_MAX, U64_MAX)
 # Exact scales are ints, so integral values stay ints (cheaper for JSON both ways).
-MHZ = 1_000_000
 KIB = 1024
 MICRO_PER_UNIT = 1_000_000
 
@@ -133,20 +128,6 @@ def status_name(names: Mapping[int, str], code: int) -> str:
     if not name:
         return f"status_{code}"
     return name.removeprefix("AMDSMI_STATUS_").lower()
-
-
-def number(value: Any, *sentinels: int) -> float | None:
-    """``value`` as a number, or None when it is "N/A", not a number, a sentinel or not finite.
-
-    An int stays an int (a measurement the device gives in whole units).
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if value in sentinels:
-        return None
-    if isinstance(value, int):
-        return value if -(2**63) <= value < 2**64 else None  # beyond any device counter
-    return value if math.isfinite(value) else None
 
 
 def pcie_generation(rate: float | None) -> float | None:

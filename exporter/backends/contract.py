@@ -15,6 +15,13 @@ The pieces a backend declares rather than writes:
   :class:`Emitter`, which drops those, ``None`` and non-finite values on add,
   once for every path that goes through it.
 
+The "not available" encodings and plausibility bounds are said here once for
+every backend, including the hot paths that append to rows directly: all ones
+at each C width (:data:`U16_MAX`, :data:`U32_MAX`, :data:`U64_MAX`; with -1,
+:data:`NOT_AVAILABLE`), :func:`not_available`, :func:`number` for a value of
+unknown type, :func:`within` and the ceilings :data:`MAX_CELSIUS`, :data:`MAX_MHZ` and
+:data:`MAX_WATTS`.
+
 A ``read`` step raises :class:`DeviceGone` when the device is gone or answered
 nothing; the loop then keeps none of that device's rows, says so in the reply's
 device list and logs the change once. A device that stays up gets its failed
@@ -23,17 +30,62 @@ fields counted in one family, ``accel_field_errors_total{source, reason}``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from exporter.backend_api import crumb
-from exporter.backends.wire import Rows, drop, new_rows
+from exporter.backend_api.wire import Rows, drop, new_rows
+from exporter.backends.base import BackendError
 
 K = TypeVar("K", bound=Hashable)
 
 # Failed fields of a device that is up, by backend and reason, since the worker started.
 FIELD_ERRORS = "accel_field_errors_total"
+
+# All ones at each C width: the "not available" of the vendor libraries' unsigned fields.
+U16_MAX = 0xFFFF
+U32_MAX = 0xFFFF_FFFF
+U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
+# "Not available" as NVML and HLML answer it: all ones at 32 or 64 bits, and -1 where the
+# binding reads the field signed (the Emitter's sentinel set of both).
+NOT_AVAILABLE: frozenset[float] = frozenset({U32_MAX, U64_MAX, -1})
+# Readings above these are garbage, not measurements, on any accelerator.
+MAX_CELSIUS = 250
+MAX_MHZ = 100_000
+# No accelerator card draws this much; a faster energy increase is a counter fault.
+MAX_WATTS = 5000.0
+# An exact scale is an int, so integral values stay ints (cheaper for JSON both ways).
+MHZ = 1_000_000
+
+
+def not_available(value: float, sentinels: frozenset[float] = NOT_AVAILABLE) -> bool:
+    """True for one of ``sentinels`` (NVML's and HLML's by default) and for inf and nan."""
+    return value in sentinels or value - value != 0  # inf - inf and nan - nan are nan
+
+
+def within(value: float, low: float, high: float) -> bool:
+    """Whether ``value`` is a plausible reading: finite and in ``low..high``.
+
+    False for a -1 "unknown" below ``low``, NaN, and garbage above ``high``.
+    """
+    return math.isfinite(value) and low <= value <= high
+
+
+def number(value: Any, *sentinels: int) -> float | None:
+    """``value`` as a number, or None when it is "N/A", not a number, a sentinel or not finite.
+
+    For libraries that answer dicts of mixed values (amdsmi's "N/A" strings). An int
+    stays an int (a measurement the device gives in whole units).
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if value in sentinels:
+        return None
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**64 else None  # beyond any device counter
+    return value if math.isfinite(value) else None
 
 
 class DeviceGone(Exception):
@@ -154,6 +206,24 @@ class Emitter:
         """Add a percent as a 0..1 ratio (sentinels and out-of-range values are dropped)."""
         if percent is not None and 0 <= percent <= 100:  # all-ones and nan fail this too
             self.add(metric, percent / 100, *extra)
+
+
+def expect_poll(op: str, source: str) -> None:
+    """A device backend answers ``poll`` only: BackendError ``unknown_op`` for anything else."""
+    if op != "poll":
+        raise BackendError("unknown_op", f"the {source} backend has no operation {op!r}")
+
+
+def not_identified(reason: str, again: Callable[[], None] | None = None) -> None:
+    """DeviceGone for a device the worker could not identify when it started (``reason``).
+
+    It is listed under a placeholder uuid with no components, so it is only ever
+    reported down; ``again`` (on a slow poll) asks it once more and raises
+    InventoryChanged when it answers now, so a new worker enumerates it properly.
+    """
+    if again is not None:
+        again()
+    raise DeviceGone(reason, "not identified when the worker started")
 
 
 class Polled(Protocol):

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# No accelerator card draws this much; a faster energy increase is a counter fault.
-MAX_PLAUSIBLE_WATTS = 5000.0
+from exporter.backends.contract import MAX_WATTS
+
+# The contract's ceiling (a faster energy increase is a counter fault), as named here.
+MAX_PLAUSIBLE_WATTS = MAX_WATTS
 
 
 @dataclass

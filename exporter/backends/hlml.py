@@ -31,16 +31,30 @@ from typing import Any
 
 from exporter import log
 from exporter.backend_api import crumb
-from exporter.backends import libsearch
+from exporter.backend_api.wire import Rows, put
 from exporter.backends.base import (
     BackendError,
     BackendUnavailable,
     InventoryChanged,
     unique_uuids,
 )
-from exporter.backends.contract import Codes, DeviceGone, Emitter, Failing, count, poll_devices
+from exporter.backends.contract import (
+    MAX_CELSIUS,
+    MAX_MHZ,
+    MHZ,
+    NOT_AVAILABLE,
+    U32_MAX,
+    U64_MAX,
+    Codes,
+    Emitter,
+    Failing,
+    count,
+    expect_poll,
+    not_identified,
+    poll_devices,
+)
 from exporter.backends.counters import Energy
-from exporter.backends.wire import Rows, put
+from exporter.host import libsearch
 
 SOURCE = "hlml"
 # hlml_return_t
@@ -70,13 +84,8 @@ CODES: Codes[int] = Codes(
     unknown="hlml_return_{}",
 )
 MIN_BINDING = (1, 24)
-U32_NA = 0xFFFFFFFF
-U64_NA = 0xFFFFFFFFFFFFFFFF
 # HLML's "not available": all ones at 32 or 64 bits, -1 where pyhlml reads them signed.
-SENTINELS: frozenset[float] = frozenset({U32_NA, U64_NA, -1})
-MHZ = 1_000_000
-MAX_CELSIUS = 250
-MAX_MHZ = 100_000
+U32_NA, U64_NA, SENTINELS = U32_MAX, U64_MAX, NOT_AVAILABLE
 NANO = 1_000_000_000
 # hlml_temperature_sensors_t -> sensor label (the chip's own is "gpu", as on other vendors).
 SENSORS = (
@@ -273,16 +282,15 @@ class HlmlBackend:
 
     def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """Answer ``poll``; anything else is an error."""
-        if op != "poll":
-            raise BackendError("unknown_op", f"the hlml backend has no operation {op!r}")
+        expect_poll(op, SOURCE)
         return poll_devices(self.aips, bool(args.get("slow")), self._poll_aip, self._log, SOURCE)
 
     def _poll_aip(self, aip: Aip, position: int, rows: Rows, slow: Rows | None) -> None:
         """Read one device into the reply's rows; DeviceGone when it is down."""
         if aip.unidentified:
-            if slow is not None:
-                self._identify_again(aip)
-            raise DeviceGone(aip.unidentified, "not identified when the worker started")
+            not_identified(
+                aip.unidentified, None if slow is None else lambda: self._identify_again(aip)
+            )
         if slow is not None:
             aip.sensors = list(SENSORS)  # ask the unsupported ones again
         self._fast(aip, position, rows)
@@ -345,7 +353,7 @@ class HlmlBackend:
         self._temperatures(aip, pos, rows)
         soc = call(aip, "hlmlDeviceGetClockInfo", 0)
         if soc and soc <= MAX_MHZ:
-            rows["accel_clock_hertz"] += (pos, "soc", soc * 1_000_000)
+            rows["accel_clock_hertz"] += (pos, "soc", soc * MHZ)
         reasons = call(aip, "hlmlDeviceGetCurrentClocksThrottleReasons")
         if reasons is not None and reasons != U64_NA:
             target = rows["accel_clock_throttle_active"]

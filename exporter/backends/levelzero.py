@@ -14,225 +14,62 @@ none. A call that answers UNSUPPORTED_FEATURE (or the like) leaves its family
 absent; INSUFFICIENT_PERMISSIONS (the ``xe`` driver serves engines and
 temperatures to root only) too, with ``accel_intel_reading_denied_info``
 saying so; DEVICE_LOST takes the device down with reason ``gpu_lost``.
+
+This module is the bootstrap and the request loop; the readings a poll takes are
+:mod:`exporter.backends.levelzero_read`, the tables and device records both use
+:mod:`exporter.backends.levelzero_tables`.
 """
 
 from __future__ import annotations
 
 import ctypes
-import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from exporter import log
 from exporter.backend_api import crumb
+from exporter.backend_api.wire import Rows
 from exporter.backends import levelzero_binding as zb
-from exporter.backends import libsearch
 from exporter.backends.base import (
     BackendError,
     BackendUnavailable,
     InventoryChanged,
     unique_uuids,
 )
-from exporter.backends.contract import Codes, DeviceGone, Failing, count, poll_devices
-from exporter.backends.counters import Delta, Energy
-from exporter.backends.wire import Rows, put
-
-SOURCE = "levelzero"
-ZE_DEVICE_TYPE_GPU = 1
-ZES_MEM_LOC_DEVICE = 1
-MHZ = 1_000_000
-
-# Results that say "this reading does not exist here" rather than a fault.
-ABSENT = frozenset(
-    {zb.UNSUPPORTED_FEATURE, zb.UNSUPPORTED_ENUMERATION, zb.UNSUPPORTED_VERSION, zb.NOT_AVAILABLE}
+from exporter.backends.contract import (
+    MAX_MHZ,
+    MHZ,
+    DeviceGone,
+    Failing,
+    expect_poll,
+    not_identified,
+    poll_devices,
+    within,
 )
-# Results that end the device's poll, with the down reason.
-DOWN = {
-    zb.DEVICE_LOST: "gpu_lost",
-    zb.DEVICE_REQUIRES_RESET: "reset_required",
-    zb.SURVIVABILITY_MODE_DETECTED: "survivability_mode",
-}
-# The backend contract's table (exporter.backends.contract). INSUFFICIENT_PERMISSIONS
-# is absent too, and also exported as accel_intel_reading_denied_info (see _bad).
-CODES: Codes[int] = Codes(
-    names=zb.RESULT_NAMES,
-    absent=ABSENT | {zb.INSUFFICIENT_PERMISSIONS},
-    gone=DOWN,
-    unknown="ze_result_{:#x}",
+from exporter.backends.levelzero_read import Readings
+from exporter.backends.levelzero_tables import (
+    CLOCKS,
+    CODES,
+    ENGINE_GROUPS,
+    READING_FUNCTIONS,
+    SENSORS,
+    SOURCE,
+    ZE_DEVICE_TYPE_GPU,
+    ZES_MEM_LOC_DEVICE,
+    Component,
+    Gpu,
+    Structs,
+    text,
+    uuid_text,
 )
 
-# zes_engine_group_t *_ALL groups -> engine label (the single-engine groups are left out).
-ENGINE_GROUPS = {
-    0: "all",
-    1: "compute",
-    2: "media",
-    3: "copy",
-    11: "3d_render_compute",
-    12: "render",
-    13: "3d",
-}
-# Preference for accel_utilization_ratio: the busy share of the engines that run kernels.
-UTILIZATION_FROM = ("compute", "3d_render_compute", "render", "all")
-# zes_temp_sensors_t -> sensor label; the *_min sensors are minima, the others maxima.
-SENSORS = {
-    0: "global",
-    1: "gpu",
-    2: "memory",
-    3: "global_min",
-    4: "gpu_min",
-    5: "memory_min",
-    6: "board",  # the board's sensors, "board" as on Gaudi (catalog/vocabulary.py)
-    7: "board_min",
-    8: "voltage_regulator",
-}
-# zes_freq_domain_t -> clock label: the GPU core and media domains are the clocks
-# NVIDIA and AMD call graphics and video (catalog/vocabulary.py).
-CLOCKS = {0: "graphics", 1: "memory", 2: "video"}
-# zes_freq_throttle_reason_flags_t bits -> reason label.
-THROTTLE_REASONS = (
-    (1, "ave_pwr_cap"),
-    (2, "burst_pwr_cap"),
-    (4, "current_limit"),
-    (8, "thermal_limit"),
-    (16, "psu_alert"),
-    (32, "sw_range"),
-    (64, "hw_range"),
-    (128, "voltage"),
-    (256, "thermal"),
-    (512, "power"),
-)
-# zes_ras_error_type_t (0 correctable, 1 uncorrectable) -> accel_ecc_errors_total type:
-# the words every vendor uses (catalog/vocabulary.py).
-ECC_TYPES = ("corrected", "uncorrected")
-RAS_CATEGORIES = (
-    "reset",
-    "programming",
-    "driver",
-    "compute",
-    "non_compute",
-    "cache",
-    "display",
-)
-RAS_FAMILIES = (
-    "accel_intel_ras_correctable_errors_total",
-    "accel_intel_ras_uncorrectable_errors_total",
-)
-# zes_reset_reason_flag_t bits -> accel_intel_reset_reason_info's reason label.
-RESET_REASONS = ((1, "wedged"), (2, "repair"))
-# zes_fabric_port_status_t: HEALTHY 1 and DEGRADED 2 carry traffic.
-PORT_UP = frozenset({1, 2})
-# Readings above these are garbage, not measurements.
-MAX_CELSIUS = 250.0
-MAX_MHZ = 100_000.0
+# Named here too, as the label-value tests and docs name them: the backend's label tables.
+from exporter.backends.levelzero_tables import ECC_TYPES as ECC_TYPES
+from exporter.backends.levelzero_tables import THROTTLE_REASONS as THROTTLE_REASONS
+from exporter.host import libsearch
 
 
-# The pyzes functions each reading calls: a loader older than pyzes may lack some, and
-# pyzes raises AttributeError for those, so a reading whose functions are not all
-# there is left out from the start.
-READING_FUNCTIONS = {
-    "engines": ("zesDeviceEnumEngineGroups", "zesEngineGetProperties", "zesEngineGetActivity"),
-    "memory": ("zesDeviceEnumMemoryModules", "zesMemoryGetProperties", "zesMemoryGetState"),
-    "memory_bandwidth": ("zesMemoryGetBandwidth",),
-    "power": ("zesDeviceEnumPowerDomains", "zesPowerGetProperties", "zesPowerGetEnergyCounter"),
-    "clocks": (
-        "zesDeviceEnumFrequencyDomains",
-        "zesFrequencyGetProperties",
-        "zesFrequencyGetState",
-    ),
-    "temperature": (
-        "zesDeviceEnumTemperatureSensors",
-        "zesTemperatureGetProperties",
-        "zesTemperatureGetState",
-    ),
-    "pcie": ("zesDevicePciGetProperties", "zesDevicePciGetStats", "zesDevicePciGetState"),
-}
-
-
-def text(raw: bytes) -> str:
-    """A Sysman string: decoded, printable, and empty for the spec's "unknown"."""
-    value = raw.decode("utf-8", "replace")
-    value = "".join(ch for ch in value if ch.isprintable()).strip()
-    return "" if value.lower() == "unknown" else value
-
-
-def _finite(value: float, low: float, high: float) -> bool:
-    """False for the spec's -1 "unknown", NaN and values outside the range."""
-    return math.isfinite(value) and low <= value <= high
-
-
-@dataclass
-class Component:
-    """One Sysman component handle, its fixed properties and its previous sample."""
-
-    handle: Any
-    kind: int = 0
-    tile: int = 0
-    size: int = 0
-    label: str = ""
-    delta: Delta = field(default_factory=Delta)
-    tx: Delta = field(default_factory=Delta)
-
-
-@dataclass
-class Gpu:
-    """One enumerated Intel GPU: handle, identity and components."""
-
-    index: int
-    handle: Any
-    device: str
-    uuid: str
-    info: dict[str, str]
-    engines: list[Component] = field(default_factory=list)
-    # Engine groups of each label (one per tile).
-    tiles_of: dict[str, int] = field(default_factory=dict)
-    memory: list[Component] = field(default_factory=list)
-    power: list[Component] = field(default_factory=list)
-    clocks: list[Component] = field(default_factory=list)
-    sensors: list[Component] = field(default_factory=list)
-    ras: list[Component] = field(default_factory=list)
-    ports: list[Component] = field(default_factory=list)
-    pci_max: tuple[int, int] = (-1, -1)
-    have_bandwidth: bool = False
-    have_replay: bool = False
-    energy: Energy = field(default_factory=lambda: Energy(1_000_000))
-    pci_rx: Delta = field(default_factory=Delta)
-    pci_tx: Delta = field(default_factory=Delta)
-    # Readings the driver refused to this process (INSUFFICIENT_PERMISSIONS).
-    denied: set[str] = field(default_factory=set)
-    unidentified: str = ""
-    down: str = ""
-    # Readings that failed (not absent, not denied) since the worker started, by reason.
-    errors: dict[str, int] = field(default_factory=dict)
-
-
-class Structs:
-    """Output structs the fast readings reuse (and their byref()s), made once."""
-
-    def __init__(self, ze: Any) -> None:
-        self.mem_state = ze.zes_mem_state_t()
-        self.mem_state_ref = ctypes.byref(self.mem_state)
-        self.mem_bandwidth = ze.zes_mem_bandwidth_t()
-        self.mem_bandwidth_ref = ctypes.byref(self.mem_bandwidth)
-        self.energy = ze.zes_power_energy_counter_t()
-        self.energy_ref = ctypes.byref(self.energy)
-        self.engine = ze.zes_engine_stats_t()
-        self.engine_ref = ctypes.byref(self.engine)
-        self.double = ctypes.c_double()
-        self.double_ref = ctypes.byref(self.double)
-        self.freq = ze.zes_freq_state_t()
-        self.freq_ref = ctypes.byref(self.freq)
-        self.pci_stats = ze.zes_pci_stats_t()
-        self.pci_stats_ref = ctypes.byref(self.pci_stats)
-        self.pci_state = ze.zes_pci_state_t()
-        self.pci_state_ref = ctypes.byref(self.pci_state)
-        self.port_state = zb.FabricPortState()
-        self.port_state_ref = ctypes.byref(self.port_state)
-        self.port_throughput = zb.FabricPortThroughput()
-        self.port_throughput_ref = ctypes.byref(self.port_throughput)
-
-
-class LevelZeroBackend:
+class LevelZeroBackend(Readings):
     """The ``levelzero`` device backend (see the module docstring)."""
 
     def __init__(self, config: dict[str, Any]) -> None:
@@ -340,7 +177,7 @@ class LevelZeroBackend:
         pci = ze.zes_pci_properties_t()
         pci.stype = ze.ZES_STRUCTURE_TYPE_PCI_PROPERTIES
         bdf = ""
-        gpu_uuid = _uuid(bytes(props.core.uuid.id))
+        gpu_uuid = uuid_text(bytes(props.core.uuid.id))
         crumb.identity(f"uuid={gpu_uuid}")
         gpu = Gpu(index, handle, str(index), gpu_uuid, {})
         # Without PCI properties the GPU is still described (no bus id, no link maxima).
@@ -401,7 +238,7 @@ class LevelZeroBackend:
                 p.type in CLOCKS
             ):
                 c.kind, c.label = p.type, CLOCKS[p.type]
-                c.size = int(p.max * MHZ) if _finite(p.max, 1.0, MAX_MHZ) else 0
+                c.size = int(p.max * MHZ) if within(p.max, 1.0, MAX_MHZ) else 0
                 gpu.clocks.append(c)
         for c in self._enum(
             gpu, "temperature", ze.zesDeviceEnumTemperatureSensors, ze.zes_temp_handle_t
@@ -456,30 +293,19 @@ class LevelZeroBackend:
             return []
         return [Component(ctypes.c_void_p(x)) for x in handles[: n.value]]
 
-    def _ok(self, gpu: Gpu, reading: str, fn: Callable[..., int], handle: Any, out: Any) -> bool:
-        return self._read(gpu, reading, fn, handle, ctypes.byref(out))
-
-    def _ok_extra(self, gpu: Gpu, reading: str, name: str, handle: Any, out: Any) -> bool:
-        assert self.extra is not None
-        rc = self.extra.call(name, handle, ctypes.byref(out))
-        if rc:
-            self._bad(gpu, reading, rc)
-        return not rc
-
     # -- requests --------------------------------------------------------------
 
     def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """Answer ``poll``; anything else is an error."""
-        if op != "poll":
-            raise BackendError("unknown_op", f"the levelzero backend has no operation {op!r}")
+        expect_poll(op, SOURCE)
         return poll_devices(self.gpus, bool(args.get("slow")), self._poll_gpu, self._log, SOURCE)
 
     def _poll_gpu(self, gpu: Gpu, position: int, rows: Rows, slow: Rows | None) -> None:
         """Read one GPU into the reply's rows; DeviceGone when it is down."""
         if gpu.unidentified:
-            if slow is not None:
-                self._identify_again(gpu)
-            raise DeviceGone(gpu.unidentified, "not identified when the worker started")
+            not_identified(
+                gpu.unidentified, None if slow is None else lambda: self._identify_again(gpu)
+            )
         self._fast(gpu, position, rows)
         if slow is not None:
             self._slow(gpu, position, slow)
@@ -495,296 +321,11 @@ class LevelZeroBackend:
         if int(self.ze.zesDeviceGetProperties(gpu.handle, ctypes.byref(props))) == zb.SUCCESS:
             raise InventoryChanged(f"GPU {gpu.device} answers again")
 
-    def _read(self, gpu: Gpu, reading: str, fn: Callable[..., int], *args: Any) -> bool:
-        """One reading call; False (and noted, see _bad) when it yields nothing."""
-        rc = int(fn(*args))
-        if rc:
-            self._bad(gpu, reading, rc)
-        return not rc
-
-    def _bad(self, gpu: Gpu, reading: str, rc: int) -> None:
-        """A reading call did not succeed: DeviceGone, denied, absent, or a counted failure.
-
-        A denied reading is exported (accel_intel_reading_denied_info) and logged
-        once; a failure is counted and logged once; an absent one is neither.
-        """
-        if rc == zb.INSUFFICIENT_PERMISSIONS:
-            gpu.denied.add(reading)
-            self._failing.note(gpu, reading, CODES.reason(rc))
-            return
-        reason = CODES.failed(rc, reading)
-        if reason:
-            count(gpu.errors, reason)
-            self._failing.note(gpu, reading, reason)
-
     # The fast readings call the library directly and test the result inline: they run
     # for every component of every device on every poll (bench/poll.py measures them;
     # adding through the contract's Emitter cost 20-40 % more CPU a poll). Sysman has no
     # sentinel encoding to drop: its "unknown" (-1) fails each reading's range test.
 
-    def _fast(self, gpu: Gpu, pos: int, rows: Rows) -> None:
-        ze, s = self.ze, self._structs
-        self._engines(gpu, pos, rows)
-        total = free = reads = writes = 0
-        have_bw, sane = False, True
-        bandwidth_lacking = "memory_bandwidth" in self._lacking
-        state, bw = s.mem_state, s.mem_bandwidth
-        for c in gpu.memory:
-            state.stype = ze.ZES_STRUCTURE_TYPE_MEM_STATE
-            rc = ze.zesMemoryGetState(c.handle, s.mem_state_ref)
-            if rc:
-                self._bad(gpu, "memory", rc)
-            else:
-                total += c.size
-                free += state.free
-                # More free than the module holds is garbage: no memory figures this poll.
-                sane = sane and (not c.size or state.free <= c.size)
-            if bandwidth_lacking:
-                continue
-            rc = ze.zesMemoryGetBandwidth(c.handle, s.mem_bandwidth_ref)
-            if rc:
-                self._bad(gpu, "memory_bandwidth", rc)
-            else:
-                reads += bw.readCounter
-                writes += bw.writeCounter
-                have_bw = True
-        if gpu.memory and sane and (total or free):
-            rows["accel_memory_free_bytes"] += (pos, free)
-            if total >= free:
-                rows["accel_memory_total_bytes"] += (pos, total)
-                rows["accel_memory_used_bytes"] += (pos, total - free)
-        if have_bw:
-            rows["accel_intel_memory_read_bytes_total"] += (pos, reads)
-            rows["accel_intel_memory_write_bytes_total"] += (pos, writes)
-        for c in gpu.power:
-            rc = ze.zesPowerGetEnergyCounter(c.handle, s.energy_ref)
-            if rc:
-                self._bad(gpu, "power", rc)
-                continue
-            joules, watts = gpu.energy.update(s.energy.energy, s.energy.timestamp / 1e6)
-            rows["accel_energy_joules_total"] += (pos, joules)
-            if watts is not None:
-                rows["accel_power_watts"] += (pos, watts)
-        self._temperatures(gpu, pos, rows)
-        self._clocks(gpu, pos, rows)
-        self._pci(gpu, pos, rows)
-        if gpu.ports:
-            self._ports(gpu, pos, rows)
-        for reading in sorted(gpu.denied):
-            rows["accel_intel_reading_denied_info"] += (pos, reading, 1)
-
-    def _engines(self, gpu: Gpu, pos: int, rows: Rows) -> None:
-        activity, stats, ref = (
-            self.ze.zesEngineGetActivity,
-            self._structs.engine,
-            self._structs.engine_ref,
-        )
-        busy: dict[str, list[float]] = {}
-        for c in gpu.engines:
-            rc = activity(c.handle, ref)
-            if rc:
-                self._bad(gpu, "engines", rc)
-                continue
-            ratio = c.delta.rate(stats.activeTime, stats.timestamp)
-            if ratio is not None and ratio <= 1.0:
-                if c.label in busy:
-                    busy[c.label].append(ratio)
-                else:
-                    busy[c.label] = [ratio]
-        if not busy:
-            return
-        target = rows["accel_intel_engine_utilization_ratio"]
-        means = {}
-        for label, ratios in busy.items():
-            # A tile without a ratio this poll (a counter reset) would skew the mean.
-            if len(ratios) == gpu.tiles_of[label]:
-                means[label] = mean = sum(ratios) / len(ratios)
-                target += (pos, label, mean)
-        # The group the device has (not merely the one that answered this poll).
-        for label in UTILIZATION_FROM:
-            if label in gpu.tiles_of:
-                if label in means:
-                    rows["accel_utilization_ratio"] += (pos, means[label])
-                break
-
-    def _temperatures(self, gpu: Gpu, pos: int, rows: Rows) -> None:
-        read, value, ref = (
-            self.ze.zesTemperatureGetState,
-            self._structs.double,
-            self._structs.double_ref,
-        )
-        seen: dict[str, float] = {}
-        for c in gpu.sensors:
-            rc = read(c.handle, ref)
-            if rc:
-                self._bad(gpu, "temperature", rc)
-                continue
-            v = value.value
-            # -1 is the spec's "unknown"; a sensor reading below freezing on a GPU is too.
-            if not 0.0 <= v <= MAX_CELSIUS:  # NaN fails both comparisons
-                continue
-            # Several sensors of one type (one per tile): the extreme is what matters.
-            if c.label in seen:
-                v = min(v, seen[c.label]) if c.label.endswith("_min") else max(v, seen[c.label])
-            seen[c.label] = v
-        if seen:
-            target = rows["accel_temperature_celsius"]
-            for label, v in seen.items():
-                target += (pos, label, v)
-
-    def _clocks(self, gpu: Gpu, pos: int, rows: Rows) -> None:
-        ze = self.ze
-        state, ref = self._structs.freq, self._structs.freq_ref
-        reasons = 0
-        throttle_known = False
-        for c in gpu.clocks:
-            state.stype = ze.ZES_STRUCTURE_TYPE_FREQ_STATE
-            rc = ze.zesFrequencyGetState(c.handle, ref)
-            if rc:
-                self._bad(gpu, "clocks", rc)
-                continue
-            if 0.0 <= state.actual <= MAX_MHZ:
-                rows["accel_clock_hertz"] += (pos, c.label, state.actual * MHZ)
-            if c.kind == 0:  # the GPU domain's throttling is the device's
-                reasons |= state.throttleReasons
-                throttle_known = True
-        if throttle_known:
-            target = rows["accel_clock_throttle_active"]
-            for bit, name in THROTTLE_REASONS:
-                target += (pos, name, 1 if reasons & bit else 0)
-
-    def _pci(self, gpu: Gpu, pos: int, rows: Rows) -> None:
-        if "pcie" in self._lacking:
-            return
-        ze, s = self.ze, self._structs
-        stats = s.pci_stats
-        if gpu.have_bandwidth or gpu.have_replay:
-            rc = ze.zesDevicePciGetStats(gpu.handle, s.pci_stats_ref)
-            if rc:
-                self._bad(gpu, "pcie", rc)
-            else:
-                if gpu.have_replay:
-                    rows["accel_pcie_replays_total"] += (pos, stats.replayCounter)
-                if gpu.have_bandwidth:
-                    seconds = stats.timestamp / 1e6
-                    rx = gpu.pci_rx.rate(stats.rxCounter, seconds)
-                    tx = gpu.pci_tx.rate(stats.txCounter, seconds)
-                    if rx is not None:
-                        rows["accel_pcie_rx_bytes_per_second"] += (pos, rx)
-                    if tx is not None:
-                        rows["accel_pcie_tx_bytes_per_second"] += (pos, tx)
-        state = s.pci_state
-        state.stype = ze.ZES_STRUCTURE_TYPE_PCI_STATE
-        rc = ze.zesDevicePciGetState(gpu.handle, s.pci_state_ref)
-        if rc:
-            self._bad(gpu, "pcie", rc)
-            return
-        speed = state.speed
-        if 0 < speed.gen <= 64:
-            rows["accel_pcie_link_generation"] += (pos, speed.gen)
-        if 0 < speed.width <= 64:
-            rows["accel_pcie_link_width"] += (pos, speed.width)
-
-    def _ports(self, gpu: Gpu, pos: int, rows: Rows) -> None:
-        assert self.extra is not None
-        get_state = self.extra.function("zesFabricPortGetState")
-        get_throughput = self.extra.function("zesFabricPortGetThroughput")
-        s = self._structs
-        state, through = s.port_state, s.port_throughput
-        for c in gpu.ports:
-            if get_state is not None:
-                state.stype = zb.STYPE_FABRIC_PORT_STATE
-                rc = get_state(c.handle, s.port_state_ref)
-                if rc:
-                    self._bad(gpu, "fabric", rc)
-                else:
-                    up = 1 if state.status in PORT_UP else 0
-                    rows["accel_intel_fabric_port_up"] += (pos, c.label, up)
-            if get_throughput is not None:
-                rc = get_throughput(c.handle, s.port_throughput_ref)
-                if rc:
-                    self._bad(gpu, "fabric", rc)
-                else:
-                    rows["accel_intel_fabric_rx_bytes_total"] += (pos, c.label, through.rxCounter)
-                    rows["accel_intel_fabric_tx_bytes_total"] += (pos, c.label, through.txCounter)
-
-    def _slow(self, gpu: Gpu, pos: int, rows: Rows) -> None:
-        assert self.extra is not None
-        me = (pos,)
-        for c in gpu.clocks:
-            if c.size:
-                put(rows, "accel_clock_max_hertz", (pos, c.label), c.size)
-        gen, width = gpu.pci_max
-        if 0 < gen <= 64:
-            put(rows, "accel_pcie_link_max_generation", me, gen)
-        if 0 < width <= 64:
-            put(rows, "accel_pcie_link_max_width", me, width)
-        ze = self.ze
-        health = 0
-        state = ze.zes_mem_state_t()
-        for c in gpu.memory:
-            state.stype = ze.ZES_STRUCTURE_TYPE_MEM_STATE
-            read = self._read(gpu, "memory", ze.zesMemoryGetState, c.handle, ctypes.byref(state))
-            if read and 0 < state.health <= 4:
-                health = max(health, int(state.health))
-        if health:
-            put(rows, "accel_intel_memory_health", me, health)
-        dev_state = zb.DeviceState(stype=zb.STYPE_DEVICE_STATE)
-        if self._ok_extra(gpu, "device_state", "zesDeviceGetState", gpu.handle, dev_state):
-            put(rows, "accel_intel_reset_required", me, 1 if dev_state.reset else 0)
-            for bit, reason in RESET_REASONS:
-                if dev_state.reset & bit:
-                    put(rows, "accel_intel_reset_reason_info", (pos, reason), 1)
-        totals: list[list[int]] = [[0] * len(RAS_CATEGORIES), [0] * len(RAS_CATEGORIES)]
-        seen = [False, False]
-        ras = zb.RasState()
-        for c in gpu.ras:
-            ras.stype = zb.STYPE_RAS_STATE
-            # clear=0 always: clearing resets the counters for every reader, and needs root.
-            rc = self.extra.call("zesRasGetState", c.handle, 0, ctypes.byref(ras))
-            if rc:
-                self._bad(gpu, "ras", rc)
-                continue
-            seen[c.kind] = True
-            for i in range(len(RAS_CATEGORIES)):
-                totals[c.kind][i] += int(ras.category[i])
-        for kind, family in enumerate(RAS_FAMILIES):
-            if seen[kind]:
-                for name, count in zip(RAS_CATEGORIES, totals[kind], strict=True):
-                    put(rows, family, (pos, name), count)
-        self._ecc(gpu, pos, rows)
-
-    def _ecc(self, gpu: Gpu, pos: int, rows: Rows) -> None:
-        """Memory (ECC) errors: the MEMORY_ERRORS category of zesRasGetStateExp."""
-        assert self.extra is not None
-        totals = [0, 0]
-        seen = [False, False]
-        for c in gpu.ras:
-            n = ctypes.c_uint32(0)
-            rc = self.extra.call("zesRasGetStateExp", c.handle, ctypes.byref(n), None)
-            if not rc:
-                states = (zb.RasStateExp * min(n.value, 64))()
-                n.value = len(states)
-                rc = self.extra.call("zesRasGetStateExp", c.handle, ctypes.byref(n), states)
-            if rc:
-                self._bad(gpu, "ras", rc)
-                continue
-            for state in states[: n.value]:
-                if state.category == zb.RAS_CATEGORY_EXP_MEMORY:
-                    totals[c.kind] += int(state.errorCounter)
-                    seen[c.kind] = True
-        for kind, type_name in enumerate(ECC_TYPES):
-            if seen[kind]:
-                put(rows, "accel_ecc_errors_total", (pos, type_name, ""), totals[kind])
-
     def close(self) -> None:
         """Nothing to release: Sysman has no shutdown call and the process exits next."""
         self.gpus = []
-
-
-def _uuid(raw: bytes) -> str:
-    """The 16 uuid bytes as 8-4-4-4-12 hex; empty when all zero (not known)."""
-    if not any(raw):
-        return ""
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

@@ -18,6 +18,7 @@ from typing import Any
 
 from exporter import log
 from exporter.backend_api import crumb
+from exporter.backend_api.wire import Rows, merge
 from exporter.backends import nvml_gpm
 from exporter.backends import nvml_support as nv
 from exporter.backends.base import (
@@ -27,11 +28,17 @@ from exporter.backends.base import (
     unique_uuids,
 )
 from exporter.backends.binding import Binding
-from exporter.backends.contract import DeviceGone, Emitter, Failing, poll_devices
+from exporter.backends.contract import (
+    DeviceGone,
+    Emitter,
+    Failing,
+    expect_poll,
+    not_identified,
+    poll_devices,
+)
 from exporter.backends.nvml_device import DeviceReader
 from exporter.backends.nvml_events import EventWatcher
 from exporter.backends.nvml_gpu import Gpu
-from exporter.backends.wire import Rows, merge
 
 SOURCE = "nvml"
 # uuid placeholder of a GPU that failed to identify itself at bootstrap, + index.
@@ -205,8 +212,7 @@ class NvmlBackend:
 
     def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """Answer ``poll``; anything else is an error."""
-        if op != "poll":
-            raise BackendError("unknown_op", f"the nvml backend has no operation {op!r}")
+        expect_poll(op, SOURCE)
         return self.poll(
             slow=bool(args.get("slow")),
             processes=bool(args.get("processes")),
@@ -251,7 +257,7 @@ class NvmlBackend:
         gpu.ok = gpu.failed = 0
         try:
             if gpu.unidentified:
-                raise DeviceGone(gpu.unidentified, "not identified when the worker started")
+                not_identified(gpu.unidentified)
             # Slow first: it learns the NVLink and MIG layout the fast read uses.
             if slow_rows is not None:
                 self.reader.slow(gpu, Emitter(position, slow_rows, nv.SENTINELS, gpu.prefixes))

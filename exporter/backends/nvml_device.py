@@ -17,74 +17,18 @@ from exporter.backends import nvml_domains, nvml_gpm, nvml_reliability
 from exporter.backends import nvml_support as nv
 from exporter.backends.base import InventoryChanged
 from exporter.backends.binding import Binding
-from exporter.backends.contract import DeviceGone, Emitter
+from exporter.backends.contract import Emitter, not_available
 from exporter.backends.nvml_gpu import FieldPlan, Gpu, MigDevice
-
-# Returned by DeviceReader._newer: read this GPU with the older entry point.
-OLDER = object()
-
-# To base units: (multiply by, divide by), one of them 1. A division is exact where
-# multiplying by 1e-3 is not (250123 mW * 1e-3 = 250.12300000000002 W); an integer
-# multiplication keeps integral values ints, which JSON writes and reads faster.
-Scale = tuple[int, int]
-ONE: Scale = (1, 1)
-KIB: Scale = (1024, 1)
-MHZ: Scale = (1_000_000, 1)
-MILLI: Scale = (1, 1000)
-NANO: Scale = (1, 1_000_000_000)
-
-# (pynvml function, extra arguments, family, dimension label, scale to base units,
-# largest valid value): the calls that read one number each.
-Scalar = tuple[str, tuple[int, ...], str, str, Scale, float]
-BoundScalar = tuple[Any, tuple[int, ...], str, str, Scale, float]
-ANY = float("inf")
-FAST_SCALARS: tuple[Scalar, ...] = (
-    ("nvmlDeviceGetPowerUsage", (), "accel_power_watts", "", MILLI, ANY),  # mW
-    ("nvmlDeviceGetEnforcedPowerLimit", (), "accel_power_limit_watts", "", MILLI, ANY),
-    ("nvmlDeviceGetTotalEnergyConsumption", (), "accel_energy_joules_total", "", MILLI, ANY),  # mJ
-    *(
-        ("nvmlDeviceGetClockInfo", (clock,), "accel_clock_hertz", name, MHZ, ANY)
-        for clock, name in nv.CLOCKS
-    ),
-    ("nvmlDeviceGetPerformanceState", (), "accel_performance_state", "", ONE, 15),  # 32: unknown
-    # KB/s of 1024 bytes
-    ("nvmlDeviceGetPcieThroughput", (0,), "accel_pcie_tx_bytes_per_second", "", KIB, ANY),
-    ("nvmlDeviceGetPcieThroughput", (1,), "accel_pcie_rx_bytes_per_second", "", KIB, ANY),
-    ("nvmlDeviceGetPcieReplayCounter", (), "accel_pcie_replays_total", "", ONE, ANY),
-    ("nvmlDeviceGetCurrPcieLinkGeneration", (), "accel_pcie_link_generation", "", ONE, ANY),
-    ("nvmlDeviceGetCurrPcieLinkWidth", (), "accel_pcie_link_width", "", ONE, ANY),
+from exporter.backends.nvml_scalars import (
+    FAST_SCALARS,
+    FIELD_SPECS,
+    MEMORY,
+    MIG_MEMORY,
+    OLDER,
+    SLOW_SCALARS,
+    BoundScalar,
+    Scalar,
 )
-SLOW_SCALARS: tuple[Scalar, ...] = (
-    *(
-        ("nvmlDeviceGetMaxClockInfo", (clock,), "accel_clock_max_hertz", name, MHZ, ANY)
-        for clock, name in nv.CLOCKS
-    ),
-    ("nvmlDeviceGetMaxPcieLinkGeneration", (), "accel_pcie_link_max_generation", "", ONE, ANY),
-    ("nvmlDeviceGetMaxPcieLinkWidth", (), "accel_pcie_link_max_width", "", ONE, ANY),
-    ("nvmlDeviceGetRetiredPagesPendingStatus", (), "accel_retired_pages_pending", "", ONE, 1),
-)
-MEMORY = (
-    "accel_memory_total_bytes",
-    "accel_memory_used_bytes",
-    "accel_memory_free_bytes",
-    "accel_memory_reserved_bytes",
-)
-MIG_MEMORY = (
-    "accel_mig_memory_total_bytes",
-    "accel_mig_memory_used_bytes",
-    "accel_mig_memory_free_bytes",
-    "",
-)
-# Field id -> (family, dimension label or "" for the NVLink link in scopeId, scale to base units).
-FIELD_SPECS: dict[int, tuple[str, str, Scale]] = {
-    nv.FI_MEMORY_TEMP: ("accel_temperature_celsius", "memory", ONE),
-    nv.FI_NVLINK_THROUGHPUT_DATA_TX: ("accel_nvlink_tx_bytes_total", "", KIB),
-    nv.FI_NVLINK_THROUGHPUT_DATA_RX: ("accel_nvlink_rx_bytes_total", "", KIB),
-    **{
-        fid: ("accel_clock_violation_seconds_total", name, NANO)
-        for fid, name in nv.VIOLATION_FIELDS
-    },
-}
 
 
 class DeviceReader:
@@ -297,7 +241,7 @@ class DeviceReader:
         )
         if reasons is OLDER:
             reasons = gpu.call(n.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
-        if reasons is None or nv.is_sentinel(reasons):
+        if reasons is None or not_available(reasons):
             return
         plan = gpu.plans.get("throttle")
         if plan is None:
@@ -429,48 +373,7 @@ class DeviceReader:
             self._memory(gpu, handle, out, MIG_MEMORY, str(gi))
         if gpu.gpm_supported:
             for gi in sorted(instances):
-                self._gpm(gpu, gi, out)
-
-    def _gpm(self, gpu: Gpu, gi: int, out: Emitter) -> None:
-        """Utilization of one GPU instance between this poll and the previous one."""
-        n = self.nvml
-        sample = gpu.call(n.nvmlGpmSampleAlloc)
-        if sample is None:
-            return
-        # Every sample is freed on every path, DeviceGone included: held in
-        # gpm_samples (freed later), or freed here.
-        try:
-            taken = gpu.call(n.nvmlGpmMigSampleGet, gpu.handle, gi, sample)
-        except DeviceGone:
-            gpu.release_gpm(sample)
-            raise
-        if taken is None:
-            gpu.release_gpm(sample)
-            return
-        previous = gpu.gpm_samples.get(gi)
-        gpu.gpm_samples[gi] = sample
-        if previous is None:
-            return
-        try:
-            request = n.c_nvmlGpmMetricsGet_t()
-            request.version = n.NVML_GPM_METRICS_GET_VERSION
-            request.numMetrics = 2
-            request.sample1 = previous
-            request.sample2 = sample
-            request.metrics[0].metricId = nv.GPM_GRAPHICS_UTIL
-            request.metrics[1].metricId = nv.GPM_DRAM_BW_UTIL
-            result = gpu.call(n.nvmlGpmMetricsGet, request)
-        finally:
-            gpu.release_gpm(previous)
-        if result is None:
-            return
-        names = ("accel_mig_utilization_ratio", "accel_mig_memory_bandwidth_utilization_ratio")
-        for metric, name in zip(result.metrics[:2], names, strict=False):
-            code = int(metric.nvmlReturn)
-            if code:
-                gpu.status(f"gpm {metric.metricId}", code)
-            else:
-                out.ratio(name, metric.value, str(gi))
+                nvml_gpm.mig_instance(self.nvml, gpu, gi, out)
 
     # -- slow ---------------------------------------------------------------
 
@@ -509,7 +412,7 @@ class DeviceReader:
             _fid, _scope, code, number = nv.field_entries(values)[0]
             if code:
                 gpu.status("field 91", code)
-            elif not nv.is_sentinel(number):
+            elif not not_available(number):
                 count = int(number)
         active = []
         for link in range(min(count, 64)):

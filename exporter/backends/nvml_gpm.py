@@ -24,7 +24,7 @@ from operator import mul, truediv
 from typing import Any
 
 from exporter.backends import nvml_support as nv
-from exporter.backends.contract import Emitter
+from exporter.backends.contract import DeviceGone, Emitter
 from exporter.backends.nvml_gpu import Gpu
 
 # Per-entry layout of nvmlGpmMetric_t: metricId, nvmlReturn, value (double), then
@@ -257,6 +257,50 @@ class GpmReader:
         if code in nv.DEVICE_FATAL:
             free(gpu)
         gpu.failure(name, code, detail)
+
+
+def mig_instance(n: Any, gpu: Gpu, gi: int, out: Emitter) -> None:
+    """Utilization of one GPU instance (MIG) between this poll and the previous one.
+
+    Through pynvml's own GPM calls (``n``), one sample per instance and poll.
+    """
+    sample = gpu.call(n.nvmlGpmSampleAlloc)
+    if sample is None:
+        return
+    # Every sample is freed on every path, DeviceGone included: held in
+    # gpm_samples (freed later), or freed here.
+    try:
+        taken = gpu.call(n.nvmlGpmMigSampleGet, gpu.handle, gi, sample)
+    except DeviceGone:
+        gpu.release_gpm(sample)
+        raise
+    if taken is None:
+        gpu.release_gpm(sample)
+        return
+    previous = gpu.gpm_samples.get(gi)
+    gpu.gpm_samples[gi] = sample
+    if previous is None:
+        return
+    try:
+        request = n.c_nvmlGpmMetricsGet_t()
+        request.version = n.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = 2
+        request.sample1 = previous
+        request.sample2 = sample
+        request.metrics[0].metricId = nv.GPM_GRAPHICS_UTIL
+        request.metrics[1].metricId = nv.GPM_DRAM_BW_UTIL
+        result = gpu.call(n.nvmlGpmMetricsGet, request)
+    finally:
+        gpu.release_gpm(previous)
+    if result is None:
+        return
+    names = ("accel_mig_utilization_ratio", "accel_mig_memory_bandwidth_utilization_ratio")
+    for metric, name in zip(result.metrics[:2], names, strict=False):
+        code = int(metric.nvmlReturn)
+        if code:
+            gpu.status(f"gpm {metric.metricId}", code)
+        else:
+            out.ratio(name, metric.value, str(gi))
 
 
 def free(gpu: Gpu) -> None:

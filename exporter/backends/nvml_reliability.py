@@ -15,7 +15,7 @@ from typing import Any
 
 from exporter.backends import nvml_domains
 from exporter.backends import nvml_support as nv
-from exporter.backends.contract import Emitter
+from exporter.backends.contract import Emitter, not_available
 from exporter.backends.nvml_gpu import Gpu
 
 FI_RECOVERY_ACTION = 230
@@ -82,7 +82,7 @@ class ReliabilityReader:
         if code:
             gpu.status(f"field {FI_RECOVERY_ACTION}", code)
             return
-        if nv.is_sentinel(number):
+        if not_available(number):
             return
         action = int(number)
         for value, name in enumerate(RECOVERY_ACTIONS):

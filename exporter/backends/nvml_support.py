@@ -9,7 +9,9 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from exporter.backends.contract import Codes
+# The widths' all-ones values are the contract's; U64_MAX stays a name here for nvml's users.
+from exporter.backends.contract import NOT_AVAILABLE, U16_MAX, U32_MAX, Codes
+from exporter.backends.contract import U64_MAX as U64_MAX
 
 # nvmlReturn_t codes (nvml.h) -> the snake_case reason exported in labels.
 REASONS: dict[int, str] = {
@@ -73,10 +75,6 @@ CODES: Codes[int] = Codes(
 # A newer entry point that answers one of these for a GPU is retried with the
 # older one: it does not serve this GPU (or this struct version), the older may.
 DOWNGRADE = ABSENT | {INVALID_ARGUMENT, ARGUMENT_VERSION_MISMATCH}
-
-U16_MAX = 0xFFFF
-U32_MAX = 0xFFFFFFFF
-U64_MAX = 0xFFFFFFFFFFFFFFFF
 
 # nvmlClockType_t -> label
 CLOCKS = ((0, "graphics"), (1, "sm"), (2, "memory"), (3, "video"))
@@ -213,12 +211,7 @@ def reason_of(code: int) -> str:
 
 
 # NVML's "not available" encodings: all ones in 32 or 64 bits, and -1 (the Emitter's set).
-SENTINELS: frozenset[float] = frozenset({U32_MAX, U64_MAX, -1})
-
-
-def is_sentinel(value: float) -> bool:
-    """True for NVML's "not available" encodings (all ones in 32 or 64 bits, -1) and non-finite."""
-    return value in SENTINELS or value - value != 0  # inf - inf and nan - nan are nan
+SENTINELS = NOT_AVAILABLE
 
 
 # nvmlFieldValue_t: fieldId, scopeId, timestamp, latencyUsec, valueType, nvmlReturn, value

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from exporter.backends.contract import within
+
 # A response may describe at most this many devices (a v5p pod slice host has 4;
 # a 7x host 8): more is a malformed or hostile reply, not a bigger host.
 MAX_POINTS = 1024
@@ -76,7 +78,7 @@ def device_values(
         if device in out:
             raise BadMetric(f"device {device} appears twice")
         value = _number(point)
-        if not math.isfinite(value) or value < 0 or value > upper:
+        if not within(value, 0, upper):
             raise BadMetric(f"device {device} has {value}, outside 0..{upper:g}")
         out[device] = value
     return out

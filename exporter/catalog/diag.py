@@ -1,14 +1,17 @@
-"""Diagnostic verdicts read from a directory: dcgmi diag, AGFHC and RVS (docs/diagnostics.md).
+"""Diagnostic verdicts read from a directory: dcgmi diag, Health Validation, AGFHC, RVS.
 
-Device series carry ``device`` and ``uuid`` of the exporter's own device the result
-was matched to (a result no device matches is only counted), ``suite`` (``dcgm``,
-``agfhc``, ``rvs``) and ``test`` (the suite's test name as a label: lower case,
-``_`` for the rest). A run's codes, severities and categories are in the info
-family, not on the result series.
+See docs/diagnostics.md. Device series carry ``device`` and ``uuid`` of the
+exporter's own device the result was matched to (a result no device matches is only
+counted; a result about the node, Health Validation's own verdict and node checks,
+has both ""), ``suite`` (``dcgm``, ``health_validation``, ``agfhc``, ``rvs``) and
+``test`` (the suite's test name as a label: lower case, ``_`` for the rest). A
+run's codes, severities and categories are in the info family, not on the result
+series.
 """
 
 from __future__ import annotations
 
+from exporter.catalog import budget
 from exporter.catalog.spec import Kind, MetricSpec
 from exporter.catalog.vocabulary import DIAG_FILE_REJECTIONS, DIAG_FILE_RESULTS, DIAG_RESULTS
 
@@ -20,9 +23,11 @@ ROWS = (
         Kind.GAUGE,
         "The result of a diagnostic test on a device in the newest run of its suite that"
         " tested the device, one-hot over pass, warn, fail and skip; gone when that run is"
-        " older than the health window (health.event_window).",
+        ' older than the health window (health.event_window). device and uuid are "" for'
+        " a result about the node (Health Validation's own verdict and node checks).",
         (*_TEST, "result"),
         values={"result": DIAG_RESULTS},
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_diag_test_info",
@@ -31,6 +36,7 @@ ROWS = (
         " AGFHC's suggested action), its severity and category as the suite words them"
         " (DCGM: isolate, reset, ...; hardware_memory, ...); present while its run counts.",
         (*_TEST, "code", "severity", "category"),
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_diag_device_run_timestamp_seconds",
@@ -39,6 +45,7 @@ ROWS = (
         " modification time).",
         ("device", "uuid", "suite"),
         unit="seconds",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_diag_run_timestamp_seconds",
@@ -46,6 +53,7 @@ ROWS = (
         "Unix time of the newest accepted run of a suite in the watched directory.",
         ("suite",),
         unit="seconds",
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_diag_run_info",
@@ -53,6 +61,7 @@ ROWS = (
         "The version of the tool that wrote the newest accepted run of a suite (DCGM 4.2.3;"
         " empty where the suite writes none); always 1.",
         ("suite", "version"),
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_diag_files_total",
@@ -64,6 +73,7 @@ ROWS = (
         ("suite", "result"),
         otel_unit="{file}",
         values={"result": DIAG_FILE_RESULTS},
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_diag_files_rejected_total",
@@ -83,6 +93,7 @@ ROWS = (
         " (empty version: the file names none, or its shape drifted); present while the"
         " file is there.",
         ("suite", "version"),
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_diag_unmatched_results",
@@ -91,6 +102,7 @@ ROWS = (
         " list (by serial number, else by the suite's device number): shown nowhere else.",
         ("suite",),
         otel_unit="{result}",
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_diag_directory_present",

@@ -13,10 +13,10 @@ table or ``Warnings`` section (cut short) is an error.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 
+from exporter.ccl import ras_text_lines as tl
 from exporter.ccl.ras_model import (
     ANY_COLLECTIVE,
     STATUSES,
@@ -28,99 +28,7 @@ from exporter.ccl.ras_model import (
     RankRef,
     RasParseError,
     RasReport,
-    checked_int,
 )
-
-_BANNER = re.compile(r"^(NCCL|RCCL) version (\S+)(?: compiled with .*)?$")
-_RUNTIME = re.compile(r"^(?:CUDA|HIP) runtime version (-?\d+), (?:amdgpu )?driver version (-?\d+)$")
-_COMMUNICATORS = re.compile(r"^Communicators\.\.\.(?: \((\d+(?:\.\d+)?)s\))?$")
-_GROUP_ROW = re.compile(
-    r"^(\d+)\s+(\d+)\s+(\d+)\s+(\d+)(?:-(\d+))?\s+(\d+)\s+(\d+)\s+([A-Z]+)\s+([A-Z]+(?:,[A-Z]+)*)$"
-)
-_COMM_HEADER = re.compile(r"^#(\d+)-(\d+) \(([0-9a-fA-F]{1,16})\) (INCOMPLETE|ERROR|MISMATCH)$")
-_OUTLIER_NODE = re.compile(r"^Node (\S+) running process(?:es)? ([\d,]+)$")
-_PROCESS = re.compile(r"^Process (\d+) on node (\S+) managing GPUs? (.+)$")
-_WHERE = re.compile(r"^GPU (\d+)(?: \(NVML (\d+)\))? managed by process (\d+) on node (\S+)$")
-_NOT_FOUND = "[process information not found]"
-_COULD_NOT_FIND = re.compile(r"^\[could not find information on \d+ process(?:es)?\]$")
-
-_MISSING_PROCESSES = re.compile(r"^Missing communicator data from (\d+) job process(?:es)?$")
-_DEAD_PROCESSES = re.compile(r"^(\d+) job process(?:es are| is) considered dead\b.*$")
-_TIMEOUTS = re.compile(
-    r"^Encountered (\d+) communication timeouts? while gathering communicator data$"
-)
-_MISSING_RANKS = re.compile(r"^Missing communicator data from (\d+) ranks?$")
-_MISSING_LIST = re.compile(r"^The missing ranks?: ([\d,]+)$")
-_RANK_WHERE = re.compile(r"^Rank (\d+) -- (.+)$")
-_INIT_ERRORS = re.compile(r"^Initialization errors? on (\d+) ranks?$")
-_ASYNC_ERRORS = re.compile(r"^Asynchronous errors? on (\d+) ranks?$")
-_RANKS_REPORTED = re.compile(r"^(\d+) ranks reported (.+)$")
-_RANK_REPORTED = re.compile(r"^Rank (\d+) reported (.+?)(?: -- (.+))?$")
-_DIFFERENT_STATUS = "Communicator ranks have different status"
-_RANKS_STATUS = re.compile(r"^(\d+) ranks have status (\w+)$")
-_RANK_STATUS = re.compile(r"^Rank (\d+) has status (\w+)(?: -- (.+))?$")
-_UNKNOWN_LIST = re.compile(r"^The unknown ranks: ([\d,]+)$")
-_DIFFERENT_COUNTS = re.compile(r"^Communicator ranks have different (\w+) operation counts$")
-_RANKS_LAUNCHED = re.compile(r"^(\d+) ranks have launched up to operation (\d+)$")
-_RANKS_NONE = re.compile(r"^(\d+) ranks have not launched any operations$")
-_RANK_LAUNCHED = re.compile(r"^Rank (\d+) has launched up to operation (\d+)(?: -- (.+))?$")
-_RANK_NONE = re.compile(r"^Rank (\d+) has not launched any operations(?: -- (.+))?$")
-
-_SUMMARY_KINDS = {
-    "(total) per node per process (total) (total)": "consistent",
-    "(total) (total) (total)": "totals",
-    "per node per process": "nodes_processes_gpus",
-    "per node": "nodes_processes",
-    "per process": "processes_gpus",
-}
-_SUMMARY_WIDTHS = {
-    "consistent": 5,
-    "totals": 3,
-    "nodes_processes_gpus": 3,
-    "nodes_processes": 2,
-    "processes_gpus": 2,
-}
-_ERROR_WORDS = frozenset({"OK", "MISMATCH", "ERROR", "INCOMPLETE"})
-# 2**64 has 20 digits; a sign makes 20 characters for -2**63.
-MAX_DIGITS = 20
-
-
-def _status_word(word: str) -> str:
-    # 2.24/2.25 said UNKNOWN for what 2.26+ calls NOCOMM.
-    return "NOCOMM" if word == "UNKNOWN" else word
-
-
-def _int(text: str) -> int:
-    """A number the regexes matched (digits, maybe a sign) within what NCCL's printf prints."""
-    # Checked before converting: int() of thousands of digits is slow, or refused.
-    if len(text) > MAX_DIGITS:
-        raise RasParseError(f"number with {len(text)} digits out of the 64-bit range")
-    return checked_int(int(text), "number")
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise RasParseError(f"collection time {text[:24]!r} is not a number")
-    return value
-
-
-def _int_list(text: str) -> list[int]:
-    return [_int(part) for part in text.split(",") if part]
-
-
-def _where(rank: int, text: str | None) -> RankRef:
-    if text:
-        match = _WHERE.match(text)
-        if match:
-            cuda, nvml, pid, host = match.groups()
-            return RankRef(rank, host, _int(pid), _int(cuda), _int(nvml if nvml else cuda))
-    return RankRef(rank)
-
-
-def _rank(match: re.Match[str], where: int) -> RankRef:
-    """The rank a detail line names (its group 1), placed by its group ``where`` if given."""
-    return _where(_int(match.group(1)), match.group(where))
 
 
 @dataclass
@@ -182,7 +90,7 @@ class _TextParser:
             following = self.lines[index + 1] if index + 1 < len(self.lines) else ""
             underlined = following.startswith("=") and set(following) == {"="}
             stripped = line.strip()
-            comms = _COMMUNICATORS.match(stripped)
+            comms = tl.COMMUNICATORS.match(stripped)
             if stripped == "Job summary" and underlined:
                 section, index = "summary", index + 2
                 continue
@@ -190,7 +98,7 @@ class _TextParser:
                 section = "communicators"
                 self.comm_section_seen = True
                 if comms.group(1) is not None:
-                    self.collection = _seconds(comms.group(1))
+                    self.collection = tl.seconds(comms.group(1))
                 index += 2 if underlined else 1
                 continue
             if stripped in ("Errors", "Warnings") and underlined:
@@ -210,7 +118,7 @@ class _TextParser:
             index += 1
         if index >= len(self.lines):
             raise RasParseError("empty report")
-        match = _BANNER.match(self.lines[index].strip())
+        match = tl.BANNER.match(self.lines[index].strip())
         if not match:
             raise RasParseError(
                 f"line {index + 1}: expected 'NCCL version ...' or 'RCCL version ...' banner"
@@ -219,9 +127,9 @@ class _TextParser:
         self.version = match.group(2)
         index += 1
         if index < len(self.lines):
-            runtime = _RUNTIME.match(self.lines[index].strip())
+            runtime = tl.RUNTIME.match(self.lines[index].strip())
             if runtime:
-                self.runtime, self.driver = _int(runtime.group(1)), _int(runtime.group(2))
+                self.runtime, self.driver = tl.number(runtime.group(1)), tl.number(runtime.group(2))
                 index += 1
         return index
 
@@ -240,8 +148,8 @@ class _TextParser:
 
     def _summary(self, stripped: str) -> bool:
         words = " ".join(stripped.split())
-        if words in _SUMMARY_KINDS:
-            self.summary_kind = _SUMMARY_KINDS[words]
+        if words in tl.SUMMARY_KINDS:
+            self.summary_kind = tl.SUMMARY_KINDS[words]
             return True
         if words in (
             "Nodes Processes GPUs Processes GPUs",
@@ -252,16 +160,16 @@ class _TextParser:
             return True
         if words.startswith("The outlier node"):
             return True
-        node = _OUTLIER_NODE.match(words)
+        node = tl.OUTLIER_NODE.match(words)
         if node:
             # The node is a RAS peer, alive or not: it says nothing about reachability.
             return True
         fields = words.split(" ")
         if self.summary_kind and all(f.isdigit() for f in fields):
-            if len(fields) != _SUMMARY_WIDTHS[self.summary_kind]:
+            if len(fields) != tl.SUMMARY_WIDTHS[self.summary_kind]:
                 return False
             self.summary_rows.setdefault(self.summary_kind, []).append(
-                tuple(_int(f) for f in fields)
+                tuple(tl.number(f) for f in fields)
             )
             return True
         return False
@@ -283,24 +191,24 @@ class _TextParser:
         words = " ".join(stripped.split())
         if words.startswith("Group Comms Nodes Ranks") or words.startswith("# in group"):
             return True
-        match = _GROUP_ROW.match(words)
+        match = tl.GROUP_ROW.match(words)
         if not match:
             return False
         index, comms, nodes, low, high, per_comm, in_group, status, errors = match.groups()
-        status = _status_word(status)
+        status = tl.status_word(status)
         error_set = frozenset(errors.split(","))
-        if status not in STATUSES or not error_set <= _ERROR_WORDS:
+        if status not in STATUSES or not error_set <= tl.ERROR_WORDS:
             return False
         self.comm_result_seen = True
         self.groups.append(
             Group(
-                index=_int(index),
-                comms=_int(comms),
-                nodes_per_comm=_int(nodes),
-                ranks_per_node_min=_int(low),
-                ranks_per_node_max=_int(high if high is not None else low),
-                ranks_per_comm=_int(per_comm),
-                ranks_in_group=_int(in_group),
+                index=tl.number(index),
+                comms=tl.number(comms),
+                nodes_per_comm=tl.number(nodes),
+                ranks_per_node_min=tl.number(low),
+                ranks_per_node_max=tl.number(high if high is not None else low),
+                ranks_per_comm=tl.number(per_comm),
+                ranks_in_group=tl.number(in_group),
                 status=status,
                 errors=error_set - {"OK"},
             )
@@ -319,21 +227,21 @@ class _TextParser:
         if self.block == "DEAD":
             return self._process_detail(stripped, dead=True)
         if self.block == "TIMEOUT":
-            match = _TIMEOUTS.match(stripped)
+            match = tl.TIMEOUTS.match(stripped)
             if match:
-                self.timeouts += _int(match.group(1))
+                self.timeouts += tl.number(match.group(1))
                 return True
         return False
 
     def _block_header(self, section: str, stripped: str) -> bool:
         self.comm = None
-        header = _COMM_HEADER.match(stripped)
+        header = tl.COMM_HEADER.match(stripped)
         if header:
             group, member, hash_text, kind = header.groups()
             value = int(hash_text, 16)
             acc = self.comms.get(value)
             if acc is None:
-                acc = _CommAcc(value, _int(group), f"#{group}-{member}")
+                acc = _CommAcc(value, tl.number(group), f"#{group}-{member}")
                 self.comms[value] = acc
             acc.kinds.add(kind)
             acc.context = kind
@@ -352,21 +260,21 @@ class _TextParser:
         return False
 
     def _process_detail(self, stripped: str, *, dead: bool) -> bool:
-        counter = (_DEAD_PROCESSES if dead else _MISSING_PROCESSES).match(stripped)
+        counter = (tl.DEAD_PROCESSES if dead else tl.MISSING_PROCESSES).match(stripped)
         if counter:
             if dead:
-                self.dead_process_count += _int(counter.group(1))
+                self.dead_process_count += tl.number(counter.group(1))
             else:
-                self.missing_process_count += _int(counter.group(1))
+                self.missing_process_count += tl.number(counter.group(1))
             return True
-        process = _PROCESS.match(stripped)
+        process = tl.PROCESS.match(stripped)
         if process:
             pid, host, gpus = process.groups()
-            entry = Process(host, _int(pid), gpus)
+            entry = Process(host, tl.number(pid), gpus)
             (self.dead_processes if dead else self.missing_processes).append(entry)
             self.missing_hosts.add(host)
             return True
-        return bool(_COULD_NOT_FIND.match(stripped))
+        return bool(tl.COULD_NOT_FIND.match(stripped))
 
     def _comm_detail(self, acc: _CommAcc, stripped: str) -> bool:
         if acc.context == "INCOMPLETE":
@@ -381,19 +289,19 @@ class _TextParser:
             (self.missing_hosts if unresponsive else self.responding).add(ref.host)
 
     def _missing_list(self, acc: _CommAcc, match: re.Match[str], *, unresponsive: bool) -> None:
-        for number in _int_list(match.group(1)):
+        for number in tl.numbers(match.group(1)):
             self._add_missing(acc, RankRef(number), unresponsive=unresponsive)
 
     def _incomplete_detail(self, acc: _CommAcc, stripped: str) -> bool:
-        match = _MISSING_RANKS.match(stripped)
+        match = tl.MISSING_RANKS.match(stripped)
         if match:
-            acc.incomplete += _int(match.group(1))
+            acc.incomplete += tl.number(match.group(1))
             return True
-        rank = _RANK_WHERE.match(stripped)
+        rank = tl.RANK_WHERE.match(stripped)
         if rank:
-            self._add_missing(acc, _rank(rank, 2), unresponsive=True)
+            self._add_missing(acc, tl.rank_ref(rank, 2), unresponsive=True)
             return True
-        listed = _MISSING_LIST.match(stripped)
+        listed = tl.MISSING_LIST.match(stripped)
         if listed:
             self._missing_list(acc, listed, unresponsive=True)
             return True
@@ -413,29 +321,29 @@ class _TextParser:
         for pattern, where in patterns:
             match = pattern.match(stripped)
             if match:
-                self._responding(_rank(match, where))
+                self._responding(tl.rank_ref(match, where))
                 return match
         return None
 
     def _error_detail(self, acc: _CommAcc, stripped: str) -> bool:
-        init = _INIT_ERRORS.match(stripped)
+        init = tl.INIT_ERRORS.match(stripped)
         if init:
-            acc.init_errors += _int(init.group(1))
+            acc.init_errors += tl.number(init.group(1))
             return True
-        async_ = _ASYNC_ERRORS.match(stripped)
+        async_ = tl.ASYNC_ERRORS.match(stripped)
         if async_:
-            acc.async_errors += _int(async_.group(1))
+            acc.async_errors += tl.number(async_.group(1))
             return True
-        if _RANKS_REPORTED.match(stripped):
+        if tl.RANKS_REPORTED.match(stripped):
             return True
-        return self._answered(stripped, (_RANK_REPORTED, 3), (_RANK_WHERE, 2)) is not None
+        return self._answered(stripped, (tl.RANK_REPORTED, 3), (tl.RANK_WHERE, 2)) is not None
 
     def _mismatch_detail(self, acc: _CommAcc, stripped: str) -> bool:
-        if stripped == _DIFFERENT_STATUS:
+        if stripped == tl.DIFFERENT_STATUS:
             acc.status_mismatch = True
             acc.collective = ""
             return True
-        counts = _DIFFERENT_COUNTS.match(stripped)
+        counts = tl.DIFFERENT_COUNTS.match(stripped)
         if counts:
             name = counts.group(1)
             acc.collective = ANY_COLLECTIVE if name == "collective" else name
@@ -446,24 +354,24 @@ class _TextParser:
         return self._status_detail(acc, stripped)
 
     def _status_detail(self, acc: _CommAcc, stripped: str) -> bool:
-        several = _RANKS_STATUS.match(stripped)
+        several = tl.RANKS_STATUS.match(stripped)
         if several:
-            acc.status_context = _status_word(several.group(2))
+            acc.status_context = tl.status_word(several.group(2))
             if acc.status_context == "NOCOMM":
-                acc.nocomm += _int(several.group(1))
+                acc.nocomm += tl.number(several.group(1))
             return True
-        unknown = _UNKNOWN_LIST.match(stripped)
+        unknown = tl.UNKNOWN_LIST.match(stripped)
         if unknown:
             self._missing_list(acc, unknown, unresponsive=False)
             return True
         # A rank with a status line of its own, or one listed under "N ranks have status S".
-        single = _RANK_STATUS.match(stripped)
-        listed = None if single else _RANK_WHERE.match(stripped)
+        single = tl.RANK_STATUS.match(stripped)
+        listed = None if single else tl.RANK_WHERE.match(stripped)
         if single:
-            status, ref = _status_word(single.group(2)), _rank(single, 3)
+            status, ref = tl.status_word(single.group(2)), tl.rank_ref(single, 3)
             acc.status_context = ""
         elif listed:
-            status, ref = acc.status_context, _rank(listed, 2)
+            status, ref = acc.status_context, tl.rank_ref(listed, 2)
         else:
             return False
         if status != "NOCOMM":
@@ -476,19 +384,21 @@ class _TextParser:
 
     def _count_detail(self, acc: _CommAcc, collective: str, stripped: str) -> bool:
         values = acc.op_counts.setdefault(collective, set())
-        several = _RANKS_LAUNCHED.match(stripped)
+        several = tl.RANKS_LAUNCHED.match(stripped)
         if several:
-            values.add(_int(several.group(2)))
+            values.add(tl.number(several.group(2)))
             return True
-        if _RANKS_NONE.match(stripped):
+        if tl.RANKS_NONE.match(stripped):
             values.add(0)
             return True
-        rank = self._answered(stripped, (_RANK_LAUNCHED, 3), (_RANK_NONE, 2), (_RANK_WHERE, 2))
+        rank = self._answered(
+            stripped, (tl.RANK_LAUNCHED, 3), (tl.RANK_NONE, 2), (tl.RANK_WHERE, 2)
+        )
         if rank is None:
             return False
-        if rank.re is _RANK_LAUNCHED:
-            values.add(_int(rank.group(2)))
-        elif rank.re is _RANK_NONE:
+        if rank.re is tl.RANK_LAUNCHED:
+            values.add(tl.number(rank.group(2)))
+        elif rank.re is tl.RANK_NONE:
             values.add(0)
         return True
 

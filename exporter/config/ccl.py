@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from dataclasses import dataclass
+from typing import Literal
 
-from exporter.config.fields import Duration, Enabled, at_least, positive
+from exporter.config.fields import Duration, Enabled, at_least, positive, setting
 from exporter.config.source import SourceConfig
 
 # A RAS follower queries this many times less often than the reporter by default.
@@ -17,35 +17,34 @@ FOLLOWER_FACTOR = 10
 class CclRasSourceConfig(SourceConfig):
     """NCCL/RCCL RAS service client (every NCCL process listens on port 28028)."""
 
-    HELP: ClassVar[dict[str, str]] = {
-        "addresses": "RAS service host:port of the NCCL/RCCL processes",
-        "format": "RAS reply format asked for (auto: JSON where supported)",
-        "verbose": "ask for the verbose report (per-rank detail)",
-        "rank_series": "per-rank series: this node's ranks, all, or none",
-        "stall_polls": "polls without progress before a job counts as stalled",
-        "role": "reporter queries every poll, a follower less often (auto: by rank 0)",
-        "follower_interval": "a follower's query interval (derived: ten intervals)",
-        "max_response_bytes": "largest RAS reply read",
-        "monitor": "keep a RAS monitor connection for instant state changes",
-        "local_addresses": "this node's IP addresses (empty: read from the kernel)",
-    }
-
     enabled: Enabled = "auto"
-    addresses: list[str] = field(default_factory=lambda: ["localhost:28028"])
+    addresses: list[str] = setting(
+        factory=lambda: ["localhost:28028"], help="RAS service host:port of the NCCL/RCCL processes"
+    )
     interval: Duration = 30.0
     timeout: Duration | None = 15.0
-    format: Literal["auto", "json", "text"] = "auto"
-    verbose: bool = True
-    rank_series: Literal["local", "all", "none"] = "local"
-    stall_polls: int = 3
-    role: Literal["auto", "reporter", "follower"] = "auto"
+    format: Literal["auto", "json", "text"] = setting(
+        "auto", "RAS reply format asked for (auto: JSON where supported)"
+    )
+    verbose: bool = setting(True, "ask for the verbose report (per-rank detail)")
+    rank_series: Literal["local", "all", "none"] = setting(
+        "local", "per-rank series: this node's ranks, all, or none"
+    )
+    stall_polls: int = setting(3, "polls without progress before a job counts as stalled")
+    role: Literal["auto", "reporter", "follower"] = setting(
+        "auto", "reporter queries every poll, a follower less often (auto: by rank 0)"
+    )
     # Unset: ten times the interval.
-    follower_interval: Duration | None = None
-    max_response_bytes: int = 32 * 1024 * 1024
-    monitor: Enabled = "auto"
+    follower_interval: Duration | None = setting(
+        None, "a follower's query interval (derived: ten intervals)"
+    )
+    max_response_bytes: int = setting(32 * 1024 * 1024, "largest RAS reply read")
+    monitor: Enabled = setting("auto", "keep a RAS monitor connection for instant state changes")
     # This node's addresses, to tell local ranks and the reporter role; empty: read them
     # from the kernel (plus the host of every non-loopback address above).
-    local_addresses: list[str] = field(default_factory=list)
+    local_addresses: list[str] = setting(
+        factory=list, help="this node's IP addresses (empty: read from the kernel)"
+    )
 
     def check(self) -> list[tuple[str, str]]:
         """Sane addresses and counts."""
@@ -83,32 +82,25 @@ class CclRasSourceConfig(SourceConfig):
 class CclInspectorSourceConfig(SourceConfig):
     """NCCL/RCCL Inspector profiler plugin output (one JSONL file per process)."""
 
-    HELP: ClassVar[dict[str, str]] = {
-        "dir": "directory of the Inspector plugin's JSONL files",
-        "link_peak_bytes_per_second": "bus bandwidth above this is flagged implausible",
-        "max_line_bytes": "longest JSONL line read",
-        "max_read_bytes": "bytes read per file and poll (a larger backlog is skipped)",
-        "max_files": "files followed at once",
-        "max_comms": "communicators tracked at once",
-        "max_series": "{comm, collective, msg_size} label sets at most",
-        "hostnames": "only files of these host names (empty: all)",
-    }
-
     enabled: Enabled = "auto"
-    dir: str = "/var/run/nccl-inspector"
+    dir: str = setting("/var/run/nccl-inspector", "directory of the Inspector plugin's JSONL files")
     interval: Duration = 15.0
     # Bus bandwidth above this is flagged as implausible (RCCL 2.28.3 reports 10x too high).
-    link_peak_bytes_per_second: float = 1.0e12
-    max_line_bytes: int = 1024 * 1024
+    link_peak_bytes_per_second: float = setting(
+        1.0e12, "bus bandwidth above this is flagged implausible"
+    )
+    max_line_bytes: int = setting(1024 * 1024, "longest JSONL line read")
     # Per file and poll; a larger backlog is skipped (counted), keeping CPU per poll bounded.
-    max_read_bytes: int = 8 * 1024 * 1024
-    max_files: int = 256
+    max_read_bytes: int = setting(
+        8 * 1024 * 1024, "bytes read per file and poll (a larger backlog is skipped)"
+    )
+    max_files: int = setting(256, "files followed at once")
     # Communicators tracked at once; the least recently seen is forgotten beyond this.
-    max_comms: int = 64
+    max_comms: int = setting(64, "communicators tracked at once")
     # {comm, collective, msg_size} label sets over all communicators (two histograms each).
-    max_series: int = 512
+    max_series: int = setting(512, "{comm, collective, msg_size} label sets at most")
     # Only files <hostname>-pid<pid>.log of these host names (a shared directory); empty: all.
-    hostnames: list[str] = field(default_factory=list)
+    hostnames: list[str] = setting(factory=list, help="only files of these host names (empty: all)")
 
     def check(self) -> list[tuple[str, str]]:
         """Positive limits."""

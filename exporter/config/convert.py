@@ -85,29 +85,7 @@ def convert(value: Any, tp: Any, path: Path, problems: Problems, secret: bool = 
     origin = get_origin(tp)
 
     if origin is typing.Annotated:
-        base, kind = get_args(tp)
-        if kind == "duration":
-            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-                problems.add(path, "must be a duration like 250ms, 15s or 1m")
-                return INVALID
-            if not isinstance(value, str):
-                problems.add(path, f"duration {value} needs a unit (e.g. {value}s or {value}ms)")
-                return INVALID
-            try:
-                return parse_duration(value)
-            except ValueError as exc:
-                problems.add(path, str(exc))
-                return INVALID
-        text = convert(value, base, path, problems, secret)
-        unreadable = (
-            isinstance(text, str)
-            and text
-            and not (os.path.isfile(text) and os.access(text, os.R_OK))
-        )
-        if kind == "file" and unreadable:
-            problems.add(path, f"cannot read file {text!r}: {_unreadable_why(str(text))}")
-            return INVALID
-        return text
+        return _annotated(value, tp, path, problems, secret)
 
     if origin is Literal:
         options = get_args(tp)
@@ -146,6 +124,38 @@ def convert(value: Any, tp: Any, path: Path, problems: Problems, secret: bool = 
     if is_section(tp):
         return _convert_dataclass(value, tp, path, problems)
 
+    if tp in (bool, int, float, str):
+        return _scalar(value, tp, path, problems, secret)
+    raise TypeError(f"config schema uses unsupported type {tp!r} at {'.'.join(path)}")
+
+
+def _annotated(value: Any, tp: Any, path: Path, problems: Problems, secret: bool) -> Any:
+    """A value of an ``Annotated`` type: a duration, or a file that must be readable."""
+    base, kind = get_args(tp)
+    if kind == "duration":
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            problems.add(path, "must be a duration like 250ms, 15s or 1m")
+            return INVALID
+        if not isinstance(value, str):
+            problems.add(path, f"duration {value} needs a unit (e.g. {value}s or {value}ms)")
+            return INVALID
+        try:
+            return parse_duration(value)
+        except ValueError as exc:
+            problems.add(path, str(exc))
+            return INVALID
+    text = convert(value, base, path, problems, secret)
+    unreadable = (
+        isinstance(text, str) and text and not (os.path.isfile(text) and os.access(text, os.R_OK))
+    )
+    if kind == "file" and unreadable:
+        problems.add(path, f"cannot read file {text!r}: {_unreadable_why(str(text))}")
+        return INVALID
+    return text
+
+
+def _scalar(value: Any, tp: Any, path: Path, problems: Problems, secret: bool) -> Any:
+    """A bool, int, float or str, from YAML or from env/flag text."""
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -166,14 +176,13 @@ def convert(value: Any, tp: Any, path: Path, problems: Problems, secret: bool = 
         what = "a number" if tp is float else "an integer"
         problems.add(path, f"must be {what}, not {_shown(value, secret)}")
         return INVALID
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        problems.add(
-            path, f"must be a string, not {type(value).__name__} {_shown(value, secret)} (quote it)"
-        )
-        return INVALID
-    raise TypeError(f"config schema uses unsupported type {tp!r} at {'.'.join(path)}")
+    # tp is str: convert calls this for these four types only.
+    if isinstance(value, str):
+        return value
+    problems.add(
+        path, f"must be a string, not {type(value).__name__} {_shown(value, secret)} (quote it)"
+    )
+    return INVALID
 
 
 def _collection(

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar
+from dataclasses import dataclass
 
 from exporter.catalog.vocabulary import AMD_HEALTH_EVENTS, AmdEvent
-from exporter.config.fields import Duration, Enabled, at_least, positive
+from exporter.config.fields import Duration, Enabled, at_least, positive, setting
 from exporter.config.source import SourceConfig
 
 
@@ -14,31 +13,28 @@ from exporter.config.source import SourceConfig
 class DeviceSourceConfig(SourceConfig):
     """A vendor device backend run in a worker process."""
 
-    HELP: ClassVar[dict[str, str]] = {
-        "slow_interval": "time between reads of slow-changing data (inventory, ECC, links)",
-        "bootstrap_timeout": "time for the worker to load the library and list devices",
-        "processes": "per-process series with a pid label (cardinality)",
-        "events": "count device events (NVIDIA XIDs)",
-        "expected_devices": "devices this node should have (accel_devices_expected)",
-        "sys_path": "where /sys is read to count this vendor's PCI devices",
-    }
-
     enabled: Enabled = "auto"
     interval: Duration = 5.0
     # Inventory, ECC, retired pages, remapped rows, link state: slow to read, slow to change.
-    slow_interval: Duration = 60.0
+    slow_interval: Duration = setting(
+        60.0, "time between reads of slow-changing data (inventory, ECC, links)"
+    )
     # Time allowed for the worker to load the library and enumerate devices.
-    bootstrap_timeout: Duration = 30.0
+    bootstrap_timeout: Duration = setting(
+        30.0, "time for the worker to load the library and list devices"
+    )
     # Per-process series (pid label): off by default for cardinality.
-    processes: bool = False
-    events: bool = True
+    processes: bool = setting(False, "per-process series with a pid label (cardinality)")
+    events: bool = setting(True, "count device events (NVIDIA XIDs)")
     # The accelerators this node should have, exported as accel_devices_expected so an
     # alert can tell a node that booted short; set, it also makes a missing library a failure.
-    expected_devices: int | None = None
+    expected_devices: int | None = setting(
+        None, "devices this node should have (accel_devices_expected)"
+    )
     # Where the PCI bus is read (bus/pci/devices) to count this vendor's accelerators
     # as accel_pci_devices, whether or not the library sees them: the host's, if
     # mounted elsewhere.
-    sys_path: str = "/sys"
+    sys_path: str = setting("/sys", "where /sys is read to count this vendor's PCI devices")
 
     def check(self) -> list[tuple[str, str]]:
         """The slow interval cannot be shorter than the fast one; an expected count is positive."""
@@ -55,23 +51,20 @@ class DeviceSourceConfig(SourceConfig):
 class AmdSmiSourceConfig(DeviceSourceConfig):
     """AMD GPUs through amdsmi; ``event_types`` picks the event notifications counted."""
 
-    HELP: ClassVar[dict[str, str]] = {
-        "event_types": "amdsmi event notifications counted",
-        "dev_path": "where /dev is read to tell no driver from a fault",
-        "state_dir": "where CPER cursors and AFID counts survive daemon restarts",
-        "cper_per_poll": "CPER records read per GPU and poll (bursts drain over polls)",
-    }
-
-    event_types: list[AmdEvent] = field(default_factory=lambda: list(AMD_HEALTH_EVENTS))
+    event_types: list[AmdEvent] = setting(
+        factory=lambda: list(AMD_HEALTH_EVENTS), help="amdsmi event notifications counted"
+    )
     # Where to look for the amdgpu driver (module/amdgpu under sys_path, kfd under
     # dev_path) when amdsmi_init fails, to tell "no AMD driver here" from a fault.
-    dev_path: str = "/dev"
+    dev_path: str = setting("/dev", "where /dev is read to tell no driver from a fault")
     # Where the CPER cursor and AFID counts are kept across daemon restarts (a small
     # JSON file); empty: in memory only, so a restarted daemon reads each GPU's CPER
     # ring again from its start and counts those records again.
-    state_dir: str = ""
+    state_dir: str = setting("", "where CPER cursors and AFID counts survive daemon restarts")
     # CPER records read per GPU and poll: a burst is drained over several polls.
-    cper_per_poll: int = 256
+    cper_per_poll: int = setting(
+        256, "CPER records read per GPU and poll (bursts drain over polls)"
+    )
 
     def check(self) -> list[tuple[str, str]]:
         """The CPER read bound is positive."""
@@ -82,43 +75,33 @@ class AmdSmiSourceConfig(DeviceSourceConfig):
 class LevelZeroSourceConfig(DeviceSourceConfig):
     """Intel GPUs through Level Zero Sysman (pyzes); ``library_path`` is the loader to use."""
 
-    HELP: ClassVar[dict[str, str]] = {
-        "library_path": "the Level Zero loader (unset: distributions' paths, then ld.so's)",
-    }
-
     # Unset: Debian's, RHEL/SUSE/Fedora's /usr/lib64 and the loader's search (libsearch).
-    library_path: str = ""
+    library_path: str = setting(
+        "", "the Level Zero loader (unset: distributions' paths, then ld.so's)"
+    )
 
 
 @dataclass(frozen=True)
 class HlmlSourceConfig(DeviceSourceConfig):
     """Intel Gaudi through libhlml (habana-pyhlml); ``library_path`` is the library to use."""
 
-    HELP: ClassVar[dict[str, str]] = {
-        "library_path": "libhlml (unset: /usr/lib/habanalabs, then where ld.so looks)",
-        "nic_statistics": "per-port NIC counters, read on slow polls",
-    }
-
-    library_path: str = ""
+    library_path: str = setting("", "libhlml (unset: /usr/lib/habanalabs, then where ld.so looks)")
     # Per-port NIC counters (the driver names them; dozens per port): read on slow polls.
-    nic_statistics: bool = True
+    nic_statistics: bool = setting(True, "per-port NIC counters, read on slow polls")
 
 
 @dataclass(frozen=True)
 class TpuSourceConfig(DeviceSourceConfig):
     """Google TPUs: chips counted from the host, runtime metrics from libtpu's gRPC service."""
 
-    HELP: ClassVar[dict[str, str]] = {
-        "addresses": "libtpu runtime metrics addresses, one per workload process",
-        "host_root": "the host's / (dev/ and sys/ are read under it)",
-        "max_message_bytes": "largest gRPC reply accepted",
-    }
-
     # One address per workload process (libtpu: 8431, then TPU_RUNTIME_METRICS_PORTS).
-    addresses: list[str] = field(default_factory=lambda: ["localhost:8431"])
+    addresses: list[str] = setting(
+        factory=lambda: ["localhost:8431"],
+        help="libtpu runtime metrics addresses, one per workload process",
+    )
     # Where the host's dev/ and sys/ are read (the host's / mounted elsewhere in a container).
-    host_root: str = "/"
-    max_message_bytes: int = 4 * 1024 * 1024
+    host_root: str = setting("/", "the host's / (dev/ and sys/ are read under it)")
+    max_message_bytes: int = setting(4 * 1024 * 1024, "largest gRPC reply accepted")
 
     def check(self) -> list[tuple[str, str]]:
         """Distinct host:port addresses, a sane message limit."""
@@ -132,21 +115,18 @@ class TpuSourceConfig(DeviceSourceConfig):
 class NeuronSourceConfig(SourceConfig):
     """AWS Trainium / Inferentia: devices from sysfs, metrics streamed by neuron-monitor."""
 
-    HELP: ClassVar[dict[str, str]] = {
-        "host_root": "the host's / (dev/ and sys/ are read under it)",
-        "command": "neuron-monitor and its arguments (-c CONFIG is appended)",
-        "max_line_bytes": "longest neuron-monitor report line accepted",
-    }
-
     enabled: Enabled = "auto"
     # Also neuron-monitor's reporting period; no line for three of them is a stall.
     interval: Duration = 5.0
     # Where the host's dev/ and sys/ are read to enumerate the devices.
-    host_root: str = "/"
+    host_root: str = setting("/", "the host's / (dev/ and sys/ are read under it)")
     # The program and its arguments; the daemon appends "-c <its own config file>".
-    command: list[str] = field(default_factory=lambda: ["neuron-monitor"])
+    command: list[str] = setting(
+        factory=lambda: ["neuron-monitor"],
+        help="neuron-monitor and its arguments (-c CONFIG is appended)",
+    )
     # One JSON document per line; lines grow with runtimes, cores and loaded models.
-    max_line_bytes: int = 16 * 1024 * 1024
+    max_line_bytes: int = setting(16 * 1024 * 1024, "longest neuron-monitor report line accepted")
 
     def check(self) -> list[tuple[str, str]]:
         """A command to run, interval in whole seconds, a bounded line limit."""

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from exporter.config.fields import Duration, at_least
+from exporter.config.fields import Duration, Enabled, at_least
 from exporter.config.source import SourceConfig
 
 # Where the Slurm prolog/epilog and the Kubernetes pre-flight Job of docs/diagnostics.md
-# write; a directory that does not exist is no result, not an error.
+# write; a directory that does not exist is no result, never an error.
 DEFAULT_PATH = "/var/lib/accel-exporter/diag"
 
 
@@ -23,6 +23,9 @@ class DiagSourceConfig(SourceConfig):
         "max_files": "newest files read; older ones beyond it are refused (too_many_files)",
     }
 
+    # auto: a node without the directory reports the source unavailable (not an error) and
+    # looks again every minute; true: it reports the directory absent, polling as usual.
+    enabled: Enabled = "auto"
     interval: Duration = 30.0
     path: str = DEFAULT_PATH
     max_file_bytes: int = 4 * 1024 * 1024

@@ -7,13 +7,18 @@ configurable everywhere. Field types: ``bool``, ``int``, ``float``, ``str``,
 :data:`Duration`, :data:`FilePath`, ``Literal``, ``X | None``, unions of a bool
 and ``Literal["auto"]``, ``list[...]``, ``dict[str, ...]`` and nested dataclasses.
 
-A dataclass may define ``check() -> list[tuple[str, str]]`` (field, problem) for
-rules across fields, and ``resolved()`` to fill defaults that depend on others.
+A key's one-line description is declared with it, as field metadata
+(:func:`setting`); a dataclass may still carry a ``HELP`` dict for keys it inherits
+and does not redeclare. A dataclass may define ``check() -> list[tuple[str, str]]``
+(field, problem) for rules across fields, and ``resolved()`` to fill defaults that
+depend on others.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+import dataclasses
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, Union
 
 # Seconds, written as "250ms", "15s", "1m" in files, env and flags.
 Duration = Annotated[float, "duration"]
@@ -23,6 +28,25 @@ FilePath = Annotated[str, "file"]
 Secret = Annotated[str, "secret"]
 
 Enabled = Union[bool, Literal["auto"]]  # noqa: UP007 (a runtime alias, read by the loader)
+
+
+def setting(
+    default: Any = dataclasses.MISSING,
+    help: str = "",
+    *,
+    factory: Callable[[], Any] | None = None,
+) -> Any:
+    """A config key with its one-line description (``--help-all``, docs/configuration.md).
+
+    ``setting(30.0, "...")`` for a plain default; ``setting(factory=list, help="...")`` for
+    one made per instance (lists, dicts, nested sections). The description is the
+    field's ``help`` metadata, read by :func:`exporter.config.keys.key_help`.
+    """
+    metadata = {"help": help}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
 
 # The shortest interval of any poll, query or push.
 MIN_INTERVAL = 0.1

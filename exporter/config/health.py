@@ -2,34 +2,29 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 import yaml
 
 from exporter import action_file
 from exporter.actions import Advice
-from exporter.config.fields import Duration, FilePath
+from exporter.config.fields import Duration, FilePath, setting
 
 
 @dataclass(frozen=True)
 class ActionEntry:
     """One code's action, written out: the action, how far it reaches, what next, why."""
 
-    HELP: ClassVar[dict[str, str]] = {
-        "action": "the action (none, restart_app, ..., replace_device; docs/health.md)",
-        "scope": "how far it reaches: device, partition, peer_domain, baseboard or node",
-        "escalation": "the next action when this one does not clear it ('': none named)",
-        "escalation_scope": "how far the escalation reaches ('': as far as scope)",
-        "detail": "what exactly to do, in words (e.g. reseat the GPU tray)",
-    }
-
-    action: str = ""
-    scope: str = "device"
-    escalation: str = ""
-    escalation_scope: str = ""
-    detail: str = ""
+    action: str = setting("", "the action (none, restart_app, ..., replace_device; docs/health.md)")
+    scope: str = setting(
+        "device", "how far it reaches: device, partition, peer_domain, baseboard or node"
+    )
+    escalation: str = setting(
+        "", "the next action when this one does not clear it ('': none named)"
+    )
+    escalation_scope: str = setting("", "how far the escalation reaches ('': as far as scope)")
+    detail: str = setting("", "what exactly to do, in words (e.g. reseat the GPU tray)")
 
 
 # An override: the action word alone, or the entry written out.
@@ -40,21 +35,22 @@ ActionOverride = str | ActionEntry
 class HealthConfig:
     """How the health verdict weighs device events (docs/health.md)."""
 
-    HELP: ClassVar[dict[str, str]] = {
-        "event_window": "how long an XID or AFID counts, from the event's own time",
-        "xid_actions": "XID -> action or {action, scope, escalation, detail}, over NVIDIA's",
-        "afid_actions": "AFID -> action or {action, scope, escalation, detail}, over AMD's",
-        "afid_table": "a site's AMD-supplied AFID -> action file (YAML), over the inferred one",
-        "state_dir": "where the health memory (XIDs, AFIDs, resets) survives restarts",
-        "trend_rules": "a YAML file of error-rate trend rules replacing the shipped ones",
-    }
-
-    event_window: Duration = 3600.0
-    xid_actions: dict[str, ActionOverride] = field(default_factory=dict)
-    afid_actions: dict[str, ActionOverride] = field(default_factory=dict)
-    afid_table: FilePath = ""
-    state_dir: str = ""
-    trend_rules: FilePath = ""
+    event_window: Duration = setting(
+        3600.0, "how long an XID or AFID counts, from the event's own time"
+    )
+    xid_actions: dict[str, ActionOverride] = setting(
+        factory=dict, help="XID -> action or {action, scope, escalation, detail}, over NVIDIA's"
+    )
+    afid_actions: dict[str, ActionOverride] = setting(
+        factory=dict, help="AFID -> action or {action, scope, escalation, detail}, over AMD's"
+    )
+    afid_table: FilePath = setting(
+        "", "a site's AMD-supplied AFID -> action file (YAML), over the inferred one"
+    )
+    state_dir: str = setting("", "where the health memory (XIDs, AFIDs, resets) survives restarts")
+    trend_rules: FilePath = setting(
+        "", "a YAML file of error-rate trend rules replacing the shipped ones"
+    )
 
     def check(self) -> list[tuple[str, str]]:
         """A positive window; override keys that are codes, words of the vocabulary.

@@ -101,9 +101,17 @@ def leaves(cls: type = Config, prefix: Path = ()) -> Iterator[Leaf]:
 
 
 def key_help(cls: type, name: str) -> str:
-    """A key's one-line description: the ``HELP`` of its class or of a base class."""
+    """A key's one-line description: its field's ``help`` (:func:`exporter.config.fields.setting`).
+
+    Else the ``HELP`` dict of its class; the nearest class in the MRO that says
+    something wins, so a subclass redeclaring a key without a description keeps
+    its base's.
+    """
     for klass in cls.__mro__:
-        text = vars(klass).get("HELP", {}).get(name)
+        own = vars(klass)
+        declared = own.get("__dataclass_fields__", {}).get(name)
+        text = declared.metadata.get("help") if declared is not None else None
+        text = text or own.get("HELP", {}).get(name)
         if text:
             return str(text)
     return ""

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import ClassVar
+
+from exporter.config.fields import setting
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # A Kubernetes label key: an optional DNS-subdomain prefix and "/", then a name.
@@ -58,17 +59,14 @@ class KubernetesConfig:
     request (the kubelet rotates it); only ``ca_file`` is trusted.
     """
 
-    HELP: ClassVar[dict[str, str]] = {
-        "api_server": "API server URL, https:// (empty: in-cluster)",
-        "node_name": "this node's name (empty: $NODE_NAME)",
-        "token_file": "service account token (read for every request)",
-        "ca_file": "CA bundle of the API server (the only one trusted)",
-    }
-
-    api_server: str = ""
-    node_name: str = ""
-    token_file: str = f"{SERVICE_ACCOUNT_DIR}/token"
-    ca_file: str = f"{SERVICE_ACCOUNT_DIR}/ca.crt"
+    api_server: str = setting("", "API server URL, https:// (empty: in-cluster)")
+    node_name: str = setting("", "this node's name (empty: $NODE_NAME)")
+    token_file: str = setting(
+        f"{SERVICE_ACCOUNT_DIR}/token", "service account token (read for every request)"
+    )
+    ca_file: str = setting(
+        f"{SERVICE_ACCOUNT_DIR}/ca.crt", "CA bundle of the API server (the only one trusted)"
+    )
 
     def check(self) -> list[tuple[str, str]]:
         """An https URL; a node name that is one; the credential paths set."""

@@ -10,11 +10,10 @@ quarantined, drained or remediated until an operator turns shadow off.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar
+from dataclasses import dataclass
 
 from exporter.catalog.vocabulary import RECOMMENDED_ACTIONS
-from exporter.config.fields import Duration, positive, timing_problems
+from exporter.config.fields import Duration, positive, setting, timing_problems
 
 DEFAULT_SOCKET = "/var/run/nvsentinel/nvsentinel.sock"
 # The RecommendedAction names of NVSentinel's health_event.proto (exporter/outputs/
@@ -39,34 +38,28 @@ NVSENTINEL_ACTIONS = (
 class NvsentinelOutputConfig:
     """The verdict as HealthEvents on NVSentinel's socket (docs/nvsentinel.md); off by default."""
 
-    HELP: ClassVar[dict[str, str]] = {
-        "enabled": "send the health verdict to NVSentinel's platform connector",
-        "socket": "the platform connector's unix socket",
-        "shadow": "ask NVSentinel to store the events only (STORE_ONLY), not act on them",
-        "agent": "the events' agent (what NVSentinel's rules match on)",
-        "node_name": "the events' nodeName (empty: kubernetes.node_name, $NODE_NAME, host name)",
-        "interval": "time between two comparisons of the verdict with what was sent",
-        "timeout": "deadline of one call to the platform connector",
-        "resend": "send the events of bad devices again this often (0: never)",
-        "backoff_min": "wait after the first failed call",
-        "backoff_max": "longest wait between two calls while they fail",
-        "actions": "NVSentinel RecommendedAction by our action, over the default mapping",
-    }
-
-    enabled: bool = False
-    socket: str = DEFAULT_SOCKET
+    enabled: bool = setting(False, "send the health verdict to NVSentinel's platform connector")
+    socket: str = setting(DEFAULT_SOCKET, "the platform connector's unix socket")
     # STORE_ONLY until the operator has watched what the events would do.
-    shadow: bool = True
-    agent: str = "accel-exporter"
-    node_name: str = ""
-    interval: Duration = 5.0
+    shadow: bool = setting(
+        True, "ask NVSentinel to store the events only (STORE_ONLY), not act on them"
+    )
+    agent: str = setting("accel-exporter", "the events' agent (what NVSentinel's rules match on)")
+    node_name: str = setting(
+        "", "the events' nodeName (empty: kubernetes.node_name, $NODE_NAME, host name)"
+    )
+    interval: Duration = setting(
+        5.0, "time between two comparisons of the verdict with what was sent"
+    )
     # NVSentinel's own monitors give a call 5 s (gpu-health-monitor).
-    timeout: Duration = 5.0
+    timeout: Duration = setting(5.0, "deadline of one call to the platform connector")
     # NVSentinel keeps what it was told: its own monitors send changes only.
-    resend: Duration = 0.0
-    backoff_min: Duration = 1.0
-    backoff_max: Duration = 60.0
-    actions: dict[str, str] = field(default_factory=dict)
+    resend: Duration = setting(0.0, "send the events of bad devices again this often (0: never)")
+    backoff_min: Duration = setting(1.0, "wait after the first failed call")
+    backoff_max: Duration = setting(60.0, "longest wait between two calls while they fail")
+    actions: dict[str, str] = setting(
+        factory=dict, help="NVSentinel RecommendedAction by our action, over the default mapping"
+    )
 
     def check(self) -> list[tuple[str, str]]:
         """Positive timings, min <= max backoff, overrides naming our words and theirs."""

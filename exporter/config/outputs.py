@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from exporter.config.fields import Duration, FilePath, Secret, timing_problems
+from exporter.config.fields import Duration, FilePath, Secret, setting, timing_problems
 from exporter.config.kubernetes import LABEL_KEY, MOVED
 from exporter.config.nvsentinel import NvsentinelOutputConfig
 
@@ -23,15 +23,13 @@ class ProfileConfig:
     family is written in full. See docs/profiles.md.
     """
 
-    HELP: ClassVar[dict[str, str]] = {
-        "profile": "minimal, default or full (docs/profiles.md)",
-        "include": "families or globs added to the profile, written in full",
-        "exclude": "families or globs left out",
-    }
-
-    profile: Literal["minimal", "default", "full"] = "default"
-    include: list[str] = field(default_factory=list)
-    exclude: list[str] = field(default_factory=list)
+    profile: Literal["minimal", "default", "full"] = setting(
+        "default", "minimal, default or full (docs/profiles.md)"
+    )
+    include: list[str] = setting(
+        factory=list, help="families or globs added to the profile, written in full"
+    )
+    exclude: list[str] = setting(factory=list, help="families or globs left out")
 
     def check(self) -> list[tuple[str, str]]:
         """Every pattern names a catalog family (the near miss named when it does not)."""
@@ -72,19 +70,18 @@ class PrometheusOutputConfig(ProfileConfig):
     The listener itself is configured in ``web``; compat series are off by default.
     """
 
-    HELP: ClassVar[dict[str, str]] = {
-        **ProfileConfig.HELP,
-        "compat": "peers' series to serve too: dcgm, dcgm@4.8|4.9|4.10, amd (docs/migrating.md)",
-        "workload_labels": "pod, namespace, container, job_id on attributed device series",
-        "cluster_name": "the cluster_name label of the amd compat series",
-        "compat_fields": "peer -> its field file: dcgm collectors CSV, amd config.json",
-    }
-
-    compat: list[CompatName] = field(default_factory=list)
-    workload_labels: bool = False
-    cluster_name: str = ""
+    compat: list[CompatName] = setting(
+        factory=list,
+        help="peers' series to serve too: dcgm, dcgm@4.8|4.9|4.10, amd (docs/migrating.md)",
+    )
+    workload_labels: bool = setting(
+        False, "pod, namespace, container, job_id on attributed device series"
+    )
+    cluster_name: str = setting("", "the cluster_name label of the amd compat series")
     # peer -> its exporter's own field list file (dcgm: a collectors CSV; amd: config.json).
-    compat_fields: dict[str, FilePath] = field(default_factory=dict)
+    compat_fields: dict[str, FilePath] = setting(
+        factory=dict, help="peer -> its field file: dcgm collectors CSV, amd config.json"
+    )
 
     def check(self) -> list[tuple[str, str]]:
         """The profile's patterns, no series name served twice in two units, usable files."""
@@ -112,39 +109,34 @@ class OtlpOutputConfig(ProfileConfig):
     default (see docs/otlp.md): explicit configuration wins, as the OpenTelemetry spec asks.
     """
 
-    HELP: ClassVar[dict[str, str]] = {
-        "enabled": "push metrics over OTLP",
-        "endpoint": "collector URL (http/protobuf) or gRPC target",
-        "protocol": "OTLP transport (unset: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)",
-        "interval": "time between two pushes (unset: OTEL_METRIC_EXPORT_INTERVAL, else 30s)",
-        "timeout": "deadline of one push (unset: OTEL_*_TIMEOUT in ms, else 10s)",
-        "headers": "headers sent with every push (tokens)",
-        "compression": "push compression (unset: OTEL_*_COMPRESSION, else gzip)",
-        "insecure": "gRPC without TLS (endpoints without a scheme only)",
-        "certificate_file": "CA bundle that signs the collector's certificate",
-        "client_certificate_file": "client certificate for mTLS to the collector",
-        "client_key_file": "key of client_certificate_file",
-        "temporality": "counter temporality (unset: OTEL_* preference, else cumulative)",
-        "resource_attributes": "resource attributes that win over detection",
-        **ProfileConfig.HELP,
-    }
-
-    enabled: bool = False
+    enabled: bool = setting(False, "push metrics over OTLP")
     # Base URL (http/protobuf: /v1/metrics is appended unless already there) or gRPC target.
-    endpoint: str = ""
-    protocol: Literal["grpc", "http/protobuf"] | None = None
-    interval: Duration | None = None
-    timeout: Duration | None = None
-    headers: dict[str, Secret] = field(default_factory=dict)
-    compression: Literal["none", "gzip"] | None = None
+    endpoint: str = setting("", "collector URL (http/protobuf) or gRPC target")
+    protocol: Literal["grpc", "http/protobuf"] | None = setting(
+        None, "OTLP transport (unset: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)"
+    )
+    interval: Duration | None = setting(
+        None, "time between two pushes (unset: OTEL_METRIC_EXPORT_INTERVAL, else 30s)"
+    )
+    timeout: Duration | None = setting(
+        None, "deadline of one push (unset: OTEL_*_TIMEOUT in ms, else 10s)"
+    )
+    headers: dict[str, Secret] = setting(factory=dict, help="headers sent with every push (tokens)")
+    compression: Literal["none", "gzip"] | None = setting(
+        None, "push compression (unset: OTEL_*_COMPRESSION, else gzip)"
+    )
     # gRPC only, and only for an endpoint without http:// or https://.
-    insecure: bool | None = None
-    certificate_file: FilePath = ""
-    client_certificate_file: FilePath = ""
-    client_key_file: FilePath = ""
-    temporality: Literal["cumulative", "delta"] | None = None
+    insecure: bool | None = setting(None, "gRPC without TLS (endpoints without a scheme only)")
+    certificate_file: FilePath = setting("", "CA bundle that signs the collector's certificate")
+    client_certificate_file: FilePath = setting("", "client certificate for mTLS to the collector")
+    client_key_file: FilePath = setting("", "key of client_certificate_file")
+    temporality: Literal["cumulative", "delta"] | None = setting(
+        None, "counter temporality (unset: OTEL_* preference, else cumulative)"
+    )
     # Resource attributes that win over detection and OTEL_RESOURCE_ATTRIBUTES.
-    resource_attributes: dict[str, str] = field(default_factory=dict)
+    resource_attributes: dict[str, str] = setting(
+        factory=dict, help="resource attributes that win over detection"
+    )
 
     def check(self) -> list[tuple[str, str]]:
         """Positive timings (the OTEL_* merge is checked by load_config, with its env)."""
@@ -164,35 +156,33 @@ class KubernetesOutputConfig:
     The API server, node name and credentials are the ``kubernetes`` section's.
     """
 
-    HELP: ClassVar[dict[str, str]] = {
-        "enabled": "write DeviceTaintRules and a Node condition for this node's devices",
-        "interval": "time between two reconciliations",
-        "timeout": "deadline of one API request",
-        "taint_rules": "a DeviceTaintRule per failed device (DRA clusters)",
-        "taint_effect": "effect after the first, effect-less rule: None, NoSchedule, NoExecute",
-        "taint_degraded": "taint degraded devices too, not only failed ones",
-        "taint_key": "the taint's key",
-        "clear_after": "a device healthy this long loses its taint (hysteresis)",
-        "node_condition": "the Node condition AcceleratorHealthy (device-plugin clusters)",
-        "heartbeat": "the unchanged Node condition is written again this often (at most 5m)",
-    }
     # The API server and credentials moved to the kubernetes section.
     RENAMED: ClassVar[dict[str, str]] = MOVED
 
-    enabled: bool = False
-    interval: Duration = 30.0
-    timeout: Duration = 10.0
-    taint_rules: bool = True
+    enabled: bool = setting(
+        False, "write DeviceTaintRules and a Node condition for this node's devices"
+    )
+    interval: Duration = setting(30.0, "time between two reconciliations")
+    timeout: Duration = setting(10.0, "deadline of one API request")
+    taint_rules: bool = setting(True, "a DeviceTaintRule per failed device (DRA clusters)")
     # Rules are created with effect None (they only report what they would do); this
     # effect is set one reconciliation later. None keeps them report-only.
-    taint_effect: Literal["None", "NoSchedule", "NoExecute"] = "None"
-    taint_degraded: bool = False
-    taint_key: str = "accel-exporter.io/unhealthy"
-    clear_after: Duration = 300.0
-    node_condition: bool = True
+    taint_effect: Literal["None", "NoSchedule", "NoExecute"] = setting(
+        "None", "effect after the first, effect-less rule: None, NoSchedule, NoExecute"
+    )
+    taint_degraded: bool = setting(False, "taint degraded devices too, not only failed ones")
+    taint_key: str = setting("accel-exporter.io/unhealthy", "the taint's key")
+    clear_after: Duration = setting(
+        300.0, "a device healthy this long loses its taint (hysteresis)"
+    )
+    node_condition: bool = setting(
+        True, "the Node condition AcceleratorHealthy (device-plugin clusters)"
+    )
     # An unchanged condition is patched only this often (Node Problem Detector's
     # 5 minutes): every patch is an update event for every Node watcher.
-    heartbeat: Duration = 300.0
+    heartbeat: Duration = setting(
+        300.0, "the unchanged Node condition is written again this often (at most 5m)"
+    )
 
     def check(self) -> list[tuple[str, str]]:
         """Positive timings, a heartbeat of interval..5m; a taint key that is a label name."""
@@ -212,14 +202,18 @@ class KubernetesOutputConfig:
 class OutputsConfig:
     """Outputs: what /metrics carries, and the push outputs (Prometheus pull is always on)."""
 
-    HELP: ClassVar[dict[str, str]] = {
-        "prometheus": "what /metrics carries: profile, include, exclude, compat series",
-        "otlp": "OTLP metrics push (off by default)",
-        "kubernetes": "device health to Kubernetes: DeviceTaintRules, Node condition (off)",
-        "nvsentinel": "device health as NVSentinel HealthEvents on its socket (off)",
-    }
-
-    prometheus: PrometheusOutputConfig = field(default_factory=PrometheusOutputConfig)
-    otlp: OtlpOutputConfig = field(default_factory=OtlpOutputConfig)
-    kubernetes: KubernetesOutputConfig = field(default_factory=KubernetesOutputConfig)
-    nvsentinel: NvsentinelOutputConfig = field(default_factory=NvsentinelOutputConfig)
+    prometheus: PrometheusOutputConfig = setting(
+        factory=PrometheusOutputConfig,
+        help="what /metrics carries: profile, include, exclude, compat series",
+    )
+    otlp: OtlpOutputConfig = setting(
+        factory=OtlpOutputConfig, help="OTLP metrics push (off by default)"
+    )
+    kubernetes: KubernetesOutputConfig = setting(
+        factory=KubernetesOutputConfig,
+        help="device health to Kubernetes: DeviceTaintRules, Node condition (off)",
+    )
+    nvsentinel: NvsentinelOutputConfig = setting(
+        factory=NvsentinelOutputConfig,
+        help="device health as NVSentinel HealthEvents on its socket (off)",
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+from exporter.config.fields import setting
 from exporter.config.health import HealthConfig
 from exporter.config.kubernetes import KubernetesConfig
 from exporter.config.outputs import OutputsConfig
@@ -17,13 +18,12 @@ from exporter.config.workload import WorkloadConfig
 class LogConfig:
     """Log level and format (auto: console on a TTY, JSON otherwise)."""
 
-    HELP: ClassVar[dict[str, str]] = {
-        "level": "least severe level logged",
-        "format": "auto: console on a TTY, JSON otherwise",
-    }
-
-    level: Literal["debug", "info", "warning", "error"] = "info"
-    format: Literal["auto", "json", "console"] = "auto"
+    level: Literal["debug", "info", "warning", "error"] = setting(
+        "info", "least severe level logged"
+    )
+    format: Literal["auto", "json", "console"] = setting(
+        "auto", "auto: console on a TTY, JSON otherwise"
+    )
 
 
 @dataclass(frozen=True)
@@ -32,18 +32,20 @@ class Config:
 
     # Old names still read, with a "renamed" warning: old key -> new key.
     ALIASES: ClassVar[dict[str, str]] = {"enrich": "workload"}
-    HELP: ClassVar[dict[str, str]] = {
-        "web": "the HTTP server: /metrics, /status, /healthz, /readyz",
-        "log": "log level and format",
-        "workload": "which pod, container or Slurm job uses each device",
-        "kubernetes": "the API server and credentials of pod labels, DRA and the health writer",
-        "health": "the health verdict: event window, action overrides",
-    }
 
-    web: WebConfig = field(default_factory=WebConfig)
-    log: LogConfig = field(default_factory=LogConfig)
+    web: WebConfig = setting(
+        factory=WebConfig, help="the HTTP server: /metrics, /status, /healthz, /readyz"
+    )
+    log: LogConfig = setting(factory=LogConfig, help="log level and format")
     sources: SourcesConfig = field(default_factory=SourcesConfig)
-    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
-    kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
+    workload: WorkloadConfig = setting(
+        factory=WorkloadConfig, help="which pod, container or Slurm job uses each device"
+    )
+    kubernetes: KubernetesConfig = setting(
+        factory=KubernetesConfig,
+        help="the API server and credentials of pod labels, DRA and the health writer",
+    )
     outputs: OutputsConfig = field(default_factory=OutputsConfig)
-    health: HealthConfig = field(default_factory=HealthConfig)
+    health: HealthConfig = setting(
+        factory=HealthConfig, help="the health verdict: event window, action overrides"
+    )

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar
 
-from exporter.config.fields import Duration, Enabled, timing_problems
+from exporter.config.fields import Duration, Enabled, setting, timing_problems
 
 
 @dataclass(frozen=True)
@@ -17,17 +16,14 @@ class SourceConfig:
     three intervals. Data older than ``stale_after`` is not exported.
     """
 
-    HELP: ClassVar[dict[str, str]] = {
-        "enabled": "on, off, or auto (on where the hardware or service is found)",
-        "interval": "time between two polls",
-        "timeout": "deadline of one poll (derived: the interval, at most 30s)",
-        "stale_after": "older data is not exported (derived: three intervals)",
-    }
-
-    enabled: Enabled = True
-    interval: Duration = 15.0
-    timeout: Duration | None = None
-    stale_after: Duration | None = None
+    enabled: Enabled = setting(True, "on, off, or auto (on where the hardware or service is found)")
+    interval: Duration = setting(15.0, "time between two polls")
+    timeout: Duration | None = setting(
+        None, "deadline of one poll (derived: the interval, at most 30s)"
+    )
+    stale_after: Duration | None = setting(
+        None, "older data is not exported (derived: three intervals)"
+    )
 
     def check(self) -> list[tuple[str, str]]:
         """Intervals of at least 100 ms, positive timeouts, stale_after >= interval."""

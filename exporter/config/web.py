@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from dataclasses import dataclass
+from typing import Literal
 
-from exporter.config.fields import Duration, FilePath, Secret, at_least, positive
+from exporter.config.fields import Duration, FilePath, Secret, at_least, positive, setting
 
 # Client certificate policies, as exporter-toolkit names them (the subset TLS servers
 # in Python can honour: a certificate asked for is always verified).
@@ -35,21 +35,15 @@ def _cert_key_problem(cert_file: str, key_file: str) -> str:
 class TLSConfig:
     """Serve HTTPS; with ``client_ca_file`` clients must present a certificate it signed."""
 
-    HELP: ClassVar[dict[str, str]] = {
-        "cert_file": "PEM certificate (chain) the server presents",
-        "key_file": "PEM private key of cert_file",
-        "client_ca_file": "PEM CA bundle that signs client certificates (mTLS)",
-        "client_auth_type": "who must show a client certificate (unset: required with a CA)",
-        "min_version": "oldest TLS version accepted",
-    }
-
-    cert_file: FilePath = ""
-    key_file: FilePath = ""
-    client_ca_file: FilePath = ""
+    cert_file: FilePath = setting("", "PEM certificate (chain) the server presents")
+    key_file: FilePath = setting("", "PEM private key of cert_file")
+    client_ca_file: FilePath = setting("", "PEM CA bundle that signs client certificates (mTLS)")
     # exporter-toolkit's names. RequireAndVerifyClientCert holds for every path but
     # /healthz and /readyz, which a kubelet probe (no client certificate) must reach.
-    client_auth_type: ClientAuth | None = None
-    min_version: Literal["TLS1.2", "TLS1.3"] = "TLS1.2"
+    client_auth_type: ClientAuth | None = setting(
+        None, "who must show a client certificate (unset: required with a CA)"
+    )
+    min_version: Literal["TLS1.2", "TLS1.3"] = setting("TLS1.2", "oldest TLS version accepted")
 
     def check(self) -> list[tuple[str, str]]:
         """cert_file and key_file come together; a client auth type needs its CA."""
@@ -84,11 +78,9 @@ class TLSConfig:
 class BasicAuthConfig:
     """HTTP basic auth: user name -> bcrypt hash of the password."""
 
-    HELP: ClassVar[dict[str, str]] = {
-        "users": "user name -> bcrypt hash of the password",
-    }
-
-    users: dict[str, Secret] = field(default_factory=dict)
+    users: dict[str, Secret] = setting(
+        factory=dict, help="user name -> bcrypt hash of the password"
+    )
 
     def check(self) -> list[tuple[str, str]]:
         """Every value must be a bcrypt hash, never a plain password."""
@@ -107,48 +99,47 @@ class BasicAuthConfig:
 class WebConfig:
     """The HTTP server for /metrics, /status, /healthz, /readyz."""
 
-    HELP: ClassVar[dict[str, str]] = {
-        "tls": "HTTPS; client certificates (mTLS) for all but the probes",
-        "basic_auth": "HTTP basic auth for all but the health probes",
-        "listen_address": "host:port to serve on (:9842 is every address)",
-        "max_requests": "concurrent requests before 503 (instead of an unbounded queue)",
-        "read_timeout": "a write that makes no progress this long ends the connection",
-        "config_file": "exporter-toolkit web config file (web.yml)",
-        "max_connections": "open connections at most; the oldest idle one makes room",
-        "max_idle_connections": "keep-alive connections kept waiting; more close the oldest",
-        "idle_timeout": "a keep-alive connection idle this long is closed",
-        "header_timeout": "whole request headers must arrive within this (a total)",
-        "write_timeout": "a client must read its whole answer within this",
-        "health_api_unauthenticated": "serve /v1/devices without auth, as the health probes",
-    }
-
-    listen_address: str = ":9842"
+    listen_address: str = setting(":9842", "host:port to serve on (:9842 is every address)")
     # Prometheus exporter-toolkit's web config file (--web.config.file), mapped onto tls
     # and basic_auth below; a setting given both ways is an error.
-    config_file: FilePath = ""
-    tls: TLSConfig | None = None
-    basic_auth: BasicAuthConfig | None = None
+    config_file: FilePath = setting("", "exporter-toolkit web config file (web.yml)")
+    tls: TLSConfig | None = setting(
+        None, "HTTPS; client certificates (mTLS) for all but the probes"
+    )
+    basic_auth: BasicAuthConfig | None = setting(
+        None, "HTTP basic auth for all but the health probes"
+    )
     # Requests being served at once (after their headers arrived); more get 503
     # instead of queueing without bound. /healthz and /readyz have slots of their own.
-    max_requests: int = 40
+    max_requests: int = setting(
+        40, "concurrent requests before 503 (instead of an unbounded queue)"
+    )
     # Open connections, idle or not; at the limit the oldest idle one is closed
     # to make room for a new one.
-    max_connections: int = 256
+    max_connections: int = setting(256, "open connections at most; the oldest idle one makes room")
     # Keep-alive connections waiting for their next request; more close the oldest.
-    max_idle_connections: int = 64
+    max_idle_connections: int = setting(
+        64, "keep-alive connections kept waiting; more close the oldest"
+    )
     # A keep-alive connection with no request for this long is closed.
-    idle_timeout: Duration = 30.0
+    idle_timeout: Duration = setting(30.0, "a keep-alive connection idle this long is closed")
     # From a request's first byte (or the connection's start for a new one) to
     # the end of its headers, TLS handshake included: a total, not per read.
-    header_timeout: Duration = 5.0
+    header_timeout: Duration = setting(
+        5.0, "whole request headers must arrive within this (a total)"
+    )
     # A client that sends or accepts nothing for this long is disconnected.
-    read_timeout: Duration = 10.0
+    read_timeout: Duration = setting(
+        10.0, "a write that makes no progress this long ends the connection"
+    )
     # From complete headers to the last byte of the answer: a client that reads
     # it slower (a byte now and then) is disconnected and frees its slot.
-    write_timeout: Duration = 30.0
+    write_timeout: Duration = setting(30.0, "a client must read its whole answer within this")
     # /v1/devices without credentials or client certificate, as /healthz and /readyz are:
     # for a device plugin on the node that has none (it reveals device health, no metrics).
-    health_api_unauthenticated: bool = False
+    health_api_unauthenticated: bool = setting(
+        False, "serve /v1/devices without auth, as the health probes"
+    )
 
     def check(self) -> list[tuple[str, str]]:
         """The address must parse, the limits be positive and consistent."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from exporter.config.fields import (
@@ -11,6 +11,7 @@ from exporter.config.fields import (
     Enabled,
     at_least,
     positive,
+    setting,
     timing_problems,
 )
 from exporter.config.kubernetes import LABEL_KEY, MOVED
@@ -39,24 +40,17 @@ class PodLabelsConfig:
     The API server and credentials are the ``kubernetes`` section's.
     """
 
-    HELP: ClassVar[dict[str, str]] = {
-        "enabled": "export allowlisted pod labels from the API server",
-        "keys": "the allowlist of pod label keys (exact names)",
-        "interval": "time between two pod listings",
-        "timeout": "deadline of one pod listing",
-        "max_reply_bytes": "largest pod list accepted",
-    }
     # The API server and credentials moved to the kubernetes section.
     RENAMED: ClassVar[dict[str, str]] = MOVED
 
-    enabled: bool = False
+    enabled: bool = setting(False, "export allowlisted pod labels from the API server")
     # The allowlist: exact label keys (e.g. team, app.kubernetes.io/name). The exported
     # label set is fixed when the daemon starts, so no patterns.
-    keys: list[str] = field(default_factory=list)
-    interval: Duration = 60.0
-    timeout: Duration = 10.0
+    keys: list[str] = setting(factory=list, help="the allowlist of pod label keys (exact names)")
+    interval: Duration = setting(60.0, "time between two pod listings")
+    timeout: Duration = setting(10.0, "deadline of one pod listing")
     # A node's pod list is small; a larger reply is refused (never read into memory).
-    max_reply_bytes: int = 16 * 1024 * 1024
+    max_reply_bytes: int = setting(16 * 1024 * 1024, "largest pod list accepted")
 
     def check(self) -> list[tuple[str, str]]:
         """Label keys valid and distinct once exported; positive timings."""
@@ -100,19 +94,15 @@ class DraConfig:
     ``resourceslices.resource.k8s.io``.
     """
 
-    HELP: ClassVar[dict[str, str]] = {
-        "enabled": "map DRA claims to devices through ResourceSlices (auto: in a cluster)",
-        "interval": "time between two ResourceSlice listings",
-        "min_interval": "shortest time between listings asked for by an unknown device",
-        "timeout": "deadline of one ResourceSlice listing",
-        "max_reply_bytes": "largest ResourceSlice list accepted",
-    }
-
-    enabled: Enabled = "auto"
-    interval: Duration = 300.0
-    min_interval: Duration = 5.0
-    timeout: Duration = 10.0
-    max_reply_bytes: int = 16 * 1024 * 1024
+    enabled: Enabled = setting(
+        "auto", "map DRA claims to devices through ResourceSlices (auto: in a cluster)"
+    )
+    interval: Duration = setting(300.0, "time between two ResourceSlice listings")
+    min_interval: Duration = setting(
+        5.0, "shortest time between listings asked for by an unknown device"
+    )
+    timeout: Duration = setting(10.0, "deadline of one ResourceSlice listing")
+    max_reply_bytes: int = setting(16 * 1024 * 1024, "largest ResourceSlice list accepted")
 
     def check(self) -> list[tuple[str, str]]:
         """Positive timings, ordered; a reply limit of at least 64 KiB."""
@@ -129,43 +119,43 @@ class DraConfig:
 class K8sEnrichConfig:
     """Kubernetes pod attribution from the kubelet pod-resources API (v1 List)."""
 
-    HELP: ClassVar[dict[str, str]] = {
-        "enabled": "attribute devices to pods through the kubelet (auto: if its socket exists)",
-        "socket": "the kubelet pod-resources socket",
-        "interval": "time between two kubelet queries",
-        "timeout": "deadline of one kubelet query",
-        "resource_names": "extended resource names of accelerators",
-        "resource_patterns": "regexes of more resource names (MIG, shared GPUs)",
-        "max_message_bytes": "largest pod-resources reply accepted",
-        "stamp_device_series": "also put workload labels on device series",
-        "stamp_labels": "the labels stamped (namespace, pod, container)",
-        "pod_labels": "allowlisted pod labels from the API server (off by default)",
-        "dra": "DRA claims mapped to devices through the node's ResourceSlices",
-    }
-
     # Keys that were renamed: the loader names the new key in its error.
     RENAMED: ClassVar[dict[str, str]] = {
         "pod_label_allowlist": "stamp_labels; Kubernetes pod labels are pod_labels.keys"
     }
 
-    enabled: Enabled = "auto"
-    socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    enabled: Enabled = setting(
+        "auto", "attribute devices to pods through the kubelet (auto: if its socket exists)"
+    )
+    socket: str = setting(
+        "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet pod-resources socket"
+    )
     # How often the kubelet is asked; between refreshes the last answer is reused.
-    interval: Duration = 30.0
-    timeout: Duration = 5.0
-    resource_names: list[str] = field(default_factory=lambda: ["nvidia.com/gpu", "amd.com/gpu"])
+    interval: Duration = setting(30.0, "time between two kubelet queries")
+    timeout: Duration = setting(5.0, "deadline of one kubelet query")
+    resource_names: list[str] = setting(
+        factory=lambda: ["nvidia.com/gpu", "amd.com/gpu"],
+        help="extended resource names of accelerators",
+    )
     # Regexes of extra resource names: MIG profiles (nvidia.com/mig-1g.10gb), and the
     # shared GPUs of time-slicing or MPS with renameByDefault (nvidia.com/gpu.shared).
-    resource_patterns: list[str] = field(
-        default_factory=lambda: [r"^nvidia\.com/mig-.*$", r"^nvidia\.com/gpu\.shared$"]
+    resource_patterns: list[str] = setting(
+        factory=lambda: [r"^nvidia\.com/mig-.*$", r"^nvidia\.com/gpu\.shared$"],
+        help="regexes of more resource names (MIG, shared GPUs)",
     )
-    max_message_bytes: int = 64 * 1024 * 1024
+    max_message_bytes: int = setting(64 * 1024 * 1024, "largest pod-resources reply accepted")
     # Stamp workload labels onto device series (off: join on accel_device_workload_info).
-    stamp_device_series: bool = False
+    stamp_device_series: bool = setting(False, "also put workload labels on device series")
     # The labels stamped, from namespace, pod, container; nothing is stamped unless listed.
-    stamp_labels: list[str] = field(default_factory=list)
-    pod_labels: PodLabelsConfig = field(default_factory=PodLabelsConfig)
-    dra: DraConfig = field(default_factory=DraConfig)
+    stamp_labels: list[str] = setting(
+        factory=list, help="the labels stamped (namespace, pod, container)"
+    )
+    pod_labels: PodLabelsConfig = setting(
+        factory=PodLabelsConfig, help="allowlisted pod labels from the API server (off by default)"
+    )
+    dra: DraConfig = setting(
+        factory=DraConfig, help="DRA claims mapped to devices through the node's ResourceSlices"
+    )
 
     def check(self) -> list[tuple[str, str]]:
         """Valid regexes, positive timings, a reply limit of at least 16 MiB."""
@@ -197,15 +187,13 @@ class K8sEnrichConfig:
 class SlurmEnrichConfig:
     """Slurm job attribution from process cgroups and environments, or prolog files."""
 
-    HELP: ClassVar[dict[str, str]] = {
-        "enabled": "attribute devices to Slurm jobs (auto: where Slurm runs)",
-        "mode": "proc: from process cgroups and environments; files: prolog files",
-        "files_dir": "where contrib/slurm/prolog.sh writes its files",
-    }
-
-    enabled: Enabled = "auto"
-    mode: Literal["proc", "files"] = "proc"
-    files_dir: str = "/run/accel-exporter/slurm"
+    enabled: Enabled = setting("auto", "attribute devices to Slurm jobs (auto: where Slurm runs)")
+    mode: Literal["proc", "files"] = setting(
+        "proc", "proc: from process cgroups and environments; files: prolog files"
+    )
+    files_dir: str = setting(
+        "/run/accel-exporter/slurm", "where contrib/slurm/prolog.sh writes its files"
+    )
 
 
 @dataclass(frozen=True)
@@ -216,14 +204,12 @@ class WorkloadConfig(SourceConfig):
     kubelet (``k8s``) and /proc or prolog files (``slurm``), on its own interval.
     """
 
-    HELP: ClassVar[dict[str, str]] = {
-        "proc_path": "where /proc is mounted (the host's, in a container)",
-        "k8s": "Kubernetes pods, from the kubelet pod-resources API",
-        "slurm": "Slurm jobs, from process cgroups or prolog files",
-    }
-
     enabled: Enabled = "auto"
     interval: Duration = 15.0
-    proc_path: str = "/proc"
-    k8s: K8sEnrichConfig = field(default_factory=K8sEnrichConfig)
-    slurm: SlurmEnrichConfig = field(default_factory=SlurmEnrichConfig)
+    proc_path: str = setting("/proc", "where /proc is mounted (the host's, in a container)")
+    k8s: K8sEnrichConfig = setting(
+        factory=K8sEnrichConfig, help="Kubernetes pods, from the kubelet pod-resources API"
+    )
+    slurm: SlurmEnrichConfig = setting(
+        factory=SlurmEnrichConfig, help="Slurm jobs, from process cgroups or prolog files"
+    )

@@ -22,6 +22,10 @@ action come from the suite's own words:
   other word: service, the word kept. A ``PROGRAM`` subject (AGFHC itself failed) is
   no evidence about a GPU.
 - RVS: a failed test -> service (failed): RVS says pass or fail, nothing more.
+- Health Validation: CRITICAL fails, WARNING degrades (a warn); the action is the
+  first rung of the check's documented ladder, escalating to the next
+  (:func:`exporter.diag.hv.advice_for`); a node result (entity "") is no evidence
+  about a device and never reaches here from the source.
 """
 
 from __future__ import annotations
@@ -30,9 +34,18 @@ from dataclasses import dataclass
 
 from exporter import actions
 from exporter.actions import Advice
-from exporter.diag import dcgm_errors
+from exporter.diag import dcgm_errors, hv
 from exporter.diag.amd import PROGRAM
-from exporter.diag.model import AGFHC, DCGM, FAIL, RVS, WARN, DeviceResult, Issue
+from exporter.diag.model import (
+    AGFHC,
+    DCGM,
+    FAIL,
+    HEALTH_VALIDATION,
+    RVS,
+    WARN,
+    DeviceResult,
+    Issue,
+)
 from exporter.verdict import DEGRADED, FAILED, RANK
 
 FAILED_REASON, WARNING_REASON = "diag_failed", "diag_warning"
@@ -97,6 +110,8 @@ def judge(suite: str, result: DeviceResult) -> Hit | None:
         state, advice = FAILED, _agfhc(result)
     elif suite == RVS:
         state, advice = FAILED, RVS_FAILED
+    elif suite == HEALTH_VALIDATION:
+        state, advice = FAILED, hv.advice_for(result)
     else:
         state, advice = FAILED, actions.unknown_code(f"{suite} {result.test}")
     reason = FAILED_REASON

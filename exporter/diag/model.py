@@ -1,9 +1,10 @@
 """What a diagnostic run said, suite by suite: plain data, no I/O.
 
-Every parser (:mod:`exporter.diag.dcgm`, :mod:`exporter.diag.amd`) turns one result
-file into one :class:`Run`: the suite, the version of the tool that wrote it, and a
-:class:`DeviceResult` per device and test. A file that is not one is refused with a
-:class:`DiagError` whose ``reason`` is the word counted for it.
+Every parser (:mod:`exporter.diag.dcgm`, :mod:`exporter.diag.amd`,
+:mod:`exporter.diag.hv`) turns one result file into one :class:`Run`: the suite,
+the version of the tool that wrote it, and a :class:`DeviceResult` per device and
+test. A file that is not one is refused with a :class:`DiagError` whose ``reason``
+is the word counted for it.
 """
 
 from __future__ import annotations
@@ -76,7 +77,10 @@ class DeviceResult:
     ``entity`` is the suite's own device number (DCGM's GPU id, AGFHC's ``GPU-03``
     as ``3``, RVS's gpu_index), ``serial`` the serial number the run lists for it
     ("" when none), ``subject`` what AGFHC blamed (``GPU``, ``SYSTEM``, ``PROGRAM``,
-    ``UNKNOWN``; "" elsewhere).
+    ``UNKNOWN``; "" elsewhere). ``uuid`` and ``pci_bus_id`` name the device where the
+    suite names it so (Health Validation's entities). ``node`` marks a result about the
+    node, not a device (Health Validation's own verdict and its node checks): it is
+    shown, never matched to a device.
     """
 
     entity: str
@@ -85,6 +89,9 @@ class DeviceResult:
     issues: tuple[Issue, ...] = ()
     serial: str = ""
     subject: str = ""
+    uuid: str = ""
+    pci_bus_id: str = ""
+    node: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,9 @@ class Run:
 
     ``runtime_error`` is set when the tool could not run its tests (DCGM's
     ``runtime_error``): then there are no results, and nothing about any device.
+    ``whole_node`` is set when the run judged every device of the node and names only
+    those it found wanting (Health Validation): it is then the newest run of every
+    device of its vendor, the ones it does not name included.
     """
 
     suite: str
@@ -100,6 +110,7 @@ class Run:
     version: str
     results: tuple[DeviceResult, ...]
     runtime_error: str = ""
+    whole_node: bool = False
 
 
 _NOT_LABEL = re.compile(r"[^a-z0-9]+")

@@ -27,6 +27,9 @@ runs on its own thread; every request has one deadline, and ``stop()`` joins the
 thread (bounded by that deadline and a margin). A reload that leaves the config as it
 was keeps the writer; a replaced one hands its holds and counts to the next
 (:meth:`KubeHealthWriter.adopt`).
+
+The requests and the rule writes, with their reply checks, are
+:mod:`exporter.outputs.kube_rule_writes`.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from exporter import log
 from exporter.config.kubernetes import KubernetesConfig
 from exporter.config.outputs import KubernetesOutputConfig
 from exporter.enrich.devices import DeviceIndex
-from exporter.kube import KubeClient, KubeError, Reply, list_resource_slices
+from exporter.kube import KubeClient, KubeError, list_resource_slices
 from exporter.outputs.kube_condition import (
     CONDITION,
     STRATEGIC_PATCH,
@@ -55,45 +58,38 @@ from exporter.outputs.kube_condition import (
     written,
 )
 from exporter.outputs.kube_devices import DeviceRefs
+from exporter.outputs.kube_rule_writes import RuleWrites, Stopped, bad_reply, expect
 from exporter.outputs.kube_rules import (
     BAD,
-    HEALTHY_SINCE,
     RECOVERING,
     RULES_PATH,
     UNKNOWN,
     Create,
-    Delete,
     Intent,
     Listed,
     Patch,
     Settings,
-    Taint,
-    create_body,
     is_bad,
     is_ours,
-    key_rule_name,
-    label_value,
     our_labels,
     plan,
     rfc3339,
     selector_query,
     standing,
 )
+
+# The label value of an action, named here as the writer's tests name it.
+from exporter.outputs.kube_rules import label_value as label_value
 from exporter.outputs.kube_scope import Targets, reach, targets
 from exporter.store import Store
 from exporter.verdict import DeviceHealth
 
-MERGE_PATCH = "application/merge-patch+json"
 # With no rule held and no device bad, the rules are listed this seldom: a quiet node
 # costs the API server a handful of requests an hour (a rule made by hand with our
 # labels, or one an earlier run left behind and the first list missed, is found then).
 QUIET_LIST_SECONDS = 1800.0
 # stop() waits for the request in flight (its deadline) and this much more.
 JOIN_MARGIN_SECONDS = 1.0
-
-
-class _Stopped(Exception):
-    """The writer is stopping: the pass ends before its next request."""
 
 
 def access(
@@ -104,26 +100,7 @@ def access(
     return client.node, client
 
 
-def _expect(reply: Reply, kind: str, name: str = "") -> dict[str, Any]:
-    """The body of a 2xx reply that is a ``kind`` (named ``name``); else KubeError."""
-    if not 200 <= reply.status < 300:
-        message = str(reply.body.get("message", ""))[:300]
-        raise KubeError(f"http_{reply.status}", f"{kind}: HTTP {reply.status} {message}")
-    body = reply.body
-    meta = body.get("metadata")
-    got = meta.get("name") if isinstance(meta, dict) else None
-    if body.get("kind") != kind or (name and got != name):
-        raise KubeError(
-            "bad_reply", f"expected {kind} {name}, got {str(body.get('kind'))[:60]} {got!s:.100}"
-        )
-    return body
-
-
-def _bad_reply(what: str) -> KubeError:
-    return KubeError("bad_reply", what)
-
-
-class KubeHealthWriter:
+class KubeHealthWriter(RuleWrites):
     """The ``outputs.kubernetes`` writer; see the module docstring."""
 
     name = "kubernetes"
@@ -289,7 +266,7 @@ class KubeHealthWriter:
         """Run one step; its failures counted. True when it ended without one."""
         try:
             return run()
-        except _Stopped:
+        except Stopped:
             return False
         except KubeError as exc:
             self._fail(exc.reason, exc.detail)
@@ -304,20 +281,6 @@ class KubeHealthWriter:
             self._last_error = detail
         if first:  # logged once per distinct problem, not every interval
             self._log.warning("kubernetes write failed", reason=reason, detail=detail)
-
-    def _request(
-        self,
-        method: str,
-        path: str,
-        body: dict[str, Any] | None = None,
-        content_type: str = "application/json",
-    ) -> Reply:
-        """Every API request of the writer: counted, and none once stopping."""
-        if self._stop.is_set():
-            raise _Stopped
-        with self._lock:
-            self._requests[method] += 1
-        return self.client.request(method, path, body, content_type)
 
     # -- DeviceTaintRules ------------------------------------------------------------
 
@@ -357,10 +320,10 @@ class KubeHealthWriter:
     def _list(self) -> dict[str, Listed]:
         """The rules of this node, listed by label, by key (device uuid or pool key)."""
         path = f"{RULES_PATH}?labelSelector={quote(selector_query(self._labels))}"
-        body = _expect(self._request("GET", path), "DeviceTaintRuleList")
+        body = expect(self._request("GET", path), "DeviceTaintRuleList")
         items = body.get("items")
         if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-            raise _bad_reply("DeviceTaintRuleList without an items list")
+            raise bad_reply("DeviceTaintRuleList without an items list")
         found = [Listed.of(item) for item in items if is_ours(item, self._labels)]
         out: dict[str, Listed] = {}
         # Two rules naming one device (made by hand): the first by name is the one held.
@@ -395,112 +358,10 @@ class KubeHealthWriter:
     def _list_slices(self) -> list[Any]:
         """The node's ResourceSlices, through the one listing every consumer uses."""
         if self._stop.is_set():
-            raise _Stopped
+            raise Stopped
         with self._lock:
             self._requests["GET"] += 1
         return list_resource_slices(self.client, self.node)
-
-    def _create(self, item: Create) -> None:
-        want = item.want
-        name = key_rule_name(self.node, item.key)
-        # No effect first, whatever is configured.
-        taint = Taint(self.config.taint_key, label_value(want.action), "None")
-        body = create_body(name, self.node, self._labels, want, taint)
-        reply = self._request("POST", RULES_PATH, body)
-        if reply.status == 409:  # exists: ours from a run we did not see, or someone else's
-            existing = _expect(
-                self._request("GET", f"{RULES_PATH}/{name}"), "DeviceTaintRule", name
-            )
-            found = Listed.of(existing) if is_ours(existing, self._labels) else None
-            if found is None or found.key != item.key:
-                raise KubeError("conflict", f"DeviceTaintRule {name} exists and is not ours")
-            with self._lock:
-                self._intents[item.key] = Intent.adopted(found)
-            self._log.info("device taint rule adopted", key=item.key, rule=name)
-            return
-        answer = Listed.of(_expect(reply, "DeviceTaintRule", name))
-        if answer is None or answer.taint != taint or answer.selector != want.selector:
-            raise _bad_reply(f"create {name}: the reply is not the rule sent")
-        with self._lock:
-            self._intents[item.key] = Intent(name, taint, want.selector, want.culprits)
-        self._log.info(
-            "device taint recreated" if item.again else "device tainted",
-            key=item.key,
-            rule=name,
-            effect=taint.effect,
-            scope=want.scope,
-            pool_wide=want.pool_wide,
-            devices=len(want.covers),
-            culprits=list(want.culprits),
-            reasons=list(want.reasons),
-        )
-
-    def _patch(self, item: Patch) -> None:
-        reply = self._request("PATCH", f"{RULES_PATH}/{item.name}", item.body, MERGE_PATCH)
-        if reply.status == 404:  # deleted behind our back: made again at the next pass
-            with self._lock:
-                self._intents.pop(item.key, None)
-            self._log.warning("device taint rule gone", key=item.key, rule=item.name)
-            return
-        answer = Listed.of(_expect(reply, "DeviceTaintRule", item.name))
-        notes = item.body.get("metadata", {}).get("annotations", {})
-        # The healthy-since text the rule must now carry ("" once removed); None: not touched.
-        since = (notes[HEALTHY_SINCE] or "") if HEALTHY_SINCE in notes else None
-        if (
-            answer is None
-            or answer.taint != item.intent.taint
-            or answer.selector != item.intent.selector
-            or (since is not None and answer.healthy_since_text != since)
-        ):
-            raise _bad_reply(f"patch {item.name}: the reply is not the rule patched")
-        with self._lock:
-            self._intents[item.key] = item.intent
-        if "effect" in item.what:
-            self._log.info(
-                "taint effect set", key=item.key, rule=item.name, effect=item.intent.taint.effect
-            )
-        if {"taint", "selector"} & set(item.what):
-            self._log.warning(
-                "device taint rule repaired",
-                key=item.key,
-                rule=item.name,
-                what=[w for w in item.what if w in ("taint", "selector")],
-            )
-        if "clock_set" in item.what:
-            self._log.info(
-                "device healthy again, taint held",
-                key=item.key,
-                rule=item.name,
-                healthy_since=since,
-                clear_after=self.config.clear_after,
-            )
-
-    def _delete(self, item: Delete) -> None:
-        options = {
-            "apiVersion": "v1",
-            "kind": "DeleteOptions",
-            "preconditions": {"uid": item.uid} if item.uid else {},
-        }
-        reply = self._request("DELETE", f"{RULES_PATH}/{item.name}", options)
-        if reply.status == 409:  # its uid changed since the list: not the rule we held
-            raise KubeError("conflict", f"DeviceTaintRule {item.name} was replaced")
-        if reply.status != 404:
-            kind = reply.body.get("kind")
-            _expect(reply, kind if kind in ("Status", "DeviceTaintRule") else "Status")
-            if kind == "Status" and reply.body.get("status") != "Success":
-                raise _bad_reply(f"delete {item.name}: Status {reply.body.get('status')!s:.40}")
-        with self._lock:
-            self._intents.pop(item.key, None)
-            self._clocks.pop(item.key, None)
-            # Its culprits are no longer held, unless another rule still names them.
-            named = {c for intent in self._intents.values() for c in intent.culprits}
-            self._held = {c: how for c, how in self._held.items() if c in named}
-        self._log.info(
-            "device taint removed",
-            key=item.key,
-            rule=item.name,
-            healthy_since=rfc3339(item.healthy_since),
-        )
 
     # -- the Node condition ----------------------------------------------------------
 
@@ -531,7 +392,7 @@ class KubeHealthWriter:
     ) -> bool:
         path = f"/api/v1/nodes/{self.node}/status"
         if not self._node_read:  # what the node carries, before we say anything
-            node = _expect(self._request("GET", path), "Node", self.node)
+            node = expect(self._request("GET", path), "Node", self.node)
             with self._lock:
                 self._written, self._node_read = carried(node), True
         before = self._written
@@ -542,10 +403,10 @@ class KubeHealthWriter:
             return True
         body = patch_body(want, before, now)
         answer = carried(
-            _expect(self._request("PATCH", path, body, STRATEGIC_PATCH), "Node", self.node)
+            expect(self._request("PATCH", path, body, STRATEGIC_PATCH), "Node", self.node)
         )
         if answer is None or answer.condition.status != want.status:
-            raise _bad_reply(f"node status: the reply does not carry {CONDITION}={want.status}")
+            raise bad_reply(f"node status: the reply does not carry {CONDITION}={want.status}")
         with self._lock:
             self._written = written(body, now)
         if before is None or before.condition.status != want.status:

@@ -35,14 +35,13 @@ import ipaddress
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from exporter import log
-from exporter.catalog.ccl import QUERY_BUCKETS
 from exporter.catalog.device import INFO_LABELS
 from exporter.ccl import ras_readings
 from exporter.ccl.hosts import local_addresses, normalize
+from exporter.ccl.ras_address import Address
 from exporter.ccl.ras_client import (
     PROTOCOL,
     Endpoint,
@@ -55,12 +54,11 @@ from exporter.ccl.ras_client import (
 )
 from exporter.ccl.ras_events import MonitorEvent
 from exporter.ccl.ras_model import RasParseError, RasReport
-from exporter.ccl.ras_state import ProgressTracker, StateMachine, classify, elect_reporter
+from exporter.ccl.ras_state import ProgressTracker, classify, elect_reporter
 from exporter.config.ccl import CclRasSourceConfig
 from exporter.errors import SourceError
 from exporter.model import Reading
 from exporter.sources.base import BlockingCall, Source, StoreReader
-from exporter.store import HistogramAccumulator
 
 # Scheduler deadline beyond the query deadline: parsing a large report takes time too.
 PARSE_MARGIN_SECONDS = 10.0
@@ -74,37 +72,6 @@ MAX_TEXT_FALLBACK_SECONDS = 3600.0
 MAX_EVENT_TYPES = 32
 BAD_STATES = frozenset({"unreachable", "error"})
 MAX_VERSION_CHARS = 64
-
-
-@dataclass
-class _Address:
-    """Everything tracked for one RAS address between polls."""
-
-    endpoint: Endpoint
-    machine: StateMachine = field(default_factory=StateMachine)
-    progress: ProgressTracker = field(default_factory=lambda: ProgressTracker(1))
-    durations: HistogramAccumulator = field(
-        default_factory=lambda: HistogramAccumulator(QUERY_BUCKETS)
-    )
-    timeouts: int = 0
-    # The last JSON report's election (None: not elected either way, act as reporter).
-    elected: bool | None = None
-    # format auto after unparsable JSON: text until then (monotonic), and why.
-    text_until: float = 0.0
-    json_failures: int = 0
-    fallback: bool = False
-    next_due: float = 0.0
-    queried: bool = False
-    readings: list[Reading] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
-    detail: str = ""
-    format: str = ""
-    peer: str = ""
-    version: str = ""
-    protocol: str = str(PROTOCOL)
-    monitor_task: asyncio.Task[None] | None = None
-    monitor_up: bool = False
-    events: dict[str, int] = field(default_factory=dict)
 
 
 class CclRasSource(Source):
@@ -123,7 +90,7 @@ class CclRasSource(Source):
         self.resolver = resolver
         self.proc = proc
         self._log = log.get(source=name)
-        self._addresses = [_Address(Endpoint.parse(text)) for text in config.addresses]
+        self._addresses = [Address(Endpoint.parse(text)) for text in config.addresses]
         for entry in self._addresses:
             entry.progress = ProgressTracker(config.stall_polls)
         self._local: frozenset[str] = frozenset()
@@ -160,12 +127,12 @@ class CclRasSource(Source):
         """Long enough for a follower's slow cadence."""
         return max(self.ras.stale_seconds, 3 * self.interval())
 
-    def _reporter(self, entry: _Address) -> bool:
+    def _reporter(self, entry: Address) -> bool:
         if self.ras.role != "auto":
             return self.ras.role == "reporter"
         return entry.elected is not False
 
-    def _cadence(self, entry: _Address) -> float:
+    def _cadence(self, entry: Address) -> float:
         return self.ras.interval if self._reporter(entry) else self.ras.follower_seconds
 
     def interval(self) -> float:
@@ -206,7 +173,7 @@ class CclRasSource(Source):
         readings: list[Reading] = []
         for entry in self._addresses:
             readings.extend(entry.readings)
-            readings.extend(self._address_counters(entry))
+            readings.extend(entry.counters())
         states = [entry.machine.state for entry in self._addresses]
         if all(state in BAD_STATES for state in states):
             first = self._addresses[0]
@@ -214,7 +181,7 @@ class CclRasSource(Source):
             raise SourceError(first.machine.state, detail, readings)
         return readings
 
-    def _due(self, now: float) -> list[_Address]:
+    def _due(self, now: float) -> list[Address]:
         # The scheduler paces polls at interval(); only an address on a slower cadence
         # (a follower next to an address we report on) waits for its own turn.
         pace = self.interval()
@@ -252,11 +219,11 @@ class CclRasSource(Source):
                     found.add(normalize(entry.endpoint.host))
         return frozenset(found)
 
-    def _format(self, entry: _Address) -> str:
+    def _format(self, entry: Address) -> str:
         entry.fallback = self.ras.format == "auto" and time.monotonic() < entry.text_until
         return "text" if entry.fallback else self.ras.format
 
-    def _json_unreadable(self, entry: _Address) -> None:
+    def _json_unreadable(self, entry: Address) -> None:
         if self.ras.format != "auto":
             return
         entry.json_failures += 1
@@ -270,7 +237,7 @@ class CclRasSource(Source):
             detail=entry.detail,
         )
 
-    async def _query(self, entry: _Address) -> None:
+    async def _query(self, entry: Address) -> None:
         options = QueryOptions(
             deadline=self.ras.poll_timeout,
             format=self._format(entry),
@@ -320,7 +287,7 @@ class CclRasSource(Source):
             readings = self._readings(entry, state, reasons, report)
         entry.readings = readings
 
-    def _internal_error(self, entry: _Address, step: str, exc: Exception) -> tuple[str, list[str]]:
+    def _internal_error(self, entry: Address, step: str, exc: Exception) -> tuple[str, list[str]]:
         # A report (or a failure) this code cannot digest is this address's problem
         # only: the other addresses of the poll still report.
         self._log.error(
@@ -332,7 +299,7 @@ class CclRasSource(Source):
         entry.detail = f"{step} failed: {type(exc).__name__}"
         return "error", ["internal_error"]
 
-    def _judge(self, entry: _Address, report: RasReport) -> tuple[str, list[str]]:
+    def _judge(self, entry: Address, report: RasReport) -> tuple[str, list[str]]:
         stalled = entry.progress.observe(report, time.time())
         entry.timeouts += report.timeouts
         entry.version = f"{report.library} {report.version}"
@@ -347,7 +314,7 @@ class CclRasSource(Source):
         self._elect(entry, report)
         return classify(report, stalled)
 
-    def _elect(self, entry: _Address, report: RasReport) -> None:
+    def _elect(self, entry: Address, report: RasReport) -> None:
         if report.format == "json":
             elected = elect_reporter(report, self._local)
             if elected is None:
@@ -367,7 +334,7 @@ class CclRasSource(Source):
                 role="reporter" if self._reporter(entry) else "follower",
             )
 
-    def _note_protocol(self, entry: _Address, protocol: str) -> None:
+    def _note_protocol(self, entry: Address, protocol: str) -> None:
         """Log once per change a server that announces another protocol number than ours."""
         if protocol == entry.protocol:
             return
@@ -380,7 +347,7 @@ class CclRasSource(Source):
                 client_protocol=PROTOCOL,
             )
 
-    def _enter(self, entry: _Address, state: str, reasons: list[str]) -> None:
+    def _enter(self, entry: Address, state: str, reasons: list[str]) -> None:
         entry.reasons = reasons
         first = not entry.machine.state
         previous = entry.machine.move(state)
@@ -398,7 +365,7 @@ class CclRasSource(Source):
             detail=entry.detail,
         )
 
-    def _keep_rank(self, entry: _Address) -> ras_readings.RankFilter:
+    def _keep_rank(self, entry: Address) -> ras_readings.RankFilter:
         mode = self.ras.rank_series
         if mode == "all" and self._reporter(entry):
             return lambda ref: True
@@ -406,7 +373,7 @@ class CclRasSource(Source):
         return lambda ref: bool(ref.host) and normalize(ref.host) in local
 
     def _readings(
-        self, entry: _Address, state: str, reasons: list[str], report: RasReport | None
+        self, entry: Address, state: str, reasons: list[str], report: RasReport | None
     ) -> list[Reading]:
         label = entry.endpoint.label
         shown = reasons if state != "healthy" and state != "no_job" else []
@@ -444,27 +411,9 @@ class CclRasSource(Source):
             )
         return out
 
-    def _address_counters(self, entry: _Address) -> list[Reading]:
-        label = (entry.endpoint.label,)
-        out: list[Reading] = []
-        if entry.durations.value().count:
-            out.append(
-                Reading("accel_ccl_ras_query_duration_seconds", label, entry.durations.value())
-            )
-        out.append(Reading("accel_ccl_ras_timeouts_total", label, float(entry.timeouts)))
-        for (old, new), count in sorted(entry.machine.transitions.items()):
-            out.append(
-                Reading("accel_ccl_job_state_transitions_total", (*label, old, new), float(count))
-            )
-        if entry.monitor_task is not None:
-            out.append(Reading("accel_ccl_ras_monitor_up", label, 1.0 if entry.monitor_up else 0.0))
-        for event, count in sorted(entry.events.items()):
-            out.append(Reading("accel_ccl_ras_events_total", (*label, event), float(count)))
-        return out
-
     # -- MONITOR stream -----------------------------------------------------------------------
 
-    def _on_event(self, entry: _Address, event: MonitorEvent) -> None:
+    def _on_event(self, entry: Address, event: MonitorEvent) -> None:
         name = event.event
         if name not in entry.events and len(entry.events) >= MAX_EVENT_TYPES:
             name = "OTHER"
@@ -478,7 +427,7 @@ class CclRasSource(Source):
                 peer_pid=event.pid,
             )
 
-    async def _monitor(self, entry: _Address) -> None:
+    async def _monitor(self, entry: Address) -> None:
         label = entry.endpoint.label
         unsupported_logged = False
         while True:
@@ -508,7 +457,7 @@ class CclRasSource(Source):
             entry.monitor_up = False
             await asyncio.sleep(delay * (1 + self._rng.uniform(0, 0.1)))
 
-    def _monitor_connected(self, entry: _Address, peer: str) -> None:
+    def _monitor_connected(self, entry: Address, peer: str) -> None:
         entry.monitor_up = True
         self._log.info("ras monitor connected", address=entry.endpoint.label, peer=peer)
 

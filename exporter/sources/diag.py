@@ -1,16 +1,21 @@
 """Diagnostic verdicts from a watched directory: their families, and their evidence on the board.
 
 Each poll lists ``sources.diag.path`` (a directory that does not exist is no result,
-never an error), reads each new or changed ``*.json`` file once (the parsed run is
-kept by the file's identity, so an unchanged file costs one ``lstat``), and parses
-it with the version-pinned parsers of :mod:`exporter.diag`. Every file version is
-counted once, by its suite and result or by why it was refused.
+never an error: with ``enabled: auto``, the default, the source is then unavailable
+here and looks again every minute), reads each new or changed ``*.json`` file once
+(the parsed run is kept by the file's identity, so an unchanged file costs one
+``lstat``), and parses it with the version-pinned parsers of :mod:`exporter.diag`.
+Every file version is counted once, by its suite and result or by why it was refused.
 
 A run's results are matched to the exporter's own devices (``accel_device_info`` of
-the device sources, read from the store): by serial number where the run gives one
-and one device has it, else by the suite's device number (DCGM's GPU id and AMD's
-GPU index are the device label of nvml and amdsmi), within the run's vendor. For
-each suite and device the newest run that tested the device counts, until it is
+the device sources, read from the store): by UUID or PCI bus id where the run names
+the device so (Health Validation's entities), by serial number where the run gives
+one and one device has it, else by the suite's device number (DCGM's GPU id and AMD's
+GPU index are the device label of nvml and amdsmi), within the run's vendor. A result
+about the node (Health Validation's own verdict, its node checks) is exported with
+device and uuid "" and is no evidence about any device. For
+each suite and device the newest run that tested the device (a Health Validation
+run tests every device of the node) counts, until it is
 older than the health window (``health.event_window``, from the file's modification
 time). Its failed and warned tests become :class:`~exporter.evidence.Evidence`
 (source ``diag``, reasons ``diag_failed`` and ``diag_warning``, by
@@ -43,8 +48,8 @@ from exporter.diag.model import (
     DiagError,
     Run,
 )
-from exporter.errors import SourceError
-from exporter.evidence import BOARD, Evidence, EvidenceBoard
+from exporter.errors import SourceError, SourceUnavailable
+from exporter.evidence import BOARD, Evidence, EvidenceBoard, device_key
 from exporter.model import Reading
 from exporter.sources.base import BlockingCall, Source, StoreReader
 from exporter.verdict import RANK
@@ -66,6 +71,8 @@ class Device:
     uuid: str
     pci_bus_id: str
     serial: str
+    # A partition of a GPU (AMD CPX, ...): its index within the GPU ("" for a whole GPU).
+    partition: str = ""
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,8 @@ class DiagSource(Source):
         self._files: Counter[tuple[str, str]] = Counter()
         self._rejected: Counter[str] = Counter()
         self._present: bool | None = None
+        # What the last poll posted: a replacement re-posts it (each item keeps its expiry).
+        self._posted: dict[str, list[Evidence]] = {}
         self._log = log.get(component="diag", source=name, path=config.path)
 
     def fingerprint(self) -> tuple[object, ...]:
@@ -118,11 +127,17 @@ class DiagSource(Source):
         return (*super().fingerprint(), self.window)
 
     def adopt(self, old: Source) -> None:
-        """Keep the counters and the parsed files of the source this one replaces."""
+        """Keep the counters, the parsed files and the evidence of the source this one replaces.
+
+        The old one withdrew its evidence when it stopped; posting it again here (each
+        item with its own expiry) keeps the devices' verdicts through a reload.
+        """
         if isinstance(old, DiagSource) and old.cfg.path == self.cfg.path:
             self._cache, self._counted = old._cache, old._counted
             self._files, self._rejected = old._files, old._rejected
             self._present = old._present
+            self._posted = old._posted
+            self.board.replace(EVIDENCE_SOURCE, self._posted)
 
     def attach(self, store: StoreReader) -> None:
         """Keep the store: the device sources' inventory is what results are matched to."""
@@ -153,7 +168,14 @@ class DiagSource(Source):
         if scan.present != self._present:
             self._log.info("diag directory " + ("present" if scan.present else "absent"))
             self._present = scan.present
-        return self._judge(scan, now)
+        readings = self._judge(scan, now)  # no directory: no evidence either
+        if not scan.present and self.auto:
+            # enabled: auto on a node without the directory: nothing to read here, not a
+            # failure; the scheduler asks again (every minute) and finds it once made.
+            raise SourceUnavailable(
+                "directory_missing", f"{self.cfg.path} does not exist", readings
+            )
+        return readings
 
     # -- the directory (on the poll's thread) -------------------------------------------
 
@@ -264,6 +286,7 @@ class DiagSource(Source):
                     info.get("uuid", ""),
                     info.get("pci_bus_id", ""),
                     info.get("serial", ""),
+                    info.get("partition", ""),
                 )
             )
         return out
@@ -275,6 +298,8 @@ class DiagSource(Source):
         unmatched: Counter[str] = Counter()
         suites: dict[str, tuple[float, Run]] = {}
         drift: set[tuple[str, str]] = set()
+        # suite -> (run time, vendor, the node's results of that run): the newest wins.
+        nodes: dict[str, tuple[float, str, list[DeviceResult]]] = {}
         for _name, parsed in scan.parsed:
             run = parsed.run
             if run is None:
@@ -286,7 +311,16 @@ class DiagSource(Source):
             if run.suite not in suites or suites[run.suite][0] < parsed.mtime:
                 suites[run.suite] = (parsed.mtime, run)
             mine: dict[str, tuple[Device, list[DeviceResult]]] = {}
+            if run.whole_node:  # a device it does not name passed it: this run is its newest
+                for each in devices:
+                    if each.vendor == run.vendor and each.uuid:
+                        mine[each.uuid] = (each, [])
+            node = [r for r in run.results if r.node]
+            if node and (run.suite not in nodes or nodes[run.suite][0] < parsed.mtime):
+                nodes[run.suite] = (parsed.mtime, run.vendor, node)
             for result in run.results:
+                if result.node:
+                    continue
                 dev = _match(devices, run.vendor, result)
                 if dev is None:
                     unmatched[run.suite] += 1
@@ -305,12 +339,16 @@ class DiagSource(Source):
             out.append(Reading("accel_diag_schema_drift_info", (suite, version), 1.0))
         for suite in sorted(set(suites) | set(unmatched)):
             out.append(Reading("accel_diag_unmatched_results", (suite,), float(unmatched[suite])))
+        # The node's own results (device and uuid ""): shown, never evidence about a device.
+        for suite, (at, vendor, found) in sorted(nodes.items()):
+            out.extend(_families(suite, Device(vendor, "", "", "", ""), at, found))
         evidence: dict[str, list[Evidence]] = {}
         for (suite, uuid), (at, _run, dev, found) in sorted(newest.items()):
             out.extend(_families(suite, dev, at, found))
             item = _evidence(suite, at, at + self.window, found)
             evidence.setdefault(uuid, []).extend(item)
         self.board.replace(EVIDENCE_SOURCE, evidence)
+        self._posted = evidence
         return out
 
     def _counters(self) -> list[Reading]:
@@ -326,13 +364,29 @@ class DiagSource(Source):
 
 
 def _match(devices: Sequence[Device], vendor: str, result: DeviceResult) -> Device | None:
-    """The device a result names: by its serial where one device has it, else by number."""
+    """The device a result names: by UUID or bus id, else serial, else number.
+
+    A UUID or PCI bus id is used where the suite gives one; a serial where one
+    device has it; else the suite's device number. The suites number physical
+    GPUs: a partition (whose device label numbers the partitions) is never matched
+    by number or bus id, so a partitioned GPU's results are only matched by serial
+    number or the partition's own UUID.
+    """
     mine = [d for d in devices if d.vendor == vendor and d.uuid]
+    if result.uuid:
+        by_uuid = [d for d in mine if d.uuid == result.uuid]
+        return by_uuid[0] if len(by_uuid) == 1 else None
+    if result.pci_bus_id:
+        key = device_key(result.pci_bus_id)
+        by_bus = [
+            d for d in mine if d.pci_bus_id and device_key(d.pci_bus_id) == key and not d.partition
+        ]
+        return by_bus[0] if len(by_bus) == 1 else None
     if result.serial and result.serial not in _NO_SERIAL:
         by_serial = [d for d in mine if d.serial == result.serial]
         if len(by_serial) == 1:
             return by_serial[0]
-    by_number = [d for d in mine if d.device == result.entity]
+    by_number = [d for d in mine if d.device == result.entity and not d.partition]
     return by_number[0] if len(by_number) == 1 else None
 
 

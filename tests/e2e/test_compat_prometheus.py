@@ -5,7 +5,7 @@ a Slurm job; fake libamd_smi: eight MI300X, one held by a pod, one by a Slurm
 job) runs with ``outputs.prometheus.compat: [dcgm, amd]``; a real Prometheus
 scrapes it and runs every query of NVIDIA's dashboard and of AMD's four, with
 the template variables substituted. Each returns a series unless the migration
-table (exporter.outputs.compat.table) lists its metric as not served, or its
+table (scripts/compat_table.py) lists its metric as not served, or its
 ``card_model`` matcher routes it to another card family, as it would with the
 original exporter on this hardware.
 """
@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from exporter.outputs.compat import dcgm, table
+from exporter.outputs.compat import dcgm
+from scripts import compat_table as table
 from tests.e2e.test_prometheus_server import Prometheus, wait_until
 from tests.fakes.amdsmi import expected
 from tests.fakes.amdsmi.state import FakeAmdSmi, cpx

@@ -12,11 +12,12 @@ from exporter.config import load_config
 from exporter.errors import ConfigError
 from exporter.model import OK, Reading, Snapshot
 from exporter.outputs import stamp
-from exporter.outputs.compat import Compat, from_config, table
+from exporter.outputs.compat import Compat, from_config
 from exporter.outputs.compat import amd as amd_compat
 from exporter.outputs.prometheus import Exposition
 from exporter.store import Store
 from exporter.verdict import DeviceHealth
+from scripts import compat_table as table
 from tests.helpers.daemon import samples, value
 
 NV, AMD = "GPU-aaaa", "00ff74a1-0000-1000-80a5-5a1e00000000"

@@ -16,7 +16,7 @@ from exporter.errors import ConfigError
 from exporter.model import Reading
 from exporter.outputs import prometheus_setup, stamp
 from exporter.outputs.compat import Compat, amd_fields
-from exporter.outputs.compat.table import _PROF_REASON
+from exporter.outputs.compat.amd_unserved import PROF_REASON as _PROF_REASON
 from exporter.outputs.otlp_batch import BatchBuilder
 from exporter.outputs.profile import Profile
 from exporter.outputs.prometheus import Exposition

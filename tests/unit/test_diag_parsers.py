@@ -280,9 +280,10 @@ def test_broken_input(data: bytes, reason: str) -> None:
     assert refused(data).reason == reason
 
 
-def test_health_validation_is_recognised_and_counted_as_drift() -> None:
-    doc = {"overall_severity": "CRITICAL", "affected_components": []}
-    exc = refused(json.dumps(doc).encode())
+def test_health_validation_is_recognised_and_an_undocumented_severity_is_drift() -> None:
+    """The NodeVerdict parser itself: tests/unit/test_diag_hv.py."""
+    assert formats.parse(b'{"overall_severity": "PASS"}').suite == HEALTH_VALIDATION
+    exc = refused(json.dumps({"overall_severity": "GREEN", "affected_components": []}).encode())
     assert (exc.reason, exc.suite) == (SCHEMA_DRIFT, HEALTH_VALIDATION)
 
 

@@ -17,7 +17,7 @@ from exporter.catalog.device import INFO_LABELS
 from exporter.config.diag import DiagSourceConfig
 from exporter.diag import files
 from exporter.diag.model import NOT_REGULAR, SYMLINK, TOO_LARGE, UNREADABLE, DiagError
-from exporter.errors import SourceError
+from exporter.errors import SourceError, SourceUnavailable
 from exporter.evidence import EvidenceBoard
 from exporter.model import Reading
 from exporter.sources.diag import DiagSource
@@ -44,14 +44,15 @@ class FakeView:
 class FakeStore:
     """What the device sources reported: accel_device_info per device."""
 
-    def __init__(self, devices: list[tuple[str, str, str, str, str]]) -> None:
+    def __init__(self, devices: list[tuple[str, ...]]) -> None:
         self.devices = devices
 
     def view(self) -> FakeView:
         out = []
-        for vendor, device, uuid, bus, serial in self.devices:
+        for vendor, device, uuid, bus, serial, *partition in self.devices:
             values = dict.fromkeys(INFO_LABELS, "")
             values.update(vendor=vendor, device=device, uuid=uuid, pci_bus_id=bus, serial=serial)
+            values.update(partition=partition[0] if partition else "")
             out.append(Reading("accel_device_info", tuple(values[k] for k in INFO_LABELS), 1.0))
         return FakeView(out)
 
@@ -126,12 +127,28 @@ def dcgm4(failing: int, version: str = "4.2.3", code: int = 52, severity: int = 
 
 
 def test_an_absent_directory_is_no_result_and_no_error(tmp_path: Path) -> None:
-    h = Harness(tmp_path / "missing", NVIDIA)
+    h = Harness(tmp_path / "missing", NVIDIA, enabled=True)
     got = h.poll()
     assert got == {("accel_diag_directory_present", ()): 0.0}
     assert h.board.sources() == []
     (tmp_path / "missing").mkdir()
     assert h.poll()[("accel_diag_directory_present", ())] == 1.0
+
+
+def test_auto_without_the_directory_is_unavailable_and_withdraws_its_evidence(
+    tmp_path: Path,
+) -> None:
+    h = Harness(tmp_path / "d", NVIDIA)  # enabled: auto, the default
+    (tmp_path / "d").mkdir()
+    h.put("a.json", dcgm4(failing=1))
+    h.poll()
+    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "service")}
+    (tmp_path / "d" / "a.json").unlink()
+    (tmp_path / "d").rmdir()
+    with pytest.raises(SourceUnavailable) as caught:
+        h.poll()
+    assert caught.value.reason == "directory_missing"
+    assert h.board.sources() == []
 
 
 def test_a_failing_gpu_gets_families_and_evidence_the_other_none(tmp_path: Path) -> None:
@@ -325,6 +342,16 @@ def test_amd_runs_match_amd_devices(tmp_path: Path) -> None:
     assert got[("accel_diag_run_info", ("agfhc", ""))] == 1.0
 
 
+def test_a_partition_is_not_matched_by_the_gpu_number(tmp_path: Path) -> None:
+    # An AMD GPU in CPX mode: device labels number the partitions, AGFHC numbers GPUs.
+    partitions = [("amd", str(i), f"amd-p{i}", "0000:c1:00.0", "", str(i)) for i in range(2)]
+    h = Harness(tmp_path, partitions)
+    h.put("rvs.json", (FIXTURES / "rvs-1.0-amd-testrunner.json").read_bytes())
+    got = h.poll()
+    assert h.board.sources() == []
+    assert got[("accel_diag_unmatched_results", ("rvs",))] == 4.0
+
+
 def test_an_unreadable_directory_fails_the_poll_and_keeps_the_evidence(tmp_path: Path) -> None:
     if os.geteuid() == 0:
         pytest.skip("root reads any directory")
@@ -342,12 +369,21 @@ def test_an_unreadable_directory_fails_the_poll_and_keeps_the_evidence(tmp_path:
         (tmp_path / "d").chmod(0o755)
 
 
-def test_close_withdraws_the_evidence(tmp_path: Path) -> None:
+def test_close_withdraws_the_evidence_and_a_replacement_posts_it_again(tmp_path: Path) -> None:
     h = Harness(tmp_path, NVIDIA)
     h.put("a.json", dcgm4(failing=1))
     h.poll()
     asyncio.run(h.source.close())
     assert h.board.sources() == []
+    # A reload's replacement (same directory): the evidence is back before it polls, and
+    # the file already counted is not counted again.
+    config = DiagSourceConfig(path=str(tmp_path), interval=5.0)
+    new = DiagSource("diag", config, window=WINDOW, board=h.board, wall=lambda: h.wall[0])
+    new.adopt(h.source)
+    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "service")}
+    new.attach(FakeStore(NVIDIA))  # type: ignore[arg-type]
+    got = {(r.metric, r.labels): r.value for r in asyncio.run(new.poll())}
+    assert got[("accel_diag_files_total", ("dcgm", "accepted"))] == 1.0
 
 
 @pytest.mark.parametrize(
@@ -375,3 +411,46 @@ def test_files_listing_newest_first_and_names(tmp_path: Path) -> None:
     listed = files.listing(str(tmp_path))
     assert listed is not None and [e.name for e in listed] == ["b.json", "a.json"]
     assert files.listing(str(tmp_path / "nope")) is None
+
+
+def hv_doc(entities: list[str], checks: list[str], severity: str = "CRITICAL") -> bytes:
+    """A NodeVerdict of the documented shape (tests/fixtures/diag/README.md)."""
+    comp = {"check_ids": checks, "entities": entities, "category": "xid", "max_severity": severity}
+    return json.dumps({"overall_severity": severity, "affected_components": [comp]}).encode()
+
+
+def test_health_validation_matches_by_bus_id_and_keeps_the_node_apart(tmp_path: Path) -> None:
+    # NVML's 8-digit domain on the device, sysfs's 4 in the verdict: the same GPU.
+    h = Harness(tmp_path, NVIDIA)
+    h.put("hv.json", hv_doc(["0000:3c:00.0"], ["gpu_xid_46"]))
+    got = h.poll()
+    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "reset_device")}
+    assert h.evidence("GPU-aaaa") == {}
+    hv = ("health_validation",)
+    gpu1 = ("1", "GPU-bbbb", *hv, "xid", "fail")
+    assert got[("accel_diag_test_result", gpu1)] == 1.0
+    assert got[("accel_diag_test_result", ("", "", *hv, "node_verdict", "fail"))] == 1.0
+    assert got[("accel_diag_unmatched_results", hv)] == 0.0
+
+
+def test_a_health_validation_node_check_is_no_gpu_evidence(tmp_path: Path) -> None:
+    h = Harness(tmp_path, NVIDIA)
+    h.put("hv.json", hv_doc(["0"], ["cpu_count"]))
+    got = h.poll()
+    assert h.board.sources() == []
+    hv = ("health_validation",)
+    assert got[("accel_diag_test_result", ("", "", *hv, "xid", "fail"))] == 1.0
+    assert not [k for k in got if k[0] == "accel_diag_test_result" and k[1][0] == "0"]
+
+
+def test_a_newer_health_validation_verdict_clears_a_gpu_it_does_not_name(tmp_path: Path) -> None:
+    h = Harness(tmp_path, NVIDIA)
+    h.put("old.json", hv_doc(["0000:3c:00.0"], ["gpu_xid_46"]), age=120.0)
+    h.put("dcgm.json", dcgm4(failing=0), age=90.0)
+    h.poll()
+    assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "reset_device")}
+    h.put("new.json", json.dumps({"overall_severity": "PASS"}).encode(), age=30.0)
+    h.poll()
+    # Health Validation's newest run passed the node; DCGM's run of GPU 0 still counts.
+    assert h.evidence("GPU-bbbb") == {}
+    assert h.evidence("GPU-aaaa") == {"diag_failed": (FAILED, "service")}

@@ -187,16 +187,16 @@ UNKNOWN = "not a GPUMetricField of device-metrics-exporter 1.5 (ignored there to
 def unserved(selection: Selection) -> list[tuple[str, str]]:
     """(field, reason) for every listed field compat does not serve, in file order.
 
-    The reasons are the migration table's (compat.table, docs/migrating.md).
+    The reasons are the migration table's (docs/migrating.md), from
+    :mod:`exporter.outputs.compat.amd_unserved`.
     """
-    from exporter.outputs.compat.table import AMD, AMD_FIELDS, rows
+    from exporter.outputs.compat.amd_unserved import AMD_FIELDS, unserved_reason
 
-    reasons = {row.field: row.note for row in rows() if row.exporter == AMD and not row.served}
     known = frozenset(AMD_FIELDS)
     out = []
     for field in selection.fields:
         if field not in known:
             out.append((field, UNKNOWN))
-        elif field in reasons:
-            out.append((field, reasons[field]))
+        elif why := unserved_reason(field):
+            out.append((field, why))
     return out
