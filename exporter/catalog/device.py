@@ -161,6 +161,7 @@ ROWS = (
         " Trends): the rate is still a trend, the verdict no longer rests on it.",
         (*ID, "signal", "reason"),
         otel_unit="{downgrade}",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_device_recommended_action",
