@@ -244,6 +244,7 @@ class FabricSource(Source):
     def _account_nics(self, found: Scan, now: float) -> dict[str, Nic]:
         """Update the ledger with the NICs and ports read; the NICs present, by name."""
         present = {nic.name: nic for nic in found.nics}
+        self._follow_renames(present)
         gpus = None
         if found.accelerators is not None:
             gpus = [
@@ -280,6 +281,25 @@ class FabricSource(Source):
                     served=sorted(memory.served),
                 )
         return present
+
+    def _follow_renames(self, present: Mapping[str, Nic]) -> None:
+        """A NIC remembered under one name and present under another keeps its counts.
+
+        RDMA device names follow the drivers' probe order (``mlx5_0`` may come back as
+        ``mlx5_2`` after a reboot or a driver reload) unless udev renames them; the node
+        GUID and the PCI address say it is the same NIC, not one lost and one new.
+        """
+        by_identity: dict[str, str] = {}
+        for name, nic in present.items():
+            for ident in (nic.node_guid, nic.pci_bus_id):
+                if ident:
+                    by_identity.setdefault(ident, name)
+        for old in [n for n in self.ledger.nics if n not in present]:
+            memory = self.ledger.nics[old]
+            new = by_identity.get(memory.node_guid) or by_identity.get(memory.pci_bus_id)
+            if new and new not in self.ledger.nics:
+                self.ledger.rename(old, new)
+                self._log.info("NIC renamed", nic=new, was=old, pci_bus_id=memory.pci_bus_id)
 
     def _observe_port(
         self, nic: str, number: int, up: bool, counters: Mapping[str, int], now: float

@@ -263,6 +263,25 @@ def test_a_nic_that_disappears_is_missing_and_its_gpus_degraded(tree: FabricSysf
     assert family(got, "accel_nic_disappearances_total")[("mlx5_1",)] == 1  # counted once
 
 
+def test_a_nic_renamed_is_the_same_nic_with_its_counts(tree: FabricSysfs) -> None:
+    src, _, _, clock = source(tree)
+    poll(src)
+    tree.port_down("mlx5_1")
+    clock.now += 10
+    poll(src)
+    # After a driver reload the NIC comes back as mlx5_7: same GUID, same PCI address.
+    dev = (tree.ib / "mlx5_1").resolve()
+    (tree.ib / "mlx5_1").unlink()
+    dev.rename(dev.with_name("mlx5_7"))
+    (tree.ib / "mlx5_7").symlink_to(os.path.relpath(dev.with_name("mlx5_7"), tree.ib))
+    clock.now += 10
+    got = poll(src)
+    assert family(got, "accel_nic_missing") == {("mlx5_0",): 0, ("mlx5_7",): 0}
+    assert family(got, "accel_nic_disappearances_total") == {("mlx5_0",): 0, ("mlx5_7",): 0}
+    assert got[("accel_nic_port_flaps_total", ("mlx5_7", "1"))] == 1
+    assert ("accel_nic_port_flaps_total", ("mlx5_1", "1")) not in got
+
+
 def test_a_gpu_trained_at_x8_is_downtrained_and_degraded_from_the_second_poll(
     tree: FabricSysfs,
 ) -> None:
