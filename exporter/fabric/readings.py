@@ -99,8 +99,9 @@ def pci_readings(
     links: Mapping[str, PciLink],
     present: Mapping[str, Nic],
     named: Mapping[str, tuple[Identity, ...]],
+    switches: tuple[str, ...] = (),
 ) -> list[Reading]:
-    """The PCI families: every accelerator and NIC function, each link's training and AER."""
+    """The PCI families: every accelerator, NIC and switch uplink, each one's training and AER."""
     out = []
     nic_at = {nic.pci_bus_id: name for name, nic in present.items() if nic.pci_bus_id}
     for address in sorted(accelerators):
@@ -114,6 +115,8 @@ def pci_readings(
             )
     for address, name in sorted(nic_at.items()):
         out.append(Reading("accel_pci_device_info", (address, "nic", "", "", name), 1.0))
+    for address in switches:
+        out.append(Reading("accel_pci_device_info", (address, "pcie_switch", "", "", ""), 1.0))
     for address, link in sorted(links.items()):
         bus = (address,)
         if link.speed is not None:

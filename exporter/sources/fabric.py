@@ -80,6 +80,8 @@ class Scan:
     links: dict[str, PciLink]
     problems: list[ReadProblem] = field(default_factory=list)
     pci_problem: str = ""
+    # The upstream ports of the PCIe switches above them (their links are in ``links``).
+    switches: tuple[str, ...] = ()
 
 
 def accelerators_on(sys_path: Path) -> dict[str, int]:
@@ -117,7 +119,14 @@ def scan(sys_path: str) -> Scan:
         link = read_link(sys_path, address, problems)
         if link is not None:
             links[address] = link
-    return Scan(found.nics, accelerators, links, problems, pci_problem)
+    # The uplink of each switch above them (its upstream port to the root port): one
+    # trained at x8 halves the bandwidth of every GPU and NIC behind it.
+    switches = sorted({link.pcie_switch for link in links.values() if link.pcie_switch})
+    for address in switches:
+        link = read_link(sys_path, address, problems)
+        if link is not None:
+            links[address] = link
+    return Scan(found.nics, accelerators, links, problems, pci_problem, tuple(switches))
 
 
 class FabricSource(Source):
@@ -198,7 +207,7 @@ class FabricSource(Source):
         present = self._account_nics(found, now)
         readings = [
             *nic_readings(self.ledger, present, named, now),
-            *pci_readings(found.accelerators or {}, found.links, present, named),
+            *pci_readings(found.accelerators or {}, found.links, present, named, found.switches),
         ]
         self._post(found, present, now)
         readings.extend(
@@ -351,6 +360,12 @@ class FabricSource(Source):
                 link = found.links[address]
                 items.setdefault(address, []).append(
                     rules.gpu_downtrained(link, what, vendor, since, expires)
+                )
+            switch = found.links[address].pcie_switch if address in found.links else ""
+            if switch in settled:
+                what, since = settled[switch]
+                items.setdefault(address, []).append(
+                    rules.switch_downtrained(found.links[switch], what, since, expires)
                 )
         for name, memory in self.ledger.nics.items():
             evidence: list[Evidence] = []

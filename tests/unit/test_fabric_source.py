@@ -131,10 +131,14 @@ def test_exact_readings_of_two_gpus_and_two_nics(tree: FabricSysfs) -> None:
         ("0000:24:00.0", "accelerator", "1", UUIDS[1], ""): 1.0,
         ("0000:19:00.0", "nic", "", "", "mlx5_0"): 1.0,
         ("0000:25:00.0", "nic", "", "", "mlx5_1"): 1.0,
+        ("0000:16:00.0", "pcie_switch", "", "", ""): 1.0,
+        ("0000:22:00.0", "pcie_switch", "", "", ""): 1.0,
     }
-    # Four links (2 GPUs, 2 NICs), none downtrained; the audio functions are not watched.
+    # Six links (2 GPUs, 2 NICs, 2 switch uplinks), none downtrained; the GPUs' audio
+    # functions are not watched.
+    watched = ("0000:18:00.0", "0000:24:00.0", "0000:19:00.0", "0000:25:00.0")
     assert family(got, "accel_pci_link_width") == {
-        (a,): 16.0 for a in ("0000:18:00.0", "0000:24:00.0", "0000:19:00.0", "0000:25:00.0")
+        (a,): 16.0 for a in (*watched, "0000:16:00.0", "0000:22:00.0")
     }
     assert set(family(got, "accel_pci_link_downtrained").values()) == {0.0}
     assert got[("accel_pci_link_speed_transfers_per_second", ("0000:18:00.0",))] == 32e9
@@ -351,6 +355,22 @@ def test_a_downtrained_nic_degrades_the_gpus_it_serves(tree: FabricSysfs) -> Non
     (ev,) = board.for_device("", "0000:18:00.0", clock.now)
     assert ev.reason == "nic_pcie_link_downtrained"
     assert ev.detail.startswith("NIC mlx5_0 (0000:19:00.0) PCIe link at x8 of x16")
+
+
+def test_a_downtrained_switch_uplink_degrades_every_gpu_behind_it(tree: FabricSysfs) -> None:
+    tree.set_link("0000:22:00.0", width=8, speed=GEN4)
+    src, _, board, clock = source(tree)
+    got = poll(src)
+    assert got[("accel_pci_link_downtrained", ("0000:22:00.0",))] == 1
+    clock.now += 10
+    poll(src)
+    (ev,) = board.for_device("", "0000:24:00.0", clock.now)
+    assert (ev.reason, ev.detail) == (
+        "pcie_switch_link_downtrained",
+        "PCIe switch 0000:22:00.0 uplink at x8 of x16 lanes, 16.0 GT/s of 32.0 GT/s"
+        " (width+speed below the maximum)",
+    )
+    assert board.for_device("", "0000:18:00.0", clock.now) == []
 
 
 def test_counts_survive_a_restart_mid_outage(
