@@ -20,11 +20,11 @@ from typing import Any
 
 from _common import Subject, measure, reply_parser
 
+from exporter.backend_api.wire import new_rows
 from exporter.backends import nvml_gpm
 from exporter.backends import nvml_support as nv
 from exporter.backends.contract import Emitter
 from exporter.backends.nvml import NvmlBackend
-from exporter.backends.wire import new_rows
 from tests.fakes.nvml.control import FakeNvml, build
 
 

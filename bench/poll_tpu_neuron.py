@@ -32,7 +32,8 @@ if str(ROOT) not in sys.path:
 
 from _common import cpu_min  # noqa: E402
 
-from exporter.backends.tpu import DISTRIBUTIONS, METRICS, TpuBackend  # noqa: E402
+from exporter.backend_api.tpu import DISTRIBUTIONS  # noqa: E402
+from exporter.backends.tpu import METRICS, TpuBackend  # noqa: E402
 from exporter.config.devices import NeuronSourceConfig, TpuSourceConfig  # noqa: E402
 from exporter.sources.device import parse_inventory  # noqa: E402
 from exporter.sources.neuron import NeuronSource  # noqa: E402

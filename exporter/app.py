@@ -429,7 +429,6 @@ class App:
                 )
                 return False
             log.configure(new.log.level, new.log.format)
-            os.environ["ACCEL_EXPORTER_WORKER_LOG_LEVEL"] = new.log.level
             prometheus_setup.reconfigure(self.exposition, new)
             old, self.runtime = self.runtime, runtime
             previous = {source.name: source for source in old.sources}

@@ -290,8 +290,6 @@ def _main(argv: Sequence[str] | None, source_builder: SourceBuilder | None) -> i
         log.configure(config.log.level, config.log.format)
         for note in notes:
             log.get().warning("config key renamed", detail=note)
-        # Worker processes inherit the environment: they log at the daemon's level.
-        os.environ["ACCEL_EXPORTER_WORKER_LOG_LEVEL"] = config.log.level
         return config
 
     if command in EXTRA_COMMANDS:

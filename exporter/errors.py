@@ -74,3 +74,16 @@ class ConfigError(ExporterError):
     def __init__(self, problems: Sequence[str]) -> None:
         super().__init__("invalid_config", "; ".join(problems))
         self.problems = list(problems)
+
+
+class KubeError(Exception):
+    """A Kubernetes API request that got no usable answer; ``reason`` is a short label.
+
+    Raised by :mod:`exporter.kube` and by its transport :mod:`exporter.kube_wire`, which
+    both import it from here (the transport is loaded by the client, never the reverse).
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail

@@ -328,7 +328,12 @@ class HealthJudge:
         readings say of them is the exporter's own state, not evidence about the
         device, so it neither fails them nor teaches the memory anything. Their state
         is unknown; the events still remembered for them (XIDs, AFIDs in the window)
-        are listed with the action they ask for.
+        are listed with the action they ask for, and so is the live evidence about
+        them on the board (exporter.evidence: a diagnostic run, the fabric), which
+        is about the device, not about the exporter's worker.
+
+        Every device, read or not, gets one reason and one finding per live evidence
+        reason, looked up by its uuid and the PCI bus id of its ``accel_device_info``.
         """
         unread = unread or {}
         now, wall = self.clock(), self.wall()
@@ -774,11 +779,22 @@ class HealthJudge:
         """Every device the memory holds anything of."""
         out = {key[0] for key in self._events}
         out.update(labels[:2] for labels in self._ecc)
+        # Counters a growth rule watches may name a device no accel_device_up has.
+        out.update(labels[:2] for labels in self._counted)
         out.update(labels[:2] for _family, labels in self._links_up)
         for held in (self._ecc_grew, self._lost, self._reset_at, self._recovery):
             out.update(held)
         for held2 in (self._recovered_at, self._cleared_at, self._seen, self.latest):
             out.update(held2)
+        for held3 in (
+            self._grew_wall,
+            self._domains,
+            self._bus,
+            self._afid_counts,
+            self._afid_hits,
+        ):
+            out.update(held3)
+        out.update(self._unplaced.values())
         return out
 
     def _prune(self, wall: float) -> None:
@@ -792,6 +808,9 @@ class HealthJudge:
         """Drop everything remembered of one device (gone from every poll for a window)."""
         events = sorted(f"{kind}_{code}" for (i, kind, code) in self._events if i == ident)
         self._rename(ident, None)
+        # A recalled device no poll ever named: nothing left to place.
+        if self._unplaced.get(ident[1]) == ident:
+            del self._unplaced[ident[1]]
         log.get(component="health", source=self.source).info(
             "device forgotten",
             device=ident[0],

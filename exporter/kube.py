@@ -38,6 +38,9 @@ from typing import Any
 from exporter import __version__
 from exporter.config.kubernetes import NODE_NAME, KubernetesConfig, url_problem
 
+# Defined below this module so that its transport (exporter.kube_wire) raises it too.
+from exporter.errors import KubeError as KubeError
+
 MAX_REPLY_BYTES = 4 * 1024 * 1024
 MAX_TOKEN_BYTES = 64 * 1024
 # Every reason a KubeError may carry, besides http_<code> (a non-2xx answer checked).
@@ -56,15 +59,6 @@ RESOURCE_SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 # Pod metadata only; the plain PodList when the server cannot convert (both have
 # items[].metadata).
 POD_METADATA = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
-
-
-class KubeError(Exception):
-    """A request that got no usable answer; ``reason`` is a short label for counting."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.kube import KubeError
+from exporter.errors import KubeError
 
 # Where a deadline ran out, for the error's detail (what a person looks at first).
 CONNECTING, HANDSHAKE, SENDING = "connecting", "in the TLS handshake", "sending the request"

@@ -59,11 +59,22 @@ class _Stderr:
     debug = info = warning = warn = error = critical = exception = fatal = log = msg
 
 
+# The level last configured: what a new worker is told in its init frame (a worker
+# never reads it from the environment, which a reload would have to mutate).
+_CONFIGURED = {"level": "info"}
+
+
+def level() -> str:
+    """The level :func:`configure` last set (one of debug, info, warning, error)."""
+    return _CONFIGURED["level"]
+
+
 def configure(level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> None:
     """Configure structlog globally; safe to call again (e.g. after a config reload).
 
     Lines go to ``stream``, or to whatever ``sys.stderr`` is when each is written.
     """
+    _CONFIGURED["level"] = level if level in _LEVELS else "info"
     out = stream or sys.stderr
     if fmt == "auto":
         fmt = "console" if out.isatty() else "json"

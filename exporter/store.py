@@ -14,10 +14,17 @@ are dropped silently, so a backend that starts speaking a new word costs one log
 line and never fails a scrape. The test suite sets ``ACCEL_STRICT_LABEL_VALUES=1``
 (tests/conftest.py), under which the same reading raises :class:`LabelValueError`,
 so a test that makes a backend emit an unknown value fails.
+
+Every snapshot is also held to the series budget its families declare (the catalog
+rows' ``max_series``, :mod:`exporter.series_budget`): per source and family, label
+sets past the budget are dropped and counted in
+``accel_exporter_series_dropped_total{source,family}``, and a family going over (or
+back within) is logged once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import threading
@@ -25,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter import __version__
+from exporter import __version__, log, series_budget
 from exporter.catalog import CATALOG, Kind, MetricSpec
 from exporter.catalog.exporter_self import POLL_DURATION_BUCKETS
 from exporter.model import HistogramValue, Reading, Snapshot, is_number
@@ -82,6 +89,19 @@ class SourceRecord:
     # reload builds new runners that count from 0, the exported counter must not.
     restarts_reported: int = 0
     restarts_before: int = 0
+    # family -> series dropped over its budget, summed over snapshots; and the
+    # families over budget in the last snapshot (a change is logged once).
+    dropped: dict[str, int] = field(default_factory=dict)
+    over_budget: frozenset[str] = frozenset()
+
+    def count_dropped(self, dropped: Mapping[str, int]) -> tuple[list[str], list[str]]:
+        """Add one snapshot's drops; the families that went over, and back within, budget."""
+        for family, count in dropped.items():
+            self.dropped[family] = self.dropped.get(family, 0) + count
+        now = frozenset(dropped)
+        went, back = sorted(now - self.over_budget), sorted(self.over_budget - now)
+        self.over_budget = now
+        return went, back
 
     def count_restarts(self, reported: int) -> None:
         """Fold a source's own restart count into a counter that never goes back."""
@@ -102,6 +122,7 @@ class SourceRecord:
             restarts=self.restarts,
             unavailable=self.unavailable,
             unavailable_detail=self.unavailable_detail,
+            dropped=tuple(sorted(self.dropped.items())),
         )
 
 
@@ -122,6 +143,8 @@ class SourceRecordView:
     restarts: int
     unavailable: str | None
     unavailable_detail: str
+    # (family, series dropped over its budget), summed over snapshots.
+    dropped: tuple[tuple[str, int], ...] = ()
 
     @property
     def answered(self) -> bool:
@@ -196,6 +219,7 @@ class Store:
         # The catalog as this daemon's configuration exports it (some rows carry
         # configured labels); every reading and every output goes by it.
         self.catalog = catalog
+        self._budget = series_budget.limits(catalog)
         self._mono = mono
         self._wall = wall
         self._lock = threading.Lock()
@@ -203,6 +227,8 @@ class Store:
         self._changed = threading.Condition(self._lock)
         self._records: dict[str, SourceRecord] = {}
         self._internal: dict[str, tuple[Reading, ...]] = {}
+        # What published readings dropped over budget, by name (only .dropped is used).
+        self._internal_drops: dict[str, SourceRecord] = {}
         self._generation = 0
         self._view: View | None = None
 
@@ -254,10 +280,34 @@ class Store:
         with self._lock:
             return list(self._records)
 
+    def _within_budget(self, snapshot: Snapshot) -> tuple[Snapshot, dict[str, int]]:
+        """The snapshot held to its families' series budgets, and what was dropped."""
+        kept, dropped = series_budget.enforce(snapshot.readings, self._budget)
+        if dropped:
+            snapshot = dataclasses.replace(snapshot, readings=tuple(kept))
+        return snapshot, dropped
+
+    def _note_budget(
+        self, source: str, went: list[str], back: list[str], dropped: Mapping[str, int]
+    ) -> None:
+        """Log a family going over its budget, or back within, once (outside the lock)."""
+        logger = log.get(source=source)
+        for family in went:
+            logger.warning(
+                "series over budget, dropped",
+                family=family,
+                max_series=self._budget.get(family, 0),
+                dropped=dropped.get(family, 0),
+            )
+        for family in back:
+            logger.info("series within budget again", family=family)
+
     def put(self, snapshot: Snapshot, *, restarts: int | None = None) -> None:
         """Swap in a source's newest snapshot and account for the poll."""
+        snapshot, dropped = self._within_budget(snapshot)
         with self._lock:
             record = self._records.setdefault(snapshot.source, SourceRecord(snapshot.source))
+            went, back = record.count_dropped(dropped)
             record.snapshot = snapshot
             record.unavailable = None
             record.polls += 1
@@ -270,6 +320,7 @@ class Store:
             if restarts is not None:
                 record.count_restarts(restarts)
             self._bump()
+        self._note_budget(snapshot.source, went, back, dropped)
 
     def pending(self, snapshot: Snapshot, *, restarts: int | None = None) -> None:
         """A poll that had no result yet (a worker starting): counted nowhere.
@@ -280,13 +331,20 @@ class Store:
         until it goes stale, and before a first snapshot the source stays "not
         polled yet".
         """
+        went: list[str] = []
+        back: list[str] = []
+        dropped: dict[str, int] = {}
+        if snapshot.readings:
+            snapshot, dropped = self._within_budget(snapshot)
         with self._lock:
             record = self._records.setdefault(snapshot.source, SourceRecord(snapshot.source))
             if snapshot.readings and record.unavailable is None:
+                went, back = record.count_dropped(dropped)
                 record.snapshot = snapshot
             if restarts is not None:
                 record.count_restarts(restarts)
             self._bump()
+        self._note_budget(snapshot.source, went, back, dropped)
 
     def record(self, snapshot: Snapshot, *, restarts: int | None = None) -> None:
         """Record a poll's snapshot by its outcome: a result, pending, or unavailable."""
@@ -318,20 +376,35 @@ class Store:
         Its data is dropped, except what ``snapshot`` still holds (e.g. how many of
         this vendor's devices the PCI bus has, which a missing driver cannot see).
         """
+        went: list[str] = []
+        back: list[str] = []
+        dropped: dict[str, int] = {}
+        if snapshot is not None:
+            snapshot, dropped = self._within_budget(snapshot)
         with self._lock:
             record = self._records.setdefault(source, SourceRecord(source))
+            if snapshot is not None:
+                went, back = record.count_dropped(dropped)
             record.snapshot = snapshot
             record.unavailable = reason
             record.unavailable_detail = detail or reason
             if restarts is not None:
                 record.count_restarts(restarts)
             self._bump()
+        self._note_budget(source, went, back, dropped)
 
     def publish(self, name: str, readings: Sequence[Reading]) -> None:
-        """Set readings that belong to the daemon itself (no staleness, no source health)."""
+        """Set readings that belong to the daemon itself (no staleness, no source health).
+
+        Held to the series budget like a source's (``name`` is the source label).
+        """
+        kept, dropped = series_budget.enforce(readings, self._budget)
         with self._lock:
-            self._internal[name] = tuple(readings)
+            self._internal[name] = tuple(kept)
+            record = self._internal_drops.setdefault(name, SourceRecord(name))
+            went, back = record.count_dropped(dropped)
             self._bump()
+        self._note_budget(name, went, back, dropped)
 
     def records(self) -> list[SourceRecordView]:
         """Copies of every source record, for /status and checks."""
@@ -349,8 +422,13 @@ class Store:
                 return cached
             records = [record.copy() for record in self._records.values()]
             internal = list(self._internal.items())
+            drops = [
+                (name, tuple(sorted(r.dropped.items())))
+                for name, r in self._internal_drops.items()
+                if r.dropped
+            ]
         parts: list[tuple[str, Sequence[Reading]]] = [
-            (SELF_SOURCE, tuple(_self_readings(records, now))),
+            (SELF_SOURCE, (*_self_readings(records, now), *_dropped_readings(records, drops))),
             *internal,
             *(
                 (record.name, record.snapshot.readings)
@@ -368,6 +446,18 @@ class Store:
         with self._lock:
             self._view = view
         return view
+
+
+Drops = tuple[tuple[str, int], ...]
+
+
+def _dropped_readings(
+    records: Sequence[SourceRecordView], published: Sequence[tuple[str, Drops]]
+) -> Iterable[Reading]:
+    """``accel_exporter_series_dropped_total`` of every source that ever went over budget."""
+    for name, dropped in (*((r.name, r.dropped) for r in records), *published):
+        for family, count in dropped:
+            yield Reading("accel_exporter_series_dropped_total", (name, family), float(count))
 
 
 def _self_readings(records: Sequence[SourceRecordView], now: float) -> Iterable[Reading]:

@@ -29,7 +29,7 @@ class Library:
     """A vendor library: its SONAME, its documented install paths, how to get it.
 
     For a binding that opens its library by one absolute path: the daemon looks
-    for it (:mod:`exporter.backends.libsearch`) before starting a worker.
+    for it (:mod:`exporter.host.libsearch`) before starting a worker.
     """
 
     soname: str
@@ -151,7 +151,7 @@ VENDORS: tuple[Vendor, ...] = (
         pci_vendor=0x1DA3,
     ),
     # The TPU source names its worker and derives the worker's config (the gRPC
-    # deadline from the poll's); it counts chips itself (exporter.backends.tpu_chips),
+    # deadline from the poll's); it counts chips itself (exporter.host.tpu_chips),
     # not as accel_pci_devices.
     Vendor(
         "tpu",

@@ -19,6 +19,7 @@ from exporter.catalog import (  # noqa: E402
     CATALOG,
     ccl,
     device,
+    diag,
     exporter_self,
     fabric,
     host,
@@ -41,6 +42,7 @@ TITLES = {
     device: "Devices (every vendor)",
     totals: "Per-device totals of per-link families (derived while rendering)",
     ccl: "NCCL/RCCL",
+    diag: "Diagnostic runs",
     workload: "Workloads",
     fabric: "Fabric: RDMA NICs and PCIe links (docs/fabric.md)",
 }
@@ -57,18 +59,26 @@ def metrics_md() -> str:
         "",
         "Generated from `exporter/catalog/` by `scripts/gen_docs.py`; do not edit by hand.",
         "Device series carry only `device` and `uuid`; join on `uuid` with `accel_device_info`.",
+        "*max series* is the family's series budget per source (`exporter/catalog/budget.py`):",
+        "label sets past it are dropped and counted in `accel_exporter_series_dropped_total`.",
         "",
     ]
     for title, module in DOMAINS:
         rows = module.ROWS
         if not rows:
             continue
-        out += [f"## {title}", "", "| name | type | unit | labels | help |", "|" + "---|" * 5]
+        out += [
+            f"## {title}",
+            "",
+            "| name | type | unit | labels | max series | help |",
+            "|" + "---|" * 6,
+        ]
         for row in rows:
             labels = ", ".join(f"`{lb}`" for lb in row.labels)
             text = row.help.replace("|", PIPE)
             unit = row.unit or ""
-            out.append(f"| `{row.name}` | {row.kind.value} | {unit} | {labels} | {text} |")
+            most = str(row.max_series) if row.max_series else ""
+            out.append(f"| `{row.name}` | {row.kind.value} | {unit} | {labels} | {most} | {text} |")
         out.append("")
     out.append(f"{len(CATALOG)} families in all.")
     out += ["", *label_values_md()]

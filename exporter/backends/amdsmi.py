@@ -25,7 +25,8 @@ from typing import Any
 
 from exporter import log
 from exporter.backend_api import crumb
-from exporter.backends import libsearch
+from exporter.backend_api.cper import Ledger, LedgerError
+from exporter.backend_api.wire import Rows, merge
 from exporter.backends.amdsmi_binding import AmdBinding
 from exporter.backends.amdsmi_domains import read_domains
 from exporter.backends.amdsmi_events import EventWatcher, Watched
@@ -38,13 +39,7 @@ from exporter.backends.amdsmi_fields import (
     read_processes,
     status_name,
 )
-from exporter.backends.amdsmi_ras import (
-    CperReader,
-    Ledger,
-    LedgerError,
-    export_ledger,
-    read_bad_pages,
-)
+from exporter.backends.amdsmi_ras import CperReader, export_ledger, read_bad_pages
 from exporter.backends.base import (
     BackendError,
     BackendUnavailable,
@@ -52,8 +47,8 @@ from exporter.backends.base import (
     unique_uuids,
 )
 from exporter.backends.contract import DeviceGone, Failing, count, poll_devices
-from exporter.backends.wire import Rows, merge
 from exporter.catalog.vocabulary import AMD_HEALTH_EVENTS
+from exporter.host import libsearch
 
 SOURCE = "amdsmi"
 # CPER records read per GPU and poll: a burst drains over several polls.

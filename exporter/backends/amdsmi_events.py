@@ -19,9 +19,9 @@ from typing import Any
 
 from exporter import log
 from exporter.backend_api import crumb
+from exporter.backend_api.wire import Rows, put
 from exporter.backends.amdsmi_fields import status_name
 from exporter.backends.event_wait import rest_after_empty_wait
-from exporter.backends.wire import Rows, put
 
 # Event type value -> label. Keyed by value because amdsmi 7.0's enum makes
 # PAGE_FAULT_START an alias of PAGE_FAULT_END (both 8), so names mislead.

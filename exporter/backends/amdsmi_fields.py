@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from exporter.backend_api.wire import Rows, new_rows
 from exporter.backends.contract import Codes, Emitter
-from exporter.backends.wire import Rows, new_rows
 
 # Statuses meaning "this device does not offer this field": omitted silently.
 UNSUPPORTED = frozenset({"not_supported", "not_yet_implemented", "no_data", "setting_unavailable"})

@@ -30,11 +30,12 @@ from __future__ import annotations
 import ctypes
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 from exporter import afids as afid_table
+from exporter.backend_api.cper import Ledger
 from exporter.backends.amdsmi_fields import CODES, LOST, U32_MAX, DeviceReader, status_name
 from exporter.backends.contract import DeviceGone
 
@@ -72,60 +73,6 @@ def lib_version(api: Any) -> tuple[int, int, int] | None:
 def decodes_corrected(version: tuple[int, int, int] | None) -> bool:
     """Whether a library of ``version`` decodes corrected AFIDs (unknown version: no)."""
     return version is not None and version >= CORRECTED_AFIDS_FROM
-
-
-class LedgerError(ValueError):
-    """A ledger from the daemon (or its state file) that does not have the expected shape."""
-
-
-@dataclass
-class Ledger:
-    """What one GPU's CPER ring has yielded: the cursor and the AFID counts so far."""
-
-    cursor: int = 0
-    # "<afid>/<severity>" -> records naming that AFID.
-    counts: dict[str, int] = field(default_factory=dict)
-    # "<afid>" -> unix time of the newest record naming it.
-    last: dict[str, float] = field(default_factory=dict)
-    # reason -> records skipped (bad length, AFID decoding failed, ...).
-    skipped: dict[str, int] = field(default_factory=dict)
-
-    def to_wire(self) -> dict[str, Any]:
-        """A JSON-ready copy."""
-        return {
-            "cursor": self.cursor,
-            "counts": dict(self.counts),
-            "last": dict(self.last),
-            "skipped": dict(self.skipped),
-        }
-
-    @classmethod
-    def from_wire(cls, raw: Any) -> Ledger:
-        """Parse what :meth:`to_wire` wrote; LedgerError when it does not fit."""
-        if not isinstance(raw, dict):
-            raise LedgerError("a ledger is an object")
-        cursor = raw.get("cursor", 0)
-        if not isinstance(cursor, int) or isinstance(cursor, bool) or cursor < 0:
-            raise LedgerError("cursor must be a non-negative integer")
-        return cls(
-            cursor,
-            _table(raw.get("counts", {}), int, "counts"),
-            _table(raw.get("last", {}), float, "last"),
-            _table(raw.get("skipped", {}), int, "skipped"),
-        )
-
-
-def _table(raw: Any, kind: type, name: str) -> dict[str, Any]:
-    if not isinstance(raw, dict):
-        raise LedgerError(f"{name} must be an object")
-    out: dict[str, Any] = {}
-    for key, value in raw.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise LedgerError(f"{name}[{key!r}] must be a non-negative number")
-        if kind is int and not isinstance(value, int):
-            raise LedgerError(f"{name}[{key!r}] must be an integer")
-        out[str(key)] = kind(value)
-    return out
 
 
 def cper_timestamp(ts: Any) -> float | None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from exporter.backend_api import crumb
-from exporter.backends.wire import Rows, drop, new_rows
+from exporter.backend_api.wire import Rows, drop, new_rows
 
 K = TypeVar("K", bound=Hashable)
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from exporter import log
 from exporter.backend_api import crumb
-from exporter.backends import libsearch
+from exporter.backend_api.wire import Rows, put
 from exporter.backends.base import (
     BackendError,
     BackendUnavailable,
@@ -40,7 +40,7 @@ from exporter.backends.base import (
 )
 from exporter.backends.contract import Codes, DeviceGone, Emitter, Failing, count, poll_devices
 from exporter.backends.counters import Energy
-from exporter.backends.wire import Rows, put
+from exporter.host import libsearch
 
 SOURCE = "hlml"
 # hlml_return_t

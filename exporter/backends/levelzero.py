@@ -26,8 +26,8 @@ from typing import Any
 
 from exporter import log
 from exporter.backend_api import crumb
+from exporter.backend_api.wire import Rows, put
 from exporter.backends import levelzero_binding as zb
-from exporter.backends import libsearch
 from exporter.backends.base import (
     BackendError,
     BackendUnavailable,
@@ -36,7 +36,7 @@ from exporter.backends.base import (
 )
 from exporter.backends.contract import Codes, DeviceGone, Failing, count, poll_devices
 from exporter.backends.counters import Delta, Energy
-from exporter.backends.wire import Rows, put
+from exporter.host import libsearch
 
 SOURCE = "levelzero"
 ZE_DEVICE_TYPE_GPU = 1

@@ -22,8 +22,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from exporter.backends import libsearch
 from exporter.backends.base import BackendUnavailable
+from exporter.host import libsearch
 
 # The loader pyzes opens while it is imported.
 PYZES_LOADER = "/usr/lib/x86_64-linux-gnu/libze_loader.so.1"

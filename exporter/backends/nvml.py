@@ -18,6 +18,7 @@ from typing import Any
 
 from exporter import log
 from exporter.backend_api import crumb
+from exporter.backend_api.wire import Rows, merge
 from exporter.backends import nvml_gpm
 from exporter.backends import nvml_support as nv
 from exporter.backends.base import (
@@ -31,7 +32,6 @@ from exporter.backends.contract import DeviceGone, Emitter, Failing, poll_device
 from exporter.backends.nvml_device import DeviceReader
 from exporter.backends.nvml_events import EventWatcher
 from exporter.backends.nvml_gpu import Gpu
-from exporter.backends.wire import Rows, merge
 
 SOURCE = "nvml"
 # uuid placeholder of a GPU that failed to identify itself at bootstrap, + index.

@@ -18,9 +18,9 @@ from typing import Any
 
 from exporter import log
 from exporter.backend_api import crumb
+from exporter.backend_api.wire import Rows, put
 from exporter.backends import nvml_support as nv
 from exporter.backends.event_wait import rest_after_empty_wait
-from exporter.backends.wire import Rows, put
 
 WAIT_MS = 500
 # After an error other than TIMEOUT, wait this long before trying again (no spin).

@@ -1,6 +1,6 @@
 """Google TPUs: chips from the host, runtime metrics from libtpu's gRPC service (in a worker).
 
-``bootstrap`` counts the chips from sysfs (:mod:`exporter.backends.tpu_chips`),
+``bootstrap`` counts the chips from sysfs (:mod:`exporter.host.tpu_chips`),
 so a chip without a workload is still listed and up. ``poll`` asks every
 configured address (one per workload process: libtpu serves
 ``localhost:8431``, then the ports of ``TPU_RUNTIME_METRICS_PORTS``) for each
@@ -35,13 +35,14 @@ from typing import Any
 
 from exporter import log
 from exporter.backend_api import crumb
+from exporter.backend_api.tpu import DISTRIBUTIONS, MAX_POINTS
+from exporter.backend_api.wire import Rows, put
 from exporter.backends.base import BackendError, BackendUnavailable
 from exporter.backends.contract import DeviceGone, count, poll_devices
-from exporter.backends.tpu_chips import Chip, present, scan
-from exporter.backends.tpu_distributions import MAX_POINTS, fold, label_of
+from exporter.backends.tpu_distributions import fold, label_of
 from exporter.backends.tpu_metrics import BadMetric, device_values
-from exporter.backends.wire import Rows, put
 from exporter.catalog.tpu import LATENCY_BUCKETS
+from exporter.host.tpu_chips import Chip, present, scan
 
 SOURCE = "tpu"
 DEFAULT_ADDRESS = "localhost:8431"
@@ -52,20 +53,6 @@ HBM_BANDWIDTH = "tpu.runtime.hbm.utilization.percent"
 GAUGES = (HBM_TOTAL, HBM_USAGE, DUTY_CYCLE, HBM_BANDWIDTH)
 # Gauges keyed by runtime device on every chip (the duty cycle is per chip on some).
 PER_DEVICE = (HBM_TOTAL, HBM_USAGE, HBM_BANDWIDTH)
-# Latency distributions of multislice workloads, in microseconds, by kind (the
-# histogram's kind label); a single-slice workload answers NOT_FOUND.
-DISTRIBUTIONS = {
-    f"megascale.{kind}.microsecond.cumulative.distribution": kind.removesuffix("_latencies")
-    for kind in (
-        "dcn_transfer_latencies",
-        "dcn_inbound_transfer_latencies",
-        "host_to_device_transfer_latencies",
-        "device_to_host_transfer_latencies",
-        "collective_end_to_end_latencies",
-        "mxla_compute_latencies",
-        "grpc_tcp_min_rtt",
-    )
-}
 METRICS = (*GAUGES, *DISTRIBUTIONS)
 # A chip's HBM is at most 192 GiB today; a byte count past 1 PiB is a broken reply.
 MAX_BYTES = float(2**50)

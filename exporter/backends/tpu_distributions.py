@@ -17,12 +17,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from exporter.backend_api.tpu import MAX_LABEL
 from exporter.backends.tpu_metrics import BadMetric
 
-# Bounds on what one distribution may carry.
+# Buckets one distribution's layout may have (its points and labels: backend_api.tpu).
 MAX_BUCKETS = 4096
-MAX_POINTS = 64
-MAX_LABEL = 64
 
 
 def upper_bounds(options: Any) -> list[float]:

@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType, ModuleType
 
-from exporter.catalog import ccl, device, exporter_self, fabric, host, totals, workload
+from exporter.catalog import ccl, device, diag, exporter_self, fabric, host, totals, workload
 from exporter.catalog.spec import UNITS, Kind, MetricSpec
 from exporter.vendors import VENDORS
 
@@ -33,6 +33,7 @@ def _domains() -> tuple[ModuleType, ...]:
         totals,
         *vendors[at:],
         ccl,
+        diag,
         workload,
         fabric,
     )

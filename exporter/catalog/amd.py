@@ -8,6 +8,7 @@ totals, PCIe link, throttling, events, processes) use the names in
 
 from __future__ import annotations
 
+from exporter.catalog import budget
 from exporter.catalog.device import ID
 from exporter.catalog.spec import Kind, MetricSpec
 from exporter.catalog.vocabulary import (
@@ -21,7 +22,7 @@ from exporter.catalog.vocabulary import (
     TEMPERATURE_LIMITS,
 )
 
-# Rows a device worker may send (exporter.backends.wire): this module is a backend's.
+# Rows a device worker may send (exporter.backend_api.wire): this module is a backend's.
 FROM_WORKERS = True
 
 ROWS = (
@@ -31,6 +32,7 @@ ROWS = (
         "The board part number amdsmi gives (board_info model_number, e.g. 102-G30211-00);"
         " always 1. AMD's exporter names the model by it (card_model).",
         (*ID, "part_number"),
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_amd_mm_activity_ratio",
@@ -38,6 +40,7 @@ ROWS = (
         "Multimedia engine busy share from amdsmi gpu activity (mm_activity), 0..1.",
         ID,
         unit="ratio",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_amd_vcn_activity_ratio",
@@ -45,6 +48,7 @@ ROWS = (
         "Video codec (VCN) instance busy share from gpu_metrics, 0..1.",
         (*ID, "engine"),
         unit="ratio",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_amd_jpeg_activity_ratio",
@@ -52,6 +56,7 @@ ROWS = (
         "JPEG decoder instance busy share from gpu_metrics, 0..1.",
         (*ID, "engine"),
         unit="ratio",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_amd_gtt_total_bytes",
@@ -59,6 +64,7 @@ ROWS = (
         "GTT (system memory mapped for the GPU) size.",
         ID,
         unit="bytes",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_amd_gtt_used_bytes",
@@ -66,6 +72,7 @@ ROWS = (
         "GTT (system memory mapped for the GPU) in use.",
         ID,
         unit="bytes",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_amd_visible_vram_total_bytes",
@@ -73,6 +80,7 @@ ROWS = (
         "CPU-visible VRAM (the BAR window) size.",
         ID,
         unit="bytes",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_amd_visible_vram_used_bytes",
@@ -80,6 +88,7 @@ ROWS = (
         "CPU-visible VRAM (the BAR window) in use.",
         ID,
         unit="bytes",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_amd_ecc_correctable_errors_total",
@@ -87,6 +96,7 @@ ROWS = (
         "Correctable ECC errors of one RAS block (umc, sdma, gfx, xgmi_wafl, ...).",
         (*ID, "block"),
         otel_unit="{error}",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_amd_ecc_uncorrectable_errors_total",
@@ -94,6 +104,7 @@ ROWS = (
         "Uncorrectable ECC errors of one RAS block (umc, sdma, gfx, xgmi_wafl, ...).",
         (*ID, "block"),
         otel_unit="{error}",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_amd_ecc_deferred_errors_total",
@@ -101,6 +112,7 @@ ROWS = (
         "Deferred ECC errors of one RAS block (umc, sdma, gfx, xgmi_wafl, ...).",
         (*ID, "block"),
         otel_unit="{error}",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_amd_xgmi_read_bytes_total",
@@ -108,6 +120,7 @@ ROWS = (
         "Data read over one XGMI link since the driver loaded (gpu_metrics, KB x 1024).",
         (*ID, "link"),
         unit="bytes",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_amd_xgmi_write_bytes_total",
@@ -115,12 +128,14 @@ ROWS = (
         "Data written over one XGMI link since the driver loaded (gpu_metrics, KB x 1024).",
         (*ID, "link"),
         unit="bytes",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_amd_xgmi_link_up",
         Kind.GAUGE,
         "1 when the XGMI link is up, 0 when it is down (gpu_metrics xgmi_link_status).",
         (*ID, "link"),
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_amd_violation_residency_total",
@@ -132,6 +147,7 @@ ROWS = (
         (*ID, "reason", "xcp"),
         otel_unit="{sample}",
         values={"reason": RESIDENCIES},
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_amd_xcp_utilization_ratio",
@@ -140,6 +156,7 @@ ROWS = (
         " (gpu_metrics xcp_stats gfx_busy_inst); a partition exports its own XCP only.",
         (*ID, "xcp"),
         unit="ratio",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_amd_afid_errors_total",
@@ -149,6 +166,7 @@ ROWS = (
         (*ID, "afid", "severity"),
         otel_unit="{error}",
         values={"severity": AFID_SEVERITIES},
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_amd_afid_info",
@@ -159,6 +177,7 @@ ROWS = (
         " 31-34 and 16999: it could not; unknown: no table here names the AFID); always 1.",
         (*ID, "afid", "category", "type", "severity", "classified"),
         values={"severity": AFID_TABLE_SEVERITIES, "classified": AFID_CLASSIFIED},
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_amd_corrected_afids_decoded",
@@ -168,6 +187,7 @@ ROWS = (
         " 29) are then unknown, not zero, and its corrected records are counted as skipped"
         " (corrected_afids_not_decoded).",
         ID,
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_amd_afid_last_timestamp_seconds",
@@ -175,6 +195,7 @@ ROWS = (
         "Unix time of the newest CPER record naming this AFID.",
         (*ID, "afid"),
         unit="seconds",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_amd_cper_records_skipped_total",
@@ -184,6 +205,7 @@ ROWS = (
         " corrected_afids_not_decoded for corrected records on amdsmi before 26.5.0).",
         (*ID, "reason"),
         otel_unit="{record}",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_amd_bad_pages",
@@ -193,6 +215,7 @@ ROWS = (
         (*ID, "status"),
         otel_unit="{page}",
         values={"status": BAD_PAGE_STATUSES},
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_amd_bad_page_threshold",
@@ -200,6 +223,7 @@ ROWS = (
         "Retired pages beyond which the driver declares the GPU bad (amdgpu bad_page_threshold).",
         ID,
         otel_unit="{page}",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_amd_power_cap_watts",
@@ -208,6 +232,7 @@ ROWS = (
         (*ID, "bound"),
         unit="watts",
         values={"bound": POWER_BOUNDS},
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_amd_temperature_limit_celsius",
@@ -216,6 +241,7 @@ ROWS = (
         (*ID, "sensor", "limit"),
         unit="celsius",
         values={"sensor": AMD_SENSORS, "limit": TEMPERATURE_LIMITS},
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_amd_pcie_replay_rollovers_total",
@@ -223,6 +249,7 @@ ROWS = (
         "Times the PCIe replay counter rolled over (replay number exhausted).",
         ID,
         otel_unit="{rollover}",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_amd_pcie_other_end_recoveries_total",
@@ -230,6 +257,7 @@ ROWS = (
         "PCIe link recoveries initiated by the other end of the link.",
         ID,
         otel_unit="{recovery}",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_amd_violation_samples_total",
@@ -237,12 +265,14 @@ ROWS = (
         "Firmware throttle-accounting samples taken (gpu_metrics accumulation_counter).",
         ID,
         otel_unit="{sample}",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_amd_partition_id",
         Kind.GAUGE,
         "Index of this logical device within its physical GPU (0 unless partitioned).",
         ID,
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_amd_pcie_bandwidth_bytes_per_second",
@@ -250,6 +280,7 @@ ROWS = (
         "Instantaneous PCIe bandwidth, both directions together.",
         ID,
         unit="bytes_per_second",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_amd_pcie_recoveries_total",
@@ -257,6 +288,7 @@ ROWS = (
         "PCIe link transitions from L0 to recovery.",
         ID,
         otel_unit="{recovery}",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_amd_pcie_nak_sent_total",
@@ -264,6 +296,7 @@ ROWS = (
         "PCIe NAKs sent by the device.",
         ID,
         otel_unit="{nak}",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_amd_pcie_nak_received_total",
@@ -271,6 +304,7 @@ ROWS = (
         "PCIe NAKs received by the device.",
         ID,
         otel_unit="{nak}",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_amd_process_compute_units",
@@ -278,5 +312,6 @@ ROWS = (
         "Compute units occupied by one process (only with processes: true).",
         (*ID, "pid"),
         otel_unit="{compute_unit}",
+        max_series=budget.PROCESSES,
     ),
 )

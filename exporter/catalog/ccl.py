@@ -9,6 +9,7 @@ Inspector series come from the ranks whose files this node sees.
 
 from __future__ import annotations
 
+from exporter.catalog import budget
 from exporter.catalog.spec import Kind, MetricSpec
 from exporter.catalog.vocabulary import CCL_JOB_STATES
 
@@ -42,6 +43,7 @@ RAS_ROWS = (
         Kind.GAUGE,
         "1 when the RAS service at this address returned a report on the last query, else 0.",
         _A,
+        max_series=budget.RAS_ADDRESSES,
     ),
     MetricSpec(
         "accel_ccl_job_state",
@@ -50,6 +52,7 @@ RAS_ROWS = (
         "healthy, degraded, stalled.",
         (*_A, "state"),
         values={"state": CCL_JOB_STATES},
+        max_series=budget.RAS_ADDRESSES,
     ),
     MetricSpec(
         "accel_ccl_job_state_reason_info",
@@ -57,12 +60,14 @@ RAS_ROWS = (
         "Why the job is not healthy (missing_ranks, dead_processes, no_progress, timeout, ...); "
         "present only while it is not.",
         (*_A, "reason"),
+        max_series=budget.RAS_ADDRESSES,
     ),
     MetricSpec(
         "accel_ccl_job_info",
         Kind.INFO,
         "NCCL or RCCL library and version of the job behind this RAS address; always 1.",
         (*_A, "library", "version"),
+        max_series=budget.RAS_ADDRESSES,
     ),
     MetricSpec(
         "accel_ccl_ras_reporter",
@@ -70,6 +75,7 @@ RAS_ROWS = (
         "1 when this exporter is the job's reporter (exports job and communicator series), "
         "0 when a follower or when no job answers at this address.",
         _A,
+        max_series=budget.RAS_ADDRESSES,
     ),
     MetricSpec(
         "accel_ccl_job_nodes",
@@ -77,6 +83,7 @@ RAS_ROWS = (
         "Nodes running processes of the job, per RAS.",
         _A,
         otel_unit="{node}",
+        max_series=budget.RAS_ADDRESSES,
     ),
     MetricSpec(
         "accel_ccl_job_processes",
@@ -84,9 +91,15 @@ RAS_ROWS = (
         "NCCL processes of the job, dead ones included, per RAS.",
         _A,
         otel_unit="{process}",
+        max_series=budget.RAS_ADDRESSES,
     ),
     MetricSpec(
-        "accel_ccl_job_gpus", Kind.GAUGE, "GPUs used by the job, per RAS.", _A, otel_unit="{gpu}"
+        "accel_ccl_job_gpus",
+        Kind.GAUGE,
+        "GPUs used by the job, per RAS.",
+        _A,
+        otel_unit="{gpu}",
+        max_series=budget.RAS_ADDRESSES,
     ),
     MetricSpec(
         "accel_ccl_job_missing_processes",
@@ -94,6 +107,7 @@ RAS_ROWS = (
         "Job processes that did not answer the last RAS query (and are not yet declared dead).",
         _A,
         otel_unit="{process}",
+        max_series=budget.RAS_ADDRESSES,
     ),
     MetricSpec(
         "accel_ccl_job_dead_processes",
@@ -101,6 +115,7 @@ RAS_ROWS = (
         "Job processes RAS declared dead (unreachable for about 60 s).",
         _A,
         otel_unit="{process}",
+        max_series=budget.RAS_ADDRESSES,
     ),
     MetricSpec(
         "accel_ccl_job_last_progress_timestamp_seconds",
@@ -109,6 +124,7 @@ RAS_ROWS = (
         "counts had moved.",
         _A,
         unit="seconds",
+        max_series=budget.RAS_ADDRESSES,
     ),
     MetricSpec(
         "accel_ccl_communicators",
@@ -116,6 +132,7 @@ RAS_ROWS = (
         "Communicators RAS collected data about.",
         _A,
         otel_unit="{communicator}",
+        max_series=budget.RAS_ADDRESSES,
     ),
     MetricSpec(
         "accel_ccl_comm_ranks",
@@ -123,6 +140,7 @@ RAS_ROWS = (
         "Ranks of a communicator (its size).",
         _COMM,
         otel_unit="{rank}",
+        max_series=budget.RAS_COMMS,
     ),
     MetricSpec(
         "accel_ccl_comm_missing_ranks",
@@ -131,6 +149,7 @@ RAS_ROWS = (
         "longer members).",
         _COMM,
         otel_unit="{rank}",
+        max_series=budget.RAS_COMMS,
     ),
     MetricSpec(
         "accel_ccl_comm_op_skew",
@@ -139,6 +158,7 @@ RAS_ROWS = (
         "communicator that reported.",
         (*_COMM, "collective"),
         otel_unit="{operation}",
+        max_series=budget.RAS_COMM_COLLECTIVES,
     ),
     MetricSpec(
         "accel_ccl_rank_collective_ops_total",
@@ -146,6 +166,7 @@ RAS_ROWS = (
         "Collective operations of one type a rank has launched on a communicator, per RAS.",
         (*_COMM, "rank", "collective"),
         otel_unit="{operation}",
+        max_series=budget.RAS_RANK_SERIES,
     ),
     MetricSpec(
         "accel_ccl_rank_device_info",
@@ -154,6 +175,7 @@ RAS_ROWS = (
         " NVML/SMI index; uuid from the device source, empty when unknown), for the ranks on"
         " this node only: join on device or uuid with the GPU's series.",
         (*_COMM, "rank", "device", "uuid", "pid"),
+        max_series=budget.RAS_RANK_DEVICES,
     ),
     MetricSpec(
         "accel_ccl_ras_query_duration_seconds",
@@ -163,6 +185,7 @@ RAS_ROWS = (
         _A,
         unit="seconds",
         buckets=QUERY_BUCKETS,
+        max_series=budget.RAS_ADDRESSES,
     ),
     MetricSpec(
         "accel_ccl_ras_collection_seconds",
@@ -170,6 +193,7 @@ RAS_ROWS = (
         "Time RAS reported it spent gathering communicator data across the job, last query.",
         _A,
         unit="seconds",
+        max_series=budget.RAS_ADDRESSES,
     ),
     MetricSpec(
         "accel_ccl_ras_timeouts_total",
@@ -177,6 +201,7 @@ RAS_ROWS = (
         "Communication timeouts RAS reported while gathering data, summed over queries.",
         _A,
         otel_unit="{timeout}",
+        max_series=budget.RAS_ADDRESSES,
     ),
     MetricSpec(
         "accel_ccl_job_state_transitions_total",
@@ -184,12 +209,14 @@ RAS_ROWS = (
         "Changes of the job state seen through this RAS address.",
         (*_A, "from", "to"),
         otel_unit="{transition}",
+        max_series=budget.RAS_ADDRESSES,
     ),
     MetricSpec(
         "accel_ccl_ras_monitor_up",
         Kind.GAUGE,
         "1 while the RAS MONITOR event stream (NCCL 2.29.2+) is connected, else 0.",
         _A,
+        max_series=budget.RAS_ADDRESSES,
     ),
     MetricSpec(
         "accel_ccl_ras_events_total",
@@ -197,6 +224,7 @@ RAS_ROWS = (
         "RAS MONITOR events received, by type (PEER_DEAD, PEER_UNRESPONSIVE, ...).",
         (*_A, "event"),
         otel_unit="{event}",
+        max_series=budget.RAS_ADDRESSES,
     ),
 )
 
@@ -209,6 +237,7 @@ INSPECTOR_ROWS = (
         ("comm", "collective", "msg_size"),
         unit="bytes_per_second",
         buckets=BANDWIDTH_BUCKETS,
+        max_series=budget.INSPECTOR_SERIES,
     ),
     MetricSpec(
         "accel_ccl_collective_duration_seconds",
@@ -217,6 +246,7 @@ INSPECTOR_ROWS = (
         ("comm", "collective", "msg_size"),
         unit="seconds",
         buckets=DURATION_BUCKETS,
+        max_series=budget.INSPECTOR_SERIES,
     ),
     MetricSpec(
         "accel_ccl_rank_bus_bandwidth_bytes_per_second",
@@ -224,6 +254,7 @@ INSPECTOR_ROWS = (
         "Bus bandwidth of a rank's last completed operation of this type (Inspector).",
         ("comm", "rank", "collective"),
         unit="bytes_per_second",
+        max_series=budget.INSPECTOR_RANKS,
     ),
     MetricSpec(
         "accel_ccl_straggler_rank",
@@ -232,6 +263,7 @@ INSPECTOR_ROWS = (
         "every local rank of the communicator (or, when sampled, in the ranks' latest ones); "
         "the shortest time usually means it arrived last.",
         ("comm",),
+        max_series=budget.INSPECTOR_COMMS,
     ),
     MetricSpec(
         "accel_ccl_straggler_sampled",
@@ -240,6 +272,7 @@ INSPECTOR_ROWS = (
         "operation of one collective type and size (sampled dumps: NCCL before 2.30, RCCL), "
         "0 when from one collective every local rank recorded.",
         ("comm",),
+        max_series=budget.INSPECTOR_COMMS,
     ),
     MetricSpec(
         "accel_ccl_collective_skew_ratio",
@@ -247,6 +280,7 @@ INSPECTOR_ROWS = (
         "Longest over shortest kernel time across local ranks in the last collective of this "
         "type seen by all of them, or when sampled in their latest ones (1 = no skew).",
         ("comm", "collective"),
+        max_series=budget.INSPECTOR_RANKS,
     ),
     MetricSpec(
         "accel_ccl_bandwidth_implausible",
@@ -254,6 +288,7 @@ INSPECTOR_ROWS = (
         "1 when a record of this communicator exceeded the configured link peak bandwidth "
         "(such records are not used; RCCL 2.28.3 reports 10x too high).",
         ("comm",),
+        max_series=budget.INSPECTOR_COMMS,
     ),
     MetricSpec(
         "accel_ccl_inspector_files",
@@ -268,6 +303,7 @@ INSPECTOR_ROWS = (
         "duplicate, malformed, series_limit, other).",
         ("outcome",),
         otel_unit="{line}",
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_ccl_inspector_incomplete_groups_total",
@@ -284,6 +320,16 @@ INSPECTOR_ROWS = (
         "changed, as after copytruncate and a refill) or replaced (a new inode under the name).",
         ("reason",),
         otel_unit="{restart}",
+        max_series=budget.SMALL,
+    ),
+    MetricSpec(
+        "accel_ccl_inspector_files_refused_total",
+        Kind.COUNTER,
+        "Inspector file names not read, every poll that finds them: a symbolic link (never "
+        "followed) or not a regular file (a FIFO or device is never waited on).",
+        ("reason",),
+        otel_unit="{file}",
+        values={"reason": ("symlink", "not_regular")},
     ),
     MetricSpec(
         "accel_ccl_inspector_skipped_bytes_total",

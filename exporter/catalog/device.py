@@ -8,6 +8,7 @@ Vendor-only quantities live in ``nvidia.py`` and ``amd.py``.
 
 from __future__ import annotations
 
+from exporter.catalog import budget
 from exporter.catalog.spec import Instrument, Kind, MetricSpec
 from exporter.catalog.vocabulary import (
     ACTION_PROVENANCES,
@@ -52,6 +53,7 @@ def _gpu_task(name: str, help: str, task: str) -> MetricSpec:
         otel_constants=(("hw.gpu.task", task),),
         semconv=True,
         otel_description=GPU_TASK,
+        max_series=budget.DEVICES,
     )
 
 
@@ -66,6 +68,7 @@ def _pcie_throughput(short: str, direction: str) -> MetricSpec:
         otel_name="accel.pcie.throughput",
         otel_constants=(("network.io.direction", direction),),
         otel_description=PCIE_THROUGHPUT,
+        max_series=budget.DEVICES,
     )
 
 
@@ -96,7 +99,7 @@ INFO_LABELS = (
     "physical_gpu",
 )
 
-# Rows a device worker may send (exporter.backends.wire): this module is a backend's.
+# Rows a device worker may send (exporter.backend_api.wire): this module is a backend's.
 FROM_WORKERS = True
 
 ROWS = (
@@ -109,18 +112,21 @@ ROWS = (
         INFO_LABELS,
         otel_name="accel.device.info",
         otel_attributes=HW_IDENTITY,
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_device_up",
         Kind.GAUGE,
         "1 when the device answered its last poll, 0 when lost, hung or erroring.",
         ID,
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_device_down_reason_info",
         Kind.INFO,
         "Why a device is down (gpu_lost, timeout, ...); present only while accel_device_up is 0.",
         (*ID, "reason"),
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_device_health",
@@ -137,6 +143,7 @@ ROWS = (
         semconv=True,
         otel_description=HW_STATUS,
         values={"state": HEALTH_STATES},
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_device_health_reason_info",
@@ -144,6 +151,7 @@ ROWS = (
         "Why a device is not ok (device_down, recovery_action, ecc_uncorrected_growth, ...);"
         " one series per reason, present only while it holds.",
         (*ID, "reason"),
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_device_recommended_action",
@@ -154,6 +162,7 @@ ROWS = (
         " vendors' codes by their catalogs, see docs/health.md).",
         (*ID, "action"),
         values={"action": RECOMMENDED_ACTIONS},
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_device_action_reason_info",
@@ -171,6 +180,7 @@ ROWS = (
             "escalation_scope": ("", *ACTION_SCOPES),
             "provenance": ACTION_PROVENANCES,
         },
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_device_action_scope_info",
@@ -180,6 +190,7 @@ ROWS = (
         " names the board's GPUs, an XGMI-hive reset the hive's.",
         (*ID, "scope", "affected_uuid"),
         values={"scope": ACTION_SCOPES},
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_device_domain_info",
@@ -189,6 +200,7 @@ ROWS = (
         " value share what an action of that scope does.",
         (*ID, "scope", "domain"),
         values={"scope": DOMAIN_SCOPES},
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_devices",
@@ -198,6 +210,7 @@ ROWS = (
         otel_name="accel.devices",
         otel_unit="{device}",
         otel_attributes=(("vendor", "hw.vendor"),),
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_pci_devices",
@@ -206,6 +219,7 @@ ROWS = (
         " accelerator classes, NVSwitches and audio functions left out), whether or not"
         " the library sees them.",
         ("vendor",),
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_device_isolated_info",
@@ -215,6 +229,7 @@ ROWS = (
         " and this one is probed apart until it answers.",
         (*ID, "reason", "call"),
         values={"reason": ISOLATION_REASONS},
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_field_errors_total",
@@ -229,6 +244,7 @@ ROWS = (
         (*ID, "source", "reason"),
         otel_unit="{error}",
         values={"source": DEVICE_BACKENDS},
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_device_isolated_since_timestamp_seconds",
@@ -236,6 +252,7 @@ ROWS = (
         "Unix time the device was isolated.",
         ID,
         unit="seconds",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_devices_expected",
@@ -245,6 +262,7 @@ ROWS = (
         otel_name="accel.devices.expected",
         otel_unit="{device}",
         otel_attributes=(("vendor", "hw.vendor"),),
+        max_series=budget.SMALL,
     ),
     _gpu_task(
         "accel_utilization_ratio",
@@ -258,6 +276,7 @@ ROWS = (
         ID,
         unit="ratio",
         otel_name="accel.memory.bandwidth.utilization",
+        max_series=budget.DEVICES,
     ),
     _gpu_task(
         "accel_encoder_utilization_ratio",
@@ -278,6 +297,7 @@ ROWS = (
         otel_name="hw.gpu.memory.limit",
         otel_instrument=Instrument.UPDOWNCOUNTER,
         semconv=True,
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_memory_used_bytes",
@@ -288,14 +308,23 @@ ROWS = (
         otel_name="hw.gpu.memory.usage",
         otel_instrument=Instrument.UPDOWNCOUNTER,
         semconv=True,
+        max_series=budget.DEVICES,
     ),
-    MetricSpec("accel_memory_free_bytes", Kind.GAUGE, "Device memory free.", ID, unit="bytes"),
+    MetricSpec(
+        "accel_memory_free_bytes",
+        Kind.GAUGE,
+        "Device memory free.",
+        ID,
+        unit="bytes",
+        max_series=budget.DEVICES,
+    ),
     MetricSpec(
         "accel_memory_reserved_bytes",
         Kind.GAUGE,
         "Device memory reserved by the driver and firmware.",
         ID,
         unit="bytes",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_temperature_celsius",
@@ -304,6 +333,7 @@ ROWS = (
         (*ID, "sensor"),
         unit="celsius",
         values={"sensor": SENSORS},
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_power_watts",
@@ -314,6 +344,7 @@ ROWS = (
         otel_name="hw.power",
         otel_constants=HW_GPU,
         semconv=True,
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_power_limit_watts",
@@ -321,6 +352,7 @@ ROWS = (
         "Power limit currently enforced on the device.",
         ID,
         unit="watts",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_energy_joules_total",
@@ -331,6 +363,7 @@ ROWS = (
         otel_name="hw.energy",
         otel_constants=HW_GPU,
         semconv=True,
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_clock_hertz",
@@ -340,6 +373,7 @@ ROWS = (
         unit="hertz",
         otel_name="accel.clock.speed",
         values={"clock": CLOCKS},
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_clock_max_hertz",
@@ -349,6 +383,7 @@ ROWS = (
         unit="hertz",
         otel_name="accel.clock.speed.limit",
         values={"clock": CLOCKS},
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_fan_speed_ratio",
@@ -357,12 +392,14 @@ ROWS = (
         (*ID, "fan"),
         unit="ratio",
         otel_name="accel.fan.speed_ratio",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_performance_state",
         Kind.GAUGE,
         "Performance state (P-state: 0 is maximum performance, 15 minimum).",
         ID,
+        max_series=budget.DEVICES,
     ),
     _pcie_throughput("tx", "transmit"),
     _pcie_throughput("rx", "receive"),
@@ -373,8 +410,15 @@ ROWS = (
         ID,
         otel_name="accel.pcie.replays",
         otel_unit="{replay}",
+        max_series=budget.DEVICES,
     ),
-    MetricSpec("accel_pcie_link_generation", Kind.GAUGE, "Current PCIe link generation.", ID),
+    MetricSpec(
+        "accel_pcie_link_generation",
+        Kind.GAUGE,
+        "Current PCIe link generation.",
+        ID,
+        max_series=budget.DEVICES,
+    ),
     MetricSpec(
         "accel_pcie_link_width",
         Kind.GAUGE,
@@ -382,6 +426,7 @@ ROWS = (
         ID,
         otel_name="accel.pcie.link.width",
         otel_unit="{lane}",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_pcie_link_max_generation",
@@ -389,6 +434,7 @@ ROWS = (
         "Maximum PCIe link generation.",
         ID,
         otel_name="accel.pcie.link.generation.limit",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_pcie_link_max_width",
@@ -397,6 +443,7 @@ ROWS = (
         ID,
         otel_name="accel.pcie.link.width.limit",
         otel_unit="{lane}",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_clock_throttle_active",
@@ -404,6 +451,7 @@ ROWS = (
         "1 while the named clock throttle (clock event) reason is active, else 0.",
         (*ID, "reason"),
         values={"reason": THROTTLE_REASONS},
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_clock_violation_seconds_total",
@@ -413,6 +461,7 @@ ROWS = (
         unit="seconds",
         otel_name="accel.clock.violation.time",
         values={"reason": VIOLATION_REASONS},
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_ecc_errors_total",
@@ -423,6 +472,7 @@ ROWS = (
         otel_name="accel.ecc.errors",
         otel_unit="{error}",
         values={"type": ECC_TYPES, "counter": ECC_COUNTERS},
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_retired_pages",
@@ -432,6 +482,7 @@ ROWS = (
         (*ID, "cause"),
         otel_unit="{page}",
         values={"cause": RETIREMENT_CAUSES},
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_retired_pages_pending",
@@ -439,6 +490,7 @@ ROWS = (
         "1 when retired pages wait for a reboot or GPU reset to take effect.",
         ID,
         otel_unit="{page}",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_processes",
@@ -447,6 +499,7 @@ ROWS = (
         ID,
         otel_name="accel.processes",
         otel_unit="{process}",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_process_memory_bytes",
@@ -455,6 +508,7 @@ ROWS = (
         (*ID, "pid"),
         unit="bytes",
         otel_name="accel.process.memory.usage",
+        max_series=budget.PROCESSES,
     ),
     MetricSpec(
         "accel_device_events_total",
@@ -464,6 +518,7 @@ ROWS = (
         otel_name="accel.device.events",
         otel_unit="{event}",
         values={"event": DEVICE_EVENTS},
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_device_event_last_timestamp_seconds",
@@ -472,6 +527,7 @@ ROWS = (
         (*ID, "event"),
         unit="seconds",
         values={"event": DEVICE_EVENTS},
+        max_series=budget.DEVICES,
     ),
 )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from exporter.catalog import budget
 from exporter.catalog.spec import Kind, MetricSpec
 from exporter.catalog.vocabulary import (
     EXPORT_RESULTS,
@@ -18,24 +19,28 @@ ROWS = (
         Kind.INFO,
         "Build of the running accel-exporter; always 1.",
         ("version", "python"),
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_exporter_source_up",
         Kind.GAUGE,
         "1 when the source's last poll succeeded and its data is fresh, else 0.",
         ("source",),
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_exporter_source_down_reason_info",
         Kind.INFO,
         "Why a source is down (reason is a short snake_case code); present only while down.",
         ("source", "reason"),
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_exporter_source_unavailable_info",
         Kind.INFO,
         "An enabled: auto source that cannot run on this machine, with the reason; not an error.",
         ("source", "reason"),
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_exporter_source_poll_duration_seconds",
@@ -44,6 +49,7 @@ ROWS = (
         ("source",),
         unit="seconds",
         buckets=POLL_DURATION_BUCKETS,
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_exporter_source_last_success_timestamp_seconds",
@@ -51,6 +57,7 @@ ROWS = (
         "Unix time of the source's last successful poll.",
         ("source",),
         unit="seconds",
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_exporter_source_errors_total",
@@ -59,6 +66,17 @@ ROWS = (
         ("source", "reason"),
         otel_name="accel.exporter.source.errors",
         otel_unit="{error}",
+        max_series=budget.SMALL,
+    ),
+    MetricSpec(
+        "accel_exporter_series_dropped_total",
+        Kind.COUNTER,
+        "Series a source's snapshots had beyond their family's series budget (the catalog "
+        "row's max_series), dropped; counted every snapshot that has them, present once a "
+        "family of the source went over.",
+        ("source", "family"),
+        otel_unit="{series}",
+        max_series=budget.SOURCE_FAMILIES,
     ),
     MetricSpec(
         "accel_exporter_worker_restarts_total",
@@ -68,6 +86,7 @@ ROWS = (
         ("source",),
         otel_name="accel.exporter.worker.restarts",
         otel_unit="{restart}",
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_exporter_state_errors_total",
@@ -90,6 +109,7 @@ ROWS = (
                 "locked",
             )
         },
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_exporter_worker_stuck_processes",
@@ -97,6 +117,7 @@ ROWS = (
         "Killed worker processes of a source that have not exited (stuck in the driver);"
         " at most one per isolated device.",
         ("source",),
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_exporter_http_connections_refused_total",
@@ -107,6 +128,7 @@ ROWS = (
         ("limit",),
         otel_name="accel.exporter.http.connections.refused",
         otel_unit="{connection}",
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_exporter_http_idle_connections_closed_total",
@@ -116,6 +138,7 @@ ROWS = (
         ("reason",),
         otel_name="accel.exporter.http.idle_connections.closed",
         otel_unit="{connection}",
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_exporter_http_header_timeouts_total",
@@ -140,6 +163,7 @@ ROWS = (
         ("reason",),
         otel_name="accel.exporter.http.auth.failures",
         otel_unit="{failure}",
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_exporter_otlp_exports_total",
@@ -182,6 +206,7 @@ ROWS = (
         " families), after the profile and include/exclude; the scrape's series budget.",
         ("source",),
         otel_unit="{sample}",
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_compat_field_unserved_info",
@@ -189,6 +214,7 @@ ROWS = (
         "A field a peer's field file (outputs.prometheus.compat_fields) lists that compat does"
         " not serve, with the reason; always 1.",
         ("peer", "field", "reason"),
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_compat_info",

@@ -9,11 +9,12 @@ ECC, PCIe link, throttle reasons and violation time) use the names in
 
 from __future__ import annotations
 
+from exporter.catalog import budget
 from exporter.catalog.device import ID
 from exporter.catalog.spec import Kind, MetricSpec
 from exporter.catalog.vocabulary import ROW_CAUSES
 
-# Rows a device worker may send (exporter.backends.wire): this module is a backend's.
+# Rows a device worker may send (exporter.backend_api.wire): this module is a backend's.
 FROM_WORKERS = True
 
 ROWS = (
@@ -23,12 +24,14 @@ ROWS = (
         "Device memory utilization over the last second as HLML reports it, 0..1.",
         ID,
         unit="ratio",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_gaudi_nic_port_up",
         Kind.GAUGE,
         "1 when the NIC port's link is up, 0 when down (ports the MAC info mask lists).",
         (*ID, "port"),
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_gaudi_nic_statistic_total",
@@ -36,6 +39,7 @@ ROWS = (
         "A NIC port counter as the driver names it (hlml_nic_get_statistics), read on slow polls.",
         (*ID, "port", "counter"),
         otel_unit="{count}",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_gaudi_replaced_rows",
@@ -44,11 +48,13 @@ ROWS = (
         (*ID, "cause"),
         otel_unit="{row}",
         values={"cause": ROW_CAUSES},
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_gaudi_row_replacement_pending",
         Kind.GAUGE,
         "1 when replaced HBM rows wait for a device reset to take effect, else 0.",
         ID,
+        max_series=budget.DEVICES,
     ),
 )

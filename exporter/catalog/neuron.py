@@ -8,6 +8,7 @@ its ``NEURON_PROCESS_TAG`` (the pid when untagged).
 
 from __future__ import annotations
 
+from exporter.catalog import budget
 from exporter.catalog.device import ID
 from exporter.catalog.spec import Kind, MetricSpec
 from exporter.catalog.vocabulary import (
@@ -24,6 +25,7 @@ ROWS = (
         " by a runtime.",
         (*ID, "core"),
         unit="ratio",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_neuron_memory_used_bytes",
@@ -32,6 +34,7 @@ ROWS = (
         " model_code, model_shared_scratchpad, runtime_memory, tensors).",
         (*ID, "category"),
         unit="bytes",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_neuron_ecc_uncorrected_errors_total",
@@ -43,6 +46,7 @@ ROWS = (
         (*ID, "memory"),
         otel_unit="{error}",
         values={"memory": NEURON_ECC_MEMORIES},
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_neuron_runtimes",
@@ -74,6 +78,7 @@ ROWS = (
         " device).",
         ("runtime", "latency", "percentile"),
         unit="seconds",
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_neuron_runtime_vcpu_usage_ratio",
@@ -82,6 +87,7 @@ ROWS = (
         " percentage / 100.",
         ("runtime", "mode"),
         unit="ratio",
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_neuron_runtime_memory_used_bytes",
@@ -89,5 +95,6 @@ ROWS = (
         "Memory a runtime holds, by location (host, neuron_device).",
         ("runtime", "location"),
         unit="bytes",
+        max_series=budget.SMALL,
     ),
 )

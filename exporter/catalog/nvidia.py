@@ -9,6 +9,7 @@ devices themselves, ``compute_instance``.
 
 from __future__ import annotations
 
+from exporter.catalog import budget
 from exporter.catalog.device import ID
 from exporter.catalog.spec import Kind, MetricSpec
 from exporter.catalog.vocabulary import ECC_CORRECTION, FABRIC_STATES, NVLINK_ERRORS, POWER_BOUNDS
@@ -28,7 +29,7 @@ MIG = (*GPU_INSTANCE, "compute_instance")
 # deploy/prometheus/alerts.yaml equal to this list).
 CRITICAL_XIDS = frozenset({48, 61, 62, 64, 74, 79, 95, 119, 120, 140, 143, 154})
 
-# Rows a device worker may send (exporter.backends.wire): this module is a backend's.
+# Rows a device worker may send (exporter.backend_api.wire): this module is a backend's.
 FROM_WORKERS = True
 
 ROWS = (
@@ -39,6 +40,7 @@ ROWS = (
         " (counted since the worker started).",
         (*ID, "xid"),
         otel_unit="{error}",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_xid_last_timestamp_seconds",
@@ -46,6 +48,7 @@ ROWS = (
         "Unix time of the last XID error with this code (alert on changes of this).",
         (*ID, "xid"),
         unit="seconds",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_remapped_rows",
@@ -54,6 +57,7 @@ ROWS = (
         (*ID, "type"),
         otel_unit="{row}",
         values={"type": ECC_CORRECTION},
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_remapped_rows_pending",
@@ -61,18 +65,21 @@ ROWS = (
         "1 when a row remapping waits for a GPU reset.",
         ID,
         otel_unit="{row}",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_remapped_rows_failure",
         Kind.GAUGE,
         "1 when a row remapping failed (the GPU should be serviced).",
         ID,
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_nvlink_up",
         Kind.GAUGE,
         "1 when the NVLink link is active, 0 when it is down.",
         (*ID, "link"),
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_nvlink_tx_bytes_total",
@@ -80,6 +87,7 @@ ROWS = (
         "Data bytes transmitted over one NVLink link (payload, without protocol overhead).",
         (*ID, "link"),
         unit="bytes",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_nvlink_rx_bytes_total",
@@ -87,6 +95,7 @@ ROWS = (
         "Data bytes received over one NVLink link (payload, without protocol overhead).",
         (*ID, "link"),
         unit="bytes",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_mig_device_info",
@@ -94,6 +103,7 @@ ROWS = (
         "A MIG device (GPU instance and compute instance) of the GPU uuid, with its GPU instance"
         " profile (1g.10gb; empty when the driver names none); always 1.",
         (*MIG, "mig_uuid", "profile"),
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_mig_memory_total_bytes",
@@ -101,6 +111,7 @@ ROWS = (
         "Device memory of a MIG GPU instance (its compute instances share it).",
         GPU_INSTANCE,
         unit="bytes",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_mig_memory_used_bytes",
@@ -108,6 +119,7 @@ ROWS = (
         "Device memory in use in a MIG GPU instance.",
         GPU_INSTANCE,
         unit="bytes",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_mig_memory_free_bytes",
@@ -115,6 +127,7 @@ ROWS = (
         "Device memory free in a MIG GPU instance.",
         GPU_INSTANCE,
         unit="bytes",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_mig_utilization_ratio",
@@ -123,6 +136,7 @@ ROWS = (
         " activity), 0..1.",
         GPU_INSTANCE,
         unit="ratio",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_mig_memory_bandwidth_utilization_ratio",
@@ -130,6 +144,7 @@ ROWS = (
         "DRAM bandwidth used by a MIG GPU instance between two polls (GPM), 0..1.",
         GPU_INSTANCE,
         unit="ratio",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_process_sm_utilization_ratio",
@@ -138,6 +153,7 @@ ROWS = (
         " (only with processes: true).",
         (*ID, "pid"),
         unit="ratio",
+        max_series=budget.PROCESSES,
     ),
     # Profiling-grade activity from NVML GPM (Hopper and later), averaged between two
     # fast polls: what DCGM's DCP fields give, without DCGM or SYS_ADMIN.
@@ -148,6 +164,7 @@ ROWS = (
         " (GPM GRAPHICS_UTIL, DCGM PROF_GR_ENGINE_ACTIVE), 0..1.",
         ID,
         unit="ratio",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_sm_active_ratio",
@@ -156,6 +173,7 @@ ROWS = (
         " (GPM SM_UTIL, DCGM PROF_SM_ACTIVE), 0..1.",
         ID,
         unit="ratio",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_sm_occupancy_ratio",
@@ -164,6 +182,7 @@ ROWS = (
         " (GPM SM_OCCUPANCY, DCGM PROF_SM_OCCUPANCY), 0..1.",
         ID,
         unit="ratio",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_pipe_active_ratio",
@@ -173,6 +192,7 @@ ROWS = (
         " math; integer) (GPM, DCGM PROF_PIPE_*_ACTIVE), 0..1.",
         (*ID, "pipe"),
         unit="ratio",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_dram_active_ratio",
@@ -181,6 +201,7 @@ ROWS = (
         " (GPM DRAM_BW_UTIL, DCGM PROF_DRAM_ACTIVE), 0..1.",
         ID,
         unit="ratio",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_engine_utilization_ratio",
@@ -189,6 +210,7 @@ ROWS = (
         " (nvdec0.., nvjpg0.., nvenc0.., ofa0..) (GPM), 0..1.",
         (*ID, "engine"),
         unit="ratio",
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_pcie_tx_average_bytes_per_second",
@@ -197,6 +219,7 @@ ROWS = (
         " PROF_PCIE_TX_BYTES).",
         ID,
         unit="bytes_per_second",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_pcie_rx_average_bytes_per_second",
@@ -205,6 +228,7 @@ ROWS = (
         " PROF_PCIE_RX_BYTES).",
         ID,
         unit="bytes_per_second",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_nvlink_tx_average_bytes_per_second",
@@ -213,6 +237,7 @@ ROWS = (
         " (GPM; DCGM PROF_NVLINK_TX_BYTES).",
         ID,
         unit="bytes_per_second",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_nvlink_rx_average_bytes_per_second",
@@ -221,6 +246,7 @@ ROWS = (
         " (GPM; DCGM PROF_NVLINK_RX_BYTES).",
         ID,
         unit="bytes_per_second",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_device_recovery_action",
@@ -228,6 +254,7 @@ ROWS = (
         "What the driver asks to make the GPU usable again (NVML field 230), one-hot over"
         " none, gpu_reset, node_reboot, drain_p2p, drain_and_reset.",
         (*ID, "action"),
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_nvlink_errors_total",
@@ -237,6 +264,7 @@ ROWS = (
         (*ID, "link", "type"),
         otel_unit="{error}",
         values={"type": NVLINK_ERRORS},
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_nvidia_fabric_state",
@@ -245,6 +273,7 @@ ROWS = (
         " not_started, in_progress, completed; absent without a fabric.",
         (*ID, "state"),
         values={"state": FABRIC_STATES},
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_nvidia_fabric_health_issue",
@@ -253,6 +282,7 @@ ROWS = (
         " route_recovery, route_unhealthy, access_timeout_recovery, incorrect_configuration),"
         " 0 when it reports its absence; absent where the GPU does not report it.",
         (*ID, "check"),
+        max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
         "accel_sram_ecc_threshold_exceeded",
@@ -260,6 +290,7 @@ ROWS = (
         "1 when the GPU's SRAM ECC errors passed the threshold at which NVIDIA advises"
         " replacing it (nvmlDeviceGetSramEccErrorStatus), else 0.",
         ID,
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_temperature_margin_celsius",
@@ -268,6 +299,7 @@ ROWS = (
         " negative past the limit.",
         ID,
         unit="celsius",
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_power_limit_bound_watts",
@@ -276,6 +308,7 @@ ROWS = (
         (*ID, "bound"),
         unit="watts",
         values={"bound": POWER_BOUNDS},
+        max_series=budget.DEVICES,
     ),
     MetricSpec(
         "accel_process_memory_utilization_ratio",
@@ -283,6 +316,7 @@ ROWS = (
         "Share of time one process read or wrote device memory in the last sample, 0..1.",
         (*ID, "pid"),
         unit="ratio",
+        max_series=budget.PROCESSES,
     ),
     MetricSpec(
         "accel_process_encoder_utilization_ratio",
@@ -290,6 +324,7 @@ ROWS = (
         "Share of time one process kept the video encoder busy in the last sample, 0..1.",
         (*ID, "pid"),
         unit="ratio",
+        max_series=budget.PROCESSES,
     ),
     MetricSpec(
         "accel_process_decoder_utilization_ratio",
@@ -297,11 +332,13 @@ ROWS = (
         "Share of time one process kept the video decoder busy in the last sample, 0..1.",
         (*ID, "pid"),
         unit="ratio",
+        max_series=budget.PROCESSES,
     ),
     MetricSpec(
         "accel_process_info",
         Kind.INFO,
         "The name the driver gives a process using the GPU (its executable), by pid.",
         (*ID, "pid", "name"),
+        max_series=budget.PROCESSES,
     ),
 )

@@ -63,6 +63,9 @@ class MetricSpec:
     renames, a semantic convention, an instrument's shared description), and
     ``values`` lists the allowed values of each label whose values are an
     enumeration (the store refuses any other, see :mod:`exporter.store`).
+    ``max_series`` is the family's series budget per source (see
+    :mod:`exporter.catalog.budget`), declared by every row with a label whose
+    values are not enumerated.
     """
 
     name: str
@@ -87,6 +90,9 @@ class MetricSpec:
     otel_description: str = ""
     # label -> every value it may take, for labels whose values are an enumeration.
     values: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    # Most label sets one source may export of this family (exporter.catalog.budget);
+    # 0: not declared, for rows whose labels are all enumerated (bounded by them).
+    max_series: int = 0
 
     def __post_init__(self) -> None:
         # Read-only once built: rows are shared by every output and thread.
@@ -126,12 +132,19 @@ class MetricSpec:
             out.append(f"otel_unit {self.otel_unit!r} is a UCUM annotation like {{error}}")
         if self.otel_unit and self.unit:
             out.append("otel_unit annotates unit-less families only")
+        if self.max_series < 0:
+            out.append("max_series is a count of label sets (0: bounded by enumerations)")
         for label, allowed in self.values.items():
             if label not in self.labels:
                 out.append(f"values for {label!r}, which is not a label")
             elif not allowed or len(set(allowed)) != len(allowed):
                 out.append(f"values of {label!r}: a non-empty list without repeats")
         return out
+
+    @property
+    def unbounded_labels(self) -> tuple[str, ...]:
+        """The labels whose values are not enumerated (a row with any declares max_series)."""
+        return tuple(label for label in self.labels if label not in self.values)
 
     @cached_property
     def enumerated(self) -> tuple[tuple[int, frozenset[str]], ...]:

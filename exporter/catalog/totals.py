@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.catalog import budget
 from exporter.catalog.spec import Kind, MetricSpec
 from exporter.catalog.vocabulary import NVLINK_ERRORS
 
@@ -39,6 +40,7 @@ TOTALS: tuple[Total, ...] = (
             (*ID, "type"),
             otel_unit="{error}",
             values={"type": NVLINK_ERRORS},
+            max_series=budget.DEVICES,
         ),
         "accel_nvlink_errors_total",
         "link",
@@ -51,6 +53,7 @@ TOTALS: tuple[Total, ...] = (
             " accel_nvlink_tx_bytes_total over links).",
             ID,
             unit="bytes",
+            max_series=budget.DEVICES,
         ),
         "accel_nvlink_tx_bytes_total",
         "link",
@@ -63,6 +66,7 @@ TOTALS: tuple[Total, ...] = (
             " accel_nvlink_rx_bytes_total over links).",
             ID,
             unit="bytes",
+            max_series=budget.DEVICES,
         ),
         "accel_nvlink_rx_bytes_total",
         "link",
@@ -74,6 +78,7 @@ TOTALS: tuple[Total, ...] = (
             "NVLink links of the GPU that are active (the sum of accel_nvlink_up over links).",
             ID,
             otel_unit="{link}",
+            max_series=budget.DEVICES,
         ),
         "accel_nvlink_up",
         "link",
@@ -86,6 +91,7 @@ TOTALS: tuple[Total, ...] = (
             " accel_amd_xgmi_read_bytes_total over links).",
             ID,
             unit="bytes",
+            max_series=budget.DEVICES,
         ),
         "accel_amd_xgmi_read_bytes_total",
         "link",
@@ -98,6 +104,7 @@ TOTALS: tuple[Total, ...] = (
             " accel_amd_xgmi_write_bytes_total over links).",
             ID,
             unit="bytes",
+            max_series=budget.DEVICES,
         ),
         "accel_amd_xgmi_write_bytes_total",
         "link",
@@ -109,6 +116,7 @@ TOTALS: tuple[Total, ...] = (
             "XGMI links of the GPU that are up (the sum of accel_amd_xgmi_link_up over links).",
             ID,
             otel_unit="{link}",
+            max_series=budget.DEVICES,
         ),
         "accel_amd_xgmi_link_up",
         "link",
@@ -121,6 +129,7 @@ TOTALS: tuple[Total, ...] = (
             " over ports).",
             ID,
             otel_unit="{port}",
+            max_series=budget.DEVICES,
         ),
         "accel_intel_fabric_port_up",
         "port",
@@ -133,6 +142,7 @@ TOTALS: tuple[Total, ...] = (
             " accel_intel_fabric_rx_bytes_total over ports).",
             ID,
             unit="bytes",
+            max_series=budget.DEVICES,
         ),
         "accel_intel_fabric_rx_bytes_total",
         "port",
@@ -145,6 +155,7 @@ TOTALS: tuple[Total, ...] = (
             " accel_intel_fabric_tx_bytes_total over ports).",
             ID,
             unit="bytes",
+            max_series=budget.DEVICES,
         ),
         "accel_intel_fabric_tx_bytes_total",
         "port",
@@ -157,6 +168,7 @@ TOTALS: tuple[Total, ...] = (
             " ports).",
             ID,
             otel_unit="{port}",
+            max_series=budget.DEVICES,
         ),
         "accel_gaudi_nic_port_up",
         "port",
@@ -169,6 +181,7 @@ TOTALS: tuple[Total, ...] = (
             " accel_gaudi_nic_statistic_total over ports), by the driver's name.",
             (*ID, "counter"),
             otel_unit="{count}",
+            max_series=budget.DEVICE_PARTS,
         ),
         "accel_gaudi_nic_statistic_total",
         "port",

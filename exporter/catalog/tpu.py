@@ -6,6 +6,7 @@ chips, so whether it answers is itself a series, per configured address.
 
 from __future__ import annotations
 
+from exporter.catalog import budget
 from exporter.catalog.spec import Kind, MetricSpec
 
 # Upper bounds (seconds) the service's own buckets are folded into: DCN and host
@@ -22,6 +23,7 @@ ROWS = (
         "1 while a TPU workload serves libtpu runtime metrics at this address, 0 when none"
         " does (idle chips) or it fails.",
         ("address",),
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_tpu_transfer_latency_seconds",
@@ -32,5 +34,6 @@ ROWS = (
         ("address", "kind", "buffer_size"),
         unit="seconds",
         buckets=LATENCY_BUCKETS,
+        max_series=budget.SMALL,
     ),
 )

@@ -303,3 +303,18 @@ AER_SEVERITIES = ("correctable", "nonfatal", "fatal")
 # Why a fabric sysfs file was not used: listed and gone when read, the read failed, or
 # its text is not the kernel's format.
 FABRIC_READ_REASONS = ("vanished", "unreadable", "malformed")
+# Diagnostic results read from files (exporter/diag): a test's result on a device, what
+# became of a file of a known suite, and why a file was refused (exporter.diag.model).
+DIAG_RESULTS = ("pass", "warn", "fail", "skip")
+DIAG_FILE_RESULTS = ("accepted", "schema_drift", "runtime_error")
+DIAG_FILE_REJECTIONS = (
+    "too_large",
+    "truncated",
+    "unparseable",
+    "symlink",
+    "not_regular_file",
+    "unreadable",
+    "unknown_format",
+    "too_many_files",
+    "expired",
+)

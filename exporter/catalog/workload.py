@@ -11,6 +11,7 @@ import dataclasses
 import re
 from collections.abc import Sequence
 
+from exporter.catalog import budget
 from exporter.catalog.device import ID
 from exporter.catalog.spec import Kind, MetricSpec
 
@@ -46,6 +47,7 @@ ROWS = (
         Kind.INFO,
         "A Kubernetes container the kubelet assigned this device to; always 1. Join on uuid.",
         (*ID, *WORKLOAD_LABELS),
+        max_series=budget.PROCESSES,
     ),
     MetricSpec(
         "accel_mig_workload_info",
@@ -53,6 +55,7 @@ ROWS = (
         "A Kubernetes container the kubelet assigned this MIG device to; always 1."
         " Join on uuid and gpu_instance with the accel_mig_* series.",
         (*ID, "gpu_instance", "compute_instance", *WORKLOAD_LABELS),
+        max_series=budget.PROCESSES,
     ),
     MetricSpec(
         "accel_device_claim_info",
@@ -61,6 +64,7 @@ ROWS = (
         " claim and the DRA device (driver, pool, dra_device) the kubelet reported; always 1."
         " Join on uuid.",
         (*ID, *WORKLOAD_LABELS, "claim_namespace", "claim", "driver", "pool", "dra_device"),
+        max_series=budget.PROCESSES,
     ),
     MetricSpec(
         "accel_workload_memory_used_bytes",
@@ -70,6 +74,7 @@ ROWS = (
         " each process's cgroup. Needs processes: true; NVIDIA and AMD report per-process memory.",
         (*ID, *WORKLOAD_LABELS),
         unit="bytes",
+        max_series=budget.PROCESSES,
     ),
     MetricSpec(
         "accel_workload_utilization_ratio",
@@ -79,6 +84,7 @@ ROWS = (
         " processes: true).",
         (*ID, *WORKLOAD_LABELS),
         unit="ratio",
+        max_series=budget.PROCESSES,
     ),
     MetricSpec(
         "accel_process_workload_info",
@@ -86,12 +92,14 @@ ROWS = (
         "The workload a process on a device belongs to (pod from its cgroup, Slurm job from its"
         " cgroup or environment); labels not known are empty; always 1.",
         PROCESS_WORKLOAD_LABELS,
+        max_series=budget.PROCESSES,
     ),
     MetricSpec(
         "accel_device_job_info",
         Kind.INFO,
         "A Slurm job running on this device; always 1. Join on uuid.",
         (*ID, "job_id", "user", "partition"),
+        max_series=budget.PROCESSES,
     ),
     MetricSpec(
         "accel_pod_labels_info",
@@ -100,6 +108,7 @@ ROWS = (
         " label per key of workload.k8s.pod_labels.keys (empty when the pod lacks it); always 1."
         " Join on namespace and pod.",
         POD_LABEL_IDENTITY,
+        max_series=budget.PROCESSES,
     ),
     MetricSpec(
         "accel_workload_attribution_errors_total",
@@ -107,6 +116,7 @@ ROWS = (
         "Attribution lookups that failed, by reason; the affected labels are left out.",
         ("reason",),
         otel_unit="{error}",
+        max_series=budget.SMALL,
     ),
     MetricSpec(
         "accel_process_checkpoint_state",
@@ -114,6 +124,7 @@ ROWS = (
         "CUDA checkpoint state of a GPU process, one-hot: 1 for the current state, else 0.",
         ("uuid", "pid", "state"),
         values={"state": CHECKPOINT_STATES},
+        max_series=budget.PROCESSES,
     ),
     MetricSpec(
         "accel_process_checkpoint_query_errors_total",
@@ -121,6 +132,7 @@ ROWS = (
         "CUDA checkpoint state queries that failed, by reason (not_permitted, ...).",
         ("reason",),
         otel_unit="{error}",
+        max_series=budget.SMALL,
     ),
 )
 

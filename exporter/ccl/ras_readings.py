@@ -3,20 +3,43 @@
 Which series exist depends on the exporter's role for the job: the reporter
 exports job- and communicator-level series, every exporter exports the rank
 series its ``rank_series`` setting selects. Nothing here keeps state.
+
+The communicator and rank families have a series budget (their catalog rows'
+``max_series``, :mod:`exporter.catalog.budget`) that the store enforces by keeping
+the first label sets a snapshot holds. A report with more communicators than
+``RAS_COMMS`` therefore lists them worst first (:func:`worst_first`: most missing
+ranks, then most ranks in error, then the largest operation-count skew, then the
+hash), so the series kept are those of the communicators to look at; a report
+within the budget keeps the report's order, so its exposition does not change.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
+from exporter.catalog import budget
 from exporter.ccl.ras_model import ANY_COLLECTIVE, COLLECTIVES, Communicator, RankRef, RasReport
 from exporter.ccl.ras_state import REPORTED, STATES
 from exporter.model import Reading
 
 RankFilter = Callable[[RankRef], bool]
-# Most accel_ccl_rank_device_info series one report gives (ranks on one node: a few
-# GPUs times the communicators of the job).
-MAX_RANK_DEVICES = 1024
+
+
+def _badness(comm: Communicator) -> tuple[int, int, int, str]:
+    skews = comm.op_skew().values()
+    return (
+        -comm.missing_count,
+        -(comm.init_error_ranks + comm.async_error_ranks),
+        -max(skews, default=0),
+        comm.hash_label,
+    )
+
+
+def worst_first(report: RasReport) -> Sequence[Communicator]:
+    """The report's communicators, worst first when there are more than the budget keeps."""
+    if len(report.communicators) <= budget.RAS_COMMS:
+        return report.communicators
+    return sorted(report.communicators, key=_badness)
 
 
 def state_readings(address: str, state: str, reasons: list[str]) -> list[Reading]:
@@ -58,7 +81,7 @@ def job_readings(address: str, report: RasReport) -> list[Reading]:
     out.append(Reading("accel_ccl_communicators", a, float(report.communicators_total)))
     if report.collection_seconds is not None:
         out.append(Reading("accel_ccl_ras_collection_seconds", a, report.collection_seconds))
-    for comm in report.communicators:
+    for comm in worst_first(report):
         labels = (address, comm.hash_label)
         if comm.size is not None:
             out.append(Reading("accel_ccl_comm_ranks", labels, float(comm.size)))
@@ -71,7 +94,7 @@ def job_readings(address: str, report: RasReport) -> list[Reading]:
 def rank_readings(address: str, report: RasReport, keep: RankFilter) -> list[Reading]:
     """Per-rank operation counters for the ranks ``keep`` selects (JSON reports only)."""
     out: list[Reading] = []
-    for comm in report.communicators:
+    for comm in worst_first(report):
         label = comm.hash_label
         for rank in comm.ranks:
             if not keep(rank.ref):
@@ -97,7 +120,7 @@ def rank_device_readings(
     maps a device index to its uuid ("" when the device source does not know it).
     """
     out: list[Reading] = []
-    for comm in report.communicators:
+    for comm in worst_first(report):
         refs = [r.ref for r in comm.ranks] + [m.ref for m in comm.missing]
         for ref in refs:
             if ref.nvml_dev is None or ref.nvml_dev < 0 or not keep(ref):
@@ -111,6 +134,4 @@ def rank_device_readings(
                 "" if ref.pid is None else str(ref.pid),
             )
             out.append(Reading("accel_ccl_rank_device_info", labels, 1.0))
-            if len(out) >= MAX_RANK_DEVICES:
-                return out
     return out

@@ -13,20 +13,40 @@ Memory and work per call are bounded: at most ``max_read_bytes`` per file
 (an older backlog is skipped and counted), a partial line of at most
 ``max_line_bytes`` (a longer one is dropped up to its newline, also counted),
 and at most ``max_files`` files (the most recently modified).
+
+The directory is writable by jobs and the exporter may read it as root, so only
+regular files are read: a symlink is never followed (``O_NOFOLLOW``), and a FIFO
+or device is never waited on (``O_NONBLOCK``, then ``fstat`` must say regular
+file, which also closes the race of a name swapped after the listing). Each
+refusal is counted by reason (``REFUSED``), every call that finds it.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 BLOCK = 1024 * 1024
 # Several Inspector records (each carries its sequence number and dump
 # timestamp), so a refill by the same process differs within them; one that
 # repeats these bytes exactly goes unnoticed. One 4 KiB read per changed file.
 FINGERPRINT = 4096
+REFUSED = ("symlink", "not_regular")
+"""Why a matching name was not read: a symbolic link, or not a regular file."""
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class _Refused(Exception):
+    """A matching name that is not a regular file of the directory."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass
@@ -51,6 +71,7 @@ class TailStats:
     skipped_bytes: int = 0
     truncations: int = 0
     replaced: int = 0
+    refused: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REFUSED, 0))
 
 
 class DirectoryTail:
@@ -77,7 +98,7 @@ class DirectoryTail:
         """Names of the files followed after the last call."""
         return sorted(self._files)
 
-    def _candidates(self) -> list[tuple[str, os.stat_result]]:
+    def _candidates(self, stats: TailStats) -> list[tuple[str, os.stat_result]]:
         found: list[tuple[str, os.stat_result]] = []
         try:
             entries = os.scandir(self.directory)
@@ -88,9 +109,13 @@ class DirectoryTail:
                 if not self.pattern.match(entry.name):
                     continue
                 try:
-                    if not entry.is_file():
+                    if entry.is_symlink():
+                        stats.refused["symlink"] += 1
                         continue
-                    found.append((entry.name, entry.stat()))
+                    if not entry.is_file(follow_symlinks=False):
+                        stats.refused["not_regular"] += 1
+                        continue
+                    found.append((entry.name, entry.stat(follow_symlinks=False)))
                 except OSError:
                     continue
         found.sort(key=lambda item: item[1].st_mtime, reverse=True)
@@ -102,22 +127,54 @@ class DirectoryTail:
         Raises OSError when the directory itself cannot be listed (other than missing).
         """
         stats = TailStats()
-        candidates = self._candidates()
+        candidates = self._candidates(stats)
         names = {name for name, _ in candidates}
         for gone in set(self._files) - names:
             del self._files[gone]
         stats.files = len(candidates)
-        for name, st in candidates:
+        for name, _ in candidates:
             try:
-                self._read_file(name, st, on_line, stats)
+                self._read_file(name, on_line, stats)
+            except _Refused as refused:
+                # Swapped for a link or a FIFO after the listing: not followed.
+                stats.refused[refused.reason] += 1
+                stats.files -= 1
+                self._files.pop(name, None)
             except OSError:
                 # Removed between listing and reading, or unreadable: try again next time.
                 self._files.pop(name, None)
         return stats
 
+    def _open(self, name: str) -> int:
+        """A descriptor on ``name`` if it is a regular file; never blocks, never follows."""
+        try:
+            fd = os.open(os.path.join(self.directory, name), _OPEN_FLAGS)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _Refused("symlink") from None
+            raise
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise _Refused("not_regular")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
     def _read_file(
         self,
         name: str,
+        on_line: Callable[[str, bytes], object],
+        stats: TailStats,
+    ) -> None:
+        # The descriptor's own stat, not the listing's: the name may have changed since.
+        with os.fdopen(self._open(name), "rb") as fh:
+            self._read_open(name, fh, os.fstat(fh.fileno()), on_line, stats)
+
+    def _read_open(
+        self,
+        name: str,
+        fh: BinaryIO,
         st: os.stat_result,
         on_line: Callable[[str, bytes], object],
         stats: TailStats,
@@ -139,33 +196,32 @@ class DirectoryTail:
         ):
             return  # untouched since the last call
         state.mtime_ns = st.st_mtime_ns
-        with open(os.path.join(self.directory, name), "rb") as fh:
-            if state.head and fh.read(len(state.head)) != state.head:
-                stats.truncations += 1
-                state = self._files[name] = _File(identity, mtime_ns=st.st_mtime_ns)
-            if len(state.head) < FINGERPRINT:
-                fh.seek(0)
-                state.head = fh.read(min(size, FINGERPRINT))
-            pending = size - state.offset
-            if pending > self.max_read:
-                skip = pending - self.max_read
-                stats.skipped_bytes += skip + len(state.partial)
-                state.offset += skip
-                state.partial.clear()
-                # Landing mid-line: the first (partial) line is not ours to parse.
-                state.discarding = True
-            if state.offset >= size:
-                return
-            fh.seek(state.offset)
-            remaining = size - state.offset
-            while remaining > 0:
-                block = fh.read(min(BLOCK, remaining))
-                if not block:
-                    break
-                remaining -= len(block)
-                state.offset += len(block)
-                stats.bytes_read += len(block)
-                self._split(name, state, block, on_line, stats)
+        if state.head and fh.read(len(state.head)) != state.head:
+            stats.truncations += 1
+            state = self._files[name] = _File(identity, mtime_ns=st.st_mtime_ns)
+        if len(state.head) < FINGERPRINT:
+            fh.seek(0)
+            state.head = fh.read(min(size, FINGERPRINT))
+        pending = size - state.offset
+        if pending > self.max_read:
+            skip = pending - self.max_read
+            stats.skipped_bytes += skip + len(state.partial)
+            state.offset += skip
+            state.partial.clear()
+            # Landing mid-line: the first (partial) line is not ours to parse.
+            state.discarding = True
+        if state.offset >= size:
+            return
+        fh.seek(state.offset)
+        remaining = size - state.offset
+        while remaining > 0:
+            block = fh.read(min(BLOCK, remaining))
+            if not block:
+                break
+            remaining -= len(block)
+            state.offset += len(block)
+            stats.bytes_read += len(block)
+            self._split(name, state, block, on_line, stats)
 
     def _split(
         self,

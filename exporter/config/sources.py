@@ -14,6 +14,7 @@ from exporter.config.devices import (
     NeuronSourceConfig,
     TpuSourceConfig,
 )
+from exporter.config.diag import DiagSourceConfig
 from exporter.config.fabric import FabricSourceConfig
 from exporter.config.host import CudaCheckpointSourceConfig, HostSourceConfig
 from exporter.vendors import VENDORS
@@ -31,6 +32,7 @@ class SourcesConfig:
         "ccl_inspector": "NCCL/RCCL Inspector profiler plugin output (JSONL files)",
         "cuda_checkpoint": "CUDA checkpoint state of GPU processes (CUDA 12.8+)",
         "fabric": "InfiniBand/RoCE NICs and PCIe link training from sysfs, joined to GPUs",
+        "diag": "diagnostic results (dcgmi diag --json, AGFHC, RVS) from a directory",
     }
 
     # Keys that are not here but where a user looks for them: the loader adds the hint.
@@ -61,3 +63,4 @@ class SourcesConfig:
     ccl_inspector: CclInspectorSourceConfig = field(default_factory=CclInspectorSourceConfig)
     cuda_checkpoint: CudaCheckpointSourceConfig = field(default_factory=CudaCheckpointSourceConfig)
     fabric: FabricSourceConfig = field(default_factory=FabricSourceConfig)
+    diag: DiagSourceConfig = field(default_factory=DiagSourceConfig)

@@ -108,8 +108,12 @@ class Exposition:
         self._cache: dict[tuple[object, ...], bytes] = {}
         self._cache_key: tuple[object, ...] | None = None
         self._negotiated: dict[str, Negotiated] = {}
-        # (content type, gzip) -> its scrapes: what to pre-render, and when.
+        # (content type, gzip) -> its scrapes: what to pre-render, and when. Written by
+        # HTTP threads, read and pruned by the pre-render thread, reset by a reload:
+        # the dict and its _Scrapes are touched only under _wanted_lock (never held
+        # while rendering, and taken after _lock where both are).
         self._wanted: dict[tuple[str, bool], _Scrapes] = {}
+        self._wanted_lock = threading.Lock()
         self._prerender: threading.Thread | None = None
         # The newest complete body per format, served while a newer one is rendered.
         self._last: dict[tuple[str, bool], bytes] = {}
@@ -132,8 +136,9 @@ class Exposition:
             self.compat = compat
             if profile is not None:
                 self.profile = profile
-            for scrapes in self._wanted.values():
-                scrapes.body = None
+            with self._wanted_lock:
+                for scrapes in self._wanted.values():
+                    scrapes.body = None
             self._cache.clear()
             self._last.clear()
             self._cache_key = None
@@ -157,13 +162,14 @@ class Exposition:
             return (gzip.compress(body, 6) if use_gzip else body), headers
         key = (content_type, use_gzip)
         now = self._clock()
-        scrapes = self._wanted.get(key)
-        if scrapes is None:
-            self._wanted[key] = scrapes = _Scrapes(negotiated, now)
-            prepared = None
-        else:
-            prepared = scrapes.take_prepared(now)
-            scrapes.interval, scrapes.last = now - scrapes.last, now
+        with self._wanted_lock:
+            scrapes = self._wanted.get(key)
+            if scrapes is None:
+                self._wanted[key] = scrapes = _Scrapes(negotiated, now)
+                prepared = None
+            else:
+                prepared = scrapes.take_prepared(now)
+                scrapes.interval, scrapes.last = now - scrapes.last, now
         if prepared is not None:
             return prepared, headers
         return self._get(self._state_key(), negotiated, use_gzip), headers
@@ -253,22 +259,23 @@ class Exposition:
         while not self._stop_prerender.is_set():
             now = self._clock()
             pending = []
-            for key, scrapes in list(self._wanted.items()):
-                if now - scrapes.last > PRERENDER_WANTED_SECONDS:
-                    del self._wanted[key]
-                elif scrapes.prepared_for != scrapes.last:
-                    pending.append((scrapes.due(), key, scrapes))
+            with self._wanted_lock:
+                for key, scrapes in list(self._wanted.items()):
+                    if now - scrapes.last > PRERENDER_WANTED_SECONDS:
+                        del self._wanted[key]
+                    elif scrapes.prepared_for != scrapes.last:
+                        pending.append((scrapes.due(), key, scrapes, scrapes.last))
             if not pending:
                 return
-            due, (_, use_gzip), scrapes = min(pending, key=lambda p: p[0])
+            due, (_, use_gzip), scrapes, last = min(pending, key=lambda p: p[0])
             if due > now:
                 if not wait:
                     return
                 self._stop_prerender.wait(due - now)
                 continue  # a scrape may have come meanwhile: look again
-            last = scrapes.last
             body = self._get(self._state_key(), scrapes.negotiated, use_gzip)
-            scrapes.body, scrapes.prepared_at, scrapes.prepared_for = body, self._clock(), last
+            with self._wanted_lock:
+                scrapes.body, scrapes.prepared_at, scrapes.prepared_for = body, self._clock(), last
 
     def _series(
         self,

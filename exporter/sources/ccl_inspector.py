@@ -16,7 +16,7 @@ from typing import Any
 
 from exporter import log
 from exporter.ccl.inspector import InspectorAggregator
-from exporter.ccl.tail import DirectoryTail, TailStats
+from exporter.ccl.tail import REFUSED, DirectoryTail, TailStats
 from exporter.config.ccl import CclInspectorSourceConfig
 from exporter.errors import SourceError
 from exporter.model import Reading
@@ -52,6 +52,7 @@ class CclInspectorSource(Source):
         )
         self._skipped = 0
         self._restarts = {"truncated": 0, "replaced": 0}
+        self._refused = dict.fromkeys(REFUSED, 0)
         self._last = TailStats()
         self._log = log.get(source=name)
 
@@ -67,6 +68,8 @@ class CclInspectorSource(Source):
         self._skipped += stats.skipped_bytes
         self._restarts["truncated"] += stats.truncations
         self._restarts["replaced"] += stats.replaced
+        for reason, count in stats.refused.items():
+            self._refused[reason] += count
         if stats.truncations or stats.replaced:
             self._log.info(
                 "inspector files restarted",
@@ -79,6 +82,8 @@ class CclInspectorSource(Source):
         out.append(Reading("accel_ccl_inspector_skipped_bytes_total", (), float(self._skipped)))
         for reason, count in self._restarts.items():
             out.append(Reading("accel_ccl_inspector_file_restarts_total", (reason,), float(count)))
+        for reason, count in self._refused.items():
+            out.append(Reading("accel_ccl_inspector_files_refused_total", (reason,), float(count)))
         return out
 
     async def poll(self) -> Sequence[Reading]:

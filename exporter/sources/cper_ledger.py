@@ -107,7 +107,7 @@ class LedgerStore:
             return
         # Imported here and in update(): the CPER tables are needed once a state file
         # exists or an amdsmi worker answers, not wherever the amdsmi source merely probes.
-        from exporter.backends.amdsmi_ras import Ledger, LedgerError
+        from exporter.backend_api.cper import Ledger, LedgerError
 
         same_boot = bool(self.boot) and raw.get("boot_id") == self.boot
         for uuid, item in devices.items():
@@ -123,7 +123,7 @@ class LedgerStore:
 
     def update(self, answer: Mapping[str, Any], known: set[str]) -> bool:
         """Adopt the worker's ledgers; True when one changed. ValueError on a bad shape."""
-        from exporter.backends.amdsmi_ras import Ledger, LedgerError
+        from exporter.backend_api.cper import Ledger, LedgerError
 
         changed = False
         for uuid, item in answer.items():

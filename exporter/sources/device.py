@@ -67,14 +67,14 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from exporter import health, log
-from exporter.backends import libsearch
-from exporter.backends.base import INVENTORY_CHANGED
-from exporter.backends.wire import ROW_WIDTH
+from exporter.backend_api.backend import INVENTORY_CHANGED
+from exporter.backend_api.wire import ROW_WIDTH
 from exporter.catalog.device import INFO_LABELS
 from exporter.config.devices import DeviceSourceConfig
 from exporter.config.health import HealthConfig
 from exporter.errors import SourceError, SourcePending, SourceUnavailable, WorkerError
 from exporter.health_api import DeviceReport
+from exporter.host import libsearch
 from exporter.model import Reading, readings_of
 from exporter.sources import device_domains, pci
 from exporter.sources.base import Source

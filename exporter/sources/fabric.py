@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from exporter import log
-from exporter.backends.sysfs import SysfsError, hex_attr, pci_functions
 from exporter.catalog.device import INFO_LABELS
 from exporter.config.fabric import FabricSourceConfig
 from exporter.evidence import BOARD, Evidence, EvidenceBoard
@@ -39,6 +38,7 @@ from exporter.fabric.ports import observe
 from exporter.fabric.readings import Identity, nic_readings, pci_readings
 from exporter.host.infiniband import Nic, read_nics
 from exporter.host.pcie import PciLink, bridges_of, read_link, switch_of
+from exporter.host.sysfs import SysfsError, hex_attr, pci_functions
 from exporter.host.sysfs_read import READ_REASONS, ReadProblem
 from exporter.model import Reading
 from exporter.sources.base import BlockingCall, Source, StoreReader

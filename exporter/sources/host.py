@@ -1,6 +1,6 @@
 """Host CPU, memory, load and boot time from /proc (the root is configurable for tests).
 
-The files are parsed by :mod:`exporter.backends.host_proc`; this source reads them and
+The files are parsed by :mod:`exporter.host.host_proc`; this source reads them and
 turns the numbers into readings.
 
 CPU time is exported as node_exporter does, a counter of seconds per mode
@@ -19,7 +19,9 @@ import os
 import time
 from collections.abc import Sequence
 
-from exporter.backends.host_proc import (
+from exporter.config.host import HostSourceConfig
+from exporter.errors import SourceError
+from exporter.host.host_proc import (
     CLOCK_TICKS,
     CPU_MODES,
     CpuTimes,
@@ -29,8 +31,6 @@ from exporter.backends.host_proc import (
     parse_meminfo,
     parse_stat,
 )
-from exporter.config.host import HostSourceConfig
-from exporter.errors import SourceError
 from exporter.model import Reading
 from exporter.sources.base import BlockingCall, Source
 

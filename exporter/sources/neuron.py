@@ -1,7 +1,7 @@
 """AWS Neuron devices: counted from sysfs, measured by a supervised neuron-monitor.
 
-The child (:mod:`exporter.backends.neuron_monitor`) streams one report per period; each
-line is parsed (:mod:`exporter.backends.neuron_report`) as it arrives. Gauges come from
+The child (:mod:`exporter.sources.neuron_monitor`) streams one report per period; each
+line is parsed (:mod:`exporter.host.neuron_report`) as it arrives. Gauges come from
 the latest report while it is fresh. Execution counts and ECC events are
 per-period deltas: each line's are added once to counters kept here, so the
 counters survive the child's restarts, neither reset nor counted twice. A
@@ -30,21 +30,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exporter import health, log
-from exporter.backends.neuron_devices import NeuronDevice, indices, scan
-from exporter.backends.neuron_monitor import STALL_PERIODS, Monitor
-from exporter.backends.sysfs import read_attr
 from exporter.catalog.device import INFO_LABELS
 from exporter.config.devices import NeuronSourceConfig
 from exporter.config.health import HealthConfig
 from exporter.errors import SourceError, SourcePending, SourceUnavailable
 from exporter.health_api import DeviceReport
+from exporter.host.neuron_devices import NeuronDevice, indices, scan
+from exporter.host.sysfs import read_attr
 from exporter.model import Reading
 from exporter.sources.base import Source
 from exporter.sources.health_keeper import HealthKeeper
+from exporter.sources.neuron_monitor import STALL_PERIODS, Monitor
 from exporter.verdict import DeviceHealth
 
 if TYPE_CHECKING:
-    from exporter.backends.neuron_report import Report
+    from exporter.host.neuron_report import Report
 
 VENDOR = "aws"
 RESCAN_SECONDS = 60.0
@@ -190,7 +190,7 @@ class NeuronSource(Source):
     def _on_line(self, line: bytes) -> None:
         # Imported here: the report parser is needed once neuron-monitor runs and
         # prints, not on every node where the source only finds no device.
-        from exporter.backends.neuron_report import EXEC_ERRORS, EXEC_STATUS, BadReport, parse
+        from exporter.host.neuron_report import EXEC_ERRORS, EXEC_STATUS, BadReport, parse
 
         try:
             report = parse(line)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporter.backends.sysfs import SysfsError, pci_functions
+from exporter.host.sysfs import SysfsError, pci_functions
 from exporter.vendors import VENDORS
 
 # PCI vendor ids by the vendor label the device sources use (exporter.vendors).

@@ -91,6 +91,13 @@ def _cuda_checkpoint(config: Config) -> Source:
     return CheckpointSource("cuda_checkpoint", config.sources.cuda_checkpoint)
 
 
+def _diag(config: Config) -> Source:
+    from exporter.sources.diag import DiagSource
+
+    # Its runs count as long as an XID does: the health window.
+    return DiagSource("diag", config.sources.diag, window=config.health.event_window)
+
+
 def _workload(config: Config) -> Source:
     from exporter.sources.workload import WorkloadSource
 
@@ -105,6 +112,8 @@ FACTORIES: dict[str, Factory] = {
     "fabric": _fabric,
     # Enrichers come last: they read what the sources above reported.
     "cuda_checkpoint": _cuda_checkpoint,
+    # Matches result files to the devices the device sources listed.
+    "diag": _diag,
     "workload": _workload,
 }
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from exporter.backends.tpu_chips import scan
 from exporter.catalog.tpu import LATENCY_BUCKETS
 from exporter.config.devices import TpuSourceConfig
 from exporter.config.health import HealthConfig
+from exporter.host.tpu_chips import scan
 from exporter.model import HistogramValue, Reading, is_number
 from exporter.sources.device import DeviceSource, ShapeError, call_budget
 
@@ -95,10 +95,9 @@ class TpuSource(DeviceSource):
 
     def _histograms(self, raw: Any) -> list[Reading]:
         """``accel_tpu_transfer_latency_seconds`` from the reply, every field checked."""
-        # Imported here: the worker backend's tables are needed once a TPU worker
-        # answers, not on every host without TPU chips (no worker starts there).
-        from exporter.backends.tpu import DISTRIBUTIONS
-        from exporter.backends.tpu_distributions import MAX_LABEL, MAX_POINTS
+        # Imported here: the reply's tables are needed once a TPU worker answers,
+        # not on every host without TPU chips (no worker starts there).
+        from exporter.backend_api.tpu import DISTRIBUTIONS, MAX_LABEL, MAX_POINTS
 
         kinds = frozenset(DISTRIBUTIONS.values())
         limit = len(self.addresses) * len(kinds) * MAX_POINTS

@@ -89,6 +89,10 @@ def serve(inp: int, out: int) -> int:
             },
         )
         return 2
+    level = init.get("log_level")
+    if isinstance(level, str):
+        # The daemon's level, from its init frame (never from the environment).
+        log.configure(level, "json", sys.stderr)
     config = init.get("config") or {}
     try:
         backend = load_backend(init["backend"], config)
@@ -161,8 +165,9 @@ def main() -> int:
     # being touched (crumb) and every thread's stack (faulthandler).
     crumb.attach()
     stackdump.attach()
-    # JSON lines on stderr: the parent re-logs them with its own context.
-    log.configure(os.environ.get("ACCEL_EXPORTER_WORKER_LOG_LEVEL", "info"), "json", sys.stderr)
+    # JSON lines on stderr: the parent re-logs them with its own context. At info
+    # until the init frame names the daemon's level (serve).
+    log.configure("info", "json", sys.stderr)
     try:
         return serve(0, protocol_out)
     except ProtocolError as exc:

@@ -25,7 +25,8 @@ from typing import Any
 
 from exporter.backend_api.crumb import ISOLATION_KEY
 from exporter.errors import WorkerError
-from exporter.workers import crumb, stackdump
+from exporter.workers import stackdump
+from exporter.workers.process import Pages
 
 # How long a stuck worker gets to write its stack dump after SIGUSR1.
 DUMP_WAIT_SECONDS = 0.3
@@ -132,8 +133,7 @@ class Isolation:
     async def diagnose(
         self,
         proc: asyncio.subprocess.Process,
-        page: crumb.Page | None,
-        dump_file: stackdump.DumpFile | None,
+        pages: Pages,
         reason: str,
         *,
         dump: bool = True,
@@ -147,6 +147,7 @@ class Isolation:
         or, for a crash, when it was not a fatal signal in native code (an
         outside SIGKILL is not the device's doing).
         """
+        page, dump_file = pages.page, pages.dump
         if not self.enabled or page is None or dump_file is None:
             return None
         seen = page.read()

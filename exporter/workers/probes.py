@@ -1,8 +1,9 @@
 """Probes: each isolated physical device retried apart, with backoff, until it answers.
 
 A probe is a worker of its own for the logical devices of one physical device
-(a :class:`~exporter.workers.runner.WorkerRunner` restricted to them, with the
-main worker's configuration, events included), bootstrapped and asked the
+(a :class:`~exporter.workers.runner.WorkerRunner` restricted to them, seen here as a
+:class:`ProbeWorker`, with the main worker's configuration, events included),
+bootstrapped and asked the
 :class:`~exporter.workers.isolation.Probe` request under the same deadlines,
 then ended and reaped like any worker. It is driven through the runner's public
 probe API (``attempt``, ``served``, ``call``, ``discard``). One probe per
@@ -16,15 +17,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 from exporter.errors import WorkerError
 from exporter.workers.isolation import Fault, Isolation, Probe, probe_delay
 from exporter.workers.stuck import StuckProcesses
 
-if TYPE_CHECKING:
-    from exporter.workers.runner import WorkerRunner
+
+class ProbeWorker(Protocol):
+    """What a probe drives: one worker for the devices probed (a restricted WorkerRunner).
+
+    A protocol, so that this module depends on no runner (the runner makes its probes).
+    """
+
+    async def attempt(self) -> bool:
+        """Start the worker; True when it is ready."""
+        ...
+
+    def served(self) -> list[object]:
+        """The library indices the ready worker's inventory lists."""
+        ...
+
+    async def call(self, op: str, args: Mapping[str, Any], timeout: float) -> Any:
+        """One request under a deadline; WorkerError on any failure."""
+        ...
+
+    async def discard(self) -> list[asyncio.subprocess.Process]:
+        """End the worker; the killed processes that are still alive."""
+        ...
 
 
 class Prober:
@@ -36,7 +57,7 @@ class Prober:
         isolation: Isolation,
         stuck: StuckProcesses,
         *,
-        spawn: Callable[[list[int]], WorkerRunner],
+        spawn: Callable[[list[int]], ProbeWorker],
         take_back: Callable[[list[Fault]], Awaitable[None]],
         log: Any,
     ) -> None:

@@ -2,7 +2,7 @@
 
 Messages (all JSON objects with a ``type``):
 
-parent -> child  ``init {backend, config}`` once, then ``call {id, op, args}``
+parent -> child  ``init {backend, config, log_level}`` once, then ``call {id, op, args}``
 child -> parent  ``ready {inventory}`` or ``error {kind, reason, detail}`` once,
                  then ``result {id, result}`` or ``fault {id, reason, detail}`` per call
 """

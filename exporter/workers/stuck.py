@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from exporter.workers.isolation import Fault
+from exporter.workers.isolation import Fault, Isolation
 
 # How long a killed worker whose device is unknown gets to die before the next
 # worker is held back for it.
@@ -67,3 +67,31 @@ class StuckProcesses:
             await asyncio.sleep(0.05)
         self.unknown = [p for p in self.unknown if p.returncode is None]
         return self.unknown
+
+    async def holding_back(self) -> str | None:
+        """Why no new worker may start yet (a killed one has not died), or None.
+
+        A process in uninterruptible sleep inside a driver ignores SIGKILL until the
+        call returns; starting another one each backoff would pile them up. Those stuck
+        on an isolated device do not count: the new worker will not touch that device.
+        One whose culprit is unknown might be stuck on any of them, so it holds back.
+        """
+        alive = await self.unknown_gone()
+        if not alive:
+            return None
+        pids = ", ".join(str(p.pid) for p in alive)
+        return (
+            f"killed worker {pids} has not exited (stuck in the driver?); "
+            "no new worker until it does"
+        )
+
+    def killed(
+        self, proc: asyncio.subprocess.Process, fault: Fault | None, isolation: Isolation
+    ) -> None:
+        """``proc`` was killed (for ``fault``, if one) and has not died: account for it."""
+        if fault is not None and fault.index not in self.on_device:
+            # Stuck on the isolated device, which no new worker touches.
+            self.left_on(proc, isolation.unit(fault.unit))
+            self._log.error("killed worker stuck", device=fault.index, worker_pid=proc.pid)
+        else:
+            self.unknown.append(proc)

@@ -8,6 +8,7 @@ returns what happened; the CI test (``tests/unit/test_fuzz.py``) runs a few
 hundred per target, ``bench/fuzz.py`` a hundred thousand and more.
 
 Targets: the RAS text and JSON report parsers, the Inspector line parser, the
+diagnostic result files (``exporter.diag.formats.parse`` and the advice of each result), the
 worker frame and reply parsers (``protocol.decode``, ``parse_inventory``,
 the device source's reply check over ``parse_readings``), the config loader
 (YAML file to validated config), and the HTTP request path (raw bytes to the
@@ -37,6 +38,9 @@ from exporter.ccl.ras_parse import parse_json, parse_text
 from exporter.config.devices import DeviceSourceConfig
 from exporter.config.loader import load_config
 from exporter.config.web import BasicAuthConfig, WebConfig
+from exporter.diag import advice as diag_advice
+from exporter.diag import formats as diag_formats
+from exporter.diag.model import DiagError
 from exporter.errors import ConfigError
 from exporter.outputs.http import Endpoints, HttpServer
 from exporter.outputs.prometheus import Exposition
@@ -48,6 +52,7 @@ from tests.helpers.ras_reports import json_report, make_job, text_report
 
 REPO = Path(__file__).resolve().parents[2]
 RAS_FIXTURES = REPO / "tests" / "fixtures" / "rcclras"
+DIAG_FIXTURES = REPO / "tests" / "fixtures" / "diag"
 
 # Byte strings parsers tend to trip on, spliced in by the mutator.
 TOKENS = (
@@ -178,6 +183,26 @@ def _inspector(data: bytes) -> str:
     except InspectorParseError:
         return "rejected"
     return "accepted" if record is not None else "rejected"
+
+
+# -- diagnostic result files ----------------------------------------------------------
+
+
+def _diag_seeds() -> tuple[bytes, ...]:
+    """The published samples of every suite (tests/fixtures/diag/README.md)."""
+    return tuple(
+        p.read_bytes() for p in sorted(DIAG_FIXTURES.iterdir()) if p.suffix in (".json", ".txt")
+    )
+
+
+def _diag(data: bytes) -> str:
+    try:
+        run = diag_formats.parse(data)
+    except DiagError:
+        return "rejected"
+    for result in run.results:  # what the source does with each result next
+        diag_advice.judge(run.suite, result)
+    return "accepted"
 
 
 # -- worker frames and replies ---------------------------------------------------------
@@ -383,6 +408,9 @@ def targets(workdir: Path) -> dict[str, Callable[[], Iterator[Target]]]:
                 _worker(_device_source()),
                 (ProtocolError, ShapeError),
             )
+        ),
+        "diag_file": lambda: plain(
+            Target("diag_file", lambda: inputs_for(_diag_seeds(), 8192), _diag, (DiagError,))
         ),
         "config": lambda: plain(
             Target("config", lambda: inputs_for(_config_seeds()), _config(workdir), (ConfigError,))

@@ -3,10 +3,11 @@
 Runs inside the worker child. Reads the JSON control file at every request:
 ``{"devices": n, "mode": "ok" | "hang" | "crash" | "exit" | "garbage" | "wrong_id" | "short" |
 "bad_reading" | "ragged" | "unencodable" | "slow" | "fault" | "bootstrap_error" | "bootstrap_unavailable" |
-"bootstrap_hang", "delay": seconds, "value": number, "lost": [index, ...]}``. A
+"bootstrap_hang" | "log_debug", "delay": seconds, "value": number, "lost": [index, ...]}``. A
 ``devices`` count other than the one announced at bootstrap makes polls fail with
 ``inventory_changed``; the devices ``lost`` names are reported down (``gpu_lost``)
-by the worker itself, without readings.
+by the worker itself, without readings. ``log_debug`` logs one debug line at bootstrap
+(whether the daemon sees it says which level the worker logs at).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import struct
 import time
 from typing import Any
 
+from exporter import log
 from exporter.backends.base import BackendError, BackendUnavailable
 from exporter.workers import child
 from tests.helpers.test_sources import control
@@ -35,6 +37,8 @@ class MisbehavingBackend:
             raise BackendError("init_failed", "the test asked bootstrap to fail")
         if mode == "bootstrap_unavailable":
             raise BackendUnavailable("library_not_found", "libfake.so.1: cannot open")
+        if mode == "log_debug":
+            log.get(source="worker").debug("backend debug line", devices=self.devices)
         while control(self.control_file).get("mode") == "bootstrap_hang":
             time.sleep(0.05)
         self.devices = int(control(self.control_file).get("devices", self.devices))

@@ -233,3 +233,45 @@ def test_hundreds_of_megabytes_of_real_records_keep_memory_flat(tmp_path):
     # The first polls allocate the statistics; after that, hundreds of MB add nothing.
     baseline = max(rss[:3])
     assert max(rss[3:]) - baseline < 16 << 20, [r >> 20 for r in rss]
+
+
+def refused(values, reason):
+    return values[("accel_ccl_inspector_files_refused_total", (reason,))]
+
+
+def test_a_symlink_is_refused_and_counted_not_followed(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "secret.log"
+    secret.write_bytes(lines(0, 1, 3))
+    watched = tmp_path / "dir"
+    watched.mkdir()
+    (watched / "node-a-pid1000.log").symlink_to(secret)
+    source = make(tmp_path, dir=str(watched))
+    values = poll(source)
+    assert used(values) == 0 and values[("accel_ccl_inspector_files", ())] == 0
+    assert refused(values, "symlink") == 1 and refused(values, "not_regular") == 0
+    assert source.status()["files"] == []
+
+
+def test_a_fifo_swapped_in_after_the_listing_is_refused_without_blocking(tmp_path):
+    import threading
+
+    fifo = tmp_path / "node-a-pid1000.log"
+    regular = tmp_path / "other"
+    regular.write_bytes(lines(0, 1, 1))
+    os.mkfifo(fifo)
+    source = make(tmp_path)
+    # The listing saw a regular file; by the time it is opened, the name is a FIFO
+    # (the race an fstat after a non-blocking open closes).
+    st = os.stat(regular)
+    source._tail._candidates = lambda stats: [(fifo.name, st)]
+    result: list[dict] = []
+    reader = threading.Thread(target=lambda: result.append(poll(source)), daemon=True)
+    reader.start()
+    reader.join(timeout=30)
+    if reader.is_alive():  # blocked in open(): release it before failing
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(timeout=5)
+    assert result, "the poll blocked on a FIFO"
+    assert refused(result[0], "not_regular") == 1 and used(result[0]) == 0

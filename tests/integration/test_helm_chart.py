@@ -976,3 +976,20 @@ def test_state_survives_pod_restarts_on_a_host_directory(renderer, tmp_path):
     # The old AMD-only key is refused, naming its replacement.
     with pytest.raises(RenderError, match=r"amd\.stateHostPath moved to stateHostPath"):
         render_chart(renderer, tmp_path, {"amd": {"stateHostPath": "/var/lib/x"}})
+
+
+def test_the_diag_directory_is_mounted_read_only_where_the_daemon_reads_it(renderer, tmp_path):
+    docs = render(renderer, tmp_path)
+    assert "diag" not in mounts(docs) and "diag" not in volumes(docs)
+    docs = render(renderer, tmp_path, {"diag": {"hostPath": "/var/lib/accel-exporter/diag"}})
+    config = daemon_config(docs, tmp_path)
+    assert config.sources.diag.path == "/var/lib/accel-exporter/diag"
+    assert mounts(docs)["diag"] == {
+        "name": "diag",
+        "mountPath": "/var/lib/accel-exporter/diag",
+        "readOnly": True,
+    }
+    assert volumes(docs)["diag"]["hostPath"] == {
+        "path": "/var/lib/accel-exporter/diag",
+        "type": "DirectoryOrCreate",
+    }

@@ -58,11 +58,13 @@ OURS = (
     "exporter.outputs.prometheus_compat",
     "exporter.config.otlp",
     "exporter.outputs.otlp_batch",
-    "exporter.backends.amdsmi_ras",  # AMD CPER ledgers: once an amdsmi worker answers
+    "exporter.backend_api.cper",  # AMD CPER ledgers: once an amdsmi worker answers
+    "exporter.backends.amdsmi_ras",
     "exporter.backends.amdsmi_fields",
-    "exporter.backends.tpu",  # the TPU worker's backend: no chip, no worker
+    "exporter.backend_api.tpu",  # the TPU worker's reply tables: no chip, no worker
+    "exporter.backends.tpu",
     "exporter.backends.tpu_distributions",
-    "exporter.backends.neuron_report",  # neuron-monitor's report parser: not running here
+    "exporter.host.neuron_report",  # neuron-monitor's report parser: not running here
     "exporter.ccl.ras_parse",  # RAS report parsers: no NCCL/RCCL job answers here
     "exporter.ccl.ras_json",
     "exporter.ccl.ras_text",

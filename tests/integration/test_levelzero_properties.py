@@ -36,9 +36,9 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from exporter.backend_api.wire import ROW_WIDTH, Rows, new_rows
 from exporter.backends.contract import Emitter
 from exporter.backends.levelzero import LevelZeroBackend
-from exporter.backends.wire import ROW_WIDTH, Rows, new_rows
 from tests.fakes.levelzero.control import ENGINE_TYPES, GIB, TEMP_TYPES, TILES, Device, FakeZe
 from tests.fakes.levelzero.expected import THROTTLE_REASONS
 from tests.helpers.backend_harness import Backends, poll, started

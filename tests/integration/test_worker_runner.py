@@ -428,3 +428,29 @@ def test_a_worker_killed_at_bootstrap_counts_as_a_restart(ctl):
             await r.stop()
 
     run(go())
+
+
+def test_a_worker_logs_at_the_daemons_level_given_in_its_init_not_the_environment(ctl):
+    from structlog.testing import capture_logs
+
+    from exporter import log
+
+    ctl("log_debug")
+
+    async def go():
+        r = make_runner(ctl)
+        r.env = {k: v for k, v in r.env.items() if k != "ACCEL_EXPORTER_WORKER_LOG_LEVEL"}
+        await r.start()
+        try:
+            await wait_ready(r)
+        finally:
+            await r.stop()
+
+    log.configure("debug", "json")
+    try:
+        with capture_logs() as logs:
+            run(go())
+    finally:
+        log.configure("info", "json")
+    relayed = [e for e in logs if e["event"] == "backend debug line"]
+    assert [(e["log_level"], e["devices"]) for e in relayed] == [("debug", 2)]

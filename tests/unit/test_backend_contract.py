@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from exporter.backend_api.wire import Rows, new_rows
 from exporter.backends import amdsmi_fields, hlml, levelzero
 from exporter.backends import nvml_support as nv
 from exporter.backends.contract import (
@@ -19,7 +20,6 @@ from exporter.backends.contract import (
     count,
     poll_devices,
 )
-from exporter.backends.wire import Rows, new_rows
 from exporter.catalog.device import ROWS
 from exporter.catalog.vocabulary import DEVICE_BACKENDS
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.backends.amdsmi_ras import Ledger, LedgerError, cper_timestamp
+from exporter.backend_api.cper import Ledger, LedgerError
+from exporter.backends.amdsmi_ras import cper_timestamp
 from exporter.sources.cper_ledger import FILE_NAME, LedgerStore, write_reason
 
 LEDGER = {"cursor": 7, "counts": {"30/fatal": 3}, "last": {"30": 1.7e9}, "skipped": {}}

@@ -30,12 +30,12 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
+from exporter.backend_api.wire import new_rows
 from exporter.backends import hlml
 from exporter.backends import nvml_support as nv
 from exporter.backends.contract import FIELD_ERRORS, Emitter
 from exporter.backends.nvml import NvmlBackend
 from exporter.backends.nvml_device import FIELD_SPECS
-from exporter.backends.wire import new_rows
 from tests.fakes.hlml import control as hlml_control
 from tests.fakes.hlml.control import FakeHlml
 from tests.fakes.nvml import control as nvml_control

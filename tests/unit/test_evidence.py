@@ -250,3 +250,17 @@ def test_a_judge_without_evidence_is_as_before() -> None:
     board = EvidenceBoard()
     (record,) = wall_judge(board, [120.0]).judge([up(A), info(A, "0000:3b:00.0")])
     assert (record.state, record.reasons, record.findings) == (OK, (), ())
+
+
+def test_a_device_gone_for_the_window_forgets_its_bus_id_too() -> None:
+    board, wall = EvidenceBoard(), [120.0]
+    judge = HealthJudge(clock=lambda: 0.0, wall=lambda: wall[0], window=60.0, evidence=board)
+    judge.judge([up(A), up(B), info(A, "0000:3b:00.0"), info(B, "0000:3c:00.0")])
+    wall[0] = 200.0  # A is in no poll for longer than the window
+    judge.judge([up(B), info(B, "0000:3c:00.0")])
+    assert A not in judge._bus and judge._bus[B] == "0000:3c:00.0"
+    board.replace(
+        "fabric", {"0000:3b:00.0": [ev("nic_flap", DEGRADED, "fabric", SERVICE, 190.0, 300.0)]}
+    )
+    # Not a device of this judge any more: the evidence about its old address reaches no one.
+    assert [r.uuid for r in judge.judge([up(B), info(B, "0000:3c:00.0")])] == ["GPU-b"]

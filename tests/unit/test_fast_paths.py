@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.backends.wire import ROW_WIDTH, drop
+from exporter.backend_api.wire import ROW_WIDTH, drop
 from exporter.catalog import CATALOG, Kind
 from exporter.model import Reading, readings_of
 from exporter.outputs import text_format

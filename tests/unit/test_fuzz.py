@@ -18,7 +18,15 @@ INPUTS = {"http_request": 150, "config": 300}
 
 @pytest.mark.parametrize(
     "name",
-    ["ras_text", "ras_json", "inspector_line", "worker_reply", "config", "http_request"],
+    [
+        "ras_text",
+        "ras_json",
+        "inspector_line",
+        "diag_file",
+        "worker_reply",
+        "config",
+        "http_request",
+    ],
 )
 def test_fuzz_target_raises_only_its_own_errors(name, tmp_path):
     with targets(tmp_path)[name]() as target:

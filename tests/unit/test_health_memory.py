@@ -396,3 +396,36 @@ def test_health_clear_without_a_daemon_clears_the_file_itself(
 def test_health_clear_needs_a_state_dir(capsys: Any) -> None:
     code = main(["health", "clear", "GPU-a"])
     assert code == 2 and "health.state_dir is not set" in capsys.readouterr().err
+
+
+def test_everything_of_a_device_gone_for_a_window_is_pruned_under_uuid_churn() -> None:
+    # MIG/partition churn: uuids that come once and never again. Whatever the judge
+    # keeps per device (the counters a growth rule watches, the domains, a recalled
+    # device never placed) goes a window after the last poll that had it.
+    wall = [NOW]
+    judge = judge_at(wall, window=100.0)
+    old = judge_at(wall)
+    old.judge([up(B), *xid(54, NOW, B)])
+    judge.recall(old.remembered(), rebooted=False)  # GPU-b recalled, never polled again
+    churned = [(str(i), f"MIG-{i}") for i in range(2, 6)]
+    judge.judge(
+        [
+            up(A),
+            *(
+                Reading("accel_intel_ras_uncorrectable_errors_total", (*c, "reset"), 1.0)
+                for c in churned
+            ),
+            *(Reading("accel_device_domain_info", (*c, "partition", "p0"), 1.0) for c in churned),
+        ]
+    )
+    assert judge._counted and judge._unplaced
+    wall[0] = NOW + 101
+    judge.judge([up(A)])
+    assert set(judge.remembered()) == {"GPU-a"}
+    left = {
+        "counted": [k for k in judge._counted if k[:2] != A],
+        "unplaced": dict(judge._unplaced),
+        "domains": [k for k in judge._domains if k != A],
+        "seen": [k for k in judge._seen if k != A],
+    }
+    assert left == {"counted": [], "unplaced": {}, "domains": [], "seen": []}

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.backends.host_proc import (
+from exporter.host.host_proc import (
     ProcParseError,
     cpu_ratios,
     parse_loadavg,
@@ -61,8 +61,8 @@ def test_cpu_seconds_counters_and_boot_time_as_node_exporter(tmp_path):
     """Counters in seconds per mode (USER_HZ ticks / SC_CLK_TCK), btime as a Unix time."""
     import asyncio
 
-    from exporter.backends.host_proc import CLOCK_TICKS
     from exporter.config.host import HostSourceConfig
+    from exporter.host.host_proc import CLOCK_TICKS
     from exporter.sources.host import HostSource
 
     assert parse_stat(STAT + "btime 1700000000\n").boot_time == 1700000000

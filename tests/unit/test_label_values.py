@@ -10,14 +10,14 @@ from exporter.backends import (
     amdsmi_ras,
     hlml,
     levelzero,
-    neuron_report,
     nvml_reliability,
     nvml_support,
 )
-from exporter.backends import host_proc as host
 from exporter.catalog import CATALOG, Kind, MetricSpec, vocabulary
 from exporter.ccl import ras_state
 from exporter.health import STATES
+from exporter.host import host_proc as host
+from exporter.host import neuron_report
 from exporter.model import Reading
 from exporter.outputs import otlp_account
 from exporter.store import LabelValueError, validate

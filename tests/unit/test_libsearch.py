@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.backends import libsearch
-from exporter.backends.libsearch import HLML, LEVELZERO, find
+from exporter.host import libsearch
+from exporter.host.libsearch import HLML, LEVELZERO, find
 
 
 def test_every_distribution_layout_the_vendors_document_is_tried():

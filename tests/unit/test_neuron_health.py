@@ -8,8 +8,8 @@ import json
 import pytest
 
 from exporter import health_rules
-from exporter.backends.neuron_report import parse
 from exporter.health import HealthJudge
+from exporter.host.neuron_report import parse
 from exporter.model import Reading
 from exporter.verdict import DeviceHealth
 

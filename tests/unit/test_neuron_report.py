@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.backends.neuron_report import BadReport, parse
+from exporter.host.neuron_report import BadReport, parse
 from tests.fakes.neuron.neuron_monitor import report
 
 SCENARIO = {

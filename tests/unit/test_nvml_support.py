@@ -68,7 +68,7 @@ def test_every_pynvml_function_the_backend_calls_is_resolved_at_bootstrap():
 
 
 def test_drop_removes_the_rows_of_one_device_only():
-    from exporter.backends.wire import drop
+    from exporter.backend_api.wire import drop
 
     rows = {
         "accel_power_watts": [0, 1.0, 1, 2.0, 2, 3.0],

@@ -306,3 +306,54 @@ def test_pending_poll_keeps_what_the_source_still_knows_after_a_first_result():
     assert value(text, "accel_exporter_source_errors_total", source="a", reason="crashed") == 1
     assert value(text, "accel_exporter_source_poll_duration_seconds_count", source="a") == 1
     assert value(text, "accel_exporter_worker_restarts_total", source="a") == 1
+
+
+class _Guarded(dict):
+    """The scrape formats, failing any access made without the exposition's lock held."""
+
+    def __init__(self, expo: Exposition) -> None:
+        super().__init__()
+        self.expo = expo
+
+    def _check(self) -> None:
+        lock = getattr(self.expo, "_wanted_lock", None)
+        assert lock is not None and lock.locked(), "_wanted touched without its lock"
+
+    def get(self, *a):
+        self._check()
+        return super().get(*a)
+
+    def __setitem__(self, k, v):
+        self._check()
+        super().__setitem__(k, v)
+
+    def __delitem__(self, k):
+        self._check()
+        super().__delitem__(k)
+
+    def items(self):
+        self._check()
+        return super().items()
+
+    def values(self):
+        self._check()
+        return super().values()
+
+
+def test_the_scrape_formats_are_shared_with_the_render_thread_only_under_a_lock():
+    # HTTP threads add formats, the pre-render thread reads and drops them, a reload
+    # resets them: all three under one lock (review-4 L3; free-threaded CPython).
+    clock = Clock()
+    store = Store(mono=clock)
+    expo = Exposition(store, process_metrics=False, clock=clock)
+    expo._wanted = _Guarded(expo)
+    store.put(snap("host", [Reading("accel_host_load1", (), 1.0)], clock, stale_after=1e6))
+    expo.render(None, None)
+    expo.render(None, "gzip")
+    clock.now += 15.0
+    expo.render(None, None)
+    expo.prerender_due(wait=False)
+    expo.set_stamp(None)
+    clock.now += 1000.0
+    expo.prerender_due(wait=False)  # nobody scraped for long: both formats dropped
+    assert dict.__len__(expo._wanted) == 0

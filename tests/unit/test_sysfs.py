@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from exporter.backends.sysfs import (
+from exporter.host.sysfs import (
     SysfsError,
     hex_attr,
     link_name,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporter.backends.tpu_chips import present, scan
+from exporter.host.tpu_chips import present, scan
 from tests.fakes.tpu.control import V4, V5E, V7X, bdf, make_host
 
 

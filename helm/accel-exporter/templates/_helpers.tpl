@@ -87,6 +87,9 @@ The daemon's config file: the user's config with the keys the chart owns set on 
 {{- if .Values.cclInspector.hostPath }}
 {{- $_ := set $sources "ccl_inspector" (dict "dir" .Values.cclInspector.hostPath) }}
 {{- end }}
+{{- if .Values.diag.hostPath }}
+{{- $_ := set $sources "diag" (dict "path" .Values.diag.hostPath) }}
+{{- end }}
 {{- if .Values.expectedDevices.nvidia }}
 {{- $_ := set $sources "nvml" (dict "expected_devices" (int .Values.expectedDevices.nvidia)) }}
 {{- end }}

@@ -53,6 +53,12 @@ class FakeMonitor:
         return [sys.executable, str(SCRIPT), str(self.path)]
 
     @property
+    def pids(self) -> list[int]:
+        """The pid of every life so far, in order."""
+        path = Path(str(self.path) + ".pids")
+        return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+    @property
     def printed(self) -> int:
         """Reports printed so far, over all lives."""
         ledger = Path(str(self.path) + ".ledger")

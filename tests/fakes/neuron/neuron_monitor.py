@@ -12,15 +12,19 @@ file read again before every report, so a test changes behaviour mid-run:
    "limit": total reports over all lives (then silent, alive),
    "exit_after": reports per life, then exit with "exit_code",
    "stall": true (alive, silent), "garbage": true (a non-JSON line instead),
-   "pad": bytes of padding added to each line, "hw_error": str}``
+   "pad": bytes of padding added to each line, "hw_error": str,
+   "ignore_term": true (SIGTERM ignored, read when a life starts)}``
 
 Every report printed is appended to ``<SCENARIO>.ledger`` (one line each), so a
-test knows exactly how many periods' deltas the daemon was given.
+test knows exactly how many periods' deltas the daemon was given; every life appends
+its pid to ``<SCENARIO>.pids``.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -117,6 +121,10 @@ def main(argv: list[str]) -> int:
     ledger = Path(str(scenario_path) + ".ledger")
     period = _period(argv)
     printed = 0
+    if json.loads(scenario_path.read_text()).get("ignore_term"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with Path(str(scenario_path) + ".pids").open("a") as f:
+        f.write(f"{os.getpid()}\n")
     print("fake neuron-monitor starting", file=sys.stderr, flush=True)
     while True:
         s = json.loads(scenario_path.read_text())

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.backends.base import unique_uuids
-from exporter.backends.sysfs import link_name, numbered_nodes, read_attr
+from exporter.backend_api.inventory import unique_uuids
+from exporter.host.sysfs import link_name, numbered_nodes, read_attr
 
 # At most five digits: a name that is not a device index is not taken for one.
 _NAME = re.compile(r"^neuron(\d{1,5})$")

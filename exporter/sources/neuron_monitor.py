@@ -1,12 +1,15 @@
 """neuron-monitor as a supervised child: start, read its lines, restart it when it dies or stalls.
 
 neuron-monitor writes one complete JSON document per line on stdout, every
-period. Each line is handed to a callback as bytes, exactly once. The child
-runs in its own process group (so stopping it stops anything it started) with
-a config file the daemon writes; stderr is drained into the log, bounded. A
-child that exits, or prints nothing for ``STALL_PERIODS`` periods, is killed,
-reaped and started again after a backoff that grows with consecutive failures
-(a life that produced a line resets it).
+period. Each line is handed to a callback as bytes, exactly once. The child is run
+by the one child supervisor (:mod:`exporter.workers.supervisor`), as a worker is: in
+a session of its own (so stopping it stops anything it started) and dying with the
+daemon (its death signal set before neuron-monitor runs), its stderr relayed bounded,
+ended within a bound (SIGTERM, a grace, SIGKILL, a bounded reap: one that does not die
+is counted stuck and holds back the next start until it does), with a config file the
+daemon writes. A child that exits, or prints nothing for ``STALL_PERIODS`` periods, is
+ended and started again after a backoff that grows with consecutive failures (a life
+that produced a line resets it).
 
 The line limit is the configured ``max_line_bytes``, far above asyncio's 64 KiB
 default: a large trn2 host's report is bigger than that. A longer line is
@@ -27,8 +30,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exporter import child_output, log
-from exporter.backoff import restart_delay
+from exporter import log
+from exporter.workers import supervisor
+from exporter.workers.stuck import StuckProcesses
 
 # No line for this many periods is a stall.
 STALL_PERIODS = 3
@@ -56,6 +60,7 @@ class MonitorState:
     last_line_at: float | None = None  # wall clock
     last_reason: str = ""
     last_detail: str = ""
+    stuck_processes: int = 0  # ended children that have not died (see the module docstring)
 
 
 def monitor_config(period: float) -> dict[str, Any]:
@@ -86,11 +91,13 @@ class Monitor:
         self.max_line_bytes = max_line_bytes
         self.on_line = on_line
         self.state = MonitorState()
-        self._log = log.get(source=source)
+        self._context = {"source": source}
+        self._log = log.get(**self._context)
         self._task: asyncio.Task[None] | None = None
         self._proc: asyncio.subprocess.Process | None = None
         self._dir = ""
-        self._failures = 0
+        self._backoff = supervisor.Backoff()
+        self._stuck = StuckProcesses(self._log)
 
     def resolve(self) -> str | None:
         """The program's path, or None when it cannot be found."""
@@ -124,9 +131,10 @@ class Monitor:
     async def _supervise(self) -> None:
         while True:
             produced = await self._life()
-            self._failures = 0 if produced else self._failures + 1
+            if produced:
+                self._backoff.good()
+            delay = self._backoff.bad()
             self.state.restarts += 1
-            delay = restart_delay(max(self._failures, 1))
             self.state.state = "backoff"
             self._log.warning(
                 "neuron-monitor restarting",
@@ -138,15 +146,17 @@ class Monitor:
 
     async def _life(self) -> bool:
         """Run one child until it exits or stalls; True when it produced a line."""
+        alive = await self._stuck.unknown_gone()
+        self.state.stuck_processes = len(alive)
+        if alive:
+            pids = ", ".join(str(p.pid) for p in alive)
+            self.note("unkillable", f"ended neuron-monitor {pids} has not exited; none started")
+            return False
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *self.command,
-                "-c",
-                self._config_path,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,
+            proc = await supervisor.spawn(
+                [*self.command, "-c", self._config_path],
+                guard=True,
+                stdin=False,
                 limit=self.max_line_bytes,
             )
         except OSError as exc:
@@ -156,7 +166,15 @@ class Monitor:
         self._proc = proc
         self.state.state, self.state.pid = "running", proc.pid
         self._log.info("neuron-monitor started", pid=proc.pid)
-        stderr = asyncio.create_task(self._drain(proc))
+        relay = supervisor.Relay(
+            self._log,
+            "neuron-monitor",
+            pid_key="pid",
+            per_life=STDERR_LINES_PER_LIFE,
+            structured=False,
+            context=self._context,
+        )
+        stderr = asyncio.create_task(relay.drain(proc))
         produced = False
         try:
             produced = await self._read(proc)
@@ -165,6 +183,7 @@ class Monitor:
             stderr.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await stderr
+            supervisor.close_transport(proc)
             self._proc = None
             self.state.pid = None
         return produced
@@ -197,23 +216,14 @@ class Monitor:
             self.state.last_line_at = time.time()
             self.on_line(line)
 
-    async def _drain(self, proc: asyncio.subprocess.Process) -> None:
-        assert proc.stderr is not None
-        pid = proc.pid
-        await child_output.drain(
-            proc.stderr,
-            STDERR_LINES_PER_LIFE,
-            lambda line: self._log.info("neuron-monitor output", pid=pid, line=line[:500]),
-            lambda: self._log.warning("neuron-monitor output suppressed", pid=pid),
-        )
-
     async def _end(self, proc: asyncio.subprocess.Process) -> None:
-        """Stop the child's process group and reap it, also when cancelled."""
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(proc.wait()), STOP_GRACE_SECONDS)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        await asyncio.shield(proc.wait())
+        """SIGTERM to the child's group, a grace, SIGKILL, a bounded reap; also when cancelled."""
+        reaped = await supervisor.end(
+            proc,
+            ask=lambda: supervisor.signal_group(proc, signal.SIGTERM),
+            grace=STOP_GRACE_SECONDS,
+        )
+        if not reaped:
+            self._stuck.unknown.append(proc)
+            self.state.stuck_processes = self._stuck.count()
+            self._log.error("ended neuron-monitor stuck", pid=proc.pid)

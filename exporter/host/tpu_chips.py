@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.backends.sysfs import SysfsError, numbered_nodes, pci_functions, pci_present
+from exporter.host.sysfs import SysfsError, numbered_nodes, pci_functions, pci_present
 
 GOOGLE_PCI_VENDOR = "0x1ae0"
 

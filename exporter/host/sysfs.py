@@ -2,7 +2,7 @@
 
 Three parts of the daemon count hardware without a vendor library: the PCI census
 beside every device source (``exporter.sources.pci``), the TPU chips
-(``exporter.backends.tpu_chips``) and the Neuron devices (``exporter.backends.neuron_devices``).
+(``exporter.host.tpu_chips``) and the Neuron devices (``exporter.host.neuron_devices``).
 They read the same tree the same way through this module: what a PCI function is,
 how an attribute is read (short, ASCII, never trusted to exist), how a device node
 is numbered. Paths are joined under a configurable root, as a container mounts the
