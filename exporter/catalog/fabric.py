@@ -24,7 +24,7 @@ PORT = ("nic", "port")
 BUS = ("pci_bus_id",)
 # How a NIC was joined to a GPU: behind the same PCIe switch, else on the same NUMA node.
 JOIN_VIA = ("pcie_switch", "numa_node")
-PCI_KINDS = ("accelerator", "nic")
+PCI_KINDS = ("accelerator", "nic", "pcie_switch")
 
 ROWS = (
     MetricSpec(
@@ -194,7 +194,8 @@ ROWS = (
         "accel_pci_device_info",
         Kind.INFO,
         "A PCI function the fabric source watches: an accelerator (device and uuid once its "
-        "device source named it) or an RDMA NIC (nic).",
+        "device source named it), an RDMA NIC (nic), or the upstream port of a PCIe switch "
+        "above them (pcie_switch: its link is the switch's uplink to the CPU).",
         ("pci_bus_id", "kind", "device", "uuid", "nic"),
         values={"kind": PCI_KINDS},
     ),

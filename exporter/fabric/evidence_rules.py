@@ -1,12 +1,14 @@
 """What the fabric tells a GPU's verdict: evidence for the board (exporter.evidence).
 
-Four reasons, each ``degraded`` (the GPU works; its path to the job's traffic does
+Five reasons, each ``degraded`` (the GPU works; its path to the job's traffic does
 not work as it should), never ``failed``, and each posted by the GPU's PCI bus id so
 it reaches the GPU's verdict whichever source judges it:
 
 - ``pcie_link_downtrained``: the GPU's own link trained below its maximum (fewer
   lanes, or a speed between the idle 2.5 GT/s and the maximum), seen at two polls in
   a row (a link is read while it retrains).
+- ``pcie_switch_link_downtrained``: the same of the uplink of the PCIe switch above the
+  GPU (every GPU and NIC behind it shares that link to the CPU).
 - ``nic_pcie_link_downtrained``: the same of a NIC that serves the GPU.
 - ``nic_port_down``: a port of a NIC that serves the GPU went down after it was up
   and is still down (an outage under way).
@@ -28,9 +30,10 @@ from exporter.verdict import DEGRADED
 SOURCE = "fabric"
 GPU_DOWNTRAINED = "pcie_link_downtrained"
 NIC_DOWNTRAINED = "nic_pcie_link_downtrained"
+SWITCH_DOWNTRAINED = "pcie_switch_link_downtrained"
 NIC_PORT_DOWN = "nic_port_down"
 NIC_MISSING = "nic_missing"
-REASONS = (GPU_DOWNTRAINED, NIC_DOWNTRAINED, NIC_PORT_DOWN, NIC_MISSING)
+REASONS = (GPU_DOWNTRAINED, SWITCH_DOWNTRAINED, NIC_DOWNTRAINED, NIC_PORT_DOWN, NIC_MISSING)
 
 AMD_PCI_VENDOR = 0x1002
 # AMD's service action guide names both conditions and their procedure (the node
@@ -136,6 +139,31 @@ _NIC_GONE = Advice(
     "exporter_rule",
     RULE,
 )
+
+
+_SWITCH_PATH = Advice(
+    INSPECT_HARDWARE,
+    "device",
+    "",
+    "the PCIe switch above the GPU trained its uplink below its maximum: every GPU and NIC"
+    " behind it shares the lost bandwidth; check the switch's seating and its riser or cable"
+    " to the CPU",
+    "exporter_rule",
+    RULE,
+)
+
+
+def switch_downtrained(link: PciLink, what: str, since: float, expires: float) -> Evidence:
+    """The uplink of the PCIe switch above the GPU trained below its maximum."""
+    return Evidence(
+        SOURCE,
+        SWITCH_DOWNTRAINED,
+        DEGRADED,
+        _SWITCH_PATH,
+        since,
+        expires,
+        f"PCIe switch {link.address} uplink at {describe(link)} ({what} below the maximum)",
+    )
 
 
 def nic_downtrained(nic: str, link: PciLink, what: str, since: float, expires: float) -> Evidence:

@@ -121,6 +121,12 @@ class FabricLedger:
         if self._file is not None:
             self._file.claim(self)
 
+    def rename(self, old: str, new: str) -> None:
+        """NIC ``old`` is now called ``new`` (RDMA names follow probe order): move its memory."""
+        self.nics[new] = self.nics.pop(old)
+        for key in [k for k in self.ports if k.startswith(old + "/")]:
+            self.ports[new + key[len(old) :]] = self.ports.pop(key)
+
     def port(self, key: str) -> PortMemory:
         """The memory of port ``key`` (``mlx5_0/1``), made on first sight."""
         found = self.ports.get(key)

@@ -35,7 +35,8 @@ from exporter.fabric import evidence_rules as rules
 from exporter.fabric.join import Placement, served
 from exporter.fabric.ledger import FabricLedger, NicMemory
 from exporter.fabric.ports import observe
-from exporter.host.infiniband import DATA_COUNTERS, ERROR_COUNTERS, HW_COUNTERS, Nic, read_nics
+from exporter.fabric.readings import Identity, nic_readings, pci_readings
+from exporter.host.infiniband import Nic, read_nics
 from exporter.host.pcie import PciLink, bridges_of, read_link, switch_of
 from exporter.host.sysfs import SysfsError, hex_attr, pci_functions
 from exporter.host.sysfs_read import READ_REASONS, ReadProblem
@@ -44,14 +45,6 @@ from exporter.sources.base import BlockingCall, Source, StoreReader
 from exporter.sources.pci import VENDOR_IDS, is_accelerator, normalize_bus_id
 
 _KNOWN_VENDORS = frozenset(VENDOR_IDS.values())
-
-
-@dataclass(frozen=True)
-class Identity:
-    """A device as its device source names it."""
-
-    device: str
-    uuid: str
 
 
 _BUS = INFO_LABELS.index("pci_bus_id")
@@ -87,6 +80,8 @@ class Scan:
     links: dict[str, PciLink]
     problems: list[ReadProblem] = field(default_factory=list)
     pci_problem: str = ""
+    # The upstream ports of the PCIe switches above them (their links are in ``links``).
+    switches: tuple[str, ...] = ()
 
 
 def accelerators_on(sys_path: Path) -> dict[str, int]:
@@ -124,7 +119,14 @@ def scan(sys_path: str) -> Scan:
         link = read_link(sys_path, address, problems)
         if link is not None:
             links[address] = link
-    return Scan(found.nics, accelerators, links, problems, pci_problem)
+    # The uplink of each switch above them (its upstream port to the root port): one
+    # trained at x8 halves the bandwidth of every GPU and NIC behind it.
+    switches = sorted({link.pcie_switch for link in links.values() if link.pcie_switch})
+    for address in switches:
+        link = read_link(sys_path, address, problems)
+        if link is not None:
+            links[address] = link
+    return Scan(found.nics, accelerators, links, problems, pci_problem, tuple(switches))
 
 
 class FabricSource(Source):
@@ -204,8 +206,8 @@ class FabricSource(Source):
         named = identities(view.readings("accel_device_info") if view is not None else [])
         present = self._account_nics(found, now)
         readings = [
-            *self._nic_readings(present, named, now),
-            *self._pci_readings(found, present, named),
+            *nic_readings(self.ledger, present, named, now),
+            *pci_readings(found.accelerators or {}, found.links, present, named, found.switches),
         ]
         self._post(found, present, now)
         trend.fabric_trends(self.board).post(readings, time.monotonic(), now)
@@ -245,6 +247,7 @@ class FabricSource(Source):
     def _account_nics(self, found: Scan, now: float) -> dict[str, Nic]:
         """Update the ledger with the NICs and ports read; the NICs present, by name."""
         present = {nic.name: nic for nic in found.nics}
+        self._follow_renames(present)
         gpus = None
         if found.accelerators is not None:
             gpus = [
@@ -282,6 +285,25 @@ class FabricSource(Source):
                 )
         return present
 
+    def _follow_renames(self, present: Mapping[str, Nic]) -> None:
+        """A NIC remembered under one name and present under another keeps its counts.
+
+        RDMA device names follow the drivers' probe order (``mlx5_0`` may come back as
+        ``mlx5_2`` after a reboot or a driver reload) unless udev renames them; the node
+        GUID and the PCI address say it is the same NIC, not one lost and one new.
+        """
+        by_identity: dict[str, str] = {}
+        for name, nic in present.items():
+            for ident in (nic.node_guid, nic.pci_bus_id):
+                if ident:
+                    by_identity.setdefault(ident, name)
+        for old in [n for n in self.ledger.nics if n not in present]:
+            memory = self.ledger.nics[old]
+            new = by_identity.get(memory.node_guid) or by_identity.get(memory.pci_bus_id)
+            if new and new not in self.ledger.nics:
+                self.ledger.rename(old, new)
+                self._log.info("NIC renamed", nic=new, was=old, pci_bus_id=memory.pci_bus_id)
+
     def _observe_port(
         self, nic: str, number: int, up: bool, counters: Mapping[str, int], now: float
     ) -> None:
@@ -300,118 +322,6 @@ class FabricSource(Source):
         elif step.flaps:
             # Down and up again between two polls: only link_downed saw it.
             self._log.warning("NIC port flapped", nic=nic, port=number, flaps=memory.flaps)
-
-    # -- readings ----------------------------------------------------------------
-
-    def _nic_readings(
-        self, present: Mapping[str, Nic], named: Mapping[str, tuple[Identity, ...]], now: float
-    ) -> list[Reading]:
-        out = []
-        for name, memory in sorted(self.ledger.nics.items()):
-            info = (
-                name,
-                memory.pci_bus_id,
-                memory.link_layer,
-                memory.node_guid,
-                memory.firmware_version,
-                memory.numa_node,
-                memory.pcie_switch,
-            )
-            out.append(Reading("accel_nic_info", info, 1.0))
-            out.append(Reading("accel_nic_missing", (name,), 0.0 if memory.present else 1.0))
-            out.append(
-                Reading("accel_nic_disappearances_total", (name,), float(memory.disappearances))
-            )
-            for bus, via in sorted(memory.served.items()):
-                for ident in named.get(bus, ()):
-                    out.append(
-                        Reading(
-                            "accel_nic_gpu_info", (name, ident.device, ident.uuid, bus, via), 1.0
-                        )
-                    )
-        for name, nic in sorted(present.items()):
-            for port in nic.ports:
-                key = (name, str(port.number))
-                out.append(Reading("accel_nic_port_up", key, 1.0 if port.up else 0.0))
-                out.append(
-                    Reading(
-                        "accel_nic_port_state_info",
-                        (*key, port.state_word, port.phys_state_word),
-                        1.0,
-                    )
-                )
-                if port.rate is not None:  # bits to the base unit, bytes
-                    out.append(Reading("accel_nic_port_rate_bytes_per_second", key, port.rate / 8))
-                out.extend(
-                    Reading("accel_nic_port_errors_total", (*key, c), float(port.counters[c]))
-                    for c in ERROR_COUNTERS
-                    if c in port.counters
-                )
-                out.extend(
-                    Reading(
-                        "accel_nic_port_data_bytes_total",
-                        (*key, direction),
-                        float(port.counters[counter]),
-                    )
-                    for counter, direction in DATA_COUNTERS
-                    if counter in port.counters
-                )
-                out.extend(
-                    Reading("accel_nic_port_hw_events_total", (*key, c), float(port.hw_counters[c]))
-                    for c in HW_COUNTERS
-                    if c in port.hw_counters
-                )
-        for port_key, port_memory in sorted(self.ledger.ports.items()):
-            nic_name, _, port_number = port_key.partition("/")
-            labels = (nic_name, port_number)
-            out.append(Reading("accel_nic_port_flaps_total", labels, float(port_memory.flaps)))
-            outage = port_memory.outage_seconds(now)
-            out.append(Reading("accel_nic_port_outage_seconds_total", labels, outage))
-            if port_memory.last_outage is not None:
-                out.append(
-                    Reading("accel_nic_port_last_outage_seconds", labels, port_memory.last_outage)
-                )
-        return out
-
-    def _pci_readings(
-        self, found: Scan, present: Mapping[str, Nic], named: Mapping[str, tuple[Identity, ...]]
-    ) -> list[Reading]:
-        out = []
-        nic_at = {nic.pci_bus_id: name for name, nic in present.items() if nic.pci_bus_id}
-        for address in sorted(found.accelerators or {}):
-            for ident in named.get(address, (Identity("", ""),)):
-                out.append(
-                    Reading(
-                        "accel_pci_device_info",
-                        (address, "accelerator", ident.device, ident.uuid, ""),
-                        1.0,
-                    )
-                )
-        for address, name in sorted(nic_at.items()):
-            out.append(Reading("accel_pci_device_info", (address, "nic", "", "", name), 1.0))
-        for address, link in sorted(found.links.items()):
-            bus = (address,)
-            if link.speed is not None:
-                out.append(Reading("accel_pci_link_speed_transfers_per_second", bus, link.speed))
-            if link.max_speed is not None:
-                out.append(
-                    Reading("accel_pci_link_max_speed_transfers_per_second", bus, link.max_speed)
-                )
-            if link.width is not None:
-                out.append(Reading("accel_pci_link_width", bus, float(link.width)))
-            if link.max_width is not None:
-                out.append(Reading("accel_pci_link_max_width", bus, float(link.max_width)))
-            known = (link.width is not None and link.max_width is not None) or (
-                link.speed is not None and link.max_speed is not None
-            )
-            if known:
-                value = 1.0 if link.downtrained() else 0.0
-                out.append(Reading("accel_pci_link_downtrained", bus, value))
-            out.extend(
-                Reading("accel_pci_aer_errors_total", (address, severity), float(count))
-                for severity, count in sorted(link.aer.items())
-            )
-        return out
 
     # -- evidence ----------------------------------------------------------------
 
@@ -451,6 +361,12 @@ class FabricSource(Source):
                 link = found.links[address]
                 items.setdefault(address, []).append(
                     rules.gpu_downtrained(link, what, vendor, since, expires)
+                )
+            switch = found.links[address].pcie_switch if address in found.links else ""
+            if switch in settled:
+                what, since = settled[switch]
+                items.setdefault(address, []).append(
+                    rules.switch_downtrained(found.links[switch], what, since, expires)
                 )
         for name, memory in self.ledger.nics.items():
             evidence: list[Evidence] = []

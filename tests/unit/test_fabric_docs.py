@@ -95,7 +95,7 @@ def test_every_query_of_the_page_parses(tmp_path: Path) -> None:
     if promtool is None:
         pytest.fail("promtool is required (apt-get install prometheus)")
     queries = doc_queries()
-    assert len(queries) == 3
+    assert len(queries) == 4
     rules = tmp_path / "rules.yaml"
     rules.write_text(
         yaml.safe_dump(

@@ -131,10 +131,14 @@ def test_exact_readings_of_two_gpus_and_two_nics(tree: FabricSysfs) -> None:
         ("0000:24:00.0", "accelerator", "1", UUIDS[1], ""): 1.0,
         ("0000:19:00.0", "nic", "", "", "mlx5_0"): 1.0,
         ("0000:25:00.0", "nic", "", "", "mlx5_1"): 1.0,
+        ("0000:16:00.0", "pcie_switch", "", "", ""): 1.0,
+        ("0000:22:00.0", "pcie_switch", "", "", ""): 1.0,
     }
-    # Four links (2 GPUs, 2 NICs), none downtrained; the audio functions are not watched.
+    # Six links (2 GPUs, 2 NICs, 2 switch uplinks), none downtrained; the GPUs' audio
+    # functions are not watched.
+    watched = ("0000:18:00.0", "0000:24:00.0", "0000:19:00.0", "0000:25:00.0")
     assert family(got, "accel_pci_link_width") == {
-        (a,): 16.0 for a in ("0000:18:00.0", "0000:24:00.0", "0000:19:00.0", "0000:25:00.0")
+        (a,): 16.0 for a in (*watched, "0000:16:00.0", "0000:22:00.0")
     }
     assert set(family(got, "accel_pci_link_downtrained").values()) == {0.0}
     assert got[("accel_pci_link_speed_transfers_per_second", ("0000:18:00.0",))] == 32e9
@@ -263,6 +267,25 @@ def test_a_nic_that_disappears_is_missing_and_its_gpus_degraded(tree: FabricSysf
     assert family(got, "accel_nic_disappearances_total")[("mlx5_1",)] == 1  # counted once
 
 
+def test_a_nic_renamed_is_the_same_nic_with_its_counts(tree: FabricSysfs) -> None:
+    src, _, _, clock = source(tree)
+    poll(src)
+    tree.port_down("mlx5_1")
+    clock.now += 10
+    poll(src)
+    # After a driver reload the NIC comes back as mlx5_7: same GUID, same PCI address.
+    dev = (tree.ib / "mlx5_1").resolve()
+    (tree.ib / "mlx5_1").unlink()
+    dev.rename(dev.with_name("mlx5_7"))
+    (tree.ib / "mlx5_7").symlink_to(os.path.relpath(dev.with_name("mlx5_7"), tree.ib))
+    clock.now += 10
+    got = poll(src)
+    assert family(got, "accel_nic_missing") == {("mlx5_0",): 0, ("mlx5_7",): 0}
+    assert family(got, "accel_nic_disappearances_total") == {("mlx5_0",): 0, ("mlx5_7",): 0}
+    assert got[("accel_nic_port_flaps_total", ("mlx5_7", "1"))] == 1
+    assert ("accel_nic_port_flaps_total", ("mlx5_1", "1")) not in got
+
+
 def test_a_gpu_trained_at_x8_is_downtrained_and_degraded_from_the_second_poll(
     tree: FabricSysfs,
 ) -> None:
@@ -332,6 +355,22 @@ def test_a_downtrained_nic_degrades_the_gpus_it_serves(tree: FabricSysfs) -> Non
     (ev,) = board.for_device("", "0000:18:00.0", clock.now)
     assert ev.reason == "nic_pcie_link_downtrained"
     assert ev.detail.startswith("NIC mlx5_0 (0000:19:00.0) PCIe link at x8 of x16")
+
+
+def test_a_downtrained_switch_uplink_degrades_every_gpu_behind_it(tree: FabricSysfs) -> None:
+    tree.set_link("0000:22:00.0", width=8, speed=GEN4)
+    src, _, board, clock = source(tree)
+    got = poll(src)
+    assert got[("accel_pci_link_downtrained", ("0000:22:00.0",))] == 1
+    clock.now += 10
+    poll(src)
+    (ev,) = board.for_device("", "0000:24:00.0", clock.now)
+    assert (ev.reason, ev.detail) == (
+        "pcie_switch_link_downtrained",
+        "PCIe switch 0000:22:00.0 uplink at x8 of x16 lanes, 16.0 GT/s of 32.0 GT/s"
+        " (width+speed below the maximum)",
+    )
+    assert board.for_device("", "0000:18:00.0", clock.now) == []
 
 
 def test_counts_survive_a_restart_mid_outage(
