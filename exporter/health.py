@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from exporter import action_file, actions, afids, health_rules, log, scope
+from exporter import action_file, actions, afids, health_rules, log, scope, trend
 from exporter.catalog.device import INFO_LABELS
 from exporter.config.health import HealthConfig
 from exporter.evidence import BOARD, Evidence, EvidenceBoard
@@ -252,6 +252,8 @@ class HealthJudge:
     # memory only: after a restart the first poll is the baseline; a growth already
     # seen is kept as its event).
     _counted: dict[tuple[str, ...], float] = field(default_factory=dict)
+    # Error rates as trends (exporter.trend): degraded or predicted, never failed.
+    trends: trend.DeviceTrends = field(default_factory=trend.DeviceTrends)
     # Evidence from outside the source (diagnostics, the fabric, trends): exporter.evidence.
     evidence: EvidenceBoard = BOARD
     # identity -> its PCI bus id as accel_device_info last said (kept while it is unread).
@@ -272,6 +274,7 @@ class HealthJudge:
         self._site_wanted = config.afid_table
         self._site_seen = _file_signature(config.afid_table)
         self._load_site_table(config.afid_table)
+        self.trends = self.trends.reconfigured(config.trend_rules, self.source)
 
     def _refresh_site_table(self) -> None:
         """Read the site's AFID table again if its file changed since it was last read.
@@ -428,6 +431,7 @@ class HealthJudge:
         records = self._remember_afids(amd, wall)
         found = self._events_found(wall, field_action, records)
         amd_rules = _amd_reasons(amd, retired, found, self._escalated)
+        trended = self.trends.judge(readings, now, wall, unread)
         out = []
         for ident, reasons in devices.items():
             if ident in isolated:
@@ -450,6 +454,10 @@ class HealthJudge:
             health_rules.settle(reasons)
             findings = found.get(ident, [])
             _event_reasons(reasons, findings)
+            for t in trended.get(ident, ()):
+                if RANK[t.state] > RANK[reasons.get(t.reason, OK)]:
+                    reasons[t.reason] = t.state
+                findings.append(t.finding)
             name = field_action.get(ident, "none")
             if name == "drain_p2p":
                 reasons.setdefault("recovery_action", DEGRADED)
@@ -477,7 +485,7 @@ class HealthJudge:
             # exporter's worker: listed like a remembered event (the state stays unknown).
             self._add_evidence(ident, reasons, findings, wall)
             out.append(self._record(ident, reasons, findings, wall, why or "not read"))
-        return self._scoped(out, devices, named)
+        return self.trends.counted(self._scoped(out, devices, named))
 
     def _add_evidence(
         self, ident: Identity, reasons: dict[str, str], findings: list[Finding], wall: float
@@ -1194,4 +1202,7 @@ def readings(verdicts: Iterable[DeviceHealth]) -> list[Reading]:
         for uuid in verdict.scope_uuids:
             reach = (*ident, verdict.scope, uuid)
             out.append(Reading("accel_device_action_scope_info", reach, 1.0))
+        for signal, entry, count in verdict.downgraded:
+            labels2 = (*ident, signal, entry)
+            out.append(Reading("accel_health_signal_downgraded_total", labels2, count))
     return out

@@ -88,7 +88,8 @@ class DeviceHealth:
     ``action`` is ``none``; :mod:`exporter.scope` says
     how a scope whose members are not known widens), ``escalation`` the next action
     those findings name and ``escalation_scope`` how far that reaches ("": as far as
-    ``scope``).
+    ``scope``). ``downgraded`` counts what the noisy-signal registry lowered, by
+    signal and entry.
     """
 
     device: str
@@ -104,6 +105,9 @@ class DeviceHealth:
     scope_uuids: tuple[str, ...] = ()
     escalation: str = ""
     escalation_scope: str = ""
+    # (signal, registry entry, count): the trend hits the noisy-signal registry lowered
+    # or took away on this device since the daemon started (exporter.noisy_signals).
+    downgraded: tuple[tuple[str, str, float], ...] = ()
 
     @property
     def known(self) -> bool:

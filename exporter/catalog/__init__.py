@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType, ModuleType
 
-from exporter.catalog import ccl, device, diag, exporter_self, host, totals, workload
+from exporter.catalog import ccl, device, diag, exporter_self, fabric, host, totals, workload
 from exporter.catalog.spec import UNITS, Kind, MetricSpec
 from exporter.vendors import VENDORS
 
@@ -25,7 +25,18 @@ def _domains() -> tuple[ModuleType, ...]:
     # links, and render after their rows: they stay there, so no node's exposition
     # changes order.
     at = [vendor.name for vendor in VENDORS].index("amdsmi") + 1
-    return (exporter_self, host, device, *vendors[:at], totals, *vendors[at:], ccl, diag, workload)
+    return (
+        exporter_self,
+        host,
+        device,
+        *vendors[:at],
+        totals,
+        *vendors[at:],
+        ccl,
+        diag,
+        workload,
+        fabric,
+    )
 
 
 # Every domain module; one that sets FROM_WORKERS holds rows a device worker may send.

@@ -30,6 +30,18 @@ DEVICE_PARTS = 32768
 PROCESSES = 8192
 """A device times the processes, pods or jobs using it."""
 
+NICS = 256
+"""RDMA NICs of a node (InfiniBand or RoCE devices in /sys/class/infiniband; 8-16 seen)."""
+
+NIC_PORTS = NICS * 4
+"""A NIC times its ports (one or two on the HCAs seen)."""
+
+NIC_GPU_PAIRS = NICS * 64
+"""A NIC joined to a GPU: every NIC under one switch or NUMA node with every GPU there."""
+
+PCI_FUNCTIONS = 4096
+"""PCI functions the fabric source reads: accelerators, NICs and the switch ports above."""
+
 SMALL = 1024
 """Families keyed by a handful of things the daemon itself names: sources, reasons, vendors."""
 

@@ -154,6 +154,16 @@ ROWS = (
         max_series=budget.DEVICE_PARTS,
     ),
     MetricSpec(
+        "accel_health_signal_downgraded_total",
+        Kind.COUNTER,
+        "Trend rules raised on the device that the known-noisy-signal registry lowered or"
+        " took away, by the rule's signal and the registry entry (reason; docs/health.md,"
+        " Trends): the rate is still a trend, the verdict no longer rests on it.",
+        (*ID, "signal", "reason"),
+        otel_unit="{downgrade}",
+        max_series=budget.DEVICE_PARTS,
+    ),
+    MetricSpec(
         "accel_device_recommended_action",
         Kind.GAUGE,
         "What to do about a device, one-hot over none, restart_app, drain_p2p, reset_device,"
@@ -543,5 +553,6 @@ DAEMON_OWNED = frozenset(
         "accel_device_recommended_action",
         "accel_device_action_reason_info",
         "accel_device_action_scope_info",
+        "accel_health_signal_downgraded_total",
     }
 )

@@ -111,6 +111,23 @@ MINIMAL: frozenset[str] = frozenset(
         "accel_ccl_straggler_rank",
         "accel_ccl_collective_skew_ratio",
         "accel_ccl_collective_bus_bandwidth_bytes_per_second",
+        # The fabric: NIC ports, their joins to GPUs, PCIe training (the fabric alerts).
+        "accel_nic_port_up",
+        "accel_nic_port_errors_total",
+        "accel_nic_port_flaps_total",
+        "accel_nic_port_outage_seconds_total",
+        "accel_nic_missing",
+        "accel_nic_gpu_info",
+        "accel_pci_link_downtrained",
+        "accel_pci_aer_errors_total",
+        "accel_nic_port_last_outage_seconds",
+        # Interconnect error rates (the trend alerts, docs/health.md "Trends"): one series
+        # per device (per RAS block on AMD), and what the noisy-signal registry downgraded.
+        "accel_pcie_replays_total",
+        "accel_amd_pcie_recoveries_total",
+        "accel_amd_ecc_uncorrectable_errors_total",
+        "accel_amd_ecc_correctable_errors_total",
+        "accel_health_signal_downgraded_total",
     }
 )
 
@@ -159,6 +176,16 @@ SPARSE: Mapping[str, Mapping[str, Sparse]] = {
         # Nine throttle reasons per GPU, most of them never asserted on a given node.
         "accel_clock_violation_seconds_total": Sparse("accel_clock_violation_seconds_total", 3),
         "accel_nvlink_device_errors_total": Sparse("accel_nvlink_device_errors_total", 3),
+        # The interconnect error counters of the trend alerts: only the GPUs (and the dozen
+        # RAS blocks of an AMD GPU) that counted one.
+        "accel_pcie_replays_total": Sparse("accel_pcie_replays_total", 2),
+        "accel_amd_pcie_recoveries_total": Sparse("accel_amd_pcie_recoveries_total", 2),
+        "accel_amd_ecc_uncorrectable_errors_total": Sparse(
+            "accel_amd_ecc_uncorrectable_errors_total", 3
+        ),
+        "accel_amd_ecc_correctable_errors_total": Sparse(
+            "accel_amd_ecc_correctable_errors_total", 3
+        ),
     },
 }
 

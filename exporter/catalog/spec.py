@@ -22,6 +22,7 @@ UNITS: dict[str, str] = {
     "hertz": "Hz",
     "ratio": "1",
     "bytes_per_second": "By/s",
+    "transfers_per_second": "{transfer}/s",
     "": "1",
 }
 

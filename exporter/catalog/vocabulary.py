@@ -245,6 +245,64 @@ NVSENTINEL_FAILURES = (
     "grpc_missing",
     "internal",
 )
+
+# The fabric (exporter.host.infiniband, exporter.host.pcie, catalog/fabric.py).
+# InfiniBand port states as words, indexed by the number sysfs writes first ("4: ACTIVE";
+# IBA PortInfo PortState and PortPhysicalState); a number past the end is "unknown".
+NIC_PORT_STATES = ("nop", "down", "init", "armed", "active", "active_defer")
+# A port state number IBA does not name (or an unread physical state).
+NIC_UNKNOWN_STATE = "unknown"
+NIC_PHYS_STATES = (
+    "no_state_change",
+    "sleep",
+    "polling",
+    "disabled",
+    "port_configuration_training",
+    "link_up",
+    "link_error_recovery",
+    "phy_test",
+)
+# The standard port counters exported, by their sysfs names (ports/N/counters): IBA
+# PortCounters, every one an error or a link event.
+NIC_ERROR_COUNTERS = (
+    "link_downed",
+    "link_error_recovery",
+    "symbol_error",
+    "port_rcv_errors",
+    "port_rcv_remote_physical_errors",
+    "port_rcv_switch_relay_errors",
+    "port_xmit_discards",
+    "port_xmit_constraint_errors",
+    "port_rcv_constraint_errors",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+    "VL15_dropped",
+)
+# Driver counters worth a series (mlx5's ports/N/hw_counters; other drivers name a
+# subset): transport retries and drops the fabric causes, RoCE congestion notifications.
+NIC_HW_COUNTERS = (
+    "out_of_buffer",
+    "out_of_sequence",
+    "packet_seq_err",
+    "local_ack_timeout_err",
+    "rnr_nak_retry_err",
+    "implied_nak_seq_err",
+    "duplicate_request",
+    "req_cqe_error",
+    "resp_cqe_error",
+    "req_remote_access_errors",
+    "roce_adp_retrans",
+    "roce_slow_restart",
+    "np_cnp_sent",
+    "rp_cnp_handled",
+    "np_ecn_marked_roce_packets",
+)
+NIC_DATA_DIRECTIONS = ("transmit", "receive")
+# PCIe AER by severity (aer_dev_correctable, aer_dev_nonfatal, aer_dev_fatal).
+AER_SEVERITIES = ("correctable", "nonfatal", "fatal")
+# Why a fabric sysfs file was not used: listed and gone when read, the read failed, or
+# its text is not the kernel's format.
+FABRIC_READ_REASONS = ("vanished", "unreadable", "malformed")
 # Diagnostic results read from files (exporter/diag): a test's result on a device, what
 # became of a file of a known suite, and why a file was refused (exporter.diag.model).
 DIAG_RESULTS = ("pass", "warn", "fail", "skip")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
 
 from exporter import action_file
 from exporter.actions import Advice
@@ -45,6 +48,9 @@ class HealthConfig:
         "", "a site's AMD-supplied AFID -> action file (YAML), over the inferred one"
     )
     state_dir: str = setting("", "where the health memory (XIDs, AFIDs, resets) survives restarts")
+    trend_rules: FilePath = setting(
+        "", "a YAML file of error-rate trend rules replacing the shipped ones"
+    )
 
     def check(self) -> list[tuple[str, str]]:
         """A positive window; override keys that are codes, words of the vocabulary.
@@ -76,6 +82,8 @@ class HealthConfig:
                 action_file.load(self.afid_table)
             except action_file.ActionFileError as exc:
                 out.append(("afid_table", str(exc)))
+        if self.trend_rules:
+            out.extend(("trend_rules", problem) for problem in _trend_problems(self.trend_rules))
         return out
 
     def xid_advice(self) -> dict[str, Advice]:
@@ -85,6 +93,17 @@ class HealthConfig:
     def afid_advice(self) -> dict[str, Advice]:
         """``afid_actions`` as advice by code (provenance ``config``)."""
         return _advice(self.afid_actions, "health.afid_actions")
+
+
+def _trend_problems(path: str) -> list[str]:
+    """What is wrong with a trend rules file ([]: it loads); read here, the judge reads it again."""
+    from exporter import trend  # the rules need the catalog: only when a file is named
+
+    try:
+        trend.load_rules(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
+        return [f"{path}: {exc}"]
+    return []
 
 
 def _advice(table: dict[str, ActionOverride], key: str) -> dict[str, Advice]:

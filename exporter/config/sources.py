@@ -15,6 +15,7 @@ from exporter.config.devices import (
     TpuSourceConfig,
 )
 from exporter.config.diag import DiagSourceConfig
+from exporter.config.fabric import FabricSourceConfig
 from exporter.config.host import CudaCheckpointSourceConfig, HostSourceConfig
 from exporter.vendors import VENDORS
 
@@ -30,6 +31,7 @@ class SourcesConfig:
         "ccl_ras": "NCCL/RCCL job health from the RAS service (port 28028)",
         "ccl_inspector": "NCCL/RCCL Inspector profiler plugin output (JSONL files)",
         "cuda_checkpoint": "CUDA checkpoint state of GPU processes (CUDA 12.8+)",
+        "fabric": "InfiniBand/RoCE NICs and PCIe link training from sysfs, joined to GPUs",
         "diag": "diagnostic results (dcgmi diag --json, AGFHC, RVS) from a directory",
     }
 
@@ -43,6 +45,9 @@ class SourcesConfig:
         **{word: vendor.name for vendor in VENDORS for word in vendor.synonyms},
         "nccl": "ccl_ras",
         "rccl": "ccl_ras",
+        "infiniband": "fabric",
+        "rdma": "fabric",
+        "pcie": "fabric",
     }
 
     # One typed field per vendor of exporter.vendors.VENDORS, in its order (mypy knows a
@@ -57,4 +62,5 @@ class SourcesConfig:
     ccl_ras: CclRasSourceConfig = field(default_factory=CclRasSourceConfig)
     ccl_inspector: CclInspectorSourceConfig = field(default_factory=CclInspectorSourceConfig)
     cuda_checkpoint: CudaCheckpointSourceConfig = field(default_factory=CudaCheckpointSourceConfig)
+    fabric: FabricSourceConfig = field(default_factory=FabricSourceConfig)
     diag: DiagSourceConfig = field(default_factory=DiagSourceConfig)

@@ -19,7 +19,6 @@ import contextlib
 import html
 import io
 import json
-import selectors
 import socket
 import ssl
 import struct
@@ -44,6 +43,7 @@ from exporter.outputs.http_conns import (
     HttpCounters,
 )
 from exporter.outputs.prometheus import Exposition
+from exporter.outputs.serve_loop import serve_until
 
 # Endpoints a kubelet probe must reach without credentials; they reveal nothing.
 UNAUTHENTICATED = frozenset({"/healthz", "/readyz"})
@@ -148,23 +148,6 @@ class _Server(ThreadingHTTPServer):
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.get(output="http").debug("connection error", client=client_address[0])
-
-    def serve_until(self, wake: socket.socket) -> None:
-        """Accept connections until ``wake`` becomes readable; asleep in between.
-
-        socketserver's ``serve_forever`` wakes every poll interval to look for a
-        shutdown request (five times a second, an idle daemon's most frequent timer):
-        this sleeps on the listening socket and on ``wake``, which stopping writes to.
-        """
-        with selectors.DefaultSelector() as selector:
-            selector.register(self, selectors.EVENT_READ)
-            selector.register(wake, selectors.EVENT_READ)
-            while True:
-                ready = {key.fileobj for key, _ in selector.select()}
-                if wake in ready:
-                    return
-                # What serve_forever calls for a ready socket (typeshed does not list it).
-                self._handle_request_noblock()  # type: ignore[attr-defined]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -430,7 +413,7 @@ class HttpServer:
         self._server.conns = Connections(config, endpoints.counters, endpoints.publish)
         self._apply(config, tls)
         self._thread: threading.Thread | None = None
-        # Written to once, to end the serving thread (see _Server.serve_until).
+        # Written to once, to end the serving thread (see serve_loop.serve_until).
         self._wake: tuple[socket.socket, socket.socket] | None = None
 
     def _apply(self, config: WebConfig, tls: ssl.SSLContext | None) -> None:
@@ -477,7 +460,7 @@ class HttpServer:
         """Serve on a daemon thread."""
         self._wake = socket.socketpair()
         self._thread = threading.Thread(
-            target=self._server.serve_until, args=(self._wake[0],), name="http", daemon=True
+            target=serve_until, args=(self._server, self._wake[0]), name="http", daemon=True
         )
         self._thread.start()
         self._server.conns.start()

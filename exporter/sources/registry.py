@@ -77,6 +77,14 @@ def _ccl_inspector(config: Config) -> Source:
     return CclInspectorSource("ccl_inspector", config.sources.ccl_inspector)
 
 
+def _fabric(config: Config) -> Source:
+    from exporter.sources.fabric import FabricSource
+
+    section = config.sources.fabric
+    # Its own state directory, else the health memory's (where a deployment keeps state).
+    return FabricSource("fabric", section, section.state_dir or config.health.state_dir)
+
+
 def _cuda_checkpoint(config: Config) -> Source:
     from exporter.sources.checkpoint import CheckpointSource
 
@@ -101,6 +109,7 @@ FACTORIES: dict[str, Factory] = {
     **{vendor.name: device_factory(vendor) for vendor in VENDORS},
     "ccl_ras": _ccl_ras,
     "ccl_inspector": _ccl_inspector,
+    "fabric": _fabric,
     # Enrichers come last: they read what the sources above reported.
     "cuda_checkpoint": _cuda_checkpoint,
     # Matches result files to the devices the device sources listed.

@@ -11,7 +11,7 @@ from tests.helpers.cli import REPO, record, run_cli
 # Only the host source: no vendor library on a CI machine, no RAS or Inspector jobs.
 HOST_ONLY = [
     f"--sources.{name}.enabled=false"
-    for name in ("nvml", "amdsmi", "tpu", "neuron", "ccl_ras", "ccl_inspector")
+    for name in ("nvml", "amdsmi", "tpu", "neuron", "ccl_ras", "ccl_inspector", "fabric")
 ] + ["--workload.enabled=false"]
 # The same as environment variables (a check's own flags follow its name; config comes
 # from --config.file or the environment).

@@ -61,6 +61,30 @@ def probes_off(
     return out
 
 
+# The fabric source is on by default and reads the host's /sys: a daemon a test starts
+# runs without it unless the test names it (its own fake sysfs, tests/fakes/fabric_sysfs.py),
+# so no test's series depend on the machine's PCI bus. The diag source, on by default too,
+# reads a host directory: likewise (the diag tests name theirs).
+HOST_SOURCES = ("fabric", "diag")
+
+
+def host_sources_off(
+    config: Mapping[str, Any], args: Sequence[str], env: Mapping[str, str]
+) -> dict[str, str]:
+    """The environment that disables each of HOST_SOURCES that the test does not name."""
+    out = {}
+    for source in HOST_SOURCES:
+        variable = f"ACCEL_EXPORTER_SOURCES__{source.upper()}__"
+        named = (
+            source in (config.get("sources") or {})
+            or any(arg.startswith(f"--sources.{source}.") for arg in args)
+            or any(key.startswith(variable) for key in env)
+        )
+        if not named:
+            out[variable + "ENABLED"] = "false"
+    return out
+
+
 @dataclass
 class Response:
     status: int
@@ -138,7 +162,11 @@ class Daemon:
         self.env = dict(env or {})
         # Under pytest only: a bench (bench/idle.py, ...) measures the daemon as it ships.
         if not library_probes and "PYTEST_CURRENT_TEST" in os.environ:
-            self.env = {**probes_off(self.config, self.args, self.env), **self.env}
+            self.env = {
+                **probes_off(self.config, self.args, self.env),
+                **host_sources_off(self.config, self.args, self.env),
+                **self.env,
+            }
         self.extra_sources = extra_sources
         self.listen = listen
         self.scheme = scheme

@@ -33,7 +33,7 @@ from exporter.sources.registry import FACTORIES, build_sources
 from exporter.vendors import HLML, LEVELZERO, VENDORS, Vendor
 
 # Sources that are no vendor's: the host and the job / workload sources.
-NOT_VENDORS = ("host", "ccl_ras", "ccl_inspector", "cuda_checkpoint", "diag", "workload")
+NOT_VENDORS = ("host", "ccl_ras", "ccl_inspector", "cuda_checkpoint", "diag", "fabric", "workload")
 
 
 def section_types() -> dict[str, type]:
@@ -145,6 +145,7 @@ def test_what_is_derived_from_the_vendors():
         "ccl",
         "diag",
         "workload",
+        "fabric",
     ]
 
 
