@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
-from exporter.config.fields import Duration, Enabled, at_least
+from exporter.config.fields import Duration, Enabled, at_least, setting
 from exporter.config.source import SourceConfig
 
 # Where the Slurm prolog/epilog and the Kubernetes pre-flight Job of docs/diagnostics.md
@@ -17,19 +16,17 @@ DEFAULT_PATH = "/var/lib/accel-exporter/diag"
 class DiagSourceConfig(SourceConfig):
     """Diagnostic results (dcgmi diag --json, AGFHC, RVS) read from a directory."""
 
-    HELP: ClassVar[dict[str, str]] = {
-        "path": "directory of result files (*.json); absent: no results, no error",
-        "max_file_bytes": "a larger file is refused (too_large), not read",
-        "max_files": "newest files read; older ones beyond it are refused (too_many_files)",
-    }
-
     # auto: a node without the directory reports the source unavailable (not an error) and
     # looks again every minute; true: it reports the directory absent, polling as usual.
     enabled: Enabled = "auto"
     interval: Duration = 30.0
-    path: str = DEFAULT_PATH
-    max_file_bytes: int = 4 * 1024 * 1024
-    max_files: int = 256
+    path: str = setting(
+        DEFAULT_PATH, "directory of result files (*.json); absent: no results, no error"
+    )
+    max_file_bytes: int = setting(4 * 1024 * 1024, "a larger file is refused (too_large), not read")
+    max_files: int = setting(
+        256, "newest files read; older ones beyond it are refused (too_many_files)"
+    )
 
     def check(self) -> list[tuple[str, str]]:
         """A file limit of at least 1 KiB, at least one file, a path."""

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
-from exporter.config.fields import Duration, Enabled
+from exporter.config.fields import Duration, Enabled, setting
 from exporter.config.source import SourceConfig
 
 
@@ -19,12 +18,9 @@ class FabricSourceConfig(SourceConfig):
     flap and outage counts live in memory only.
     """
 
-    HELP: ClassVar[dict[str, str]] = {
-        "sys_path": "where /sys is read (the host's, in a container)",
-        "state_dir": "where flap, outage and lost-NIC counts persist ('': health.state_dir)",
-    }
-
     enabled: Enabled = True
     interval: Duration = 10.0
-    sys_path: str = "/sys"
-    state_dir: str = ""
+    sys_path: str = setting("/sys", "where /sys is read (the host's, in a container)")
+    state_dir: str = setting(
+        "", "where flap, outage and lost-NIC counts persist ('': health.state_dir)"
+    )
