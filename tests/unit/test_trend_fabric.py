@@ -167,3 +167,99 @@ class NamedGpus:
                 Reading("accel_device_info", tuple(info.get(k, "") for k in INFO_LABELS), 1.0)
             )
         return View((), rows)
+
+
+def flaps(nic: str, count: float) -> Reading:
+    return Reading("accel_nic_port_flaps_total", (nic, "1"), float(count))
+
+
+def judged(board: EvidenceBoard, wall: float) -> dict[str, dict[str, str]]:
+    """The real judge's reasons for GPUs a and b, with the board's evidence."""
+    judge = HealthJudge(evidence=board, wall=lambda: wall)
+    info = []
+    for dev, uuid, bus in (GPU_A, GPU_B):
+        labels = ["nvidia", dev, uuid, "H100", bus] + [""] * 11
+        info += [
+            Reading("accel_device_up", (dev, uuid), 1.0),
+            Reading("accel_device_info", tuple(labels), 1.0),
+        ]
+    return {r.uuid: r.reason_states() for r in judge.judge(info)}
+
+
+def test_a_port_that_keeps_flapping_degrades_its_gpus_and_a_one_off_flap_does_not():
+    board = EvidenceBoard()
+    fabric = FabricTrends(board=board)
+    (rule,) = [r for r in FABRIC_RULES if r.reason == "nic_port_flap_rate"]
+    assert (rule.length_s, rule.raise_windows, rule.clear_windows) == (300, 2, 6)
+    t = 0.0
+
+    def poll(a: float, b: float) -> float:
+        nonlocal t
+        fabric.post([*joins(), flaps("mlx5_0", a), flaps("mlx5_1", b)], t, 1_000_000.0 + t)
+        t += 300.0
+        return 1_000_000.0 + t - 300.0
+
+    # mlx5_1 flaps once and never again (a one-off); mlx5_0 flaps in each window.
+    poll(0, 0)
+    wall = poll(1, 1)
+    assert board.sources() == []  # one window above: not yet
+    wall = poll(2, 1)
+    (found,) = board.for_device("GPU-a", GPU_A[2], wall)
+    assert (found.source, found.reason, found.state) == ("trend", "nic_port_flap_rate", "degraded")
+    assert found.detail.startswith("NIC mlx5_0 port 1: accel_nic_port_flaps_total{")
+    assert board.for_device("GPU-b", GPU_B[2], wall) == []
+    assert judged(board, wall) == {"GPU-a": {"nic_port_flap_rate": "degraded"}, "GPU-b": {}}
+    # Six quiet windows (half an hour) clear it; five do not.
+    for _ in range(5):
+        wall = poll(2, 1)
+    assert [e.reason for e in board.for_device("GPU-a", GPU_A[2], wall)] == ["nic_port_flap_rate"]
+    wall = poll(2, 1)
+    assert board.sources() == []
+
+
+def test_a_fatal_aer_error_degrades_the_device_for_an_hour_and_never_fails_it():
+    board = EvidenceBoard()
+    fabric = FabricTrends(board=board)
+    # GPU b's link saw one fatal error in a minute; then none, for an hour.
+    t = run(fabric, {("aer", GPU_B[2], "fatal"): 1}, 1)
+    wall = 1_000_000.0 + t - 60.0
+    (found,) = board.for_device("GPU-b", GPU_B[2], wall)
+    assert (found.reason, found.state) == ("pcie_aer_fatal_rate", "degraded")
+    assert judged(board, wall) == {"GPU-a": {}, "GPU-b": {"pcie_aer_fatal_rate": "degraded"}}
+    readings = [*joins(), aer(GPU_B[2], "fatal", 1.0)]
+    for minute in range(60):
+        fabric.post(readings, t, 1_000_000.0 + t)
+        wall = 1_000_000.0 + t
+        t += 60.0
+        if minute == 58:  # 59 quiet windows: still degraded
+            assert [e.reason for e in board.for_device("GPU-b", GPU_B[2], wall)] == [
+                "pcie_aer_fatal_rate"
+            ]
+    assert board.sources() == []
+
+
+def test_the_fabric_source_posts_a_flapping_port_for_the_gpu_behind_the_nic(tmp_path):
+    # The real source on the fake sysfs: link_downed grows between polls (flaps too fast
+    # for a poll to see the state), counted as flaps, judged by the shipped flap rule
+    # shortened to windows of 0.2 s.
+    shipped = next(r for r in FABRIC_RULES if r.reason == "nic_port_flap_rate")
+    rule = replace(shipped, length_s=0.2, threshold_per_s=1.0)
+    tree = FabricSysfs(tmp_path / "sys")
+    tree.node(2)
+    board = EvidenceBoard()
+    fabric_trends(board, rules=(rule,))
+    src = FabricSource("fabric", FabricSourceConfig(sys_path=str(tree.root), interval=10.0), "",
+                       board=board)  # fmt: skip
+    src.attach(NamedGpus())
+    downs = 0
+    for _ in range(4):
+        tree.set_counter("mlx5_1", "link_downed", downs)
+        readings = asyncio.run(src.poll())
+        downs += 10  # ten flaps between polls >= 0.25 s apart: above 1/s however loaded
+        time.sleep(0.25)
+    got = {(r.metric, r.labels): r.value for r in readings}
+    assert got[("accel_nic_port_flaps_total", ("mlx5_1", "1"))] == 30
+    now = time.time()
+    (found,) = board.for_device("GPU-aaaa-0001", "0000:24:00.0", now)
+    assert (found.source, found.reason, found.state) == ("trend", "nic_port_flap_rate", "degraded")
+    assert board.for_device("GPU-aaaa-0000", "0000:18:00.0", now) == []
