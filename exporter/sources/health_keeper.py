@@ -30,7 +30,7 @@ import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from exporter import log, state_file
@@ -104,6 +104,15 @@ class HealthKeeper(StateBook):
             self._file.release(self)
 
     # -- around a poll -----------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def around_poll(self) -> AsyncIterator[None]:
+        """A poll between :meth:`before_poll` and :meth:`after_poll`, whatever its outcome."""
+        await self.before_poll()
+        try:
+            yield
+        finally:
+            await self.after_poll()
 
     async def before_poll(self) -> None:
         """Recall the file at the first poll; take this source's clear requests."""
