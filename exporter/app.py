@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from exporter import __version__, health_api, log
 from exporter.config import Config, load_config
@@ -52,6 +52,29 @@ class Runtime:
     sources: list[Source]
     scheduler: Scheduler
     outputs: list[Output] = field(default_factory=list)
+
+
+class _Rebuilt(Protocol):
+    """What a reload may keep: a named part whose fingerprint says how it was built."""
+
+    @property
+    def name(self) -> str: ...
+
+    def fingerprint(self) -> object: ...
+
+
+_P = TypeVar("_P", bound=_Rebuilt)
+
+
+def _kept(running: Iterable[_P], built: Iterable[_P]) -> list[_P]:
+    """``built``, with each part that ``running`` has under its name, built the same, kept."""
+    current = {part.name: part for part in running}
+    return [
+        current[part.name]
+        if part.name in current and current[part.name].fingerprint() == part.fingerprint()
+        else part
+        for part in built
+    ]
 
 
 class StartupError(Exception):
@@ -254,20 +277,8 @@ class App:
         sources = list(self.source_builder(config))
         outputs = build_outputs(config, self.store)
         if running is not None:
-            current = {s.name: s for s in running.sources}
-            sources = [
-                current[s.name]
-                if s.name in current and current[s.name].fingerprint() == s.fingerprint()
-                else s
-                for s in sources
-            ]
-            pushing = {o.name: o for o in running.outputs}
-            outputs = [
-                pushing[o.name]
-                if o.name in pushing and pushing[o.name].fingerprint() == o.fingerprint()
-                else o
-                for o in outputs
-            ]
+            sources = _kept(running.sources, sources)
+            outputs = _kept(running.outputs, outputs)
         return Runtime(config, sources, Scheduler(self.store, sources), outputs)
 
     async def _start_runtime(self, runtime: Runtime, running: Sequence[Output] = ()) -> None:

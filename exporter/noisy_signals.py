@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from exporter.catalog.device import INFO_LABELS
 from exporter.model import Reading
 from exporter.verdict import DEGRADED, PREDICTED
+from exporter.yaml_list import listed
 
 Identity = tuple[str, ...]
 
@@ -218,10 +217,7 @@ def entry_of(raw: Mapping[str, Any]) -> Entry:
 
 def load(text: str) -> tuple[Entry, ...]:
     """Every entry of a registry document (YAML: ``entries: [...]``); ids unique."""
-    doc = yaml.safe_load(text) or {}
-    raws = doc.get("entries") if isinstance(doc, Mapping) else None
-    if not isinstance(raws, list):
-        raise RegistryError("noisy signals: the document needs a list under 'entries'")
+    raws = listed(text, "entries", "noisy signals", RegistryError)
     entries = tuple(entry_of(raw) for raw in raws)
     ids = [e.id for e in entries]
     if len(ids) != len(set(ids)):

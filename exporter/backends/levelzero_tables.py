@@ -173,30 +173,26 @@ class Gpu:
     errors: dict[str, int] = field(default_factory=dict)
 
 
+def _made(kind: Any) -> tuple[Any, Any]:
+    """A new ``kind`` struct and its byref(), for a call to fill in."""
+    struct = kind()
+    return struct, ctypes.byref(struct)
+
+
 class Structs:
     """Output structs the fast readings reuse (and their byref()s), made once."""
 
     def __init__(self, ze: Any) -> None:
-        self.mem_state = ze.zes_mem_state_t()
-        self.mem_state_ref = ctypes.byref(self.mem_state)
-        self.mem_bandwidth = ze.zes_mem_bandwidth_t()
-        self.mem_bandwidth_ref = ctypes.byref(self.mem_bandwidth)
-        self.energy = ze.zes_power_energy_counter_t()
-        self.energy_ref = ctypes.byref(self.energy)
-        self.engine = ze.zes_engine_stats_t()
-        self.engine_ref = ctypes.byref(self.engine)
-        self.double = ctypes.c_double()
-        self.double_ref = ctypes.byref(self.double)
-        self.freq = ze.zes_freq_state_t()
-        self.freq_ref = ctypes.byref(self.freq)
-        self.pci_stats = ze.zes_pci_stats_t()
-        self.pci_stats_ref = ctypes.byref(self.pci_stats)
-        self.pci_state = ze.zes_pci_state_t()
-        self.pci_state_ref = ctypes.byref(self.pci_state)
-        self.port_state = zb.FabricPortState()
-        self.port_state_ref = ctypes.byref(self.port_state)
-        self.port_throughput = zb.FabricPortThroughput()
-        self.port_throughput_ref = ctypes.byref(self.port_throughput)
+        self.mem_state, self.mem_state_ref = _made(ze.zes_mem_state_t)
+        self.mem_bandwidth, self.mem_bandwidth_ref = _made(ze.zes_mem_bandwidth_t)
+        self.energy, self.energy_ref = _made(ze.zes_power_energy_counter_t)
+        self.engine, self.engine_ref = _made(ze.zes_engine_stats_t)
+        self.double, self.double_ref = _made(ctypes.c_double)
+        self.freq, self.freq_ref = _made(ze.zes_freq_state_t)
+        self.pci_stats, self.pci_stats_ref = _made(ze.zes_pci_stats_t)
+        self.pci_state, self.pci_state_ref = _made(ze.zes_pci_state_t)
+        self.port_state, self.port_state_ref = _made(zb.FabricPortState)
+        self.port_throughput, self.port_throughput_ref = _made(zb.FabricPortThroughput)
 
 
 def uuid_text(raw: bytes) -> str:

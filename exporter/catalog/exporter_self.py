@@ -64,7 +64,6 @@ ROWS = (
         Kind.COUNTER,
         "Failed polls of a source, by reason.",
         ("source", "reason"),
-        otel_name="accel.exporter.source.errors",
         otel_unit="{error}",
         max_series=budget.SMALL,
     ),
@@ -84,7 +83,6 @@ ROWS = (
         "Times a source's worker process was started again: killed, died, failed its"
         " bootstrap, or replaced to isolate or take back a device.",
         ("source",),
-        otel_name="accel.exporter.worker.restarts",
         otel_unit="{restart}",
         max_series=budget.SMALL,
     ),
@@ -126,7 +124,6 @@ ROWS = (
         "open connection serving), requests (every request slot busy), auth (too many "
         "password checks waiting for their turn).",
         ("limit",),
-        otel_name="accel.exporter.http.connections.refused",
         otel_unit="{connection}",
         max_series=budget.SMALL,
     ),
@@ -161,7 +158,6 @@ ROWS = (
         Kind.COUNTER,
         "Requests answered 401, by reason: missing, malformed or rejected credentials.",
         ("reason",),
-        otel_name="accel.exporter.http.auth.failures",
         otel_unit="{failure}",
         max_series=budget.SMALL,
     ),
@@ -170,7 +166,6 @@ ROWS = (
         Kind.COUNTER,
         "OTLP export attempts by result: success, or failure (refused, unreachable, timed out).",
         ("result",),
-        otel_name="accel.exporter.otlp.exports",
         otel_unit="{export}",
         values={"result": EXPORT_RESULTS},
     ),
@@ -180,7 +175,6 @@ ROWS = (
         "HealthEvents the NVSentinel output delivered to the platform connector, by kind: fatal"
         " (a failed device), non_fatal (degraded or predicted_failure), healthy.",
         ("kind",),
-        otel_name="accel.exporter.nvsentinel.events",
         otel_unit="{event}",
         values={"kind": NVSENTINEL_EVENT_KINDS},
     ),
@@ -190,7 +184,6 @@ ROWS = (
         "Calls of the NVSentinel output that delivered nothing, by reason: socket_missing,"
         " unavailable, timeout, rejected (an error status), grpc_missing, internal.",
         ("reason",),
-        otel_name="accel.exporter.nvsentinel.failures",
         otel_unit="{failure}",
         values={"reason": NVSENTINEL_FAILURES},
     ),

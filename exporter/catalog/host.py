@@ -36,7 +36,6 @@ ROWS = (
         "accel_host_cpus",
         Kind.GAUGE,
         "Number of online logical CPUs in /proc/stat.",
-        otel_name="accel.host.cpus",
         otel_unit="{cpu}",
     ),
     MetricSpec(

@@ -28,7 +28,7 @@ import os
 import re
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import BinaryIO
 
 BLOCK = 1024 * 1024
@@ -74,24 +74,18 @@ class TailStats:
     refused: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REFUSED, 0))
 
 
+@dataclass(eq=False)
 class DirectoryTail:
     """Reads new complete lines from every file in ``directory`` whose name matches."""
 
-    def __init__(
-        self,
-        directory: str,
-        pattern: re.Pattern[str],
-        *,
-        max_line_bytes: int,
-        max_read_bytes: int,
-        max_files: int,
-    ) -> None:
-        self.directory = directory
-        self.pattern = pattern
-        self.max_line = max_line_bytes
-        self.max_read = max_read_bytes
-        self.max_files = max_files
-        self._files: dict[str, _File] = {}
+    directory: str
+    pattern: re.Pattern[str]
+    _: KW_ONLY
+    max_line_bytes: int
+    max_read_bytes: int
+    max_files: int
+    # What each followed file was read to, by name.
+    _files: dict[str, _File] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def following(self) -> list[str]:
@@ -203,8 +197,8 @@ class DirectoryTail:
             fh.seek(0)
             state.head = fh.read(min(size, FINGERPRINT))
         pending = size - state.offset
-        if pending > self.max_read:
-            skip = pending - self.max_read
+        if pending > self.max_read_bytes:
+            skip = pending - self.max_read_bytes
             stats.skipped_bytes += skip + len(state.partial)
             state.offset += skip
             state.partial.clear()
@@ -251,7 +245,7 @@ class DirectoryTail:
         rest = block[start:]
         if state.discarding:
             stats.skipped_bytes += len(rest)
-        elif len(state.partial) + len(rest) > self.max_line:
+        elif len(state.partial) + len(rest) > self.max_line_bytes:
             stats.skipped_bytes += len(state.partial) + len(rest)
             state.partial.clear()
             state.discarding = True
@@ -261,7 +255,7 @@ class DirectoryTail:
     def _emit(
         self, name: str, line: bytes, on_line: Callable[[str, bytes], object], stats: TailStats
     ) -> None:
-        if len(line) > self.max_line:
+        if len(line) > self.max_line_bytes:
             stats.skipped_bytes += len(line) + 1
             return
         if line.strip():

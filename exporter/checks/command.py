@@ -33,6 +33,7 @@ from exporter.checks.samples import (
     fetch_devices,
     poll_local,
 )
+from exporter.commands.config_file import add_config_file_flag
 from exporter.durations import parse_duration
 from exporter.suggest import closest, hint
 
@@ -327,13 +328,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument(
         "--basic-auth-file", default="", help="file holding user:password for the daemon"
     )
-    where.add_argument(
-        "--config.file",
-        dest="config_file",
-        metavar="FILE",
-        default=argparse.SUPPRESS,
-        help="daemon config for --local",
-    )
+    add_config_file_flag(where, "daemon config for --local")
     common.add_argument(
         "--exit-codes",
         choices=("nagios", "npd"),

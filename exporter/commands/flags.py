@@ -13,6 +13,7 @@ import typing
 from collections.abc import Iterator
 from typing import Any, Literal, get_args, get_origin
 
+from exporter.commands.config_file import add_config_file_flag
 from exporter.config import leaves
 from exporter.config.keys import Leaf, flag_name, format_default, key_help
 from exporter.config.loader import closest_key
@@ -95,13 +96,7 @@ def flag_help(leaf: Leaf) -> str:
 
 def add_config_flags(parser: argparse.ArgumentParser, visible: bool) -> None:
     """``--config.file`` and one flag per config key; hidden from help unless ``visible``."""
-    parser.add_argument(
-        "--config.file",
-        dest="config_file",
-        metavar="FILE",
-        default=argparse.SUPPRESS,
-        help="YAML config file (optional; defaults are built in)",
-    )
+    add_config_file_flag(parser, "YAML config file (optional; defaults are built in)")
     groups = {}
     if visible:
         for name, text in sections():

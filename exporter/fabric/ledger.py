@@ -22,9 +22,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exporter import log, state_file
+from exporter import log
 from exporter.fabric.ports import PortMemory
-from exporter.state_file import StateFile, StateFileError, boot_id
+from exporter.state_book import SavedBook
+from exporter.state_file import boot_id
 
 FILE_NAME = "fabric.json"
 FORMAT = 1
@@ -86,30 +87,20 @@ class NicMemory:
         return out
 
 
-class FabricLedger:
+class FabricLedger(SavedBook):
     """The fabric source's memory, in memory and (with a directory) on disk."""
 
+    WHAT = "fabric state file"
+    UNUSABLE = "fabric state file unusable: flap, outage and missing-NIC counts start again"
+
     def __init__(self, state_dir: str = "", *, boot: str | None = None) -> None:
+        super().__init__(log.get(source="fabric"))
         self.boot = boot_id() if boot is None else boot
         self.ports: dict[str, PortMemory] = {}
         self.nics: dict[str, NicMemory] = {}
-        self._log = log.get(source="fabric")
-        self._file: StateFile | None = None
-        self._written = ""
-        self._problem = ""
-        # Why the file found at start was not used ("": it was, or there was none), and
-        # failed reads and writes by reason (accel_exporter_state_errors_total).
-        self.load_problem = ""
-        self.errors: dict[str, int] = {}
         if state_dir:
-            self._file = state_file.shared(Path(state_dir) / FILE_NAME)
-            self._file.claim(self)
+            self.path = Path(state_dir) / FILE_NAME
             self._load()
-
-    @property
-    def path(self) -> Path | None:
-        """The state file (None: memory only)."""
-        return None if self._file is None else self._file.path
 
     def close(self) -> None:
         """Writes no more: the file's lock goes with the last claim in this process."""
@@ -134,28 +125,11 @@ class FabricLedger:
             found = self.ports[key] = PortMemory()
         return found
 
-    def _count(self, reason: str) -> None:
-        self.errors[reason] = self.errors.get(reason, 0) + 1
-
-    def _unusable(self, reason: str, detail: str) -> None:
-        self._count(reason)
-        self.load_problem = f"{reason}: {detail}"
-        self._log.warning(
-            "fabric state file unusable: flap, outage and missing-NIC counts start again",
-            path=str(self.path),
-            reason=reason,
-            detail=detail,
-        )
-
     def _load(self) -> None:
         assert self._file is not None
-        found = self._file.read()
-        if found.reason == "missing":
+        raw = self._found(self._file.read())
+        if raw is None:
             return
-        if found.data is None:
-            self._unusable(found.reason, found.detail)
-            return
-        raw = found.data
         if raw.get("format") != FORMAT or not isinstance(raw.get("ports"), dict):
             self._unusable("corrupt", "not a fabric state file of a known format")
             return
@@ -190,35 +164,6 @@ class FabricLedger:
             },
             sort_keys=True,
         )
-
-    def save(self, *, force: bool = False) -> None:
-        """Write the file when it differs from what was written.
-
-        A no-op without a directory, and outside the daemon unless ``force``.
-        """
-        if self._file is None or not (force or state_file.writes_enabled()):
-            return
-        text = self._text()
-        if text == self._written:
-            return
-        try:
-            self._file.write(text)
-        except StateFileError as exc:
-            # Counting goes on in memory; only a daemon restart would lose it.
-            self._count(exc.reason)
-            if not self._problem:
-                self._log.warning(
-                    "fabric state file not written",
-                    path=str(self.path),
-                    reason=exc.reason,
-                    detail=exc.detail,
-                )
-            self._problem = f"{exc.reason}: {exc.detail}"
-            return
-        if self._problem:
-            self._log.info("fabric state file written again", path=str(self.path))
-        self._problem = ""
-        self._written = text
 
     def describe(self) -> str:
         """One line for /status: whether the counts survive a daemon restart, and if not why."""

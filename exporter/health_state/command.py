@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter import state_file
+from exporter.commands.config_file import add_config_file_flag
 from exporter.health import HealthJudge
 from exporter.health_state import HELP, memory, requests
 from exporter.health_state.requests import ClearResult
@@ -69,13 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="longest wait for a running daemon's answer, seconds "
         f"(default: three poll intervals of the source, at most {MAX_WAIT_S:g})",
     )
-    clear.add_argument(
-        "--config.file",
-        dest="config_file",
-        metavar="FILE",
-        default=argparse.SUPPRESS,
-        help="the daemon's config (health.state_dir)",
-    )
+    add_config_file_flag(clear, "the daemon's config (health.state_dir)")
     clear.set_defaults(usage_parser=clear)
 
 

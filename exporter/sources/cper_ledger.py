@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from exporter import log, state_file
-from exporter.state_file import StateFile, StateFileError, boot_id, write_reason
+from exporter.state_book import SavedBook
+from exporter.state_file import boot_id, write_reason
 
 FILE_NAME = "amdsmi-cper.json"
 FORMAT = 1
@@ -49,61 +50,28 @@ def store_for(state_dir: str) -> LedgerStore:
     return store
 
 
-class LedgerStore:
+class LedgerStore(SavedBook):
     """Ledgers by device uuid, in memory and (with a directory) on disk."""
 
+    WHAT = "CPER state file"
+    UNUSABLE = "CPER state file unreadable: CPER records are read again from the start"
+
     def __init__(self, state_dir: str = "", *, boot: str | None = None) -> None:
-        self._file: StateFile | None = None
+        super().__init__(log.get(source="amdsmi"))
+        # The store lives as long as the process: so does its claim on the file's lock.
         self.path = Path(state_dir) / FILE_NAME if state_dir else None
         self.boot = boot_id() if boot is None else boot
         self.ledgers: dict[str, dict[str, Any]] = {}
-        self._log = log.get(source="amdsmi")
-        self._written = ""
-        self._problem = ""
-        # Why the file could not be read at start ("": it could, or there was none),
-        # and failed reads and writes by reason (accel_exporter_state_errors_total).
-        self.load_problem = ""
-        self.errors: dict[str, int] = {}
         if self.path is not None:
             self._load(self.path)
 
-    @property
-    def path(self) -> Path | None:
-        """The state file ("" state_dir: None, memory only)."""
-        return None if self._file is None else self._file.path
-
-    @path.setter
-    def path(self, path: Path | None) -> None:
-        if self._file is not None:
-            self._file.release(self)
-        self._file = None if path is None else state_file.shared(path)
-        if self._file is not None:
-            self._file.claim(self)  # the store lives as long as the process: so does its lock
-
-    def _count(self, reason: str) -> None:
-        self.errors[reason] = self.errors.get(reason, 0) + 1
-
-    def _unloadable(self, reason: str, detail: str) -> None:
-        self._count(reason)
-        self.load_problem = f"{reason}: {detail}"
-        self._log.warning(
-            "CPER state file unreadable: CPER records are read again from the start",
-            path=str(self.path),
-            reason=reason,
-            detail=detail,
-        )
-
     def _load(self, path: Path) -> None:
-        found = state_file.read_json(path)
-        if found.reason == "missing":
+        raw = self._found(state_file.read_json(path))
+        if raw is None:
             return
-        if found.data is None:
-            self._unloadable(found.reason, found.detail)
-            return
-        raw = found.data
         devices = raw.get("devices")
         if not isinstance(devices, dict) or raw.get("format") != FORMAT:
-            self._unloadable("corrupt", "not a CPER state file of a known format")
+            self._unusable("corrupt", "not a CPER state file of a known format")
             return
         # Imported here and in update(): the CPER tables are needed once a state file
         # exists or an amdsmi worker answers, not wherever the amdsmi source merely probes.
@@ -142,35 +110,6 @@ class LedgerStore:
         return json.dumps(
             {"format": FORMAT, "boot_id": self.boot, "devices": self.ledgers}, sort_keys=True
         )
-
-    def save(self, *, force: bool = False) -> None:
-        """Write the file when it differs from what was written.
-
-        A no-op without a directory, and outside the daemon unless ``force``.
-        """
-        if self._file is None or not (force or _WRITES["enabled"]):
-            return
-        text = self._text()
-        if text == self._written:
-            return
-        try:
-            self._file.write(text)
-        except StateFileError as exc:
-            # Counting goes on in memory; only a daemon restart would read records again.
-            self._count(exc.reason)
-            if not self._problem:
-                self._log.warning(
-                    "CPER state file not written",
-                    path=str(self.path),
-                    reason=exc.reason,
-                    detail=exc.detail,
-                )
-            self._problem = f"{exc.reason}: {exc.detail}"
-            return
-        if self._problem:
-            self._log.info("CPER state file written again", path=str(self.path))
-        self._problem = ""
-        self._written = text
 
     def describe(self) -> str:
         """One line for /status: whether the ledgers survive a daemon restart, and if not why."""

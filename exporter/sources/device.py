@@ -579,11 +579,8 @@ class DeviceSource(WorkerSource):
         restart carries what was remembered) and the clear requests taken. After,
         whatever the poll's outcome: the memory written if it changed, in a thread.
         """
-        await self._keeper.before_poll()
-        try:
+        async with self._keeper.around_poll():
             return await self._poll_all()
-        finally:
-            await self._keeper.after_poll()
 
     async def _poll_all(self) -> Sequence[Reading]:
         """One poll plus the bus count; a worker whose devices changed is replaced, asked again."""

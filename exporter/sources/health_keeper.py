@@ -30,7 +30,7 @@ import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from exporter import log, state_file
@@ -38,6 +38,7 @@ from exporter.config.health import HealthConfig
 from exporter.health import HealthJudge, Identity
 from exporter.health_state import memory, requests
 from exporter.health_state.requests import ClearRequest, ClearResult
+from exporter.state_book import StateBook
 from exporter.state_file import ReadResult, StateFile, StateFileError
 
 # At the first read, a lock held by another process is asked again this often, this
@@ -48,8 +49,10 @@ LOCK_RETRY_S = 0.1
 RETRY_S = 60.0
 
 
-class HealthKeeper:
+class HealthKeeper(StateBook):
     """The health judge of one device source, and its memory file (see the module)."""
+
+    UNUSABLE = "health memory file ignored: the judge starts with no memory"
 
     def __init__(
         self,
@@ -59,34 +62,20 @@ class HealthKeeper:
         boot: str | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        super().__init__(log.get(source=source))
         self.source = source
         self.judge = HealthJudge.configured(config, source)
         self.boot = state_file.boot_id() if boot is None else boot
         self.state_dir = config.state_dir
         self._sleep = sleep
-        self._file: StateFile | None = None
         if config.state_dir:
-            self._file = state_file.shared(Path(config.state_dir) / memory.file_name(source))
-            self._file.claim(self)
-        self._log = log.get(source=source)
+            self.path = Path(config.state_dir) / memory.file_name(source)
         self._recalled = False
-        # The text last written or read: an unchanged memory is not written again.
-        self._written = ""
-        # Why the memory is not persisted now ("": it is), and why the file found at
-        # start was ignored; failed reads and writes by reason (the errors counter).
-        self._problem = ""
-        self._load_problem = ""
-        self.errors: dict[str, int] = {}
         # The text whose write failed last, and when to try it again.
         self._failed = ""
         self._retry_at = 0.0
         # Clear requests done this poll, answered once the memory is written.
         self._done: list[tuple[str, ClearResult]] = []
-
-    @property
-    def path(self) -> Path | None:
-        """The memory file (None: memory only)."""
-        return None if self._file is None else self._file.path
 
     # -- a reload ----------------------------------------------------------------------
 
@@ -115,6 +104,15 @@ class HealthKeeper:
             self._file.release(self)
 
     # -- around a poll -----------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def around_poll(self) -> AsyncIterator[None]:
+        """A poll between :meth:`before_poll` and :meth:`after_poll`, whatever its outcome."""
+        await self.before_poll()
+        try:
+            yield
+        finally:
+            await self.after_poll()
 
     async def before_poll(self) -> None:
         """Recall the file at the first poll; take this source's clear requests."""
@@ -173,22 +171,19 @@ class HealthKeeper:
                     requests.directory(file.path.parent).mkdir(exist_ok=True)
                 return
 
-    def _count(self, reason: str) -> None:
-        self.errors[reason] = self.errors.get(reason, 0) + 1
-
     def _recall(self, found: ReadResult) -> None:
         """Give the judge what the file kept (in the event loop, before the first verdict)."""
-        if found.reason == "missing" or self._file is None:
+        if self._file is None:
             return
-        if found.data is None:
-            self._ignored(found.reason, found.detail)
+        data = self._found(found)
+        if data is None:
             return
         try:
-            kept, problems = memory.decode(found.data)
+            kept, problems = memory.decode(data)
             if kept.source != self.source:
                 raise ValueError(f"the file is source {kept.source!r}'s")
         except ValueError as exc:
-            self._ignored("corrupt", str(exc))
+            self._unusable("corrupt", str(exc))
             return
         for problem in problems:
             self._log.warning(
@@ -202,16 +197,6 @@ class HealthKeeper:
             devices=len(kept.devices),
             events=sum(len(m.events) for m in kept.devices.values()),
             rebooted=rebooted,
-        )
-
-    def _ignored(self, reason: str, detail: str) -> None:
-        self._count(reason)
-        self._load_problem = f"{reason}: {detail}"
-        self._log.warning(
-            "health memory file ignored: the judge starts with no memory",
-            path=str(self.path),
-            reason=reason,
-            detail=detail,
         )
 
     def _save(self, text: str, done: list[tuple[str, ClearResult]]) -> None:
@@ -304,10 +289,10 @@ class HealthKeeper:
             )
         if not state_file.writes_enabled():
             return f"read from {self.path} (only the daemon writes it)"
-        if self._load_problem:
+        if self.load_problem:
             return (
                 f"persisted to {self.path}; the file found at start was ignored "
-                f"({self._load_problem}), so the judge started with no memory"
+                f"({self.load_problem}), so the judge started with no memory"
             )
         return f"persisted to {self.path}"
 

@@ -233,11 +233,8 @@ class NeuronSource(Source):
 
     async def poll(self) -> Sequence[Reading]:
         """One poll, the judge's memory recalled before it and kept after it (health_keeper)."""
-        await self._keeper.before_poll()
-        try:
+        async with self._keeper.around_poll():
             return await self._poll()
-        finally:
-            await self._keeper.after_poll()
 
     async def _poll(self) -> Sequence[Reading]:
         """Identity, the fresh report's gauges, the counters, and their verdicts."""

@@ -11,10 +11,9 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from exporter.actions import Advice
 from exporter.trend.tracker import RuleError, TrendRule
+from exporter.yaml_list import listed
 
 
 def _advice(raw: Mapping[str, Any], where: str) -> Advice:
@@ -91,10 +90,7 @@ def rule_of(raw: Mapping[str, Any]) -> TrendRule:
 
 def load_rules(text: str) -> tuple[TrendRule, ...]:
     """Every rule of a rules document (YAML: ``rules: [...]``); RuleError on any bad one."""
-    doc = yaml.safe_load(text) or {}
-    raws = doc.get("rules") if isinstance(doc, Mapping) else None
-    if not isinstance(raws, list):
-        raise RuleError("trend rules: the document needs a list under 'rules'")
+    raws = listed(text, "rules", "trend rules", RuleError)
     rules = tuple(rule_of(raw) for raw in raws)
     seen: dict[tuple[str, str, tuple[tuple[str, tuple[str, ...]], ...]], str] = {}
     for rule in rules:
