@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -242,7 +241,7 @@ class App:
             return HttpServer(config.web, self._endpoints())
         except ListenError as exc:
             raise StartupError(str(exc)) from None
-        except (ssl.SSLError, OSError) as exc:
+        except OSError as exc:  # ssl.SSLError among them (ssl loads only for TLS)
             raise StartupError(f"web.tls: cannot load certificate or key: {exc}", 2) from None
 
     def _build_runtime(self, config: Config, running: Runtime | None = None) -> Runtime:
@@ -425,7 +424,7 @@ class App:
             except StartupError as exc:
                 self._log.error("reload rejected", problem=str(exc))
                 return False
-            except (ssl.SSLError, OSError, ValueError) as exc:
+            except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
                 self._log.error(
                     "reload rejected", problem=f"web.tls: cannot load certificate or key: {exc}"
                 )

@@ -347,6 +347,11 @@ def _main(argv: Sequence[str] | None, source_builder: SourceBuilder | None) -> i
         status = _quick_check(words)
         if status is not None:
             return status
+    from exporter import ssl_later
+
+    # Before anything imports asyncio or http.server: libssl and libcrypto (4 MiB of
+    # the daemon's RSS) load only if TLS is used (exporter/ssl_later.py).
+    ssl_later.import_without_ssl()
     from exporter import log
     from exporter.commands.flags import canonical_argv
     from exporter.config import load_config
