@@ -36,6 +36,7 @@ from exporter.sources import cper_ledger
 from exporter.sources.base import DeviceLister, Source
 from exporter.sources.registry import build_sources, catalog_for
 from exporter.store import SourceRecordView, Store
+from exporter.workers import prestart
 
 SHUTDOWN_BUDGET_SECONDS = 4.0
 OUTPUT_FLUSH_SECONDS = 1.5
@@ -330,6 +331,9 @@ class App:
                 runtime = self._build_runtime(self.config)
                 self.runtime = runtime
                 await self._start_runtime(runtime)
+            # Every runner that will use the worker started at process start has taken
+            # it: none did (no device source here), so it ends now.
+            prestart.discard()
             # Only now: a SIGHUP during start-up is ignored (cli sets SIG_IGN first)
             # instead of racing a second runtime against the first.
             loop.add_signal_handler(signal.SIGHUP, self.request_reload)

@@ -341,12 +341,33 @@ def _loader(path: str | None, overrides: dict[str, str], notes: list[str]) -> Ca
     return load
 
 
+# Words that make the command line something other than the daemon (or its help).
+_NOT_THE_DAEMON = frozenset(
+    {"once", "probe", "config", "check", "record", "health", "-h", "--help", "--help-all"}
+)
+
+
+def _runs_the_daemon(words: Sequence[str]) -> bool:
+    """Whether ``words`` (before parsing) run the daemon, so an early worker is worth it.
+
+    Only a guess before the parser has spoken: a wrong "yes" costs one worker process
+    ended once the command is known (exporter.workers.prestart.discard), a wrong "no"
+    only the early start.
+    """
+    return not any(w in _NOT_THE_DAEMON or w.startswith("--version") for w in words)
+
+
 def _main(argv: Sequence[str] | None, source_builder: SourceBuilder | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:1] == ["check"] and EXTRA_COMMANDS.get("check", CHECK) is CHECK:
         status = _quick_check(words)
         if status is not None:
             return status
+    if _runs_the_daemon(words):
+        from exporter.workers import prestart
+
+        # First of all: the first device worker boots while the daemon imports itself.
+        prestart.start()
     from exporter import ssl_later
 
     # Before anything imports asyncio or http.server: libssl and libcrypto (4 MiB of
@@ -362,6 +383,10 @@ def _main(argv: Sequence[str] | None, source_builder: SourceBuilder | None) -> i
     # ~200 flags held 0.15 MiB of its idle memory (bench/idle.py).
     args = _parse(build_parser(), canonical_argv(words, notes))
     command = args.command or "run"
+    if command != "run":
+        from exporter.workers import prestart
+
+        prestart.discard()  # the guess was wrong (see _runs_the_daemon)
     demo = bool(getattr(args, "demo", False))
     if demo and command != "run":
         message = f"--demo runs the daemon (accel-exporter --demo), not {command!r}"
@@ -453,6 +478,10 @@ def _run(
         return exc.status
     except KeyboardInterrupt:
         return 0
+    finally:
+        from exporter.workers import prestart
+
+        prestart.discard()  # a start that failed before any runner took it
 
 
 if __name__ == "__main__":
