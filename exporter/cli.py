@@ -269,6 +269,11 @@ def main(argv: Sequence[str] | None = None, source_builder: SourceBuilder | None
         try:
             return _main(argv, source_builder)
         finally:
+            early = sys.modules.get("exporter.workers.prestart")
+            if early is not None:
+                # Whatever ended the command (a config error, --demo misused), an early
+                # worker no runner took ends with it (a runner's is its own).
+                early.discard()
             # Inside the try: output still buffered fails here rather than at exit.
             sys.stdout.flush()
     except BrokenPipeError:
@@ -478,10 +483,6 @@ def _run(
         return exc.status
     except KeyboardInterrupt:
         return 0
-    finally:
-        from exporter.workers import prestart
-
-        prestart.discard()  # a start that failed before any runner took it
 
 
 if __name__ == "__main__":
