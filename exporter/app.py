@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from exporter.sources import cper_ledger
 from exporter.sources.base import DeviceLister, Source
 from exporter.sources.registry import build_sources, catalog_for
 from exporter.store import SourceRecordView, Store
+from exporter.workers import prestart
 
 SHUTDOWN_BUDGET_SECONDS = 4.0
 OUTPUT_FLUSH_SECONDS = 1.5
@@ -265,7 +265,7 @@ class App:
             return HttpServer(config.web, self._endpoints())
         except ListenError as exc:
             raise StartupError(str(exc)) from None
-        except (ssl.SSLError, OSError) as exc:
+        except OSError as exc:  # ssl.SSLError among them (ssl loads only for TLS)
             raise StartupError(f"web.tls: cannot load certificate or key: {exc}", 2) from None
 
     def _build_runtime(self, config: Config, running: Runtime | None = None) -> Runtime:
@@ -342,6 +342,9 @@ class App:
                 runtime = self._build_runtime(self.config)
                 self.runtime = runtime
                 await self._start_runtime(runtime)
+            # Every runner that will use the worker started at process start has taken
+            # it: none did (no device source here), so it ends now.
+            prestart.discard()
             # Only now: a SIGHUP during start-up is ignored (cli sets SIG_IGN first)
             # instead of racing a second runtime against the first.
             loop.add_signal_handler(signal.SIGHUP, self.request_reload)
@@ -436,7 +439,7 @@ class App:
             except StartupError as exc:
                 self._log.error("reload rejected", problem=str(exc))
                 return False
-            except (ssl.SSLError, OSError, ValueError) as exc:
+            except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
                 self._log.error(
                     "reload rejected", problem=f"web.tls: cannot load certificate or key: {exc}"
                 )

@@ -269,6 +269,11 @@ def main(argv: Sequence[str] | None = None, source_builder: SourceBuilder | None
         try:
             return _main(argv, source_builder)
         finally:
+            early = sys.modules.get("exporter.workers.prestart")
+            if early is not None:
+                # Whatever ended the command (a config error, --demo misused), an early
+                # worker no runner took ends with it (a runner's is its own).
+                early.discard()
             # Inside the try: output still buffered fails here rather than at exit.
             sys.stdout.flush()
     except BrokenPipeError:
@@ -341,12 +346,38 @@ def _loader(path: str | None, overrides: dict[str, str], notes: list[str]) -> Ca
     return load
 
 
+# Words that make the command line something other than the daemon (or its help).
+_NOT_THE_DAEMON = frozenset(
+    {"once", "probe", "config", "check", "record", "health", "-h", "--help", "--help-all"}
+)
+
+
+def _runs_the_daemon(words: Sequence[str]) -> bool:
+    """Whether ``words`` (before parsing) run the daemon, so an early worker is worth it.
+
+    Only a guess before the parser has spoken: a wrong "yes" costs one worker process
+    ended once the command is known (exporter.workers.prestart.discard), a wrong "no"
+    only the early start.
+    """
+    return not any(w in _NOT_THE_DAEMON or w.startswith("--version") for w in words)
+
+
 def _main(argv: Sequence[str] | None, source_builder: SourceBuilder | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:1] == ["check"] and EXTRA_COMMANDS.get("check", CHECK) is CHECK:
         status = _quick_check(words)
         if status is not None:
             return status
+    if _runs_the_daemon(words):
+        from exporter.workers import prestart
+
+        # First of all: the first device worker boots while the daemon imports itself.
+        prestart.start()
+    from exporter import ssl_later
+
+    # Before anything imports asyncio or http.server: libssl and libcrypto (4 MiB of
+    # the daemon's RSS) load only if TLS is used (exporter/ssl_later.py).
+    ssl_later.import_without_ssl()
     from exporter import log
     from exporter.commands.flags import canonical_argv
     from exporter.config import load_config
@@ -357,6 +388,10 @@ def _main(argv: Sequence[str] | None, source_builder: SourceBuilder | None) -> i
     # ~200 flags held 0.15 MiB of its idle memory (bench/idle.py).
     args = _parse(build_parser(), canonical_argv(words, notes))
     command = args.command or "run"
+    if command != "run":
+        from exporter.workers import prestart
+
+        prestart.discard()  # the guess was wrong (see _runs_the_daemon)
     demo = bool(getattr(args, "demo", False))
     if demo and command != "run":
         message = f"--demo runs the daemon (accel-exporter --demo), not {command!r}"

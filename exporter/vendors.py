@@ -62,6 +62,10 @@ class Vendor:
     options: tuple[str, ...] = ()
     # The library looked for before a worker is started (None: the binding searches).
     library: Library | None = None
+    # Where the binding searches by rules of its own (environment variables, its
+    # package's directory): "module:function" returning (reason, detail) when no worker
+    # could load it, else None; checked, like ``library``, before a worker is started.
+    precheck: str = ""
     # The source class, "module:Class", taking (name, section, health=<the health
     # section>), when it is not a plain
     # exporter.sources.device.DeviceSource built from the fields above.
@@ -123,6 +127,7 @@ VENDORS: tuple[Vendor, ...] = (
         "exporter.backends.amdsmi:AmdSmiBackend",
         options=("events", "event_types", "sys_path", "dev_path", "cper_per_poll"),
         pci_vendor=0x1002,
+        precheck="exporter.host.libsearch:amdsmi_absent",
         ledger="state_dir",
         reset_scope="peer_domain",
     ),

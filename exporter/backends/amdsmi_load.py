@@ -8,11 +8,8 @@ reasons, naming the places it looked (:func:`amdsmi_search`).
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import importlib.util
-import os
-from collections.abc import Mapping
 from typing import Any
 
 from exporter.backends.base import BackendUnavailable
@@ -53,23 +50,7 @@ def load_amdsmi() -> Any:
         ) from None
 
 
-AMDSMI = libsearch.Library("libamd_smi.so", (), "ROCM_PATH", "amd-smi-lib")
-
-
-def amdsmi_search(env: Mapping[str, str] | None = None) -> libsearch.Found:
-    """Where the amdsmi package looks for libamd_smi.so, in its order (amdsmi_wrapper.py).
-
-    ROCM_HOME (else ROCM_PATH)/lib, the dynamic loader's search, the package's own
-    directory, ROCM_PATH (else /opt/rocm)/lib. The package does the loading; this
-    only names the places for the unavailable reason.
-    """
-    env = os.environ if env is None else env
-    rocm = env.get("ROCM_HOME") or env.get("ROCM_PATH")
-    spec = importlib.util.find_spec("amdsmi")
-    package = os.path.dirname(spec.origin) if spec is not None and spec.origin else ""
-    places = [os.path.join(rocm, "lib", AMDSMI.soname)] if rocm else []
-    places += libsearch.loader_candidates(AMDSMI.soname, env)
-    places += [os.path.join(package, AMDSMI.soname)] if package else []
-    places.append(os.path.join(env.get("ROCM_PATH", "/opt/rocm"), "lib", AMDSMI.soname))
-    library = dataclasses.replace(AMDSMI, documented=tuple(places))
-    return libsearch.find(library, env={}, cache="")
+# Where the package looks (moved to exporter.host.libsearch: the daemon runs the same
+# search before it starts a worker).
+AMDSMI = libsearch.AMDSMI
+amdsmi_search = libsearch.amdsmi_search

@@ -13,6 +13,8 @@ or not, it says where it looked, so ``probe`` can tell.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -94,3 +96,42 @@ def find(
         if os.path.exists(path):
             return Found(path, tuple(looked), library)
     return Found("", tuple(looked), library)
+
+
+AMDSMI = Library("libamd_smi.so", (), "ROCM_PATH", "amd-smi-lib")
+
+
+def amdsmi_search(env: Mapping[str, str] | None = None) -> Found:
+    """Where the amdsmi package looks for libamd_smi.so, in its order (amdsmi_wrapper.py).
+
+    ROCM_HOME (else ROCM_PATH)/lib, the dynamic loader's search, the package's own
+    directory, ROCM_PATH (else /opt/rocm)/lib. The package does the loading (in the
+    worker); this names the places, without importing the package.
+    """
+    env = os.environ if env is None else env
+    rocm = env.get("ROCM_HOME") or env.get("ROCM_PATH")
+    spec = importlib.util.find_spec("amdsmi")
+    package = os.path.dirname(spec.origin) if spec is not None and spec.origin else ""
+    places = [os.path.join(rocm, "lib", AMDSMI.soname)] if rocm else []
+    places += loader_candidates(AMDSMI.soname, env)
+    places += [os.path.join(package, AMDSMI.soname)] if package else []
+    places.append(os.path.join(env.get("ROCM_PATH", "/opt/rocm"), "lib", AMDSMI.soname))
+    library = dataclasses.replace(AMDSMI, documented=tuple(places))
+    return find(library, env={}, cache="")
+
+
+def amdsmi_absent(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """(reason, detail) when an amdsmi worker could not load, as its backend would say.
+
+    Checked by the daemon before it starts the worker: on the many nodes with the
+    ``amd`` extra installed (the container image has every extra) and no AMD GPU, a
+    worker's interpreter would start only to find no library, competing with the
+    other workers' start. None: the package and a library are there; the worker decides.
+    """
+    if importlib.util.find_spec("amdsmi") is None:
+        return (
+            "binding_missing",
+            "the amdsmi package is not installed (accel-exporter's 'amd' extra, docs/deploy.md)",
+        )
+    found = amdsmi_search(env)
+    return None if found.path else ("library_not_found", found.detail)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import base64
 import enum
-import ssl
 import threading
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 from exporter.config.web import BasicAuthConfig, TLSConfig
+
+if TYPE_CHECKING:
+    import ssl
 
 # Checks waiting for the bcrypt turn; one more is answered 503 (busy) at once,
 # so a storm of new credentials queues a bounded number of threads.
@@ -148,6 +151,8 @@ def tls_context(config: TLSConfig) -> ssl.SSLContext:
     RequireAndVerifyClientCert is enforced per path by the HTTP handler, so that the
     health probes stay reachable (exporter-toolkit refuses them too, which loops pods).
     """
+    import ssl  # loaded only where TLS is configured (exporter.ssl_later)
+
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = (
         ssl.TLSVersion.TLSv1_3 if config.min_version == "TLS1.3" else ssl.TLSVersion.TLSv1_2

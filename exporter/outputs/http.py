@@ -20,13 +20,12 @@ import html
 import io
 import json
 import socket
-import ssl
 import struct
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 from exporter import __version__, log
@@ -44,6 +43,9 @@ from exporter.outputs.http_conns import (
 )
 from exporter.outputs.prometheus import Exposition
 from exporter.outputs.serve_loop import serve_until
+
+if TYPE_CHECKING:
+    import ssl
 
 # Endpoints a kubelet probe must reach without credentials; they reveal nothing.
 UNAUTHENTICATED = frozenset({"/healthz", "/readyz"})
@@ -135,7 +137,7 @@ class _Server(ThreadingHTTPServer):
                     return
                 request.do_handshake()
             _Handler(request, client_address, self, conn)
-        except (ssl.SSLError, OSError) as exc:
+        except OSError as exc:  # ssl.SSLError is one
             if not self.conns.closed_early(conn):
                 log.get(output="http").debug(
                     "connection ended", client=client_address[0], error=str(exc)

@@ -62,7 +62,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -250,6 +250,7 @@ class DeviceSource(WorkerSource):
         env: Mapping[str, str] | None = None,
         vendor: str = "",
         library: libsearch.Library | None = None,
+        precheck: Callable[[], tuple[str, str] | None] | None = None,
         ledger: LedgerStore | None = None,
         health: HealthConfig | None = None,
     ) -> None:
@@ -267,6 +268,8 @@ class DeviceSource(WorkerSource):
         # vendor's paths, the loader's search), and while it is nowhere no worker is
         # started, so a node without this vendor pays nothing, not a process a re-probe.
         self._library = library
+        # The same for a binding with search rules of its own (Vendor.precheck).
+        self._precheck = precheck
         self._started = False
         # The vendor label before the worker's inventory names it (the library may never load).
         self._default_vendor = vendor
@@ -371,6 +374,8 @@ class DeviceSource(WorkerSource):
         worker's backend runs the same search). A subclass adds what else makes a
         worker pointless (TPU: no chip on the host).
         """
+        if self._precheck is not None and (absent := self._precheck()) is not None:
+            return absent
         if self._library is None:
             return None
         found = libsearch.find(self._library, self.runner.config.get("library_path") or "")

@@ -62,6 +62,7 @@ def device_factory(vendor: Vendor) -> Factory:
             backend_config={key: _option(getattr(cfg, key)) for key in vendor.options},
             vendor=vendor.label,
             library=vendor.library,
+            precheck=_load(vendor.precheck) if vendor.precheck else None,
             ledger=cper_ledger.store_for(getattr(cfg, vendor.ledger)) if vendor.ledger else None,
             health=config.health,
         )

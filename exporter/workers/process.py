@@ -16,7 +16,7 @@ from typing import Any
 
 from exporter import log
 from exporter.errors import WorkerError
-from exporter.workers import crumb, stackdump
+from exporter.workers import crumb, prestart, stackdump
 from exporter.workers.protocol import ProtocolError, encode, read_frame
 from exporter.workers.supervisor import Relay, close_transport, end, signal_group, spawn
 
@@ -61,6 +61,11 @@ class Pages:
             return dict(self._learnt)
         return {**self._learnt, **self.page.learnt()}
 
+    def take(self, page: crumb.Page, dump: stackdump.DumpFile) -> None:
+        """Use these pages (an early worker's) from now on, in place of any of ours."""
+        self.close()
+        self.page, self.dump = page, dump
+
     def open(self) -> tuple[crumb.Page, stackdump.DumpFile]:
         """Both pages, created if they are not yet (OSError: no memfd, an fd limit)."""
         if self.page is None or self.dump is None:
@@ -97,8 +102,13 @@ class WorkerProcess:
         pages: Pages,
         context: Mapping[str, Any],
         quiet: Callable[[], bool],
+        early: prestart.Prestarted | None = None,
     ) -> WorkerProcess:
         """``python -m exporter.workers`` with the pages passed; OSError if it cannot start.
+
+        ``early``: the worker started at the daemon's start on ``pages`` (the runner
+        took them: :meth:`Pages.take`), adopted instead of spawning one (spawned after
+        all if it cannot be adopted).
 
         Its stderr is relayed on a logger bound with ``context`` (the runner's): structured
         lines at their level, raw output at debug while ``quiet()`` (see supervisor.Relay).
@@ -106,18 +116,26 @@ class WorkerProcess:
         page, dump = pages.open()
         page.reset()
         dump.clear()
-        full = dict(os.environ if env is None else env)
-        full.update(page.env())
-        full.update(dump.env())
-        # The worker sets its death signal itself, first thing (workers/child.py).
-        proc = await spawn(
-            [python, "-m", "exporter.workers"],
-            guard=False,
-            stdin=True,
-            env=full,
-            pass_fds=(page.fd, dump.fd),
-            limit=STREAM_LIMIT,
-        )
+        if early is not None:
+            # Started with these pages at the daemon's start (exporter.workers.prestart).
+            try:
+                proc = await prestart.adopt(early, STREAM_LIMIT)
+            except OSError:
+                early.end_process()
+                early = None
+        if early is None:
+            full = dict(os.environ if env is None else env)
+            full.update(page.env())
+            full.update(dump.env())
+            # The worker sets its death signal itself, first thing (workers/child.py).
+            proc = await spawn(
+                [python, "-m", "exporter.workers"],
+                guard=False,
+                stdin=True,
+                env=full,
+                pass_fds=(page.fd, dump.fd),
+                limit=STREAM_LIMIT,
+            )
         relay = Relay(
             log.get(**context),
             "worker",

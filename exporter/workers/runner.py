@@ -29,6 +29,7 @@ from typing import Any
 from exporter import log
 from exporter.backend_api.crumb import ISOLATION_KEY
 from exporter.errors import UNAVAILABLE_REPROBE_SECONDS, WorkerError
+from exporter.workers import prestart
 from exporter.workers.isolation import DUMP_WAIT_SECONDS, DeviceFault, Fault, Isolation, Probe
 from exporter.workers.probes import Prober
 from exporter.workers.process import Pages, WorkerProcess
@@ -68,6 +69,8 @@ class WorkerRunner:
         # The re-probe period read at each use: this module's name for it is the one in force.
         self.readiness = Readiness(self._log, lambda: UNAVAILABLE_REPROBE_SECONDS)
         self._worker: WorkerProcess | None = None
+        # The worker started at the daemon's start, until this runner's first launch.
+        self._early: prestart.Prestarted | None = None
         self._dead = asyncio.Event()
         self._wake = asyncio.Event()
         self._call_lock = asyncio.Lock()
@@ -123,6 +126,9 @@ class WorkerRunner:
     async def start(self) -> None:
         """Start the supervisor (which starts the worker), and the probes of adopted faults."""
         if self._supervisor is None:
+            # Claimed now, not when the supervisor runs: the daemon ends an early worker
+            # no runner claimed once its sources have started.
+            self._early = prestart.take(self.python, self.env)
             self._supervisor = asyncio.create_task(self._supervise(), name=f"worker-{self.name}")
             for fault in list(self.faults.values()):
                 self._prober.schedule(fault)
@@ -145,6 +151,9 @@ class WorkerRunner:
 
     async def stop(self) -> None:
         """Stop the supervisor and the worker; the worker is reaped before this returns."""
+        if self._early is not None:  # stopped before its first launch
+            self._early.end()
+            self._early = None
         if self._supervisor is not None:
             self._supervisor.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -247,6 +256,9 @@ class WorkerRunner:
             self.state.restarts += 1
             self._ended_badly = False
         self.state.state = "starting"
+        early, self._early = self._early, None
+        if early is not None:
+            self._pages.take(early.page, early.dump)
         try:
             self._pages.open()
         except OSError as exc:  # no memfd (fd limit, sandbox): no worker either
@@ -256,7 +268,12 @@ class WorkerRunner:
             self._pages.remember()
         try:
             worker = await WorkerProcess.start(
-                self.python, self.env, self._pages, self._log_context, self.readiness.unready
+                self.python,
+                self.env,
+                self._pages,
+                self._log_context,
+                self.readiness.unready,
+                early=early,
             )
         except OSError as exc:
             self.readiness.fail("spawn_failed", f"cannot start worker: {exc}")

@@ -1,0 +1,96 @@
+"""ssl loads only once TLS is used, and asyncio's TLS then works (exporter/ssl_later.py).
+
+Each case runs in a fresh interpreter: the test process itself has ssl loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.helpers.pki import make_pki
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(code: str, *args: str) -> dict[str, object]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_asyncio_and_the_http_server_import_without_ssl() -> None:
+    result = _run(
+        """
+        import json, sys
+        from exporter import ssl_later
+        first = ssl_later.import_without_ssl()
+        import asyncio, http.server
+        again = ssl_later.import_without_ssl()
+        print(json.dumps({"first": first, "again": again, "ssl": "ssl" in sys.modules,
+                          "libssl": "libssl" in open("/proc/self/maps").read()}))
+        """
+    )
+    assert result == {"first": True, "again": False, "ssl": False, "libssl": False}
+
+
+def test_an_asyncio_tls_exchange_once_ssl_is_imported_later(tmp_path: Path) -> None:
+    make_pki(tmp_path, ("server", "127.0.0.1"))
+    result = _run(
+        """
+        import json, sys
+        from exporter import ssl_later
+        assert ssl_later.import_without_ssl()
+        import asyncio
+        assert asyncio.sslproto.ssl is None
+        import ssl  # what web.tls or an HTTPS output does, at start or on a reload
+        d = sys.argv[1]
+        server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server_ctx.load_cert_chain(f"{d}/server.pem", f"{d}/server.key")
+        client_ctx = ssl.create_default_context(cafile=f"{d}/ca.pem")
+
+        async def main():
+            async def echo(reader, writer):
+                writer.write(await reader.readline())
+                await writer.drain()
+                writer.close()
+            server = await asyncio.start_server(echo, "127.0.0.1", 0, ssl=server_ctx)
+            port = server.sockets[0].getsockname()[1]
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx)
+            writer.write(b"hello\\n")
+            line = await reader.readline()
+            writer.close()
+            server.close()
+            return line.decode()
+
+        line = asyncio.run(asyncio.wait_for(main(), 30))
+        print(json.dumps({"line": line, "sslproto": asyncio.sslproto.ssl is ssl}))
+        """,
+        str(tmp_path),
+    )
+    assert result == {"line": "hello\n", "sslproto": True}
+
+
+def test_nothing_is_hidden_once_ssl_is_loaded() -> None:
+    result = _run(
+        """
+        import json, ssl, sys
+        from exporter import ssl_later
+        done = ssl_later.import_without_ssl()
+        import http.client
+        print(json.dumps({"done": done, "https": hasattr(http.client, "HTTPSConnection")}))
+        """
+    )
+    assert result == {"done": False, "https": True}
