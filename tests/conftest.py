@@ -62,21 +62,39 @@ LONG_FIRST = frozenset(
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests marked ``slow`` (a minute-long outage, soaks) and LONG_FIRST first, the
-    rest in collection order.
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests marked ``slow`` (a minute-long outage, soaks) and LONG_FIRST each at the
+    head of one worker's share, the rest in collection order.
 
-    pytest-xdist hands tests out in collection order: a minute-long test collected near
-    the end would run alone after every other worker had finished. Started first, it
-    overlaps the rest of the run. The sort is stable and the same in every worker
-    (xdist checks that they all collect one order).
+    scripts/test runs ``--dist worksteal``: each worker first gets one contiguous share of
+    the collection (sizes as xdist's WorkStealingScheduling deals them), and an idle worker
+    later steals the tail of a busy one's queue, never the test it runs. A long test at
+    the head of a share starts at once and overlaps the rest; several long tests in one
+    share would run one after another. Elsewhere (no xdist, another --dist) the long ones
+    merely come first. The order depends on the collection and the worker count only, so
+    every worker computes the same one (xdist checks that).
     """
 
-    def later(item: pytest.Item) -> bool:
+    def long(item: pytest.Item) -> bool:
         name = getattr(item, "originalname", item.name)
-        return item.get_closest_marker("slow") is None and name not in LONG_FIRST
+        return item.get_closest_marker("slow") is not None or name in LONG_FIRST
 
-    items.sort(key=later)
+    first = [item for item in items if long(item)]
+    rest = [item for item in items if not long(item)]
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    shares: list[list[pytest.Item]] = [first[i::workers] for i in range(workers)]
+    left, total = len(items), len(items)
+    taken = 0
+    for i, share in enumerate(shares):
+        size = left // (workers - i)  # as xdist deals the pending tests out
+        fill = max(0, size - len(share))
+        share.extend(rest[taken : taken + fill])
+        taken += fill
+        left -= size
+    shares[-1].extend(rest[taken:])
+    ordered = [item for share in shares for item in share]
+    assert len(ordered) == total
+    items[:] = ordered
 
 
 @pytest.fixture(autouse=True)
