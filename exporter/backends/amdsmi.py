@@ -44,6 +44,7 @@ from exporter.backends.base import (
     unique_uuids,
 )
 from exporter.backends.contract import DeviceGone, Failing, count, expect_poll, poll_devices
+from exporter.catalog.names import ACCEL_AMD_BOARD_INFO
 from exporter.catalog.vocabulary import AMD_HEALTH_EVENTS
 
 SOURCE = "amdsmi"
@@ -449,7 +450,7 @@ class AmdSmiBackend:
                 read_ecc(slow_r, self._blocks)
                 read_partition(slow_r)
                 if gpu.part_number:
-                    slow_r.add("accel_amd_board_info", 1, gpu.part_number)
+                    slow_r.add(ACCEL_AMD_BOARD_INFO, 1, gpu.part_number)
                 read_limits(slow_r)
                 read_domains(slow_r)
                 if gpu.primary:

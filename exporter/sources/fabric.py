@@ -29,6 +29,11 @@ from typing import Any
 
 from exporter import log, trend
 from exporter.catalog.device import INFO_LABELS
+from exporter.catalog.names import (
+    ACCEL_DEVICE_INFO,
+    ACCEL_EXPORTER_STATE_ERRORS_TOTAL,
+    ACCEL_FABRIC_READ_ERRORS_TOTAL,
+)
 from exporter.config.fabric import FabricSourceConfig
 from exporter.evidence import BOARD, Evidence, EvidenceBoard
 from exporter.fabric import evidence_rules as rules
@@ -203,7 +208,7 @@ class FabricSource(Source):
         self._last = found
         self._note_problems(found)
         view = self._store.view() if self._store is not None else None
-        named = identities(view.readings("accel_device_info") if view is not None else [])
+        named = identities(view.readings(ACCEL_DEVICE_INFO) if view is not None else [])
         present = self._account_nics(found, now)
         readings = [
             *nic_readings(self.ledger, present, named, now),
@@ -212,12 +217,12 @@ class FabricSource(Source):
         self._post(found, present, now)
         trend.fabric_trends(self.board).post(readings, time.monotonic(), now)
         readings.extend(
-            Reading("accel_fabric_read_errors_total", (r,), float(n))
+            Reading(ACCEL_FABRIC_READ_ERRORS_TOTAL, (r,), float(n))
             for r, n in self.read_errors.items()
         )
         for reason, count in sorted(self.ledger.errors.items()):
             readings.append(
-                Reading("accel_exporter_state_errors_total", (self.name, reason), float(count))
+                Reading(ACCEL_EXPORTER_STATE_ERRORS_TOTAL, (self.name, reason), float(count))
             )
         await self._call(self.ledger.save)
         return readings
