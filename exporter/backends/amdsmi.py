@@ -26,17 +26,10 @@ from exporter.backend_api.wire import Rows, merge
 from exporter.backends.amdsmi_binding import AmdBinding
 from exporter.backends.amdsmi_domains import read_domains
 from exporter.backends.amdsmi_events import EventWatcher, Watched
-from exporter.backends.amdsmi_fields import (
-    FAST,
-    DeviceReader,
-    read_ecc,
-    read_limits,
-    read_partition,
-    read_processes,
-    status_name,
-)
+from exporter.backends.amdsmi_fields import FAST, DeviceReader, read_processes, status_name
 from exporter.backends.amdsmi_load import load_amdsmi
 from exporter.backends.amdsmi_ras import CperReader, export_ledger, read_bad_pages
+from exporter.backends.amdsmi_slow import read_ecc, read_limits, read_partition
 from exporter.backends.base import (
     BackendError,
     BackendUnavailable,
