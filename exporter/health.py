@@ -32,7 +32,9 @@ from typing import Any
 
 from exporter import action_file, actions, afids, health_rules, log, scope, trend
 from exporter.catalog.device import INFO_LABELS
-from exporter.catalog.names import (
+from exporter.config.health import HealthConfig
+from exporter.evidence import BOARD, Evidence, EvidenceBoard
+from exporter.family_names import (
     ACCEL_AMD_AFID_ERRORS_TOTAL,
     ACCEL_AMD_AFID_LAST_TIMESTAMP_SECONDS,
     ACCEL_AMD_BAD_PAGE_THRESHOLD,
@@ -61,8 +63,6 @@ from exporter.catalog.names import (
     ACCEL_TEMPERATURE_MARGIN_CELSIUS,
     ACCEL_XID_LAST_TIMESTAMP_SECONDS,
 )
-from exporter.config.health import HealthConfig
-from exporter.evidence import BOARD, Evidence, EvidenceBoard
 from exporter.health_state.memory import DeviceMemory
 from exporter.model import Reading
 from exporter.vendors import VENDORS

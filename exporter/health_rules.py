@@ -23,7 +23,7 @@ from exporter.actions import (
     SERVICE,
     Advice,
 )
-from exporter.catalog.names import (
+from exporter.family_names import (
     ACCEL_GAUDI_ROW_REPLACEMENT_PENDING,
     ACCEL_INTEL_MEMORY_HEALTH,
     ACCEL_INTEL_RAS_UNCORRECTABLE_ERRORS_TOTAL,

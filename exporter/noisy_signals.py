@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from exporter.catalog.device import INFO_LABELS
-from exporter.catalog.names import (
+from exporter.family_names import (
     ACCEL_AMD_AFID_LAST_TIMESTAMP_SECONDS,
     ACCEL_AMD_CORRECTED_AFIDS_DECODED,
     ACCEL_DEVICE_INFO,

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from exporter import __version__, log, series_budget
 from exporter.catalog import CATALOG, Kind, MetricSpec
 from exporter.catalog.exporter_self import POLL_DURATION_BUCKETS
-from exporter.catalog.names import (
+from exporter.family_names import (
     ACCEL_EXPORTER_BUILD_INFO,
     ACCEL_EXPORTER_SERIES_DROPPED_TOTAL,
     ACCEL_EXPORTER_SOURCE_DOWN_REASON_INFO,

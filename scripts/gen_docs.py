@@ -2,7 +2,7 @@
 
 docs/metrics.md, docs/configuration.md and the chart's config schema whole; the
 generated tables of docs/otlp.md, docs/migrating.md and docs/health.md (Trends); and
-exporter/catalog/names.py, every family's name as a constant (scripts/gen_names.py).
+exporter/family_names.py, every family's name as a constant (scripts/gen_names.py).
 
 Usage: ``python scripts/gen_docs.py`` (writes) or ``--check`` (exit 1 when stale).
 A test runs ``--check`` so the docs never drift from the code.
@@ -270,7 +270,7 @@ def main() -> int:
         (migrating, migrating_md(migrating.read_text())),
         (health, health_md(health.read_text())),
         (VALUES_SCHEMA, values_schema_json(VALUES_SCHEMA.read_text())),
-        (REPO / gen_names.PATH, gen_names.names_py(DOMAINS)),
+        (REPO / gen_names.PATH, gen_names.family_names_py(DOMAINS)),
     ):
         if args.check:
             if not path.exists() or path.read_text() != text:

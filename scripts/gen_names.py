@@ -1,10 +1,12 @@
-"""Generate exporter/catalog/names.py: one ``Final`` constant per catalog family.
+"""Generate exporter/family_names.py: one ``Final`` constant per catalog family.
 
 Called by ``scripts/gen_docs.py`` (which writes it, or with ``--check`` fails when it is
 stale), so a row added to or renamed in the catalog without regenerating fails CI.
 The constant is the family's name upper-cased (``accel_power_watts`` ->
 ``ACCEL_POWER_WATTS``): grep for either spelling finds both. The rows themselves keep
-their literal names, being the source this file is generated from.
+their literal names, being the source this file is generated from. The module lives
+outside the catalog package: importing it must not load the catalog (exporter/catalog/
+__init__.py builds every row), which ``accel-exporter check`` never pays for.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from types import ModuleType
 
 from exporter.catalog import MetricSpec
 
-PATH = "exporter/catalog/names.py"
+PATH = "exporter/family_names.py"
 LINE_LENGTH = 100  # pyproject.toml's, so the file is already as ruff format writes it
 
 HEADER = '''\
@@ -24,7 +26,8 @@ Add or rename a family in its catalog row (exporter/catalog/<domain>.py), then r
 ``python scripts/gen_docs.py``. Code outside the catalog names a family by its constant,
 never by a string literal (tests/unit/test_family_names.py counts them: none allowed),
 so a renamed or misspelt family is an import or mypy error instead of a reading the
-store drops at run time. Imports nothing of the exporter's, so any module may import it.
+store drops at run time. Imports nothing of the exporter's, so any module may import it
+without loading the catalog.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ def _line(name: str) -> str:
     return f'{symbol(name)}: Final = (\n    "{name}"\n)'
 
 
-def names_py(domains: Iterable[tuple[str, ModuleType]]) -> str:
+def family_names_py(domains: Iterable[tuple[str, ModuleType]]) -> str:
     """The module's text: the families of each (title, domain module), in catalog order."""
     out = [HEADER]
     for title, module in domains:

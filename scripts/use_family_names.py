@@ -1,10 +1,10 @@
-"""Replace every family-name string literal under exporter/ by its exporter.catalog.names symbol.
+"""Replace every family-name string literal under exporter/ by its exporter.family_names symbol.
 
 ``"accel_power_watts"`` becomes ``ACCEL_POWER_WATTS``, imported with ``from
-exporter.catalog.names import ...`` in the file's import block, so a renamed or misspelt
+exporter.family_names import ...`` in the file's import block, so a renamed or misspelt
 family is an import or mypy error rather than a reading dropped at run time. Only a
 literal whose whole value is a catalog family name (``CATALOG``'s keys) is replaced;
-the catalog rows (exporter/catalog/, the source names.py is generated from) keep theirs,
+the catalog rows (exporter/catalog/, the source family_names.py is generated from) keep theirs,
 and other exporters' names (``DCGM_FI_*``, ``gpu_*``) are not ours. Docstrings are prose.
 
 Idempotent and minimal: a second run changes nothing; a run after a merge touches only
@@ -35,9 +35,9 @@ sys.path.insert(0, str(REPO))
 from exporter.catalog import CATALOG  # noqa: E402
 from scripts.gen_names import symbol  # noqa: E402
 
-MODULE = "exporter.catalog.names"
-# The catalog (the source of the names) and generated protobuf code.
-SKIP_UNDER = "exporter/catalog/"
+MODULE = "exporter.family_names"
+# The catalog (the source of the names), the generated constants and protobuf code.
+SKIP_UNDER = ("exporter/catalog/", "exporter/family_names.py")
 SKIP_PARTS = frozenset({"_proto", "_tpu_proto"})
 RUFF = Path(sys.executable).with_name("ruff")
 
@@ -101,7 +101,7 @@ def literals(tree: ast.Module) -> tuple[list[Found], list[Found]]:
 
 
 def _bound_names(tree: ast.Module) -> Iterator[tuple[str, int]]:
-    """(name, line) of every binding in the module other than an import from names.py."""
+    """(name, line) of every binding in the module other than an import from MODULE."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             yield node.id, node.lineno
@@ -162,7 +162,7 @@ def rewrite(path: Path, text: str) -> tuple[str, list[str]]:
 
 
 def files(paths: Sequence[str]) -> list[Path]:
-    """The Python files under ``paths``, outside the catalog and generated protobuf code."""
+    """The Python files under ``paths`` but the catalog, family_names.py and protobuf code."""
     out = []
     for given in paths or ["exporter"]:
         root = Path(given)

@@ -37,8 +37,8 @@ from exporter.backends.base import (
     unique_uuids,
 )
 from exporter.backends.contract import DeviceGone, Failing, count, expect_poll, poll_devices
-from exporter.catalog.names import ACCEL_AMD_BOARD_INFO
 from exporter.catalog.vocabulary import AMD_HEALTH_EVENTS
+from exporter.family_names import ACCEL_AMD_BOARD_INFO
 
 SOURCE = "amdsmi"
 # CPER records read per GPU and poll: a burst drains over several polls.

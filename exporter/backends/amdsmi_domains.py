@@ -15,7 +15,7 @@ row (the daemon keeps it as identity: :mod:`exporter.sources.device_domains`).
 from __future__ import annotations
 
 from exporter.backends.amdsmi_fields import DeviceReader
-from exporter.catalog.names import ACCEL_DEVICE_DOMAIN_INFO
+from exporter.family_names import ACCEL_DEVICE_DOMAIN_INFO
 
 FAMILY = ACCEL_DEVICE_DOMAIN_INFO
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from exporter.backend_api.wire import Rows, new_rows
 from exporter.backends.contract import MHZ, U16_MAX, U32_MAX, U64_MAX, Codes, Emitter, number
-from exporter.catalog.names import (
+from exporter.family_names import (
     ACCEL_AMD_GTT_TOTAL_BYTES,
     ACCEL_AMD_GTT_USED_BYTES,
     ACCEL_AMD_JPEG_ACTIVITY_RATIO,

@@ -38,7 +38,7 @@ from exporter import afids as afid_table
 from exporter.backend_api.cper import Ledger
 from exporter.backends.amdsmi_fields import CODES, LOST, DeviceReader, status_name
 from exporter.backends.contract import U32_MAX, DeviceGone
-from exporter.catalog.names import (
+from exporter.family_names import (
     ACCEL_AMD_AFID_ERRORS_TOTAL,
     ACCEL_AMD_AFID_INFO,
     ACCEL_AMD_AFID_LAST_TIMESTAMP_SECONDS,

@@ -12,7 +12,7 @@ from typing import Any
 
 from exporter.backends.amdsmi_fields import ECC_TOTALS, MICRO_PER_UNIT, DeviceReader
 from exporter.backends.contract import U16_MAX, U32_MAX, U64_MAX, number
-from exporter.catalog.names import (
+from exporter.family_names import (
     ACCEL_AMD_ECC_CORRECTABLE_ERRORS_TOTAL,
     ACCEL_AMD_ECC_DEFERRED_ERRORS_TOTAL,
     ACCEL_AMD_ECC_UNCORRECTABLE_ERRORS_TOTAL,

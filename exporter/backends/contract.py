@@ -38,7 +38,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from exporter.backend_api import crumb
 from exporter.backend_api.wire import Rows, drop, new_rows
 from exporter.backends.base import BackendError
-from exporter.catalog.names import ACCEL_FIELD_ERRORS_TOTAL
+from exporter.family_names import ACCEL_FIELD_ERRORS_TOTAL
 
 K = TypeVar("K", bound=Hashable)
 

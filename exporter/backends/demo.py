@@ -29,7 +29,8 @@ from exporter.backends import nvml_support as nv
 from exporter.backends.base import BackendError
 from exporter.backends.contract import Emitter, poll_devices
 from exporter.backends.nvml_reliability import FABRIC_HEALTH_BITS, RECOVERY_ACTIONS
-from exporter.catalog.names import (
+from exporter.catalog.vocabulary import FABRIC_STATES, NVLINK_ERRORS
+from exporter.family_names import (
     ACCEL_CLOCK_HERTZ,
     ACCEL_CLOCK_MAX_HERTZ,
     ACCEL_CLOCK_THROTTLE_ACTIVE,
@@ -89,7 +90,6 @@ from exporter.catalog.names import (
     ACCEL_TEMPERATURE_MARGIN_CELSIUS,
     ACCEL_UTILIZATION_RATIO,
 )
-from exporter.catalog.vocabulary import FABRIC_STATES, NVLINK_ERRORS
 
 SOURCE = "demo"
 VENDOR = "demo"

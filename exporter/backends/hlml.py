@@ -54,7 +54,7 @@ from exporter.backends.contract import (
     poll_devices,
 )
 from exporter.backends.counters import Energy
-from exporter.catalog.names import (
+from exporter.family_names import (
     ACCEL_CLOCK_HERTZ,
     ACCEL_CLOCK_MAX_HERTZ,
     ACCEL_CLOCK_THROTTLE_ACTIVE,

@@ -29,7 +29,7 @@ from exporter.backends.levelzero_tables import (
     Gpu,
     Structs,
 )
-from exporter.catalog.names import (
+from exporter.family_names import (
     ACCEL_CLOCK_HERTZ,
     ACCEL_CLOCK_MAX_HERTZ,
     ACCEL_CLOCK_THROTTLE_ACTIVE,

@@ -13,7 +13,7 @@ from typing import Any
 from exporter.backends import levelzero_binding as zb
 from exporter.backends.contract import Codes
 from exporter.backends.counters import Delta, Energy
-from exporter.catalog.names import (
+from exporter.family_names import (
     ACCEL_INTEL_RAS_CORRECTABLE_ERRORS_TOTAL,
     ACCEL_INTEL_RAS_UNCORRECTABLE_ERRORS_TOTAL,
 )

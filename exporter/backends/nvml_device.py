@@ -29,7 +29,7 @@ from exporter.backends.nvml_scalars import (
     BoundScalar,
     Scalar,
 )
-from exporter.catalog.names import (
+from exporter.family_names import (
     ACCEL_CLOCK_THROTTLE_ACTIVE,
     ACCEL_DECODER_UTILIZATION_RATIO,
     ACCEL_ECC_ERRORS_TOTAL,

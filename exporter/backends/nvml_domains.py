@@ -24,7 +24,7 @@ from typing import Any
 from exporter.backends import nvml_support as nv
 from exporter.backends.contract import Emitter
 from exporter.backends.nvml_gpu import Gpu
-from exporter.catalog.names import ACCEL_DEVICE_DOMAIN_INFO
+from exporter.family_names import ACCEL_DEVICE_DOMAIN_INFO
 
 FAMILY = ACCEL_DEVICE_DOMAIN_INFO
 FABRIC_COMPLETED = 3  # NVML_GPU_FABRIC_STATE_COMPLETED

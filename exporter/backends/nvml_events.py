@@ -21,7 +21,7 @@ from exporter.backend_api import crumb
 from exporter.backend_api.wire import Rows, put
 from exporter.backends import nvml_support as nv
 from exporter.backends.event_wait import rest_after_empty_wait
-from exporter.catalog.names import (
+from exporter.family_names import (
     ACCEL_DEVICE_EVENT_LAST_TIMESTAMP_SECONDS,
     ACCEL_DEVICE_EVENTS_TOTAL,
     ACCEL_XID_ERRORS_TOTAL,

@@ -26,7 +26,7 @@ from typing import Any
 from exporter.backends import nvml_support as nv
 from exporter.backends.contract import DeviceGone, Emitter
 from exporter.backends.nvml_gpu import Gpu
-from exporter.catalog.names import (
+from exporter.family_names import (
     ACCEL_DRAM_ACTIVE_RATIO,
     ACCEL_ENGINE_UTILIZATION_RATIO,
     ACCEL_GRAPHICS_ENGINE_ACTIVE_RATIO,

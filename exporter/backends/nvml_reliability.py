@@ -17,7 +17,7 @@ from exporter.backends import nvml_domains
 from exporter.backends import nvml_support as nv
 from exporter.backends.contract import Emitter, not_available
 from exporter.backends.nvml_gpu import Gpu
-from exporter.catalog.names import (
+from exporter.family_names import (
     ACCEL_DEVICE_RECOVERY_ACTION,
     ACCEL_NVIDIA_FABRIC_HEALTH_ISSUE,
     ACCEL_NVIDIA_FABRIC_STATE,

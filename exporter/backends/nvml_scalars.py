@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from exporter.backends import nvml_support as nv
-from exporter.catalog.names import (
+from exporter.family_names import (
     ACCEL_CLOCK_HERTZ,
     ACCEL_CLOCK_MAX_HERTZ,
     ACCEL_CLOCK_VIOLATION_SECONDS_TOTAL,

@@ -41,13 +41,13 @@ from exporter.backends.base import BackendUnavailable
 from exporter.backends.contract import DeviceGone, count, expect_poll, poll_devices
 from exporter.backends.tpu_distributions import fold, label_of
 from exporter.backends.tpu_metrics import BadMetric, device_values
-from exporter.catalog.names import (
+from exporter.catalog.tpu import LATENCY_BUCKETS
+from exporter.family_names import (
     ACCEL_MEMORY_BANDWIDTH_UTILIZATION_RATIO,
     ACCEL_MEMORY_TOTAL_BYTES,
     ACCEL_MEMORY_USED_BYTES,
     ACCEL_UTILIZATION_RATIO,
 )
-from exporter.catalog.tpu import LATENCY_BUCKETS
 from exporter.host.tpu_chips import Chip, present, scan
 
 SOURCE = "tpu"

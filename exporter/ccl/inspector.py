@@ -48,7 +48,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.catalog.ccl import BANDWIDTH_BUCKETS, DURATION_BUCKETS
-from exporter.catalog.names import (
+from exporter.ccl.ras_model import hash_label
+from exporter.family_names import (
     ACCEL_CCL_BANDWIDTH_IMPLAUSIBLE,
     ACCEL_CCL_COLLECTIVE_BUS_BANDWIDTH_BYTES_PER_SECOND,
     ACCEL_CCL_COLLECTIVE_DURATION_SECONDS,
@@ -59,7 +60,6 @@ from exporter.catalog.names import (
     ACCEL_CCL_STRAGGLER_RANK,
     ACCEL_CCL_STRAGGLER_SAMPLED,
 )
-from exporter.ccl.ras_model import hash_label
 from exporter.model import Reading
 from exporter.store import HistogramAccumulator
 

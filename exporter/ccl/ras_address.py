@@ -12,15 +12,15 @@ import asyncio
 from dataclasses import dataclass, field
 
 from exporter.catalog.ccl import QUERY_BUCKETS
-from exporter.catalog.names import (
+from exporter.ccl.ras_client import PROTOCOL, Endpoint
+from exporter.ccl.ras_state import ProgressTracker, StateMachine
+from exporter.family_names import (
     ACCEL_CCL_JOB_STATE_TRANSITIONS_TOTAL,
     ACCEL_CCL_RAS_EVENTS_TOTAL,
     ACCEL_CCL_RAS_MONITOR_UP,
     ACCEL_CCL_RAS_QUERY_DURATION_SECONDS,
     ACCEL_CCL_RAS_TIMEOUTS_TOTAL,
 )
-from exporter.ccl.ras_client import PROTOCOL, Endpoint
-from exporter.ccl.ras_state import ProgressTracker, StateMachine
 from exporter.model import Reading
 from exporter.store import HistogramAccumulator
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from exporter.catalog import budget
-from exporter.catalog.names import (
+from exporter.ccl.ras_model import ANY_COLLECTIVE, COLLECTIVES, Communicator, RankRef, RasReport
+from exporter.ccl.ras_state import REPORTED, STATES
+from exporter.family_names import (
     ACCEL_CCL_COMM_MISSING_RANKS,
     ACCEL_CCL_COMM_OP_SKEW,
     ACCEL_CCL_COMM_RANKS,
@@ -35,8 +37,6 @@ from exporter.catalog.names import (
     ACCEL_CCL_RAS_COLLECTION_SECONDS,
     ACCEL_CCL_RAS_UP,
 )
-from exporter.ccl.ras_model import ANY_COLLECTIVE, COLLECTIVES, Communicator, RankRef, RasReport
-from exporter.ccl.ras_state import REPORTED, STATES
 from exporter.model import Reading
 
 RankFilter = Callable[[RankRef], bool]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from exporter.catalog.names import (
+from exporter.checks.nagios import Perf, Result, Status
+from exporter.checks.samples import Samples
+from exporter.family_names import (
     ACCEL_DEVICES,
     ACCEL_EXPORTER_BUILD_INFO,
     ACCEL_EXPORTER_SOURCE_DOWN_REASON_INFO,
@@ -10,8 +12,6 @@ from exporter.catalog.names import (
     ACCEL_EXPORTER_SOURCE_UP,
     ACCEL_PCI_DEVICES,
 )
-from exporter.checks.nagios import Perf, Result, Status
-from exporter.checks.samples import Samples
 
 
 def exporter_health(samples: Samples) -> Result:

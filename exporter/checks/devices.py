@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter import vendors
-from exporter.catalog.names import (
+from exporter.checks.nagios import Perf, Result, Status, worst
+from exporter.checks.samples import Labels, Samples
+from exporter.family_names import (
     ACCEL_AMD_AFID_ERRORS_TOTAL,
     ACCEL_AMD_AFID_INFO,
     ACCEL_AMD_AFID_LAST_TIMESTAMP_SECONDS,
@@ -32,8 +34,6 @@ from exporter.catalog.names import (
     ACCEL_TEMPERATURE_CELSIUS,
     ACCEL_XID_LAST_TIMESTAMP_SECONDS,
 )
-from exporter.checks.nagios import Perf, Result, Status, worst
-from exporter.checks.samples import Labels, Samples
 
 # The vendor label of accel_device_info, as every device source sets it.
 VENDORS = tuple(vendor.label for vendor in vendors.VENDORS)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from exporter.catalog.names import (
+from exporter.checks.nagios import Perf, Result, Status, worst
+from exporter.checks.samples import Samples
+from exporter.family_names import (
     ACCEL_CCL_JOB_DEAD_PROCESSES,
     ACCEL_CCL_JOB_MISSING_PROCESSES,
     ACCEL_CCL_JOB_STATE,
 )
-from exporter.checks.nagios import Perf, Result, Status, worst
-from exporter.checks.samples import Samples
 
 # Job state -> check status. A stalled job is the hang RAS itself reports as OK.
 STATE_STATUS = {

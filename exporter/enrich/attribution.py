@@ -34,7 +34,13 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.catalog.names import (
+from exporter.enrich.devices import DeviceIndex, DeviceRef, MigRef
+from exporter.enrich.dra import DraDevice, DraIndex
+from exporter.enrich.errors import AttributionError
+from exporter.enrich.pod_resources import Assignment
+from exporter.enrich.procfs import ProcessFacts, user_name
+from exporter.enrich.slurm_files import JobFile
+from exporter.family_names import (
     ACCEL_DEVICE_CLAIM_INFO,
     ACCEL_DEVICE_JOB_INFO,
     ACCEL_DEVICE_WORKLOAD_INFO,
@@ -43,12 +49,6 @@ from exporter.catalog.names import (
     ACCEL_WORKLOAD_MEMORY_USED_BYTES,
     ACCEL_WORKLOAD_UTILIZATION_RATIO,
 )
-from exporter.enrich.devices import DeviceIndex, DeviceRef, MigRef
-from exporter.enrich.dra import DraDevice, DraIndex
-from exporter.enrich.errors import AttributionError
-from exporter.enrich.pod_resources import Assignment
-from exporter.enrich.procfs import ProcessFacts, user_name
-from exporter.enrich.slurm_files import JobFile
 from exporter.model import Reading
 
 Container = tuple[str, str, str]  # namespace, pod, container

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from exporter.catalog.device import INFO_LABELS
-from exporter.catalog.names import ACCEL_PROCESS_MEMORY_BYTES, ACCEL_PROCESS_SM_UTILIZATION_RATIO
+from exporter.family_names import ACCEL_PROCESS_MEMORY_BYTES, ACCEL_PROCESS_SM_UTILIZATION_RATIO
 from exporter.model import Reading
 
 _PCI = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from exporter.catalog.names import (
+from exporter.fabric.ledger import FabricLedger
+from exporter.family_names import (
     ACCEL_NIC_DISAPPEARANCES_TOTAL,
     ACCEL_NIC_GPU_INFO,
     ACCEL_NIC_INFO,
@@ -31,7 +32,6 @@ from exporter.catalog.names import (
     ACCEL_PCI_LINK_SPEED_TRANSFERS_PER_SECOND,
     ACCEL_PCI_LINK_WIDTH,
 )
-from exporter.fabric.ledger import FabricLedger
 from exporter.host.infiniband import DATA_COUNTERS, ERROR_COUNTERS, HW_COUNTERS, Nic
 from exporter.host.pcie import PciLink
 from exporter.model import Reading

@@ -30,14 +30,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from exporter.catalog.names import (
+from exporter.config.web import WebConfig
+from exporter.family_names import (
     ACCEL_EXPORTER_HTTP_AUTH_FAILURES_TOTAL,
     ACCEL_EXPORTER_HTTP_CONNECTIONS_REFUSED_TOTAL,
     ACCEL_EXPORTER_HTTP_HEADER_TIMEOUTS_TOTAL,
     ACCEL_EXPORTER_HTTP_IDLE_CONNECTIONS_CLOSED_TOTAL,
     ACCEL_EXPORTER_HTTP_WRITE_TIMEOUTS_TOTAL,
 )
-from exporter.config.web import WebConfig
 from exporter.model import Reading
 
 WAITING, READING, SERVING = "waiting", "reading", "serving"

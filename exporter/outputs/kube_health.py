@@ -44,10 +44,10 @@ from typing import Any
 from urllib.parse import quote
 
 from exporter import log
-from exporter.catalog.names import ACCEL_DEVICE_INFO
 from exporter.config.kubernetes import KubernetesConfig
 from exporter.config.outputs import KubernetesOutputConfig
 from exporter.enrich.devices import DeviceIndex
+from exporter.family_names import ACCEL_DEVICE_INFO
 from exporter.kube import KubeClient, KubeError, list_resource_slices
 from exporter.outputs.kube_condition import (
     CONDITION,

@@ -35,15 +35,15 @@ from typing import Any
 
 from exporter import log
 from exporter.backoff import delay
-from exporter.catalog.names import (
+from exporter.catalog.vocabulary import NVSENTINEL_EVENT_KINDS, NVSENTINEL_FAILURES
+from exporter.config.nvsentinel import NvsentinelOutputConfig
+from exporter.enrich.devices import DeviceIndex
+from exporter.family_names import (
     ACCEL_DEVICE_INFO,
     ACCEL_EXPORTER_NVSENTINEL_CONNECTED,
     ACCEL_EXPORTER_NVSENTINEL_EVENTS_TOTAL,
     ACCEL_EXPORTER_NVSENTINEL_FAILURES_TOTAL,
 )
-from exporter.catalog.vocabulary import NVSENTINEL_EVENT_KINDS, NVSENTINEL_FAILURES
-from exporter.config.nvsentinel import NvsentinelOutputConfig
-from exporter.enrich.devices import DeviceIndex
 from exporter.model import Reading
 from exporter.outputs.nvsentinel_events import Event, Identity, Settings, plan
 from exporter.outputs.nvsentinel_wire import Connection, SendError

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from exporter import log
-from exporter.catalog.names import ACCEL_EXPORTER_OTLP_EXPORTS_TOTAL
+from exporter.family_names import ACCEL_EXPORTER_OTLP_EXPORTS_TOTAL
 from exporter.model import Reading
 from exporter.store import Store
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from exporter import allocator, log
 from exporter.catalog import CATALOG, MetricSpec
-from exporter.catalog.names import ACCEL_EXPORTER_SERIES
+from exporter.family_names import ACCEL_EXPORTER_SERIES
 from exporter.model import Reading
 from exporter.outputs import text_format
 from exporter.outputs.compat import Compat, Family

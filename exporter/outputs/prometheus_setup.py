@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from exporter import log
-from exporter.catalog.names import ACCEL_COMPAT_FIELD_UNSERVED_INFO, ACCEL_COMPAT_INFO
 from exporter.config.root import Config
+from exporter.family_names import ACCEL_COMPAT_FIELD_UNSERVED_INFO, ACCEL_COMPAT_INFO
 from exporter.model import Reading
 from exporter.outputs import stamp
 from exporter.outputs.compat import Compat, from_config

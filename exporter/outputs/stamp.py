@@ -20,9 +20,9 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from exporter.catalog import MetricSpec
-from exporter.catalog.names import ACCEL_DEVICE_JOB_INFO, ACCEL_DEVICE_WORKLOAD_INFO
 from exporter.catalog.workload import WORKLOAD_LABELS, stampable, stamped
 from exporter.config.root import Config
+from exporter.family_names import ACCEL_DEVICE_JOB_INFO, ACCEL_DEVICE_WORKLOAD_INFO
 from exporter.model import Reading
 from exporter.store import View
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from exporter import __version__, log
 from exporter.catalog.device import INFO_LABELS
-from exporter.catalog.names import (
+from exporter.family_names import (
     ACCEL_DEVICE_DOWN_REASON_INFO,
     ACCEL_DEVICE_EVENTS_TOTAL,
     ACCEL_DEVICE_INFO,

@@ -15,16 +15,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from exporter import log
-from exporter.catalog.names import (
+from exporter.ccl.inspector import InspectorAggregator
+from exporter.ccl.tail import REFUSED, DirectoryTail, TailStats
+from exporter.config.ccl import CclInspectorSourceConfig
+from exporter.errors import SourceError
+from exporter.family_names import (
     ACCEL_CCL_INSPECTOR_FILE_RESTARTS_TOTAL,
     ACCEL_CCL_INSPECTOR_FILES,
     ACCEL_CCL_INSPECTOR_FILES_REFUSED_TOTAL,
     ACCEL_CCL_INSPECTOR_SKIPPED_BYTES_TOTAL,
 )
-from exporter.ccl.inspector import InspectorAggregator
-from exporter.ccl.tail import REFUSED, DirectoryTail, TailStats
-from exporter.config.ccl import CclInspectorSourceConfig
-from exporter.errors import SourceError
 from exporter.model import Reading
 from exporter.sources.base import BlockingCall, Source
 

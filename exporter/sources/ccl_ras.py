@@ -39,12 +39,6 @@ from typing import Any
 
 from exporter import log
 from exporter.catalog.device import INFO_LABELS
-from exporter.catalog.names import (
-    ACCEL_CCL_JOB_INFO,
-    ACCEL_CCL_JOB_LAST_PROGRESS_TIMESTAMP_SECONDS,
-    ACCEL_CCL_RAS_REPORTER,
-    ACCEL_DEVICE_INFO,
-)
 from exporter.ccl import ras_readings
 from exporter.ccl.hosts import local_addresses, normalize
 from exporter.ccl.ras_address import Address
@@ -63,6 +57,12 @@ from exporter.ccl.ras_model import RasParseError, RasReport
 from exporter.ccl.ras_state import ProgressTracker, classify, elect_reporter
 from exporter.config.ccl import CclRasSourceConfig
 from exporter.errors import SourceError
+from exporter.family_names import (
+    ACCEL_CCL_JOB_INFO,
+    ACCEL_CCL_JOB_LAST_PROGRESS_TIMESTAMP_SECONDS,
+    ACCEL_CCL_RAS_REPORTER,
+    ACCEL_DEVICE_INFO,
+)
 from exporter.model import Reading
 from exporter.sources.base import BlockingCall, Source, StoreReader
 

@@ -18,14 +18,14 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from exporter.catalog.names import (
-    ACCEL_PROCESS_CHECKPOINT_QUERY_ERRORS_TOTAL,
-    ACCEL_PROCESS_CHECKPOINT_STATE,
-)
 from exporter.catalog.workload import CHECKPOINT_STATES
 from exporter.config.host import CudaCheckpointSourceConfig
 from exporter.enrich.devices import PROCESS_FAMILIES
 from exporter.errors import SourceUnavailable, WorkerError
+from exporter.family_names import (
+    ACCEL_PROCESS_CHECKPOINT_QUERY_ERRORS_TOTAL,
+    ACCEL_PROCESS_CHECKPOINT_STATE,
+)
 from exporter.model import Reading
 from exporter.sources.base import StoreReader
 from exporter.sources.worker import WorkerSource

@@ -70,7 +70,10 @@ from exporter import health, log
 from exporter.backend_api.backend import INVENTORY_CHANGED
 from exporter.backend_api.wire import ROW_WIDTH
 from exporter.catalog.device import INFO_LABELS
-from exporter.catalog.names import (
+from exporter.config.devices import DeviceSourceConfig
+from exporter.config.health import HealthConfig
+from exporter.errors import SourceError, SourcePending, SourceUnavailable, WorkerError
+from exporter.family_names import (
     ACCEL_DEVICE_DOWN_REASON_INFO,
     ACCEL_DEVICE_INFO,
     ACCEL_DEVICE_ISOLATED_INFO,
@@ -82,9 +85,6 @@ from exporter.catalog.names import (
     ACCEL_EXPORTER_WORKER_STUCK_PROCESSES,
     ACCEL_PCI_DEVICES,
 )
-from exporter.config.devices import DeviceSourceConfig
-from exporter.config.health import HealthConfig
-from exporter.errors import SourceError, SourcePending, SourceUnavailable, WorkerError
 from exporter.health_api import DeviceReport
 from exporter.host import libsearch
 from exporter.model import Reading, readings_of

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from exporter.catalog.names import ACCEL_DEVICE_DOMAIN_INFO
 from exporter.catalog.vocabulary import DOMAIN_SCOPES
+from exporter.family_names import ACCEL_DEVICE_DOMAIN_INFO
 from exporter.model import Reading
 
 FAMILY = ACCEL_DEVICE_DOMAIN_INFO

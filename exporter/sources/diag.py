@@ -40,19 +40,6 @@ from dataclasses import dataclass, field
 
 from exporter import actions, log
 from exporter.catalog.device import INFO_LABELS
-from exporter.catalog.names import (
-    ACCEL_DEVICE_INFO,
-    ACCEL_DIAG_DEVICE_RUN_TIMESTAMP_SECONDS,
-    ACCEL_DIAG_DIRECTORY_PRESENT,
-    ACCEL_DIAG_FILES_REJECTED_TOTAL,
-    ACCEL_DIAG_FILES_TOTAL,
-    ACCEL_DIAG_RUN_INFO,
-    ACCEL_DIAG_RUN_TIMESTAMP_SECONDS,
-    ACCEL_DIAG_SCHEMA_DRIFT_INFO,
-    ACCEL_DIAG_TEST_INFO,
-    ACCEL_DIAG_TEST_RESULT,
-    ACCEL_DIAG_UNMATCHED_RESULTS,
-)
 from exporter.config.diag import DiagSourceConfig
 from exporter.diag import advice, files, formats
 from exporter.diag.model import (
@@ -70,6 +57,19 @@ from exporter.diag.model import (
 )
 from exporter.errors import SourceError, SourceUnavailable
 from exporter.evidence import BOARD, Evidence, EvidenceBoard, device_key
+from exporter.family_names import (
+    ACCEL_DEVICE_INFO,
+    ACCEL_DIAG_DEVICE_RUN_TIMESTAMP_SECONDS,
+    ACCEL_DIAG_DIRECTORY_PRESENT,
+    ACCEL_DIAG_FILES_REJECTED_TOTAL,
+    ACCEL_DIAG_FILES_TOTAL,
+    ACCEL_DIAG_RUN_INFO,
+    ACCEL_DIAG_RUN_TIMESTAMP_SECONDS,
+    ACCEL_DIAG_SCHEMA_DRIFT_INFO,
+    ACCEL_DIAG_TEST_INFO,
+    ACCEL_DIAG_TEST_RESULT,
+    ACCEL_DIAG_UNMATCHED_RESULTS,
+)
 from exporter.model import Reading
 from exporter.sources.base import BlockingCall, Source, StoreReader
 from exporter.verdict import RANK

@@ -29,11 +29,6 @@ from typing import Any
 
 from exporter import log, trend
 from exporter.catalog.device import INFO_LABELS
-from exporter.catalog.names import (
-    ACCEL_DEVICE_INFO,
-    ACCEL_EXPORTER_STATE_ERRORS_TOTAL,
-    ACCEL_FABRIC_READ_ERRORS_TOTAL,
-)
 from exporter.config.fabric import FabricSourceConfig
 from exporter.evidence import BOARD, Evidence, EvidenceBoard
 from exporter.fabric import evidence_rules as rules
@@ -41,6 +36,11 @@ from exporter.fabric.join import Placement, served
 from exporter.fabric.ledger import FabricLedger, NicMemory
 from exporter.fabric.ports import observe
 from exporter.fabric.readings import Identity, nic_readings, pci_readings
+from exporter.family_names import (
+    ACCEL_DEVICE_INFO,
+    ACCEL_EXPORTER_STATE_ERRORS_TOTAL,
+    ACCEL_FABRIC_READ_ERRORS_TOTAL,
+)
 from exporter.host.infiniband import Nic, read_nics
 from exporter.host.pcie import PciLink, bridges_of, read_link, switch_of
 from exporter.host.sysfs import SysfsError, hex_attr, pci_functions

@@ -19,7 +19,9 @@ import os
 import time
 from collections.abc import Sequence
 
-from exporter.catalog.names import (
+from exporter.config.host import HostSourceConfig
+from exporter.errors import SourceError
+from exporter.family_names import (
     ACCEL_HOST_BOOT_TIME_SECONDS,
     ACCEL_HOST_CPU_RATIO,
     ACCEL_HOST_CPU_SECONDS_TOTAL,
@@ -30,8 +32,6 @@ from exporter.catalog.names import (
     ACCEL_HOST_MEMORY_AVAILABLE_BYTES,
     ACCEL_HOST_MEMORY_TOTAL_BYTES,
 )
-from exporter.config.host import HostSourceConfig
-from exporter.errors import SourceError
 from exporter.host.host_proc import (
     CLOCK_TICKS,
     CPU_MODES,

@@ -31,7 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 from exporter import health, log
 from exporter.catalog.device import INFO_LABELS
-from exporter.catalog.names import (
+from exporter.config.devices import NeuronSourceConfig
+from exporter.config.health import HealthConfig
+from exporter.errors import SourceError, SourcePending, SourceUnavailable
+from exporter.family_names import (
     ACCEL_DEVICE_DOWN_REASON_INFO,
     ACCEL_DEVICE_INFO,
     ACCEL_DEVICE_UP,
@@ -50,9 +53,6 @@ from exporter.catalog.names import (
     ACCEL_NEURON_RUNTIMES,
     ACCEL_NEURONCORE_UTILIZATION_RATIO,
 )
-from exporter.config.devices import NeuronSourceConfig
-from exporter.config.health import HealthConfig
-from exporter.errors import SourceError, SourcePending, SourceUnavailable
 from exporter.health_api import DeviceReport
 from exporter.host.neuron_devices import NeuronDevice, indices, scan
 from exporter.host.sysfs import read_attr

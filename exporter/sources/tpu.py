@@ -17,10 +17,10 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from exporter.catalog.names import ACCEL_TPU_RUNTIME_ATTACHED, ACCEL_TPU_TRANSFER_LATENCY_SECONDS
 from exporter.catalog.tpu import LATENCY_BUCKETS
 from exporter.config.devices import TpuSourceConfig
 from exporter.config.health import HealthConfig
+from exporter.family_names import ACCEL_TPU_RUNTIME_ATTACHED, ACCEL_TPU_TRANSFER_LATENCY_SECONDS
 from exporter.host.tpu_chips import scan
 from exporter.model import HistogramValue, Reading, is_number
 from exporter.sources.device import DeviceSource, ShapeError, call_budget

@@ -37,14 +37,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from exporter import log
-from exporter.catalog.names import (
-    ACCEL_DEVICE_INFO,
-    ACCEL_MIG_DEVICE_INFO,
-    ACCEL_PROCESS_MEMORY_BYTES,
-    ACCEL_PROCESS_SM_UTILIZATION_RATIO,
-    ACCEL_PROCESSES,
-    ACCEL_WORKLOAD_ATTRIBUTION_ERRORS_TOTAL,
-)
 from exporter.config.kubernetes import KubernetesConfig
 from exporter.config.workload import WorkloadConfig
 from exporter.enrich.attribution import Inputs, PodMemory, attribute
@@ -56,6 +48,14 @@ from exporter.enrich.pod_resources import Assignment, list_assignments, resource
 from exporter.enrich.procfs import ProcessFacts, ProcReader
 from exporter.enrich.slurm_files import JobFile, read_job_files
 from exporter.errors import SourceError
+from exporter.family_names import (
+    ACCEL_DEVICE_INFO,
+    ACCEL_MIG_DEVICE_INFO,
+    ACCEL_PROCESS_MEMORY_BYTES,
+    ACCEL_PROCESS_SM_UTILIZATION_RATIO,
+    ACCEL_PROCESSES,
+    ACCEL_WORKLOAD_ATTRIBUTION_ERRORS_TOTAL,
+)
 from exporter.kube import KubeClient, list_resource_slices
 from exporter.model import Reading
 from exporter.sources.api_listing import ApiListing

@@ -15,16 +15,16 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from exporter.catalog import CATALOG
-from exporter.catalog.names import (
+from exporter.config.kubernetes import KubernetesConfig
+from exporter.config.workload import PodLabelsConfig
+from exporter.enrich.pod_labels import parse_pods
+from exporter.family_names import (
     ACCEL_DEVICE_CLAIM_INFO,
     ACCEL_DEVICE_WORKLOAD_INFO,
     ACCEL_MIG_WORKLOAD_INFO,
     ACCEL_POD_LABELS_INFO,
     ACCEL_PROCESS_WORKLOAD_INFO,
 )
-from exporter.config.kubernetes import KubernetesConfig
-from exporter.config.workload import PodLabelsConfig
-from exporter.enrich.pod_labels import parse_pods
 from exporter.kube import KubeClient, list_pods
 from exporter.model import Reading
 from exporter.sources.api_listing import ApiListing

@@ -18,7 +18,7 @@ import yaml
 
 from exporter import evidence, log, noisy_signals
 from exporter.catalog import CATALOG
-from exporter.catalog.names import ACCEL_DEVICE_UP, ACCEL_NIC_GPU_INFO, ACCEL_PCI_DEVICE_INFO
+from exporter.family_names import ACCEL_DEVICE_UP, ACCEL_NIC_GPU_INFO, ACCEL_PCI_DEVICE_INFO
 from exporter.model import Reading
 from exporter.trend.rules import DEVICE_RULES, FABRIC_RULES, load_rules
 from exporter.trend.tracker import Hit, TrendRule, TrendTracker

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from exporter import log
 from exporter.actions import ACTIONS, PROVENANCES, SCOPES, Advice
 from exporter.catalog import CATALOG
-from exporter.catalog.names import ACCEL_PCIE_LINK_GENERATION, ACCEL_PCIE_LINK_WIDTH
+from exporter.family_names import ACCEL_PCIE_LINK_GENERATION, ACCEL_PCIE_LINK_WIDTH
 from exporter.model import Reading
 from exporter.verdict import DEGRADED, FAILED, PREDICTED
 

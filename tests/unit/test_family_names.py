@@ -1,6 +1,6 @@
 """A family is named once: outside the catalog, code says ``ACCEL_POWER_WATTS``, never a string.
 
-exporter/catalog/names.py (generated from the catalog by scripts/gen_docs.py) holds one
+exporter/family_names.py (generated from the catalog by scripts/gen_docs.py) holds one
 ``Final`` constant per family; every other module under exporter/ imports those, so a
 renamed or misspelt family is an import or mypy error instead of a reading the store
 drops at run time. Counted from the source: every string constant under exporter/
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,11 +51,12 @@ def family_literals(source: str, where: str) -> list[str]:
 
 
 def outside_catalog() -> list[Path]:
-    """The Python files of exporter/ outside catalog/ and generated protobuf code."""
+    """The Python files of exporter/ but catalog/, family_names.py and protobuf code."""
     return [
         p
         for p in sorted(EXPORTER.rglob("*.py"))
-        if p.relative_to(EXPORTER).parts[0] != "catalog" and not GENERATED & set(p.parts)
+        if p.relative_to(EXPORTER).parts[0] not in ("catalog", "family_names.py")
+        and not GENERATED & set(p.parts)
     ]
 
 
@@ -84,14 +87,33 @@ def test_every_spelling_of_a_family_is_counted(source: str) -> None:
 
 
 def test_other_strings_are_not_counted() -> None:
-    source = '"""About accel_power_watts."""\nx = ("DCGM_FI_DEV_POWER_USAGE", "accel_", "gpu_power")'
+    source = (
+        '"""About accel_power_watts."""\nx = ("DCGM_FI_DEV_POWER_USAGE", "accel_", "gpu_power")'
+    )
     assert family_literals(source, "x.py") == []
 
 
-def test_names_py_has_one_constant_per_family() -> None:
-    names = importlib.import_module("exporter.catalog.names")
+def test_family_names_has_one_constant_per_family() -> None:
+    names = importlib.import_module("exporter.family_names")
     constants = {k: v for k, v in vars(names).items() if k.isupper()}
     assert constants == {name.upper(): name for name in CATALOG}
+
+
+def test_family_names_imports_nothing_and_loads_no_catalog() -> None:
+    # accel-exporter check imports family names but must not pay for building the catalog.
+    tree = ast.parse((EXPORTER / "family_names.py").read_text())
+    imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert {getattr(n, "module", None) for n in imports} == {"__future__", "typing"}
+    probe = "import sys, exporter.family_names; print(sorted(m for m in sys.modules if m.startswith('exporter')))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=REPO,
+    )
+    assert out.stdout.strip() == "['exporter', 'exporter.family_names']"
 
 
 def test_the_rewrite_replaces_a_literal_and_imports_its_symbol() -> None:
@@ -103,7 +125,7 @@ def test_the_rewrite_replaces_a_literal_and_imports_its_symbol() -> None:
     assert problems == []
     assert new == (
         '"""Doc: accel_device_up."""\n\nfrom exporter.model import Reading\n'
-        "from exporter.catalog.names import ACCEL_DEVICE_UP\n\n"
+        "from exporter.family_names import ACCEL_DEVICE_UP\n\n"
         'UP = Reading(ACCEL_DEVICE_UP, (), 1.0)\nOTHER = "accel_device_upx"\n'
     )
     # A second run finds nothing to do (ruff, run by main(), sorts the import).

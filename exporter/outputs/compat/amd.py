@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from exporter.catalog.names import (
+from exporter.family_names import (
     ACCEL_AMD_BOARD_INFO,
     ACCEL_AMD_ECC_CORRECTABLE_ERRORS_TOTAL,
     ACCEL_AMD_ECC_DEFERRED_ERRORS_TOTAL,

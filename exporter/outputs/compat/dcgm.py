@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from exporter.catalog.names import (
+from exporter.family_names import (
     ACCEL_CLOCK_HERTZ,
     ACCEL_DECODER_UTILIZATION_RATIO,
     ACCEL_DEVICE_UP,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from exporter.catalog.names import (
+from exporter.family_names import (
     ACCEL_NVLINK_RX_AVERAGE_BYTES_PER_SECOND,
     ACCEL_NVLINK_TX_AVERAGE_BYTES_PER_SECOND,
     ACCEL_PIPE_ACTIVE_RATIO,

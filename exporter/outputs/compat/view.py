@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from exporter.catalog.device import INFO_LABELS
-from exporter.catalog.names import (
+from exporter.catalog.workload import WORKLOAD_LABELS
+from exporter.family_names import (
     ACCEL_DEVICE_INFO,
     ACCEL_DEVICE_JOB_INFO,
     ACCEL_DEVICE_WORKLOAD_INFO,
 )
-from exporter.catalog.workload import WORKLOAD_LABELS
 from exporter.model import HistogramValue, Reading
 from exporter.store import View
 

@@ -4,7 +4,8 @@ Add or rename a family in its catalog row (exporter/catalog/<domain>.py), then r
 ``python scripts/gen_docs.py``. Code outside the catalog names a family by its constant,
 never by a string literal (tests/unit/test_family_names.py counts them: none allowed),
 so a renamed or misspelt family is an import or mypy error instead of a reading the
-store drops at run time. Imports nothing of the exporter's, so any module may import it.
+store drops at run time. Imports nothing of the exporter's, so any module may import it
+without loading the catalog.
 """
 
 from __future__ import annotations
