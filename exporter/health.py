@@ -34,6 +34,35 @@ from exporter import action_file, actions, afids, health_rules, log, scope, tren
 from exporter.catalog.device import INFO_LABELS
 from exporter.config.health import HealthConfig
 from exporter.evidence import BOARD, Evidence, EvidenceBoard
+from exporter.family_names import (
+    ACCEL_AMD_AFID_ERRORS_TOTAL,
+    ACCEL_AMD_AFID_LAST_TIMESTAMP_SECONDS,
+    ACCEL_AMD_BAD_PAGE_THRESHOLD,
+    ACCEL_AMD_BAD_PAGES,
+    ACCEL_AMD_XGMI_LINK_UP,
+    ACCEL_DEVICE_ACTION_REASON_INFO,
+    ACCEL_DEVICE_ACTION_SCOPE_INFO,
+    ACCEL_DEVICE_DOMAIN_INFO,
+    ACCEL_DEVICE_DOWN_REASON_INFO,
+    ACCEL_DEVICE_HEALTH,
+    ACCEL_DEVICE_HEALTH_REASON_INFO,
+    ACCEL_DEVICE_INFO,
+    ACCEL_DEVICE_ISOLATED_INFO,
+    ACCEL_DEVICE_RECOMMENDED_ACTION,
+    ACCEL_DEVICE_RECOVERY_ACTION,
+    ACCEL_DEVICE_UP,
+    ACCEL_ECC_ERRORS_TOTAL,
+    ACCEL_HEALTH_SIGNAL_DOWNGRADED_TOTAL,
+    ACCEL_NVIDIA_FABRIC_HEALTH_ISSUE,
+    ACCEL_NVLINK_UP,
+    ACCEL_REMAPPED_ROWS_FAILURE,
+    ACCEL_REMAPPED_ROWS_PENDING,
+    ACCEL_RETIRED_PAGES,
+    ACCEL_RETIRED_PAGES_PENDING,
+    ACCEL_SRAM_ECC_THRESHOLD_EXCEEDED,
+    ACCEL_TEMPERATURE_MARGIN_CELSIUS,
+    ACCEL_XID_LAST_TIMESTAMP_SECONDS,
+)
 from exporter.health_state.memory import DeviceMemory
 from exporter.model import Reading
 from exporter.vendors import VENDORS
@@ -106,7 +135,7 @@ _RECORD_RANK = {"non_fatal_corrected": 1, "non_fatal_uncorrected": 2, "unknown":
 RESET_SCOPES = {vendor.name: vendor.reset_scope for vendor in VENDORS}
 
 # Families whose 0 for a link that was 1 means "a link went down".
-LINK_UP_FAMILIES = ("accel_nvlink_up", "accel_amd_xgmi_link_up")
+LINK_UP_FAMILIES = (ACCEL_NVLINK_UP, ACCEL_AMD_XGMI_LINK_UP)
 # accel_ecc_errors_total's type label of uncorrectable errors (one word on every vendor:
 # the store refuses a value outside the catalog's enumeration).
 UNCORRECTED = "uncorrected"
@@ -118,22 +147,22 @@ Identity = tuple[str, ...]
 # reading alone.
 Test = Callable[[float, tuple[str, ...]], bool]
 _SINGLE: dict[str, tuple[str, str, Test]] = {
-    "accel_device_up": ("device_down", FAILED, lambda v, _l: v == 0),
-    "accel_device_recovery_action": (
+    ACCEL_DEVICE_UP: ("device_down", FAILED, lambda v, _l: v == 0),
+    ACCEL_DEVICE_RECOVERY_ACTION: (
         "recovery_action",
         FAILED,
         lambda v, labels: v == 1 and labels[2] not in HARMLESS_ACTIONS,
     ),
-    "accel_remapped_rows_failure": ("row_remap_failure", FAILED, lambda v, _l: v > 0),
-    "accel_retired_pages_pending": ("retired_pages_pending", FAILED, lambda v, _l: v > 0),
-    "accel_remapped_rows_pending": ("row_remap_pending", DEGRADED, lambda v, _l: v > 0),
-    "accel_nvidia_fabric_health_issue": ("fabric_degraded", DEGRADED, lambda v, _l: v == 1),
-    "accel_sram_ecc_threshold_exceeded": (
+    ACCEL_REMAPPED_ROWS_FAILURE: ("row_remap_failure", FAILED, lambda v, _l: v > 0),
+    ACCEL_RETIRED_PAGES_PENDING: ("retired_pages_pending", FAILED, lambda v, _l: v > 0),
+    ACCEL_REMAPPED_ROWS_PENDING: ("row_remap_pending", DEGRADED, lambda v, _l: v > 0),
+    ACCEL_NVIDIA_FABRIC_HEALTH_ISSUE: ("fabric_degraded", DEGRADED, lambda v, _l: v == 1),
+    ACCEL_SRAM_ECC_THRESHOLD_EXCEEDED: (
         "sram_ecc_threshold",
         PREDICTED,
         lambda v, _l: v == 1,
     ),
-    "accel_temperature_margin_celsius": (
+    ACCEL_TEMPERATURE_MARGIN_CELSIUS: (
         "thermal_margin_low",
         DEGRADED,
         lambda v, _l: v < THERMAL_MARGIN_C,
@@ -142,10 +171,10 @@ _SINGLE: dict[str, tuple[str, str, Test]] = {
 # AMD families: AFIDs from CPER records, and the bad-page counts and threshold.
 _AMD = frozenset(
     {
-        "accel_amd_afid_errors_total",
-        "accel_amd_afid_last_timestamp_seconds",
-        "accel_amd_bad_pages",
-        "accel_amd_bad_page_threshold",
+        ACCEL_AMD_AFID_ERRORS_TOTAL,
+        ACCEL_AMD_AFID_LAST_TIMESTAMP_SECONDS,
+        ACCEL_AMD_BAD_PAGES,
+        ACCEL_AMD_BAD_PAGE_THRESHOLD,
     }
 )
 _FAMILIES = frozenset(
@@ -155,13 +184,13 @@ _FAMILIES = frozenset(
         *_AMD,
         *health_rules.VALUE_RULES,
         *health_rules.GROWTH_RULES,
-        "accel_retired_pages",
-        "accel_ecc_errors_total",
-        "accel_xid_last_timestamp_seconds",
-        "accel_device_down_reason_info",
-        "accel_device_isolated_info",
-        "accel_device_domain_info",
-        "accel_device_info",
+        ACCEL_RETIRED_PAGES,
+        ACCEL_ECC_ERRORS_TOTAL,
+        ACCEL_XID_LAST_TIMESTAMP_SECONDS,
+        ACCEL_DEVICE_DOWN_REASON_INFO,
+        ACCEL_DEVICE_ISOLATED_INFO,
+        ACCEL_DEVICE_DOMAIN_INFO,
+        ACCEL_DEVICE_INFO,
     }
 )
 # accel_device_info's label positions of the identity and the PCI address (the key of
@@ -349,20 +378,20 @@ class HealthJudge:
         up = {
             r.labels: r.value
             for r in picked
-            if r.metric == "accel_device_up" and isinstance(r.value, float)
+            if r.metric == ACCEL_DEVICE_UP and isinstance(r.value, float)
         }
         down_why: dict[Identity, set[str]] = {}
         for r in picked:
-            if r.metric == "accel_device_down_reason_info":
+            if r.metric == ACCEL_DEVICE_DOWN_REASON_INFO:
                 down_why.setdefault(r.labels[:2], set()).add(r.labels[2])
-            elif r.metric == "accel_device_info" and len(r.labels) > _INFO_BUS:
+            elif r.metric == ACCEL_DEVICE_INFO and len(r.labels) > _INFO_BUS:
                 self._bus[(r.labels[_INFO_IDENT[0]], r.labels[_INFO_IDENT[1]])] = r.labels[
                     _INFO_BUS
                 ]
         if unread:
             picked = [r for r in picked if r.labels[:2] not in unread]
         devices: dict[Identity, dict[str, str]] = {
-            r.labels: {} for r in picked if r.metric == "accel_device_up"
+            r.labels: {} for r in picked if r.metric == ACCEL_DEVICE_UP
         }
         retired: dict[Identity, float] = {}
         amd: list[Reading] = []
@@ -377,19 +406,19 @@ class HealthJudge:
             metric, labels, value = r.metric, r.labels, r.value
             if not isinstance(value, float):  # device families are gauges and counters
                 continue
-            if metric == "accel_xid_last_timestamp_seconds":
+            if metric == ACCEL_XID_LAST_TIMESTAMP_SECONDS:
                 key = (labels[:2], "xid", labels[2])
                 events[key] = max(events.get(key, 0.0), value)
                 continue
-            if metric in ("accel_device_down_reason_info", "accel_device_info"):
+            if metric in (ACCEL_DEVICE_DOWN_REASON_INFO, ACCEL_DEVICE_INFO):
                 continue
-            if metric == "accel_device_isolated_info":
+            if metric == ACCEL_DEVICE_ISOLATED_INFO:
                 isolated.add(labels[:2])
                 continue
-            if metric == "accel_device_domain_info":
+            if metric == ACCEL_DEVICE_DOMAIN_INFO:
                 named.setdefault(labels[:2], {})[labels[2]] = labels[3]
                 continue
-            if metric == "accel_device_recovery_action" and value == 1:
+            if metric == ACCEL_DEVICE_RECOVERY_ACTION and value == 1:
                 field_action[labels[:2]] = labels[2]
             if metric in health_rules.GROWTH_RULES:
                 grown = health_rules.growth_reason(metric, labels)
@@ -413,13 +442,13 @@ class HealthJudge:
                     reasons = devices.get(labels[:2])
                     if reasons is not None:
                         reasons[reason] = state
-            elif metric == "accel_ecc_errors_total":
+            elif metric == ACCEL_ECC_ERRORS_TOTAL:
                 if labels[2] == UNCORRECTED:
                     last = ecc.get(labels)
                     if last is not None and value > last:
                         self._ecc_grew[labels[:2]] = now
                     ecc[labels] = value
-            elif metric == "accel_retired_pages":
+            elif metric == ACCEL_RETIRED_PAGES:
                 retired[labels[:2]] = retired.get(labels[:2], 0.0) + value
             else:  # a link: down after having been up
                 key2 = (metric, labels)
@@ -649,13 +678,13 @@ class HealthJudge:
         for r in readings:
             if not isinstance(r.value, float):
                 continue
-            if r.metric == "accel_amd_afid_errors_total":
+            if r.metric == ACCEL_AMD_AFID_ERRORS_TOTAL:
                 held = records.get(r.labels[:3], "")
                 if r.value > 0 and _RECORD_RANK.get(r.labels[3], 0) >= _RECORD_RANK.get(held, 0):
                     records[r.labels[:3]] = r.labels[3]
                 pair = (r.labels[:2], r.labels[2])
                 totals[pair] = totals.get(pair, 0.0) + r.value
-            elif r.metric == "accel_amd_afid_last_timestamp_seconds":
+            elif r.metric == ACCEL_AMD_AFID_LAST_TIMESTAMP_SECONDS:
                 key = (r.labels[:2], "afid", r.labels[2])
                 events[key] = max(events.get(key, 0.0), r.value)
                 newest[(r.labels[:2], r.labels[2])] = r.value
@@ -1142,11 +1171,11 @@ def _amd_reasons(
         if not isinstance(r.value, float):
             continue
         ident = r.labels[:2]
-        if r.metric == "accel_amd_bad_pages":
+        if r.metric == ACCEL_AMD_BAD_PAGES:
             out.setdefault(ident, {})
             if r.labels[2] == "pending":
                 pending[ident] = r.value
-        elif r.metric == "accel_amd_bad_page_threshold":
+        elif r.metric == ACCEL_AMD_BAD_PAGE_THRESHOLD:
             out.setdefault(ident, {})
             threshold[ident] = r.value
     for ident, findings in found.items():
@@ -1182,12 +1211,12 @@ def readings(verdicts: Iterable[DeviceHealth]) -> list[Reading]:
         ident = (verdict.device, verdict.uuid)
         for state in STATES:
             value = 1.0 if state == verdict.state else 0.0
-            out.append(Reading("accel_device_health", (*ident, state), value))
+            out.append(Reading(ACCEL_DEVICE_HEALTH, (*ident, state), value))
         for reason in verdict.reasons:
-            out.append(Reading("accel_device_health_reason_info", (*ident, reason.reason), 1.0))
+            out.append(Reading(ACCEL_DEVICE_HEALTH_REASON_INFO, (*ident, reason.reason), 1.0))
         for name in actions.ACTIONS:
             value = 1.0 if name == verdict.action else 0.0
-            out.append(Reading("accel_device_recommended_action", (*ident, name), value))
+            out.append(Reading(ACCEL_DEVICE_RECOMMENDED_ACTION, (*ident, name), value))
         for finding in verdict.findings:
             labels = (
                 *ident,
@@ -1198,11 +1227,11 @@ def readings(verdicts: Iterable[DeviceHealth]) -> list[Reading]:
                 finding.escalation_scope if finding.escalation else "",
                 finding.provenance,
             )
-            out.append(Reading("accel_device_action_reason_info", labels, 1.0))
+            out.append(Reading(ACCEL_DEVICE_ACTION_REASON_INFO, labels, 1.0))
         for uuid in verdict.scope_uuids:
             reach = (*ident, verdict.scope, uuid)
-            out.append(Reading("accel_device_action_scope_info", reach, 1.0))
+            out.append(Reading(ACCEL_DEVICE_ACTION_SCOPE_INFO, reach, 1.0))
         for signal, entry, count in verdict.downgraded:
             labels2 = (*ident, signal, entry)
-            out.append(Reading("accel_health_signal_downgraded_total", labels2, count))
+            out.append(Reading(ACCEL_HEALTH_SIGNAL_DOWNGRADED_TOTAL, labels2, count))
     return out

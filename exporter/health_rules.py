@@ -23,6 +23,14 @@ from exporter.actions import (
     SERVICE,
     Advice,
 )
+from exporter.family_names import (
+    ACCEL_GAUDI_ROW_REPLACEMENT_PENDING,
+    ACCEL_INTEL_MEMORY_HEALTH,
+    ACCEL_INTEL_RAS_UNCORRECTABLE_ERRORS_TOTAL,
+    ACCEL_INTEL_RESET_REASON_INFO,
+    ACCEL_INTEL_RESET_REQUIRED,
+    ACCEL_NEURON_ECC_UNCORRECTED_ERRORS_TOTAL,
+)
 from exporter.verdict import DEGRADED, FAILED
 
 # The documents the rows cite (docs/health.md names them with their addresses).
@@ -125,17 +133,17 @@ Test = Callable[[float, tuple[str, ...]], bool]
 # Vendor families -> the rules reading them: (reason, state, test of value and labels).
 # zes_mem_health_t: 1 ok, 2 degraded, 3 critical, 4 replace (accel_intel_memory_health).
 VALUE_RULES: dict[str, tuple[tuple[str, str, Test], ...]] = {
-    "accel_intel_memory_health": (
+    ACCEL_INTEL_MEMORY_HEALTH: (
         ("memory_degraded", DEGRADED, lambda v, _l: v == 2),
         ("memory_critical", DEGRADED, lambda v, _l: v == 3),
         ("memory_replace", FAILED, lambda v, _l: v == 4),
     ),
-    "accel_intel_reset_required": (("reset_required", FAILED, lambda v, _l: v == 1),),
-    "accel_intel_reset_reason_info": (
+    ACCEL_INTEL_RESET_REQUIRED: (("reset_required", FAILED, lambda v, _l: v == 1),),
+    ACCEL_INTEL_RESET_REASON_INFO: (
         ("reset_wedged", FAILED, lambda v, labels: v == 1 and labels[2] == "wedged"),
         ("reset_repair", DEGRADED, lambda v, labels: v == 1 and labels[2] == "repair"),
     ),
-    "accel_gaudi_row_replacement_pending": (
+    ACCEL_GAUDI_ROW_REPLACEMENT_PENDING: (
         ("row_replacement_pending", DEGRADED, lambda v, _l: v > 0),
     ),
 }
@@ -177,7 +185,7 @@ def _neuron(memory: str) -> Advice:
 
 
 GROWTH_RULES: dict[str, tuple[int, dict[str, tuple[str, str, Advice]]]] = {
-    "accel_intel_ras_uncorrectable_errors_total": (
+    ACCEL_INTEL_RAS_UNCORRECTABLE_ERRORS_TOTAL: (
         2,
         {
             "reset": (
@@ -212,7 +220,7 @@ GROWTH_RULES: dict[str, tuple[int, dict[str, tuple[str, str, Advice]]]] = {
             ),
         },
     ),
-    "accel_neuron_ecc_uncorrected_errors_total": (
+    ACCEL_NEURON_ECC_UNCORRECTED_ERRORS_TOTAL: (
         2,
         {
             "hbm": ("hbm_uncorrectable", FAILED, _neuron("HBM")),
@@ -223,7 +231,7 @@ GROWTH_RULES: dict[str, tuple[int, dict[str, tuple[str, str, Advice]]]] = {
 # Counters the source counts since the daemon started (neuron-monitor's per-period
 # deltas, added up): their first reading has a baseline of 0, not none, so a count
 # already there at the first poll is growth (it happened while this daemon ran).
-COUNTED_FROM_ZERO = frozenset({"accel_neuron_ecc_uncorrected_errors_total"})
+COUNTED_FROM_ZERO = frozenset({ACCEL_NEURON_ECC_UNCORRECTED_ERRORS_TOTAL})
 GROWTH_STATES: dict[str, str] = {
     reason: state for _pos, rules in GROWTH_RULES.values() for reason, state, _a in rules.values()
 }

@@ -23,6 +23,11 @@ from importlib import resources
 from typing import Any
 
 from exporter.catalog.device import INFO_LABELS
+from exporter.family_names import (
+    ACCEL_AMD_AFID_LAST_TIMESTAMP_SECONDS,
+    ACCEL_AMD_CORRECTED_AFIDS_DECODED,
+    ACCEL_DEVICE_INFO,
+)
 from exporter.model import Reading
 from exporter.verdict import DEGRADED, PREDICTED
 from exporter.yaml_list import listed
@@ -34,9 +39,9 @@ CONDITIONS = ("always", "equals", "version_below", "version_from", "stale_record
 # The families facts are read from.
 FACT_FAMILIES = frozenset(
     {
-        "accel_device_info",
-        "accel_amd_corrected_afids_decoded",
-        "accel_amd_afid_last_timestamp_seconds",
+        ACCEL_DEVICE_INFO,
+        ACCEL_AMD_CORRECTED_AFIDS_DECODED,
+        ACCEL_AMD_AFID_LAST_TIMESTAMP_SECONDS,
     }
 )
 # accel_device_info's label positions.
@@ -104,13 +109,13 @@ def facts(readings: Iterable[Reading]) -> dict[Identity, dict[str, str]]:
     """The facts the conditions read, by device (device, uuid)."""
     out: dict[Identity, dict[str, str]] = {}
     for r in readings:
-        if r.metric == "accel_device_info":
+        if r.metric == ACCEL_DEVICE_INFO:
             held = out.setdefault((r.labels[_INFO_DEVICE], r.labels[_INFO_UUID]), {})
             held["vendor"] = r.labels[_INFO_VENDOR]
             held["driver_version"] = r.labels[_INFO_DRIVER]
-        elif r.metric == "accel_amd_corrected_afids_decoded" and isinstance(r.value, float):
+        elif r.metric == ACCEL_AMD_CORRECTED_AFIDS_DECODED and isinstance(r.value, float):
             out.setdefault(r.labels[:2], {})["corrected_afids_decoded"] = f"{r.value:g}"
-        elif r.metric == "accel_amd_afid_last_timestamp_seconds" and isinstance(r.value, float):
+        elif r.metric == ACCEL_AMD_AFID_LAST_TIMESTAMP_SECONDS and isinstance(r.value, float):
             out.setdefault(r.labels[:2], {})[RECORD_FACT + r.labels[2]] = repr(r.value)
     return out
 

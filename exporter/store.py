@@ -35,6 +35,17 @@ from dataclasses import dataclass, field
 from exporter import __version__, log, series_budget
 from exporter.catalog import CATALOG, Kind, MetricSpec
 from exporter.catalog.exporter_self import POLL_DURATION_BUCKETS
+from exporter.family_names import (
+    ACCEL_EXPORTER_BUILD_INFO,
+    ACCEL_EXPORTER_SERIES_DROPPED_TOTAL,
+    ACCEL_EXPORTER_SOURCE_DOWN_REASON_INFO,
+    ACCEL_EXPORTER_SOURCE_ERRORS_TOTAL,
+    ACCEL_EXPORTER_SOURCE_LAST_SUCCESS_TIMESTAMP_SECONDS,
+    ACCEL_EXPORTER_SOURCE_POLL_DURATION_SECONDS,
+    ACCEL_EXPORTER_SOURCE_UNAVAILABLE_INFO,
+    ACCEL_EXPORTER_SOURCE_UP,
+    ACCEL_EXPORTER_WORKER_RESTARTS_TOTAL,
+)
 from exporter.model import HistogramValue, Reading, Snapshot, is_number
 from exporter.verdict import DeviceHealth
 
@@ -457,31 +468,31 @@ def _dropped_readings(
     """``accel_exporter_series_dropped_total`` of every source that ever went over budget."""
     for name, dropped in (*((r.name, r.dropped) for r in records), *published):
         for family, count in dropped:
-            yield Reading("accel_exporter_series_dropped_total", (name, family), float(count))
+            yield Reading(ACCEL_EXPORTER_SERIES_DROPPED_TOTAL, (name, family), float(count))
 
 
 def _self_readings(records: Sequence[SourceRecordView], now: float) -> Iterable[Reading]:
-    yield Reading("accel_exporter_build_info", (__version__, platform.python_version()), 1.0)
+    yield Reading(ACCEL_EXPORTER_BUILD_INFO, (__version__, platform.python_version()), 1.0)
     for record in records:
         name = (record.name,)
-        yield Reading("accel_exporter_worker_restarts_total", name, float(record.restarts))
+        yield Reading(ACCEL_EXPORTER_WORKER_RESTARTS_TOTAL, name, float(record.restarts))
         for reason, count in record.errors:
-            yield Reading("accel_exporter_source_errors_total", (record.name, reason), float(count))
+            yield Reading(ACCEL_EXPORTER_SOURCE_ERRORS_TOTAL, (record.name, reason), float(count))
         if record.unavailable is not None:
             yield Reading(
-                "accel_exporter_source_unavailable_info", (record.name, record.unavailable), 1.0
+                ACCEL_EXPORTER_SOURCE_UNAVAILABLE_INFO, (record.name, record.unavailable), 1.0
             )
             continue
         if record.snapshot is None:
             continue
         reason = record.down_reason(now)
-        yield Reading("accel_exporter_source_up", name, 0.0 if reason else 1.0)
+        yield Reading(ACCEL_EXPORTER_SOURCE_UP, name, 0.0 if reason else 1.0)
         if reason:
-            yield Reading("accel_exporter_source_down_reason_info", (record.name, reason), 1.0)
-        yield Reading("accel_exporter_source_poll_duration_seconds", name, record.durations)
+            yield Reading(ACCEL_EXPORTER_SOURCE_DOWN_REASON_INFO, (record.name, reason), 1.0)
+        yield Reading(ACCEL_EXPORTER_SOURCE_POLL_DURATION_SECONDS, name, record.durations)
         if record.last_success is not None:
             yield Reading(
-                "accel_exporter_source_last_success_timestamp_seconds", name, record.last_success
+                ACCEL_EXPORTER_SOURCE_LAST_SUCCESS_TIMESTAMP_SECONDS, name, record.last_success
             )
 
 

@@ -1,7 +1,8 @@
-"""Generate the metric, config, OTLP, migration and trend docs and the chart's schema.
+"""Generate the metric, config, OTLP, migration and trend docs, the chart's schema, the names.
 
 docs/metrics.md, docs/configuration.md and the chart's config schema whole; the
-generated tables of docs/otlp.md, docs/migrating.md and docs/health.md (Trends).
+generated tables of docs/otlp.md, docs/migrating.md and docs/health.md (Trends); and
+exporter/family_names.py, every family's name as a constant (scripts/gen_names.py).
 
 Usage: ``python scripts/gen_docs.py`` (writes) or ``--check`` (exit 1 when stale).
 A test runs ``--check`` so the docs never drift from the code.
@@ -35,7 +36,7 @@ from exporter.commands.flags import DERIVED, key_help, leaf_class, sections  # n
 from exporter.config import leaves  # noqa: E402
 from exporter.config.json_schema import config_schema  # noqa: E402
 from exporter.config.keys import describe_type, format_default  # noqa: E402
-from scripts import compat_table  # noqa: E402
+from scripts import compat_table, gen_names  # noqa: E402
 
 PIPE = "\\|"
 # The section of each catalog domain, in catalog order; a vendor's is named by its title.
@@ -269,6 +270,7 @@ def main() -> int:
         (migrating, migrating_md(migrating.read_text())),
         (health, health_md(health.read_text())),
         (VALUES_SCHEMA, values_schema_json(VALUES_SCHEMA.read_text())),
+        (REPO / gen_names.PATH, gen_names.family_names_py(DOMAINS)),
     ):
         if args.check:
             if not path.exists() or path.read_text() != text:

@@ -26,17 +26,10 @@ from exporter.backend_api.wire import Rows, merge
 from exporter.backends.amdsmi_binding import AmdBinding
 from exporter.backends.amdsmi_domains import read_domains
 from exporter.backends.amdsmi_events import EventWatcher, Watched
-from exporter.backends.amdsmi_fields import (
-    FAST,
-    DeviceReader,
-    read_ecc,
-    read_limits,
-    read_partition,
-    read_processes,
-    status_name,
-)
+from exporter.backends.amdsmi_fields import FAST, DeviceReader, read_processes, status_name
 from exporter.backends.amdsmi_load import load_amdsmi
 from exporter.backends.amdsmi_ras import CperReader, export_ledger, read_bad_pages
+from exporter.backends.amdsmi_slow import read_ecc, read_limits, read_partition
 from exporter.backends.base import (
     BackendError,
     BackendUnavailable,
@@ -45,6 +38,7 @@ from exporter.backends.base import (
 )
 from exporter.backends.contract import DeviceGone, Failing, count, expect_poll, poll_devices
 from exporter.catalog.vocabulary import AMD_HEALTH_EVENTS
+from exporter.family_names import ACCEL_AMD_BOARD_INFO
 
 SOURCE = "amdsmi"
 # CPER records read per GPU and poll: a burst drains over several polls.
@@ -449,7 +443,7 @@ class AmdSmiBackend:
                 read_ecc(slow_r, self._blocks)
                 read_partition(slow_r)
                 if gpu.part_number:
-                    slow_r.add("accel_amd_board_info", 1, gpu.part_number)
+                    slow_r.add(ACCEL_AMD_BOARD_INFO, 1, gpu.part_number)
                 read_limits(slow_r)
                 read_domains(slow_r)
                 if gpu.primary:

@@ -15,8 +15,9 @@ row (the daemon keeps it as identity: :mod:`exporter.sources.device_domains`).
 from __future__ import annotations
 
 from exporter.backends.amdsmi_fields import DeviceReader
+from exporter.family_names import ACCEL_DEVICE_DOMAIN_INFO
 
-FAMILY = "accel_device_domain_info"
+FAMILY = ACCEL_DEVICE_DOMAIN_INFO
 
 
 def hive(info: object) -> str:

@@ -22,6 +22,10 @@ from exporter.backend_api import crumb
 from exporter.backend_api.wire import Rows, put
 from exporter.backends.amdsmi_fields import status_name
 from exporter.backends.event_wait import rest_after_empty_wait
+from exporter.family_names import (
+    ACCEL_DEVICE_EVENT_LAST_TIMESTAMP_SECONDS,
+    ACCEL_DEVICE_EVENTS_TOTAL,
+)
 
 # Event type value -> label. Keyed by value because amdsmi 7.0's enum makes
 # PAGE_FAULT_START an alias of PAGE_FAULT_END (both 8), so names mislead.
@@ -155,8 +159,8 @@ class EventWatcher:
         out: Rows = {}
         with self._lock:
             for key, count in self._counts.items():
-                put(out, "accel_device_events_total", key, count)
-                put(out, "accel_device_event_last_timestamp_seconds", key, self._last[key])
+                put(out, ACCEL_DEVICE_EVENTS_TOTAL, key, count)
+                put(out, ACCEL_DEVICE_EVENT_LAST_TIMESTAMP_SECONDS, key, self._last[key])
         return out
 
     def stop(self) -> None:

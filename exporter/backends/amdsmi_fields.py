@@ -13,12 +13,54 @@ Units are converted exactly to the catalog's base units.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.backend_api.wire import Rows, new_rows
 from exporter.backends.contract import MHZ, U16_MAX, U32_MAX, U64_MAX, Codes, Emitter, number
+from exporter.family_names import (
+    ACCEL_AMD_GTT_TOTAL_BYTES,
+    ACCEL_AMD_GTT_USED_BYTES,
+    ACCEL_AMD_JPEG_ACTIVITY_RATIO,
+    ACCEL_AMD_MM_ACTIVITY_RATIO,
+    ACCEL_AMD_PCIE_BANDWIDTH_BYTES_PER_SECOND,
+    ACCEL_AMD_PCIE_NAK_RECEIVED_TOTAL,
+    ACCEL_AMD_PCIE_NAK_SENT_TOTAL,
+    ACCEL_AMD_PCIE_OTHER_END_RECOVERIES_TOTAL,
+    ACCEL_AMD_PCIE_RECOVERIES_TOTAL,
+    ACCEL_AMD_PCIE_REPLAY_ROLLOVERS_TOTAL,
+    ACCEL_AMD_PROCESS_COMPUTE_UNITS,
+    ACCEL_AMD_VCN_ACTIVITY_RATIO,
+    ACCEL_AMD_VIOLATION_RESIDENCY_TOTAL,
+    ACCEL_AMD_VIOLATION_SAMPLES_TOTAL,
+    ACCEL_AMD_VISIBLE_VRAM_TOTAL_BYTES,
+    ACCEL_AMD_VISIBLE_VRAM_USED_BYTES,
+    ACCEL_AMD_XCP_UTILIZATION_RATIO,
+    ACCEL_AMD_XGMI_LINK_UP,
+    ACCEL_AMD_XGMI_READ_BYTES_TOTAL,
+    ACCEL_AMD_XGMI_WRITE_BYTES_TOTAL,
+    ACCEL_CLOCK_HERTZ,
+    ACCEL_CLOCK_MAX_HERTZ,
+    ACCEL_CLOCK_THROTTLE_ACTIVE,
+    ACCEL_ENERGY_JOULES_TOTAL,
+    ACCEL_FAN_SPEED_RATIO,
+    ACCEL_MEMORY_BANDWIDTH_UTILIZATION_RATIO,
+    ACCEL_MEMORY_FREE_BYTES,
+    ACCEL_MEMORY_TOTAL_BYTES,
+    ACCEL_MEMORY_USED_BYTES,
+    ACCEL_PCIE_LINK_GENERATION,
+    ACCEL_PCIE_LINK_MAX_GENERATION,
+    ACCEL_PCIE_LINK_MAX_WIDTH,
+    ACCEL_PCIE_LINK_WIDTH,
+    ACCEL_PCIE_REPLAYS_TOTAL,
+    ACCEL_POWER_LIMIT_WATTS,
+    ACCEL_POWER_WATTS,
+    ACCEL_PROCESS_MEMORY_BYTES,
+    ACCEL_PROCESSES,
+    ACCEL_TEMPERATURE_CELSIUS,
+    ACCEL_UTILIZATION_RATIO,
+)
 
 # Statuses meaning "this device does not offer this field": omitted silently.
 UNSUPPORTED = frozenset({"not_supported", "not_yet_implemented", "no_data", "setting_unavailable"})
@@ -100,9 +142,9 @@ THROTTLES = (
 )
 # amdsmi memory type name -> (total family, used family): VRAM shares NVIDIA's names.
 MEMORY_POOLS = (
-    ("VRAM", "accel_memory_total_bytes", "accel_memory_used_bytes"),
-    ("VIS_VRAM", "accel_amd_visible_vram_total_bytes", "accel_amd_visible_vram_used_bytes"),
-    ("GTT", "accel_amd_gtt_total_bytes", "accel_amd_gtt_used_bytes"),
+    ("VRAM", ACCEL_MEMORY_TOTAL_BYTES, ACCEL_MEMORY_USED_BYTES),
+    ("VIS_VRAM", ACCEL_AMD_VISIBLE_VRAM_TOTAL_BYTES, ACCEL_AMD_VISIBLE_VRAM_USED_BYTES),
+    ("GTT", ACCEL_AMD_GTT_TOTAL_BYTES, ACCEL_AMD_GTT_USED_BYTES),
 )
 # PCIe transfer rate -> link generation. amdsmi reports MT/s; some builds (the
 # SR-IOV host library) report GT/s, whose integers do not collide with MT/s ones
@@ -220,9 +262,9 @@ def read_activity(r: DeviceReader) -> None:
     if act is None:
         return
     for key, metric in (
-        ("gfx_activity", "accel_utilization_ratio"),
-        ("umc_activity", "accel_memory_bandwidth_utilization_ratio"),
-        ("mm_activity", "accel_amd_mm_activity_ratio"),
+        ("gfx_activity", ACCEL_UTILIZATION_RATIO),
+        ("umc_activity", ACCEL_MEMORY_BANDWIDTH_UTILIZATION_RATIO),
+        ("mm_activity", ACCEL_AMD_MM_ACTIVITY_RATIO),
     ):
         if key == "gfx_activity" and r.partitioned:
             # AMD: GFX activity is valid only on an unpartitioned GPU; a
@@ -240,7 +282,7 @@ def read_memory(r: DeviceReader) -> None:
         r.add(total_metric, total)
         r.add(used_metric, used)
         if kind == r.api.vram and total is not None and used is not None:
-            r.add("accel_memory_free_bytes", max(total - used, 0.0))
+            r.add(ACCEL_MEMORY_FREE_BYTES, max(total - used, 0.0))
 
 
 def read_temperatures(r: DeviceReader) -> None:
@@ -250,7 +292,7 @@ def read_temperatures(r: DeviceReader) -> None:
         return
     for kind, sensor in r.api.temperatures:
         value = r.call("temperature", r.api.amdsmi_get_temp_metric, kind, current)
-        r.add("accel_temperature_celsius", number(value, U16_MAX, U32_MAX), sensor)
+        r.add(ACCEL_TEMPERATURE_CELSIUS, number(value, U16_MAX, U32_MAX), sensor)
 
 
 def read_power(r: DeviceReader) -> None:
@@ -259,7 +301,7 @@ def read_power(r: DeviceReader) -> None:
     if info is not None:
         sentinels = (U16_MAX, U32_MAX, U64_MAX)
         r.add(
-            "accel_power_watts",
+            ACCEL_POWER_WATTS,
             first(
                 number(info.get("socket_power"), *sentinels),
                 number(info.get("current_socket_power"), *sentinels),
@@ -272,13 +314,13 @@ def read_power(r: DeviceReader) -> None:
             if cap is not None:
                 uw = number(cap.get("power_cap"), U64_MAX)
                 limit = None if uw is None else uw / MICRO_PER_UNIT
-        r.add("accel_power_limit_watts", limit)
+        r.add(ACCEL_POWER_LIMIT_WATTS, limit)
     energy = r.call("energy", r.api.amdsmi_get_energy_count)
     if energy is not None:
         acc = number(energy.get("energy_accumulator"), U64_MAX)
         resolution = number(energy.get("counter_resolution"))
         if acc is not None and resolution is not None:
-            r.add("accel_energy_joules_total", acc * resolution / MICRO_PER_UNIT)
+            r.add(ACCEL_ENERGY_JOULES_TOTAL, acc * resolution / MICRO_PER_UNIT)
 
 
 def read_clocks(r: DeviceReader) -> None:
@@ -291,8 +333,8 @@ def read_clocks(r: DeviceReader) -> None:
         # no clock domain runs at 65.535 GHz.
         cur = number(info.get("clk"), U16_MAX, U32_MAX)
         top = number(info.get("max_clk"), U16_MAX, U32_MAX)
-        r.add("accel_clock_hertz", None if cur is None else cur * MHZ, clock)
-        r.add("accel_clock_max_hertz", None if top is None else top * MHZ, clock)
+        r.add(ACCEL_CLOCK_HERTZ, None if cur is None else cur * MHZ, clock)
+        r.add(ACCEL_CLOCK_MAX_HERTZ, None if top is None else top * MHZ, clock)
 
 
 def read_fan(r: DeviceReader) -> None:
@@ -303,7 +345,7 @@ def read_fan(r: DeviceReader) -> None:
     top = number(r.call("fan_speed_max", r.api.amdsmi_get_gpu_fan_speed_max, 0), *FAN_NOT_AVAILABLE)
     # A speed outside 0..max is not a reading: dropped, not clamped into a plausible one.
     if top is not None and top > 0 and 0 <= speed <= top:
-        r.add("accel_fan_speed_ratio", speed / top, "0")
+        r.add(ACCEL_FAN_SPEED_RATIO, speed / top, "0")
 
 
 def read_pcie(r: DeviceReader) -> None:
@@ -313,19 +355,19 @@ def read_pcie(r: DeviceReader) -> None:
         return
     static, metric = info.get("pcie_static", {}), info.get("pcie_metric", {})
     # A width of 0 lanes means the driver reported none.
-    r.add("accel_pcie_link_width", number(metric.get("pcie_width"), U16_MAX) or None)
-    r.add("accel_pcie_link_generation", pcie_generation(number(metric.get("pcie_speed"), U32_MAX)))
-    r.add("accel_pcie_link_max_width", number(static.get("max_pcie_width"), U16_MAX) or None)
-    r.add("accel_pcie_link_max_generation", pcie_max_generation(static))
+    r.add(ACCEL_PCIE_LINK_WIDTH, number(metric.get("pcie_width"), U16_MAX) or None)
+    r.add(ACCEL_PCIE_LINK_GENERATION, pcie_generation(number(metric.get("pcie_speed"), U32_MAX)))
+    r.add(ACCEL_PCIE_LINK_MAX_WIDTH, number(static.get("max_pcie_width"), U16_MAX) or None)
+    r.add(ACCEL_PCIE_LINK_MAX_GENERATION, pcie_max_generation(static))
     mbps = number(metric.get("pcie_bandwidth"), U32_MAX)
-    r.add("accel_amd_pcie_bandwidth_bytes_per_second", None if mbps is None else mbps * 1e6 / 8)
+    r.add(ACCEL_AMD_PCIE_BANDWIDTH_BYTES_PER_SECOND, None if mbps is None else mbps * 1e6 / 8)
     for key, name in (
-        ("pcie_replay_count", "accel_pcie_replays_total"),
-        ("pcie_replay_roll_over_count", "accel_amd_pcie_replay_rollovers_total"),
-        ("pcie_lc_perf_other_end_recovery_count", "accel_amd_pcie_other_end_recoveries_total"),
-        ("pcie_l0_to_recovery_count", "accel_amd_pcie_recoveries_total"),
-        ("pcie_nak_sent_count", "accel_amd_pcie_nak_sent_total"),
-        ("pcie_nak_received_count", "accel_amd_pcie_nak_received_total"),
+        ("pcie_replay_count", ACCEL_PCIE_REPLAYS_TOTAL),
+        ("pcie_replay_roll_over_count", ACCEL_AMD_PCIE_REPLAY_ROLLOVERS_TOTAL),
+        ("pcie_lc_perf_other_end_recovery_count", ACCEL_AMD_PCIE_OTHER_END_RECOVERIES_TOTAL),
+        ("pcie_l0_to_recovery_count", ACCEL_AMD_PCIE_RECOVERIES_TOTAL),
+        ("pcie_nak_sent_count", ACCEL_AMD_PCIE_NAK_SENT_TOTAL),
+        ("pcie_nak_received_count", ACCEL_AMD_PCIE_NAK_RECEIVED_TOTAL),
     ):
         r.add(name, number(metric.get(key), U32_MAX, U64_MAX))
 
@@ -343,21 +385,21 @@ def read_gpu_metrics(r: DeviceReader) -> None:
     m = r.call("gpu_metrics", r.api.amdsmi_get_gpu_metrics_info)
     if m is None:
         return
-    _indexed(r, "accel_amd_vcn_activity_ratio", m.get("vcn_activity"), 0.01, U16_MAX)
-    _indexed(r, "accel_amd_jpeg_activity_ratio", m.get("jpeg_activity"), 0.01, U16_MAX)
-    _indexed(r, "accel_amd_xgmi_read_bytes_total", m.get("xgmi_read_data_acc"), KIB, U64_MAX)
-    _indexed(r, "accel_amd_xgmi_write_bytes_total", m.get("xgmi_write_data_acc"), KIB, U64_MAX)
+    _indexed(r, ACCEL_AMD_VCN_ACTIVITY_RATIO, m.get("vcn_activity"), 0.01, U16_MAX)
+    _indexed(r, ACCEL_AMD_JPEG_ACTIVITY_RATIO, m.get("jpeg_activity"), 0.01, U16_MAX)
+    _indexed(r, ACCEL_AMD_XGMI_READ_BYTES_TOTAL, m.get("xgmi_read_data_acc"), KIB, U64_MAX)
+    _indexed(r, ACCEL_AMD_XGMI_WRITE_BYTES_TOTAL, m.get("xgmi_write_data_acc"), KIB, U64_MAX)
     status = m.get("xgmi_link_status")
     if isinstance(status, list):
         for i, raw in enumerate(status):
             v = number(raw, U16_MAX)
             # 0 down, 1 up; anything else (e.g. 2, disabled) is not a link state.
-            r.add("accel_amd_xgmi_link_up", v if v in (0, 1) else None, str(i))
+            r.add(ACCEL_AMD_XGMI_LINK_UP, v if v in (0, 1) else None, str(i))
     samples = number(m.get("accumulation_counter"), U64_MAX)
     if samples is not None:
-        r.add("accel_amd_violation_samples_total", samples)
+        r.add(ACCEL_AMD_VIOLATION_SAMPLES_TOTAL, samples)
         for key, reason in RESIDENCIES:
-            r.add("accel_amd_violation_residency_total", number(m.get(key), U64_MAX), reason, "")
+            r.add(ACCEL_AMD_VIOLATION_RESIDENCY_TOTAL, number(m.get(key), U64_MAX), reason, "")
     read_xcps(r, m, samples is not None)
 
 
@@ -394,9 +436,9 @@ def read_xcps(r: DeviceReader, m: Mapping[str, Any], residency: bool) -> None:
         label = str(x)
         if valid:
             share = sum(valid) / len(valid) / 100.0
-            r.add("accel_amd_xcp_utilization_ratio", share, label)
+            r.add(ACCEL_AMD_XCP_UTILIZATION_RATIO, share, label)
             if r.partitioned:
-                r.add("accel_utilization_ratio", share)
+                r.add(ACCEL_UTILIZATION_RATIO, share)
         if not residency:
             continue
         for key, reason in XCP_RESIDENCIES:
@@ -407,7 +449,7 @@ def read_xcps(r: DeviceReader, m: Mapping[str, Any], residency: bool) -> None:
             ok = [v for v in got if v is not None]
             r.errors["xcp_value_not_available"] += len(got) - len(ok)
             if ok:
-                r.add("accel_amd_violation_residency_total", sum(ok) / len(ok), reason, label)
+                r.add(ACCEL_AMD_VIOLATION_RESIDENCY_TOTAL, sum(ok) / len(ok), reason, label)
 
 
 def read_throttle(r: DeviceReader) -> None:
@@ -418,7 +460,7 @@ def read_throttle(r: DeviceReader) -> None:
     for key, reason in THROTTLES:
         flag = v.get(key)
         if isinstance(flag, bool):
-            r.add("accel_clock_throttle_active", 1 if flag else 0, reason)
+            r.add(ACCEL_CLOCK_THROTTLE_ACTIVE, 1 if flag else 0, reason)
 
 
 def read_processes(r: DeviceReader) -> None:
@@ -426,62 +468,12 @@ def read_processes(r: DeviceReader) -> None:
     procs = r.call("processes", r.api.amdsmi_get_gpu_process_list)
     if procs is None:
         return
-    r.add("accel_processes", len(procs))
+    r.add(ACCEL_PROCESSES, len(procs))
     for p in procs:
         pid = str(p.get("pid"))
         usage = p.get("memory_usage") or {}
-        r.add("accel_process_memory_bytes", number(usage.get("vram_mem"), U64_MAX), pid)
-        r.add("accel_amd_process_compute_units", number(p.get("cu_occupancy"), U32_MAX), pid)
-
-
-def read_ecc(r: DeviceReader, blocks: Iterable[tuple[str, Any]]) -> None:
-    """ECC totals (shared family) and per RAS block (AMD families) for enabled blocks."""
-    total = r.call("ecc_total", r.api.amdsmi_get_gpu_total_ecc_count)
-    if total is not None:
-        for key, kind in ECC_TOTALS:
-            # counter="" : AMD has no volatile/aggregate split.
-            r.add("accel_ecc_errors_total", number(total.get(key), U64_MAX), kind, "")
-    enabled = r.call("ecc_enabled", r.api.amdsmi_get_gpu_ecc_enabled)
-    if not isinstance(enabled, int):
-        return
-    for label, block in blocks:
-        if not enabled & int(block):
-            continue
-        counts = r.call("ecc_block", r.api.amdsmi_get_gpu_ecc_count, block)
-        if counts is None:
-            continue
-        for key, metric in (
-            ("correctable_count", "accel_amd_ecc_correctable_errors_total"),
-            ("uncorrectable_count", "accel_amd_ecc_uncorrectable_errors_total"),
-            ("deferred_count", "accel_amd_ecc_deferred_errors_total"),
-        ):
-            r.add(metric, number(counts.get(key), U64_MAX), label)
-
-
-def read_limits(r: DeviceReader) -> None:
-    """Power cap range and default (uW -> W), temperature limits of each sensor."""
-    cap = r.call("power_cap", r.api.amdsmi_get_power_cap_info)
-    if cap is not None:
-        for key, bound in (
-            ("min_power_cap", "min"),
-            ("max_power_cap", "max"),
-            ("default_power_cap", "default"),
-        ):
-            uw = number(cap.get(key), U64_MAX)
-            r.add("accel_amd_power_cap_watts", None if uw is None else uw / MICRO_PER_UNIT, bound)
-    for metric, limit in r.api.temperature_limits:
-        for kind, sensor in r.api.temperatures:
-            value = r.call("temperature_limit", r.api.amdsmi_get_temp_metric, kind, metric)
-            value = number(value, U16_MAX, U32_MAX)
-            # 0 is what a sensor without the limit reports.
-            r.add("accel_amd_temperature_limit_celsius", value or None, sensor, limit)
-
-
-def read_partition(r: DeviceReader) -> None:
-    """Which partition of its physical GPU this device is."""
-    kfd = r.call("kfd_info", r.api.amdsmi_get_gpu_kfd_info)
-    if kfd is not None:
-        r.add("accel_amd_partition_id", number(kfd.get("current_partition_id"), U32_MAX))
+        r.add(ACCEL_PROCESS_MEMORY_BYTES, number(usage.get("vram_mem"), U64_MAX), pid)
+        r.add(ACCEL_AMD_PROCESS_COMPUTE_UNITS, number(p.get("cu_occupancy"), U32_MAX), pid)
 
 
 FAST: tuple[Callable[[DeviceReader], None], ...] = (

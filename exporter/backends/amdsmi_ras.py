@@ -38,6 +38,17 @@ from exporter import afids as afid_table
 from exporter.backend_api.cper import Ledger
 from exporter.backends.amdsmi_fields import CODES, LOST, DeviceReader, status_name
 from exporter.backends.contract import U32_MAX, DeviceGone
+from exporter.family_names import (
+    ACCEL_AMD_AFID_ERRORS_TOTAL,
+    ACCEL_AMD_AFID_INFO,
+    ACCEL_AMD_AFID_LAST_TIMESTAMP_SECONDS,
+    ACCEL_AMD_BAD_PAGE_THRESHOLD,
+    ACCEL_AMD_BAD_PAGES,
+    ACCEL_AMD_CORRECTED_AFIDS_DECODED,
+    ACCEL_AMD_CPER_RECORDS_SKIPPED_TOTAL,
+    ACCEL_RETIRED_PAGES,
+    ACCEL_RETIRED_PAGES_PENDING,
+)
 
 # Severity of a CPER record (amdsmi_cper_sev_t) -> label.
 SEVERITIES = {0: "non_fatal_uncorrected", 1: "fatal", 2: "non_fatal_corrected"}
@@ -253,20 +264,20 @@ def export_ledger(r: DeviceReader, ledger: Ledger, corrected_decoded: bool = Tru
     ``corrected_decoded``: whether the library decodes corrected AFIDs (the gauge saying
     so; on an older library no corrected count is made up, see the module).
     """
-    r.add("accel_amd_corrected_afids_decoded", 1 if corrected_decoded else 0)
+    r.add(ACCEL_AMD_CORRECTED_AFIDS_DECODED, 1 if corrected_decoded else 0)
     described: set[str] = set()
     for key, n in ledger.counts.items():
         afid, _, severity = key.partition("/")
-        r.add("accel_amd_afid_errors_total", n, afid, severity)
+        r.add(ACCEL_AMD_AFID_ERRORS_TOTAL, n, afid, severity)
         if afid not in described:
             described.add(afid)
             info = afid_table.describe(afid)
             labels = (afid, info.category, info.type, info.severity, info.classified)
-            r.add("accel_amd_afid_info", 1, *labels)
+            r.add(ACCEL_AMD_AFID_INFO, 1, *labels)
     for afid, when in ledger.last.items():
-        r.add("accel_amd_afid_last_timestamp_seconds", when, afid)
+        r.add(ACCEL_AMD_AFID_LAST_TIMESTAMP_SECONDS, when, afid)
     for reason, n in ledger.skipped.items():
-        r.add("accel_amd_cper_records_skipped_total", n, reason)
+        r.add(ACCEL_AMD_CPER_RECORDS_SKIPPED_TOTAL, n, reason)
 
 
 # amdsmi_memory_page_status_t -> what the page is.
@@ -283,10 +294,10 @@ def read_bad_pages(r: DeviceReader) -> None:
             known = isinstance(status, int) and status in PAGE_STATUSES
             by_status[PAGE_STATUSES[status] if known else "unknown"] += 1  # type: ignore[index]
         # cause "": amdsmi does not say why a page was retired.
-        r.add("accel_retired_pages", by_status["reserved"], "")
-        r.add("accel_retired_pages_pending", 1 if by_status["pending"] else 0)
+        r.add(ACCEL_RETIRED_PAGES, by_status["reserved"], "")
+        r.add(ACCEL_RETIRED_PAGES_PENDING, 1 if by_status["pending"] else 0)
         for status in ("pending", "unreservable"):
-            r.add("accel_amd_bad_pages", by_status[status], status)
+            r.add(ACCEL_AMD_BAD_PAGES, by_status[status], status)
     threshold = r.call("bad_page_threshold", r.api.amdsmi_get_gpu_bad_page_threshold)
     if isinstance(threshold, int) and not isinstance(threshold, bool) and threshold != U32_MAX:
-        r.add("accel_amd_bad_page_threshold", threshold)
+        r.add(ACCEL_AMD_BAD_PAGE_THRESHOLD, threshold)

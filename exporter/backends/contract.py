@@ -38,11 +38,12 @@ from typing import Any, Generic, Protocol, TypeVar
 from exporter.backend_api import crumb
 from exporter.backend_api.wire import Rows, drop, new_rows
 from exporter.backends.base import BackendError
+from exporter.family_names import ACCEL_FIELD_ERRORS_TOTAL
 
 K = TypeVar("K", bound=Hashable)
 
 # Failed fields of a device that is up, by backend and reason, since the worker started.
-FIELD_ERRORS = "accel_field_errors_total"
+FIELD_ERRORS = ACCEL_FIELD_ERRORS_TOTAL
 
 # All ones at each C width: the "not available" of the vendor libraries' unsigned fields.
 U16_MAX = 0xFFFF

@@ -30,6 +30,66 @@ from exporter.backends.base import BackendError
 from exporter.backends.contract import Emitter, poll_devices
 from exporter.backends.nvml_reliability import FABRIC_HEALTH_BITS, RECOVERY_ACTIONS
 from exporter.catalog.vocabulary import FABRIC_STATES, NVLINK_ERRORS
+from exporter.family_names import (
+    ACCEL_CLOCK_HERTZ,
+    ACCEL_CLOCK_MAX_HERTZ,
+    ACCEL_CLOCK_THROTTLE_ACTIVE,
+    ACCEL_CLOCK_VIOLATION_SECONDS_TOTAL,
+    ACCEL_DECODER_UTILIZATION_RATIO,
+    ACCEL_DEVICE_EVENTS_TOTAL,
+    ACCEL_DEVICE_RECOVERY_ACTION,
+    ACCEL_DRAM_ACTIVE_RATIO,
+    ACCEL_ECC_ERRORS_TOTAL,
+    ACCEL_ENCODER_UTILIZATION_RATIO,
+    ACCEL_ENERGY_JOULES_TOTAL,
+    ACCEL_FAN_SPEED_RATIO,
+    ACCEL_GRAPHICS_ENGINE_ACTIVE_RATIO,
+    ACCEL_MEMORY_BANDWIDTH_UTILIZATION_RATIO,
+    ACCEL_MEMORY_FREE_BYTES,
+    ACCEL_MEMORY_RESERVED_BYTES,
+    ACCEL_MEMORY_TOTAL_BYTES,
+    ACCEL_MEMORY_USED_BYTES,
+    ACCEL_NVIDIA_FABRIC_HEALTH_ISSUE,
+    ACCEL_NVIDIA_FABRIC_STATE,
+    ACCEL_NVLINK_ERRORS_TOTAL,
+    ACCEL_NVLINK_RX_AVERAGE_BYTES_PER_SECOND,
+    ACCEL_NVLINK_RX_BYTES_TOTAL,
+    ACCEL_NVLINK_TX_AVERAGE_BYTES_PER_SECOND,
+    ACCEL_NVLINK_TX_BYTES_TOTAL,
+    ACCEL_NVLINK_UP,
+    ACCEL_PCIE_LINK_GENERATION,
+    ACCEL_PCIE_LINK_MAX_GENERATION,
+    ACCEL_PCIE_LINK_MAX_WIDTH,
+    ACCEL_PCIE_LINK_WIDTH,
+    ACCEL_PCIE_REPLAYS_TOTAL,
+    ACCEL_PCIE_RX_AVERAGE_BYTES_PER_SECOND,
+    ACCEL_PCIE_RX_BYTES_PER_SECOND,
+    ACCEL_PCIE_TX_AVERAGE_BYTES_PER_SECOND,
+    ACCEL_PCIE_TX_BYTES_PER_SECOND,
+    ACCEL_PERFORMANCE_STATE,
+    ACCEL_PIPE_ACTIVE_RATIO,
+    ACCEL_POWER_LIMIT_BOUND_WATTS,
+    ACCEL_POWER_LIMIT_WATTS,
+    ACCEL_POWER_WATTS,
+    ACCEL_PROCESS_DECODER_UTILIZATION_RATIO,
+    ACCEL_PROCESS_ENCODER_UTILIZATION_RATIO,
+    ACCEL_PROCESS_INFO,
+    ACCEL_PROCESS_MEMORY_BYTES,
+    ACCEL_PROCESS_MEMORY_UTILIZATION_RATIO,
+    ACCEL_PROCESS_SM_UTILIZATION_RATIO,
+    ACCEL_PROCESSES,
+    ACCEL_REMAPPED_ROWS,
+    ACCEL_REMAPPED_ROWS_FAILURE,
+    ACCEL_REMAPPED_ROWS_PENDING,
+    ACCEL_RETIRED_PAGES,
+    ACCEL_RETIRED_PAGES_PENDING,
+    ACCEL_SM_ACTIVE_RATIO,
+    ACCEL_SM_OCCUPANCY_RATIO,
+    ACCEL_SRAM_ECC_THRESHOLD_EXCEEDED,
+    ACCEL_TEMPERATURE_CELSIUS,
+    ACCEL_TEMPERATURE_MARGIN_CELSIUS,
+    ACCEL_UTILIZATION_RATIO,
+)
 
 SOURCE = "demo"
 VENDOR = "demo"
@@ -125,63 +185,63 @@ class DemoBackend:
             gpu.throttled += elapsed
         temperature = 32 + 45 * load + gpu.index % 3
         used = 4 * GIB + (MEMORY - 12 * GIB) * load
-        out.add("accel_utilization_ratio", load)
-        out.add("accel_memory_bandwidth_utilization_ratio", 0.7 * load)
-        out.add("accel_encoder_utilization_ratio", 0.0)
-        out.add("accel_decoder_utilization_ratio", 0.0)
-        out.add("accel_memory_total_bytes", float(MEMORY))
-        out.add("accel_memory_reserved_bytes", float(RESERVED))
-        out.add("accel_memory_used_bytes", used)
-        out.add("accel_memory_free_bytes", MEMORY - RESERVED - used)
-        out.add("accel_temperature_celsius", temperature, "gpu")
-        out.add("accel_temperature_celsius", temperature + 9, "memory")
-        out.add("accel_temperature_margin_celsius", 87 - temperature)
-        out.add("accel_power_watts", power)
-        out.add("accel_power_limit_watts", POWER_LIMIT)
-        out.add("accel_energy_joules_total", gpu.energy)
-        out.add("accel_fan_speed_ratio", 0.3 + 0.5 * load, "0")
-        out.add("accel_performance_state", 0.0)
+        out.add(ACCEL_UTILIZATION_RATIO, load)
+        out.add(ACCEL_MEMORY_BANDWIDTH_UTILIZATION_RATIO, 0.7 * load)
+        out.add(ACCEL_ENCODER_UTILIZATION_RATIO, 0.0)
+        out.add(ACCEL_DECODER_UTILIZATION_RATIO, 0.0)
+        out.add(ACCEL_MEMORY_TOTAL_BYTES, float(MEMORY))
+        out.add(ACCEL_MEMORY_RESERVED_BYTES, float(RESERVED))
+        out.add(ACCEL_MEMORY_USED_BYTES, used)
+        out.add(ACCEL_MEMORY_FREE_BYTES, MEMORY - RESERVED - used)
+        out.add(ACCEL_TEMPERATURE_CELSIUS, temperature, "gpu")
+        out.add(ACCEL_TEMPERATURE_CELSIUS, temperature + 9, "memory")
+        out.add(ACCEL_TEMPERATURE_MARGIN_CELSIUS, 87 - temperature)
+        out.add(ACCEL_POWER_WATTS, power)
+        out.add(ACCEL_POWER_LIMIT_WATTS, POWER_LIMIT)
+        out.add(ACCEL_ENERGY_JOULES_TOTAL, gpu.energy)
+        out.add(ACCEL_FAN_SPEED_RATIO, 0.3 + 0.5 * load, "0")
+        out.add(ACCEL_PERFORMANCE_STATE, 0.0)
         for clock, top in CLOCK_MAX.items():
             scale = 1.0 if clock == "memory" else 0.6 + 0.4 * load
-            out.add("accel_clock_hertz", top * scale, clock)
-            out.add("accel_clock_max_hertz", top, clock)
+            out.add(ACCEL_CLOCK_HERTZ, top * scale, clock)
+            out.add(ACCEL_CLOCK_MAX_HERTZ, top, clock)
         for _, reason in nv.THROTTLE_REASONS:
             active = reason == "sw_power_cap" and capped
-            out.add("accel_clock_throttle_active", 1.0 if active else 0.0, reason)
+            out.add(ACCEL_CLOCK_THROTTLE_ACTIVE, 1.0 if active else 0.0, reason)
         for _, reason in nv.VIOLATION_FIELDS:
             out.add(
-                "accel_clock_violation_seconds_total",
+                ACCEL_CLOCK_VIOLATION_SECONDS_TOTAL,
                 gpu.throttled if reason == "sw_power_cap" else 0.0,
                 reason,
             )
         pcie = 2e9 + 22e9 * load
-        out.add("accel_pcie_tx_bytes_per_second", pcie)
-        out.add("accel_pcie_rx_bytes_per_second", 1.2 * pcie)
-        out.add("accel_pcie_tx_average_bytes_per_second", pcie)
-        out.add("accel_pcie_rx_average_bytes_per_second", 1.2 * pcie)
-        out.add("accel_pcie_replays_total", 0.0)
-        out.add("accel_pcie_link_generation", 5.0)
-        out.add("accel_pcie_link_width", 16.0)
-        out.add("accel_graphics_engine_active_ratio", load)
-        out.add("accel_sm_active_ratio", 0.92 * load)
-        out.add("accel_sm_occupancy_ratio", 0.6 * load)
-        out.add("accel_dram_active_ratio", 0.7 * load)
+        out.add(ACCEL_PCIE_TX_BYTES_PER_SECOND, pcie)
+        out.add(ACCEL_PCIE_RX_BYTES_PER_SECOND, 1.2 * pcie)
+        out.add(ACCEL_PCIE_TX_AVERAGE_BYTES_PER_SECOND, pcie)
+        out.add(ACCEL_PCIE_RX_AVERAGE_BYTES_PER_SECOND, 1.2 * pcie)
+        out.add(ACCEL_PCIE_REPLAYS_TOTAL, 0.0)
+        out.add(ACCEL_PCIE_LINK_GENERATION, 5.0)
+        out.add(ACCEL_PCIE_LINK_WIDTH, 16.0)
+        out.add(ACCEL_GRAPHICS_ENGINE_ACTIVE_RATIO, load)
+        out.add(ACCEL_SM_ACTIVE_RATIO, 0.92 * load)
+        out.add(ACCEL_SM_OCCUPANCY_RATIO, 0.6 * load)
+        out.add(ACCEL_DRAM_ACTIVE_RATIO, 0.7 * load)
         for i, pipe in enumerate(PIPES):
-            out.add("accel_pipe_active_ratio", load / (2 + i), pipe)
+            out.add(ACCEL_PIPE_ACTIVE_RATIO, load / (2 + i), pipe)
         link_rate = 12e9 * load  # bytes/s on each link
-        out.add("accel_nvlink_tx_average_bytes_per_second", LINKS * link_rate)
-        out.add("accel_nvlink_rx_average_bytes_per_second", LINKS * link_rate)
+        out.add(ACCEL_NVLINK_TX_AVERAGE_BYTES_PER_SECOND, LINKS * link_rate)
+        out.add(ACCEL_NVLINK_RX_AVERAGE_BYTES_PER_SECOND, LINKS * link_rate)
         traffic = 12e9 * (gpu.energy / POWER_LIMIT)  # grows with the work done
         for link in range(LINKS):
-            out.add("accel_nvlink_up", 1.0, str(link))
-            out.add("accel_nvlink_tx_bytes_total", traffic, str(link))
-            out.add("accel_nvlink_rx_bytes_total", traffic, str(link))
+            out.add(ACCEL_NVLINK_UP, 1.0, str(link))
+            out.add(ACCEL_NVLINK_TX_BYTES_TOTAL, traffic, str(link))
+            out.add(ACCEL_NVLINK_RX_BYTES_TOTAL, traffic, str(link))
             for kind in NVLINK_ERRORS:
-                out.add("accel_nvlink_errors_total", 0.0, str(link), kind)
+                out.add(ACCEL_NVLINK_ERRORS_TOTAL, 0.0, str(link), kind)
         for _, event in nv.EVENTS:
-            out.add("accel_device_events_total", 0.0, event)
+            out.add(ACCEL_DEVICE_EVENTS_TOTAL, 0.0, event)
         for action in RECOVERY_ACTIONS:
-            out.add("accel_device_recovery_action", 1.0 if action == "none" else 0.0, action)
+            out.add(ACCEL_DEVICE_RECOVERY_ACTION, 1.0 if action == "none" else 0.0, action)
         if processes:
             self._processes(out, load, used)
 
@@ -189,39 +249,39 @@ class DemoBackend:
         # One training process a GPU. Its pid is this worker's: a real process of this
         # machine, so workload attribution never lands on an unrelated one.
         pid = str(self.pid)
-        out.add("accel_processes", 1.0)
-        out.add("accel_process_memory_bytes", used - 2 * GIB, pid)
-        out.add("accel_process_info", 1.0, pid, "python3 train.py (demo)")
-        out.add("accel_process_sm_utilization_ratio", 0.92 * load, pid)
-        out.add("accel_process_memory_utilization_ratio", 0.7 * load, pid)
-        out.add("accel_process_encoder_utilization_ratio", 0.0, pid)
-        out.add("accel_process_decoder_utilization_ratio", 0.0, pid)
+        out.add(ACCEL_PROCESSES, 1.0)
+        out.add(ACCEL_PROCESS_MEMORY_BYTES, used - 2 * GIB, pid)
+        out.add(ACCEL_PROCESS_INFO, 1.0, pid, "python3 train.py (demo)")
+        out.add(ACCEL_PROCESS_SM_UTILIZATION_RATIO, 0.92 * load, pid)
+        out.add(ACCEL_PROCESS_MEMORY_UTILIZATION_RATIO, 0.7 * load, pid)
+        out.add(ACCEL_PROCESS_ENCODER_UTILIZATION_RATIO, 0.0, pid)
+        out.add(ACCEL_PROCESS_DECODER_UTILIZATION_RATIO, 0.0, pid)
 
     def _slow(self, out: Emitter) -> None:
         degraded = out.position == DEGRADED
         for _, kind in nv.ECC_TYPES:
             for _, counter in nv.ECC_COUNTERS:
-                out.add("accel_ecc_errors_total", 0.0, kind, counter)
+                out.add(ACCEL_ECC_ERRORS_TOTAL, 0.0, kind, counter)
         for _, cause in nv.RETIREMENT_CAUSES:
-            out.add("accel_retired_pages", 0.0, cause)
-        out.add("accel_retired_pages_pending", 0.0)
+            out.add(ACCEL_RETIRED_PAGES, 0.0, cause)
+        out.add(ACCEL_RETIRED_PAGES_PENDING, 0.0)
         # The degraded GPU: one row remapped for a correctable error, its remap pending
         # until the GPU is reset (exporter.health: row_remap_pending, degraded).
-        out.add("accel_remapped_rows", 1.0 if degraded else 0.0, "corrected")
-        out.add("accel_remapped_rows", 0.0, "uncorrected")
-        out.add("accel_remapped_rows_pending", 1.0 if degraded else 0.0)
-        out.add("accel_remapped_rows_failure", 0.0)
-        out.add("accel_sram_ecc_threshold_exceeded", 0.0)
+        out.add(ACCEL_REMAPPED_ROWS, 1.0 if degraded else 0.0, "corrected")
+        out.add(ACCEL_REMAPPED_ROWS, 0.0, "uncorrected")
+        out.add(ACCEL_REMAPPED_ROWS_PENDING, 1.0 if degraded else 0.0)
+        out.add(ACCEL_REMAPPED_ROWS_FAILURE, 0.0)
+        out.add(ACCEL_SRAM_ECC_THRESHOLD_EXCEEDED, 0.0)
         # An HGX board: the GPUs joined the NVSwitch fabric, which reports no issue.
         for state in FABRIC_STATES:
-            out.add("accel_nvidia_fabric_state", 1.0 if state == "completed" else 0.0, state)
+            out.add(ACCEL_NVIDIA_FABRIC_STATE, 1.0 if state == "completed" else 0.0, state)
         for _, check in FABRIC_HEALTH_BITS:
-            out.add("accel_nvidia_fabric_health_issue", 0.0, check)
-        out.add("accel_pcie_link_max_generation", 5.0)
-        out.add("accel_pcie_link_max_width", 16.0)
-        out.add("accel_power_limit_bound_watts", 200.0, "min")
-        out.add("accel_power_limit_bound_watts", POWER_LIMIT, "max")
-        out.add("accel_power_limit_bound_watts", POWER_LIMIT, "default")
+            out.add(ACCEL_NVIDIA_FABRIC_HEALTH_ISSUE, 0.0, check)
+        out.add(ACCEL_PCIE_LINK_MAX_GENERATION, 5.0)
+        out.add(ACCEL_PCIE_LINK_MAX_WIDTH, 16.0)
+        out.add(ACCEL_POWER_LIMIT_BOUND_WATTS, 200.0, "min")
+        out.add(ACCEL_POWER_LIMIT_BOUND_WATTS, POWER_LIMIT, "max")
+        out.add(ACCEL_POWER_LIMIT_BOUND_WATTS, POWER_LIMIT, "default")
 
     def close(self) -> None:
         """Nothing to release."""

@@ -54,6 +54,29 @@ from exporter.backends.contract import (
     poll_devices,
 )
 from exporter.backends.counters import Energy
+from exporter.family_names import (
+    ACCEL_CLOCK_HERTZ,
+    ACCEL_CLOCK_MAX_HERTZ,
+    ACCEL_CLOCK_THROTTLE_ACTIVE,
+    ACCEL_CLOCK_VIOLATION_SECONDS_TOTAL,
+    ACCEL_ECC_ERRORS_TOTAL,
+    ACCEL_ENERGY_JOULES_TOTAL,
+    ACCEL_GAUDI_MEMORY_UTILIZATION_RATIO,
+    ACCEL_GAUDI_NIC_PORT_UP,
+    ACCEL_GAUDI_NIC_STATISTIC_TOTAL,
+    ACCEL_GAUDI_REPLACED_ROWS,
+    ACCEL_GAUDI_ROW_REPLACEMENT_PENDING,
+    ACCEL_MEMORY_FREE_BYTES,
+    ACCEL_MEMORY_TOTAL_BYTES,
+    ACCEL_MEMORY_USED_BYTES,
+    ACCEL_PCIE_LINK_GENERATION,
+    ACCEL_PCIE_LINK_WIDTH,
+    ACCEL_PCIE_REPLAYS_TOTAL,
+    ACCEL_POWER_LIMIT_WATTS,
+    ACCEL_POWER_WATTS,
+    ACCEL_TEMPERATURE_CELSIUS,
+    ACCEL_UTILIZATION_RATIO,
+)
 from exporter.host import libsearch
 
 SOURCE = "hlml"
@@ -331,43 +354,43 @@ class HlmlBackend:
         util = call(aip, "hlmlDeviceGetUtilizationRates")
         if util is not None:
             if util.aip <= 100:
-                rows["accel_utilization_ratio"] += (pos, util.aip / 100)
+                rows[ACCEL_UTILIZATION_RATIO] += (pos, util.aip / 100)
             if util.memory <= 100:
-                rows["accel_gaudi_memory_utilization_ratio"] += (pos, util.memory / 100)
+                rows[ACCEL_GAUDI_MEMORY_UTILIZATION_RATIO] += (pos, util.memory / 100)
         mem = call(aip, "hlmlDeviceGetMemoryInfo")
         if mem is not None and 0 < mem.total != U64_NA and mem.used <= mem.total:
-            rows["accel_memory_total_bytes"] += (pos, mem.total)
-            rows["accel_memory_used_bytes"] += (pos, mem.used)
+            rows[ACCEL_MEMORY_TOTAL_BYTES] += (pos, mem.total)
+            rows[ACCEL_MEMORY_USED_BYTES] += (pos, mem.used)
             if mem.free <= mem.total:
-                rows["accel_memory_free_bytes"] += (pos, mem.free)
+                rows[ACCEL_MEMORY_FREE_BYTES] += (pos, mem.free)
         power = call(aip, "hlmlDeviceGetPowerUsage")
         if power is not None and power != U32_NA:
-            rows["accel_power_watts"] += (pos, power / 1000)
+            rows[ACCEL_POWER_WATTS] += (pos, power / 1000)
         limit = call(aip, "hlmlDeviceGetPowerManagementLimit")
         if limit and limit != U32_NA:
-            rows["accel_power_limit_watts"] += (pos, limit / 1000)
+            rows[ACCEL_POWER_LIMIT_WATTS] += (pos, limit / 1000)
         energy = call(aip, "hlmlDeviceGetTotalEnergyConsumption")
         if energy is not None and energy != U64_NA:
             joules, _watts = aip.energy.update(energy, time.monotonic())
-            rows["accel_energy_joules_total"] += (pos, joules)
+            rows[ACCEL_ENERGY_JOULES_TOTAL] += (pos, joules)
         self._temperatures(aip, pos, rows)
         soc = call(aip, "hlmlDeviceGetClockInfo", 0)
         if soc and soc <= MAX_MHZ:
-            rows["accel_clock_hertz"] += (pos, "soc", soc * MHZ)
+            rows[ACCEL_CLOCK_HERTZ] += (pos, "soc", soc * MHZ)
         reasons = call(aip, "hlmlDeviceGetCurrentClocksThrottleReasons")
         if reasons is not None and reasons != U64_NA:
-            target = rows["accel_clock_throttle_active"]
+            target = rows[ACCEL_CLOCK_THROTTLE_ACTIVE]
             for bit, name in THROTTLE_REASONS:
                 target += (pos, name, 1 if reasons & bit else 0)
         for policy, name in VIOLATIONS:
             violation = call(aip, "hlmlDeviceGetViolationStatus", policy)
             if violation is not None and violation.violation_time != U64_NA:
                 seconds = violation.violation_time / NANO
-                rows["accel_clock_violation_seconds_total"] += (pos, name, seconds)
+                rows[ACCEL_CLOCK_VIOLATION_SECONDS_TOTAL] += (pos, name, seconds)
         for fn, family in (
-            ("hlmlDeviceGetPCIEReplayCounter", "accel_pcie_replays_total"),
-            ("hlmlDeviceGetCurrPCIELinkGeneration", "accel_pcie_link_generation"),
-            ("hlmlDeviceGetCurrPCIELinkWidth", "accel_pcie_link_width"),
+            ("hlmlDeviceGetPCIEReplayCounter", ACCEL_PCIE_REPLAYS_TOTAL),
+            ("hlmlDeviceGetCurrPCIELinkGeneration", ACCEL_PCIE_LINK_GENERATION),
+            ("hlmlDeviceGetCurrPCIELinkWidth", ACCEL_PCIE_LINK_WIDTH),
         ):
             value = call(aip, fn)
             if value is not None and value != U32_NA:
@@ -377,7 +400,7 @@ class HlmlBackend:
     def _temperatures(self, aip: Aip, pos: int, rows: Rows) -> None:
         """The sensors not found unsupported (since the last slow poll, which asks all)."""
         read, error, h = self.api.hlmlDeviceGetTemperature, self.api.HLMLError, aip.handle
-        target = rows["accel_temperature_celsius"]
+        target = rows[ACCEL_TEMPERATURE_CELSIUS]
         for sensor, label in list(aip.sensors):
             try:
                 celsius = read(h, sensor)
@@ -392,7 +415,7 @@ class HlmlBackend:
     def _links(self, aip: Aip, pos: int, rows: Rows) -> None:
         """NIC port link state: many ports per device, so one tight loop."""
         link, error, h = self.api.hlmlDeviceNicGetLink, self.api.HLMLError, aip.handle
-        target = rows["accel_gaudi_nic_port_up"]
+        target = rows[ACCEL_GAUDI_NIC_PORT_UP]
         for port, label in aip.ports:
             try:
                 up = link(h, port)
@@ -404,19 +427,19 @@ class HlmlBackend:
     def _slow(self, aip: Aip, out: Emitter) -> None:
         top = self._call(aip, "hlmlDeviceGetMaxClockInfo", 0)
         if top and top <= MAX_MHZ:
-            out.scaled("accel_clock_max_hertz", top, MHZ, 1, "soc")
+            out.scaled(ACCEL_CLOCK_MAX_HERTZ, top, MHZ, 1, "soc")
         for kind, type_name in ECC_TYPES:
             for counter, counter_name in ECC_COUNTERS:
                 # A signed 64-bit answer in pyhlml: all ones reads as -1 (a sentinel).
                 count = self._call(aip, "hlmlDeviceGetTotalECCErrors", kind, counter)
                 if count is None or count >= 0:
-                    out.add("accel_ecc_errors_total", count, type_name, counter_name)
+                    out.add(ACCEL_ECC_ERRORS_TOTAL, count, type_name, counter_name)
         for cause, cause_name in ROW_CAUSES:
             replaced = self._call(aip, "hlmlDeviceGetReplacedRowsCount", cause)
-            out.add("accel_gaudi_replaced_rows", replaced, cause_name)
+            out.add(ACCEL_GAUDI_REPLACED_ROWS, replaced, cause_name)
         pending = self._call(aip, "hlmlDeviceGetReplacedRowsPendingStatus")
         if pending in (0, 1):
-            out.add("accel_gaudi_row_replacement_pending", pending)
+            out.add(ACCEL_GAUDI_ROW_REPLACEMENT_PENDING, pending)
         if self.config.get("nic_statistics", True):
             for port, label in aip.ports:
                 self._nic_statistics(aip, out.position, port, label, out.rows)
@@ -428,7 +451,7 @@ class HlmlBackend:
         count = min(int(stats.num_of_counters_out[0]), 256)  # pyhlml's buffers hold 256
         names = self._counter_names(ctypes.string_at(stats.str_buf, 32 * count))
         # Many counters a port: the contract's sentinel check, inlined.
-        target, sentinels = rows["accel_gaudi_nic_statistic_total"], SENTINELS
+        target, sentinels = rows[ACCEL_GAUDI_NIC_STATISTIC_TOTAL], SENTINELS
         values = stats.val_buf[:count]
         for k, name in names:
             if values[k] not in sentinels:

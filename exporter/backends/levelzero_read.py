@@ -29,6 +29,36 @@ from exporter.backends.levelzero_tables import (
     Gpu,
     Structs,
 )
+from exporter.family_names import (
+    ACCEL_CLOCK_HERTZ,
+    ACCEL_CLOCK_MAX_HERTZ,
+    ACCEL_CLOCK_THROTTLE_ACTIVE,
+    ACCEL_ECC_ERRORS_TOTAL,
+    ACCEL_ENERGY_JOULES_TOTAL,
+    ACCEL_INTEL_ENGINE_UTILIZATION_RATIO,
+    ACCEL_INTEL_FABRIC_PORT_UP,
+    ACCEL_INTEL_FABRIC_RX_BYTES_TOTAL,
+    ACCEL_INTEL_FABRIC_TX_BYTES_TOTAL,
+    ACCEL_INTEL_MEMORY_HEALTH,
+    ACCEL_INTEL_MEMORY_READ_BYTES_TOTAL,
+    ACCEL_INTEL_MEMORY_WRITE_BYTES_TOTAL,
+    ACCEL_INTEL_READING_DENIED_INFO,
+    ACCEL_INTEL_RESET_REASON_INFO,
+    ACCEL_INTEL_RESET_REQUIRED,
+    ACCEL_MEMORY_FREE_BYTES,
+    ACCEL_MEMORY_TOTAL_BYTES,
+    ACCEL_MEMORY_USED_BYTES,
+    ACCEL_PCIE_LINK_GENERATION,
+    ACCEL_PCIE_LINK_MAX_GENERATION,
+    ACCEL_PCIE_LINK_MAX_WIDTH,
+    ACCEL_PCIE_LINK_WIDTH,
+    ACCEL_PCIE_REPLAYS_TOTAL,
+    ACCEL_PCIE_RX_BYTES_PER_SECOND,
+    ACCEL_PCIE_TX_BYTES_PER_SECOND,
+    ACCEL_POWER_WATTS,
+    ACCEL_TEMPERATURE_CELSIUS,
+    ACCEL_UTILIZATION_RATIO,
+)
 
 
 class Readings:
@@ -99,29 +129,29 @@ class Readings:
                 writes += bw.writeCounter
                 have_bw = True
         if gpu.memory and sane and (total or free):
-            rows["accel_memory_free_bytes"] += (pos, free)
+            rows[ACCEL_MEMORY_FREE_BYTES] += (pos, free)
             if total >= free:
-                rows["accel_memory_total_bytes"] += (pos, total)
-                rows["accel_memory_used_bytes"] += (pos, total - free)
+                rows[ACCEL_MEMORY_TOTAL_BYTES] += (pos, total)
+                rows[ACCEL_MEMORY_USED_BYTES] += (pos, total - free)
         if have_bw:
-            rows["accel_intel_memory_read_bytes_total"] += (pos, reads)
-            rows["accel_intel_memory_write_bytes_total"] += (pos, writes)
+            rows[ACCEL_INTEL_MEMORY_READ_BYTES_TOTAL] += (pos, reads)
+            rows[ACCEL_INTEL_MEMORY_WRITE_BYTES_TOTAL] += (pos, writes)
         for c in gpu.power:
             rc = ze.zesPowerGetEnergyCounter(c.handle, s.energy_ref)
             if rc:
                 self._bad(gpu, "power", rc)
                 continue
             joules, watts = gpu.energy.update(s.energy.energy, s.energy.timestamp / 1e6)
-            rows["accel_energy_joules_total"] += (pos, joules)
+            rows[ACCEL_ENERGY_JOULES_TOTAL] += (pos, joules)
             if watts is not None:
-                rows["accel_power_watts"] += (pos, watts)
+                rows[ACCEL_POWER_WATTS] += (pos, watts)
         self._temperatures(gpu, pos, rows)
         self._clocks(gpu, pos, rows)
         self._pci(gpu, pos, rows)
         if gpu.ports:
             self._ports(gpu, pos, rows)
         for reading in sorted(gpu.denied):
-            rows["accel_intel_reading_denied_info"] += (pos, reading, 1)
+            rows[ACCEL_INTEL_READING_DENIED_INFO] += (pos, reading, 1)
 
     def _engines(self, gpu: Gpu, pos: int, rows: Rows) -> None:
         activity, stats, ref = (
@@ -143,7 +173,7 @@ class Readings:
                     busy[c.label] = [ratio]
         if not busy:
             return
-        target = rows["accel_intel_engine_utilization_ratio"]
+        target = rows[ACCEL_INTEL_ENGINE_UTILIZATION_RATIO]
         means = {}
         for label, ratios in busy.items():
             # A tile without a ratio this poll (a counter reset) would skew the mean.
@@ -154,7 +184,7 @@ class Readings:
         for label in UTILIZATION_FROM:
             if label in gpu.tiles_of:
                 if label in means:
-                    rows["accel_utilization_ratio"] += (pos, means[label])
+                    rows[ACCEL_UTILIZATION_RATIO] += (pos, means[label])
                 break
 
     def _temperatures(self, gpu: Gpu, pos: int, rows: Rows) -> None:
@@ -178,7 +208,7 @@ class Readings:
                 v = min(v, seen[c.label]) if c.label.endswith("_min") else max(v, seen[c.label])
             seen[c.label] = v
         if seen:
-            target = rows["accel_temperature_celsius"]
+            target = rows[ACCEL_TEMPERATURE_CELSIUS]
             for label, v in seen.items():
                 target += (pos, label, v)
 
@@ -194,12 +224,12 @@ class Readings:
                 self._bad(gpu, "clocks", rc)
                 continue
             if 0.0 <= state.actual <= MAX_MHZ:
-                rows["accel_clock_hertz"] += (pos, c.label, state.actual * MHZ)
+                rows[ACCEL_CLOCK_HERTZ] += (pos, c.label, state.actual * MHZ)
             if c.kind == 0:  # the GPU domain's throttling is the device's
                 reasons |= state.throttleReasons
                 throttle_known = True
         if throttle_known:
-            target = rows["accel_clock_throttle_active"]
+            target = rows[ACCEL_CLOCK_THROTTLE_ACTIVE]
             for bit, name in THROTTLE_REASONS:
                 target += (pos, name, 1 if reasons & bit else 0)
 
@@ -214,15 +244,15 @@ class Readings:
                 self._bad(gpu, "pcie", rc)
             else:
                 if gpu.have_replay:
-                    rows["accel_pcie_replays_total"] += (pos, stats.replayCounter)
+                    rows[ACCEL_PCIE_REPLAYS_TOTAL] += (pos, stats.replayCounter)
                 if gpu.have_bandwidth:
                     seconds = stats.timestamp / 1e6
                     rx = gpu.pci_rx.rate(stats.rxCounter, seconds)
                     tx = gpu.pci_tx.rate(stats.txCounter, seconds)
                     if rx is not None:
-                        rows["accel_pcie_rx_bytes_per_second"] += (pos, rx)
+                        rows[ACCEL_PCIE_RX_BYTES_PER_SECOND] += (pos, rx)
                     if tx is not None:
-                        rows["accel_pcie_tx_bytes_per_second"] += (pos, tx)
+                        rows[ACCEL_PCIE_TX_BYTES_PER_SECOND] += (pos, tx)
         state = s.pci_state
         state.stype = ze.ZES_STRUCTURE_TYPE_PCI_STATE
         rc = ze.zesDevicePciGetState(gpu.handle, s.pci_state_ref)
@@ -231,9 +261,9 @@ class Readings:
             return
         speed = state.speed
         if 0 < speed.gen <= 64:
-            rows["accel_pcie_link_generation"] += (pos, speed.gen)
+            rows[ACCEL_PCIE_LINK_GENERATION] += (pos, speed.gen)
         if 0 < speed.width <= 64:
-            rows["accel_pcie_link_width"] += (pos, speed.width)
+            rows[ACCEL_PCIE_LINK_WIDTH] += (pos, speed.width)
 
     def _ports(self, gpu: Gpu, pos: int, rows: Rows) -> None:
         assert self.extra is not None
@@ -249,26 +279,26 @@ class Readings:
                     self._bad(gpu, "fabric", rc)
                 else:
                     up = 1 if state.status in PORT_UP else 0
-                    rows["accel_intel_fabric_port_up"] += (pos, c.label, up)
+                    rows[ACCEL_INTEL_FABRIC_PORT_UP] += (pos, c.label, up)
             if get_throughput is not None:
                 rc = get_throughput(c.handle, s.port_throughput_ref)
                 if rc:
                     self._bad(gpu, "fabric", rc)
                 else:
-                    rows["accel_intel_fabric_rx_bytes_total"] += (pos, c.label, through.rxCounter)
-                    rows["accel_intel_fabric_tx_bytes_total"] += (pos, c.label, through.txCounter)
+                    rows[ACCEL_INTEL_FABRIC_RX_BYTES_TOTAL] += (pos, c.label, through.rxCounter)
+                    rows[ACCEL_INTEL_FABRIC_TX_BYTES_TOTAL] += (pos, c.label, through.txCounter)
 
     def _slow(self, gpu: Gpu, pos: int, rows: Rows) -> None:
         assert self.extra is not None
         me = (pos,)
         for c in gpu.clocks:
             if c.size:
-                put(rows, "accel_clock_max_hertz", (pos, c.label), c.size)
+                put(rows, ACCEL_CLOCK_MAX_HERTZ, (pos, c.label), c.size)
         gen, width = gpu.pci_max
         if 0 < gen <= 64:
-            put(rows, "accel_pcie_link_max_generation", me, gen)
+            put(rows, ACCEL_PCIE_LINK_MAX_GENERATION, me, gen)
         if 0 < width <= 64:
-            put(rows, "accel_pcie_link_max_width", me, width)
+            put(rows, ACCEL_PCIE_LINK_MAX_WIDTH, me, width)
         ze = self.ze
         health = 0
         state = ze.zes_mem_state_t()
@@ -278,13 +308,13 @@ class Readings:
             if read and 0 < state.health <= 4:
                 health = max(health, int(state.health))
         if health:
-            put(rows, "accel_intel_memory_health", me, health)
+            put(rows, ACCEL_INTEL_MEMORY_HEALTH, me, health)
         dev_state = zb.DeviceState(stype=zb.STYPE_DEVICE_STATE)
         if self._ok_extra(gpu, "device_state", "zesDeviceGetState", gpu.handle, dev_state):
-            put(rows, "accel_intel_reset_required", me, 1 if dev_state.reset else 0)
+            put(rows, ACCEL_INTEL_RESET_REQUIRED, me, 1 if dev_state.reset else 0)
             for bit, reason in RESET_REASONS:
                 if dev_state.reset & bit:
-                    put(rows, "accel_intel_reset_reason_info", (pos, reason), 1)
+                    put(rows, ACCEL_INTEL_RESET_REASON_INFO, (pos, reason), 1)
         totals: list[list[int]] = [[0] * len(RAS_CATEGORIES), [0] * len(RAS_CATEGORIES)]
         seen = [False, False]
         ras = zb.RasState()
@@ -325,4 +355,4 @@ class Readings:
                     seen[c.kind] = True
         for kind, type_name in enumerate(ECC_TYPES):
             if seen[kind]:
-                put(rows, "accel_ecc_errors_total", (pos, type_name, ""), totals[kind])
+                put(rows, ACCEL_ECC_ERRORS_TOTAL, (pos, type_name, ""), totals[kind])

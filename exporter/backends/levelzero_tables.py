@@ -13,6 +13,10 @@ from typing import Any
 from exporter.backends import levelzero_binding as zb
 from exporter.backends.contract import Codes
 from exporter.backends.counters import Delta, Energy
+from exporter.family_names import (
+    ACCEL_INTEL_RAS_CORRECTABLE_ERRORS_TOTAL,
+    ACCEL_INTEL_RAS_UNCORRECTABLE_ERRORS_TOTAL,
+)
 
 SOURCE = "levelzero"
 ZE_DEVICE_TYPE_GPU = 1
@@ -90,8 +94,8 @@ RAS_CATEGORIES = (
     "display",
 )
 RAS_FAMILIES = (
-    "accel_intel_ras_correctable_errors_total",
-    "accel_intel_ras_uncorrectable_errors_total",
+    ACCEL_INTEL_RAS_CORRECTABLE_ERRORS_TOTAL,
+    ACCEL_INTEL_RAS_UNCORRECTABLE_ERRORS_TOTAL,
 )
 # zes_reset_reason_flag_t bits -> accel_intel_reset_reason_info's reason label.
 RESET_REASONS = ((1, "wedged"), (2, "repair"))

@@ -29,6 +29,29 @@ from exporter.backends.nvml_scalars import (
     BoundScalar,
     Scalar,
 )
+from exporter.family_names import (
+    ACCEL_CLOCK_THROTTLE_ACTIVE,
+    ACCEL_DECODER_UTILIZATION_RATIO,
+    ACCEL_ECC_ERRORS_TOTAL,
+    ACCEL_ENCODER_UTILIZATION_RATIO,
+    ACCEL_FAN_SPEED_RATIO,
+    ACCEL_MEMORY_BANDWIDTH_UTILIZATION_RATIO,
+    ACCEL_MIG_DEVICE_INFO,
+    ACCEL_NVLINK_UP,
+    ACCEL_PROCESS_DECODER_UTILIZATION_RATIO,
+    ACCEL_PROCESS_ENCODER_UTILIZATION_RATIO,
+    ACCEL_PROCESS_INFO,
+    ACCEL_PROCESS_MEMORY_BYTES,
+    ACCEL_PROCESS_MEMORY_UTILIZATION_RATIO,
+    ACCEL_PROCESS_SM_UTILIZATION_RATIO,
+    ACCEL_PROCESSES,
+    ACCEL_REMAPPED_ROWS,
+    ACCEL_REMAPPED_ROWS_FAILURE,
+    ACCEL_REMAPPED_ROWS_PENDING,
+    ACCEL_RETIRED_PAGES,
+    ACCEL_TEMPERATURE_CELSIUS,
+    ACCEL_UTILIZATION_RATIO,
+)
 
 
 class DeviceReader:
@@ -112,16 +135,16 @@ class DeviceReader:
         util = gpu.call(n.nvmlDeviceGetUtilizationRates, h)
         if util is not None:
             busy, memory = nv.UTILIZATION.unpack(bytes(util))
-            out.ratio("accel_utilization_ratio", busy)
-            out.ratio("accel_memory_bandwidth_utilization_ratio", memory)
+            out.ratio(ACCEL_UTILIZATION_RATIO, busy)
+            out.ratio(ACCEL_MEMORY_BANDWIDTH_UTILIZATION_RATIO, memory)
         enc = gpu.call(n.nvmlDeviceGetEncoderUtilization, h)
         if enc is not None:
-            out.ratio("accel_encoder_utilization_ratio", enc[0])
+            out.ratio(ACCEL_ENCODER_UTILIZATION_RATIO, enc[0])
         dec = gpu.call(n.nvmlDeviceGetDecoderUtilization, h)
         if dec is not None:
-            out.ratio("accel_decoder_utilization_ratio", dec[0])
+            out.ratio(ACCEL_DECODER_UTILIZATION_RATIO, dec[0])
         self._memory(gpu, h, out, MEMORY)
-        out.add("accel_temperature_celsius", self._temperature(gpu), "gpu")
+        out.add(ACCEL_TEMPERATURE_CELSIUS, self._temperature(gpu), "gpu")
         self._scalars(gpu, out, "fast")
         self._fans(gpu, h, out)
         self._throttle(gpu, h, out)
@@ -226,7 +249,7 @@ class DeviceReader:
         count = gpu.call(n.nvmlDeviceGetNumFans, handle)
         for fan in range(min(count or 0, 16)):
             out.ratio(
-                "accel_fan_speed_ratio", gpu.call(n.nvmlDeviceGetFanSpeed_v2, handle, fan), str(fan)
+                ACCEL_FAN_SPEED_RATIO, gpu.call(n.nvmlDeviceGetFanSpeed_v2, handle, fan), str(fan)
             )
 
     def _throttle(self, gpu: Gpu, handle: Any, out: Emitter) -> None:
@@ -248,7 +271,7 @@ class DeviceReader:
             plan = gpu.plans["throttle"] = [
                 (bit, out.prefix(name)) for bit, name in nv.THROTTLE_REASONS
             ]
-        target = out.rows["accel_clock_throttle_active"]
+        target = out.rows[ACCEL_CLOCK_THROTTLE_ACTIVE]
         for bit, prefix in plan:
             target += prefix
             target.append(1 if reasons & bit else 0)
@@ -335,11 +358,11 @@ class DeviceReader:
             elif known is not None:
                 used = max(used, known)
             memory[proc.pid] = used
-        out.add("accel_processes", len(memory))
+        out.add(ACCEL_PROCESSES, len(memory))
         if not per_process:
             return
         for pid, used in sorted(memory.items()):
-            out.add("accel_process_memory_bytes", used, str(pid))
+            out.add(ACCEL_PROCESS_MEMORY_BYTES, used, str(pid))
         try:
             samples = n.nvmlDeviceGetProcessUtilization(handle, gpu.last_process_sample)
             gpu.ok += 1
@@ -356,14 +379,14 @@ class DeviceReader:
             gpu.last_process_sample = max(gpu.last_process_sample, int(sample.timeStamp))
         for pid, sample in sorted(latest.items()):
             label = str(pid)
-            out.ratio("accel_process_sm_utilization_ratio", sample.smUtil, label)
-            out.ratio("accel_process_memory_utilization_ratio", sample.memUtil, label)
-            out.ratio("accel_process_encoder_utilization_ratio", sample.encUtil, label)
-            out.ratio("accel_process_decoder_utilization_ratio", sample.decUtil, label)
+            out.ratio(ACCEL_PROCESS_SM_UTILIZATION_RATIO, sample.smUtil, label)
+            out.ratio(ACCEL_PROCESS_MEMORY_UTILIZATION_RATIO, sample.memUtil, label)
+            out.ratio(ACCEL_PROCESS_ENCODER_UTILIZATION_RATIO, sample.encUtil, label)
+            out.ratio(ACCEL_PROCESS_DECODER_UTILIZATION_RATIO, sample.decUtil, label)
         for pid in sorted(memory):
             name = gpu.call(n.nvmlSystemGetProcessName, pid)
             if name:  # NOT_FOUND: the process ended between the two calls
-                out.add("accel_process_info", 1, str(pid), nv.text(name))
+                out.add(ACCEL_PROCESS_INFO, 1, str(pid), nv.text(name))
 
     def _mig_fast(self, gpu: Gpu, out: Emitter) -> None:
         # Memory belongs to the GPU instance: every MIG device (compute instance)
@@ -384,7 +407,7 @@ class DeviceReader:
         for etype, tname in nv.ECC_TYPES:
             for counter, cname in nv.ECC_COUNTERS:
                 out.add(
-                    "accel_ecc_errors_total",
+                    ACCEL_ECC_ERRORS_TOTAL,
                     gpu.call(n.nvmlDeviceGetTotalEccErrors, h, etype, counter),
                     tname,
                     cname,
@@ -392,13 +415,13 @@ class DeviceReader:
         for cause, name in nv.RETIREMENT_CAUSES:
             pages = gpu.call(n.nvmlDeviceGetRetiredPages, h, cause)
             if pages is not None:
-                out.add("accel_retired_pages", len(pages), name)
+                out.add(ACCEL_RETIRED_PAGES, len(pages), name)
         rows = gpu.call(n.nvmlDeviceGetRemappedRows, h)
         if rows is not None:
-            out.add("accel_remapped_rows", rows[0], "corrected")
-            out.add("accel_remapped_rows", rows[1], "uncorrected")
-            out.add("accel_remapped_rows_pending", rows[2])
-            out.add("accel_remapped_rows_failure", rows[3])
+            out.add(ACCEL_REMAPPED_ROWS, rows[0], "corrected")
+            out.add(ACCEL_REMAPPED_ROWS, rows[1], "uncorrected")
+            out.add(ACCEL_REMAPPED_ROWS_PENDING, rows[2])
+            out.add(ACCEL_REMAPPED_ROWS_FAILURE, rows[3])
         self._nvlinks(gpu, out)
         self._reliability.slow(gpu, out)
         self._board.slow(gpu, out)
@@ -419,7 +442,7 @@ class DeviceReader:
             state = gpu.call(n.nvmlDeviceGetNvLinkState, h, link)
             if state is None:
                 continue
-            out.add("accel_nvlink_up", 1 if state else 0, str(link))
+            out.add(ACCEL_NVLINK_UP, 1 if state else 0, str(link))
             if state:
                 active.append(link)
         gpu.active_links = tuple(active)
@@ -454,7 +477,7 @@ class DeviceReader:
             gpu.gpm_supported = bool(support is not None and support.isSupportedDevice)
         for mig in found:
             out.add(
-                "accel_mig_device_info",
+                ACCEL_MIG_DEVICE_INFO,
                 1,
                 str(mig.gpu_instance),
                 str(mig.compute_instance),

@@ -24,8 +24,9 @@ from typing import Any
 from exporter.backends import nvml_support as nv
 from exporter.backends.contract import Emitter
 from exporter.backends.nvml_gpu import Gpu
+from exporter.family_names import ACCEL_DEVICE_DOMAIN_INFO
 
-FAMILY = "accel_device_domain_info"
+FAMILY = ACCEL_DEVICE_DOMAIN_INFO
 FABRIC_COMPLETED = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
 # Gpu.board while the platform info is not read yet; "" once NVML names no board.
 UNREAD = None

@@ -21,6 +21,12 @@ from exporter.backend_api import crumb
 from exporter.backend_api.wire import Rows, put
 from exporter.backends import nvml_support as nv
 from exporter.backends.event_wait import rest_after_empty_wait
+from exporter.family_names import (
+    ACCEL_DEVICE_EVENT_LAST_TIMESTAMP_SECONDS,
+    ACCEL_DEVICE_EVENTS_TOTAL,
+    ACCEL_XID_ERRORS_TOTAL,
+    ACCEL_XID_LAST_TIMESTAMP_SECONDS,
+)
 
 WAIT_MS = 500
 # After an error other than TIMEOUT, wait this long before trying again (no spin).
@@ -153,8 +159,8 @@ class EventWatcher:
             events = [(k, Tally(t.count, t.last)) for k, t in self._events.items()]
         out: Rows = {}
         for (count, last), tallies in (
-            (("accel_xid_errors_total", "accel_xid_last_timestamp_seconds"), xid),
-            (("accel_device_events_total", "accel_device_event_last_timestamp_seconds"), events),
+            ((ACCEL_XID_ERRORS_TOTAL, ACCEL_XID_LAST_TIMESTAMP_SECONDS), xid),
+            ((ACCEL_DEVICE_EVENTS_TOTAL, ACCEL_DEVICE_EVENT_LAST_TIMESTAMP_SECONDS), events),
         ):
             for key, tally in sorted(tallies, key=lambda item: item[0]):
                 put(out, count, key, tally.count)

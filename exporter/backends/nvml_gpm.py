@@ -26,6 +26,20 @@ from typing import Any
 from exporter.backends import nvml_support as nv
 from exporter.backends.contract import DeviceGone, Emitter
 from exporter.backends.nvml_gpu import Gpu
+from exporter.family_names import (
+    ACCEL_DRAM_ACTIVE_RATIO,
+    ACCEL_ENGINE_UTILIZATION_RATIO,
+    ACCEL_GRAPHICS_ENGINE_ACTIVE_RATIO,
+    ACCEL_MIG_MEMORY_BANDWIDTH_UTILIZATION_RATIO,
+    ACCEL_MIG_UTILIZATION_RATIO,
+    ACCEL_NVLINK_RX_AVERAGE_BYTES_PER_SECOND,
+    ACCEL_NVLINK_TX_AVERAGE_BYTES_PER_SECOND,
+    ACCEL_PCIE_RX_AVERAGE_BYTES_PER_SECOND,
+    ACCEL_PCIE_TX_AVERAGE_BYTES_PER_SECOND,
+    ACCEL_PIPE_ACTIVE_RATIO,
+    ACCEL_SM_ACTIVE_RATIO,
+    ACCEL_SM_OCCUPANCY_RATIO,
+)
 
 # Per-entry layout of nvmlGpmMetric_t: metricId, nvmlReturn, value (double), then
 # metricInfo (three pointers), 40 bytes; the array starts after version,
@@ -40,27 +54,27 @@ INVALID_VALUE = "invalid_value"
 # nvmlGpmMetricId_t -> (family, label value or "", percent: True for a 0..100 %
 # figure exported as a 0..1 ratio, False for MiB/s exported as bytes/s).
 GPM_METRICS: dict[int, tuple[str, str, bool]] = {
-    1: ("accel_graphics_engine_active_ratio", "", True),
-    2: ("accel_sm_active_ratio", "", True),
-    3: ("accel_sm_occupancy_ratio", "", True),
-    4: ("accel_pipe_active_ratio", "integer", True),
-    5: ("accel_pipe_active_ratio", "tensor", True),
-    6: ("accel_pipe_active_ratio", "tensor_dfma", True),
-    7: ("accel_pipe_active_ratio", "tensor_hmma", True),
-    8: ("accel_pipe_active_ratio", "tensor_dmma", True),
-    9: ("accel_pipe_active_ratio", "tensor_imma", True),
-    10: ("accel_dram_active_ratio", "", True),
-    11: ("accel_pipe_active_ratio", "fp64", True),
-    12: ("accel_pipe_active_ratio", "fp32", True),
-    13: ("accel_pipe_active_ratio", "fp16", True),
-    20: ("accel_pcie_tx_average_bytes_per_second", "", False),
-    21: ("accel_pcie_rx_average_bytes_per_second", "", False),
-    **{30 + k: ("accel_engine_utilization_ratio", f"nvdec{k}", True) for k in range(8)},
-    **{40 + k: ("accel_engine_utilization_ratio", f"nvjpg{k}", True) for k in range(8)},
-    **{50 + k: ("accel_engine_utilization_ratio", f"ofa{k}", True) for k in range(2)},
-    60: ("accel_nvlink_rx_average_bytes_per_second", "", False),
-    61: ("accel_nvlink_tx_average_bytes_per_second", "", False),
-    **{166 + k: ("accel_engine_utilization_ratio", f"nvenc{k}", True) for k in range(4)},
+    1: (ACCEL_GRAPHICS_ENGINE_ACTIVE_RATIO, "", True),
+    2: (ACCEL_SM_ACTIVE_RATIO, "", True),
+    3: (ACCEL_SM_OCCUPANCY_RATIO, "", True),
+    4: (ACCEL_PIPE_ACTIVE_RATIO, "integer", True),
+    5: (ACCEL_PIPE_ACTIVE_RATIO, "tensor", True),
+    6: (ACCEL_PIPE_ACTIVE_RATIO, "tensor_dfma", True),
+    7: (ACCEL_PIPE_ACTIVE_RATIO, "tensor_hmma", True),
+    8: (ACCEL_PIPE_ACTIVE_RATIO, "tensor_dmma", True),
+    9: (ACCEL_PIPE_ACTIVE_RATIO, "tensor_imma", True),
+    10: (ACCEL_DRAM_ACTIVE_RATIO, "", True),
+    11: (ACCEL_PIPE_ACTIVE_RATIO, "fp64", True),
+    12: (ACCEL_PIPE_ACTIVE_RATIO, "fp32", True),
+    13: (ACCEL_PIPE_ACTIVE_RATIO, "fp16", True),
+    20: (ACCEL_PCIE_TX_AVERAGE_BYTES_PER_SECOND, "", False),
+    21: (ACCEL_PCIE_RX_AVERAGE_BYTES_PER_SECOND, "", False),
+    **{30 + k: (ACCEL_ENGINE_UTILIZATION_RATIO, f"nvdec{k}", True) for k in range(8)},
+    **{40 + k: (ACCEL_ENGINE_UTILIZATION_RATIO, f"nvjpg{k}", True) for k in range(8)},
+    **{50 + k: (ACCEL_ENGINE_UTILIZATION_RATIO, f"ofa{k}", True) for k in range(2)},
+    60: (ACCEL_NVLINK_RX_AVERAGE_BYTES_PER_SECOND, "", False),
+    61: (ACCEL_NVLINK_TX_AVERAGE_BYTES_PER_SECOND, "", False),
+    **{166 + k: (ACCEL_ENGINE_UTILIZATION_RATIO, f"nvenc{k}", True) for k in range(4)},
 }
 
 
@@ -294,7 +308,7 @@ def mig_instance(n: Any, gpu: Gpu, gi: int, out: Emitter) -> None:
         gpu.release_gpm(previous)
     if result is None:
         return
-    names = ("accel_mig_utilization_ratio", "accel_mig_memory_bandwidth_utilization_ratio")
+    names = (ACCEL_MIG_UTILIZATION_RATIO, ACCEL_MIG_MEMORY_BANDWIDTH_UTILIZATION_RATIO)
     for metric, name in zip(result.metrics[:2], names, strict=False):
         code = int(metric.nvmlReturn)
         if code:

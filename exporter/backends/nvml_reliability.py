@@ -17,6 +17,15 @@ from exporter.backends import nvml_domains
 from exporter.backends import nvml_support as nv
 from exporter.backends.contract import Emitter, not_available
 from exporter.backends.nvml_gpu import Gpu
+from exporter.family_names import (
+    ACCEL_DEVICE_RECOVERY_ACTION,
+    ACCEL_NVIDIA_FABRIC_HEALTH_ISSUE,
+    ACCEL_NVIDIA_FABRIC_STATE,
+    ACCEL_NVLINK_ERRORS_TOTAL,
+    ACCEL_POWER_LIMIT_BOUND_WATTS,
+    ACCEL_SRAM_ECC_THRESHOLD_EXCEEDED,
+    ACCEL_TEMPERATURE_MARGIN_CELSIUS,
+)
 
 FI_RECOVERY_ACTION = 230
 # nvmlDeviceGpuRecoveryAction_t -> the action label; the first five are always
@@ -55,22 +64,22 @@ class ReliabilityReader:
         for link in gpu.active_links:
             for counter, kind in NVLINK_ERRORS:
                 value = gpu.call(n.nvmlDeviceGetNvLinkErrorCounter, h, link, counter)
-                out.add("accel_nvlink_errors_total", value, str(link), kind)
+                out.add(ACCEL_NVLINK_ERRORS_TOTAL, value, str(link), kind)
         self._fabric_info(gpu, out)
         self._sram_threshold(gpu, out)
         bounds = gpu.call(n.nvmlDeviceGetPowerManagementLimitConstraints, h)
         if bounds is not None:
-            out.add("accel_power_limit_bound_watts", bounds[0] / 1000, "min")
-            out.add("accel_power_limit_bound_watts", bounds[1] / 1000, "max")
+            out.add(ACCEL_POWER_LIMIT_BOUND_WATTS, bounds[0] / 1000, "min")
+            out.add(ACCEL_POWER_LIMIT_BOUND_WATTS, bounds[1] / 1000, "max")
         default = gpu.call(n.nvmlDeviceGetPowerManagementDefaultLimit, h)
         if default is not None:
-            out.add("accel_power_limit_bound_watts", default / 1000, "default")
+            out.add(ACCEL_POWER_LIMIT_BOUND_WATTS, default / 1000, "default")
 
     def fast(self, gpu: Gpu, out: Emitter) -> None:
         """The thermal margin (signed: -1 is a temperature here, not "not available")."""
         margin = gpu.call(self.nvml.nvmlDeviceGetMarginTemperature, gpu.handle)
         if margin is not None:
-            target = out.rows["accel_temperature_margin_celsius"]
+            target = out.rows[ACCEL_TEMPERATURE_MARGIN_CELSIUS]
             target += out.prefix()
             target.append(int(margin))
 
@@ -86,10 +95,10 @@ class ReliabilityReader:
             return
         action = int(number)
         for value, name in enumerate(RECOVERY_ACTIONS):
-            out.add("accel_device_recovery_action", 1 if value == action else 0, name)
+            out.add(ACCEL_DEVICE_RECOVERY_ACTION, 1 if value == action else 0, name)
         newer = NEWER_RECOVERY_ACTIONS.get(action)
         if newer:
-            out.add("accel_device_recovery_action", 1, newer)
+            out.add(ACCEL_DEVICE_RECOVERY_ACTION, 1, newer)
         elif action >= len(RECOVERY_ACTIONS):
             gpu.errors["invalid_value"] = gpu.errors.get("invalid_value", 0) + 1
 
@@ -101,7 +110,7 @@ class ReliabilityReader:
         if gpu.call(n.nvmlDeviceGetSramEccErrorStatus, gpu.handle, ctypes.byref(status)) is None:
             return
         exceeded = int(status.bThresholdExceeded)
-        out.add("accel_sram_ecc_threshold_exceeded", 1 if exceeded else 0)
+        out.add(ACCEL_SRAM_ECC_THRESHOLD_EXCEEDED, 1 if exceeded else 0)
 
     def _fabric_info(self, gpu: Gpu, out: Emitter) -> None:
         if not self._fabric or "fabric" in gpu.legacy:
@@ -122,17 +131,17 @@ class ReliabilityReader:
         if not any(state == value for value, _ in FABRIC_STATES):
             return  # NOT_SUPPORTED: not part of a fabric
         for value, name in FABRIC_STATES:
-            out.add("accel_nvidia_fabric_state", 1 if state == value else 0, name)
+            out.add(ACCEL_NVIDIA_FABRIC_STATE, 1 if state == value else 0, name)
         nvml_domains.emit_clique(info, out)
         mask = int(info.healthMask)
         for shift, check in FABRIC_HEALTH_BITS:
             bits = (mask >> shift) & 0x3
             if bits in (1, 2):
-                out.add("accel_nvidia_fabric_health_issue", 1 if bits == 1 else 0, check)
+                out.add(ACCEL_NVIDIA_FABRIC_HEALTH_ISSUE, 1 if bits == 1 else 0, check)
         config = (mask >> FABRIC_CONFIG_SHIFT) & 0xF
         if config:
             out.add(
-                "accel_nvidia_fabric_health_issue",
+                ACCEL_NVIDIA_FABRIC_HEALTH_ISSUE,
                 0 if config == 1 else 1,
                 "incorrect_configuration",
             )

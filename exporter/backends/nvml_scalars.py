@@ -11,6 +11,33 @@ from __future__ import annotations
 from typing import Any
 
 from exporter.backends import nvml_support as nv
+from exporter.family_names import (
+    ACCEL_CLOCK_HERTZ,
+    ACCEL_CLOCK_MAX_HERTZ,
+    ACCEL_CLOCK_VIOLATION_SECONDS_TOTAL,
+    ACCEL_ENERGY_JOULES_TOTAL,
+    ACCEL_MEMORY_FREE_BYTES,
+    ACCEL_MEMORY_RESERVED_BYTES,
+    ACCEL_MEMORY_TOTAL_BYTES,
+    ACCEL_MEMORY_USED_BYTES,
+    ACCEL_MIG_MEMORY_FREE_BYTES,
+    ACCEL_MIG_MEMORY_TOTAL_BYTES,
+    ACCEL_MIG_MEMORY_USED_BYTES,
+    ACCEL_NVLINK_RX_BYTES_TOTAL,
+    ACCEL_NVLINK_TX_BYTES_TOTAL,
+    ACCEL_PCIE_LINK_GENERATION,
+    ACCEL_PCIE_LINK_MAX_GENERATION,
+    ACCEL_PCIE_LINK_MAX_WIDTH,
+    ACCEL_PCIE_LINK_WIDTH,
+    ACCEL_PCIE_REPLAYS_TOTAL,
+    ACCEL_PCIE_RX_BYTES_PER_SECOND,
+    ACCEL_PCIE_TX_BYTES_PER_SECOND,
+    ACCEL_PERFORMANCE_STATE,
+    ACCEL_POWER_LIMIT_WATTS,
+    ACCEL_POWER_WATTS,
+    ACCEL_RETIRED_PAGES_PENDING,
+    ACCEL_TEMPERATURE_CELSIUS,
+)
 
 # Returned by DeviceReader._newer: read this GPU with the older entry point.
 OLDER = object()
@@ -31,49 +58,46 @@ Scalar = tuple[str, tuple[int, ...], str, str, Scale, float]
 BoundScalar = tuple[Any, tuple[int, ...], str, str, Scale, float]
 ANY = float("inf")
 FAST_SCALARS: tuple[Scalar, ...] = (
-    ("nvmlDeviceGetPowerUsage", (), "accel_power_watts", "", MILLI, ANY),  # mW
-    ("nvmlDeviceGetEnforcedPowerLimit", (), "accel_power_limit_watts", "", MILLI, ANY),
-    ("nvmlDeviceGetTotalEnergyConsumption", (), "accel_energy_joules_total", "", MILLI, ANY),  # mJ
+    ("nvmlDeviceGetPowerUsage", (), ACCEL_POWER_WATTS, "", MILLI, ANY),  # mW
+    ("nvmlDeviceGetEnforcedPowerLimit", (), ACCEL_POWER_LIMIT_WATTS, "", MILLI, ANY),
+    ("nvmlDeviceGetTotalEnergyConsumption", (), ACCEL_ENERGY_JOULES_TOTAL, "", MILLI, ANY),  # mJ
     *(
-        ("nvmlDeviceGetClockInfo", (clock,), "accel_clock_hertz", name, MHZ, ANY)
+        ("nvmlDeviceGetClockInfo", (clock,), ACCEL_CLOCK_HERTZ, name, MHZ, ANY)
         for clock, name in nv.CLOCKS
     ),
-    ("nvmlDeviceGetPerformanceState", (), "accel_performance_state", "", ONE, 15),  # 32: unknown
+    ("nvmlDeviceGetPerformanceState", (), ACCEL_PERFORMANCE_STATE, "", ONE, 15),  # 32: unknown
     # KB/s of 1024 bytes
-    ("nvmlDeviceGetPcieThroughput", (0,), "accel_pcie_tx_bytes_per_second", "", KIB, ANY),
-    ("nvmlDeviceGetPcieThroughput", (1,), "accel_pcie_rx_bytes_per_second", "", KIB, ANY),
-    ("nvmlDeviceGetPcieReplayCounter", (), "accel_pcie_replays_total", "", ONE, ANY),
-    ("nvmlDeviceGetCurrPcieLinkGeneration", (), "accel_pcie_link_generation", "", ONE, ANY),
-    ("nvmlDeviceGetCurrPcieLinkWidth", (), "accel_pcie_link_width", "", ONE, ANY),
+    ("nvmlDeviceGetPcieThroughput", (0,), ACCEL_PCIE_TX_BYTES_PER_SECOND, "", KIB, ANY),
+    ("nvmlDeviceGetPcieThroughput", (1,), ACCEL_PCIE_RX_BYTES_PER_SECOND, "", KIB, ANY),
+    ("nvmlDeviceGetPcieReplayCounter", (), ACCEL_PCIE_REPLAYS_TOTAL, "", ONE, ANY),
+    ("nvmlDeviceGetCurrPcieLinkGeneration", (), ACCEL_PCIE_LINK_GENERATION, "", ONE, ANY),
+    ("nvmlDeviceGetCurrPcieLinkWidth", (), ACCEL_PCIE_LINK_WIDTH, "", ONE, ANY),
 )
 SLOW_SCALARS: tuple[Scalar, ...] = (
     *(
-        ("nvmlDeviceGetMaxClockInfo", (clock,), "accel_clock_max_hertz", name, MHZ, ANY)
+        ("nvmlDeviceGetMaxClockInfo", (clock,), ACCEL_CLOCK_MAX_HERTZ, name, MHZ, ANY)
         for clock, name in nv.CLOCKS
     ),
-    ("nvmlDeviceGetMaxPcieLinkGeneration", (), "accel_pcie_link_max_generation", "", ONE, ANY),
-    ("nvmlDeviceGetMaxPcieLinkWidth", (), "accel_pcie_link_max_width", "", ONE, ANY),
-    ("nvmlDeviceGetRetiredPagesPendingStatus", (), "accel_retired_pages_pending", "", ONE, 1),
+    ("nvmlDeviceGetMaxPcieLinkGeneration", (), ACCEL_PCIE_LINK_MAX_GENERATION, "", ONE, ANY),
+    ("nvmlDeviceGetMaxPcieLinkWidth", (), ACCEL_PCIE_LINK_MAX_WIDTH, "", ONE, ANY),
+    ("nvmlDeviceGetRetiredPagesPendingStatus", (), ACCEL_RETIRED_PAGES_PENDING, "", ONE, 1),
 )
 MEMORY = (
-    "accel_memory_total_bytes",
-    "accel_memory_used_bytes",
-    "accel_memory_free_bytes",
-    "accel_memory_reserved_bytes",
+    ACCEL_MEMORY_TOTAL_BYTES,
+    ACCEL_MEMORY_USED_BYTES,
+    ACCEL_MEMORY_FREE_BYTES,
+    ACCEL_MEMORY_RESERVED_BYTES,
 )
 MIG_MEMORY = (
-    "accel_mig_memory_total_bytes",
-    "accel_mig_memory_used_bytes",
-    "accel_mig_memory_free_bytes",
+    ACCEL_MIG_MEMORY_TOTAL_BYTES,
+    ACCEL_MIG_MEMORY_USED_BYTES,
+    ACCEL_MIG_MEMORY_FREE_BYTES,
     "",
 )
 # Field id -> (family, dimension label or "" for the NVLink link in scopeId, scale to base units).
 FIELD_SPECS: dict[int, tuple[str, str, Scale]] = {
-    nv.FI_MEMORY_TEMP: ("accel_temperature_celsius", "memory", ONE),
-    nv.FI_NVLINK_THROUGHPUT_DATA_TX: ("accel_nvlink_tx_bytes_total", "", KIB),
-    nv.FI_NVLINK_THROUGHPUT_DATA_RX: ("accel_nvlink_rx_bytes_total", "", KIB),
-    **{
-        fid: ("accel_clock_violation_seconds_total", name, NANO)
-        for fid, name in nv.VIOLATION_FIELDS
-    },
+    nv.FI_MEMORY_TEMP: (ACCEL_TEMPERATURE_CELSIUS, "memory", ONE),
+    nv.FI_NVLINK_THROUGHPUT_DATA_TX: (ACCEL_NVLINK_TX_BYTES_TOTAL, "", KIB),
+    nv.FI_NVLINK_THROUGHPUT_DATA_RX: (ACCEL_NVLINK_RX_BYTES_TOTAL, "", KIB),
+    **{fid: (ACCEL_CLOCK_VIOLATION_SECONDS_TOTAL, name, NANO) for fid, name in nv.VIOLATION_FIELDS},
 }

@@ -42,6 +42,12 @@ from exporter.backends.contract import DeviceGone, count, expect_poll, poll_devi
 from exporter.backends.tpu_distributions import fold, label_of
 from exporter.backends.tpu_metrics import BadMetric, device_values
 from exporter.catalog.tpu import LATENCY_BUCKETS
+from exporter.family_names import (
+    ACCEL_MEMORY_BANDWIDTH_UTILIZATION_RATIO,
+    ACCEL_MEMORY_TOTAL_BYTES,
+    ACCEL_MEMORY_USED_BYTES,
+    ACCEL_UTILIZATION_RATIO,
+)
 from exporter.host.tpu_chips import Chip, present, scan
 
 SOURCE = "tpu"
@@ -281,9 +287,9 @@ class TpuBackend:
         ids = range(index * per, index * per + per)
         prefix = (position,)
         for name, metric, combine in (
-            (HBM_TOTAL, "accel_memory_total_bytes", math.fsum),
-            (HBM_USAGE, "accel_memory_used_bytes", math.fsum),
-            (HBM_BANDWIDTH, "accel_memory_bandwidth_utilization_ratio", _mean_ratio),
+            (HBM_TOTAL, ACCEL_MEMORY_TOTAL_BYTES, math.fsum),
+            (HBM_USAGE, ACCEL_MEMORY_USED_BYTES, math.fsum),
+            (HBM_BANDWIDTH, ACCEL_MEMORY_BANDWIDTH_UTILIZATION_RATIO, _mean_ratio),
         ):
             got = [values[name][d] for d in ids if d in values[name]]
             if len(got) == per:  # part of a chip is not the chip
@@ -291,11 +297,11 @@ class TpuBackend:
         duty = values[DUTY_CYCLE]
         if chip.model in DUTY_PER_CHIP:
             if index in duty:
-                put(rows, "accel_utilization_ratio", prefix, duty[index] / 100.0)
+                put(rows, ACCEL_UTILIZATION_RATIO, prefix, duty[index] / 100.0)
         else:
             got = [duty[d] for d in ids if d in duty]
             if len(got) == per:
-                put(rows, "accel_utilization_ratio", prefix, _mean_ratio(got))
+                put(rows, ACCEL_UTILIZATION_RATIO, prefix, _mean_ratio(got))
 
     def _note(self, runtimes: Any) -> None:
         """Log each address's state when it changes, not on every poll."""

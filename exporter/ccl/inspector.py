@@ -49,6 +49,17 @@ from typing import Any
 
 from exporter.catalog.ccl import BANDWIDTH_BUCKETS, DURATION_BUCKETS
 from exporter.ccl.ras_model import hash_label
+from exporter.family_names import (
+    ACCEL_CCL_BANDWIDTH_IMPLAUSIBLE,
+    ACCEL_CCL_COLLECTIVE_BUS_BANDWIDTH_BYTES_PER_SECOND,
+    ACCEL_CCL_COLLECTIVE_DURATION_SECONDS,
+    ACCEL_CCL_COLLECTIVE_SKEW_RATIO,
+    ACCEL_CCL_INSPECTOR_INCOMPLETE_GROUPS_TOTAL,
+    ACCEL_CCL_INSPECTOR_LINES_TOTAL,
+    ACCEL_CCL_RANK_BUS_BANDWIDTH_BYTES_PER_SECOND,
+    ACCEL_CCL_STRAGGLER_RANK,
+    ACCEL_CCL_STRAGGLER_SAMPLED,
+)
 from exporter.model import Reading
 from exporter.store import HistogramAccumulator
 
@@ -368,44 +379,40 @@ class InspectorAggregator:
                 if series.bandwidth.value().count:
                     out.append(
                         Reading(
-                            "accel_ccl_collective_bus_bandwidth_bytes_per_second",
+                            ACCEL_CCL_COLLECTIVE_BUS_BANDWIDTH_BYTES_PER_SECOND,
                             labels,
                             series.bandwidth.value(),
                         )
                     )
                 out.append(
-                    Reading(
-                        "accel_ccl_collective_duration_seconds", labels, series.duration.value()
-                    )
+                    Reading(ACCEL_CCL_COLLECTIVE_DURATION_SECONDS, labels, series.duration.value())
                 )
             for (rank, op), value in state.rank_bandwidth.items():
                 out.append(
                     Reading(
-                        "accel_ccl_rank_bus_bandwidth_bytes_per_second",
+                        ACCEL_CCL_RANK_BUS_BANDWIDTH_BYTES_PER_SECOND,
                         (label, str(rank), op),
                         value,
                     )
                 )
             if state.straggler is not None:
-                out.append(Reading("accel_ccl_straggler_rank", (label,), float(state.straggler)))
+                out.append(Reading(ACCEL_CCL_STRAGGLER_RANK, (label,), float(state.straggler)))
                 out.append(
-                    Reading("accel_ccl_straggler_sampled", (label,), 1.0 if state.sampled else 0.0)
+                    Reading(ACCEL_CCL_STRAGGLER_SAMPLED, (label,), 1.0 if state.sampled else 0.0)
                 )
             for op, ratio in state.skew.items():
-                out.append(Reading("accel_ccl_collective_skew_ratio", (label, op), ratio))
+                out.append(Reading(ACCEL_CCL_COLLECTIVE_SKEW_RATIO, (label, op), ratio))
             out.append(
                 Reading(
-                    "accel_ccl_bandwidth_implausible", (label,), 1.0 if state.implausible else 0.0
+                    ACCEL_CCL_BANDWIDTH_IMPLAUSIBLE, (label,), 1.0 if state.implausible else 0.0
                 )
             )
         out.extend(
-            Reading("accel_ccl_inspector_lines_total", (outcome,), float(count))
+            Reading(ACCEL_CCL_INSPECTOR_LINES_TOTAL, (outcome,), float(count))
             for outcome, count in self.outcomes.items()
         )
         out.append(
-            Reading(
-                "accel_ccl_inspector_incomplete_groups_total", (), float(self.incomplete_groups)
-            )
+            Reading(ACCEL_CCL_INSPECTOR_INCOMPLETE_GROUPS_TOTAL, (), float(self.incomplete_groups))
         )
         return out
 

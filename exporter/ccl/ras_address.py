@@ -14,6 +14,13 @@ from dataclasses import dataclass, field
 from exporter.catalog.ccl import QUERY_BUCKETS
 from exporter.ccl.ras_client import PROTOCOL, Endpoint
 from exporter.ccl.ras_state import ProgressTracker, StateMachine
+from exporter.family_names import (
+    ACCEL_CCL_JOB_STATE_TRANSITIONS_TOTAL,
+    ACCEL_CCL_RAS_EVENTS_TOTAL,
+    ACCEL_CCL_RAS_MONITOR_UP,
+    ACCEL_CCL_RAS_QUERY_DURATION_SECONDS,
+    ACCEL_CCL_RAS_TIMEOUTS_TOTAL,
+)
 from exporter.model import Reading
 from exporter.store import HistogramAccumulator
 
@@ -53,16 +60,14 @@ class Address:
         label = (self.endpoint.label,)
         out: list[Reading] = []
         if self.durations.value().count:
-            out.append(
-                Reading("accel_ccl_ras_query_duration_seconds", label, self.durations.value())
-            )
-        out.append(Reading("accel_ccl_ras_timeouts_total", label, float(self.timeouts)))
+            out.append(Reading(ACCEL_CCL_RAS_QUERY_DURATION_SECONDS, label, self.durations.value()))
+        out.append(Reading(ACCEL_CCL_RAS_TIMEOUTS_TOTAL, label, float(self.timeouts)))
         for (old, new), count in sorted(self.machine.transitions.items()):
             out.append(
-                Reading("accel_ccl_job_state_transitions_total", (*label, old, new), float(count))
+                Reading(ACCEL_CCL_JOB_STATE_TRANSITIONS_TOTAL, (*label, old, new), float(count))
             )
         if self.monitor_task is not None:
-            out.append(Reading("accel_ccl_ras_monitor_up", label, 1.0 if self.monitor_up else 0.0))
+            out.append(Reading(ACCEL_CCL_RAS_MONITOR_UP, label, 1.0 if self.monitor_up else 0.0))
         for event, count in sorted(self.events.items()):
-            out.append(Reading("accel_ccl_ras_events_total", (*label, event), float(count)))
+            out.append(Reading(ACCEL_CCL_RAS_EVENTS_TOTAL, (*label, event), float(count)))
         return out

@@ -20,6 +20,23 @@ from collections.abc import Callable, Mapping, Sequence
 from exporter.catalog import budget
 from exporter.ccl.ras_model import ANY_COLLECTIVE, COLLECTIVES, Communicator, RankRef, RasReport
 from exporter.ccl.ras_state import REPORTED, STATES
+from exporter.family_names import (
+    ACCEL_CCL_COMM_MISSING_RANKS,
+    ACCEL_CCL_COMM_OP_SKEW,
+    ACCEL_CCL_COMM_RANKS,
+    ACCEL_CCL_COMMUNICATORS,
+    ACCEL_CCL_JOB_DEAD_PROCESSES,
+    ACCEL_CCL_JOB_GPUS,
+    ACCEL_CCL_JOB_MISSING_PROCESSES,
+    ACCEL_CCL_JOB_NODES,
+    ACCEL_CCL_JOB_PROCESSES,
+    ACCEL_CCL_JOB_STATE,
+    ACCEL_CCL_JOB_STATE_REASON_INFO,
+    ACCEL_CCL_RANK_COLLECTIVE_OPS_TOTAL,
+    ACCEL_CCL_RANK_DEVICE_INFO,
+    ACCEL_CCL_RAS_COLLECTION_SECONDS,
+    ACCEL_CCL_RAS_UP,
+)
 from exporter.model import Reading
 
 RankFilter = Callable[[RankRef], bool]
@@ -44,13 +61,13 @@ def worst_first(report: RasReport) -> Sequence[Communicator]:
 
 def state_readings(address: str, state: str, reasons: list[str]) -> list[Reading]:
     """``ras_up``, the one-hot state and the reasons it is not healthy."""
-    out = [Reading("accel_ccl_ras_up", (address,), 1.0 if state in REPORTED else 0.0)]
+    out = [Reading(ACCEL_CCL_RAS_UP, (address,), 1.0 if state in REPORTED else 0.0)]
     out.extend(
-        Reading("accel_ccl_job_state", (address, name), 1.0 if name == state else 0.0)
+        Reading(ACCEL_CCL_JOB_STATE, (address, name), 1.0 if name == state else 0.0)
         for name in STATES
     )
     out.extend(
-        Reading("accel_ccl_job_state_reason_info", (address, reason), 1.0)
+        Reading(ACCEL_CCL_JOB_STATE_REASON_INFO, (address, reason), 1.0)
         for reason in dict.fromkeys(reasons)
     )
     return out
@@ -73,21 +90,21 @@ def job_readings(address: str, report: RasReport) -> list[Reading]:
     a = (address,)
     out: list[Reading] = []
     if report.summary is not None:
-        out.append(Reading("accel_ccl_job_nodes", a, float(report.summary.nodes)))
-        out.append(Reading("accel_ccl_job_processes", a, float(report.summary.processes)))
-        out.append(Reading("accel_ccl_job_gpus", a, float(report.summary.gpus)))
-    out.append(Reading("accel_ccl_job_missing_processes", a, float(report.missing_process_count)))
-    out.append(Reading("accel_ccl_job_dead_processes", a, float(report.dead_process_count)))
-    out.append(Reading("accel_ccl_communicators", a, float(report.communicators_total)))
+        out.append(Reading(ACCEL_CCL_JOB_NODES, a, float(report.summary.nodes)))
+        out.append(Reading(ACCEL_CCL_JOB_PROCESSES, a, float(report.summary.processes)))
+        out.append(Reading(ACCEL_CCL_JOB_GPUS, a, float(report.summary.gpus)))
+    out.append(Reading(ACCEL_CCL_JOB_MISSING_PROCESSES, a, float(report.missing_process_count)))
+    out.append(Reading(ACCEL_CCL_JOB_DEAD_PROCESSES, a, float(report.dead_process_count)))
+    out.append(Reading(ACCEL_CCL_COMMUNICATORS, a, float(report.communicators_total)))
     if report.collection_seconds is not None:
-        out.append(Reading("accel_ccl_ras_collection_seconds", a, report.collection_seconds))
+        out.append(Reading(ACCEL_CCL_RAS_COLLECTION_SECONDS, a, report.collection_seconds))
     for comm in worst_first(report):
         labels = (address, comm.hash_label)
         if comm.size is not None:
-            out.append(Reading("accel_ccl_comm_ranks", labels, float(comm.size)))
-        out.append(Reading("accel_ccl_comm_missing_ranks", labels, float(comm.missing_count)))
+            out.append(Reading(ACCEL_CCL_COMM_RANKS, labels, float(comm.size)))
+        out.append(Reading(ACCEL_CCL_COMM_MISSING_RANKS, labels, float(comm.missing_count)))
         for name, skew in _skews(comm, report).items():
-            out.append(Reading("accel_ccl_comm_op_skew", (*labels, name), float(skew)))
+            out.append(Reading(ACCEL_CCL_COMM_OP_SKEW, (*labels, name), float(skew)))
     return out
 
 
@@ -103,7 +120,7 @@ def rank_readings(address: str, report: RasReport, keep: RankFilter) -> list[Rea
             for name, count in rank.counts.items():
                 out.append(
                     Reading(
-                        "accel_ccl_rank_collective_ops_total",
+                        ACCEL_CCL_RANK_COLLECTIVE_OPS_TOTAL,
                         (address, label, number, name),
                         float(count),
                     )
@@ -133,5 +150,5 @@ def rank_device_readings(
                 uuid_of.get(ref.nvml_dev, ""),
                 "" if ref.pid is None else str(ref.pid),
             )
-            out.append(Reading("accel_ccl_rank_device_info", labels, 1.0))
+            out.append(Reading(ACCEL_CCL_RANK_DEVICE_INFO, labels, 1.0))
     return out

@@ -4,22 +4,30 @@ from __future__ import annotations
 
 from exporter.checks.nagios import Perf, Result, Status
 from exporter.checks.samples import Samples
+from exporter.family_names import (
+    ACCEL_DEVICES,
+    ACCEL_EXPORTER_BUILD_INFO,
+    ACCEL_EXPORTER_SOURCE_DOWN_REASON_INFO,
+    ACCEL_EXPORTER_SOURCE_UNAVAILABLE_INFO,
+    ACCEL_EXPORTER_SOURCE_UP,
+    ACCEL_PCI_DEVICES,
+)
 
 
 def exporter_health(samples: Samples) -> Result:
     """OK when every source is up; WARNING naming the sources that are down and why."""
     up = {
-        labels.get("source", ""): value for labels, value in samples.get("accel_exporter_source_up")
+        labels.get("source", ""): value for labels, value in samples.get(ACCEL_EXPORTER_SOURCE_UP)
     }
-    if not up and not samples.has("accel_exporter_build_info"):
+    if not up and not samples.has(ACCEL_EXPORTER_BUILD_INFO):
         return Result(Status.CRITICAL, "the endpoint does not serve accel-exporter metrics")
     reasons = {
         labels.get("source", ""): labels.get("reason", "")
-        for labels, _ in samples.get("accel_exporter_source_down_reason_info")
+        for labels, _ in samples.get(ACCEL_EXPORTER_SOURCE_DOWN_REASON_INFO)
     }
     unavailable = sorted(
         labels.get("source", "")
-        for labels, _ in samples.get("accel_exporter_source_unavailable_info")
+        for labels, _ in samples.get(ACCEL_EXPORTER_SOURCE_UNAVAILABLE_INFO)
     )
     down = sorted(name for name, value in up.items() if value != 1)
     healthy = len(up) - len(down)
@@ -46,9 +54,9 @@ def exporter_health(samples: Samples) -> Result:
 
 def unseen_devices(samples: Samples) -> list[str]:
     """``"nvidia 8 on the PCI bus, 0 seen"`` per vendor whose library sees fewer than the bus."""
-    seen = {labels.get("vendor", ""): value for labels, value in samples.get("accel_devices")}
+    seen = {labels.get("vendor", ""): value for labels, value in samples.get(ACCEL_DEVICES)}
     out = []
-    for labels, on_bus in samples.get("accel_pci_devices"):
+    for labels, on_bus in samples.get(ACCEL_PCI_DEVICES):
         vendor = labels.get("vendor", "")
         if on_bus > seen.get(vendor, 0.0):
             out.append(f"{vendor} {on_bus:g} on the PCI bus, {seen.get(vendor, 0.0):g} seen")

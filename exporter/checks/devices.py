@@ -16,6 +16,24 @@ from typing import Any
 from exporter import vendors
 from exporter.checks.nagios import Perf, Result, Status, worst
 from exporter.checks.samples import Labels, Samples
+from exporter.family_names import (
+    ACCEL_AMD_AFID_ERRORS_TOTAL,
+    ACCEL_AMD_AFID_INFO,
+    ACCEL_AMD_AFID_LAST_TIMESTAMP_SECONDS,
+    ACCEL_DEVICE_DOWN_REASON_INFO,
+    ACCEL_DEVICE_INFO,
+    ACCEL_DEVICE_UP,
+    ACCEL_ECC_ERRORS_TOTAL,
+    ACCEL_EXPORTER_SOURCE_UNAVAILABLE_INFO,
+    ACCEL_EXPORTER_SOURCE_UP,
+    ACCEL_REMAPPED_ROWS,
+    ACCEL_REMAPPED_ROWS_FAILURE,
+    ACCEL_REMAPPED_ROWS_PENDING,
+    ACCEL_RETIRED_PAGES,
+    ACCEL_RETIRED_PAGES_PENDING,
+    ACCEL_TEMPERATURE_CELSIUS,
+    ACCEL_XID_LAST_TIMESTAMP_SECONDS,
+)
 
 # The vendor label of accel_device_info, as every device source sets it.
 VENDORS = tuple(vendor.label for vendor in vendors.VENDORS)
@@ -55,7 +73,7 @@ def devices(samples: Samples, vendor: str = "") -> list[Device]:
     """
     found = {
         labels.get("uuid", ""): (labels.get("device", ""), labels.get("vendor", ""))
-        for labels, _ in samples.get("accel_device_info")
+        for labels, _ in samples.get(ACCEL_DEVICE_INFO)
         if not vendor or labels.get("vendor") == vendor
     }
     return _named(found)
@@ -85,7 +103,7 @@ def _by_uuid(items: Iterable[tuple[Labels, float]]) -> dict[str, list[tuple[Labe
 def _unavailable_sources(samples: Samples) -> str:
     reasons = [
         f"{labels.get('source')}: {labels.get('reason')}"
-        for labels, _ in samples.get("accel_exporter_source_unavailable_info")
+        for labels, _ in samples.get(ACCEL_EXPORTER_SOURCE_UNAVAILABLE_INFO)
     ]
     return f" (unavailable: {'; '.join(reasons)})" if reasons else ""
 
@@ -141,13 +159,13 @@ def gpu_count(samples: Samples, expected: int, vendor: str = "") -> Result:
     known = {d.uuid for d in found}
     up = {
         labels.get("uuid", "")
-        for labels, value in samples.get("accel_device_up")
+        for labels, value in samples.get(ACCEL_DEVICE_UP)
         if value == 1 and labels.get("uuid") in known
     }
     names = {d.uuid: d.label for d in found}
     down = [
         f"{names[labels.get('uuid', '')]} {labels.get('reason')}"
-        for labels, _ in samples.get("accel_device_down_reason_info")
+        for labels, _ in samples.get(ACCEL_DEVICE_DOWN_REASON_INFO)
         if labels.get("uuid") in known
     ]
     text = f"{len(found)} of {expected} expected GPUs present, {len(up)} up"
@@ -172,7 +190,7 @@ def temperature(
     samples: Samples, warn: float, crit: float, sensor: str = "gpu", missing_ok: bool = False
 ) -> Result:
     """Each device's ``sensor`` against the thresholds (above warn, above crit)."""
-    readings = _by_uuid(samples.get("accel_temperature_celsius", sensor=sensor))
+    readings = _by_uuid(samples.get(ACCEL_TEMPERATURE_CELSIUS, sensor=sensor))
 
     def judge(dev: Device) -> Verdict | None:
         values = readings.get(dev.uuid)
@@ -206,7 +224,7 @@ def ecc(
     """
     per_device = _by_uuid(
         (labels, value)
-        for labels, value in samples.get("accel_ecc_errors_total")
+        for labels, value in samples.get(ACCEL_ECC_ERRORS_TOTAL)
         if labels.get("counter", "") in (counter, "")
     )
 
@@ -253,9 +271,9 @@ def _flags(samples: Samples, name: str) -> dict[str, float]:
 
 def row_remap(samples: Samples, missing_ok: bool = False) -> Result:
     """A failed remapping is CRITICAL (service the GPU); a pending one WARNING (reset it)."""
-    failure = _flags(samples, "accel_remapped_rows_failure")
-    pending = _flags(samples, "accel_remapped_rows_pending")
-    rows = _by_uuid(samples.get("accel_remapped_rows"))
+    failure = _flags(samples, ACCEL_REMAPPED_ROWS_FAILURE)
+    pending = _flags(samples, ACCEL_REMAPPED_ROWS_PENDING)
+    rows = _by_uuid(samples.get(ACCEL_REMAPPED_ROWS))
 
     def judge(dev: Device) -> Verdict | None:
         if dev.uuid not in failure and dev.uuid not in pending and dev.uuid not in rows:
@@ -278,8 +296,8 @@ def retired_pages(
     samples: Samples, warn: float = 30, crit: float = 60, missing_ok: bool = False
 ) -> Result:
     """Retired pages per GPU (a board can retire 64) against thresholds; pending warns."""
-    pages = _by_uuid(samples.get("accel_retired_pages"))
-    pending = _flags(samples, "accel_retired_pages_pending")
+    pages = _by_uuid(samples.get(ACCEL_RETIRED_PAGES))
+    pending = _flags(samples, ACCEL_RETIRED_PAGES_PENDING)
 
     def judge(dev: Device) -> Verdict | None:
         if dev.uuid not in pages and dev.uuid not in pending:
@@ -322,7 +340,7 @@ def xid(
         critical = CRITICAL_XIDS
     recent = _recent_codes(
         samples,
-        "accel_xid_last_timestamp_seconds",
+        ACCEL_XID_LAST_TIMESTAMP_SECONDS,
         "xid",
         window,
         now,
@@ -337,7 +355,7 @@ def xid(
 def _source_not_up(samples: Samples, source: str, what: str) -> Result | None:
     """UNKNOWN when ``source`` (the only reader of ``what``) is not up: "none seen" would lie."""
     up = [
-        v for labels, v in samples.get("accel_exporter_source_up") if labels.get("source") == source
+        v for labels, v in samples.get(ACCEL_EXPORTER_SOURCE_UP) if labels.get("source") == source
     ]
     if up and up[0] == 1:
         return None
@@ -422,11 +440,11 @@ def afid(
         return unread
     table = {
         (labels.get("uuid", ""), labels.get("afid", "")): labels.get("severity", "")
-        for labels, _one in samples.get("accel_amd_afid_info")
+        for labels, _one in samples.get(ACCEL_AMD_AFID_INFO)
     }
     recorded = {
         (labels.get("uuid", ""), labels.get("afid", ""))
-        for labels, count in samples.get("accel_amd_afid_errors_total")
+        for labels, count in samples.get(ACCEL_AMD_AFID_ERRORS_TOTAL)
         if labels.get("severity") == "fatal" and count > 0
     }
     fatal = {key for key, severity in table.items() if severity in _TABLE_FATAL} | {
@@ -434,7 +452,7 @@ def afid(
     }
     recent = _recent_codes(
         samples,
-        "accel_amd_afid_last_timestamp_seconds",
+        ACCEL_AMD_AFID_LAST_TIMESTAMP_SECONDS,
         "afid",
         window,
         now,

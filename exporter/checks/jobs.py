@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from exporter.checks.nagios import Perf, Result, Status, worst
 from exporter.checks.samples import Samples
+from exporter.family_names import (
+    ACCEL_CCL_JOB_DEAD_PROCESSES,
+    ACCEL_CCL_JOB_MISSING_PROCESSES,
+    ACCEL_CCL_JOB_STATE,
+)
 
 # Job state -> check status. A stalled job is the hang RAS itself reports as OK.
 STATE_STATUS = {
@@ -20,15 +25,13 @@ def ccl_job(samples: Samples, address: str = "") -> Result:
     """Worst job state over the RAS addresses; dead or missing processes are CRITICAL."""
     states = [
         (labels.get("address", ""), labels.get("state", ""))
-        for labels, value in samples.get("accel_ccl_job_state")
+        for labels, value in samples.get(ACCEL_CCL_JOB_STATE)
         if value == 1 and (not address or labels.get("address") == address)
     ]
     if not states:
         return Result(Status.UNKNOWN, "no NCCL/RCCL job state reported (is sources.ccl_ras on?)")
-    dead = {lab.get("address", ""): v for lab, v in samples.get("accel_ccl_job_dead_processes")}
-    missing = {
-        lab.get("address", ""): v for lab, v in samples.get("accel_ccl_job_missing_processes")
-    }
+    dead = {lab.get("address", ""): v for lab, v in samples.get(ACCEL_CCL_JOB_DEAD_PROCESSES)}
+    missing = {lab.get("address", ""): v for lab, v in samples.get(ACCEL_CCL_JOB_MISSING_PROCESSES)}
     statuses, parts, perf = [], [], []
     for addr, state in sorted(states):
         status = STATE_STATUS.get(state, Status.UNKNOWN)

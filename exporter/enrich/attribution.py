@@ -40,6 +40,15 @@ from exporter.enrich.errors import AttributionError
 from exporter.enrich.pod_resources import Assignment
 from exporter.enrich.procfs import ProcessFacts, user_name
 from exporter.enrich.slurm_files import JobFile
+from exporter.family_names import (
+    ACCEL_DEVICE_CLAIM_INFO,
+    ACCEL_DEVICE_JOB_INFO,
+    ACCEL_DEVICE_WORKLOAD_INFO,
+    ACCEL_MIG_WORKLOAD_INFO,
+    ACCEL_PROCESS_WORKLOAD_INFO,
+    ACCEL_WORKLOAD_MEMORY_USED_BYTES,
+    ACCEL_WORKLOAD_UTILIZATION_RATIO,
+)
 from exporter.model import Reading
 
 Container = tuple[str, str, str]  # namespace, pod, container
@@ -155,9 +164,9 @@ def device_workloads(
         for mig in found_migs:
             migs.add((dev.device, dev.uuid, mig.gpu_instance, mig.compute_instance, *owner))
     for labels in sorted(migs):
-        result.readings.append(Reading("accel_mig_workload_info", labels, 1.0))
+        result.readings.append(Reading(ACCEL_MIG_WORKLOAD_INFO, labels, 1.0))
     for labels in sorted(claims):
-        result.readings.append(Reading("accel_device_claim_info", labels, 1.0))
+        result.readings.append(Reading(ACCEL_DEVICE_CLAIM_INFO, labels, 1.0))
     if unknown:
         result.errors["unknown_device"] += len(unknown)
     return out
@@ -238,7 +247,7 @@ def attribute(inputs: Inputs, memory: PodMemory) -> Result:
             for namespace, pod, container in sorted(held.get(dev.uuid, ())):
                 result.readings.append(
                     Reading(
-                        "accel_device_workload_info",
+                        ACCEL_DEVICE_WORKLOAD_INFO,
                         (dev.device, dev.uuid, namespace, pod, container),
                         1.0,
                     )
@@ -255,7 +264,7 @@ def attribute(inputs: Inputs, memory: PodMemory) -> Result:
             row = _process_row(dev, known, inputs, held, memory, errors)
             if row is None:
                 continue
-            result.readings.append(Reading("accel_process_workload_info", row, 1.0))
+            result.readings.append(Reading(ACCEL_PROCESS_WORKLOAD_INFO, row, 1.0))
             namespace, pod, container = row[3:6]
             if namespace and pod:
                 shares.add(inputs, dev, pid, (namespace, pod, container))
@@ -278,7 +287,7 @@ def attribute(inputs: Inputs, memory: PodMemory) -> Result:
     for dev in index.devices:
         for job_id, (user, partition) in sorted(jobs_by_device.get(dev.uuid, {}).items()):
             labels = (dev.device, dev.uuid, job_id, user, partition)
-            result.readings.append(Reading("accel_device_job_info", labels, 1.0))
+            result.readings.append(Reading(ACCEL_DEVICE_JOB_INFO, labels, 1.0))
 
     memory.keep_only(
         {f.cgroup.pod_uid for f in good.values() if f.cgroup.pod_uid},
@@ -311,11 +320,11 @@ class _Shares:
 
     def readings(self) -> list[Reading]:
         out = [
-            Reading("accel_workload_memory_used_bytes", key, value)
+            Reading(ACCEL_WORKLOAD_MEMORY_USED_BYTES, key, value)
             for key, value in sorted(self.memory.items())
         ]
         out += [
-            Reading("accel_workload_utilization_ratio", key, min(value, 1.0))
+            Reading(ACCEL_WORKLOAD_UTILIZATION_RATIO, key, min(value, 1.0))
             for key, value in sorted(self.utilization.items())
         ]
         return out

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from exporter.catalog.device import INFO_LABELS
+from exporter.family_names import ACCEL_PROCESS_MEMORY_BYTES, ACCEL_PROCESS_SM_UTILIZATION_RATIO
 from exporter.model import Reading
 
 _PCI = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
@@ -31,7 +32,7 @@ _INDEX = re.compile(r"^(\d+)(?::\d+)?$")
 _INFO_AT = {name: i for i, name in enumerate(INFO_LABELS)}
 # Per-process families (labels device, uuid, pid) a device source may report; a
 # process appears in any of them (memory can be "not available" for some).
-PROCESS_FAMILIES = ("accel_process_memory_bytes", "accel_process_sm_utilization_ratio")
+PROCESS_FAMILIES = (ACCEL_PROCESS_MEMORY_BYTES, ACCEL_PROCESS_SM_UTILIZATION_RATIO)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,28 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from exporter.fabric.ledger import FabricLedger
+from exporter.family_names import (
+    ACCEL_NIC_DISAPPEARANCES_TOTAL,
+    ACCEL_NIC_GPU_INFO,
+    ACCEL_NIC_INFO,
+    ACCEL_NIC_MISSING,
+    ACCEL_NIC_PORT_DATA_BYTES_TOTAL,
+    ACCEL_NIC_PORT_ERRORS_TOTAL,
+    ACCEL_NIC_PORT_FLAPS_TOTAL,
+    ACCEL_NIC_PORT_HW_EVENTS_TOTAL,
+    ACCEL_NIC_PORT_LAST_OUTAGE_SECONDS,
+    ACCEL_NIC_PORT_OUTAGE_SECONDS_TOTAL,
+    ACCEL_NIC_PORT_RATE_BYTES_PER_SECOND,
+    ACCEL_NIC_PORT_STATE_INFO,
+    ACCEL_NIC_PORT_UP,
+    ACCEL_PCI_AER_ERRORS_TOTAL,
+    ACCEL_PCI_DEVICE_INFO,
+    ACCEL_PCI_LINK_DOWNTRAINED,
+    ACCEL_PCI_LINK_MAX_SPEED_TRANSFERS_PER_SECOND,
+    ACCEL_PCI_LINK_MAX_WIDTH,
+    ACCEL_PCI_LINK_SPEED_TRANSFERS_PER_SECOND,
+    ACCEL_PCI_LINK_WIDTH,
+)
 from exporter.host.infiniband import DATA_COUNTERS, ERROR_COUNTERS, HW_COUNTERS, Nic
 from exporter.host.pcie import PciLink
 from exporter.model import Reading
@@ -41,35 +63,35 @@ def nic_readings(
             memory.numa_node,
             memory.pcie_switch,
         )
-        out.append(Reading("accel_nic_info", info, 1.0))
-        out.append(Reading("accel_nic_missing", (name,), 0.0 if memory.present else 1.0))
-        out.append(Reading("accel_nic_disappearances_total", (name,), float(memory.disappearances)))
+        out.append(Reading(ACCEL_NIC_INFO, info, 1.0))
+        out.append(Reading(ACCEL_NIC_MISSING, (name,), 0.0 if memory.present else 1.0))
+        out.append(Reading(ACCEL_NIC_DISAPPEARANCES_TOTAL, (name,), float(memory.disappearances)))
         for bus, via in sorted(memory.served.items()):
             for ident in named.get(bus, ()):
                 out.append(
-                    Reading("accel_nic_gpu_info", (name, ident.device, ident.uuid, bus, via), 1.0)
+                    Reading(ACCEL_NIC_GPU_INFO, (name, ident.device, ident.uuid, bus, via), 1.0)
                 )
     for name, nic in sorted(present.items()):
         for port in nic.ports:
             key = (name, str(port.number))
-            out.append(Reading("accel_nic_port_up", key, 1.0 if port.up else 0.0))
+            out.append(Reading(ACCEL_NIC_PORT_UP, key, 1.0 if port.up else 0.0))
             out.append(
                 Reading(
-                    "accel_nic_port_state_info",
+                    ACCEL_NIC_PORT_STATE_INFO,
                     (*key, port.state_word, port.phys_state_word),
                     1.0,
                 )
             )
             if port.rate is not None:  # bits to the base unit, bytes
-                out.append(Reading("accel_nic_port_rate_bytes_per_second", key, port.rate / 8))
+                out.append(Reading(ACCEL_NIC_PORT_RATE_BYTES_PER_SECOND, key, port.rate / 8))
             out.extend(
-                Reading("accel_nic_port_errors_total", (*key, c), float(port.counters[c]))
+                Reading(ACCEL_NIC_PORT_ERRORS_TOTAL, (*key, c), float(port.counters[c]))
                 for c in ERROR_COUNTERS
                 if c in port.counters
             )
             out.extend(
                 Reading(
-                    "accel_nic_port_data_bytes_total",
+                    ACCEL_NIC_PORT_DATA_BYTES_TOTAL,
                     (*key, direction),
                     float(port.counters[counter]),
                 )
@@ -77,20 +99,18 @@ def nic_readings(
                 if counter in port.counters
             )
             out.extend(
-                Reading("accel_nic_port_hw_events_total", (*key, c), float(port.hw_counters[c]))
+                Reading(ACCEL_NIC_PORT_HW_EVENTS_TOTAL, (*key, c), float(port.hw_counters[c]))
                 for c in HW_COUNTERS
                 if c in port.hw_counters
             )
     for port_key, port_memory in sorted(ledger.ports.items()):
         nic_name, _, port_number = port_key.partition("/")
         labels = (nic_name, port_number)
-        out.append(Reading("accel_nic_port_flaps_total", labels, float(port_memory.flaps)))
+        out.append(Reading(ACCEL_NIC_PORT_FLAPS_TOTAL, labels, float(port_memory.flaps)))
         outage = port_memory.outage_seconds(now)
-        out.append(Reading("accel_nic_port_outage_seconds_total", labels, outage))
+        out.append(Reading(ACCEL_NIC_PORT_OUTAGE_SECONDS_TOTAL, labels, outage))
         if port_memory.last_outage is not None:
-            out.append(
-                Reading("accel_nic_port_last_outage_seconds", labels, port_memory.last_outage)
-            )
+            out.append(Reading(ACCEL_NIC_PORT_LAST_OUTAGE_SECONDS, labels, port_memory.last_outage))
     return out
 
 
@@ -108,35 +128,33 @@ def pci_readings(
         for ident in named.get(address, (Identity("", ""),)):
             out.append(
                 Reading(
-                    "accel_pci_device_info",
+                    ACCEL_PCI_DEVICE_INFO,
                     (address, "accelerator", ident.device, ident.uuid, ""),
                     1.0,
                 )
             )
     for address, name in sorted(nic_at.items()):
-        out.append(Reading("accel_pci_device_info", (address, "nic", "", "", name), 1.0))
+        out.append(Reading(ACCEL_PCI_DEVICE_INFO, (address, "nic", "", "", name), 1.0))
     for address in switches:
-        out.append(Reading("accel_pci_device_info", (address, "pcie_switch", "", "", ""), 1.0))
+        out.append(Reading(ACCEL_PCI_DEVICE_INFO, (address, "pcie_switch", "", "", ""), 1.0))
     for address, link in sorted(links.items()):
         bus = (address,)
         if link.speed is not None:
-            out.append(Reading("accel_pci_link_speed_transfers_per_second", bus, link.speed))
+            out.append(Reading(ACCEL_PCI_LINK_SPEED_TRANSFERS_PER_SECOND, bus, link.speed))
         if link.max_speed is not None:
-            out.append(
-                Reading("accel_pci_link_max_speed_transfers_per_second", bus, link.max_speed)
-            )
+            out.append(Reading(ACCEL_PCI_LINK_MAX_SPEED_TRANSFERS_PER_SECOND, bus, link.max_speed))
         if link.width is not None:
-            out.append(Reading("accel_pci_link_width", bus, float(link.width)))
+            out.append(Reading(ACCEL_PCI_LINK_WIDTH, bus, float(link.width)))
         if link.max_width is not None:
-            out.append(Reading("accel_pci_link_max_width", bus, float(link.max_width)))
+            out.append(Reading(ACCEL_PCI_LINK_MAX_WIDTH, bus, float(link.max_width)))
         known = (link.width is not None and link.max_width is not None) or (
             link.speed is not None and link.max_speed is not None
         )
         if known:
             value = 1.0 if link.downtrained() else 0.0
-            out.append(Reading("accel_pci_link_downtrained", bus, value))
+            out.append(Reading(ACCEL_PCI_LINK_DOWNTRAINED, bus, value))
         out.extend(
-            Reading("accel_pci_aer_errors_total", (address, severity), float(count))
+            Reading(ACCEL_PCI_AER_ERRORS_TOTAL, (address, severity), float(count))
             for severity, count in sorted(link.aer.items())
         )
     return out

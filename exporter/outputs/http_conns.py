@@ -31,6 +31,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from exporter.config.web import WebConfig
+from exporter.family_names import (
+    ACCEL_EXPORTER_HTTP_AUTH_FAILURES_TOTAL,
+    ACCEL_EXPORTER_HTTP_CONNECTIONS_REFUSED_TOTAL,
+    ACCEL_EXPORTER_HTTP_HEADER_TIMEOUTS_TOTAL,
+    ACCEL_EXPORTER_HTTP_IDLE_CONNECTIONS_CLOSED_TOTAL,
+    ACCEL_EXPORTER_HTTP_WRITE_TIMEOUTS_TOTAL,
+)
 from exporter.model import Reading
 
 WAITING, READING, SERVING = "waiting", "reading", "serving"
@@ -38,11 +45,11 @@ WAITING, READING, SERVING = "waiting", "reading", "serving"
 # cached exposition, and under abuse they change all the time.
 PUBLISH_EVERY = 1.0
 
-REFUSED = "accel_exporter_http_connections_refused_total"
-IDLE_CLOSED = "accel_exporter_http_idle_connections_closed_total"
-HEADER_TIMEOUTS = "accel_exporter_http_header_timeouts_total"
-WRITE_TIMEOUTS = "accel_exporter_http_write_timeouts_total"
-AUTH_FAILURES = "accel_exporter_http_auth_failures_total"
+REFUSED = ACCEL_EXPORTER_HTTP_CONNECTIONS_REFUSED_TOTAL
+IDLE_CLOSED = ACCEL_EXPORTER_HTTP_IDLE_CONNECTIONS_CLOSED_TOTAL
+HEADER_TIMEOUTS = ACCEL_EXPORTER_HTTP_HEADER_TIMEOUTS_TOTAL
+WRITE_TIMEOUTS = ACCEL_EXPORTER_HTTP_WRITE_TIMEOUTS_TOTAL
+AUTH_FAILURES = ACCEL_EXPORTER_HTTP_AUTH_FAILURES_TOTAL
 REFUSED_LIMITS = ("connections", "requests", "auth")
 IDLE_REASONS = ("timeout", "limit")
 AUTH_REASONS = ("missing", "malformed", "rejected")

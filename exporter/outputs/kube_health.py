@@ -47,6 +47,7 @@ from exporter import log
 from exporter.config.kubernetes import KubernetesConfig
 from exporter.config.outputs import KubernetesOutputConfig
 from exporter.enrich.devices import DeviceIndex
+from exporter.family_names import ACCEL_DEVICE_INFO
 from exporter.kube import KubeClient, KubeError, list_resource_slices
 from exporter.outputs.kube_condition import (
     CONDITION,
@@ -343,7 +344,7 @@ class KubeHealthWriter(RuleWrites):
             return Targets()
         uuids = sorted({u for dev in bad.values() for u in reach(dev)})
         view = self.store.view()
-        index = DeviceIndex.from_readings(view.readings("accel_device_info"))
+        index = DeviceIndex.from_readings(view.readings(ACCEL_DEVICE_INFO))
         pci = {}
         for uuid in uuids:
             ref = index.by_uuid(uuid)

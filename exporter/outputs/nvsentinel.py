@@ -38,14 +38,20 @@ from exporter.backoff import delay
 from exporter.catalog.vocabulary import NVSENTINEL_EVENT_KINDS, NVSENTINEL_FAILURES
 from exporter.config.nvsentinel import NvsentinelOutputConfig
 from exporter.enrich.devices import DeviceIndex
+from exporter.family_names import (
+    ACCEL_DEVICE_INFO,
+    ACCEL_EXPORTER_NVSENTINEL_CONNECTED,
+    ACCEL_EXPORTER_NVSENTINEL_EVENTS_TOTAL,
+    ACCEL_EXPORTER_NVSENTINEL_FAILURES_TOTAL,
+)
 from exporter.model import Reading
 from exporter.outputs.nvsentinel_events import Event, Identity, Settings, plan
 from exporter.outputs.nvsentinel_wire import Connection, SendError
 from exporter.store import Store
 
-EVENTS = "accel_exporter_nvsentinel_events_total"
-FAILURES = "accel_exporter_nvsentinel_failures_total"
-CONNECTED = "accel_exporter_nvsentinel_connected"
+EVENTS = ACCEL_EXPORTER_NVSENTINEL_EVENTS_TOTAL
+FAILURES = ACCEL_EXPORTER_NVSENTINEL_FAILURES_TOTAL
+CONNECTED = ACCEL_EXPORTER_NVSENTINEL_CONNECTED
 # stop() waits for the call in flight (its deadline) and this much more.
 JOIN_MARGIN_SECONDS = 1.0
 
@@ -211,7 +217,7 @@ class NvsentinelOutput:
             return
         view = self.store.view()
         health = dict(view.health())
-        idents = identities(view.readings("accel_device_info"))
+        idents = identities(view.readings(ACCEL_DEVICE_INFO))
         resend = self.config.resend
         due = frozenset(
             uuid

@@ -16,10 +16,11 @@ import time
 from typing import Any
 
 from exporter import log
+from exporter.family_names import ACCEL_EXPORTER_OTLP_EXPORTS_TOTAL
 from exporter.model import Reading
 from exporter.store import Store
 
-METRIC = "accel_exporter_otlp_exports_total"
+METRIC = ACCEL_EXPORTER_OTLP_EXPORTS_TOTAL
 RESULTS = ("success", "failure")
 LOG_EVERY_SECONDS = 60.0
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from exporter import allocator, log
 from exporter.catalog import CATALOG, MetricSpec
+from exporter.family_names import ACCEL_EXPORTER_SERIES
 from exporter.model import Reading
 from exporter.outputs import text_format
 from exporter.outputs.compat import Compat, Family
@@ -46,7 +47,7 @@ PRERENDER_LEAD_MAX_SECONDS = 1.0
 # their format is rendered on the first change after each scrape, and served only
 # while the store has not changed since.
 PRERENDER_MIN_INTERVAL_SECONDS = 1.0
-SERIES = "accel_exporter_series"
+SERIES = ACCEL_EXPORTER_SERIES
 
 
 def _lead(interval: float) -> float:

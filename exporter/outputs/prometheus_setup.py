@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from exporter import log
 from exporter.config.root import Config
+from exporter.family_names import ACCEL_COMPAT_FIELD_UNSERVED_INFO, ACCEL_COMPAT_INFO
 from exporter.model import Reading
 from exporter.outputs import stamp
 from exporter.outputs.compat import Compat, from_config
@@ -30,8 +31,8 @@ if TYPE_CHECKING:
 # The store part the compat info families are published under (a source of
 # accel_exporter_series of its own).
 COMPAT_PART = "compat"
-UNSERVED = "accel_compat_field_unserved_info"
-SERVED = "accel_compat_info"
+UNSERVED = ACCEL_COMPAT_FIELD_UNSERVED_INFO
+SERVED = ACCEL_COMPAT_INFO
 # (peer, field, reason) already logged: a reload with the same file says nothing again.
 _REPORTED: set[tuple[str, str, str]] = set()
 

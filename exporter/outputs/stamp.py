@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from exporter.catalog import MetricSpec
 from exporter.catalog.workload import WORKLOAD_LABELS, stampable, stamped
 from exporter.config.root import Config
+from exporter.family_names import ACCEL_DEVICE_JOB_INFO, ACCEL_DEVICE_WORKLOAD_INFO
 from exporter.model import Reading
 from exporter.store import View
 
@@ -37,13 +38,13 @@ class Stamping:
         pod_labels = tuple(name for name in WORKLOAD_LABELS if name in labels)
         self.labels = (*pod_labels, JOB_LABEL) if job_id else pod_labels
         owners: dict[str, set[tuple[str, ...]]] = {}
-        for reading in view.readings("accel_device_workload_info"):
+        for reading in view.readings(ACCEL_DEVICE_WORKLOAD_INFO):
             values = dict(zip(("device", "uuid", *WORKLOAD_LABELS), reading.labels, strict=False))
             owners.setdefault(values["uuid"], set()).add(tuple(values[k] for k in pod_labels))
         pods = _single(owners)
         jobs: dict[str, set[tuple[str, ...]]] = {}
         if job_id:
-            for reading in view.readings("accel_device_job_info"):
+            for reading in view.readings(ACCEL_DEVICE_JOB_INFO):
                 jobs.setdefault(reading.labels[1], set()).add((reading.labels[2],))
         held = _single(jobs)
         self.empty = ("",) * len(self.labels)

@@ -34,6 +34,20 @@ from typing import Any
 
 from exporter import __version__, log
 from exporter.catalog.device import INFO_LABELS
+from exporter.family_names import (
+    ACCEL_DEVICE_DOWN_REASON_INFO,
+    ACCEL_DEVICE_EVENTS_TOTAL,
+    ACCEL_DEVICE_INFO,
+    ACCEL_DEVICE_UP,
+    ACCEL_ENERGY_JOULES_TOTAL,
+    ACCEL_HOST_CPU_RATIO,
+    ACCEL_HOST_MEMORY_AVAILABLE_BYTES,
+    ACCEL_MEMORY_USED_BYTES,
+    ACCEL_POWER_WATTS,
+    ACCEL_TEMPERATURE_CELSIUS,
+    ACCEL_UTILIZATION_RATIO,
+    ACCEL_XID_ERRORS_TOTAL,
+)
 from exporter.model import Reading, Snapshot
 from exporter.record.phases import Marker, PhaseTail
 from exporter.record.runlog import RunLog, write_json
@@ -49,14 +63,14 @@ SUMMARY = "summary.json"
 PHASE_POLL_SECONDS = 0.2
 # Device fields a sample keeps: catalog family -> key in the run log.
 DEVICE_FIELDS = {
-    "accel_memory_used_bytes": "memory_used_bytes",
-    "accel_utilization_ratio": "utilization_ratio",
-    "accel_power_watts": "power_watts",
-    "accel_energy_joules_total": "energy_joules_total",
-    "accel_temperature_celsius": "temperature_celsius",
+    ACCEL_MEMORY_USED_BYTES: "memory_used_bytes",
+    ACCEL_UTILIZATION_RATIO: "utilization_ratio",
+    ACCEL_POWER_WATTS: "power_watts",
+    ACCEL_ENERGY_JOULES_TOTAL: "energy_joules_total",
+    ACCEL_TEMPERATURE_CELSIUS: "temperature_celsius",
 }
 # Counters whose increases are events worth a line of their own.
-EVENT_COUNTERS = ("accel_xid_errors_total", "accel_device_events_total")
+EVENT_COUNTERS = (ACCEL_XID_ERRORS_TOTAL, ACCEL_DEVICE_EVENTS_TOTAL)
 
 
 @dataclass(frozen=True)
@@ -129,14 +143,14 @@ class Recorder:
             self._failing.discard(name)
             self.run_log.write("event", when, event="source_recovered", source=name)
         for reading in snapshot.readings:
-            if reading.metric == "accel_device_down_reason_info":
+            if reading.metric == ACCEL_DEVICE_DOWN_REASON_INFO:
                 uuid = reading.labels[1]
                 if uuid not in self._down:
                     self._down.add(uuid)
                     self.run_log.write(
                         "event", when, event="device_down", uuid=uuid, reason=reading.labels[2]
                     )
-            elif reading.metric == "accel_device_up" and reading.value == 1.0:
+            elif reading.metric == ACCEL_DEVICE_UP and reading.value == 1.0:
                 if reading.labels[1] in self._down:
                     self._down.discard(reading.labels[1])
                     self.run_log.write("event", when, event="device_up", uuid=reading.labels[1])
@@ -204,18 +218,18 @@ class Recorder:
         value = reading.value
         if not isinstance(value, float):
             return
-        if reading.metric == "accel_device_info":
+        if reading.metric == ACCEL_DEVICE_INFO:
             labels = dict(zip(INFO_LABELS, reading.labels, strict=False))
             self.stats.identity[labels["uuid"]] = {
                 key: labels[key] for key in ("device", "vendor", "model")
             }
         elif reading.metric in DEVICE_FIELDS:
-            if reading.metric == "accel_temperature_celsius" and reading.labels[2] != "gpu":
+            if reading.metric == ACCEL_TEMPERATURE_CELSIUS and reading.labels[2] != "gpu":
                 return
             devices.setdefault(reading.labels[1], {})[DEVICE_FIELDS[reading.metric]] = value
-        elif reading.metric == "accel_host_cpu_ratio" and reading.labels[0] in ("user", "idle"):
+        elif reading.metric == ACCEL_HOST_CPU_RATIO and reading.labels[0] in ("user", "idle"):
             host[f"cpu_{reading.labels[0]}_ratio"] = value
-        elif reading.metric == "accel_host_memory_available_bytes":
+        elif reading.metric == ACCEL_HOST_MEMORY_AVAILABLE_BYTES:
             host["memory_available_bytes"] = value
 
     def _markers(self, markers: list[Marker]) -> None:

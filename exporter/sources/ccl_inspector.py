@@ -19,6 +19,12 @@ from exporter.ccl.inspector import InspectorAggregator
 from exporter.ccl.tail import REFUSED, DirectoryTail, TailStats
 from exporter.config.ccl import CclInspectorSourceConfig
 from exporter.errors import SourceError
+from exporter.family_names import (
+    ACCEL_CCL_INSPECTOR_FILE_RESTARTS_TOTAL,
+    ACCEL_CCL_INSPECTOR_FILES,
+    ACCEL_CCL_INSPECTOR_FILES_REFUSED_TOTAL,
+    ACCEL_CCL_INSPECTOR_SKIPPED_BYTES_TOTAL,
+)
 from exporter.model import Reading
 from exporter.sources.base import BlockingCall, Source
 
@@ -78,12 +84,12 @@ class CclInspectorSource(Source):
             )
         self._last = stats
         out = self._aggregator.readings()
-        out.append(Reading("accel_ccl_inspector_files", (), float(stats.files)))
-        out.append(Reading("accel_ccl_inspector_skipped_bytes_total", (), float(self._skipped)))
+        out.append(Reading(ACCEL_CCL_INSPECTOR_FILES, (), float(stats.files)))
+        out.append(Reading(ACCEL_CCL_INSPECTOR_SKIPPED_BYTES_TOTAL, (), float(self._skipped)))
         for reason, count in self._restarts.items():
-            out.append(Reading("accel_ccl_inspector_file_restarts_total", (reason,), float(count)))
+            out.append(Reading(ACCEL_CCL_INSPECTOR_FILE_RESTARTS_TOTAL, (reason,), float(count)))
         for reason, count in self._refused.items():
-            out.append(Reading("accel_ccl_inspector_files_refused_total", (reason,), float(count)))
+            out.append(Reading(ACCEL_CCL_INSPECTOR_FILES_REFUSED_TOTAL, (reason,), float(count)))
         return out
 
     async def poll(self) -> Sequence[Reading]:

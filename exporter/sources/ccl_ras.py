@@ -57,6 +57,12 @@ from exporter.ccl.ras_model import RasParseError, RasReport
 from exporter.ccl.ras_state import ProgressTracker, classify, elect_reporter
 from exporter.config.ccl import CclRasSourceConfig
 from exporter.errors import SourceError
+from exporter.family_names import (
+    ACCEL_CCL_JOB_INFO,
+    ACCEL_CCL_JOB_LAST_PROGRESS_TIMESTAMP_SECONDS,
+    ACCEL_CCL_RAS_REPORTER,
+    ACCEL_DEVICE_INFO,
+)
 from exporter.model import Reading
 from exporter.sources.base import BlockingCall, Source, StoreReader
 
@@ -109,7 +115,7 @@ class CclRasSource(Source):
             return {}
         vendor = "amd" if library == "rccl" else "nvidia"
         out: dict[int, str] = {}
-        for r in self._store.view().readings("accel_device_info"):
+        for r in self._store.view().readings(ACCEL_DEVICE_INFO):
             info = dict(zip(INFO_LABELS, r.labels, strict=False))
             if info.get("vendor") == vendor and info.get("device", "").isdigit():
                 out[int(info["device"])] = info.get("uuid", "")
@@ -382,18 +388,18 @@ class CclRasSource(Source):
         # Without a job there is nothing to report on: 1 would count an idle node among
         # the jobs' reporters (the role itself still decides the next query's cadence).
         held = reporter and state != "no_job"
-        out.append(Reading("accel_ccl_ras_reporter", (label,), 1.0 if held else 0.0))
+        out.append(Reading(ACCEL_CCL_RAS_REPORTER, (label,), 1.0 if held else 0.0))
         if report is None:
             return out
         # The version is the server's text: keep a label value of sane length.
         version = report.version[:MAX_VERSION_CHARS]
-        out.append(Reading("accel_ccl_job_info", (label, report.library, version), 1.0))
+        out.append(Reading(ACCEL_CCL_JOB_INFO, (label, report.library, version), 1.0))
         if reporter:
             out.extend(ras_readings.job_readings(label, report))
             if entry.progress.last_progress is not None:
                 out.append(
                     Reading(
-                        "accel_ccl_job_last_progress_timestamp_seconds",
+                        ACCEL_CCL_JOB_LAST_PROGRESS_TIMESTAMP_SECONDS,
                         (label,),
                         entry.progress.last_progress,
                     )

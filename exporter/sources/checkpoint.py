@@ -22,6 +22,10 @@ from exporter.catalog.workload import CHECKPOINT_STATES
 from exporter.config.host import CudaCheckpointSourceConfig
 from exporter.enrich.devices import PROCESS_FAMILIES
 from exporter.errors import SourceUnavailable, WorkerError
+from exporter.family_names import (
+    ACCEL_PROCESS_CHECKPOINT_QUERY_ERRORS_TOTAL,
+    ACCEL_PROCESS_CHECKPOINT_STATE,
+)
 from exporter.model import Reading
 from exporter.sources.base import StoreReader
 from exporter.sources.worker import WorkerSource
@@ -110,14 +114,14 @@ class CheckpointSource(WorkerSource):
             for uuid in self._devices.get(pid, ("",)):
                 readings.extend(
                     Reading(
-                        "accel_process_checkpoint_state",
+                        ACCEL_PROCESS_CHECKPOINT_STATE,
                         (uuid, str(pid), name),
                         1.0 if name == state else 0.0,
                     )
                     for name in CHECKPOINT_STATES
                 )
         readings.extend(
-            Reading("accel_process_checkpoint_query_errors_total", (reason,), float(count))
+            Reading(ACCEL_PROCESS_CHECKPOINT_QUERY_ERRORS_TOTAL, (reason,), float(count))
             for reason, count in sorted(self._errors.items())
         )
         denied = errors.get("not_permitted", 0)

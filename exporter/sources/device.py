@@ -73,6 +73,18 @@ from exporter.catalog.device import INFO_LABELS
 from exporter.config.devices import DeviceSourceConfig
 from exporter.config.health import HealthConfig
 from exporter.errors import SourceError, SourcePending, SourceUnavailable, WorkerError
+from exporter.family_names import (
+    ACCEL_DEVICE_DOWN_REASON_INFO,
+    ACCEL_DEVICE_INFO,
+    ACCEL_DEVICE_ISOLATED_INFO,
+    ACCEL_DEVICE_ISOLATED_SINCE_TIMESTAMP_SECONDS,
+    ACCEL_DEVICE_UP,
+    ACCEL_DEVICES,
+    ACCEL_DEVICES_EXPECTED,
+    ACCEL_EXPORTER_STATE_ERRORS_TOTAL,
+    ACCEL_EXPORTER_WORKER_STUCK_PROCESSES,
+    ACCEL_PCI_DEVICES,
+)
 from exporter.health_api import DeviceReport
 from exporter.host import libsearch
 from exporter.model import Reading, readings_of
@@ -93,13 +105,13 @@ FAULT_SHARE = 0.25
 # Families this source derives itself, never taken from a worker nor carried over.
 IDENTITY = frozenset(
     {
-        "accel_devices",
-        "accel_devices_expected",
-        "accel_device_info",
-        "accel_device_up",
-        "accel_device_down_reason_info",
-        "accel_device_isolated_info",
-        "accel_device_isolated_since_timestamp_seconds",
+        ACCEL_DEVICES,
+        ACCEL_DEVICES_EXPECTED,
+        ACCEL_DEVICE_INFO,
+        ACCEL_DEVICE_UP,
+        ACCEL_DEVICE_DOWN_REASON_INFO,
+        ACCEL_DEVICE_ISOLATED_INFO,
+        ACCEL_DEVICE_ISOLATED_SINCE_TIMESTAMP_SECONDS,
         # Named by the worker's slow readings, kept while the device is down
         # (exporter.sources.device_domains): identity from then on.
         device_domains.FAMILY,
@@ -500,7 +512,7 @@ class DeviceSource(WorkerSource):
         vendor = self._vendor or self._default_vendor
         if expected is None or not vendor:
             return []
-        return [Reading("accel_devices_expected", (vendor,), float(expected))]
+        return [Reading(ACCEL_DEVICES_EXPECTED, (vendor,), float(expected))]
 
     def _identity(self, *, unanswered: bool = False) -> list[Reading]:
         devices = self._exported()
@@ -510,14 +522,12 @@ class DeviceSource(WorkerSource):
         if not unanswered:
             # Counted once a poll answered: until then the count says the source is
             # still starting, as it always has (devices only learnt are never counted).
-            out.append(Reading("accel_devices", (vendor,), float(len(devices))))
+            out.append(Reading(ACCEL_DEVICES, (vendor,), float(len(devices))))
         out.extend(self._expected())
         for dev in [*devices, *self._learnt_only()]:
             info = dict(dev.info)
             info.update(vendor=vendor, device=dev.device, uuid=dev.uuid)
-            out.append(
-                Reading("accel_device_info", tuple(info.get(k, "") for k in INFO_LABELS), 1.0)
-            )
+            out.append(Reading(ACCEL_DEVICE_INFO, tuple(info.get(k, "") for k in INFO_LABELS), 1.0))
             out.extend(self._domains.readings(dev.device, dev.uuid, info))
         return out
 
@@ -546,15 +556,15 @@ class DeviceSource(WorkerSource):
                 continue
             key = (dev.device, dev.uuid)
             reason = states.get(key, "")
-            out.append(Reading("accel_device_up", key, 0.0 if reason else 1.0))
+            out.append(Reading(ACCEL_DEVICE_UP, key, 0.0 if reason else 1.0))
             if reason:
-                out.append(Reading("accel_device_down_reason_info", (*key, reason), 1.0))
+                out.append(Reading(ACCEL_DEVICE_DOWN_REASON_INFO, (*key, reason), 1.0))
         for dev, fault in self._isolated():
             key = (dev.device, dev.uuid)
-            out.append(Reading("accel_device_up", key, 0.0))
-            out.append(Reading("accel_device_down_reason_info", (*key, fault.reason), 1.0))
-            out.append(Reading("accel_device_isolated_info", (*key, fault.reason, fault.call), 1.0))
-            out.append(Reading("accel_device_isolated_since_timestamp_seconds", key, fault.since))
+            out.append(Reading(ACCEL_DEVICE_UP, key, 0.0))
+            out.append(Reading(ACCEL_DEVICE_DOWN_REASON_INFO, (*key, fault.reason), 1.0))
+            out.append(Reading(ACCEL_DEVICE_ISOLATED_INFO, (*key, fault.reason, fault.call), 1.0))
+            out.append(Reading(ACCEL_DEVICE_ISOLATED_SINCE_TIMESTAMP_SECONDS, key, fault.since))
         out.extend(values)
         return self._judged(out, unread or {})
 
@@ -808,15 +818,15 @@ class DeviceSource(WorkerSource):
         out = []
         vendor = self._vendor or self._default_vendor
         if bus is not None:
-            out.append(Reading("accel_pci_devices", (vendor,), float(len(bus))))
+            out.append(Reading(ACCEL_PCI_DEVICES, (vendor,), float(len(bus))))
         stuck = self.runner.stuck_processes()
         if stuck or self._known:  # once a worker ran here; a node without the vendor has none
-            out.append(Reading("accel_exporter_worker_stuck_processes", (self.name,), float(stuck)))
+            out.append(Reading(ACCEL_EXPORTER_WORKER_STUCK_PROCESSES, (self.name,), float(stuck)))
         errors = dict(self._keeper.errors)  # the health memory's and the CPER ledger's files
         if self.ledger is not None:
             for reason, count in self.ledger.errors.items():
                 errors[reason] = errors.get(reason, 0) + count
         for reason, count in sorted(errors.items()):
             labels = (self.name, reason)
-            out.append(Reading("accel_exporter_state_errors_total", labels, float(count)))
+            out.append(Reading(ACCEL_EXPORTER_STATE_ERRORS_TOTAL, labels, float(count)))
         return out

@@ -19,9 +19,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from exporter.catalog.vocabulary import DOMAIN_SCOPES
+from exporter.family_names import ACCEL_DEVICE_DOMAIN_INFO
 from exporter.model import Reading
 
-FAMILY = "accel_device_domain_info"
+FAMILY = ACCEL_DEVICE_DOMAIN_INFO
 PARTITION = "partition"
 # The scopes a backend may name; the partition's own is derived here from physical_gpu.
 NAMED_BY_BACKENDS = tuple(s for s in DOMAIN_SCOPES if s != PARTITION)

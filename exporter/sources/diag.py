@@ -57,6 +57,19 @@ from exporter.diag.model import (
 )
 from exporter.errors import SourceError, SourceUnavailable
 from exporter.evidence import BOARD, Evidence, EvidenceBoard, device_key
+from exporter.family_names import (
+    ACCEL_DEVICE_INFO,
+    ACCEL_DIAG_DEVICE_RUN_TIMESTAMP_SECONDS,
+    ACCEL_DIAG_DIRECTORY_PRESENT,
+    ACCEL_DIAG_FILES_REJECTED_TOTAL,
+    ACCEL_DIAG_FILES_TOTAL,
+    ACCEL_DIAG_RUN_INFO,
+    ACCEL_DIAG_RUN_TIMESTAMP_SECONDS,
+    ACCEL_DIAG_SCHEMA_DRIFT_INFO,
+    ACCEL_DIAG_TEST_INFO,
+    ACCEL_DIAG_TEST_RESULT,
+    ACCEL_DIAG_UNMATCHED_RESULTS,
+)
 from exporter.model import Reading
 from exporter.sources.base import BlockingCall, Source, StoreReader
 from exporter.verdict import RANK
@@ -314,7 +327,7 @@ class DiagSource(Source):
         if self._store is None:
             return []
         out = []
-        for r in self._store.view().readings("accel_device_info"):
+        for r in self._store.view().readings(ACCEL_DEVICE_INFO):
             info = dict(zip(INFO_LABELS, r.labels, strict=False))
             out.append(
                 Device(
@@ -368,14 +381,14 @@ class DiagSource(Source):
                 if held is None or held[0] < parsed.mtime:
                     newest[(run.suite, uuid)] = (parsed.mtime, run, dev, found)
         out = self._counters()
-        out.append(Reading("accel_diag_directory_present", (), 1.0 if scan.present else 0.0))
+        out.append(Reading(ACCEL_DIAG_DIRECTORY_PRESENT, (), 1.0 if scan.present else 0.0))
         for suite, (at, run) in sorted(suites.items()):
-            out.append(Reading("accel_diag_run_timestamp_seconds", (suite,), at))
-            out.append(Reading("accel_diag_run_info", (suite, run.version), 1.0))
+            out.append(Reading(ACCEL_DIAG_RUN_TIMESTAMP_SECONDS, (suite,), at))
+            out.append(Reading(ACCEL_DIAG_RUN_INFO, (suite, run.version), 1.0))
         for suite, version in sorted(drift):
-            out.append(Reading("accel_diag_schema_drift_info", (suite, version), 1.0))
+            out.append(Reading(ACCEL_DIAG_SCHEMA_DRIFT_INFO, (suite, version), 1.0))
         for suite in sorted(set(suites) | set(unmatched)):
-            out.append(Reading("accel_diag_unmatched_results", (suite,), float(unmatched[suite])))
+            out.append(Reading(ACCEL_DIAG_UNMATCHED_RESULTS, (suite,), float(unmatched[suite])))
         # The node's own results (device and uuid ""): shown, never evidence about a device.
         for suite, (at, vendor, found) in sorted(nodes.items()):
             out.extend(_families(suite, Device(vendor, "", "", "", ""), at, found))
@@ -393,10 +406,9 @@ class DiagSource(Source):
         with self._lock:
             files = sorted(self._files.items())
             rejected = sorted(self._rejected.items())
-        out = [Reading("accel_diag_files_total", key, float(n)) for key, n in files]
+        out = [Reading(ACCEL_DIAG_FILES_TOTAL, key, float(n)) for key, n in files]
         out += [
-            Reading("accel_diag_files_rejected_total", (reason,), float(n))
-            for reason, n in rejected
+            Reading(ACCEL_DIAG_FILES_REJECTED_TOTAL, (reason,), float(n)) for reason, n in rejected
         ]
         return out
 
@@ -437,7 +449,7 @@ def _match(devices: Sequence[Device], vendor: str, result: DeviceResult) -> Devi
 def _families(suite: str, dev: Device, at: float, found: Sequence[DeviceResult]) -> list[Reading]:
     """One device's result families for one suite's run."""
     ident = (dev.device, dev.uuid)
-    out = [Reading("accel_diag_device_run_timestamp_seconds", (*ident, suite), at)]
+    out = [Reading(ACCEL_DIAG_DEVICE_RUN_TIMESTAMP_SECONDS, (*ident, suite), at)]
     by_test: dict[str, DeviceResult] = {}
     for result in found:
         held = by_test.get(result.test)
@@ -449,10 +461,10 @@ def _families(suite: str, dev: Device, at: float, found: Sequence[DeviceResult])
         result = by_test[test]
         for word in RESULTS:
             value = 1.0 if word == result.result else 0.0
-            out.append(Reading("accel_diag_test_result", (*ident, suite, test, word), value))
+            out.append(Reading(ACCEL_DIAG_TEST_RESULT, (*ident, suite, test, word), value))
         for issue in result.issues:
             info.add((*ident, suite, test, issue.code, issue.severity, issue.category))
-    out.extend(Reading("accel_diag_test_info", labels, 1.0) for labels in sorted(info))
+    out.extend(Reading(ACCEL_DIAG_TEST_INFO, labels, 1.0) for labels in sorted(info))
     return out
 
 

@@ -36,6 +36,11 @@ from exporter.fabric.join import Placement, served
 from exporter.fabric.ledger import FabricLedger, NicMemory
 from exporter.fabric.ports import observe
 from exporter.fabric.readings import Identity, nic_readings, pci_readings
+from exporter.family_names import (
+    ACCEL_DEVICE_INFO,
+    ACCEL_EXPORTER_STATE_ERRORS_TOTAL,
+    ACCEL_FABRIC_READ_ERRORS_TOTAL,
+)
 from exporter.host.infiniband import Nic, read_nics
 from exporter.host.pcie import PciLink, bridges_of, read_link, switch_of
 from exporter.host.sysfs import SysfsError, hex_attr, pci_functions
@@ -203,7 +208,7 @@ class FabricSource(Source):
         self._last = found
         self._note_problems(found)
         view = self._store.view() if self._store is not None else None
-        named = identities(view.readings("accel_device_info") if view is not None else [])
+        named = identities(view.readings(ACCEL_DEVICE_INFO) if view is not None else [])
         present = self._account_nics(found, now)
         readings = [
             *nic_readings(self.ledger, present, named, now),
@@ -212,12 +217,12 @@ class FabricSource(Source):
         self._post(found, present, now)
         trend.fabric_trends(self.board).post(readings, time.monotonic(), now)
         readings.extend(
-            Reading("accel_fabric_read_errors_total", (r,), float(n))
+            Reading(ACCEL_FABRIC_READ_ERRORS_TOTAL, (r,), float(n))
             for r, n in self.read_errors.items()
         )
         for reason, count in sorted(self.ledger.errors.items()):
             readings.append(
-                Reading("accel_exporter_state_errors_total", (self.name, reason), float(count))
+                Reading(ACCEL_EXPORTER_STATE_ERRORS_TOTAL, (self.name, reason), float(count))
             )
         await self._call(self.ledger.save)
         return readings

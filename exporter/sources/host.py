@@ -21,6 +21,17 @@ from collections.abc import Sequence
 
 from exporter.config.host import HostSourceConfig
 from exporter.errors import SourceError
+from exporter.family_names import (
+    ACCEL_HOST_BOOT_TIME_SECONDS,
+    ACCEL_HOST_CPU_RATIO,
+    ACCEL_HOST_CPU_SECONDS_TOTAL,
+    ACCEL_HOST_CPUS,
+    ACCEL_HOST_LOAD1,
+    ACCEL_HOST_LOAD5,
+    ACCEL_HOST_LOAD15,
+    ACCEL_HOST_MEMORY_AVAILABLE_BYTES,
+    ACCEL_HOST_MEMORY_TOTAL_BYTES,
+)
 from exporter.host.host_proc import (
     CLOCK_TICKS,
     CPU_MODES,
@@ -69,38 +80,37 @@ class HostSource(Source):
                 now_times = await self._call(self._stat)
                 taken = time.monotonic()
             self._previous = (taken, now_times)
-            readings.append(Reading("accel_host_cpus", (), float(now_times.cpus)))
+            readings.append(Reading(ACCEL_HOST_CPUS, (), float(now_times.cpus)))
             # Counters as node_exporter exports them: the ratio below covers only the
             # last poll, so a slower scrape would miss most of the time; these rate().
             readings.extend(
-                Reading("accel_host_cpu_seconds_total", (mode,), ticks / CLOCK_TICKS)
+                Reading(ACCEL_HOST_CPU_SECONDS_TOTAL, (mode,), ticks / CLOCK_TICKS)
                 for mode, ticks in zip(CPU_MODES, now_times.modes, strict=True)
             )
             if now_times.boot_time:
                 readings.append(
-                    Reading("accel_host_boot_time_seconds", (), float(now_times.boot_time))
+                    Reading(ACCEL_HOST_BOOT_TIME_SECONDS, (), float(now_times.boot_time))
                 )
             ratios = cpu_ratios(previous[1], now_times)
             if ratios is not None:
                 readings.extend(
-                    Reading("accel_host_cpu_ratio", (mode,), value)
-                    for mode, value in ratios.items()
+                    Reading(ACCEL_HOST_CPU_RATIO, (mode,), value) for mode, value in ratios.items()
                 )
         except (OSError, ProcParseError) as exc:
             problems.append(f"stat: {exc}")
         try:
             mem = parse_meminfo(await self._call(self._read, "meminfo"))
-            readings.append(Reading("accel_host_memory_total_bytes", (), float(mem["MemTotal"])))
+            readings.append(Reading(ACCEL_HOST_MEMORY_TOTAL_BYTES, (), float(mem["MemTotal"])))
             if "MemAvailable" in mem:
                 readings.append(
-                    Reading("accel_host_memory_available_bytes", (), float(mem["MemAvailable"]))
+                    Reading(ACCEL_HOST_MEMORY_AVAILABLE_BYTES, (), float(mem["MemAvailable"]))
                 )
         except (OSError, ProcParseError) as exc:
             problems.append(f"meminfo: {exc}")
         try:
             load = parse_loadavg(await self._call(self._read, "loadavg"))
             for name, value in zip(
-                ("accel_host_load1", "accel_host_load5", "accel_host_load15"), load, strict=False
+                (ACCEL_HOST_LOAD1, ACCEL_HOST_LOAD5, ACCEL_HOST_LOAD15), load, strict=False
             ):
                 readings.append(Reading(name, (), value))
         except (OSError, ProcParseError) as exc:

@@ -34,6 +34,25 @@ from exporter.catalog.device import INFO_LABELS
 from exporter.config.devices import NeuronSourceConfig
 from exporter.config.health import HealthConfig
 from exporter.errors import SourceError, SourcePending, SourceUnavailable
+from exporter.family_names import (
+    ACCEL_DEVICE_DOWN_REASON_INFO,
+    ACCEL_DEVICE_INFO,
+    ACCEL_DEVICE_UP,
+    ACCEL_DEVICES,
+    ACCEL_ECC_ERRORS_TOTAL,
+    ACCEL_EXPORTER_STATE_ERRORS_TOTAL,
+    ACCEL_MEMORY_TOTAL_BYTES,
+    ACCEL_MEMORY_USED_BYTES,
+    ACCEL_NEURON_ECC_UNCORRECTED_ERRORS_TOTAL,
+    ACCEL_NEURON_EXECUTION_ERRORS_TOTAL,
+    ACCEL_NEURON_EXECUTION_LATENCY_SECONDS,
+    ACCEL_NEURON_EXECUTION_STATUS_TOTAL,
+    ACCEL_NEURON_MEMORY_USED_BYTES,
+    ACCEL_NEURON_RUNTIME_MEMORY_USED_BYTES,
+    ACCEL_NEURON_RUNTIME_VCPU_USAGE_RATIO,
+    ACCEL_NEURON_RUNTIMES,
+    ACCEL_NEURONCORE_UTILIZATION_RATIO,
+)
 from exporter.health_api import DeviceReport
 from exporter.host.neuron_devices import NeuronDevice, indices, scan
 from exporter.host.sysfs import read_attr
@@ -48,9 +67,9 @@ if TYPE_CHECKING:
 
 VENDOR = "aws"
 RESCAN_SECONDS = 60.0
-_STATUS = "accel_neuron_execution_status_total"
-_ERRORS = "accel_neuron_execution_errors_total"
-_UNCORRECTED = "accel_neuron_ecc_uncorrected_errors_total"
+_STATUS = ACCEL_NEURON_EXECUTION_STATUS_TOTAL
+_ERRORS = ACCEL_NEURON_EXECUTION_ERRORS_TOTAL
+_UNCORRECTED = ACCEL_NEURON_ECC_UNCORRECTED_ERRORS_TOTAL
 # Why a device listed before is down: gone from sysfs and /dev (the shared rule of
 # exporter.health_rules.DOWN_ADVICE: reboot the node, then the vendor).
 MISSING = "device_missing"
@@ -280,7 +299,7 @@ class NeuronSource(Source):
         return [*readings, *health.readings(self._verdicts)]
 
     def _identity(self, up: bool, reason: str = "") -> list[Reading]:
-        out = [Reading("accel_devices", (VENDOR,), float(len(self.devices)))]
+        out = [Reading(ACCEL_DEVICES, (VENDOR,), float(len(self.devices)))]
         for index, dev in sorted(self._known.items()):
             info = {
                 "vendor": VENDOR,
@@ -292,12 +311,12 @@ class NeuronSource(Source):
                 "driver_version": self._driver,
             }
             ident = (str(dev.index), dev.uuid)
-            out.append(Reading("accel_device_info", tuple(info.get(k, "") for k in INFO_LABELS), 1))
+            out.append(Reading(ACCEL_DEVICE_INFO, tuple(info.get(k, "") for k in INFO_LABELS), 1))
             # A device gone from sysfs is down for that, whatever neuron-monitor does.
             why = MISSING if index not in self._present else ("" if up else reason)
-            out.append(Reading("accel_device_up", ident, 0.0 if why else 1.0))
+            out.append(Reading(ACCEL_DEVICE_UP, ident, 0.0 if why else 1.0))
             if why:
-                out.append(Reading("accel_device_down_reason_info", (*ident, why), 1.0))
+                out.append(Reading(ACCEL_DEVICE_DOWN_REASON_INFO, (*ident, why), 1.0))
         return out
 
     def _down(self, reason: str) -> list[Reading]:
@@ -309,7 +328,7 @@ class NeuronSource(Source):
         by_index = {dev.index: dev for dev in self.devices}
         per_device = report.hardware.cores_per_device if report.hardware else 0
         per_device = per_device or (self.devices[0].cores if self.devices else 0)
-        out = [Reading("accel_neuron_runtimes", (), float(len(report.runtimes)))]
+        out = [Reading(ACCEL_NEURON_RUNTIMES, (), float(len(report.runtimes)))]
         used: dict[int, float] = dict.fromkeys(by_index, 0.0)
         categories: dict[tuple[int, str], float] = {}
         seen_cores: set[int] = set()
@@ -323,7 +342,7 @@ class NeuronSource(Source):
                     seen_cores.add(nc)
                     out.append(
                         Reading(
-                            "accel_neuroncore_utilization_ratio",
+                            ACCEL_NEURONCORE_UTILIZATION_RATIO,
                             (str(dev.index), dev.uuid, str(nc)),
                             percent / 100.0,
                         )
@@ -339,30 +358,28 @@ class NeuronSource(Source):
             for (kind, percentile), seconds in sorted(runtime.latency.items()):
                 out.append(
                     Reading(
-                        "accel_neuron_execution_latency_seconds",
+                        ACCEL_NEURON_EXECUTION_LATENCY_SECONDS,
                         (tag, kind.removesuffix("_latency"), percentile),
                         seconds,
                     )
                 )
             for mode, percent in runtime.vcpu.items():
                 out.append(
-                    Reading("accel_neuron_runtime_vcpu_usage_ratio", (tag, mode), percent / 100.0)
+                    Reading(ACCEL_NEURON_RUNTIME_VCPU_USAGE_RATIO, (tag, mode), percent / 100.0)
                 )
             for location, value in runtime.memory.items():
-                out.append(
-                    Reading("accel_neuron_runtime_memory_used_bytes", (tag, location), value)
-                )
+                out.append(Reading(ACCEL_NEURON_RUNTIME_MEMORY_USED_BYTES, (tag, location), value))
         total = report.hardware.memory_per_device if report.hardware else 0.0
         for index, dev in by_index.items():
             ident = (str(index), dev.uuid)
             if per_device:  # without the core -> device map, usage cannot be placed
-                out.append(Reading("accel_memory_used_bytes", ident, used[index]))
+                out.append(Reading(ACCEL_MEMORY_USED_BYTES, ident, used[index]))
             if total > 0:
-                out.append(Reading("accel_memory_total_bytes", ident, total))
+                out.append(Reading(ACCEL_MEMORY_TOTAL_BYTES, ident, total))
         for (index, category), value in sorted(categories.items()):
             dev = by_index[index]
             out.append(
-                Reading("accel_neuron_memory_used_bytes", (str(index), dev.uuid, category), value)
+                Reading(ACCEL_NEURON_MEMORY_USED_BYTES, (str(index), dev.uuid, category), value)
             )
         return out
 
@@ -372,14 +389,12 @@ class NeuronSource(Source):
         for (index, kind), value in sorted(self._ecc.items()):
             dev = by_index.get(index)
             if dev is not None:
-                out.append(
-                    Reading("accel_ecc_errors_total", (str(index), dev.uuid, kind, ""), value)
-                )
+                out.append(Reading(ACCEL_ECC_ERRORS_TOTAL, (str(index), dev.uuid, kind, ""), value))
         for (index, memory), value in sorted(self._uncorrected.items()):
             dev = by_index.get(index)
             if dev is not None:
                 out.append(Reading(_UNCORRECTED, (str(index), dev.uuid, memory), value))
         for reason, count in sorted(self._keeper.errors.items()):
             labels = (self.name, reason)
-            out.append(Reading("accel_exporter_state_errors_total", labels, float(count)))
+            out.append(Reading(ACCEL_EXPORTER_STATE_ERRORS_TOTAL, labels, float(count)))
         return out

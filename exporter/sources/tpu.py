@@ -20,6 +20,7 @@ from typing import Any
 from exporter.catalog.tpu import LATENCY_BUCKETS
 from exporter.config.devices import TpuSourceConfig
 from exporter.config.health import HealthConfig
+from exporter.family_names import ACCEL_TPU_RUNTIME_ATTACHED, ACCEL_TPU_TRANSFER_LATENCY_SECONDS
 from exporter.host.tpu_chips import scan
 from exporter.model import HistogramValue, Reading, is_number
 from exporter.sources.device import DeviceSource, ShapeError, call_budget
@@ -87,7 +88,7 @@ class TpuSource(DeviceSource):
             }
             checked.append(entry)
             out.append(
-                Reading("accel_tpu_runtime_attached", (address,), 1.0 if item["attached"] else 0.0)
+                Reading(ACCEL_TPU_RUNTIME_ATTACHED, (address,), 1.0 if item["attached"] else 0.0)
             )
         self._runtimes = checked
         out += self._histograms(reply.get("histograms", []))
@@ -125,5 +126,5 @@ class TpuSource(DeviceSource):
             ):
                 raise ShapeError(f"histogram {labels} is malformed")
             value = HistogramValue(LATENCY_BUCKETS, tuple(counts), float(total))
-            out.append(Reading("accel_tpu_transfer_latency_seconds", labels, value))  # type: ignore[arg-type]
+            out.append(Reading(ACCEL_TPU_TRANSFER_LATENCY_SECONDS, labels, value))  # type: ignore[arg-type]
         return out

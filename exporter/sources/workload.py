@@ -48,6 +48,14 @@ from exporter.enrich.pod_resources import Assignment, list_assignments, resource
 from exporter.enrich.procfs import ProcessFacts, ProcReader
 from exporter.enrich.slurm_files import JobFile, read_job_files
 from exporter.errors import SourceError
+from exporter.family_names import (
+    ACCEL_DEVICE_INFO,
+    ACCEL_MIG_DEVICE_INFO,
+    ACCEL_PROCESS_MEMORY_BYTES,
+    ACCEL_PROCESS_SM_UTILIZATION_RATIO,
+    ACCEL_PROCESSES,
+    ACCEL_WORKLOAD_ATTRIBUTION_ERRORS_TOTAL,
+)
 from exporter.kube import KubeClient, list_resource_slices
 from exporter.model import Reading
 from exporter.sources.api_listing import ApiListing
@@ -259,9 +267,9 @@ class WorkloadSource(Source):
         """One attribution pass over the devices and processes last reported."""
         view = self._store.view() if self._store is not None else None
         index = DeviceIndex.from_readings(
-            view.readings("accel_device_info") if view is not None else (),
+            view.readings(ACCEL_DEVICE_INFO) if view is not None else (),
             [r for name in PROCESS_FAMILIES for r in view.readings(name)] if view else (),
-            view.readings("accel_mig_device_info") if view is not None else (),
+            view.readings(ACCEL_MIG_DEVICE_INFO) if view is not None else (),
         )
         kubelet_problem, kubelet_detail = await self._refresh_kubelet()
         pids = sorted({pid for found in index.processes.values() for pid in found})
@@ -281,8 +289,8 @@ class WorkloadSource(Source):
                 k8s=self.workload.k8s.enabled is not False,
                 slurm=slurm.enabled is not False,
                 dra=self._dra_index(),
-                process_memory=_per_process(view, "accel_process_memory_bytes"),
-                process_utilization=_per_process(view, "accel_process_sm_utilization_ratio"),
+                process_memory=_per_process(view, ACCEL_PROCESS_MEMORY_BYTES),
+                process_utilization=_per_process(view, ACCEL_PROCESS_SM_UTILIZATION_RATIO),
             ),
             self._memory,
         )
@@ -302,7 +310,7 @@ class WorkloadSource(Source):
             "pods_learned": len(self._memory.pods),
         }
         counted = 0.0
-        for reading in view.readings("accel_processes") if view is not None else ():
+        for reading in view.readings(ACCEL_PROCESSES) if view is not None else ():
             counted += reading.value if isinstance(reading.value, float) else 0.0
         if counted and not pids:
             self._counts["hint"] = (
@@ -313,7 +321,7 @@ class WorkloadSource(Source):
         if self._pod_labels is not None:
             readings.extend(self._pod_labels.readings(pods_named(result.readings)))
         readings.extend(
-            Reading("accel_workload_attribution_errors_total", (reason,), float(count))
+            Reading(ACCEL_WORKLOAD_ATTRIBUTION_ERRORS_TOTAL, (reason,), float(count))
             for reason, count in sorted(self._errors.items())
         )
         if kubelet_problem:

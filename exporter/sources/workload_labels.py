@@ -18,16 +18,23 @@ from exporter.catalog import CATALOG
 from exporter.config.kubernetes import KubernetesConfig
 from exporter.config.workload import PodLabelsConfig
 from exporter.enrich.pod_labels import parse_pods
+from exporter.family_names import (
+    ACCEL_DEVICE_CLAIM_INFO,
+    ACCEL_DEVICE_WORKLOAD_INFO,
+    ACCEL_MIG_WORKLOAD_INFO,
+    ACCEL_POD_LABELS_INFO,
+    ACCEL_PROCESS_WORKLOAD_INFO,
+)
 from exporter.kube import KubeClient, list_pods
 from exporter.model import Reading
 from exporter.sources.api_listing import ApiListing
 
 # The join families whose rows name a pod, by their namespace and pod labels.
 POD_FAMILIES = (
-    "accel_device_workload_info",
-    "accel_mig_workload_info",
-    "accel_process_workload_info",
-    "accel_device_claim_info",
+    ACCEL_DEVICE_WORKLOAD_INFO,
+    ACCEL_MIG_WORKLOAD_INFO,
+    ACCEL_PROCESS_WORKLOAD_INFO,
+    ACCEL_DEVICE_CLAIM_INFO,
 )
 
 
@@ -97,7 +104,7 @@ class PodLabelRefresher:
             if labels is None:
                 continue  # started after the last listing; it appears at the next
             values = tuple(labels.get(key, "") for key in self.config.keys)
-            out.append(Reading("accel_pod_labels_info", (namespace, pod, *values), 1.0))
+            out.append(Reading(ACCEL_POD_LABELS_INFO, (namespace, pod, *values), 1.0))
         return out
 
     def status(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import yaml
 
 from exporter import evidence, log, noisy_signals
 from exporter.catalog import CATALOG
+from exporter.family_names import ACCEL_DEVICE_UP, ACCEL_NIC_GPU_INFO, ACCEL_PCI_DEVICE_INFO
 from exporter.model import Reading
 from exporter.trend.rules import DEVICE_RULES, FABRIC_RULES, load_rules
 from exporter.trend.tracker import Hit, TrendRule, TrendTracker
@@ -98,9 +99,9 @@ class DeviceTrends:
         unread: Collection[Identity] = (),
     ) -> dict[Identity, list[TrendVerdict]]:
         """Each read device's trend verdicts after this poll (none for unread devices)."""
-        wanted = self.tracker.families | noisy_signals.FACT_FAMILIES | {"accel_device_up"}
+        wanted = self.tracker.families | noisy_signals.FACT_FAMILIES | {ACCEL_DEVICE_UP}
         mine = [r for r in readings if r.metric in wanted and r.labels[:2] not in unread]
-        down = {r.labels[:2] for r in mine if r.metric == "accel_device_up" and r.value == 0}
+        down = {r.labels[:2] for r in mine if r.metric == ACCEL_DEVICE_UP and r.value == 0}
         hits = self.tracker.observe(mine, now, restarted={*down, *unread})
         if not hits:
             return {}
@@ -150,7 +151,7 @@ class DeviceTrends:
 # -- the fabric's hook: trend hits as evidence for the GPUs they reach ----------------
 
 # The families that name which GPU a NIC or a PCI function serves (exporter.catalog.fabric).
-JOIN_FAMILIES = frozenset({"accel_nic_gpu_info", "accel_pci_device_info"})
+JOIN_FAMILIES = frozenset({ACCEL_NIC_GPU_INFO, ACCEL_PCI_DEVICE_INFO})
 # Evidence a fabric poll posts lives this many of its rule's windows beyond the clear
 # streak: renewed every poll, gone by itself when the fabric source stops posting.
 EVIDENCE_WINDOWS = 2
@@ -185,12 +186,12 @@ class FabricTrends:
         gpus: dict[str, set[str]] = {}  # nic -> device keys of the GPUs it serves
         nic_at: dict[str, str] = {}  # pci bus id -> the NIC there
         for r in mine:
-            if r.metric == "accel_nic_gpu_info":
+            if r.metric == ACCEL_NIC_GPU_INFO:
                 nic, _device, uuid, bus, _via = r.labels
                 key = evidence.device_key(uuid or bus)
                 if key:
                     gpus.setdefault(nic, set()).add(key)
-            elif r.metric == "accel_pci_device_info" and r.labels[1] == "nic" and r.labels[4]:
+            elif r.metric == ACCEL_PCI_DEVICE_INFO and r.labels[1] == "nic" and r.labels[4]:
                 nic_at[evidence.device_key(r.labels[0])] = r.labels[4]
         items: dict[str, list[evidence.Evidence]] = {}
         for hit in self.tracker.observe(mine, now):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from exporter import log
 from exporter.actions import ACTIONS, PROVENANCES, SCOPES, Advice
 from exporter.catalog import CATALOG
+from exporter.family_names import ACCEL_PCIE_LINK_GENERATION, ACCEL_PCIE_LINK_WIDTH
 from exporter.model import Reading
 from exporter.verdict import DEGRADED, FAILED, PREDICTED
 
@@ -30,7 +31,7 @@ JITTER = 0.05
 # Gb/s of one lane by PCIe generation (the table DCGM's health watch scales by).
 PCIE_LANE_GBPS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 # The readings a PCIe-scaled rule reads the link from (shared device families).
-PCIE_LINK_FAMILIES = ("accel_pcie_link_generation", "accel_pcie_link_width")
+PCIE_LINK_FAMILIES = (ACCEL_PCIE_LINK_GENERATION, ACCEL_PCIE_LINK_WIDTH)
 # A series no poll had for this many of its windows (beyond raise/clear) is forgotten.
 FORGET_WINDOWS = 2
 

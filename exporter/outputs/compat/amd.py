@@ -28,6 +28,43 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from exporter.family_names import (
+    ACCEL_AMD_BOARD_INFO,
+    ACCEL_AMD_ECC_CORRECTABLE_ERRORS_TOTAL,
+    ACCEL_AMD_ECC_DEFERRED_ERRORS_TOTAL,
+    ACCEL_AMD_ECC_UNCORRECTABLE_ERRORS_TOTAL,
+    ACCEL_AMD_GTT_TOTAL_BYTES,
+    ACCEL_AMD_GTT_USED_BYTES,
+    ACCEL_AMD_PARTITION_ID,
+    ACCEL_AMD_PCIE_BANDWIDTH_BYTES_PER_SECOND,
+    ACCEL_AMD_PCIE_NAK_RECEIVED_TOTAL,
+    ACCEL_AMD_PCIE_NAK_SENT_TOTAL,
+    ACCEL_AMD_PCIE_RECOVERIES_TOTAL,
+    ACCEL_AMD_PCIE_REPLAY_ROLLOVERS_TOTAL,
+    ACCEL_AMD_VIOLATION_RESIDENCY_TOTAL,
+    ACCEL_AMD_VIOLATION_SAMPLES_TOTAL,
+    ACCEL_AMD_VISIBLE_VRAM_TOTAL_BYTES,
+    ACCEL_AMD_VISIBLE_VRAM_USED_BYTES,
+    ACCEL_AMD_XCP_UTILIZATION_RATIO,
+    ACCEL_AMD_XGMI_READ_BYTES_TOTAL,
+    ACCEL_AMD_XGMI_WRITE_BYTES_TOTAL,
+    ACCEL_CLOCK_HERTZ,
+    ACCEL_CLOCK_MAX_HERTZ,
+    ACCEL_DEVICE_UP,
+    ACCEL_DEVICES,
+    ACCEL_ECC_ERRORS_TOTAL,
+    ACCEL_ENERGY_JOULES_TOTAL,
+    ACCEL_MEMORY_BANDWIDTH_UTILIZATION_RATIO,
+    ACCEL_MEMORY_FREE_BYTES,
+    ACCEL_MEMORY_TOTAL_BYTES,
+    ACCEL_MEMORY_USED_BYTES,
+    ACCEL_PCIE_LINK_GENERATION,
+    ACCEL_PCIE_LINK_MAX_GENERATION,
+    ACCEL_PCIE_REPLAYS_TOTAL,
+    ACCEL_POWER_WATTS,
+    ACCEL_TEMPERATURE_CELSIUS,
+    ACCEL_UTILIZATION_RATIO,
+)
 from exporter.outputs.compat.family import Family
 from exporter.outputs.compat.view import Device, Readings, devices
 from exporter.store import View
@@ -87,65 +124,65 @@ SPARE = (
 
 
 FIELDS = (
-    Field("gpu_package_power", "current socket power in Watts", "accel_power_watts",
+    Field("gpu_package_power", "current socket power in Watts", ACCEL_POWER_WATTS,
           secondary=ZERO),
-    Field("gpu_power_usage", "GPU power usage in Watts", "accel_power_watts", secondary=ZERO),
+    Field("gpu_power_usage", "GPU power usage in Watts", ACCEL_POWER_WATTS, secondary=ZERO),
     Field("gpu_edge_temperature", "edge temperature value in Celsius",
-          "accel_temperature_celsius", ("edge",), secondary=DROP),
+          ACCEL_TEMPERATURE_CELSIUS, ("edge",), secondary=DROP),
     Field("gpu_junction_temperature", "hotspot (aka junction) temperature value in Celsius",
-          "accel_temperature_celsius", ("hotspot",), secondary=DROP),
+          ACCEL_TEMPERATURE_CELSIUS, ("hotspot",), secondary=DROP),
     Field("gpu_memory_temperature", "memory temperature value in Celsius",
-          "accel_temperature_celsius", ("memory",), secondary=DROP),
+          ACCEL_TEMPERATURE_CELSIUS, ("memory",), secondary=DROP),
     Field("gpu_gfx_activity", "graphics engine usage percentage (0 - 100)",
-          "accel_utilization_ratio", scale=_percent),
+          ACCEL_UTILIZATION_RATIO, scale=_percent),
     Field("gpu_umc_activity", "memory engine usage percentage (0 - 100)",
-          "accel_memory_bandwidth_utilization_ratio", scale=_percent),
-    Field("pcie_speed", "current PCIe speed capable in GT/s", "accel_pcie_link_generation",
+          ACCEL_MEMORY_BANDWIDTH_UTILIZATION_RATIO, scale=_percent),
+    Field("pcie_speed", "current PCIe speed capable in GT/s", ACCEL_PCIE_LINK_GENERATION,
           scale=lambda gen: PCIE_GTS.get(int(gen), 0.0), secondary=DROP),
     Field("pcie_max_speed", "maximum capable PCIe speed in GT/s",
-          "accel_pcie_link_max_generation", scale=lambda gen: PCIE_GTS.get(int(gen), 0.0),
+          ACCEL_PCIE_LINK_MAX_GENERATION, scale=lambda gen: PCIE_GTS.get(int(gen), 0.0),
           secondary=DROP),
     Field("pcie_bandwidth", "current instantaneous bandwidth usage in Mb/s",
-          "accel_amd_pcie_bandwidth_bytes_per_second", scale=lambda bps: bps * 8 / 1e6,
+          ACCEL_AMD_PCIE_BANDWIDTH_BYTES_PER_SECOND, scale=lambda bps: bps * 8 / 1e6,
           secondary=DROP),
     Field("gpu_energy_consumed", "accumulated energy consumed by the GPU in Micro Joules (uJ)",
-          "accel_energy_joules_total", scale=lambda j: j * 1e6, secondary=DROP),
-    Field("pcie_replay_count", "total number of PCIe replays", "accel_pcie_replays_total",
+          ACCEL_ENERGY_JOULES_TOTAL, scale=lambda j: j * 1e6, secondary=DROP),
+    Field("pcie_replay_count", "total number of PCIe replays", ACCEL_PCIE_REPLAYS_TOTAL,
           secondary=DROP),
     Field("pcie_recovery_count", "total number of PCIe link recoveries",
-          "accel_amd_pcie_recoveries_total", secondary=DROP),
+          ACCEL_AMD_PCIE_RECOVERIES_TOTAL, secondary=DROP),
     Field("pcie_replay_rollover_count", "PCIe replay accumulated count",
-          "accel_amd_pcie_replay_rollovers_total", secondary=DROP),
+          ACCEL_AMD_PCIE_REPLAY_ROLLOVERS_TOTAL, secondary=DROP),
     Field("pcie_nack_sent_count", "PCIe NACK sent accumulated count",
-          "accel_amd_pcie_nak_sent_total", secondary=DROP),
+          ACCEL_AMD_PCIE_NAK_SENT_TOTAL, secondary=DROP),
     Field("pcie_nack_received_count", "PCIe NACK received accumulated count",
-          "accel_amd_pcie_nak_received_total", secondary=DROP),
-    Field("gpu_total_vram", "total VRAM available in MB", "accel_memory_total_bytes",
+          ACCEL_AMD_PCIE_NAK_RECEIVED_TOTAL, secondary=DROP),
+    Field("gpu_total_vram", "total VRAM available in MB", ACCEL_MEMORY_TOTAL_BYTES,
           scale=_mb),
-    Field("gpu_used_vram", "total VRAM memory used in MB", "accel_memory_used_bytes",
+    Field("gpu_used_vram", "total VRAM memory used in MB", ACCEL_MEMORY_USED_BYTES,
           scale=_mb),
-    Field("gpu_free_vram", "total VRAM memory free in MB", "accel_memory_free_bytes",
+    Field("gpu_free_vram", "total VRAM memory free in MB", ACCEL_MEMORY_FREE_BYTES,
           scale=_mb),
     Field("gpu_total_visible_vram", "total available visible VRAM memory in MB",
-          "accel_amd_visible_vram_total_bytes", scale=_mb, secondary=ZERO),
+          ACCEL_AMD_VISIBLE_VRAM_TOTAL_BYTES, scale=_mb, secondary=ZERO),
     Field("gpu_used_visible_vram", "used visible VRAM memory in MB",
-          "accel_amd_visible_vram_used_bytes", scale=_mb, secondary=ZERO),
-    Field("gpu_total_gtt", "total GTT memory in MB", "accel_amd_gtt_total_bytes", scale=_mb,
+          ACCEL_AMD_VISIBLE_VRAM_USED_BYTES, scale=_mb, secondary=ZERO),
+    Field("gpu_total_gtt", "total GTT memory in MB", ACCEL_AMD_GTT_TOTAL_BYTES, scale=_mb,
           secondary=ZERO),
-    Field("gpu_used_gtt", "current GTT memory usage in MB", "accel_amd_gtt_used_bytes",
+    Field("gpu_used_gtt", "current GTT memory usage in MB", ACCEL_AMD_GTT_USED_BYTES,
           scale=_mb, secondary=ZERO),
     Field("gpu_ecc_correct_total", "total correctable ECC error count",
-          "accel_ecc_errors_total", ("corrected",), secondary=DROP),
+          ACCEL_ECC_ERRORS_TOTAL, ("corrected",), secondary=DROP),
     Field("gpu_ecc_uncorrect_total", "total uncorrectable ECC error count",
-          "accel_ecc_errors_total", ("uncorrected",), secondary=DROP),
+          ACCEL_ECC_ERRORS_TOTAL, ("uncorrected",), secondary=DROP),
     Field("gpu_ecc_deferred_total", "total deferred ECC error count",
-          "accel_ecc_errors_total", ("deferred",), secondary=DROP),
+          ACCEL_ECC_ERRORS_TOTAL, ("deferred",), secondary=DROP),
     Field("gpu_violation_current_accumulated_counter", "current accumulated violation counter",
-          "accel_amd_violation_samples_total", secondary=DROP),
+          ACCEL_AMD_VIOLATION_SAMPLES_TOTAL, secondary=DROP),
     *(
         Field(f"gpu_violation_{name}_residency_accumulated",
               f"{name} residency accumulated violation counter",
-              "accel_amd_violation_residency_total", (reason, ""), secondary=DROP)
+              ACCEL_AMD_VIOLATION_RESIDENCY_TOTAL, (reason, ""), secondary=DROP)
         for name, reason in (
             ("processor_hot", "prochot"),
             ("ppt", "ppt"),
@@ -163,19 +200,19 @@ BLOCKS = {
     "pcie_bif": "bif",
 }
 ECC_KINDS = (
-    ("correct", "accel_amd_ecc_correctable_errors_total", "correctable"),
-    ("uncorrect", "accel_amd_ecc_uncorrectable_errors_total", "uncorrectable"),
-    ("deferred", "accel_amd_ecc_deferred_errors_total", "deferred"),
+    ("correct", ACCEL_AMD_ECC_CORRECTABLE_ERRORS_TOTAL, "correctable"),
+    ("uncorrect", ACCEL_AMD_ECC_UNCORRECTABLE_ERRORS_TOTAL, "uncorrectable"),
+    ("deferred", ACCEL_AMD_ECC_DEFERRED_ERRORS_TOTAL, "deferred"),
 )
 XGMI = (
     (
         "gpu_xgmi_link_rx",
-        "accel_amd_xgmi_read_bytes_total",
+        ACCEL_AMD_XGMI_READ_BYTES_TOTAL,
         "accumulated XGMI link data read in KB",
     ),
     (
         "gpu_xgmi_link_tx",
-        "accel_amd_xgmi_write_bytes_total",
+        ACCEL_AMD_XGMI_WRITE_BYTES_TOTAL,
         "accumulated XGMI link data write in KB",
     ),
 )
@@ -287,7 +324,7 @@ def build(view: View, host: str, cluster: str, selection: Selection | None = Non
     readings = Readings(view)
     verdicts = view.health()
     families = _Families(selection or Selection())
-    counted = [r for r in view.readings("accel_devices") if r.labels == ("amd",)]
+    counted = [r for r in view.readings(ACCEL_DEVICES) if r.labels == ("amd",)]
     if counted:
         node = {"hostname": host, "cluster_name": cluster}
         labels = [(k, node.get(k, "")) for k, _ in _labels(gpus[0], host, cluster, "")]
@@ -298,11 +335,11 @@ def build(view: View, host: str, cluster: str, selection: Selection | None = Non
             float(counted[0].value),  # type: ignore[arg-type]
         )
     for dev in gpus:
-        if readings.one("accel_device_up", dev.uuid) != 1:
+        if readings.one(ACCEL_DEVICE_UP, dev.uuid) != 1:
             continue
-        part = next((r.labels[2] for r in readings.of("accel_amd_board_info", dev.uuid)), "")
+        part = next((r.labels[2] for r in readings.of(ACCEL_AMD_BOARD_INFO, dev.uuid)), "")
         labels = _labels(dev, host, cluster, part or dev.info.get("model", ""))
-        partition = readings.one("accel_amd_partition_id", dev.uuid)
+        partition = readings.one(ACCEL_AMD_PARTITION_ID, dev.uuid)
         labels[8] = ("gpu_partition_id", str(int(partition)) if partition is not None else "0")
         # A partition other than the first speaks for no physical quantity.
         secondary = partition is not None and partition > 0
@@ -317,13 +354,13 @@ def build(view: View, host: str, cluster: str, selection: Selection | None = Non
                 continue
             scaled = 0.0 if secondary and f.secondary == ZERO else f.scale(value)
             families.add(f.name, f.help, labels, scaled)
-        total = readings.one("accel_amd_visible_vram_total_bytes", dev.uuid)
-        used = readings.one("accel_amd_visible_vram_used_bytes", dev.uuid)
+        total = readings.one(ACCEL_AMD_VISIBLE_VRAM_TOTAL_BYTES, dev.uuid)
+        used = readings.one(ACCEL_AMD_VISIBLE_VRAM_USED_BYTES, dev.uuid)
         if total is not None and used is not None:
             free = 0.0 if secondary else _mb(max(total - used, 0.0))
             families.add("gpu_free_visible_vram", "free visible VRAM memory in MB", labels, free)
-        total = readings.one("accel_amd_gtt_total_bytes", dev.uuid)
-        used = readings.one("accel_amd_gtt_used_bytes", dev.uuid)
+        total = readings.one(ACCEL_AMD_GTT_TOTAL_BYTES, dev.uuid)
+        used = readings.one(ACCEL_AMD_GTT_USED_BYTES, dev.uuid)
         if total is not None and used is not None:
             free = 0.0 if secondary else _mb(max(total - used, 0.0))
             families.add("gpu_free_gtt", "free GTT memory available in MB", labels, free)
@@ -338,7 +375,7 @@ def _per_partition(
     families: _Families, readings: Readings, dev: Device, labels: list[tuple[str, str]]
 ) -> None:
     """What a partition other than the first has of its own: its XCP's busy share."""
-    for r in readings.of("accel_amd_xcp_utilization_ratio", dev.uuid):
+    for r in readings.of(ACCEL_AMD_XCP_UTILIZATION_RATIO, dev.uuid):
         families.add(
             "gpu_gfx_busy_instantaneous",
             "GFX busy instantaneous activity per accelerator compute processor",
@@ -351,7 +388,7 @@ def _indexed(
     families: _Families, readings: Readings, dev: Device, labels: list[tuple[str, str]]
 ) -> None:
     """The fields with an index label (HBM, XCC, clock, XGMI link) and per-block ECC."""
-    for r in readings.of("accel_temperature_celsius", dev.uuid):
+    for r in readings.of(ACCEL_TEMPERATURE_CELSIUS, dev.uuid):
         sensor = r.labels[2]
         if sensor.startswith("hbm_"):
             families.add(
@@ -361,7 +398,7 @@ def _indexed(
                 float(r.value),  # type: ignore[arg-type]
             )
     _per_partition(families, readings, dev, labels)
-    for position, r in enumerate(readings.of("accel_clock_hertz", dev.uuid)):
+    for position, r in enumerate(readings.of(ACCEL_CLOCK_HERTZ, dev.uuid)):
         kind = CLOCK_TYPES.get(r.labels[2])
         if kind is None:
             continue
@@ -372,7 +409,7 @@ def _indexed(
             clock,
             float(r.value) / 1e6,  # type: ignore[arg-type]
         )
-        top = readings.one("accel_clock_max_hertz", dev.uuid, r.labels[2])
+        top = readings.one(ACCEL_CLOCK_MAX_HERTZ, dev.uuid, r.labels[2])
         if top is not None:
             families.add(
                 "gpu_max_clock", "maximum clock measure of the GPU in Mhz", clock, top / 1e6

@@ -16,6 +16,37 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from exporter.family_names import (
+    ACCEL_CLOCK_HERTZ,
+    ACCEL_DECODER_UTILIZATION_RATIO,
+    ACCEL_DEVICE_UP,
+    ACCEL_DRAM_ACTIVE_RATIO,
+    ACCEL_ENCODER_UTILIZATION_RATIO,
+    ACCEL_ENERGY_JOULES_TOTAL,
+    ACCEL_GRAPHICS_ENGINE_ACTIVE_RATIO,
+    ACCEL_MEMORY_BANDWIDTH_UTILIZATION_RATIO,
+    ACCEL_MEMORY_FREE_BYTES,
+    ACCEL_MEMORY_RESERVED_BYTES,
+    ACCEL_MEMORY_TOTAL_BYTES,
+    ACCEL_MEMORY_USED_BYTES,
+    ACCEL_MIG_DEVICE_INFO,
+    ACCEL_MIG_MEMORY_BANDWIDTH_UTILIZATION_RATIO,
+    ACCEL_MIG_MEMORY_FREE_BYTES,
+    ACCEL_MIG_MEMORY_TOTAL_BYTES,
+    ACCEL_MIG_MEMORY_USED_BYTES,
+    ACCEL_MIG_UTILIZATION_RATIO,
+    ACCEL_MIG_WORKLOAD_INFO,
+    ACCEL_PCIE_REPLAYS_TOTAL,
+    ACCEL_PCIE_RX_AVERAGE_BYTES_PER_SECOND,
+    ACCEL_PCIE_TX_AVERAGE_BYTES_PER_SECOND,
+    ACCEL_PIPE_ACTIVE_RATIO,
+    ACCEL_POWER_WATTS,
+    ACCEL_REMAPPED_ROWS,
+    ACCEL_REMAPPED_ROWS_FAILURE,
+    ACCEL_TEMPERATURE_CELSIUS,
+    ACCEL_UTILIZATION_RATIO,
+    ACCEL_XID_LAST_TIMESTAMP_SECONDS,
+)
 from exporter.outputs.compat.dcgm_versions import DEFAULT, VERSIONS
 from exporter.outputs.compat.dcgm_xid import NO_ERROR, UNKNOWN, XID_TEXT
 from exporter.outputs.compat.family import Family
@@ -48,106 +79,106 @@ def _percent(ratio: float) -> float:
 # The fields in default-counters.csv order; help texts as there.
 FIELDS = (
     Field(
-        "DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", "accel_clock_hertz",
+        "DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", ACCEL_CLOCK_HERTZ,
         ("sm",), lambda hz: hz / 1e6,
     ),
     Field(
-        "DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", "accel_clock_hertz",
+        "DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", ACCEL_CLOCK_HERTZ,
         ("memory",), lambda hz: hz / 1e6,
     ),
     Field(
         "DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).",
-        "accel_temperature_celsius", ("memory",),
+        ACCEL_TEMPERATURE_CELSIUS, ("memory",),
     ),
     Field(
-        "DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", "accel_temperature_celsius",
+        "DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", ACCEL_TEMPERATURE_CELSIUS,
         ("gpu",),
     ),
-    Field("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", "accel_power_watts"),
+    Field("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", ACCEL_POWER_WATTS),
     Field(
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter",
-        "Total energy consumption since boot (in mJ).", "accel_energy_joules_total",
+        "Total energy consumption since boot (in mJ).", ACCEL_ENERGY_JOULES_TOTAL,
         scale=lambda j: j * 1000,
     ),
     Field(
         "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.",
-        "accel_pcie_replays_total",
+        ACCEL_PCIE_REPLAYS_TOTAL,
     ),
     Field(
-        "DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "accel_utilization_ratio",
+        "DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", ACCEL_UTILIZATION_RATIO,
         scale=_percent,
     ),
     Field(
         "DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).",
-        "accel_memory_bandwidth_utilization_ratio", scale=_percent,
+        ACCEL_MEMORY_BANDWIDTH_UTILIZATION_RATIO, scale=_percent,
     ),
     Field(
         "DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).",
-        "accel_encoder_utilization_ratio", scale=_percent,
+        ACCEL_ENCODER_UTILIZATION_RATIO, scale=_percent,
     ),
     Field(
         "DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).",
-        "accel_decoder_utilization_ratio", scale=_percent,
+        ACCEL_DECODER_UTILIZATION_RATIO, scale=_percent,
     ),
     Field(
         "DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).",
-        "accel_memory_free_bytes", scale=lambda b: b / MIB,
-        mig_source="accel_mig_memory_free_bytes",
+        ACCEL_MEMORY_FREE_BYTES, scale=lambda b: b / MIB,
+        mig_source=ACCEL_MIG_MEMORY_FREE_BYTES,
     ),
     Field(
         "DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).",
-        "accel_memory_used_bytes", scale=lambda b: b / MIB,
-        mig_source="accel_mig_memory_used_bytes",
+        ACCEL_MEMORY_USED_BYTES, scale=lambda b: b / MIB,
+        mig_source=ACCEL_MIG_MEMORY_USED_BYTES,
     ),
     Field(
         "DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).",
-        "accel_memory_reserved_bytes", scale=lambda b: b / MIB,
+        ACCEL_MEMORY_RESERVED_BYTES, scale=lambda b: b / MIB,
     ),
     Field(
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter",
-        "Number of remapped rows for uncorrectable errors", "accel_remapped_rows",
+        "Number of remapped rows for uncorrectable errors", ACCEL_REMAPPED_ROWS,
         ("uncorrected",),
     ),
     Field(
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter",
-        "Number of remapped rows for correctable errors", "accel_remapped_rows", ("corrected",),
+        "Number of remapped rows for correctable errors", ACCEL_REMAPPED_ROWS, ("corrected",),
     ),
     Field(
         "DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed",
-        "accel_remapped_rows_failure",
+        ACCEL_REMAPPED_ROWS_FAILURE,
     ),
     Field(
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active.",
-        "accel_graphics_engine_active_ratio", mig_source="accel_mig_utilization_ratio",
+        ACCEL_GRAPHICS_ENGINE_ACTIVE_RATIO, mig_source=ACCEL_MIG_UTILIZATION_RATIO,
     ),
     Field(
         "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge",
-        "Ratio of cycles the tensor (HMMA) pipe is active.", "accel_pipe_active_ratio",
+        "Ratio of cycles the tensor (HMMA) pipe is active.", ACCEL_PIPE_ACTIVE_RATIO,
         ("tensor",),
     ),
     Field(
         "DCGM_FI_PROF_DRAM_ACTIVE", "gauge",
         "Ratio of cycles the device memory interface is active sending or receiving data.",
-        "accel_dram_active_ratio", mig_source="accel_mig_memory_bandwidth_utilization_ratio",
+        ACCEL_DRAM_ACTIVE_RATIO, mig_source=ACCEL_MIG_MEMORY_BANDWIDTH_UTILIZATION_RATIO,
     ),
     Field(
         "DCGM_FI_PROF_PCIE_TX_BYTES", "gauge",
         "The rate of data transmitted over the PCIe bus - including both protocol headers and"
         " data payloads - in bytes per second.",
-        "accel_pcie_tx_average_bytes_per_second",
+        ACCEL_PCIE_TX_AVERAGE_BYTES_PER_SECOND,
     ),
     Field(
         "DCGM_FI_PROF_PCIE_RX_BYTES", "gauge",
         "The rate of data received over the PCIe bus - including both protocol headers and"
         " data payloads - in bytes per second.",
-        "accel_pcie_rx_average_bytes_per_second",
+        ACCEL_PCIE_RX_AVERAGE_BYTES_PER_SECOND,
     ),
 )  # fmt: skip
 XID = Field(
     "DCGM_FI_DEV_XID_ERRORS",
     "gauge",
     "Value of the last XID error encountered.",
-    "accel_xid_last_timestamp_seconds",
+    ACCEL_XID_LAST_TIMESTAMP_SECONDS,
 )
 # The order dcgm-exporter writes them: XID after the utilization fields.
 ORDER = (*FIELDS[:11], XID, *FIELDS[11:])
@@ -156,7 +187,7 @@ NAMES = tuple(f.name for f in ORDER)
 ADDED = {
     "DCGM_FI_DEV_FB_CAPACITY_BYTES": Field(
         "DCGM_FI_DEV_FB_CAPACITY_BYTES", "gauge", "Total GPU memory (in bytes).",
-        "accel_memory_total_bytes", mig_source="accel_mig_memory_total_bytes",
+        ACCEL_MEMORY_TOTAL_BYTES, mig_source=ACCEL_MIG_MEMORY_TOTAL_BYTES,
     ),
 }  # fmt: skip
 
@@ -209,7 +240,7 @@ def _tail(
 
 def _last_xid(readings: Readings, uuid: str) -> int | None:
     """The XID of the newest error, 0 when none arrived; None when XIDs are not read."""
-    found = readings.of("accel_xid_last_timestamp_seconds", uuid)
+    found = readings.of(ACCEL_XID_LAST_TIMESTAMP_SECONDS, uuid)
     if not found:
         return 0
     newest = max(found, key=lambda r: (float(r.value), r.labels[2]))  # type: ignore[arg-type]
@@ -249,7 +280,7 @@ def build(
     migs = _mig_instances(view)
     pods = _mig_pods(view)
     for dev in gpus:
-        if not readings.of("accel_device_up", dev.uuid):
+        if not readings.of(ACCEL_DEVICE_UP, dev.uuid):
             continue
         instances = migs.get(dev.uuid, {})
         # The device plugin hands out a MIG GPU's instances, not the GPU: as in
@@ -257,7 +288,7 @@ def build(
         ident = _identity(dev)
         extra = [(name, dev.info.get(key, "")) for name, key in labels]
         tail = [*_tail(dev, host, NOBODY if instances else None, label), *extra]
-        up = readings.one("accel_device_up", dev.uuid)
+        up = readings.one(ACCEL_DEVICE_UP, dev.uuid)
         for f in plain:
             value = readings.one(f.source, dev.uuid, *f.dims)
             if value is not None:
@@ -283,7 +314,7 @@ def build(
 def _mig_instances(view: View) -> dict[str, dict[str, str]]:
     """GPU uuid -> GPU instance -> its MIG profile (``1g.10gb``)."""
     out: dict[str, dict[str, str]] = {}
-    for reading in view.readings("accel_mig_device_info"):
+    for reading in view.readings(ACCEL_MIG_DEVICE_INFO):
         labels = reading.labels  # device, uuid, gpu_instance, compute_instance, mig_uuid, profile
         profile = labels[5] if len(labels) > 5 else ""
         out.setdefault(labels[1], {}).setdefault(labels[2], profile)
@@ -293,7 +324,7 @@ def _mig_instances(view: View) -> dict[str, dict[str, str]]:
 def _mig_pods(view: View) -> dict[tuple[str, str], tuple[str, str, str]]:
     """(GPU uuid, GPU instance) -> (namespace, pod, container) when one container holds it."""
     found: dict[tuple[str, str], set[tuple[str, str, str]]] = {}
-    for reading in view.readings("accel_mig_workload_info"):
+    for reading in view.readings(ACCEL_MIG_WORKLOAD_INFO):
         labels = reading.labels  # device, uuid, gpu_instance, compute_instance, ns, pod, container
         found.setdefault((labels[1], labels[2]), set()).add((labels[4], labels[5], labels[6]))
     return {key: next(iter(v)) for key, v in found.items() if len(v) == 1}

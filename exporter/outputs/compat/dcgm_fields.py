@@ -15,6 +15,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from exporter.family_names import (
+    ACCEL_NVLINK_RX_AVERAGE_BYTES_PER_SECOND,
+    ACCEL_NVLINK_TX_AVERAGE_BYTES_PER_SECOND,
+    ACCEL_PIPE_ACTIVE_RATIO,
+    ACCEL_SM_ACTIVE_RATIO,
+    ACCEL_SM_OCCUPANCY_RATIO,
+)
 from exporter.outputs.compat.dcgm import ADDED, ORDER, Field
 from exporter.outputs.compat.dcgm_versions import DCGM_H, NOTES_410, VERSIONS
 
@@ -27,10 +34,10 @@ def _dcp(name: str, source: str, dims: tuple[str, ...] = ()) -> Field:
 
 
 # (legacy name, DCGM 4.7 name) for the DCP fields not in the default list, and their family.
-PIPE = "accel_pipe_active_ratio"
+PIPE = ACCEL_PIPE_ACTIVE_RATIO
 _DCP = (
-    ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_SM_UTIL_RATIO", "accel_sm_active_ratio", ()),
-    ("DCGM_FI_PROF_SM_OCCUPANCY", "DCGM_FI_PROF_SM_OCCUPANCY_RATIO", "accel_sm_occupancy_ratio",
+    ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_SM_UTIL_RATIO", ACCEL_SM_ACTIVE_RATIO, ()),
+    ("DCGM_FI_PROF_SM_OCCUPANCY", "DCGM_FI_PROF_SM_OCCUPANCY_RATIO", ACCEL_SM_OCCUPANCY_RATIO,
      ()),
     ("DCGM_FI_PROF_PIPE_FP64_ACTIVE", "DCGM_FI_PROF_FP64_UTIL_RATIO", PIPE, ("fp64",)),
     ("DCGM_FI_PROF_PIPE_FP32_ACTIVE", "DCGM_FI_PROF_FP32_UTIL_RATIO", PIPE, ("fp32",)),
@@ -42,8 +49,8 @@ _DCP = (
 )  # fmt: skip
 # NVLink byte rates: DCGM names them TX/RX_BYTES (and _BYTES_PER_SECOND from 4.10).
 _NVLINK = (
-    ("DCGM_FI_PROF_NVLINK_TX_BYTES", "accel_nvlink_tx_average_bytes_per_second"),
-    ("DCGM_FI_PROF_NVLINK_RX_BYTES", "accel_nvlink_rx_average_bytes_per_second"),
+    ("DCGM_FI_PROF_NVLINK_TX_BYTES", ACCEL_NVLINK_TX_AVERAGE_BYTES_PER_SECOND),
+    ("DCGM_FI_PROF_NVLINK_RX_BYTES", ACCEL_NVLINK_RX_AVERAGE_BYTES_PER_SECOND),
 )
 
 

@@ -14,6 +14,11 @@ from dataclasses import dataclass, field
 
 from exporter.catalog.device import INFO_LABELS
 from exporter.catalog.workload import WORKLOAD_LABELS
+from exporter.family_names import (
+    ACCEL_DEVICE_INFO,
+    ACCEL_DEVICE_JOB_INFO,
+    ACCEL_DEVICE_WORKLOAD_INFO,
+)
 from exporter.model import HistogramValue, Reading
 from exporter.store import View
 
@@ -83,13 +88,13 @@ def _single(found: dict[str, set[tuple[str, ...]]], uuid: str) -> tuple[str, ...
 def devices(view: View, vendor: str) -> list[Device]:
     """The vendor's devices with their workloads, in device order."""
     pods: dict[str, set[tuple[str, ...]]] = {}
-    for reading in view.readings("accel_device_workload_info"):
+    for reading in view.readings(ACCEL_DEVICE_WORKLOAD_INFO):
         pods.setdefault(reading.labels[1], set()).add(reading.labels[2 : 2 + len(WORKLOAD_LABELS)])
     jobs: dict[str, set[tuple[str, ...]]] = {}
-    for reading in view.readings("accel_device_job_info"):
+    for reading in view.readings(ACCEL_DEVICE_JOB_INFO):
         jobs.setdefault(reading.labels[1], set()).add(reading.labels[2:5])
     out = []
-    for reading in view.readings("accel_device_info"):
+    for reading in view.readings(ACCEL_DEVICE_INFO):
         info = dict(zip(INFO_LABELS, reading.labels, strict=False))
         if info.get("vendor") != vendor:
             continue
