@@ -362,12 +362,8 @@ def _runs_the_daemon(words: Sequence[str]) -> bool:
     return not any(w in _NOT_THE_DAEMON or w.startswith("--version") for w in words)
 
 
-def _main(argv: Sequence[str] | None, source_builder: SourceBuilder | None) -> int:
-    words = list(sys.argv[1:] if argv is None else argv)
-    if words[:1] == ["check"] and EXTRA_COMMANDS.get("check", CHECK) is CHECK:
-        status = _quick_check(words)
-        if status is not None:
-            return status
+def _before_imports(words: Sequence[str]) -> None:
+    """What must happen before the daemon's heavy imports: the early worker, ssl hidden."""
     if _runs_the_daemon(words):
         from exporter.workers import prestart
 
@@ -378,6 +374,15 @@ def _main(argv: Sequence[str] | None, source_builder: SourceBuilder | None) -> i
     # Before anything imports asyncio or http.server: libssl and libcrypto (4 MiB of
     # the daemon's RSS) load only if TLS is used (exporter/ssl_later.py).
     ssl_later.import_without_ssl()
+
+
+def _main(argv: Sequence[str] | None, source_builder: SourceBuilder | None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["check"] and EXTRA_COMMANDS.get("check", CHECK) is CHECK:
+        status = _quick_check(words)
+        if status is not None:
+            return status
+    _before_imports(words)
     from exporter import log
     from exporter.commands.flags import canonical_argv
     from exporter.config import load_config

@@ -39,6 +39,8 @@ class Pages:
         self.dump: stackdump.DumpFile | None = None
         # What earlier workers learnt of each device before any inventory (see learnt()).
         self._learnt: dict[int, str] = {}
+        # The worker started on these pages at the daemon's start, until a start adopts it.
+        self.early: prestart.Prestarted | None = None
 
     def remember(self) -> None:
         """Keep what the last worker's page learnt, before a new worker clears it."""
@@ -61,10 +63,11 @@ class Pages:
             return dict(self._learnt)
         return {**self._learnt, **self.page.learnt()}
 
-    def take(self, page: crumb.Page, dump: stackdump.DumpFile) -> None:
-        """Use these pages (an early worker's) from now on, in place of any of ours."""
-        self.close()
-        self.page, self.dump = page, dump
+    def take(self, early: prestart.Prestarted | None) -> None:
+        """Use an early worker's pages from now on; the next start adopts the worker."""
+        if early is not None:
+            self.close()
+            self.page, self.dump, self.early = early.page, early.dump, early
 
     def open(self) -> tuple[crumb.Page, stackdump.DumpFile]:
         """Both pages, created if they are not yet (OSError: no memfd, an fd limit)."""
@@ -79,6 +82,9 @@ class Pages:
 
     def close(self) -> None:
         """Release both (the runner stops, or a probe's worker is discarded)."""
+        if self.early is not None:  # stopped before any start adopted it
+            self.early.end_process()
+            self.early = None
         if self.page is not None:
             self.page.close()
             self.page = None
@@ -102,13 +108,11 @@ class WorkerProcess:
         pages: Pages,
         context: Mapping[str, Any],
         quiet: Callable[[], bool],
-        early: prestart.Prestarted | None = None,
     ) -> WorkerProcess:
         """``python -m exporter.workers`` with the pages passed; OSError if it cannot start.
 
-        ``early``: the worker started at the daemon's start on ``pages`` (the runner
-        took them: :meth:`Pages.take`), adopted instead of spawning one (spawned after
-        all if it cannot be adopted).
+        The worker started at the daemon's start on ``pages`` (:meth:`Pages.take`) is
+        adopted instead of spawning one (spawned after all if it cannot be adopted).
 
         Its stderr is relayed on a logger bound with ``context`` (the runner's): structured
         lines at their level, raw output at debug while ``quiet()`` (see supervisor.Relay).
@@ -116,6 +120,7 @@ class WorkerProcess:
         page, dump = pages.open()
         page.reset()
         dump.clear()
+        early, pages.early = pages.early, None
         if early is not None:
             # Started with these pages at the daemon's start (exporter.workers.prestart).
             try:

@@ -69,8 +69,6 @@ class WorkerRunner:
         # The re-probe period read at each use: this module's name for it is the one in force.
         self.readiness = Readiness(self._log, lambda: UNAVAILABLE_REPROBE_SECONDS)
         self._worker: WorkerProcess | None = None
-        # The worker started at the daemon's start, until this runner's first launch.
-        self._early: prestart.Prestarted | None = None
         self._dead = asyncio.Event()
         self._wake = asyncio.Event()
         self._call_lock = asyncio.Lock()
@@ -128,7 +126,7 @@ class WorkerRunner:
         if self._supervisor is None:
             # Claimed now, not when the supervisor runs: the daemon ends an early worker
             # no runner claimed once its sources have started.
-            self._early = prestart.take(self.python, self.env)
+            self._pages.take(prestart.take(self.python, self.env))
             self._supervisor = asyncio.create_task(self._supervise(), name=f"worker-{self.name}")
             for fault in list(self.faults.values()):
                 self._prober.schedule(fault)
@@ -151,9 +149,6 @@ class WorkerRunner:
 
     async def stop(self) -> None:
         """Stop the supervisor and the worker; the worker is reaped before this returns."""
-        if self._early is not None:  # stopped before its first launch
-            self._early.end()
-            self._early = None
         if self._supervisor is not None:
             self._supervisor.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -256,9 +251,6 @@ class WorkerRunner:
             self.state.restarts += 1
             self._ended_badly = False
         self.state.state = "starting"
-        early, self._early = self._early, None
-        if early is not None:
-            self._pages.take(early.page, early.dump)
         try:
             self._pages.open()
         except OSError as exc:  # no memfd (fd limit, sandbox): no worker either
@@ -268,12 +260,7 @@ class WorkerRunner:
             self._pages.remember()
         try:
             worker = await WorkerProcess.start(
-                self.python,
-                self.env,
-                self._pages,
-                self._log_context,
-                self.readiness.unready,
-                early=early,
+                self.python, self.env, self._pages, self._log_context, self.readiness.unready
             )
         except OSError as exc:
             self.readiness.fail("spawn_failed", f"cannot start worker: {exc}")
