@@ -18,14 +18,13 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Protocol, TypeVar
 
-from exporter import __version__, health_api, log
+from exporter import __version__, log
 from exporter.config import Config, load_config
 from exporter.config.addresses import join_host_port, parse_listen_address
+from exporter.documents import devices_document, source_state, with_rfc3339
 from exporter.errors import ConfigError
-from exporter.health_api import SourceReport
 from exporter.outputs import prometheus_setup
 from exporter.outputs.base import Output
 from exporter.outputs.http import Endpoints, HttpServer, ListenError
@@ -33,9 +32,9 @@ from exporter.outputs.http_conns import HttpCounters
 from exporter.outputs.registry import build_outputs
 from exporter.scheduler import Scheduler
 from exporter.sources import cper_ledger
-from exporter.sources.base import DeviceLister, Source
+from exporter.sources.base import Source
 from exporter.sources.registry import build_sources, catalog_for
-from exporter.store import SourceRecordView, Store
+from exporter.store import Store
 from exporter.workers import prestart
 
 SHUTDOWN_BUDGET_SECONDS = 4.0
@@ -86,59 +85,6 @@ class StartupError(Exception):
     def __init__(self, message: str, status: int = 1) -> None:
         super().__init__(message)
         self.status = status
-
-
-# /status fields holding Unix times: each also gets a "<key>_rfc3339" twin, for people
-# reading the document; the numbers stay, for the scripts that already read them.
-EPOCH_KEYS = frozenset({"started_at", "last_success", "next_poll"})
-
-
-def with_rfc3339(doc: dict[str, Any]) -> dict[str, Any]:
-    """``doc`` with an RFC 3339 UTC string beside every Unix time in :data:`EPOCH_KEYS`."""
-    out: dict[str, Any] = {}
-    for key, value in doc.items():
-        out[key] = with_rfc3339(value) if isinstance(value, dict) else value
-        if key in EPOCH_KEYS:
-            out[f"{key}_rfc3339"] = (
-                datetime.fromtimestamp(value, timezone.utc).isoformat(timespec="milliseconds")
-                if isinstance(value, (int, float)) and not isinstance(value, bool)
-                else None
-            )
-    return out
-
-
-def source_state(record: SourceRecordView, now: float) -> tuple[str, str]:
-    """(state, reason) of a source: unavailable, pending, ok, stale or failing."""
-    if record.unavailable is not None:
-        return "unavailable", record.unavailable
-    if record.snapshot is None or not record.answered:
-        return "pending", ""
-    reason = record.down_reason(now)
-    return ("ok" if not reason else ("stale" if reason == "stale" else "failing")), reason
-
-
-def devices_document(
-    store: Store, sources: Iterable[Source], node: str | None = None
-) -> dict[str, Any]:
-    """The /v1/devices document: every device source's devices with their verdict records.
-
-    The verdicts are those on each source's latest snapshot in ``store`` (what every
-    consumer reads, see exporter.verdict); whether that snapshot is still fresh
-    decides whether they may be vouched for. ``node``: $NODE_NAME, else the host name.
-    """
-    now = time.monotonic()
-    by_name = {s.name: s for s in sources}
-    reports: list[SourceReport] = []
-    for record in store.records():
-        source = by_name.get(record.name)
-        if not isinstance(source, DeviceLister):
-            continue
-        state, reason = source_state(record, now)
-        snap = record.snapshot
-        verdicts = {v.uuid: v for v in snap.health} if snap is not None else {}
-        devices = source.health_report(verdicts)
-        reports.append(SourceReport(record.name, state, reason, devices, record.fresh(now)))
-    return health_api.document(reports, time.time(), node)
 
 
 class App:
@@ -407,73 +353,13 @@ class App:
         async with self._lifecycle:
             if self.runtime is None or self.http is None:
                 return False
-            try:
-                new = load_config(self.config_path, os.environ, self.overrides)
-            except ConfigError as exc:
-                for problem in exc.problems:
-                    self._log.error("reload rejected", problem=problem)
+            prepared = self._prepare_reload(self.runtime, self.http)
+            if prepared is None:
                 return False
-            if dict(catalog_for(new)) != dict(self.store.catalog):
-                self._log.error(
-                    "reload rejected",
-                    problem="workload.k8s.pod_labels (enabled, keys) changes the exported label"
-                    " set: restart the daemon to apply it",
-                )
-                return False
-            try:
-                runtime = self._build_runtime(new, self.runtime)
-            except Exception as exc:
-                self._log.error("reload rejected", problem=f"cannot build sources: {exc!r}")
-                return False
-            new_http = None
-            same_address = parse_listen_address(new.web.listen_address) == parse_listen_address(
-                self.config.web.listen_address
-            )
-            try:
-                if same_address:
-                    # Same socket; new credentials, certificates (re-read from disk,
-                    # so renewed files take effect) and limits for the next request.
-                    self.http.reconfigure(new.web)
-                else:
-                    new_http = self._make_http(new)
-            except StartupError as exc:
-                self._log.error("reload rejected", problem=str(exc))
-                return False
-            except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
-                self._log.error(
-                    "reload rejected", problem=f"web.tls: cannot load certificate or key: {exc}"
-                )
-                return False
+            new, runtime, new_http = prepared
             log.configure(new.log.level, new.log.format)
             prometheus_setup.reconfigure(self.exposition, new)
-            old, self.runtime = self.runtime, runtime
-            previous = {source.name: source for source in old.sources}
-            unchanged = [s.name for s in runtime.sources if previous.get(s.name) is s]
-            for name in unchanged:  # left running: not stopped, not restarted
-                old.scheduler.hand_over(name, runtime.scheduler)
-            # Until it is fully stopped, a shutdown that cancels this reload must
-            # still find the old runtime (and its workers) to stop.
-            kept = [o for o in runtime.outputs if any(o is p for p in old.outputs)]
-            self._retiring.append(old)
-            await self._stop_runtime(old, flush_seconds=OUTPUT_FLUSH_SECONDS, keep=kept)
-            self._retiring.remove(old)
-            for source in runtime.sources:
-                if source.name in previous and source.name not in unchanged:
-                    source.adopt(previous[source.name])
-            # A replaced output hands on what it kept (the writer's holds and counts),
-            # once it is stopped: never two of one name at work.
-            replaced = {o.name: o for o in old.outputs if not any(o is k for k in kept)}
-            for output in runtime.outputs:
-                if output.name in replaced and not any(output is k for k in kept):
-                    output.adopt(replaced[output.name])
-            await self._start_runtime(runtime, running=kept)
-            names = {s.name for s in runtime.sources}
-            for name in self.store.names():
-                if name not in names:
-                    self.store.unregister(name)
-            for source in old.sources:
-                if source.name not in names:
-                    source.removed()
+            unchanged, kept = await self._swap_runtime(self.runtime, runtime)
             if new_http is not None:
                 old_http, self.http = self.http, new_http
                 new_http.start()
@@ -481,8 +367,92 @@ class App:
             self.config = new
             self._log.info(
                 "config reloaded",
-                sources=sorted(names),
+                sources=sorted(s.name for s in runtime.sources),
                 unchanged=unchanged,
                 outputs_unchanged=[o.name for o in kept],
             )
             return True
+
+    def _prepare_reload(
+        self, current: Runtime, http: HttpServer
+    ) -> tuple[Config, Runtime, HttpServer | None] | None:
+        """The new config, its runtime and (on a new address) its HTTP server; None: rejected.
+
+        Nothing running is touched but the current server's settings, and only once
+        everything else has been built.
+        """
+        try:
+            new = load_config(self.config_path, os.environ, self.overrides)
+        except ConfigError as exc:
+            for problem in exc.problems:
+                self._log.error("reload rejected", problem=problem)
+            return None
+        if dict(catalog_for(new)) != dict(self.store.catalog):
+            self._log.error(
+                "reload rejected",
+                problem="workload.k8s.pod_labels (enabled, keys) changes the exported label"
+                " set: restart the daemon to apply it",
+            )
+            return None
+        try:
+            runtime = self._build_runtime(new, current)
+        except Exception as exc:
+            self._log.error("reload rejected", problem=f"cannot build sources: {exc!r}")
+            return None
+        new_http = None
+        same_address = parse_listen_address(new.web.listen_address) == parse_listen_address(
+            self.config.web.listen_address
+        )
+        try:
+            if same_address:
+                # Same socket; new credentials, certificates (re-read from disk,
+                # so renewed files take effect) and limits for the next request.
+                http.reconfigure(new.web)
+            else:
+                new_http = self._make_http(new)
+        except StartupError as exc:
+            self._log.error("reload rejected", problem=str(exc))
+            return None
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            self._log.error(
+                "reload rejected", problem=f"web.tls: cannot load certificate or key: {exc}"
+            )
+            return None
+        return new, runtime, new_http
+
+    async def _swap_runtime(self, old: Runtime, runtime: Runtime) -> tuple[list[str], list[Output]]:
+        """Stop the ``old`` runtime and start ``runtime`` in its place.
+
+        Sources and outputs the new runtime shares with the old keep running; the
+        others hand on what they kept. Returns the names of the unchanged sources and
+        the outputs kept.
+        """
+        self.runtime = runtime
+        previous = {source.name: source for source in old.sources}
+        unchanged = [s.name for s in runtime.sources if previous.get(s.name) is s]
+        for name in unchanged:  # left running: not stopped, not restarted
+            old.scheduler.hand_over(name, runtime.scheduler)
+        # Until it is fully stopped, a shutdown that cancels this reload must
+        # still find the old runtime (and its workers) to stop.
+        kept = [o for o in runtime.outputs if any(o is p for p in old.outputs)]
+        self._retiring.append(old)
+        await self._stop_runtime(old, flush_seconds=OUTPUT_FLUSH_SECONDS, keep=kept)
+        self._retiring.remove(old)
+        for source in runtime.sources:
+            if source.name in previous and source.name not in unchanged:
+                source.adopt(previous[source.name])
+        # A replaced output hands on what it kept (the writer's holds and counts),
+        # once it is stopped: never two of one name at work.
+        replaced = {o.name: o for o in old.outputs if not any(o is k for k in kept)}
+        for output in runtime.outputs:
+            if output.name in replaced and not any(output is k for k in kept):
+                output.adopt(replaced[output.name])
+        await self._start_runtime(runtime, running=kept)
+        names = {s.name for s in runtime.sources}
+        for name in self.store.names():
+            if name not in names:
+                self.store.unregister(name)
+        for source in old.sources:
+            if source.name not in names:
+                source.removed()
+        return unchanged, kept

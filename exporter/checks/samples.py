@@ -174,9 +174,9 @@ def poll_local(config: object) -> Samples:
     """
     import asyncio
 
-    from exporter.app import devices_document
     from exporter.commands.once import poll_all
     from exporter.config import Config
+    from exporter.documents import devices_document
     from exporter.outputs.prometheus import Exposition
     from exporter.sources.registry import build_sources, catalog_for
     from exporter.store import Store

@@ -6,7 +6,7 @@ import gzip
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.app import source_state
+from exporter.documents import source_state
 from exporter.model import OK, HistogramValue, Outcome, Reading, Snapshot
 from exporter.outputs.prometheus import Exposition
 from exporter.store import HistogramAccumulator, Store, validate
