@@ -216,6 +216,37 @@ BOOT_TIME = _boot_time()
 
 
 @dataclass
+class _Survey:
+    """What one poll's readings say, sorted for the rules (HealthJudge._survey)."""
+
+    # Each device's accel_device_up, unread devices included.
+    up: dict[Identity, float]
+    down_why: dict[Identity, set[str]] = field(default_factory=dict)
+    # The reasons of each read device, filled in by the rules.
+    devices: dict[Identity, dict[str, str]] = field(default_factory=dict)
+    retired: dict[Identity, float] = field(default_factory=dict)
+    amd: list[Reading] = field(default_factory=list)
+    field_action: dict[Identity, str] = field(default_factory=dict)
+    isolated: set[Identity] = field(default_factory=set)
+    named: dict[Identity, dict[str, str]] = field(default_factory=dict)
+
+
+def _advise(
+    reasons: dict[str, str], findings: list[Finding], action: str, down_why: set[str] | None
+) -> None:
+    """The findings of the device's own recovery action and of each of its reasons."""
+    if action == "drain_p2p":
+        reasons.setdefault("recovery_action", DEGRADED)
+    if action != "none":
+        findings.append(_finding(f"recovery_action_{action}", actions.recovery_advice(action)))
+    why_down = frozenset(down_why or ())
+    for reason in sorted(reasons):
+        advice = health_rules.reason_advice(reason, why_down)
+        if advice is not None:
+            findings.append(_finding(reason, advice))
+
+
+@dataclass
 class HealthJudge:
     """Derives the verdicts of one source's devices; remembers what the rules compare with."""
 
@@ -370,134 +401,23 @@ class HealthJudge:
         unread = unread or {}
         now, wall = self.clock(), self.wall()
         self._refresh_site_table()
-        # A poll has thousands of readings and the rules read a few families.
-        picked = [r for r in readings if r.metric in _FAMILIES]
-        # Whether each device is up, and why not, unread ones included: a bootstrap that
-        # fails for driver_not_loaded downs every device, and when they answer again
-        # that was a driver reload (what it resolves is cleared), not a verdict.
-        up = {
-            r.labels: r.value
-            for r in picked
-            if r.metric == ACCEL_DEVICE_UP and isinstance(r.value, float)
-        }
-        down_why: dict[Identity, set[str]] = {}
-        for r in picked:
-            if r.metric == ACCEL_DEVICE_DOWN_REASON_INFO:
-                down_why.setdefault(r.labels[:2], set()).add(r.labels[2])
-            elif r.metric == ACCEL_DEVICE_INFO and len(r.labels) > _INFO_BUS:
-                self._bus[(r.labels[_INFO_IDENT[0]], r.labels[_INFO_IDENT[1]])] = r.labels[
-                    _INFO_BUS
-                ]
-        if unread:
-            picked = [r for r in picked if r.labels[:2] not in unread]
-        devices: dict[Identity, dict[str, str]] = {
-            r.labels: {} for r in picked if r.metric == ACCEL_DEVICE_UP
-        }
-        retired: dict[Identity, float] = {}
-        amd: list[Reading] = []
-        field_action: dict[Identity, str] = {}
-        isolated: set[Identity] = set()
-        named: dict[Identity, dict[str, str]] = {}
-        links_up, ecc, events = self._links_up, self._ecc, self._events
-        for r in picked:
-            if r.metric in _AMD:
-                amd.append(r)
-                continue
-            metric, labels, value = r.metric, r.labels, r.value
-            if not isinstance(value, float):  # device families are gauges and counters
-                continue
-            if metric == ACCEL_XID_LAST_TIMESTAMP_SECONDS:
-                key = (labels[:2], "xid", labels[2])
-                events[key] = max(events.get(key, 0.0), value)
-                continue
-            if metric in (ACCEL_DEVICE_DOWN_REASON_INFO, ACCEL_DEVICE_INFO):
-                continue
-            if metric == ACCEL_DEVICE_ISOLATED_INFO:
-                isolated.add(labels[:2])
-                continue
-            if metric == ACCEL_DEVICE_DOMAIN_INFO:
-                named.setdefault(labels[:2], {})[labels[2]] = labels[3]
-                continue
-            if metric == ACCEL_DEVICE_RECOVERY_ACTION and value == 1:
-                field_action[labels[:2]] = labels[2]
-            if metric in health_rules.GROWTH_RULES:
-                grown = health_rules.growth_reason(metric, labels)
-                last = self._counted.get(labels)
-                if last is None and metric in health_rules.COUNTED_FROM_ZERO:
-                    last = 0.0
-                self._counted[labels] = value
-                if grown and last is not None and value > last:
-                    key3 = (labels[:2], "ras", grown)
-                    events[key3] = max(events.get(key3, 0.0), wall)
-                continue
-            if metric in health_rules.VALUE_RULES:
-                found_at = devices.get(labels[:2])
-                if found_at is not None:
-                    health_rules.apply_value_rules(metric, value, labels, found_at)
-                continue
-            single = _SINGLE.get(metric)
-            if single is not None:
-                reason, state, test = single
-                if test(value, labels):
-                    reasons = devices.get(labels[:2])
-                    if reasons is not None:
-                        reasons[reason] = state
-            elif metric == ACCEL_ECC_ERRORS_TOTAL:
-                if labels[2] == UNCORRECTED:
-                    last = ecc.get(labels)
-                    if last is not None and value > last:
-                        self._ecc_grew[labels[:2]] = now
-                    ecc[labels] = value
-            elif metric == ACCEL_RETIRED_PAGES:
-                retired[labels[:2]] = retired.get(labels[:2], 0.0) + value
-            else:  # a link: down after having been up
-                key2 = (metric, labels)
-                if value == 1:
-                    links_up.add(key2)
-                elif key2 in links_up and labels[:2] in devices:
-                    devices[labels[:2]]["link_down"] = DEGRADED
-        self._note(up, down_why, field_action, wall)
-        records = self._remember_afids(amd, wall)
-        found = self._events_found(wall, field_action, records)
-        amd_rules = _amd_reasons(amd, retired, found, self._escalated)
+        seen = self._survey(readings, unread, now, wall)
+        self._note(seen.up, seen.down_why, seen.field_action, wall)
+        records = self._remember_afids(seen.amd, wall)
+        found = self._events_found(wall, seen.field_action, records)
+        amd_rules = _amd_reasons(seen.amd, seen.retired, found, self._escalated)
         trended = self.trends.judge(readings, now, wall, unread)
         out = []
-        for ident, reasons in devices.items():
-            if ident in isolated:
-                # The exporter's isolation named it the culprit of a hung or crashed call:
-                # evidence about the device, not "the device reported itself down".
-                reasons.pop("device_down", None)
-                reasons["isolated"] = FAILED
-            grew = self._ecc_grew.get(ident)
-            if grew is not None and now - grew < ECC_GROWTH_HOLD_S:
-                reasons["ecc_uncorrected_growth"] = DEGRADED
-            amd_found = amd_rules.get(ident)
-            if amd_found is not None:
-                # AMD bad pages: pending ones are retired at the next reset and the
-                # limit is the driver's threshold, so AMD's own rules replace the
-                # NVIDIA ones the shared retired-page families would trigger.
-                reasons.pop("retired_pages_pending", None)
-                reasons.update(amd_found)
-            elif retired.get(ident, 0.0) >= RETIRED_PAGES_NEAR_LIMIT:
-                reasons["retired_pages_near_limit"] = PREDICTED
-            health_rules.settle(reasons)
+        for ident, reasons in seen.devices.items():
             findings = found.get(ident, [])
-            _event_reasons(reasons, findings)
+            self._read_reasons(ident, reasons, findings, seen, amd_rules.get(ident), now)
             for t in trended.get(ident, ()):
                 if RANK[t.state] > RANK[reasons.get(t.reason, OK)]:
                     reasons[t.reason] = t.state
                 findings.append(t.finding)
-            name = field_action.get(ident, "none")
-            if name == "drain_p2p":
-                reasons.setdefault("recovery_action", DEGRADED)
-            if name != "none":
-                advice = actions.recovery_advice(name)
-                findings.append(_finding(f"recovery_action_{name}", advice))
-            why_down = frozenset(down_why.get(ident, ()))
-            for reason in sorted(reasons):
-                advice2 = health_rules.reason_advice(reason, why_down)
-                if advice2 is not None:
-                    findings.append(_finding(reason, advice2))
+            _advise(
+                reasons, findings, seen.field_action.get(ident, "none"), seen.down_why.get(ident)
+            )
             self._add_evidence(ident, reasons, findings, wall)
             out.append(self._record(ident, reasons, findings, wall))
         for ident, why in unread.items():
@@ -514,7 +434,125 @@ class HealthJudge:
             # exporter's worker: listed like a remembered event (the state stays unknown).
             self._add_evidence(ident, reasons, findings, wall)
             out.append(self._record(ident, reasons, findings, wall, why or "not read"))
-        return self.trends.counted(self._scoped(out, devices, named))
+        return self.trends.counted(self._scoped(out, seen.devices, seen.named))
+
+    def _read_reasons(
+        self,
+        ident: Identity,
+        reasons: dict[str, str],
+        findings: list[Finding],
+        seen: _Survey,
+        amd_found: dict[str, str] | None,
+        now: float,
+    ) -> None:
+        """Add to a read device's reasons what isolation, ECC growth, pages and events say."""
+        if ident in seen.isolated:
+            # The exporter's isolation named it the culprit of a hung or crashed call:
+            # evidence about the device, not "the device reported itself down".
+            reasons.pop("device_down", None)
+            reasons["isolated"] = FAILED
+        grew = self._ecc_grew.get(ident)
+        if grew is not None and now - grew < ECC_GROWTH_HOLD_S:
+            reasons["ecc_uncorrected_growth"] = DEGRADED
+        if amd_found is not None:
+            # AMD bad pages: pending ones are retired at the next reset and the
+            # limit is the driver's threshold, so AMD's own rules replace the
+            # NVIDIA ones the shared retired-page families would trigger.
+            reasons.pop("retired_pages_pending", None)
+            reasons.update(amd_found)
+        elif seen.retired.get(ident, 0.0) >= RETIRED_PAGES_NEAR_LIMIT:
+            reasons["retired_pages_near_limit"] = PREDICTED
+        health_rules.settle(reasons)
+        _event_reasons(reasons, findings)
+
+    def _survey(
+        self, readings: Sequence[Reading], unread: Mapping[Identity, str], now: float, wall: float
+    ) -> _Survey:
+        """One poll's readings sorted for the rules; the counters and events remembered."""
+        # A poll has thousands of readings and the rules read a few families.
+        picked = [r for r in readings if r.metric in _FAMILIES]
+        # Whether each device is up, and why not, unread ones included: a bootstrap that
+        # fails for driver_not_loaded downs every device, and when they answer again
+        # that was a driver reload (what it resolves is cleared), not a verdict.
+        seen = _Survey(
+            up={
+                r.labels: r.value
+                for r in picked
+                if r.metric == ACCEL_DEVICE_UP and isinstance(r.value, float)
+            }
+        )
+        for r in picked:
+            if r.metric == ACCEL_DEVICE_DOWN_REASON_INFO:
+                seen.down_why.setdefault(r.labels[:2], set()).add(r.labels[2])
+            elif r.metric == ACCEL_DEVICE_INFO and len(r.labels) > _INFO_BUS:
+                self._bus[(r.labels[_INFO_IDENT[0]], r.labels[_INFO_IDENT[1]])] = r.labels[
+                    _INFO_BUS
+                ]
+        if unread:
+            picked = [r for r in picked if r.labels[:2] not in unread]
+        seen.devices = {r.labels: {} for r in picked if r.metric == ACCEL_DEVICE_UP}
+        for r in picked:
+            if r.metric in _AMD:
+                seen.amd.append(r)
+            elif isinstance(r.value, float):  # device families are gauges and counters
+                self._sort(r.metric, r.labels, r.value, seen, now, wall)
+        return seen
+
+    def _sort(
+        self, metric: str, labels: Identity, value: float, seen: _Survey, now: float, wall: float
+    ) -> None:
+        """File one (non-AMD) reading where the rules look for it (see _survey)."""
+        devices, events = seen.devices, self._events
+        if metric == ACCEL_XID_LAST_TIMESTAMP_SECONDS:
+            key = (labels[:2], "xid", labels[2])
+            events[key] = max(events.get(key, 0.0), value)
+            return
+        if metric in (ACCEL_DEVICE_DOWN_REASON_INFO, ACCEL_DEVICE_INFO):
+            return
+        if metric == ACCEL_DEVICE_ISOLATED_INFO:
+            seen.isolated.add(labels[:2])
+            return
+        if metric == ACCEL_DEVICE_DOMAIN_INFO:
+            seen.named.setdefault(labels[:2], {})[labels[2]] = labels[3]
+            return
+        if metric == ACCEL_DEVICE_RECOVERY_ACTION and value == 1:
+            seen.field_action[labels[:2]] = labels[2]
+        if metric in health_rules.GROWTH_RULES:
+            grown = health_rules.growth_reason(metric, labels)
+            last = self._counted.get(labels)
+            if last is None and metric in health_rules.COUNTED_FROM_ZERO:
+                last = 0.0
+            self._counted[labels] = value
+            if grown and last is not None and value > last:
+                key3 = (labels[:2], "ras", grown)
+                events[key3] = max(events.get(key3, 0.0), wall)
+            return
+        if metric in health_rules.VALUE_RULES:
+            found_at = devices.get(labels[:2])
+            if found_at is not None:
+                health_rules.apply_value_rules(metric, value, labels, found_at)
+            return
+        single = _SINGLE.get(metric)
+        if single is not None:
+            reason, state, test = single
+            if test(value, labels):
+                reasons = devices.get(labels[:2])
+                if reasons is not None:
+                    reasons[reason] = state
+        elif metric == ACCEL_ECC_ERRORS_TOTAL:
+            if labels[2] == UNCORRECTED:
+                last = self._ecc.get(labels)
+                if last is not None and value > last:
+                    self._ecc_grew[labels[:2]] = now
+                self._ecc[labels] = value
+        elif metric == ACCEL_RETIRED_PAGES:
+            seen.retired[labels[:2]] = seen.retired.get(labels[:2], 0.0) + value
+        else:  # a link: down after having been up
+            key2 = (metric, labels)
+            if value == 1:
+                self._links_up.add(key2)
+            elif key2 in self._links_up and labels[:2] in devices:
+                devices[labels[:2]]["link_down"] = DEGRADED
 
     def _add_evidence(
         self, ident: Identity, reasons: dict[str, str], findings: list[Finding], wall: float
