@@ -12,10 +12,20 @@ urllib3 and gRPC). ``ssl`` itself is not blocked after that: the first ``import 
 anywhere (``web.tls`` applied at start or by a reload, an HTTPS output, the Kubernetes
 client) loads it as usual and, through :class:`_Rebind`, hands it to the ``asyncio``
 modules that found it missing, so TLS over asyncio works as if it had been there.
+
+``http.client`` is completed the same way: its ``HTTPSConnection`` (defined at import
+only when ``ssl`` imports) is defined once ``ssl`` loads, from the module's own source
+(the ``else`` of its ``try: import ssl``), so nothing of the standard library is copied
+here. And ``urllib.request``, which decides at import whether to define its HTTPS
+handler (``prometheus_client`` imports that by name), loads ``ssl`` before it is
+imported: a process that imports an HTTP client library pays for ssl, one that serves
+plain HTTP does not.
 """
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -29,6 +39,8 @@ WITHOUT_SSL = ("asyncio", "http.server")
 # Modules that set their ``ssl`` global to None when the import failed and read it when
 # TLS is asked for (CPython 3.10-3.13): given the module once it loads.
 REBIND = ("asyncio.base_events", "asyncio.selector_events", "asyncio.sslproto")
+# Imported after ssl, so their import-time choices see it (see the module docstring).
+SSL_FIRST = frozenset({"urllib.request"})
 
 
 def import_without_ssl(modules: Sequence[str] = WITHOUT_SSL) -> bool:
@@ -63,6 +75,35 @@ def rebind(module: types.ModuleType) -> None:
     sslproto = sys.modules.get("asyncio.sslproto")
     if sslproto is not None and not hasattr(sslproto, "SSLAgainErrors"):
         sslproto.SSLAgainErrors = (module.SSLWantReadError, module.SSLSyscallError)  # type: ignore[attr-defined]
+    client = sys.modules.get("http.client")
+    if client is not None and not hasattr(client, "HTTPSConnection"):
+        _complete_http_client(client, module)
+
+
+def _complete_http_client(client: types.ModuleType, ssl: types.ModuleType) -> None:
+    """Run what ``http.client`` runs at import when ``import ssl`` succeeds, in its namespace.
+
+    That is the ``else`` of its top-level ``try: import ssl`` (CPython 3.8-3.13:
+    ``HTTPSConnection`` and its ``__all__`` entry), read from the module's own source.
+    Without a source (a stripped install) it stays as imported: no HTTPSConnection.
+    """
+    origin = str(getattr(client.__spec__, "origin", None) or "")
+    try:
+        with open(origin, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), origin)
+    except (OSError, SyntaxError, ValueError):
+        return
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Try)
+            and len(node.body) == 1
+            and isinstance(node.body[0], ast.Import)
+            and [a.name for a in node.body[0].names] == ["ssl"]
+        ):
+            client.ssl = ssl  # type: ignore[attr-defined]
+            block = ast.Module(body=node.orelse, type_ignores=[])
+            exec(compile(block, origin, "exec"), client.__dict__)
+            return
 
 
 class _Rebind(importlib.abc.MetaPathFinder):
@@ -74,7 +115,15 @@ class _Rebind(importlib.abc.MetaPathFinder):
         path: Sequence[str] | None = None,
         target: types.ModuleType | None = None,
     ) -> importlib.machinery.ModuleSpec | None:
-        """The usual spec of ``ssl``, its loader wrapped; None for any other name."""
+        """The usual spec of ``ssl``, its loader wrapped; None for any other name.
+
+        For a module of :data:`SSL_FIRST`: ssl is imported (through this finder), then
+        the module's usual spec is returned.
+        """
+        if fullname in SSL_FIRST:
+            with contextlib.suppress(ImportError):  # a Python without ssl: as it is
+                importlib.import_module("ssl")
+            return importlib.util.find_spec(fullname)
         if fullname != "ssl":
             return None
         sys.meta_path.remove(self)  # one load; and find_spec below must not find us

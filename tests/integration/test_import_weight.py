@@ -94,6 +94,13 @@ DAEMON = textwrap.dedent(
             time.sleep(0.1)
         else:
             os._exit(3)
+        accept = os.environ.get("ACCEL_TEST_ACCEPT")
+        if accept:  # one scrape that asks for this format, its status and body reported
+            with socket.create_connection(("127.0.0.1", int(port)), timeout=30) as s:
+                s.sendall(f"GET /metrics HTTP/1.0\\r\\nHost: x\\r\\nAccept: {accept}\\r\\n\\r\\n".encode())
+                reply = b"".join(iter(lambda: s.recv(65536), b""))
+            head, _, body = reply.partition(b"\\r\\n\\r\\n")
+            print(json.dumps({"status": head.split(b" ")[1].decode(), "body": body.decode()}))
         print(json.dumps(sorted(sys.modules)), flush=True)
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -183,3 +190,23 @@ def test_device_worker_without_tpu_loads_no_grpc(tmp_path: Path) -> None:
     assert set(backends) <= set(modules)
     heavy = ("grpc", "google.protobuf", "opentelemetry", "tpu_info", "exporter.backends._tpu_proto")
     assert _present(modules, heavy) == []
+
+
+def test_a_scrape_asking_for_dots_escaping_gets_the_library_encoder(tmp_path: Path) -> None:
+    # That encoder is prometheus_client's, whose import needs urllib.request's HTTPS
+    # handler: the daemon hid ssl at start (exporter/ssl_later.py) and must still answer.
+    env = {**_clean_env(tmp_path), "ACCEL_TEST_ACCEPT": "text/plain; version=1.0.0; escaping=dots"}
+    proc = subprocess.run(
+        [sys.executable, "-c", DAEMON, str(_free_port()), "--log.format", "json"],
+        env=env,
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    scrape, modules = json.loads(lines[-2]), json.loads(lines[-1])
+    assert scrape["status"] == "200", scrape["body"][:2000]
+    assert "\naccel__exporter__build__info{" in scrape["body"]  # dots: "_" doubled
+    assert "ssl" in modules and "prometheus_client" in modules  # paid once asked for

@@ -94,3 +94,48 @@ def test_nothing_is_hidden_once_ssl_is_loaded() -> None:
         """
     )
     assert result == {"done": False, "https": True}
+
+
+def test_https_clients_of_the_standard_library_work_after_ssl_was_hidden() -> None:
+    # http.client imported with ssl hidden has no HTTPSConnection, and a urllib.request
+    # imported after it no HTTPSHandler: prometheus_client's import (the escaping
+    # scrapes' encoder, the checks' parser) failed on that. urllib.request loads ssl
+    # first; an ssl loaded later completes http.client.
+    result = _run(
+        """
+        import json, sys
+        from exporter import ssl_later
+        ssl_later.import_without_ssl()
+        import http.client
+        before = hasattr(http.client, "HTTPSConnection")
+        import prometheus_client.exposition
+        from urllib.request import HTTPSHandler
+        conn = http.client.HTTPSConnection("127.0.0.1", 1)
+        print(json.dumps({"before": before, "ssl": "ssl" in sys.modules,
+                          "https": isinstance(conn, http.client.HTTPConnection),
+                          "all": "HTTPSConnection" in http.client.__all__,
+                          "handler": HTTPSHandler.__module__}))
+        """
+    )
+    assert result == {
+        "before": False,
+        "ssl": True,
+        "https": True,
+        "all": True,
+        "handler": "urllib.request",
+    }
+
+
+def test_http_client_is_completed_when_ssl_loads_for_another_reason() -> None:
+    result = _run(
+        """
+        import json, sys
+        from exporter import ssl_later
+        ssl_later.import_without_ssl()
+        import http.client, ssl
+        ctx = ssl.create_default_context()
+        conn = http.client.HTTPSConnection("127.0.0.1", 1, context=ctx)
+        print(json.dumps({"port": conn.port, "ssl": http.client.ssl is ssl}))
+        """
+    )
+    assert result == {"port": 1, "ssl": True}
