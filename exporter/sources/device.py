@@ -689,27 +689,7 @@ class DeviceSource(WorkerSource):
                 "protocol_error", str(exc), self._all_down("protocol_error", why)
             ) from None
         except SourcePending as exc:
-            # A new worker is starting: which devices there are and their state stay
-            # shown until it answers; their values do not (they would pass for fresh).
-            # Before any result, what is known: the devices isolated so far, if any,
-            # and those identified so far (identity alone).
-            self._learn()
-            if not self._anything_known():
-                raise  # the source stays "not polled yet"
-            kept = [r for r in self._last if r.metric in IDENTITY]
-            if kept and self._devices:
-                # Not read while it starts: unknown, with what is remembered of each.
-                why = (
-                    WORKER_STARTING
-                    if exc.reason == "starting"
-                    else f"{WORKER_STARTING}: {exc.reason}"
-                )
-                known = self._judged(kept, self._unread(why))
-            else:
-                # No result yet: the devices are known, their state is not (a 0 would
-                # count every device down on each daemon start); no verdict either.
-                known = self._compose({}, (), unanswered=True)
-            raise SourcePending(exc.reason, exc.detail, known) from None
+            raise self._while_starting(exc) from None
         except SourceUnavailable as exc:
             if self.device_config.expected_devices is not None:
                 # The node is declared to have accelerators: a missing library or driver
@@ -721,15 +701,7 @@ class DeviceSource(WorkerSource):
             down = self._all_down(exc.reason, WORKER_DOWN.format(exc.reason))
             raise SourceUnavailable(exc.reason, exc.detail, down, exc.retry_in) from None
         except DeviceFault as exc:
-            # The culprit is isolated and a worker without it is starting: the others
-            # are not at fault, and what they said one poll ago stays until it answers.
-            isolated = {(d.device, d.uuid) for d, _ in self._isolated()}
-            values = [r for r in self._values if r.labels[:2] not in isolated]
-            self._values = []  # carried once: a second fault in a row has nothing fresh to carry
-            # Carried, not read: their verdicts are unknown until the new worker answers.
-            unread = self._unread(WORKER_RESTARTING.format(exc.reason))
-            self._last = self._compose(self._states, values, unread=unread)
-            raise WorkerError(exc.reason, exc.detail, self._last) from None
+            raise self._carried_over(exc) from None
         except WorkerError as exc:
             self._learn()
             down = self._all_down(exc.reason, WORKER_RESTARTING.format(exc.reason))
@@ -739,6 +711,44 @@ class DeviceSource(WorkerSource):
         self._states, self._values = states, values
         self._last = self._compose(states, values)
         return self._last
+
+    def _while_starting(self, exc: SourcePending) -> SourcePending:
+        """What a poll shows while a new worker starts (``exc``: why it is pending).
+
+        Which devices there are and their state stay shown until it answers; their
+        values do not (they would pass for fresh). Before any result, what is known:
+        the devices isolated so far, if any, and those identified so far (identity
+        alone). ``exc`` itself when nothing is known: the source stays "not polled yet".
+        """
+        self._learn()
+        if not self._anything_known():
+            return exc
+        kept = [r for r in self._last if r.metric in IDENTITY]
+        if kept and self._devices:
+            # Not read while it starts: unknown, with what is remembered of each.
+            why = (
+                WORKER_STARTING if exc.reason == "starting" else f"{WORKER_STARTING}: {exc.reason}"
+            )
+            known = self._judged(kept, self._unread(why))
+        else:
+            # No result yet: the devices are known, their state is not (a 0 would
+            # count every device down on each daemon start); no verdict either.
+            known = self._compose({}, (), unanswered=True)
+        return SourcePending(exc.reason, exc.detail, known)
+
+    def _carried_over(self, exc: DeviceFault) -> WorkerError:
+        """What a poll shows when a device's fault restarts the worker without it.
+
+        The culprit is isolated and a worker without it is starting: the others are
+        not at fault, and what they said one poll ago stays until it answers.
+        """
+        isolated = {(d.device, d.uuid) for d, _ in self._isolated()}
+        values = [r for r in self._values if r.labels[:2] not in isolated]
+        self._values = []  # carried once: a second fault in a row has nothing fresh to carry
+        # Carried, not read: their verdicts are unknown until the new worker answers.
+        unread = self._unread(WORKER_RESTARTING.format(exc.reason))
+        self._last = self._compose(self._states, values, unread=unread)
+        return WorkerError(exc.reason, exc.detail, self._last)
 
     def _check_reply(
         self, reply: Any, slow: bool
