@@ -7,6 +7,11 @@ from typing import Any
 
 import yaml
 
+# libyaml's loader where PyYAML has it (its wheels do): the same documents, about 6x
+# faster to load; the trend rules took 21 ms of the daemon's start with the pure-Python
+# loader, 3 ms with this one (tests/unit/test_yaml_list.py checks that both agree).
+SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 def listed(text: str, key: str, what: str, error: type[Exception]) -> list[Any]:
     """The list under ``key`` of the YAML document ``text``.
@@ -14,7 +19,7 @@ def listed(text: str, key: str, what: str, error: type[Exception]) -> list[Any]:
     ``error`` (the caller's own exception, naming the document as ``what``) when the
     document is not a mapping with a list there; yaml.YAMLError when it is no YAML.
     """
-    doc = yaml.safe_load(text) or {}
+    doc = yaml.load(text, Loader=SAFE_LOADER) or {}
     raws = doc.get(key) if isinstance(doc, Mapping) else None
     if not isinstance(raws, list):
         raise error(f"{what}: the document needs a list under {key!r}")
