@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 from typing import Any, Protocol
 
 
@@ -38,3 +41,16 @@ class Output(Protocol):
     def status(self) -> dict[str, Any]:
         """Fields for /status."""
         ...
+
+
+async def ended(thread: threading.Thread | None, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``thread`` to end; whether it did (or there was none).
+
+    Not a blocking join: the event loop goes on (other outputs stop meanwhile). For the
+    outputs whose requests run on a thread of their own: the one in flight ends at its
+    own deadline, within the caller's ``stop_seconds``.
+    """
+    end = time.monotonic() + seconds
+    while thread is not None and thread.is_alive() and time.monotonic() < end:
+        await asyncio.sleep(0.02)
+    return thread is None or not thread.is_alive()

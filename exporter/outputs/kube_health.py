@@ -34,7 +34,6 @@ The requests and the rule writes, with their reply checks, are
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 import time
@@ -49,6 +48,7 @@ from exporter.config.outputs import KubernetesOutputConfig
 from exporter.enrich.devices import DeviceIndex
 from exporter.family_names import ACCEL_DEVICE_INFO
 from exporter.kube import KubeClient, KubeError, list_resource_slices
+from exporter.outputs.base import ended
 from exporter.outputs.kube_condition import (
     CONDITION,
     STRATEGIC_PATCH,
@@ -193,11 +193,7 @@ class KubeHealthWriter(RuleWrites):
         No request starts after this; the one in flight ends at its own deadline.
         """
         self._stop.set()
-        thread = self._thread
-        end = time.monotonic() + self.stop_seconds(deadline)
-        while thread is not None and thread.is_alive() and time.monotonic() < end:
-            await asyncio.sleep(0.02)  # not a blocking join: the event loop goes on
-        if thread is not None and thread.is_alive():
+        if not await ended(self._thread, self.stop_seconds(deadline)):
             self._log.warning("writer thread did not end", waited=self.stop_seconds(deadline))
 
     def status(self) -> dict[str, Any]:

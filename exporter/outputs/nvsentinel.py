@@ -24,7 +24,6 @@ told, to the next (:meth:`NvsentinelOutput.adopt`).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import threading
@@ -45,6 +44,7 @@ from exporter.family_names import (
     ACCEL_EXPORTER_NVSENTINEL_FAILURES_TOTAL,
 )
 from exporter.model import Reading
+from exporter.outputs.base import ended
 from exporter.outputs.nvsentinel_events import Event, Identity, Settings, plan
 from exporter.outputs.nvsentinel_wire import Connection, SendError
 from exporter.store import Store
@@ -157,11 +157,7 @@ class NvsentinelOutput:
     async def stop(self, deadline: float) -> None:
         """End the thread and join it; no call starts after this (nothing to flush)."""
         self._stop.set()
-        thread = self._thread
-        end = time.monotonic() + self.stop_seconds(deadline)
-        while thread is not None and thread.is_alive() and time.monotonic() < end:
-            await asyncio.sleep(0.02)  # not a blocking join: the event loop goes on
-        if thread is not None and thread.is_alive():
+        if not await ended(self._thread, self.stop_seconds(deadline)):
             self._log.warning("sender thread did not end", waited=self.stop_seconds(deadline))
         self.connection.close()
 
