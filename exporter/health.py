@@ -402,7 +402,7 @@ class HealthJudge:
         now, wall = self.clock(), self.wall()
         self._refresh_site_table()
         seen = self._survey(readings, unread, now, wall)
-        self._note(seen.up, seen.down_why, seen.field_action, wall)
+        self._note(seen, wall)
         records = self._remember_afids(seen.amd, wall)
         found = self._events_found(wall, seen.field_action, records)
         amd_rules = _amd_reasons(seen.amd, seen.retired, found, self._escalated)
@@ -605,32 +605,21 @@ class HealthJudge:
             out.append(record)
         return tuple(out)
 
-    def _note(
-        self,
-        up: dict[Identity, float],
-        down_why: dict[Identity, set[str]],
-        field_action: dict[Identity, str],
-        wall: float,
-    ) -> None:
+    def _note(self, seen: _Survey, wall: float) -> None:
         """Take in what a poll says beyond its rules: resets, recovery, who is still here."""
         if self._unplaced:
-            self._place(up)
-        self._note_resets(up, down_why, field_action, wall)
-        self._note_recovery(field_action, wall)
-        for ident in up:
+            self._place(seen.up)
+        self._note_resets(seen, wall)
+        self._note_recovery(seen.field_action, wall)
+        for ident in seen.up:
             self._seen[ident] = wall
         self._prune(wall)
 
-    def _note_resets(
-        self,
-        up: dict[Identity, float],
-        down_why: dict[Identity, set[str]],
-        field_action: dict[Identity, str],
-        wall: float,
-    ) -> None:
+    def _note_resets(self, seen: _Survey, wall: float) -> None:
         """Mark a device lost to a reset-only reason; one that is back was reset now."""
-        for ident, value in up.items():
-            if value == 0 and down_why.get(ident, set()) & RESET_REASONS:
+        field_action = seen.field_action
+        for ident, value in seen.up.items():
+            if value == 0 and seen.down_why.get(ident, set()) & RESET_REASONS:
                 self._lost.add(ident)
             elif value == 1 and ident in self._lost:
                 self._lost.discard(ident)
