@@ -586,3 +586,29 @@ def test_a_directory_that_goes_and_comes_back_counts_nothing_twice(tmp_path: Pat
     got = h.poll()
     assert got[("accel_diag_files_total", ("dcgm", "accepted"))] == 1.0
     assert h.evidence("GPU-bbbb") == {"diag_failed": (FAILED, "service")}
+
+
+def test_the_daemon_gives_the_source_the_health_event_window(tmp_path: Path) -> None:
+    # The wiring: a run counts as long as an XID does (health.event_window), and a reload
+    # that changes the window builds a new source (its fingerprint holds the window).
+    from exporter.config import load_config
+    from exporter.sources.registry import build_sources
+
+    def diag_of(window: str) -> DiagSource:
+        config = load_config(
+            None,
+            {},
+            {
+                "sources.diag.enabled": "true",
+                "sources.diag.path": str(tmp_path),
+                "health.event_window": window,
+            },
+        )
+        (source,) = [s for s in build_sources(config) if s.name == "diag"]
+        assert isinstance(source, DiagSource)
+        return source
+
+    short, long = diag_of("2h"), diag_of("3d")
+    assert (short.window, long.window) == (7200.0, 3 * 86400.0)
+    assert short.fingerprint() != long.fingerprint()
+    assert diag_of("2h").fingerprint() == short.fingerprint()
