@@ -109,6 +109,14 @@ def _complete_http_client(client: types.ModuleType, ssl: types.ModuleType) -> No
 class _Rebind(importlib.abc.MetaPathFinder):
     """Finds ``ssl`` the usual way, once, and rebinds it for asyncio as it loads."""
 
+    def __init__(self) -> None:
+        # The names of SSL_FIRST whose usual spec is being looked up through
+        # sys.meta_path, which holds this finder still when ssl did not load through it
+        # (a finder ahead of it found ssl, or ssl is blocked by a None entry): the
+        # lookup asks it again, and it answers None there instead of recursing. The
+        # import system looks a name up under that name's lock, so a set will do.
+        self._finding: set[str] = set()
+
     def find_spec(
         self,
         fullname: str,
@@ -117,13 +125,22 @@ class _Rebind(importlib.abc.MetaPathFinder):
     ) -> importlib.machinery.ModuleSpec | None:
         """The usual spec of ``ssl``, its loader wrapped; None for any other name.
 
-        For a module of :data:`SSL_FIRST`: ssl is imported (through this finder), then
-        the module's usual spec is returned.
+        For a module of :data:`SSL_FIRST`: ssl is imported (through this finder) and
+        rebound, then the module's usual spec is returned.
         """
         if fullname in SSL_FIRST:
+            if fullname in self._finding:  # asked by the lookup below: the usual finders
+                return None
             with contextlib.suppress(ImportError):  # a Python without ssl: as it is
-                importlib.import_module("ssl")
-            return importlib.util.find_spec(fullname)
+                ssl = importlib.import_module("ssl")
+                # Loaded through this finder, rebound already; found by another, not:
+                # http.client completed first, so urllib.request defines HTTPSHandler.
+                rebind(ssl)
+            self._finding.add(fullname)
+            try:
+                return importlib.util.find_spec(fullname)
+            finally:
+                self._finding.discard(fullname)
         if fullname != "ssl":
             return None
         sys.meta_path.remove(self)  # one load; and find_spec below must not find us

@@ -139,3 +139,44 @@ def test_http_client_is_completed_when_ssl_loads_for_another_reason() -> None:
         """
     )
     assert result == {"port": 1, "ssl": True}
+
+
+def test_urllib_request_imports_when_ssl_did_not_load_through_the_finder() -> None:
+    # The finder looks urllib.request up through sys.meta_path after importing ssl; it
+    # is still there when ssl was found by a finder ahead of it (or is blocked by a None
+    # entry), and that lookup asked it again, and again: RecursionError.
+    result = _run(
+        """
+        import importlib.machinery, json, sys
+        from exporter import ssl_later
+        assert ssl_later.import_without_ssl()
+
+        class Ahead:  # finds ssl itself, as an import hook may
+            def find_spec(self, name, path=None, target=None):
+                if name == "ssl":
+                    return importlib.machinery.PathFinder.find_spec(name, path, target)
+                return None
+
+        sys.meta_path.insert(0, Ahead())
+        import ssl
+        import urllib.request
+        found = [type(f).__name__ for f in sys.meta_path].count("_Rebind")
+        print(json.dumps({"finder": found, "handler": hasattr(urllib.request, "HTTPSHandler")}))
+        """
+    )
+    assert result == {"finder": 1, "handler": True}
+
+
+def test_urllib_request_imports_while_ssl_is_blocked() -> None:
+    result = _run(
+        """
+        import json, sys
+        from exporter import ssl_later
+        assert ssl_later.import_without_ssl()
+        sys.modules["ssl"] = None  # as on a Python without ssl
+        import urllib.request
+        print(json.dumps({"handler": hasattr(urllib.request, "HTTPSHandler"),
+                          "ssl": sys.modules["ssl"] is None}))
+        """
+    )
+    assert result == {"handler": False, "ssl": True}
