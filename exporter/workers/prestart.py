@@ -147,7 +147,9 @@ async def adopt(early: Prestarted, limit: int) -> asyncio.subprocess.Process:
         transport.pipes.append(writing)
         stdin = asyncio.StreamWriter(writing, protocol, None, loop)
     except BaseException:
+        # The caller ends the process (WorkerProcess.start): nothing will wait on it here.
         transport.close()
+        transport.stop_watching()
         raise
     adopted = asyncio.subprocess.Process(transport, _Streams(stdin, stdout, stderr), loop)  # type: ignore[arg-type]
     return adopted
@@ -181,11 +183,12 @@ class _AdoptedTransport:
     def _reap(self) -> None:
         # Readable: the process has exited, so this wait does not block.
         self._proc.wait()
-        self._stop_watching()
+        self.stop_watching()
         if not self._exited.done():
             self._exited.set_result(self._proc.returncode)
 
-    def _stop_watching(self) -> None:
+    def stop_watching(self) -> None:
+        """Stop watching for the exit and close the pidfd (once; idempotent)."""
         if self._pidfd is not None:
             self._loop.remove_reader(self._pidfd)
             os.close(self._pidfd)
@@ -225,10 +228,16 @@ class _AdoptedTransport:
         return not self.pipes and self._pidfd is None
 
     def close(self) -> None:
-        """Close the pipes on this loop; the exit watch ends once the process is reaped."""
+        """Close the pipes on this loop; the exit watch ends once the process is reaped.
+
+        A process that has exited already is reaped here, so its pidfd is closed now,
+        not on a loop iteration that may never come (the loop closing next).
+        """
         for pipe in self.pipes:
             pipe.close()
         self.pipes = []
+        if self._pidfd is not None and self._proc.poll() is not None:
+            self._reap()
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         """Nothing extra."""

@@ -128,6 +128,11 @@ class WorkerProcess:
             except OSError:
                 early.end_process()
                 early = None
+            except BaseException:
+                # Cancelled (a stop, a reload) or failed otherwise mid-adoption: no one
+                # owns the early worker now, so it ends here rather than run orphaned.
+                early.end_process()
+                raise
         if early is None:
             full = dict(os.environ if env is None else env)
             full.update(page.env())

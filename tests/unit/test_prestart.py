@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import sys
 
+import pytest
+
 from exporter.workers import prestart
+from exporter.workers.process import Pages, WorkerProcess
 from exporter.workers.protocol import encode, read_frame
 
 
@@ -50,3 +55,66 @@ def test_a_worker_no_runner_takes_is_ended() -> None:
     prestart.discard()
     assert early.proc.returncode is not None
     assert prestart._waiting is None
+
+
+def _taken() -> prestart.Prestarted:
+    assert prestart.start()
+    early = prestart.take(sys.executable, None)
+    assert early is not None
+    return early
+
+
+def test_a_closed_transport_of_an_exited_worker_closes_its_pidfd() -> None:
+    early = _taken()
+    try:
+
+        async def adopt_and_close() -> int:
+            proc = await prestart.adopt(early, 2**16)
+            transport = proc._transport  # type: ignore[attr-defined]
+            pidfd = transport._pidfd
+            assert pidfd is not None
+            early.end_process()  # exited and reaped, no loop iteration since
+            transport.close()
+            assert transport.is_closing()
+            transport.close()  # twice: nothing more to close
+            return int(pidfd)
+
+        pidfd = asyncio.run(adopt_and_close())
+        with pytest.raises(OSError) as closed:
+            os.fstat(pidfd)
+        assert closed.value.errno == errno.EBADF
+    finally:
+        early.end()
+
+
+def test_a_start_cancelled_while_adopting_ends_the_early_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    early = _taken()
+    pages = Pages()
+    pages.take(early)
+
+    async def never(_early: prestart.Prestarted, _limit: int) -> asyncio.subprocess.Process:
+        await asyncio.Event().wait()
+        raise AssertionError("not reached")
+
+    monkeypatch.setattr(prestart, "adopt", never)
+
+    async def cancel_start() -> None:
+        task = asyncio.ensure_future(
+            WorkerProcess.start(sys.executable, None, pages, {}, lambda: True)
+        )
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    try:
+        asyncio.run(cancel_start())
+        assert early.proc.returncode is not None  # ended and reaped, not orphaned
+        with pytest.raises(ProcessLookupError):
+            os.kill(early.proc.pid, 0)
+        assert pages.early is None
+    finally:
+        early.end_process()
+        pages.close()
