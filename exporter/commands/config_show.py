@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import typing
 from typing import Any, TextIO
 
 import yaml
 
-from exporter.config.keys import format_default, is_duration, is_secret
+from exporter.config.keys import format_default, is_duration, is_secret, type_hints
 
 REDACTED = "[redacted]"
 
@@ -22,7 +21,7 @@ def tree(node: Any) -> Any:
     """
     if not dataclasses.is_dataclass(node) or isinstance(node, type):
         return node
-    hints = typing.get_type_hints(type(node), include_extras=True)
+    hints = type_hints(type(node))
     out: dict[str, Any] = {}
     for f in dataclasses.fields(node):
         value = getattr(node, f.name)

@@ -15,7 +15,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from exporter.commands.config_file import add_config_file_flag
 from exporter.config import leaves
-from exporter.config.keys import Leaf, flag_name, format_default, key_help
+from exporter.config.keys import Leaf, flag_name, format_default, key_help, type_hints
 from exporter.config.loader import closest_key
 from exporter.config.root import Config
 from exporter.suggest import closest, hint
@@ -33,7 +33,7 @@ def sections(
     cls: type = Config, prefix: tuple[str, ...] = (), summary: str = ""
 ) -> Iterator[tuple[str, str]]:
     """(dotted section, one-line summary) for every section holding keys, depth first."""
-    hints = typing.get_type_hints(cls, include_extras=True)
+    hints = type_hints(cls)
     own = False
     nested = []
     for f in dataclasses.fields(cls):
@@ -58,7 +58,7 @@ def leaf_class(leaf: Leaf) -> type:
     """The dataclass that declares ``leaf``."""
     cls: Any = Config
     for part in leaf.path[:-1]:
-        tp = typing.get_type_hints(cls, include_extras=True)[part]
+        tp = type_hints(cls)[part]
         cls = next((a for a in get_args(tp) if dataclasses.is_dataclass(a)), tp)
     return typing.cast(type, cls)
 

@@ -13,7 +13,7 @@ import types
 import typing
 from typing import Any, Literal, Union, get_args, get_origin
 
-from exporter.config.keys import key_help
+from exporter.config.keys import key_help, type_hints
 from exporter.config.root import Config
 
 
@@ -48,7 +48,7 @@ def of_type(tp: Any) -> dict[str, Any]:
 
 def of_section(cls: type) -> dict[str, Any]:
     """An object with exactly the section's keys, each described."""
-    hints = typing.get_type_hints(cls, include_extras=True)
+    hints = type_hints(cls)
     properties: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         sub = of_type(hints[f.name])

@@ -7,10 +7,12 @@ from the section dataclasses (:mod:`exporter.config.root` and below), never a co
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
@@ -61,9 +63,15 @@ def env_name(path: Path) -> str:
     return ENV_PREFIX + "__".join(part.upper() for part in path)
 
 
-def type_hints(cls: type) -> dict[str, Any]:
-    """A section's field types, ``Annotated`` kept (durations, files, secrets)."""
-    return typing.get_type_hints(cls, include_extras=True)
+@functools.cache
+def type_hints(cls: type) -> Mapping[str, Any]:
+    """A section's field types, ``Annotated`` kept (durations, files, secrets); read-only.
+
+    Cached: resolving the annotations (strings, under ``from __future__ import
+    annotations``) was 569 calls and about 50 ms of every start, flags, loader and
+    checks each asking again for the same few dozen classes.
+    """
+    return MappingProxyType(typing.get_type_hints(cls, include_extras=True))
 
 
 def is_section(tp: Any) -> bool:
