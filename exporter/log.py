@@ -13,7 +13,19 @@ import threading
 from collections.abc import MutableMapping
 from typing import Any, TextIO
 
-import structlog
+# structlog imports rich and better_exceptions where installed (tpu-info brings rich),
+# only to offer their tracebacks, which this daemon does not use: rich's print the
+# frames' locals (a secret among them), so tracebacks are plain on every install. Hidden
+# while structlog loads (rich is 70 ms of every start and check), importable after.
+_HIDDEN = [name for name in ("rich", "better_exceptions") if name not in sys.modules]
+for _name in _HIDDEN:
+    sys.modules[_name] = None  # type: ignore[assignment]
+try:
+    import structlog
+finally:
+    for _name in _HIDDEN:
+        if _name in sys.modules and sys.modules[_name] is None:
+            del sys.modules[_name]
 
 _SECRET_WORDS = (
     "password",
@@ -82,7 +94,9 @@ def configure(level: str = "info", fmt: str = "auto", stream: TextIO | None = No
     if fmt == "json":
         renderer = structlog.processors.JSONRenderer()
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=out.isatty())
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=out.isatty(), exception_formatter=structlog.dev.plain_traceback
+        )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

@@ -44,6 +44,8 @@ THIRD_PARTY = (
     "hashlib",
     "ssl",  # libssl and libcrypto: loaded once TLS is used (exporter/ssl_later.py)
     "_ssl",
+    "rich",  # structlog's optional tracebacks: hidden while it loads (exporter/log.py)
+    "better_exceptions",
 )
 # Our own modules that belong to commands or outputs the daemon is not running.
 OURS = (
