@@ -38,7 +38,7 @@ from scripts.gen_names import symbol  # noqa: E402
 MODULE = "exporter.family_names"
 # The catalog (the source of the names), the generated constants and protobuf code.
 SKIP_UNDER = ("exporter/catalog/", "exporter/family_names.py")
-SKIP_PARTS = frozenset({"_proto", "_tpu_proto"})
+SKIP_PARTS = frozenset({"third_party"})
 RUFF = Path(sys.executable).with_name("ruff")
 
 

@@ -163,7 +163,7 @@ class TpuBackend:
         try:
             import grpc
 
-            from exporter.backends._tpu_proto import tpu_metric_service_pb2 as pb
+            from exporter.third_party.tpu_metric_service import tpu_metric_service_pb2 as pb
         except Exception as exc:  # ImportError, or protobuf's VersionError
             raise BackendUnavailable(
                 "binding_missing",

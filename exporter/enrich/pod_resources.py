@@ -101,7 +101,7 @@ def list_assignments(
     try:
         import grpc
 
-        from exporter.enrich._proto import pod_resources_pb2 as pb
+        from exporter.third_party.pod_resources import pod_resources_pb2 as pb
     except Exception as exc:
         # ImportError without the k8s extra; protobuf's VersionError (an Exception, not
         # an ImportError) when the installed runtime is older than the gencode.

@@ -1,10 +1,10 @@
 """One call to NVSentinel's platform connector: ``HealthEventOccurredV1`` on its unix socket.
 
 The message is built from the generated code of NVSentinel's own proto
-(exporter/outputs/_proto); the method's path is the one its descriptor names. Every
-call has one deadline; a failed call closes the channel, so the next one connects
-anew (the caller waits its backoff first). Failures become :class:`SendError` with a
-reason of :data:`FAILURES`; nothing else escapes.
+(exporter/third_party/nvsentinel_health_event); the method's path is the one its
+descriptor names. Every call has one deadline; a failed call closes the channel, so the
+next one connects anew (the caller waits its backoff first). Failures become
+:class:`SendError` with a reason of :data:`FAILURES`; nothing else escapes.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _proto() -> Any:
     try:
         import grpc  # noqa: F401 (the caller's next import; checked here once)
 
-        from exporter.outputs._proto import health_event_pb2 as pb
+        from exporter.third_party.nvsentinel_health_event import health_event_pb2 as pb
     except Exception as exc:
         # ImportError without grpcio; protobuf's VersionError (an Exception) when the
         # installed runtime is older than the gencode.

@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from exporter.enrich._proto import pod_resources_pb2 as pb
+from exporter.third_party.pod_resources import pod_resources_pb2 as pb
 
 
 @dataclass(frozen=True)

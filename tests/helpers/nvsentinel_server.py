@@ -1,8 +1,8 @@
 """A stand-in for NVSentinel's platform connector: a real gRPC server on a unix socket.
 
 Built from the generated code of NVSentinel's own ``health_event.proto``
-(exporter/outputs/_proto): the service and method names come from its descriptor,
-the request is decoded with its ``HealthEvents``. It records every request, and can
+(exporter/third_party/nvsentinel_health_event): the service and method names come from
+its descriptor, the request is decoded with its ``HealthEvents``. It records every request, and can
 answer normally, refuse (an error status) or hang (never reply until released).
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 from google.protobuf import empty_pb2
 
-from exporter.outputs._proto import health_event_pb2 as pb
+from exporter.third_party.nvsentinel_health_event import health_event_pb2 as pb
 
 OK, REFUSE, HANG = "ok", "refuse", "hang"
 

@@ -72,8 +72,8 @@ OURS = (
     "exporter.ccl.ras_parse",  # RAS report parsers: no NCCL/RCCL job answers here
     "exporter.ccl.ras_json",
     "exporter.ccl.ras_text",
-    "exporter.enrich._proto",
-    "exporter.backends._tpu_proto",
+    "exporter.third_party.pod_resources",
+    "exporter.third_party.tpu_metric_service",
 )
 
 DAEMON = textwrap.dedent(
@@ -190,7 +190,13 @@ def test_device_worker_without_tpu_loads_no_grpc(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     modules = json.loads(proc.stdout)
     assert set(backends) <= set(modules)
-    heavy = ("grpc", "google.protobuf", "opentelemetry", "tpu_info", "exporter.backends._tpu_proto")
+    heavy = (
+        "grpc",
+        "google.protobuf",
+        "opentelemetry",
+        "tpu_info",
+        "exporter.third_party.tpu_metric_service",
+    )
     assert _present(modules, heavy) == []
 
 

@@ -25,7 +25,7 @@ from scripts import use_family_names
 
 REPO = Path(__file__).resolve().parents[2]
 EXPORTER = REPO / "exporter"
-GENERATED = frozenset({"_proto", "_tpu_proto"})
+GENERATED = frozenset({"third_party"})
 SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created")
 
 

@@ -273,3 +273,61 @@ def test_a_function_level_or_type_only_import_makes_an_edge() -> None:
     assert edges("from exporter.pkg import sub", "exporter.pkg.other", known) == {
         "exporter.pkg.sub"
     }
+
+
+# -- upstream copies: exporter/third_party/ --------------------------------------------
+
+# Each upstream proto's gencode and the one package that may import it. The TPU service's
+# is worker code (it was under backends/ before it moved here): only a backend reads it,
+# so the daemon never loads it; the other two belong to one daemon layer each.
+THIRD_PARTY_READERS = {
+    "exporter.third_party.tpu_metric_service": "exporter.backends",
+    "exporter.third_party.pod_resources": "exporter.enrich",
+    "exporter.third_party.nvsentinel_health_event": "exporter.outputs",
+}
+
+
+def third_party_offences(graph: Mapping[str, Collection[str]]) -> list[str]:
+    """``module imports name`` for each import into or out of exporter/third_party/ not allowed."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        inside = module == "exporter.third_party" or module.startswith("exporter.third_party.")
+        for name in sorted(targets):
+            if inside:  # upstream code reads nothing of ours (its own package aside)
+                if not name.startswith("exporter.third_party"):
+                    found.append(f"{module} imports {name}")
+                continue
+            for package, reader in THIRD_PARTY_READERS.items():
+                hit = name == package or name.startswith(package + ".")
+                if hit and not (module == reader or module.startswith(reader + ".")):
+                    found.append(f"{module} imports {name}")
+            if name == "exporter.third_party":
+                found.append(f"{module} imports {name}")
+    return found
+
+
+def test_each_upstream_proto_is_imported_by_its_one_layer_only() -> None:
+    packages = {
+        f"exporter.third_party.{p.name}"
+        for p in (EXPORTER / "third_party").iterdir()
+        if (p / "__init__.py").is_file()
+    }
+    assert packages == set(THIRD_PARTY_READERS)  # a new upstream copy names its reader
+    graph = module_graph()
+    assert (
+        "exporter.third_party.tpu_metric_service.tpu_metric_service_pb2"
+        in graph["exporter.backends.tpu"]
+    )
+    assert third_party_offences(graph) == []
+
+
+def test_a_daemon_module_importing_the_tpu_proto_is_an_offence() -> None:
+    graph = {
+        "exporter.backends.tpu": {"exporter.third_party.tpu_metric_service.tpu_metric_service_pb2"},
+        "exporter.sources.tpu": {"exporter.third_party.tpu_metric_service"},
+        "exporter.third_party.pod_resources.pod_resources_pb2": {"exporter.errors"},
+    }
+    assert third_party_offences(graph) == [
+        "exporter.sources.tpu imports exporter.third_party.tpu_metric_service",
+        "exporter.third_party.pod_resources.pod_resources_pb2 imports exporter.errors",
+    ]

@@ -8,7 +8,9 @@ from pathlib import Path
 from exporter.config.nvsentinel import NVSENTINEL_ACTIONS
 from tests.helpers.proto import assert_gencode_fresh
 
-PROTO_DIR = Path(__file__).resolve().parents[2] / "exporter" / "outputs" / "_proto"
+PROTO_DIR = (
+    Path(__file__).resolve().parents[2] / "exporter" / "third_party" / "nvsentinel_health_event"
+)
 
 
 def test_gencode_matches_proto(tmp_path):
@@ -27,8 +29,8 @@ def test_the_proto_is_nvidias_file_with_its_notice():
 
 
 def test_service_fields_and_enums_are_the_platform_connectors():
-    from exporter.outputs._proto import health_event_pb2 as pb
     from exporter.outputs.nvsentinel_wire import method_path
+    from exporter.third_party.nvsentinel_health_event import health_event_pb2 as pb
 
     assert method_path(pb) == "/datamodels.PlatformConnector/HealthEventOccurredV1"
     fields = {f.name: f.number for f in pb.HealthEvent.DESCRIPTOR.fields}

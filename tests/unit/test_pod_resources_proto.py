@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers.proto import assert_gencode_fresh
 
-PROTO_DIR = Path(__file__).resolve().parents[2] / "exporter" / "enrich" / "_proto"
+PROTO_DIR = Path(__file__).resolve().parents[2] / "exporter" / "third_party" / "pod_resources"
 
 
 def test_gencode_matches_proto(tmp_path):
@@ -18,7 +18,7 @@ def test_gencode_matches_proto(tmp_path):
 
 
 def test_service_and_fields_match_the_kubelet():
-    from exporter.enrich._proto import pod_resources_pb2 as pb
+    from exporter.third_party.pod_resources import pod_resources_pb2 as pb
 
     service = pb.DESCRIPTOR.services_by_name["PodResourcesLister"]
     assert service.full_name == "v1.PodResourcesLister"
@@ -35,7 +35,7 @@ def test_a_runtime_older_than_the_gencode_is_grpc_missing(monkeypatch, tmp_path)
     import google.protobuf
     from google.protobuf import runtime_version as real
 
-    import exporter.enrich._proto as package
+    import exporter.third_party.pod_resources as package
     from exporter.enrich.errors import AttributionError
     from exporter.enrich.pod_resources import list_assignments
 
@@ -51,7 +51,9 @@ def test_a_runtime_older_than_the_gencode_is_grpc_missing(monkeypatch, tmp_path)
     older.ValidateProtobufRuntimeVersion = validate
     monkeypatch.setitem(sys.modules, "google.protobuf.runtime_version", older)
     monkeypatch.setattr(google.protobuf, "runtime_version", older)
-    monkeypatch.delitem(sys.modules, "exporter.enrich._proto.pod_resources_pb2", raising=False)
+    monkeypatch.delitem(
+        sys.modules, "exporter.third_party.pod_resources.pod_resources_pb2", raising=False
+    )
     monkeypatch.delattr(package, "pod_resources_pb2", raising=False)
     sock = tmp_path / "kubelet.sock"
     sock.touch()  # a kubelet is there: only the runtime is wrong
@@ -63,7 +65,7 @@ def test_a_runtime_older_than_the_gencode_is_grpc_missing(monkeypatch, tmp_path)
 
 def test_dra_fields_match_the_kubelet():
     # k8s.io/kubelet/pkg/apis/podresources/v1/api.proto (Kubernetes 1.34).
-    from exporter.enrich._proto import pod_resources_pb2 as pb
+    from exporter.third_party.pod_resources import pod_resources_pb2 as pb
 
     container = pb.ContainerResources.DESCRIPTOR.fields_by_name
     assert container["dynamic_resources"].number == 5

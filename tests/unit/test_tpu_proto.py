@@ -10,7 +10,7 @@ from typing import Any
 
 from tests.helpers.proto import assert_gencode_fresh
 
-PROTO_DIR = Path(__file__).resolve().parents[2] / "exporter" / "backends" / "_tpu_proto"
+PROTO_DIR = Path(__file__).resolve().parents[2] / "exporter" / "third_party" / "tpu_metric_service"
 
 # Dump every message's fields as {message: {field: [number, type, label, message type]}}.
 # Run in a subprocess for tpu-info: its descriptors and ours describe the same
@@ -46,7 +46,7 @@ def test_gencode_matches_proto(tmp_path: Path) -> None:
 
 
 def test_every_message_and_field_is_tpu_infos() -> None:
-    ours = _dump("exporter.backends._tpu_proto.tpu_metric_service_pb2")
+    ours = _dump("exporter.third_party.tpu_metric_service.tpu_metric_service_pb2")
     theirs = _dump("tpu_info.proto.tpu_metric_service_pb2")
     # Ours leaves out GetTpuRuntimeStatus and the deprecated regular buckets; the
     # rest must be the same names, numbers and types (the wire format).

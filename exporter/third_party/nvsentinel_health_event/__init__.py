@@ -7,7 +7,7 @@ platform connector serves on a unix socket, ``HealthEventOccurredV1(HealthEvents
 ``health_event_pb2.py`` and ``health_event_pb2.pyi`` are generated from it with
 grpcio-tools (protoc 35.1, protobuf gencode 7.35.1):
 
-    cd exporter/outputs/_proto && python -m grpc_tools.protoc -I. \\
+    cd exporter/third_party/nvsentinel_health_event && python -m grpc_tools.protoc -I. \\
         -I"$(python -c 'import grpc_tools, os; print(os.path.dirname(grpc_tools.__file__))')/_proto" \\
         --python_out=. --pyi_out=. health_event.proto
 
