@@ -16,8 +16,8 @@ from exporter.catalog.vocabulary import RECOMMENDED_ACTIONS
 from exporter.config.fields import Duration, positive, setting, timing_problems
 
 DEFAULT_SOCKET = "/var/run/nvsentinel/nvsentinel.sock"
-# The RecommendedAction names of NVSentinel's health_event.proto (exporter/outputs/
-# _proto/health_event.proto; a unit test keeps the two equal): what an ``actions``
+# The RecommendedAction names of NVSentinel's health_event.proto (exporter/third_party/
+# nvsentinel_health_event/health_event.proto; a unit test keeps the two equal): what an ``actions``
 # override may name. Kept here, not read from the gencode: loading a config must not
 # need grpc and protobuf.
 NVSENTINEL_ACTIONS = (
