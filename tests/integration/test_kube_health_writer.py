@@ -248,7 +248,12 @@ def test_a_hung_api_server_costs_one_timeout_per_step_and_is_counted(api, pki, t
     w.reconcile()
     assert w.status()["failures"] == {"timeout": 2}
     api.delay = 0.0
-    w.reconcile()
+    # The server answers again; a pass on a loaded machine may still miss the short
+    # deadline (TLS set-up alone), and the writer's answer to that is the next pass.
+    for _ in range(20):
+        w.reconcile()
+        if condition(api) is not None:
+            break
     assert condition(api)["status"] == "True"
 
 
